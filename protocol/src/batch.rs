@@ -1,0 +1,547 @@
+//! Kafka RecordBatch v2: a zero-copy header view for the broker's hot path, and builders and
+//! decoders (through the `kafka-protocol` crate) for clients.
+//!
+//! Layout (big-endian), offsets in bytes:
+//!
+//! ```text
+//!  0 base_offset i64        | 12 partition_leader_epoch i32 | 16 magic i8 (= 2)
+//!  8 batch_length i32       | 17 crc u32 (CRC32C of bytes 21..end)
+//! 21 attributes i16         | 23 last_offset_delta i32      | 27 base_timestamp i64
+//! 35 max_timestamp i64      | 43 producer_id i64            | 51 producer_epoch i16
+//! 53 base_sequence i32      | 57 record_count i32           | 61 records...
+//! ```
+//!
+//! The broker rewrites `base_offset` and `partition_leader_epoch`, both outside the CRC, and
+//! stores every other byte as it came.
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use thiserror::Error;
+
+/// Bytes before the records of a v2 batch.
+pub const BATCH_HEADER_BYTES: usize = 61;
+/// Bytes of the `base_offset` and `batch_length` fields, which `batch_length` does not count.
+pub const BATCH_LOG_OVERHEAD_BYTES: usize = 12;
+const CRC_START: usize = 21;
+const ATTR_TRANSACTIONAL: i16 = 1 << 4;
+const ATTR_CONTROL: i16 = 1 << 5;
+const ATTR_COMPRESSION_MASK: i16 = 0x7;
+
+/// What is wrong with a record batch.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum BatchError {
+    /// Fewer bytes than a header, or fewer than `batch_length` announces.
+    #[error("batch truncated: {have} bytes, needs {need}")]
+    Truncated {
+        /// Bytes present.
+        have: usize,
+        /// Bytes needed.
+        need: usize,
+    },
+    /// `batch_length` disagrees with the bytes sent.
+    #[error("batch_length field says {claimed} bytes, but {actual} follow it")]
+    LengthMismatch {
+        /// What the field says.
+        claimed: i64,
+        /// What is there.
+        actual: usize,
+    },
+    /// Not magic 2.
+    #[error("record batch magic {0} is not supported (only v2)")]
+    UnsupportedMagic(i8),
+    /// CRC32C mismatch.
+    #[error("CRC32C mismatch: batch says {stored:#010x}, bytes hash to {computed:#010x}")]
+    CrcMismatch {
+        /// The CRC in the header.
+        stored: u32,
+        /// The CRC of the bytes.
+        computed: u32,
+    },
+    /// A count or delta field is out of range.
+    #[error("invalid {field}: {value}")]
+    InvalidField {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: i64,
+    },
+    /// Compressed batches are not accepted yet.
+    #[error("compressed batches are not supported (compression type {0})")]
+    Compressed(i16),
+    /// The records inside do not decode.
+    #[error("records do not decode: {0}")]
+    Records(String),
+}
+
+fn be_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn be_i64(b: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The fixed header of one v2 record batch, read without copying the records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    /// Offset of the first record (rewritten by the broker on append).
+    pub base_offset: i64,
+    /// Bytes after the `batch_length` field.
+    pub batch_length: i32,
+    /// Leader epoch under which the batch was appended (stamped by the broker).
+    pub partition_leader_epoch: i32,
+    /// Stored CRC32C.
+    pub crc: u32,
+    /// Attribute bits (compression, timestamp type, transactional, control).
+    pub attributes: i16,
+    /// Offset of the last record relative to `base_offset`.
+    pub last_offset_delta: i32,
+    /// Producer id, -1 for a producer without one.
+    pub producer_id: i64,
+    /// Producer epoch, -1 without a producer id.
+    pub producer_epoch: i16,
+    /// Sequence of the first record, -1 without a producer id.
+    pub base_sequence: i32,
+    /// Records in the batch.
+    pub record_count: i32,
+}
+
+impl BatchHeader {
+    /// Read and validate the header of exactly one batch occupying all of `b`.
+    ///
+    /// Checks lengths, magic, counts and compression; the CRC is checked by [`verify_crc`].
+    pub fn parse(b: &[u8]) -> Result<BatchHeader, BatchError> {
+        let h = Self::parse_prefix(b)?;
+        let total = h.total_bytes();
+        if total != b.len() {
+            return Err(BatchError::LengthMismatch {
+                claimed: h.batch_length.into(),
+                actual: b.len() - BATCH_LOG_OVERHEAD_BYTES,
+            });
+        }
+        Ok(h)
+    }
+
+    /// Read the header of the batch that starts `b`; `b` may hold more after it, and must hold
+    /// at least the header (the whole batch is checked by the caller through `total_bytes`).
+    pub fn parse_prefix(b: &[u8]) -> Result<BatchHeader, BatchError> {
+        if b.len() < BATCH_HEADER_BYTES {
+            return Err(BatchError::Truncated {
+                have: b.len(),
+                need: BATCH_HEADER_BYTES,
+            });
+        }
+        let magic = b[16] as i8;
+        if magic != 2 {
+            return Err(BatchError::UnsupportedMagic(magic));
+        }
+        let h = BatchHeader {
+            base_offset: be_i64(b, 0),
+            batch_length: be_i32(b, 8),
+            partition_leader_epoch: be_i32(b, 12),
+            crc: u32::from_be_bytes(b[17..21].try_into().expect("4 bytes")),
+            attributes: be_i16(b, 21),
+            last_offset_delta: be_i32(b, 23),
+            producer_id: be_i64(b, 43),
+            producer_epoch: be_i16(b, 51),
+            base_sequence: be_i32(b, 53),
+            record_count: be_i32(b, 57),
+        };
+        let min_len = (BATCH_HEADER_BYTES - BATCH_LOG_OVERHEAD_BYTES) as i32;
+        if h.batch_length < min_len {
+            return Err(BatchError::InvalidField {
+                field: "batch_length",
+                value: h.batch_length.into(),
+            });
+        }
+        if h.record_count < 1 {
+            return Err(BatchError::InvalidField {
+                field: "record_count",
+                value: h.record_count.into(),
+            });
+        }
+        if h.last_offset_delta < h.record_count - 1 {
+            return Err(BatchError::InvalidField {
+                field: "last_offset_delta",
+                value: h.last_offset_delta.into(),
+            });
+        }
+        if h.producer_id >= 0 && h.producer_epoch < 0 {
+            return Err(BatchError::InvalidField {
+                field: "producer_epoch",
+                value: h.producer_epoch.into(),
+            });
+        }
+        if h.producer_id >= 0 && !h.is_control() && h.base_sequence < 0 {
+            return Err(BatchError::InvalidField {
+                field: "base_sequence",
+                value: h.base_sequence.into(),
+            });
+        }
+        let compression = h.attributes & ATTR_COMPRESSION_MASK;
+        if compression != 0 {
+            return Err(BatchError::Compressed(compression));
+        }
+        Ok(h)
+    }
+
+    /// Bytes the whole batch occupies, header included.
+    pub fn total_bytes(&self) -> usize {
+        BATCH_LOG_OVERHEAD_BYTES + self.batch_length as usize
+    }
+
+    /// Whether this is a control batch (a transaction or fence marker).
+    pub fn is_control(&self) -> bool {
+        self.attributes & ATTR_CONTROL != 0
+    }
+
+    /// Whether the batch belongs to a transaction.
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+
+    /// Offset of the last record.
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + i64::from(self.last_offset_delta)
+    }
+
+    /// Sequence of the last record; sequences wrap from `i32::MAX` to 0, as in Kafka.
+    pub fn last_sequence(&self) -> i32 {
+        increment_sequence(self.base_sequence, self.last_offset_delta)
+    }
+}
+
+/// `seq + delta`, wrapping from `i32::MAX` to 0.
+pub fn increment_sequence(seq: i32, delta: i32) -> i32 {
+    if seq > i32::MAX - delta {
+        delta - (i32::MAX - seq) - 1
+    } else {
+        seq + delta
+    }
+}
+
+/// Check the CRC32C of one whole batch.
+pub fn verify_crc(b: &[u8], header: &BatchHeader) -> Result<(), BatchError> {
+    let computed = crc32c::crc32c(&b[CRC_START..header.total_bytes()]);
+    if computed != header.crc {
+        return Err(BatchError::CrcMismatch {
+            stored: header.crc,
+            computed,
+        });
+    }
+    Ok(())
+}
+
+/// Overwrite `base_offset` (outside the CRC).
+pub fn set_base_offset(b: &mut [u8], offset: i64) {
+    b[0..8].copy_from_slice(&offset.to_be_bytes());
+}
+
+/// Overwrite `partition_leader_epoch` (outside the CRC).
+pub fn set_partition_leader_epoch(b: &mut [u8], epoch: i32) {
+    b[12..16].copy_from_slice(&epoch.to_be_bytes());
+}
+
+/// Splits a buffer of concatenated batches; stops at the first incomplete or invalid one.
+pub struct BatchIter {
+    buf: Bytes,
+}
+
+impl BatchIter {
+    /// Iterate over the batches in `buf`.
+    pub fn new(buf: Bytes) -> Self {
+        BatchIter { buf }
+    }
+}
+
+impl Iterator for BatchIter {
+    type Item = Result<(BatchHeader, Bytes), BatchError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.buf.is_empty() {
+            return None;
+        }
+        let header = match BatchHeader::parse_prefix(&self.buf) {
+            Ok(h) => h,
+            Err(e) => {
+                self.buf = Bytes::new();
+                return Some(Err(e));
+            }
+        };
+        let total = header.total_bytes();
+        if total > self.buf.len() {
+            let have = self.buf.len();
+            self.buf = Bytes::new();
+            return Some(Err(BatchError::Truncated { have, need: total }));
+        }
+        Some(Ok((header, self.buf.split_to(total))))
+    }
+}
+
+/// Who writes a batch: the producer id, epoch and first sequence stamped into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerStamp {
+    /// Producer id (-1 for none).
+    pub producer_id: i64,
+    /// Producer epoch (-1 for none).
+    pub producer_epoch: i16,
+    /// Sequence of the first record (-1 for none).
+    pub base_sequence: i32,
+}
+
+/// Kind of a control record: the marker that ends (or fences) a producer's writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerKind {
+    /// Abort: also what the coordinator writes, at a bumped epoch, to fence an older epoch.
+    Abort,
+    /// Commit.
+    Commit,
+}
+
+impl MarkerKind {
+    fn control_type(self) -> i16 {
+        match self {
+            MarkerKind::Abort => 0,
+            MarkerKind::Commit => 1,
+        }
+    }
+}
+
+fn encode(records: &[Record]) -> Bytes {
+    let mut buf = BytesMut::with_capacity(
+        BATCH_HEADER_BYTES
+            + records
+                .iter()
+                .map(|r| 24 + r.value.as_ref().map_or(0, |v| v.len()))
+                .sum::<usize>(),
+    );
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut buf, records.iter(), &options)
+        .expect("encoding uncompressed v2 records into memory cannot fail");
+    buf.freeze()
+}
+
+/// Build one uncompressed v2 batch holding `values`, stamped with `stamp`.
+///
+/// Panics if `values` is empty (a batch holds at least one record).
+pub fn build_batch(
+    stamp: ProducerStamp,
+    transactional: bool,
+    timestamp_ms: i64,
+    values: &[Bytes],
+) -> Bytes {
+    assert!(!values.is_empty(), "a batch holds at least one record");
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: stamp.producer_id,
+            producer_epoch: stamp.producer_epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: if stamp.base_sequence < 0 {
+                -1
+            } else {
+                increment_sequence(stamp.base_sequence, i as i32)
+            },
+            timestamp: timestamp_ms,
+            key: None,
+            value: Some(v.clone()),
+            headers: Default::default(),
+        })
+        .collect();
+    encode(&records)
+}
+
+/// Build a control batch holding one marker (Kafka's control record layout: key = version i16,
+/// type i16; value = version i16, coordinator epoch i32).
+pub fn build_marker(
+    producer_id: i64,
+    producer_epoch: i16,
+    kind: MarkerKind,
+    coordinator_epoch: i32,
+    timestamp_ms: i64,
+) -> Bytes {
+    let mut key = BytesMut::with_capacity(4);
+    key.extend_from_slice(&0i16.to_be_bytes());
+    key.extend_from_slice(&kind.control_type().to_be_bytes());
+    let mut value = BytesMut::with_capacity(6);
+    value.extend_from_slice(&0i16.to_be_bytes());
+    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
+    let record = Record {
+        transactional: true,
+        control: true,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id,
+        producer_epoch,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: timestamp_ms,
+        key: Some(key.freeze()),
+        value: Some(value.freeze()),
+        headers: Default::default(),
+    };
+    encode(std::slice::from_ref(&record))
+}
+
+/// One record read back from a batch, with the batch's producer stamp.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumedRecord {
+    /// Offset in the partition.
+    pub offset: i64,
+    /// Producer id of the batch.
+    pub producer_id: i64,
+    /// Producer epoch of the batch.
+    pub producer_epoch: i16,
+    /// Sequence of this record.
+    pub sequence: i32,
+    /// Leader epoch under which the batch was appended.
+    pub leader_epoch: i32,
+    /// Creation timestamp.
+    pub timestamp_ms: i64,
+    /// The value.
+    pub value: Bytes,
+}
+
+/// Decode the data records of one batch. Control batches yield no records.
+pub fn decode_records(batch: &Bytes) -> Result<Vec<ConsumedRecord>, BatchError> {
+    let header = BatchHeader::parse(batch)?;
+    verify_crc(batch, &header)?;
+    if header.is_control() {
+        return Ok(Vec::new());
+    }
+    let mut buf = batch.clone();
+    let set =
+        RecordBatchDecoder::decode(&mut buf).map_err(|e| BatchError::Records(e.to_string()))?;
+    Ok(set
+        .records
+        .into_iter()
+        .map(|r| ConsumedRecord {
+            offset: r.offset,
+            producer_id: r.producer_id,
+            producer_epoch: r.producer_epoch,
+            sequence: r.sequence,
+            leader_epoch: header.partition_leader_epoch,
+            timestamp_ms: r.timestamp,
+            value: r.value.unwrap_or_default(),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stamp() -> ProducerStamp {
+        ProducerStamp {
+            producer_id: 7,
+            producer_epoch: 3,
+            base_sequence: 10,
+        }
+    }
+
+    #[test]
+    fn built_batch_parses_and_crc_holds() {
+        let b = build_batch(
+            stamp(),
+            false,
+            1,
+            &[Bytes::from_static(b"a"), Bytes::from_static(b"bc")],
+        );
+        let h = BatchHeader::parse(&b).unwrap();
+        verify_crc(&b, &h).unwrap();
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (7, 3, 10)
+        );
+        assert_eq!(h.record_count, 2);
+        assert_eq!(h.last_sequence(), 11);
+        assert!(!h.is_control());
+    }
+
+    #[test]
+    fn rewriting_offset_and_leader_epoch_keeps_crc() {
+        let b = build_batch(stamp(), false, 1, &[Bytes::from_static(b"a")]);
+        let mut m = b.to_vec();
+        set_base_offset(&mut m, 1234);
+        set_partition_leader_epoch(&mut m, 9);
+        let h = BatchHeader::parse(&m).unwrap();
+        verify_crc(&m, &h).unwrap();
+        assert_eq!((h.base_offset, h.partition_leader_epoch), (1234, 9));
+        let recs = decode_records(&Bytes::from(m)).unwrap();
+        assert_eq!(recs[0].offset, 1234);
+        assert_eq!(recs[0].value, Bytes::from_static(b"a"));
+    }
+
+    #[test]
+    fn flipped_byte_fails_crc() {
+        let b = build_batch(stamp(), false, 1, &[Bytes::from_static(b"hello")]);
+        let mut m = b.to_vec();
+        let last = m.len() - 1;
+        m[last] ^= 0xff;
+        let h = BatchHeader::parse(&m).unwrap();
+        assert!(matches!(
+            verify_crc(&m, &h),
+            Err(BatchError::CrcMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn lying_length_is_rejected() {
+        let b = build_batch(stamp(), false, 1, &[Bytes::from_static(b"hello")]);
+        assert!(matches!(
+            BatchHeader::parse(&b[..b.len() - 1]),
+            Err(BatchError::LengthMismatch { .. })
+        ));
+        assert!(matches!(
+            BatchHeader::parse(&b[..20]),
+            Err(BatchError::Truncated { .. })
+        ));
+        let mut m = b.to_vec();
+        m[8..12].copy_from_slice(&(-5i32).to_be_bytes());
+        assert!(BatchHeader::parse(&m).is_err());
+    }
+
+    #[test]
+    fn marker_is_a_control_batch_without_records() {
+        let b = build_marker(7, 4, MarkerKind::Abort, 0, 1);
+        let h = BatchHeader::parse(&b).unwrap();
+        verify_crc(&b, &h).unwrap();
+        assert!(h.is_control() && h.is_transactional());
+        assert_eq!(h.producer_epoch, 4);
+        assert!(decode_records(&b).unwrap().is_empty());
+    }
+
+    #[test]
+    fn sequences_wrap_like_kafka() {
+        assert_eq!(increment_sequence(i32::MAX, 1), 0);
+        assert_eq!(increment_sequence(i32::MAX - 1, 3), 1);
+        assert_eq!(increment_sequence(5, 0), 5);
+    }
+
+    #[test]
+    fn iterator_splits_and_stops_on_torn_tail() {
+        let a = build_batch(stamp(), false, 1, &[Bytes::from_static(b"a")]);
+        let b = build_batch(stamp(), false, 1, &[Bytes::from_static(b"b")]);
+        let mut all = BytesMut::new();
+        all.extend_from_slice(&a);
+        all.extend_from_slice(&b[..b.len() - 3]);
+        let items: Vec<_> = BatchIter::new(all.freeze()).collect();
+        assert_eq!(items.len(), 2);
+        assert!(items[0].is_ok());
+        assert!(matches!(items[1], Err(BatchError::Truncated { .. })));
+    }
+}

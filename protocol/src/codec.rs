@@ -1,0 +1,228 @@
+//! tokio-util codecs: a u32 length prefix (checked against `frame_bytes_max` before anything is
+//! allocated) around the pure message encoding of [`crate::messages`].
+
+use bytes::{Buf, Bytes, BytesMut};
+use thiserror::Error;
+use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec, LengthDelimitedCodecError};
+
+use crate::messages::{
+    decode_request, decode_response, encode_request, encode_response, BadRequest, Request,
+    RequestHeader, Response,
+};
+use crate::DecodeError;
+
+/// Default largest frame, in bytes: 8 MiB.
+pub const FRAME_BYTES_MAX_DEFAULT: usize = 8 * 1024 * 1024;
+const LENGTH_PREFIX_BYTES: usize = 4;
+
+/// Errors that end a connection.
+#[derive(Debug, Error)]
+pub enum CodecError {
+    /// A length prefix announced more than the limit; nothing was allocated for it.
+    #[error("frame of {len} bytes exceeds frame_bytes_max {max}")]
+    FrameTooLarge {
+        /// Announced length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A response could not be decoded (client side).
+    #[error("undecodable response: {0}")]
+    Decode(#[from] DecodeError),
+    /// The socket failed.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn length_codec(frame_bytes_max: usize) -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .length_field_type::<u32>()
+        .max_frame_length(frame_bytes_max)
+        .new_codec()
+}
+
+/// Map the length codec's error: its "frame too big" (raised before it consumes or reserves
+/// anything, so the prefix is still in `src`) becomes [`CodecError::FrameTooLarge`].
+fn map_frame_error(e: std::io::Error, src: &BytesMut, max: usize) -> CodecError {
+    let too_big = e
+        .get_ref()
+        .is_some_and(|inner| inner.is::<LengthDelimitedCodecError>());
+    if too_big {
+        let len = if src.len() >= LENGTH_PREFIX_BYTES {
+            (&src[..LENGTH_PREFIX_BYTES]).get_u32() as usize
+        } else {
+            max + 1
+        };
+        CodecError::FrameTooLarge { len, max }
+    } else {
+        CodecError::Io(e)
+    }
+}
+
+/// A request frame as the server sees it.
+pub type ServerItem = Result<(RequestHeader, Request), BadRequest>;
+
+/// Server side: decodes requests (an undecodable one is an item, so it can be answered),
+/// encodes `(correlation_id, response)`.
+pub struct ServerCodec {
+    inner: LengthDelimitedCodec,
+    frame_bytes_max: usize,
+}
+
+impl ServerCodec {
+    /// A codec refusing frames above `frame_bytes_max` bytes.
+    pub fn new(frame_bytes_max: usize) -> Self {
+        ServerCodec {
+            inner: length_codec(frame_bytes_max),
+            frame_bytes_max,
+        }
+    }
+}
+
+impl Decoder for ServerCodec {
+    type Item = ServerItem;
+    type Error = CodecError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<ServerItem>, CodecError> {
+        match self.inner.decode(src) {
+            Ok(frame) => Ok(frame.map(|frame| decode_request(frame.freeze()))),
+            Err(e) => Err(map_frame_error(e, src, self.frame_bytes_max)),
+        }
+    }
+}
+
+impl Encoder<(i32, Response)> for ServerCodec {
+    type Error = CodecError;
+
+    fn encode(
+        &mut self,
+        (correlation_id, resp): (i32, Response),
+        dst: &mut BytesMut,
+    ) -> Result<(), CodecError> {
+        let body = encode_response(correlation_id, &resp);
+        // Responses may exceed the request limit (a large fetch); the length field is u32.
+        dst.reserve(LENGTH_PREFIX_BYTES + body.len());
+        dst.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        dst.extend_from_slice(&body);
+        Ok(())
+    }
+}
+
+/// Client side: encodes `(correlation_id, request)`, decodes `(correlation_id, response)`.
+pub struct ClientCodec {
+    inner: LengthDelimitedCodec,
+    frame_bytes_max: usize,
+}
+
+impl ClientCodec {
+    /// A codec refusing response frames above `frame_bytes_max` bytes.
+    pub fn new(frame_bytes_max: usize) -> Self {
+        ClientCodec {
+            inner: length_codec(frame_bytes_max),
+            frame_bytes_max,
+        }
+    }
+}
+
+impl Decoder for ClientCodec {
+    type Item = (i32, Response);
+    type Error = CodecError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<(i32, Response)>, CodecError> {
+        let frame = self
+            .inner
+            .decode(src)
+            .map_err(|e| map_frame_error(e, src, self.frame_bytes_max))?;
+        match frame {
+            None => Ok(None),
+            Some(frame) => Ok(Some(decode_response(frame.freeze())?)),
+        }
+    }
+}
+
+impl Encoder<(i32, Request)> for ClientCodec {
+    type Error = CodecError;
+
+    fn encode(
+        &mut self,
+        (correlation_id, req): (i32, Request),
+        dst: &mut BytesMut,
+    ) -> Result<(), CodecError> {
+        let body: Bytes = encode_request(correlation_id, &req);
+        dst.reserve(LENGTH_PREFIX_BYTES + body.len());
+        dst.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        dst.extend_from_slice(&body);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::{FetchRequest, Status};
+    use crate::ErrorCode;
+
+    #[test]
+    fn frames_roundtrip_through_both_codecs() {
+        let req = Request::Fetch(FetchRequest {
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: 0,
+            offset: 0,
+            max_bytes: 10,
+        });
+        let mut buf = BytesMut::new();
+        ClientCodec::new(1024)
+            .encode((9, req.clone()), &mut buf)
+            .unwrap();
+        // Feed it byte by byte: "need more bytes" is Ok(None) until the frame is whole.
+        let mut server = ServerCodec::new(1024);
+        let mut partial = BytesMut::new();
+        let mut got = None;
+        for byte in buf.iter() {
+            partial.extend_from_slice(&[*byte]);
+            if let Some(item) = server.decode(&mut partial).unwrap() {
+                got = Some(item);
+            }
+        }
+        let (h, back) = got.unwrap().unwrap();
+        assert_eq!((h.correlation_id, back), (9, req));
+
+        let mut out = BytesMut::new();
+        server
+            .encode(
+                (
+                    9,
+                    Response::Error(Status::new(ErrorCode::InvalidRequest, "x")),
+                ),
+                &mut out,
+            )
+            .unwrap();
+        let (c, resp) = ClientCodec::new(1024).decode(&mut out).unwrap().unwrap();
+        assert_eq!(c, 9);
+        assert_eq!(resp.status().code, ErrorCode::InvalidRequest);
+    }
+
+    #[test]
+    fn oversized_prefix_is_refused_before_the_body_arrives() {
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&(u32::MAX).to_be_bytes());
+        let err = ServerCodec::new(1024).decode(&mut buf).unwrap_err();
+        assert!(
+            matches!(err, CodecError::FrameTooLarge { len, max: 1024 } if len == u32::MAX as usize)
+        );
+        assert!(
+            buf.capacity() < 1024,
+            "nothing was reserved for the announced body"
+        );
+    }
+
+    #[test]
+    fn garbage_body_is_an_item_not_a_stream_error() {
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&3u32.to_be_bytes());
+        buf.extend_from_slice(&[1, 2, 3]);
+        let item = ServerCodec::new(1024).decode(&mut buf).unwrap().unwrap();
+        assert!(item.unwrap_err().header.is_none());
+    }
+}

@@ -1,0 +1,170 @@
+//! Error codes (Kafka's names and numbers where the meaning matches) and the decode error type.
+
+use thiserror::Error;
+
+macro_rules! error_codes {
+    ($( $(#[$doc:meta])* $name:ident = $num:expr, $kafka:literal, $retriable:expr; )*) => {
+        /// An error code carried in every response's status.
+        ///
+        /// Numbers and names follow Apache Kafka wherever the meaning matches, so that a
+        /// Kafka-wire listener can pass them through unchanged.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(i16)]
+        pub enum ErrorCode {
+            $( $(#[$doc])* $name = $num, )*
+        }
+
+        impl ErrorCode {
+            /// The code as it travels on the wire.
+            pub fn code(self) -> i16 { self as i16 }
+
+            /// Decode a wire code; codes this build does not know become `UnknownServerError`.
+            pub fn from_code(code: i16) -> ErrorCode {
+                match code {
+                    $( $num => ErrorCode::$name, )*
+                    _ => ErrorCode::UnknownServerError,
+                }
+            }
+
+            /// Kafka's upper-case name (`INVALID_PRODUCER_EPOCH`).
+            pub fn name(self) -> &'static str {
+                match self { $( ErrorCode::$name => $kafka, )* }
+            }
+
+            /// Whether a client may retry the same request (same batch, same sequence) later.
+            pub fn is_retriable(self) -> bool {
+                match self { $( ErrorCode::$name => $retriable, )* }
+            }
+        }
+    };
+}
+
+error_codes! {
+    /// Success.
+    None = 0, "NONE", false;
+    /// An unexpected server error; the message says what happened.
+    UnknownServerError = -1, "UNKNOWN_SERVER_ERROR", false;
+    /// The requested offset is outside the partition's log.
+    OffsetOutOfRange = 1, "OFFSET_OUT_OF_RANGE", false;
+    /// A record batch failed its CRC32C check or its length fields lie.
+    CorruptMessage = 2, "CORRUPT_MESSAGE", false;
+    /// The topic or partition does not exist.
+    UnknownTopicOrPartition = 3, "UNKNOWN_TOPIC_OR_PARTITION", true;
+    /// The partition has no leader right now.
+    LeaderNotAvailable = 5, "LEADER_NOT_AVAILABLE", true;
+    /// This broker does not lead the partition.
+    NotLeaderOrFollower = 6, "NOT_LEADER_OR_FOLLOWER", true;
+    /// The request did not complete in time.
+    RequestTimedOut = 7, "REQUEST_TIMED_OUT", true;
+    /// No broker is registered to host the request.
+    BrokerNotAvailable = 8, "BROKER_NOT_AVAILABLE", true;
+    /// A frame or batch is larger than the configured limit.
+    MessageTooLarge = 10, "MESSAGE_TOO_LARGE", false;
+    /// The coordinator cannot serve the request now.
+    CoordinatorNotAvailable = 15, "COORDINATOR_NOT_AVAILABLE", true;
+    /// The topic name is empty, too long or has characters outside `[A-Za-z0-9._-]`.
+    InvalidTopicException = 17, "INVALID_TOPIC_EXCEPTION", false;
+    /// The api version is not supported.
+    UnsupportedVersion = 35, "UNSUPPORTED_VERSION", false;
+    /// The topic already exists.
+    TopicAlreadyExists = 36, "TOPIC_ALREADY_EXISTS", false;
+    /// The partition count is not positive or exceeds the limit.
+    InvalidPartitions = 37, "INVALID_PARTITIONS", false;
+    /// The request could not be decoded, or its api key is unknown.
+    InvalidRequest = 42, "INVALID_REQUEST", false;
+    /// The batch is not a RecordBatch v2.
+    UnsupportedForMessageFormat = 43, "UNSUPPORTED_FOR_MESSAGE_FORMAT", false;
+    /// A batch's sequence does not follow the last one of its producer on this partition.
+    OutOfOrderSequenceNumber = 45, "OUT_OF_ORDER_SEQUENCE_NUMBER", false;
+    /// A partition leader saw a producer epoch older than the one it knows: the producer is a zombie.
+    InvalidProducerEpoch = 47, "INVALID_PRODUCER_EPOCH", false;
+    /// The producer id does not belong to the transactional id.
+    InvalidProducerIdMapping = 49, "INVALID_PRODUCER_ID_MAPPING", false;
+    /// The transaction timeout is out of range.
+    InvalidTransactionTimeout = 50, "INVALID_TRANSACTION_TIMEOUT", false;
+    /// An earlier epoch of this transactional id is still being fenced; retry shortly.
+    ConcurrentTransactions = 51, "CONCURRENT_TRANSACTIONS", true;
+    /// The broker could not read or write its log.
+    KafkaStorageError = 56, "KAFKA_STORAGE_ERROR", true;
+    /// The producer id was never granted by the coordinator.
+    UnknownProducerId = 59, "UNKNOWN_PRODUCER_ID", false;
+    /// The request's leader epoch is older than the partition's: the caller is stale.
+    FencedLeaderEpoch = 74, "FENCED_LEADER_EPOCH", true;
+    /// The request's leader epoch is newer than the partition's: this replica is behind.
+    UnknownLeaderEpoch = 75, "UNKNOWN_LEADER_EPOCH", true;
+    /// The coordinator saw an epoch older than the current one on its own request.
+    ProducerFenced = 90, "PRODUCER_FENCED", false;
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name(), self.code())
+    }
+}
+
+/// Why a frame or message could not be decoded.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The message ended before a field it announced.
+    #[error("truncated: needed {needed} more bytes for {field}, {remaining} left")]
+    Truncated {
+        /// The field being read.
+        field: &'static str,
+        /// Bytes the field needs.
+        needed: usize,
+        /// Bytes left in the message.
+        remaining: usize,
+    },
+    /// A length prefix is negative (and not the null marker) or larger than what is left.
+    #[error("invalid length {len} for {field}")]
+    InvalidLength {
+        /// The field whose length is wrong.
+        field: &'static str,
+        /// The length found.
+        len: i64,
+    },
+    /// A string is not UTF-8.
+    #[error("field {field} is not valid UTF-8")]
+    InvalidUtf8 {
+        /// The field.
+        field: &'static str,
+    },
+    /// A non-nullable field was null.
+    #[error("field {field} must not be null")]
+    UnexpectedNull {
+        /// The field.
+        field: &'static str,
+    },
+    /// Bytes remain after the message ended.
+    #[error("{0} trailing bytes after the message")]
+    TrailingBytes(usize),
+    /// The api key is not one this build serves.
+    #[error("unknown api key {0}")]
+    UnknownApiKey(i16),
+    /// The api version is not one this build serves.
+    #[error("unsupported version {version} of api key {api_key}")]
+    UnsupportedVersion {
+        /// The api key.
+        api_key: i16,
+        /// The version asked for.
+        version: i16,
+    },
+    /// A field holds a value outside its domain.
+    #[error("invalid value for {field}: {detail}")]
+    InvalidValue {
+        /// The field.
+        field: &'static str,
+        /// What was wrong.
+        detail: String,
+    },
+}
+
+impl DecodeError {
+    /// The error code a server answers this decode failure with.
+    pub fn error_code(&self) -> ErrorCode {
+        match self {
+            DecodeError::UnsupportedVersion { .. } => ErrorCode::UnsupportedVersion,
+            _ => ErrorCode::InvalidRequest,
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! The epochfence wire protocol.
+//!
+//! - [`wire`]: bounds-checked primitive fields.
+//! - [`messages`]: requests, responses and their pure encode/decode.
+//! - [`codec`]: tokio-util codecs adding the length prefix and the frame size limit.
+//! - [`batch`]: Kafka RecordBatch v2: the broker's zero-copy header view, client builders.
+//! - [`names`]: validation of topic names and transactional ids.
+//!
+//! Nothing here touches a socket, a clock or a file.
+
+pub mod batch;
+pub mod codec;
+mod error;
+pub mod messages;
+pub mod names;
+pub mod wire;
+
+pub use error::{DecodeError, ErrorCode};
+pub use messages::*;

@@ -1,0 +1,1124 @@
+//! Requests and responses, and their pure encode and decode.
+//!
+//! A request frame is `api_key i16, api_version i16, correlation_id i32, body`; a response
+//! frame is `correlation_id i32, api_key i16, body`, where api key -1 is [`Response::Error`]
+//! (the reply to a request that could not be decoded). Every response body starts with a
+//! [`Status`]. docs/PROTOCOL.md gives the byte layouts.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::wire::{Reader, WriteExt};
+use crate::{DecodeError, ErrorCode};
+
+/// Api keys; Kafka's numbers where the meaning matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i16)]
+pub enum ApiKey {
+    /// Append a record batch to a partition (client -> leader).
+    Produce = 0,
+    /// Read batches from a partition (client -> leader).
+    Fetch = 1,
+    /// Brokers, topics, partitions, leaders and leader epochs (client -> coordinator).
+    Metadata = 3,
+    /// Create a topic (admin -> coordinator).
+    CreateTopics = 19,
+    /// Get a producer id and epoch; bumps and fences for a known transactional id.
+    InitProducerId = 22,
+    /// Leader -> coordinator: register a partition under a producer's epoch before its first
+    /// write there (Kafka's AddPartitionsToTxn as used by KIP-890 verification).
+    AddPartitionsToTxn = 24,
+    /// Coordinator -> leader: write a control marker at a producer's epoch.
+    WriteTxnMarkers = 27,
+    /// Broker -> coordinator: register or renew the lease; answers with the broker's leaderships.
+    BrokerHeartbeat = 63,
+    /// Admin -> coordinator: brokers, partitions and transactional ids.
+    Describe = 1000,
+}
+
+impl ApiKey {
+    /// Decode a wire api key.
+    pub fn from_i16(k: i16) -> Option<ApiKey> {
+        Some(match k {
+            0 => ApiKey::Produce,
+            1 => ApiKey::Fetch,
+            3 => ApiKey::Metadata,
+            19 => ApiKey::CreateTopics,
+            22 => ApiKey::InitProducerId,
+            24 => ApiKey::AddPartitionsToTxn,
+            27 => ApiKey::WriteTxnMarkers,
+            63 => ApiKey::BrokerHeartbeat,
+            1000 => ApiKey::Describe,
+            _ => return None,
+        })
+    }
+}
+
+/// The only api version this build speaks.
+pub const API_VERSION: i16 = 0;
+/// The api key of [`Response::Error`].
+pub const ERROR_RESPONSE_KEY: i16 = -1;
+/// Longest error message sent, in bytes; longer ones are cut at a character boundary.
+pub const MESSAGE_BYTES_MAX: usize = 1024;
+
+/// An error code with a human message; `ErrorCode::None` and an empty message for success.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The code.
+    pub code: ErrorCode,
+    /// What happened and what to do about it.
+    pub message: String,
+}
+
+impl Status {
+    /// Success.
+    pub fn ok() -> Status {
+        Status {
+            code: ErrorCode::None,
+            message: String::new(),
+        }
+    }
+
+    /// An error with a message (cut to [`MESSAGE_BYTES_MAX`]).
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Status {
+        let mut message = message.into();
+        if message.len() > MESSAGE_BYTES_MAX {
+            let mut cut = MESSAGE_BYTES_MAX;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+        }
+        Status { code, message }
+    }
+
+    /// Whether this is success.
+    pub fn is_ok(&self) -> bool {
+        self.code == ErrorCode::None
+    }
+
+    fn encode(&self, b: &mut BytesMut) {
+        b.put_i16(self.code.code());
+        b.put_nullable_string(if self.message.is_empty() {
+            None
+        } else {
+            Some(&self.message)
+        });
+    }
+
+    fn decode(r: &mut Reader) -> Result<Status, DecodeError> {
+        let code = ErrorCode::from_code(r.i16("error_code")?);
+        let message = r.nullable_string("error_message")?.unwrap_or_default();
+        Ok(Status { code, message })
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.message.is_empty() {
+            write!(f, "{}", self.code.name())
+        } else {
+            write!(f, "{}: {}", self.code.name(), self.message)
+        }
+    }
+}
+
+/// Append a batch to one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProduceRequest {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// The leader epoch the client believes the partition is at.
+    pub leader_epoch: i32,
+    /// Exactly one RecordBatch v2.
+    pub records: Bytes,
+}
+
+/// The answer to a produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProduceResponse {
+    /// Outcome.
+    pub status: Status,
+    /// Offset of the batch's first record (its original offset for a duplicate), -1 on error.
+    pub base_offset: i64,
+    /// The partition's log end offset after the append.
+    pub log_end_offset: i64,
+    /// The producer epoch the partition holds for this producer id (-1 if none): on
+    /// INVALID_PRODUCER_EPOCH it is the epoch that fenced the caller.
+    pub current_producer_epoch: i16,
+    /// The partition's leader epoch on this broker (-1 if unknown).
+    pub current_leader_epoch: i32,
+}
+
+/// Read from one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchRequest {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// The leader epoch the client believes in, or -1 to skip the check.
+    pub leader_epoch: i32,
+    /// First offset wanted.
+    pub offset: i64,
+    /// Upper bound on the bytes returned (at least one whole batch is returned if any).
+    pub max_bytes: i32,
+}
+
+/// The answer to a fetch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchResponse {
+    /// Outcome.
+    pub status: Status,
+    /// Offset after the last readable record.
+    pub high_watermark: i64,
+    /// The partition's leader epoch on this broker.
+    pub current_leader_epoch: i32,
+    /// Whole batches, as stored, starting with the batch that holds `offset`.
+    pub records: Bytes,
+}
+
+/// Ask for metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataRequest {
+    /// Topics wanted; empty for all.
+    pub topics: Vec<String>,
+    /// Create listed topics that do not exist, with the coordinator's defaults.
+    pub allow_auto_create: bool,
+}
+
+/// A broker's identity and address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerInfo {
+    /// Broker id.
+    pub id: i32,
+    /// `host:port` clients connect to.
+    pub addr: String,
+}
+
+/// Leadership of one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionInfo {
+    /// Partition index.
+    pub partition: i32,
+    /// Id of the leading broker.
+    pub leader_id: i32,
+    /// Leader epoch: 0 at creation, bumped on every change of leadership.
+    pub leader_epoch: i32,
+}
+
+/// One topic in a metadata response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// Topic name.
+    pub name: String,
+    /// Per-topic outcome (UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, ...).
+    pub status: Status,
+    /// Partitions, by index.
+    pub partitions: Vec<PartitionInfo>,
+}
+
+/// The answer to a metadata request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataResponse {
+    /// Outcome.
+    pub status: Status,
+    /// Registered brokers.
+    pub brokers: Vec<BrokerInfo>,
+    /// Topics asked for (or all).
+    pub topics: Vec<TopicInfo>,
+}
+
+/// Create a topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateTopicRequest {
+    /// Topic name.
+    pub name: String,
+    /// Number of partitions.
+    pub partitions: i32,
+}
+
+/// Get a producer id and epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitProducerIdRequest {
+    /// Transactional id, or none for an idempotent-only producer.
+    pub transactional_id: Option<String>,
+    /// Transaction timeout asked for.
+    pub transaction_timeout_ms: i32,
+    /// The caller's current producer id, -1 if none (KIP-360).
+    pub producer_id: i64,
+    /// The caller's current epoch, -1 if none (KIP-360).
+    pub producer_epoch: i16,
+}
+
+/// The answer to InitProducerId.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitProducerIdResponse {
+    /// Outcome.
+    pub status: Status,
+    /// Granted producer id (-1 on error).
+    pub producer_id: i64,
+    /// Granted epoch; on PRODUCER_FENCED the current epoch.
+    pub producer_epoch: i16,
+}
+
+/// Leader -> coordinator: may `(producer_id, producer_epoch)` write to this partition?
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddPartitionRequest {
+    /// Producer id.
+    pub producer_id: i64,
+    /// Producer epoch carried by the batch.
+    pub producer_epoch: i16,
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+}
+
+/// The coordinator's verdict on an [`AddPartitionRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddPartitionResponse {
+    /// NONE (registered, durable), PRODUCER_FENCED, UNKNOWN_PRODUCER_ID, CONCURRENT_TRANSACTIONS.
+    pub status: Status,
+    /// The producer id's current epoch (-1 if unknown).
+    pub current_epoch: i16,
+}
+
+/// Coordinator -> leader: write a marker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteMarkerRequest {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Producer id.
+    pub producer_id: i64,
+    /// Epoch the marker carries; the partition fences every older epoch of the producer id.
+    pub producer_epoch: i16,
+    /// Commit (true) or abort (false).
+    pub commit: bool,
+}
+
+/// The answer to a marker write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteMarkerResponse {
+    /// Outcome.
+    pub status: Status,
+    /// Offset of the marker (-1 on error).
+    pub offset: i64,
+    /// The epoch the partition holds for the producer id after the request.
+    pub current_producer_epoch: i16,
+}
+
+/// Broker -> coordinator heartbeat (registers the broker on first use).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatRequest {
+    /// Broker id.
+    pub broker_id: i32,
+    /// Address clients should use.
+    pub addr: String,
+}
+
+/// One partition a broker leads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Leader epoch.
+    pub leader_epoch: i32,
+}
+
+/// The answer to a heartbeat: the complete set of partitions the broker leads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatResponse {
+    /// Outcome.
+    pub status: Status,
+    /// Lease length granted, in milliseconds.
+    pub lease_ms: i32,
+    /// Every partition this broker leads, with its leader epoch.
+    pub leaderships: Vec<Assignment>,
+}
+
+/// A broker as the coordinator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerState {
+    /// Broker id.
+    pub id: i32,
+    /// Address.
+    pub addr: String,
+    /// Whether its lease is live.
+    pub alive: bool,
+}
+
+/// A partition as the coordinator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Leader broker id.
+    pub leader_id: i32,
+    /// Leader epoch.
+    pub leader_epoch: i32,
+}
+
+/// A transactional id as the coordinator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionalState {
+    /// Transactional id.
+    pub transactional_id: String,
+    /// Current producer id.
+    pub producer_id: i64,
+    /// Current epoch.
+    pub producer_epoch: i16,
+    /// Partitions registered under the current epoch.
+    pub partitions: Vec<String>,
+}
+
+/// The answer to Describe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribeResponse {
+    /// Outcome.
+    pub status: Status,
+    /// Brokers.
+    pub brokers: Vec<BrokerState>,
+    /// Partitions.
+    pub partitions: Vec<PartitionState>,
+    /// Transactional ids.
+    pub transactional_ids: Vec<TransactionalState>,
+}
+
+/// A request body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// See [`ProduceRequest`].
+    Produce(ProduceRequest),
+    /// See [`FetchRequest`].
+    Fetch(FetchRequest),
+    /// See [`MetadataRequest`].
+    Metadata(MetadataRequest),
+    /// See [`CreateTopicRequest`].
+    CreateTopic(CreateTopicRequest),
+    /// See [`InitProducerIdRequest`].
+    InitProducerId(InitProducerIdRequest),
+    /// See [`AddPartitionRequest`].
+    AddPartition(AddPartitionRequest),
+    /// See [`WriteMarkerRequest`].
+    WriteMarker(WriteMarkerRequest),
+    /// See [`HeartbeatRequest`].
+    Heartbeat(HeartbeatRequest),
+    /// Admin describe (no fields).
+    Describe,
+}
+
+/// A response body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Response {
+    /// See [`ProduceResponse`].
+    Produce(ProduceResponse),
+    /// See [`FetchResponse`].
+    Fetch(FetchResponse),
+    /// See [`MetadataResponse`].
+    Metadata(MetadataResponse),
+    /// Status only.
+    CreateTopic(Status),
+    /// See [`InitProducerIdResponse`].
+    InitProducerId(InitProducerIdResponse),
+    /// See [`AddPartitionResponse`].
+    AddPartition(AddPartitionResponse),
+    /// See [`WriteMarkerResponse`].
+    WriteMarker(WriteMarkerResponse),
+    /// See [`HeartbeatResponse`].
+    Heartbeat(HeartbeatResponse),
+    /// See [`DescribeResponse`].
+    Describe(DescribeResponse),
+    /// The reply to a request that could not be decoded or served at all.
+    Error(Status),
+}
+
+impl Request {
+    /// This request's api key.
+    pub fn api_key(&self) -> ApiKey {
+        match self {
+            Request::Produce(_) => ApiKey::Produce,
+            Request::Fetch(_) => ApiKey::Fetch,
+            Request::Metadata(_) => ApiKey::Metadata,
+            Request::CreateTopic(_) => ApiKey::CreateTopics,
+            Request::InitProducerId(_) => ApiKey::InitProducerId,
+            Request::AddPartition(_) => ApiKey::AddPartitionsToTxn,
+            Request::WriteMarker(_) => ApiKey::WriteTxnMarkers,
+            Request::Heartbeat(_) => ApiKey::BrokerHeartbeat,
+            Request::Describe => ApiKey::Describe,
+        }
+    }
+}
+
+impl Response {
+    /// The api key written in the response header (-1 for [`Response::Error`]).
+    pub fn api_key(&self) -> i16 {
+        match self {
+            Response::Produce(_) => ApiKey::Produce as i16,
+            Response::Fetch(_) => ApiKey::Fetch as i16,
+            Response::Metadata(_) => ApiKey::Metadata as i16,
+            Response::CreateTopic(_) => ApiKey::CreateTopics as i16,
+            Response::InitProducerId(_) => ApiKey::InitProducerId as i16,
+            Response::AddPartition(_) => ApiKey::AddPartitionsToTxn as i16,
+            Response::WriteMarker(_) => ApiKey::WriteTxnMarkers as i16,
+            Response::Heartbeat(_) => ApiKey::BrokerHeartbeat as i16,
+            Response::Describe(_) => ApiKey::Describe as i16,
+            Response::Error(_) => ERROR_RESPONSE_KEY,
+        }
+    }
+
+    /// The status every response carries.
+    pub fn status(&self) -> &Status {
+        match self {
+            Response::Produce(r) => &r.status,
+            Response::Fetch(r) => &r.status,
+            Response::Metadata(r) => &r.status,
+            Response::CreateTopic(s) => s,
+            Response::InitProducerId(r) => &r.status,
+            Response::AddPartition(r) => &r.status,
+            Response::WriteMarker(r) => &r.status,
+            Response::Heartbeat(r) => &r.status,
+            Response::Describe(r) => &r.status,
+            Response::Error(s) => s,
+        }
+    }
+}
+
+/// Encode a request frame body (without the length prefix).
+pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
+    let mut b = BytesMut::with_capacity(match req {
+        Request::Produce(p) => 64 + p.topic.len() + p.records.len(),
+        _ => 128,
+    });
+    b.put_i16(req.api_key() as i16);
+    b.put_i16(API_VERSION);
+    b.put_i32(correlation_id);
+    match req {
+        Request::Produce(p) => {
+            b.put_string(&p.topic);
+            b.put_i32(p.partition);
+            b.put_i32(p.leader_epoch);
+            b.put_blob(&p.records);
+        }
+        Request::Fetch(f) => {
+            b.put_string(&f.topic);
+            b.put_i32(f.partition);
+            b.put_i32(f.leader_epoch);
+            b.put_i64(f.offset);
+            b.put_i32(f.max_bytes);
+        }
+        Request::Metadata(m) => {
+            b.put_i32(m.topics.len() as i32);
+            for t in &m.topics {
+                b.put_string(t);
+            }
+            b.put_bool(m.allow_auto_create);
+        }
+        Request::CreateTopic(c) => {
+            b.put_string(&c.name);
+            b.put_i32(c.partitions);
+        }
+        Request::InitProducerId(i) => {
+            b.put_nullable_string(i.transactional_id.as_deref());
+            b.put_i32(i.transaction_timeout_ms);
+            b.put_i64(i.producer_id);
+            b.put_i16(i.producer_epoch);
+        }
+        Request::AddPartition(a) => {
+            b.put_i64(a.producer_id);
+            b.put_i16(a.producer_epoch);
+            b.put_string(&a.topic);
+            b.put_i32(a.partition);
+        }
+        Request::WriteMarker(w) => {
+            b.put_string(&w.topic);
+            b.put_i32(w.partition);
+            b.put_i64(w.producer_id);
+            b.put_i16(w.producer_epoch);
+            b.put_bool(w.commit);
+        }
+        Request::Heartbeat(h) => {
+            b.put_i32(h.broker_id);
+            b.put_string(&h.addr);
+        }
+        Request::Describe => {}
+    }
+    b.freeze()
+}
+
+/// The header of a request frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHeader {
+    /// Api key as sent.
+    pub api_key: i16,
+    /// Api version as sent.
+    pub api_version: i16,
+    /// Echoed in the response.
+    pub correlation_id: i32,
+}
+
+/// A request that could not be decoded: enough to answer it, if the header was readable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRequest {
+    /// The header, if it could be read.
+    pub header: Option<RequestHeader>,
+    /// What was wrong.
+    pub error: DecodeError,
+}
+
+/// Decode a request frame body (without the length prefix).
+pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), BadRequest> {
+    let mut r = Reader::new(frame);
+    let header = (|| -> Result<RequestHeader, DecodeError> {
+        Ok(RequestHeader {
+            api_key: r.i16("api_key")?,
+            api_version: r.i16("api_version")?,
+            correlation_id: r.i32("correlation_id")?,
+        })
+    })()
+    .map_err(|error| BadRequest {
+        header: None,
+        error,
+    })?;
+    let bad = |error| BadRequest {
+        header: Some(header),
+        error,
+    };
+    let key = ApiKey::from_i16(header.api_key)
+        .ok_or_else(|| bad(DecodeError::UnknownApiKey(header.api_key)))?;
+    if header.api_version != API_VERSION {
+        return Err(bad(DecodeError::UnsupportedVersion {
+            api_key: header.api_key,
+            version: header.api_version,
+        }));
+    }
+    let req = decode_request_body(key, &mut r).map_err(bad)?;
+    r.finish().map_err(bad)?;
+    Ok((header, req))
+}
+
+fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeError> {
+    Ok(match key {
+        ApiKey::Produce => Request::Produce(ProduceRequest {
+            topic: r.string("topic")?,
+            partition: r.i32("partition")?,
+            leader_epoch: r.i32("leader_epoch")?,
+            records: r.bytes("records")?,
+        }),
+        ApiKey::Fetch => Request::Fetch(FetchRequest {
+            topic: r.string("topic")?,
+            partition: r.i32("partition")?,
+            leader_epoch: r.i32("leader_epoch")?,
+            offset: r.i64("offset")?,
+            max_bytes: r.i32("max_bytes")?,
+        }),
+        ApiKey::Metadata => {
+            let n = r.array_len("topics", 2)?;
+            let mut topics = Vec::with_capacity(n);
+            for _ in 0..n {
+                topics.push(r.string("topic")?);
+            }
+            Request::Metadata(MetadataRequest {
+                topics,
+                allow_auto_create: r.bool("allow_auto_create")?,
+            })
+        }
+        ApiKey::CreateTopics => Request::CreateTopic(CreateTopicRequest {
+            name: r.string("name")?,
+            partitions: r.i32("partitions")?,
+        }),
+        ApiKey::InitProducerId => Request::InitProducerId(InitProducerIdRequest {
+            transactional_id: r.nullable_string("transactional_id")?,
+            transaction_timeout_ms: r.i32("transaction_timeout_ms")?,
+            producer_id: r.i64("producer_id")?,
+            producer_epoch: r.i16("producer_epoch")?,
+        }),
+        ApiKey::AddPartitionsToTxn => Request::AddPartition(AddPartitionRequest {
+            producer_id: r.i64("producer_id")?,
+            producer_epoch: r.i16("producer_epoch")?,
+            topic: r.string("topic")?,
+            partition: r.i32("partition")?,
+        }),
+        ApiKey::WriteTxnMarkers => Request::WriteMarker(WriteMarkerRequest {
+            topic: r.string("topic")?,
+            partition: r.i32("partition")?,
+            producer_id: r.i64("producer_id")?,
+            producer_epoch: r.i16("producer_epoch")?,
+            commit: r.bool("commit")?,
+        }),
+        ApiKey::BrokerHeartbeat => Request::Heartbeat(HeartbeatRequest {
+            broker_id: r.i32("broker_id")?,
+            addr: r.string("addr")?,
+        }),
+        ApiKey::Describe => Request::Describe,
+    })
+}
+
+/// Encode a response frame body (without the length prefix).
+pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
+    let mut b = BytesMut::with_capacity(match resp {
+        Response::Fetch(f) => 64 + f.records.len(),
+        _ => 128,
+    });
+    b.put_i32(correlation_id);
+    b.put_i16(resp.api_key());
+    resp.status().encode(&mut b);
+    match resp {
+        Response::Produce(p) => {
+            b.put_i64(p.base_offset);
+            b.put_i64(p.log_end_offset);
+            b.put_i16(p.current_producer_epoch);
+            b.put_i32(p.current_leader_epoch);
+        }
+        Response::Fetch(f) => {
+            b.put_i64(f.high_watermark);
+            b.put_i32(f.current_leader_epoch);
+            b.put_blob(&f.records);
+        }
+        Response::Metadata(m) => {
+            b.put_i32(m.brokers.len() as i32);
+            for br in &m.brokers {
+                b.put_i32(br.id);
+                b.put_string(&br.addr);
+            }
+            b.put_i32(m.topics.len() as i32);
+            for t in &m.topics {
+                b.put_string(&t.name);
+                t.status.encode(&mut b);
+                b.put_i32(t.partitions.len() as i32);
+                for p in &t.partitions {
+                    b.put_i32(p.partition);
+                    b.put_i32(p.leader_id);
+                    b.put_i32(p.leader_epoch);
+                }
+            }
+        }
+        Response::CreateTopic(_) | Response::Error(_) => {}
+        Response::InitProducerId(i) => {
+            b.put_i64(i.producer_id);
+            b.put_i16(i.producer_epoch);
+        }
+        Response::AddPartition(a) => b.put_i16(a.current_epoch),
+        Response::WriteMarker(w) => {
+            b.put_i64(w.offset);
+            b.put_i16(w.current_producer_epoch);
+        }
+        Response::Heartbeat(h) => {
+            b.put_i32(h.lease_ms);
+            b.put_i32(h.leaderships.len() as i32);
+            for a in &h.leaderships {
+                b.put_string(&a.topic);
+                b.put_i32(a.partition);
+                b.put_i32(a.leader_epoch);
+            }
+        }
+        Response::Describe(d) => {
+            b.put_i32(d.brokers.len() as i32);
+            for br in &d.brokers {
+                b.put_i32(br.id);
+                b.put_string(&br.addr);
+                b.put_bool(br.alive);
+            }
+            b.put_i32(d.partitions.len() as i32);
+            for p in &d.partitions {
+                b.put_string(&p.topic);
+                b.put_i32(p.partition);
+                b.put_i32(p.leader_id);
+                b.put_i32(p.leader_epoch);
+            }
+            b.put_i32(d.transactional_ids.len() as i32);
+            for t in &d.transactional_ids {
+                b.put_string(&t.transactional_id);
+                b.put_i64(t.producer_id);
+                b.put_i16(t.producer_epoch);
+                b.put_i32(t.partitions.len() as i32);
+                for p in &t.partitions {
+                    b.put_string(p);
+                }
+            }
+        }
+    }
+    b.freeze()
+}
+
+/// Decode a response frame body (without the length prefix) into its correlation id and body.
+pub fn decode_response(frame: Bytes) -> Result<(i32, Response), DecodeError> {
+    let mut r = Reader::new(frame);
+    let correlation_id = r.i32("correlation_id")?;
+    let key = r.i16("api_key")?;
+    let status = Status::decode(&mut r)?;
+    let resp = if key == ERROR_RESPONSE_KEY {
+        Response::Error(status)
+    } else {
+        let key = ApiKey::from_i16(key).ok_or(DecodeError::UnknownApiKey(key))?;
+        decode_response_body(key, status, &mut r)?
+    };
+    r.finish()?;
+    Ok((correlation_id, resp))
+}
+
+fn decode_response_body(
+    key: ApiKey,
+    status: Status,
+    r: &mut Reader,
+) -> Result<Response, DecodeError> {
+    Ok(match key {
+        ApiKey::Produce => Response::Produce(ProduceResponse {
+            status,
+            base_offset: r.i64("base_offset")?,
+            log_end_offset: r.i64("log_end_offset")?,
+            current_producer_epoch: r.i16("current_producer_epoch")?,
+            current_leader_epoch: r.i32("current_leader_epoch")?,
+        }),
+        ApiKey::Fetch => Response::Fetch(FetchResponse {
+            status,
+            high_watermark: r.i64("high_watermark")?,
+            current_leader_epoch: r.i32("current_leader_epoch")?,
+            records: r.bytes("records")?,
+        }),
+        ApiKey::Metadata => {
+            let n = r.array_len("brokers", 6)?;
+            let mut brokers = Vec::with_capacity(n);
+            for _ in 0..n {
+                brokers.push(BrokerInfo {
+                    id: r.i32("broker_id")?,
+                    addr: r.string("addr")?,
+                });
+            }
+            let n = r.array_len("topics", 8)?;
+            let mut topics = Vec::with_capacity(n);
+            for _ in 0..n {
+                let name = r.string("topic")?;
+                let tstatus = Status::decode(r)?;
+                let np = r.array_len("partitions", 12)?;
+                let mut partitions = Vec::with_capacity(np);
+                for _ in 0..np {
+                    partitions.push(PartitionInfo {
+                        partition: r.i32("partition")?,
+                        leader_id: r.i32("leader_id")?,
+                        leader_epoch: r.i32("leader_epoch")?,
+                    });
+                }
+                topics.push(TopicInfo {
+                    name,
+                    status: tstatus,
+                    partitions,
+                });
+            }
+            Response::Metadata(MetadataResponse {
+                status,
+                brokers,
+                topics,
+            })
+        }
+        ApiKey::CreateTopics => Response::CreateTopic(status),
+        ApiKey::InitProducerId => Response::InitProducerId(InitProducerIdResponse {
+            status,
+            producer_id: r.i64("producer_id")?,
+            producer_epoch: r.i16("producer_epoch")?,
+        }),
+        ApiKey::AddPartitionsToTxn => Response::AddPartition(AddPartitionResponse {
+            status,
+            current_epoch: r.i16("current_epoch")?,
+        }),
+        ApiKey::WriteTxnMarkers => Response::WriteMarker(WriteMarkerResponse {
+            status,
+            offset: r.i64("offset")?,
+            current_producer_epoch: r.i16("current_producer_epoch")?,
+        }),
+        ApiKey::BrokerHeartbeat => {
+            let lease_ms = r.i32("lease_ms")?;
+            let n = r.array_len("leaderships", 10)?;
+            let mut leaderships = Vec::with_capacity(n);
+            for _ in 0..n {
+                leaderships.push(Assignment {
+                    topic: r.string("topic")?,
+                    partition: r.i32("partition")?,
+                    leader_epoch: r.i32("leader_epoch")?,
+                });
+            }
+            Response::Heartbeat(HeartbeatResponse {
+                status,
+                lease_ms,
+                leaderships,
+            })
+        }
+        ApiKey::Describe => {
+            let n = r.array_len("brokers", 7)?;
+            let mut brokers = Vec::with_capacity(n);
+            for _ in 0..n {
+                brokers.push(BrokerState {
+                    id: r.i32("broker_id")?,
+                    addr: r.string("addr")?,
+                    alive: r.bool("alive")?,
+                });
+            }
+            let n = r.array_len("partitions", 14)?;
+            let mut partitions = Vec::with_capacity(n);
+            for _ in 0..n {
+                partitions.push(PartitionState {
+                    topic: r.string("topic")?,
+                    partition: r.i32("partition")?,
+                    leader_id: r.i32("leader_id")?,
+                    leader_epoch: r.i32("leader_epoch")?,
+                });
+            }
+            let n = r.array_len("transactional_ids", 16)?;
+            let mut transactional_ids = Vec::with_capacity(n);
+            for _ in 0..n {
+                let transactional_id = r.string("transactional_id")?;
+                let producer_id = r.i64("producer_id")?;
+                let producer_epoch = r.i16("producer_epoch")?;
+                let np = r.array_len("partitions", 2)?;
+                let mut parts = Vec::with_capacity(np);
+                for _ in 0..np {
+                    parts.push(r.string("partition")?);
+                }
+                transactional_ids.push(TransactionalState {
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    partitions: parts,
+                });
+            }
+            Response::Describe(DescribeResponse {
+                status,
+                brokers,
+                partitions,
+                transactional_ids,
+            })
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip_req(req: Request) {
+        let frame = encode_request(42, &req);
+        let (h, back) = decode_request(frame).unwrap();
+        assert_eq!(h.correlation_id, 42);
+        assert_eq!(back, req);
+    }
+
+    fn roundtrip_resp(resp: Response) {
+        let frame = encode_response(-7, &resp);
+        let (c, back) = decode_response(frame).unwrap();
+        assert_eq!(c, -7);
+        assert_eq!(back, resp);
+    }
+
+    #[test]
+    fn every_request_roundtrips() {
+        roundtrip_req(Request::Produce(ProduceRequest {
+            topic: "t".into(),
+            partition: 3,
+            leader_epoch: 2,
+            records: Bytes::from_static(b"xyz"),
+        }));
+        roundtrip_req(Request::Fetch(FetchRequest {
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: -1,
+            offset: 9,
+            max_bytes: 100,
+        }));
+        roundtrip_req(Request::Metadata(MetadataRequest {
+            topics: vec!["a".into(), "b".into()],
+            allow_auto_create: true,
+        }));
+        roundtrip_req(Request::CreateTopic(CreateTopicRequest {
+            name: "n".into(),
+            partitions: 4,
+        }));
+        roundtrip_req(Request::InitProducerId(InitProducerIdRequest {
+            transactional_id: Some("orders".into()),
+            transaction_timeout_ms: 60_000,
+            producer_id: -1,
+            producer_epoch: -1,
+        }));
+        roundtrip_req(Request::InitProducerId(InitProducerIdRequest {
+            transactional_id: None,
+            transaction_timeout_ms: 0,
+            producer_id: 5,
+            producer_epoch: 3,
+        }));
+        roundtrip_req(Request::AddPartition(AddPartitionRequest {
+            producer_id: 1,
+            producer_epoch: 2,
+            topic: "t".into(),
+            partition: 1,
+        }));
+        roundtrip_req(Request::WriteMarker(WriteMarkerRequest {
+            topic: "t".into(),
+            partition: 1,
+            producer_id: 1,
+            producer_epoch: 9,
+            commit: false,
+        }));
+        roundtrip_req(Request::Heartbeat(HeartbeatRequest {
+            broker_id: 1,
+            addr: "127.0.0.1:9".into(),
+        }));
+        roundtrip_req(Request::Describe);
+    }
+
+    #[test]
+    fn every_response_roundtrips() {
+        roundtrip_resp(Response::Produce(ProduceResponse {
+            status: Status::new(ErrorCode::InvalidProducerEpoch, "fenced"),
+            base_offset: -1,
+            log_end_offset: 10,
+            current_producer_epoch: 4,
+            current_leader_epoch: 0,
+        }));
+        roundtrip_resp(Response::Fetch(FetchResponse {
+            status: Status::ok(),
+            high_watermark: 3,
+            current_leader_epoch: 1,
+            records: Bytes::from_static(b"b"),
+        }));
+        roundtrip_resp(Response::Metadata(MetadataResponse {
+            status: Status::ok(),
+            brokers: vec![BrokerInfo {
+                id: 1,
+                addr: "a:1".into(),
+            }],
+            topics: vec![TopicInfo {
+                name: "t".into(),
+                status: Status::ok(),
+                partitions: vec![PartitionInfo {
+                    partition: 0,
+                    leader_id: 1,
+                    leader_epoch: 0,
+                }],
+            }],
+        }));
+        roundtrip_resp(Response::CreateTopic(Status::new(
+            ErrorCode::TopicAlreadyExists,
+            "exists",
+        )));
+        roundtrip_resp(Response::InitProducerId(InitProducerIdResponse {
+            status: Status::ok(),
+            producer_id: 1,
+            producer_epoch: 0,
+        }));
+        roundtrip_resp(Response::AddPartition(AddPartitionResponse {
+            status: Status::new(ErrorCode::ProducerFenced, "x"),
+            current_epoch: 3,
+        }));
+        roundtrip_resp(Response::WriteMarker(WriteMarkerResponse {
+            status: Status::ok(),
+            offset: 5,
+            current_producer_epoch: 2,
+        }));
+        roundtrip_resp(Response::Heartbeat(HeartbeatResponse {
+            status: Status::ok(),
+            lease_ms: 3000,
+            leaderships: vec![Assignment {
+                topic: "t".into(),
+                partition: 0,
+                leader_epoch: 0,
+            }],
+        }));
+        roundtrip_resp(Response::Describe(DescribeResponse {
+            status: Status::ok(),
+            brokers: vec![BrokerState {
+                id: 1,
+                addr: "a".into(),
+                alive: true,
+            }],
+            partitions: vec![PartitionState {
+                topic: "t".into(),
+                partition: 0,
+                leader_id: 1,
+                leader_epoch: 0,
+            }],
+            transactional_ids: vec![TransactionalState {
+                transactional_id: "x".into(),
+                producer_id: 1,
+                producer_epoch: 2,
+                partitions: vec!["t-0".into()],
+            }],
+        }));
+        roundtrip_resp(Response::Error(Status::new(
+            ErrorCode::InvalidRequest,
+            "bad",
+        )));
+    }
+
+    #[test]
+    fn unknown_key_and_version_keep_the_header() {
+        let mut b = BytesMut::new();
+        b.put_i16(777);
+        b.put_i16(0);
+        b.put_i32(5);
+        let err = decode_request(b.freeze()).unwrap_err();
+        assert_eq!(err.header.unwrap().correlation_id, 5);
+        assert_eq!(err.error, DecodeError::UnknownApiKey(777));
+
+        let mut b = BytesMut::new();
+        b.put_i16(0);
+        b.put_i16(9);
+        b.put_i32(6);
+        let err = decode_request(b.freeze()).unwrap_err();
+        assert_eq!(err.error.error_code(), ErrorCode::UnsupportedVersion);
+    }
+
+    #[test]
+    fn truncated_and_trailing_bytes_are_errors_not_panics() {
+        let full = encode_request(
+            1,
+            &Request::Fetch(FetchRequest {
+                topic: "t".into(),
+                partition: 0,
+                leader_epoch: 0,
+                offset: 0,
+                max_bytes: 1,
+            }),
+        );
+        for cut in 0..full.len() {
+            assert!(decode_request(full.slice(..cut)).is_err(), "cut at {cut}");
+        }
+        let mut longer = BytesMut::from(&full[..]);
+        longer.put_u8(0);
+        assert!(matches!(
+            decode_request(longer.freeze()).unwrap_err().error,
+            DecodeError::TrailingBytes(1)
+        ));
+    }
+
+    #[test]
+    fn lying_array_length_does_not_allocate() {
+        let mut b = BytesMut::new();
+        b.put_i16(ApiKey::Metadata as i16);
+        b.put_i16(0);
+        b.put_i32(1);
+        b.put_i32(i32::MAX);
+        let err = decode_request(b.freeze()).unwrap_err();
+        assert!(matches!(err.error, DecodeError::InvalidLength { .. }));
+    }
+
+    #[test]
+    fn invalid_utf8_is_named() {
+        let mut b = BytesMut::new();
+        b.put_i16(ApiKey::CreateTopics as i16);
+        b.put_i16(0);
+        b.put_i32(1);
+        b.put_i16(2);
+        b.put_slice(&[0xff, 0xfe]);
+        b.put_i32(1);
+        assert!(matches!(
+            decode_request(b.freeze()).unwrap_err().error,
+            DecodeError::InvalidUtf8 { field: "name" }
+        ));
+    }
+}

@@ -1,0 +1,1 @@
+//! epochfence: the root package holds tests and examples.

@@ -1,0 +1,65 @@
+//! `coordinator --listen ADDR --data-dir DIR`: the transaction coordinator and cluster metadata.
+
+use clap::Parser;
+use coordinator::CoordinatorConfig;
+
+/// The epochfence transaction coordinator: grants producer ids and epochs (fencing earlier
+/// instances), and keeps brokers, topics and partition leaders.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    listen: String,
+    /// Directory for the durable journal of grants, registrations and topics.
+    #[arg(long)]
+    data_dir: std::path::PathBuf,
+    /// How long a broker heartbeat keeps its lease, in milliseconds.
+    #[arg(long, default_value_t = 3000)]
+    broker_lease_ms: u64,
+    /// Partitions of a topic created automatically on first use.
+    #[arg(long, default_value_t = 1)]
+    default_partitions: i32,
+    /// Refuse unknown topics instead of creating them on first use.
+    #[arg(long)]
+    no_auto_create_topics: bool,
+    /// Largest request frame accepted, in bytes.
+    #[arg(long, default_value_t = protocol::codec::FRAME_BYTES_MAX_DEFAULT)]
+    frame_bytes_max: usize,
+    /// Most connections served at once.
+    #[arg(long, default_value_t = 1024)]
+    connections_max: usize,
+    /// How long an init waits for its fence markers before answering CONCURRENT_TRANSACTIONS, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    fence_wait_ms: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let mut config = CoordinatorConfig::new(&args.data_dir);
+    config.cluster.broker_lease_ms = args.broker_lease_ms;
+    config.cluster.default_partitions = args.default_partitions;
+    config.cluster.auto_create_topics = !args.no_auto_create_topics;
+    config.limits.frame_bytes_max = args.frame_bytes_max;
+    config.limits.connections_max = args.connections_max;
+    config.fence_wait_ms = args.fence_wait_ms;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, data_dir = %args.data_dir.display(), "coordinator listening");
+    // Scripts wait for this line to learn the bound address (useful with port 0).
+    println!("coordinator listening on {addr}");
+    coordinator::run(listener, config, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
+    Ok(())
+}

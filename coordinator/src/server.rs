@@ -1,0 +1,419 @@
+//! The coordinator's tokio shell: decode, decide under a short lock, persist, then answer.
+//!
+//! Ordering that the fencing argument relies on (docs/ARCHITECTURE.md):
+//! 1. a decision and the queueing of its journal entries happen under one lock, so the
+//!    journal order is the decision order;
+//! 2. nothing is answered before its entries are flushed;
+//! 3. a grant that bumps an epoch is answered only after a fence marker at the new epoch is on
+//!    every partition registered under an older epoch.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use net::{Connection, ServerLimits};
+use protocol::{
+    AddPartitionResponse, DescribeResponse, ErrorCode, HeartbeatResponse, InitProducerIdResponse,
+    MetadataResponse, Request, Response, Status, TransactionalState, WriteMarkerRequest,
+};
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::cluster::{Cluster, ClusterConfig};
+use crate::entry::{Entry, FenceTarget};
+use crate::journal::{Journal, JournalError};
+use crate::table::{InitDecision, ProducerTable, RegisterDecision, TableConfig};
+
+/// Coordinator settings.
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    /// Directory holding the journal.
+    pub data_dir: PathBuf,
+    /// Cluster defaults and leases.
+    pub cluster: ClusterConfig,
+    /// Producer table limits.
+    pub table: TableConfig,
+    /// Connection limits.
+    pub limits: ServerLimits,
+    /// How long an init waits for its fence markers before answering CONCURRENT_TRANSACTIONS
+    /// (the markers keep being retried in the background), in milliseconds.
+    pub fence_wait_ms: u64,
+    /// Deadline of one marker request to a broker, in milliseconds.
+    pub marker_timeout_ms: u64,
+}
+
+impl CoordinatorConfig {
+    /// Defaults with the journal in `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        CoordinatorConfig {
+            data_dir: data_dir.into(),
+            cluster: ClusterConfig::default(),
+            table: TableConfig::default(),
+            limits: ServerLimits::default(),
+            fence_wait_ms: 10_000,
+            marker_timeout_ms: 2_000,
+        }
+    }
+}
+
+/// Why the coordinator could not start.
+#[derive(Debug, Error)]
+pub enum CoordinatorError {
+    /// The data directory could not be created.
+    #[error("cannot create data directory {path}: {detail}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// The OS error.
+        detail: String,
+    },
+    /// The journal could not be opened or replayed.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// A journal record does not decode.
+    #[error("journal record {index} does not decode: {detail}")]
+    BadRecord {
+        /// Record number.
+        index: usize,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+struct State {
+    table: ProducerTable,
+    cluster: Cluster,
+}
+
+struct Shared {
+    /// Decisions and the queueing of their entries; never held across an `.await`.
+    state: Mutex<State>,
+    journal: Journal,
+    started: Instant,
+    config: CoordinatorConfig,
+    /// Connections to brokers for markers, by address; never held across an `.await`.
+    peers: Mutex<HashMap<String, Connection>>,
+}
+
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queue entries; call under the state lock so journal order is decision order.
+    fn persist(&self, entries: &[Entry]) -> oneshot::Receiver<Result<(), JournalError>> {
+        self.journal
+            .append(entries.iter().map(Entry::encode).collect())
+    }
+}
+
+async fn durable(rx: oneshot::Receiver<Result<(), JournalError>>) -> Result<(), Status> {
+    match rx.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Status::new(
+            ErrorCode::CoordinatorNotAvailable,
+            format!("coordinator cannot persist: {e}"),
+        )),
+        Err(_) => Err(Status::new(
+            ErrorCode::CoordinatorNotAvailable,
+            "coordinator journal writer stopped",
+        )),
+    }
+}
+
+/// Open the journal in `config.data_dir`, replay it, and serve on `listener` until `shutdown`.
+pub async fn run(
+    listener: TcpListener,
+    config: CoordinatorConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), CoordinatorError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| CoordinatorError::DataDir {
+        path: config.data_dir.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    let (journal, replay) = Journal::open(config.data_dir.join("coordinator.journal"))?;
+    let mut table = ProducerTable::new(config.table.clone());
+    let mut cluster = Cluster::new(config.cluster.clone());
+    for (index, payload) in replay.payloads.into_iter().enumerate() {
+        let entry = Entry::decode(payload).map_err(|e| CoordinatorError::BadRecord {
+            index,
+            detail: e.to_string(),
+        })?;
+        table.apply(&entry);
+        cluster.apply(&entry);
+    }
+    tracing::info!(
+        next_producer_id = table.next_producer_id(),
+        transactional_ids = table.describe().len(),
+        truncated_bytes = replay.truncated_bytes,
+        "coordinator state replayed"
+    );
+    let pending = table.pending_fences();
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State { table, cluster }),
+        journal,
+        started: Instant::now(),
+        peers: Mutex::new(HashMap::new()),
+        config: config.clone(),
+    });
+    for (tid, epoch, targets) in pending {
+        tracing::info!(transactional_id = %tid, epoch, partitions = targets.len(), "resuming fence after restart");
+        start_fence(shared.clone(), tid, epoch, targets);
+    }
+    let handler_shared = shared.clone();
+    let handler: net::Handler = Arc::new(move |req| {
+        let shared = handler_shared.clone();
+        Box::pin(async move { handle(shared, req).await })
+    });
+    net::serve(listener, handler, config.limits.clone(), shutdown).await;
+    Ok(())
+}
+
+async fn handle(shared: Arc<Shared>, req: Request) -> Response {
+    match req {
+        Request::InitProducerId(r) => {
+            let current = (r.producer_id >= 0).then_some((r.producer_id, r.producer_epoch));
+            Response::InitProducerId(init(&shared, r.transactional_id.as_deref(), r.transaction_timeout_ms, current).await)
+        }
+        Request::AddPartition(r) => {
+            let (decision, rx) = {
+                let mut st = shared.lock();
+                let d = st.table.handle_register(r.producer_id, r.producer_epoch, &r.topic, r.partition);
+                let rx = match &d {
+                    RegisterDecision::Accept { entries, .. } => Some(shared.persist(entries)),
+                    RegisterDecision::Refuse { .. } => None,
+                };
+                (d, rx)
+            };
+            Response::AddPartition(match decision {
+                RegisterDecision::Accept { epoch, .. } => match durable(rx.expect("accept persists")).await {
+                    Ok(()) => AddPartitionResponse { status: Status::ok(), current_epoch: epoch },
+                    Err(status) => AddPartitionResponse { status, current_epoch: epoch },
+                },
+                RegisterDecision::Refuse { status, epoch } => AddPartitionResponse { status, current_epoch: epoch },
+            })
+        }
+        Request::Metadata(r) => {
+            let ((brokers, topics, _), rx) = {
+                let mut st = shared.lock();
+                let now = shared.now_ms();
+                let out = st.cluster.handle_metadata(now, &r.topics, r.allow_auto_create);
+                let rx = shared.persist(&out.2);
+                (out, rx)
+            };
+            let status = match durable(rx).await {
+                Ok(()) => Status::ok(),
+                Err(s) => s,
+            };
+            Response::Metadata(MetadataResponse { status, brokers, topics })
+        }
+        Request::CreateTopic(r) => {
+            let rx = {
+                let mut st = shared.lock();
+                let now = shared.now_ms();
+                st.cluster.handle_create_topic(now, &r.name, r.partitions).map(|e| shared.persist(&[e]))
+            };
+            Response::CreateTopic(match rx {
+                Ok(rx) => durable(rx).await.err().unwrap_or_else(Status::ok),
+                Err(status) => status,
+            })
+        }
+        Request::Heartbeat(r) => {
+            let (lease_ms, leaderships) = {
+                let mut st = shared.lock();
+                let now = shared.now_ms();
+                st.cluster.handle_heartbeat(now, r.broker_id, &r.addr)
+            };
+            Response::Heartbeat(HeartbeatResponse { status: Status::ok(), lease_ms: lease_ms as i32, leaderships })
+        }
+        Request::Describe => {
+            let st = shared.lock();
+            let (brokers, partitions) = st.cluster.describe(shared.now_ms());
+            let transactional_ids = st
+                .table
+                .describe()
+                .into_iter()
+                .map(|t| TransactionalState {
+                    transactional_id: t.transactional_id,
+                    producer_id: t.producer_id,
+                    producer_epoch: t.epoch,
+                    partitions: t.partitions,
+                })
+                .collect();
+            Response::Describe(DescribeResponse { status: Status::ok(), brokers, partitions, transactional_ids })
+        }
+        Request::Produce(_) | Request::Fetch(_) | Request::WriteMarker(_) => Response::Error(Status::new(
+            ErrorCode::InvalidRequest,
+            "this is the coordinator: send produce and fetch to the partition leader (see Metadata)",
+        )),
+    }
+}
+
+async fn init(
+    shared: &Arc<Shared>,
+    tid: Option<&str>,
+    timeout_ms: i32,
+    current: Option<(i64, i16)>,
+) -> InitProducerIdResponse {
+    let refused = |status, epoch| InitProducerIdResponse {
+        status,
+        producer_id: -1,
+        producer_epoch: epoch,
+    };
+    let (decision, rx) = {
+        let mut st = shared.lock();
+        let d = st.table.handle_init(tid, timeout_ms, current);
+        let rx = match &d {
+            InitDecision::Grant { entries, .. } => Some(shared.persist(entries)),
+            InitDecision::Refuse { .. } => None,
+        };
+        (d, rx)
+    };
+    let (producer_id, epoch, fence) = match decision {
+        InitDecision::Refuse { status, epoch } => return refused(status, epoch),
+        InitDecision::Grant {
+            producer_id,
+            epoch,
+            fence,
+            ..
+        } => (producer_id, epoch, fence),
+    };
+    if let Err(status) = durable(rx.expect("grant persists")).await {
+        return refused(status, -1);
+    }
+    if !fence.is_empty() {
+        let tid = tid.expect("only transactional ids are fenced").to_string();
+        let done = start_fence(shared.clone(), tid.clone(), epoch, fence);
+        let wait = Duration::from_millis(shared.config.fence_wait_ms);
+        if !matches!(tokio::time::timeout(wait, done).await, Ok(Ok(()))) {
+            return refused(
+                Status::new(
+                    ErrorCode::ConcurrentTransactions,
+                    format!(
+                        "transactional id '{tid}': fence markers for the previous epoch are not all written after {} ms \
+                         (a partition leader is unreachable); they are being retried, init again shortly",
+                        shared.config.fence_wait_ms
+                    ),
+                ),
+                epoch,
+            );
+        }
+    }
+    tracing::info!(
+        transactional_id = tid.unwrap_or("-"),
+        producer_id,
+        epoch,
+        "granted"
+    );
+    InitProducerIdResponse {
+        status: Status::ok(),
+        producer_id,
+        producer_epoch: epoch,
+    }
+}
+
+/// Write every marker of a grant, retrying each until its partition confirms, then record the
+/// fence as done. The returned receiver fires when all are written.
+fn start_fence(
+    shared: Arc<Shared>,
+    tid: String,
+    epoch: i16,
+    targets: Vec<FenceTarget>,
+) -> oneshot::Receiver<()> {
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        futures::future::join_all(targets.iter().map(|t| write_marker_until_done(&shared, t)))
+            .await;
+        {
+            let mut st = shared.lock();
+            if let Some(entry) = st.table.handle_fence_done(&tid, epoch) {
+                // Recording completion only saves a re-fence after a restart; not awaited.
+                drop(shared.persist(&[entry]));
+            }
+        }
+        tracing::info!(transactional_id = %tid, epoch, partitions = targets.len(), "fence complete");
+        let _ = tx.send(());
+    });
+    rx
+}
+
+async fn peer(shared: &Shared, addr: &str) -> Result<Connection, net::NetError> {
+    let cached = shared
+        .peers
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(addr)
+        .filter(|c| !c.is_closed())
+        .cloned();
+    if let Some(c) = cached {
+        return Ok(c);
+    }
+    let c = Connection::connect(addr).await?;
+    shared
+        .peers
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(addr.to_string(), c.clone());
+    Ok(c)
+}
+
+async fn write_marker_until_done(shared: &Shared, t: &FenceTarget) {
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        let leader = shared.lock().cluster.leader_of(&t.topic, t.partition);
+        let outcome = match leader {
+            None => Err(format!(
+                "partition {}-{} does not exist",
+                t.topic, t.partition
+            )),
+            Some((id, _, None)) => Err(format!("leader broker {id} has not registered an address")),
+            Some((_, _, Some(addr))) => match peer(shared, &addr).await {
+                Err(e) => Err(e.to_string()),
+                Ok(conn) => {
+                    let req = Request::WriteMarker(WriteMarkerRequest {
+                        topic: t.topic.clone(),
+                        partition: t.partition,
+                        producer_id: t.producer_id,
+                        producer_epoch: t.marker_epoch,
+                        commit: false,
+                    });
+                    match conn
+                        .call_timeout(req, Duration::from_millis(shared.config.marker_timeout_ms))
+                        .await
+                    {
+                        Ok(Response::WriteMarker(r)) if r.status.is_ok() => Ok(()),
+                        // Already fenced at this epoch or a later one: the goal holds.
+                        Ok(Response::WriteMarker(r))
+                            if r.status.code == ErrorCode::InvalidProducerEpoch
+                                && r.current_producer_epoch >= t.marker_epoch =>
+                        {
+                            Ok(())
+                        }
+                        Ok(other) => Err(other.status().to_string()),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+            },
+        };
+        match outcome {
+            Ok(()) => return,
+            Err(why) => {
+                tracing::debug!(topic = %t.topic, partition = t.partition, epoch = t.marker_epoch, %why, "marker not written yet; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+/// Encode an entry list (exposed for tools that inspect a journal).
+pub fn encode_entries(entries: &[Entry]) -> Vec<Bytes> {
+    entries.iter().map(Entry::encode).collect()
+}

@@ -1,0 +1,197 @@
+//! A pipelined client connection: requests go out in order, answers come back in order and
+//! are matched to their callers by correlation id.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use protocol::codec::{ClientCodec, FRAME_BYTES_MAX_DEFAULT};
+use protocol::{Request, Response, Status};
+use thiserror::Error;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::Framed;
+
+/// Requests queued on one connection before callers wait.
+pub const QUEUED_REQUESTS_MAX: usize = 1024;
+
+/// Why a call did not get an answer.
+#[derive(Debug, Error, Clone)]
+pub enum NetError {
+    /// Could not connect.
+    #[error("cannot connect to {addr}: {detail}")]
+    Connect {
+        /// Address.
+        addr: String,
+        /// The OS error.
+        detail: String,
+    },
+    /// The connection closed before the answer came.
+    #[error("connection to {addr} closed: {detail}")]
+    Closed {
+        /// Address.
+        addr: String,
+        /// Why.
+        detail: String,
+    },
+    /// No answer within the deadline.
+    #[error("no answer from {addr} within {timeout_ms} ms")]
+    Timeout {
+        /// Address.
+        addr: String,
+        /// The deadline.
+        timeout_ms: u64,
+    },
+    /// The server answered with an error frame (it could not read the request).
+    #[error("{addr} refused the request: {status}")]
+    Refused {
+        /// Address.
+        addr: String,
+        /// The server's status.
+        status: Status,
+    },
+}
+
+impl NetError {
+    /// Whether retrying (on a new connection) may succeed.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            NetError::Refused { status, .. } => status.code.is_retriable(),
+            _ => true,
+        }
+    }
+}
+
+type Call = (Request, oneshot::Sender<Result<Response, NetError>>);
+
+/// A connection; cheap to clone, all clones share the socket. Dropping every clone closes it.
+#[derive(Clone, Debug)]
+pub struct Connection {
+    addr: String,
+    tx: mpsc::Sender<Call>,
+}
+
+impl Connection {
+    /// Connect to `addr` (`host:port`).
+    pub async fn connect(addr: &str) -> Result<Connection, NetError> {
+        Self::connect_with(addr, FRAME_BYTES_MAX_DEFAULT * 4).await
+    }
+
+    /// Connect, accepting response frames up to `frame_bytes_max`.
+    pub async fn connect_with(addr: &str, frame_bytes_max: usize) -> Result<Connection, NetError> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| NetError::Connect {
+                addr: addr.to_string(),
+                detail: e.to_string(),
+            })?;
+        let _ = stream.set_nodelay(true);
+        let (tx, rx) = mpsc::channel(QUEUED_REQUESTS_MAX);
+        tokio::spawn(run(
+            addr.to_string(),
+            Framed::new(stream, ClientCodec::new(frame_bytes_max)),
+            rx,
+        ));
+        Ok(Connection {
+            addr: addr.to_string(),
+            tx,
+        })
+    }
+
+    /// The address this connection goes to.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Whether the connection has closed (a new one is needed).
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Send a request and wait for its answer.
+    pub async fn call(&self, req: Request) -> Result<Response, NetError> {
+        let (done, rx) = oneshot::channel();
+        let closed = || NetError::Closed {
+            addr: self.addr.clone(),
+            detail: "connection task ended".into(),
+        };
+        self.tx.send((req, done)).await.map_err(|_| closed())?;
+        rx.await.map_err(|_| closed())?
+    }
+
+    /// [`Connection::call`] with a deadline.
+    pub async fn call_timeout(
+        &self,
+        req: Request,
+        timeout: Duration,
+    ) -> Result<Response, NetError> {
+        match tokio::time::timeout(timeout, self.call(req)).await {
+            Ok(r) => r,
+            Err(_) => Err(NetError::Timeout {
+                addr: self.addr.clone(),
+                timeout_ms: timeout.as_millis() as u64,
+            }),
+        }
+    }
+}
+
+async fn run(
+    addr: String,
+    mut framed: Framed<TcpStream, ClientCodec>,
+    mut rx: mpsc::Receiver<Call>,
+) {
+    let mut pending: VecDeque<(i32, oneshot::Sender<Result<Response, NetError>>)> = VecDeque::new();
+    let mut next_id: i32 = 0;
+    let mut open = true;
+    let failure = loop {
+        if !open && pending.is_empty() {
+            return;
+        }
+        tokio::select! {
+            call = rx.recv(), if open => {
+                let Some((req, done)) = call else {
+                    // Every handle is gone: finish the answers still due, then close.
+                    open = false;
+                    continue;
+                };
+                let id = next_id;
+                next_id = next_id.wrapping_add(1) & i32::MAX;
+                if let Err(e) = framed.send((id, req)).await {
+                    let _ = done.send(Err(NetError::Closed { addr: addr.clone(), detail: e.to_string() }));
+                    break e.to_string();
+                }
+                pending.push_back((id, done));
+            }
+            frame = framed.next(), if !pending.is_empty() => {
+                match frame {
+                    Some(Ok((id, resp))) => {
+                        if let Response::Error(status) = resp {
+                            // The server could not read a request and is closing.
+                            let err = NetError::Refused { addr: addr.clone(), status };
+                            for (_, done) in pending.drain(..) {
+                                let _ = done.send(Err(err.clone()));
+                            }
+                            return;
+                        }
+                        match pending.pop_front() {
+                            Some((want, done)) if want == id => { let _ = done.send(Ok(resp)); }
+                            Some((want, done)) => {
+                                let _ = done.send(Err(NetError::Closed { addr: addr.clone(), detail: format!("answer {id} arrived where {want} was due") }));
+                                break "correlation id out of order".into();
+                            }
+                            None => break "unsolicited answer".into(),
+                        }
+                    }
+                    Some(Err(e)) => break e.to_string(),
+                    None => break "closed by peer".into(),
+                }
+            }
+        }
+    };
+    for (_, done) in pending.drain(..) {
+        let _ = done.send(Err(NetError::Closed {
+            addr: addr.clone(),
+            detail: failure.clone(),
+        }));
+    }
+}

@@ -1,0 +1,64 @@
+//! `broker --id N --listen ADDR --coordinator ADDR --data-dir DIR`: hosts partitions.
+
+use broker::BrokerConfig;
+use clap::Parser;
+
+/// An epochfence broker: leads partitions, fences zombie producers and stale leader epochs.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Broker id, unique in the cluster.
+    #[arg(long)]
+    id: i32,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:9093")]
+    listen: String,
+    /// The coordinator's address.
+    #[arg(long)]
+    coordinator: String,
+    /// Directory for partition logs.
+    #[arg(long)]
+    data_dir: std::path::PathBuf,
+    /// Address clients should use, if not the listening one.
+    #[arg(long)]
+    advertise: Option<String>,
+    /// Interval between heartbeats to the coordinator, in milliseconds.
+    #[arg(long, default_value_t = 300)]
+    heartbeat_ms: u64,
+    /// Largest request frame accepted, in bytes.
+    #[arg(long, default_value_t = protocol::codec::FRAME_BYTES_MAX_DEFAULT)]
+    frame_bytes_max: usize,
+    /// Most connections served at once.
+    #[arg(long, default_value_t = 1024)]
+    connections_max: usize,
+    /// DANGER: turn producer fencing off (demonstrations and overhead measurements only).
+    #[arg(long)]
+    no_fencing: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let mut config = BrokerConfig::new(args.id, &args.data_dir, &args.coordinator);
+    config.advertised_addr = args.advertise;
+    config.heartbeat_ms = args.heartbeat_ms;
+    config.fencing = !args.no_fencing;
+    config.limits.frame_bytes_max = args.frame_bytes_max;
+    config.limits.connections_max = args.connections_max;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr()?;
+    println!("broker {} listening on {addr}", args.id);
+    broker::run(listener, config, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
+    Ok(())
+}

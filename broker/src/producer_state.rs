@@ -1,0 +1,410 @@
+//! The per-partition producer gate: the one check every write to a partition goes through
+//! (produce, markers, and log recovery replays the same bookkeeping).
+//!
+//! Plain synchronous rules, no I/O. For each producer id the partition keeps the highest epoch
+//! it has appended and the last [`BATCHES_CACHED`] batches of that epoch. The epoch lives in
+//! the batches of the log itself (every batch carries producer id and epoch, a fence is a
+//! control batch at the new epoch), so rebuilding this table from the log after a restart
+//! yields exactly the fencing state before it.
+//!
+//! What is *not* rebuilt is `verified_epoch`: whether the coordinator confirmed that this
+//! partition is registered under that epoch. It is volatile on purpose; after a restart every
+//! producer is verified again.
+
+use std::collections::{HashMap, VecDeque};
+
+use protocol::batch::{increment_sequence, BatchHeader};
+
+/// Batches remembered per producer for duplicate detection (Kafka's 5 in-flight batches).
+pub const BATCHES_CACHED: usize = 5;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BatchMeta {
+    first_seq: i32,
+    last_seq: i32,
+    base_offset: i64,
+}
+
+/// What one producer id has written to this partition.
+#[derive(Debug, Clone, Default)]
+struct ProducerEntry {
+    epoch: i16,
+    batches: VecDeque<BatchMeta>,
+    verified_epoch: Option<i16>,
+}
+
+/// The gate's verdict on a batch that may be appended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Append it, then call [`ProducerStates::record`] with its offset.
+    Append,
+    /// Already appended (a retry): answer with the original offset, append nothing.
+    Duplicate {
+        /// Offset the batch got the first time.
+        base_offset: i64,
+    },
+    /// The coordinator must first confirm that this epoch may write here
+    /// ([`ProducerStates::mark_verified`]); then check again.
+    NeedsVerification,
+}
+
+/// Why the gate refuses a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GateError {
+    /// The batch's epoch is older than the partition's: the producer is a zombie.
+    #[error("producer id {producer_id} is at epoch {current} on this partition, the batch carries epoch {got}")]
+    StaleEpoch {
+        /// Producer id.
+        producer_id: i64,
+        /// The partition's epoch for it.
+        current: i16,
+        /// The batch's.
+        got: i16,
+    },
+    /// The sequence does not follow the last batch.
+    #[error("producer id {producer_id} epoch {epoch}: expected sequence {expected}, got {got}")]
+    OutOfOrder {
+        /// Producer id.
+        producer_id: i64,
+        /// Epoch.
+        epoch: i16,
+        /// The sequence that would have been accepted.
+        expected: i32,
+        /// The batch's first sequence.
+        got: i32,
+    },
+}
+
+/// The producer table of one partition.
+#[derive(Debug, Clone)]
+pub struct ProducerStates {
+    producers: HashMap<i64, ProducerEntry>,
+    fencing: bool,
+}
+
+impl ProducerStates {
+    /// An empty table. `fencing = false` turns the gate off entirely (every batch is
+    /// appended): only for demonstrating and measuring what fencing prevents and costs.
+    pub fn new(fencing: bool) -> Self {
+        ProducerStates {
+            producers: HashMap::new(),
+            fencing,
+        }
+    }
+
+    /// The epoch this partition holds for `producer_id`, if it has seen it.
+    pub fn epoch_of(&self, producer_id: i64) -> Option<i16> {
+        self.producers.get(&producer_id).map(|e| e.epoch)
+    }
+
+    /// Number of producer ids tracked.
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    /// Whether no producer id is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
+    /// The gate. `h` is a validated header (CRC checked by the caller).
+    pub fn check(&self, h: &BatchHeader) -> Result<Admit, GateError> {
+        if !self.fencing || h.producer_id < 0 {
+            return Ok(Admit::Append);
+        }
+        let entry = self.producers.get(&h.producer_id);
+        let current = entry.map(|e| e.epoch);
+        if h.is_control() {
+            // A marker at epoch e fences every epoch below e; an older marker is stale.
+            return match current {
+                Some(c) if h.producer_epoch < c => Err(GateError::StaleEpoch {
+                    producer_id: h.producer_id,
+                    current: c,
+                    got: h.producer_epoch,
+                }),
+                _ => Ok(Admit::Append),
+            };
+        }
+        if let Some(e) = entry {
+            if h.producer_epoch == e.epoch {
+                let last = h.last_sequence();
+                if let Some(b) = e
+                    .batches
+                    .iter()
+                    .find(|b| b.first_seq == h.base_sequence && b.last_seq == last)
+                {
+                    return Ok(Admit::Duplicate {
+                        base_offset: b.base_offset,
+                    });
+                }
+            }
+            if h.producer_epoch < e.epoch {
+                return Err(GateError::StaleEpoch {
+                    producer_id: h.producer_id,
+                    current: e.epoch,
+                    got: h.producer_epoch,
+                });
+            }
+        }
+        if entry.and_then(|e| e.verified_epoch) != Some(h.producer_epoch) {
+            return Ok(Admit::NeedsVerification);
+        }
+        let expected = match entry {
+            Some(e) if e.epoch == h.producer_epoch => match e.batches.back() {
+                Some(b) => increment_sequence(b.last_seq, 1),
+                // Same epoch, no data batch yet (only a marker at this epoch): start at 0.
+                None => 0,
+            },
+            _ => 0,
+        };
+        if h.base_sequence != expected {
+            return Err(GateError::OutOfOrder {
+                producer_id: h.producer_id,
+                epoch: h.producer_epoch,
+                expected,
+                got: h.base_sequence,
+            });
+        }
+        Ok(Admit::Append)
+    }
+
+    /// Record an appended batch (after [`ProducerStates::check`] said `Append`, or while
+    /// replaying the log on recovery). `h.base_offset` must be the assigned offset.
+    pub fn record(&mut self, h: &BatchHeader) {
+        if h.producer_id < 0 {
+            return;
+        }
+        let e = self
+            .producers
+            .entry(h.producer_id)
+            .or_insert_with(|| ProducerEntry {
+                epoch: h.producer_epoch,
+                ..Default::default()
+            });
+        if h.producer_epoch > e.epoch {
+            e.epoch = h.producer_epoch;
+            e.batches.clear();
+            // A verification holds for its own epoch only.
+            e.verified_epoch = e.verified_epoch.filter(|v| *v == h.producer_epoch);
+        } else if h.producer_epoch < e.epoch {
+            // Only with the gate off: the log holds a zombie's batch; the epoch stays.
+            return;
+        }
+        if h.is_control() {
+            // A marker ends what came before it; the epoch's next data batch starts at 0.
+            e.batches.clear();
+            return;
+        }
+        if e.batches.len() == BATCHES_CACHED {
+            e.batches.pop_front();
+        }
+        e.batches.push_back(BatchMeta {
+            first_seq: h.base_sequence,
+            last_seq: h.last_sequence(),
+            base_offset: h.base_offset,
+        });
+    }
+
+    /// The coordinator confirmed that `(producer_id, epoch)` is registered for this partition.
+    /// Ignored if the partition already holds a newer epoch for it.
+    pub fn mark_verified(&mut self, producer_id: i64, epoch: i16) {
+        let e = self
+            .producers
+            .entry(producer_id)
+            .or_insert_with(|| ProducerEntry {
+                epoch,
+                ..Default::default()
+            });
+        if epoch >= e.epoch {
+            e.verified_epoch = Some(epoch);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use protocol::batch::{build_batch, build_marker, MarkerKind, ProducerStamp};
+
+    fn header(pid: i64, epoch: i16, seq: i32, n: usize, offset: i64) -> BatchHeader {
+        let values: Vec<Bytes> = (0..n).map(|i| Bytes::from(format!("v{i}"))).collect();
+        let b = build_batch(
+            ProducerStamp {
+                producer_id: pid,
+                producer_epoch: epoch,
+                base_sequence: seq,
+            },
+            false,
+            0,
+            &values,
+        );
+        let mut h = BatchHeader::parse(&b).unwrap();
+        h.base_offset = offset;
+        h
+    }
+
+    fn marker(pid: i64, epoch: i16, offset: i64) -> BatchHeader {
+        let b = build_marker(pid, epoch, MarkerKind::Abort, 0, 0);
+        let mut h = BatchHeader::parse(&b).unwrap();
+        h.base_offset = offset;
+        h
+    }
+
+    /// Check, verify if asked, and record: what a leader does with an accepted batch.
+    fn admit(s: &mut ProducerStates, h: &BatchHeader) -> Result<Admit, GateError> {
+        let mut a = s.check(h)?;
+        if a == Admit::NeedsVerification {
+            s.mark_verified(h.producer_id, h.producer_epoch);
+            a = s.check(h)?;
+        }
+        if a == Admit::Append {
+            s.record(h);
+        }
+        Ok(a)
+    }
+
+    #[test]
+    fn first_write_of_an_epoch_needs_verification() {
+        let s = ProducerStates::new(true);
+        assert_eq!(
+            s.check(&header(1, 0, 0, 1, 0)),
+            Ok(Admit::NeedsVerification)
+        );
+    }
+
+    #[test]
+    fn same_epoch_writes_many_times_in_sequence() {
+        let mut s = ProducerStates::new(true);
+        for i in 0..20 {
+            assert_eq!(
+                admit(&mut s, &header(1, 3, i * 2, 2, i as i64 * 2)),
+                Ok(Admit::Append)
+            );
+        }
+    }
+
+    #[test]
+    fn older_epoch_is_refused_with_the_current_one() {
+        let mut s = ProducerStates::new(true);
+        admit(&mut s, &header(1, 4, 0, 1, 0)).unwrap();
+        assert_eq!(
+            admit(&mut s, &header(1, 3, 1, 1, 1)),
+            Err(GateError::StaleEpoch {
+                producer_id: 1,
+                current: 4,
+                got: 3
+            })
+        );
+    }
+
+    #[test]
+    fn marker_at_new_epoch_fences_older_epochs_even_without_data() {
+        let mut s = ProducerStates::new(true);
+        admit(&mut s, &header(1, 0, 0, 1, 0)).unwrap();
+        assert_eq!(admit(&mut s, &marker(1, 1, 1)), Ok(Admit::Append));
+        assert!(matches!(
+            admit(&mut s, &header(1, 0, 1, 1, 2)),
+            Err(GateError::StaleEpoch { current: 1, .. })
+        ));
+        // A stale marker is refused too.
+        assert!(matches!(
+            s.check(&marker(1, 0, 2)),
+            Err(GateError::StaleEpoch { .. })
+        ));
+        // The new epoch writes from sequence 0.
+        assert_eq!(admit(&mut s, &header(1, 1, 0, 1, 2)), Ok(Admit::Append));
+    }
+
+    #[test]
+    fn duplicate_of_a_recent_batch_returns_its_original_offset() {
+        let mut s = ProducerStates::new(true);
+        for i in 0..6 {
+            admit(&mut s, &header(1, 0, i, 1, 100 + i as i64)).unwrap();
+        }
+        assert_eq!(
+            s.check(&header(1, 0, 5, 1, 999)),
+            Ok(Admit::Duplicate { base_offset: 105 })
+        );
+        assert_eq!(
+            s.check(&header(1, 0, 1, 1, 999)),
+            Ok(Admit::Duplicate { base_offset: 101 })
+        );
+        // Older than the last five: not a duplicate we can prove, so out of order.
+        assert!(matches!(
+            s.check(&header(1, 0, 0, 1, 999)),
+            Err(GateError::OutOfOrder { expected: 6, .. })
+        ));
+    }
+
+    #[test]
+    fn gaps_and_new_epochs_not_starting_at_zero_are_out_of_order() {
+        let mut s = ProducerStates::new(true);
+        admit(&mut s, &header(1, 0, 0, 1, 0)).unwrap();
+        assert!(matches!(
+            admit(&mut s, &header(1, 0, 2, 1, 1)),
+            Err(GateError::OutOfOrder {
+                expected: 1,
+                got: 2,
+                ..
+            })
+        ));
+        assert!(matches!(
+            admit(&mut s, &header(1, 1, 5, 1, 1)),
+            Err(GateError::OutOfOrder { expected: 0, .. })
+        ));
+        assert!(matches!(
+            admit(&mut s, &header(2, 0, 7, 1, 1)),
+            Err(GateError::OutOfOrder { expected: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn verification_for_an_older_epoch_does_not_reopen_it() {
+        let mut s = ProducerStates::new(true);
+        admit(&mut s, &marker(1, 5, 0)).unwrap();
+        s.mark_verified(1, 4);
+        assert!(matches!(
+            s.check(&header(1, 4, 0, 1, 1)),
+            Err(GateError::StaleEpoch { current: 5, .. })
+        ));
+    }
+
+    #[test]
+    fn replaying_records_rebuilds_the_fence() {
+        let mut live = ProducerStates::new(true);
+        let batches = [
+            header(1, 0, 0, 1, 0),
+            marker(1, 1, 1),
+            header(1, 1, 0, 2, 2),
+        ];
+        for b in &batches {
+            admit(&mut live, b).unwrap();
+        }
+        let mut replayed = ProducerStates::new(true);
+        for b in &batches {
+            replayed.record(b);
+        }
+        assert_eq!(replayed.epoch_of(1), Some(1));
+        assert!(matches!(
+            replayed.check(&header(1, 0, 1, 1, 4)),
+            Err(GateError::StaleEpoch { .. })
+        ));
+        assert_eq!(
+            replayed.check(&header(1, 1, 0, 2, 9)),
+            Ok(Admit::Duplicate { base_offset: 2 })
+        );
+        // Verification is volatile: a replayed table asks the coordinator again.
+        assert_eq!(
+            replayed.check(&header(1, 1, 2, 1, 4)),
+            Ok(Admit::NeedsVerification)
+        );
+    }
+
+    #[test]
+    fn with_fencing_off_the_zombie_gets_through() {
+        let mut s = ProducerStates::new(false);
+        s.record(&header(1, 4, 0, 1, 0));
+        assert_eq!(s.check(&header(1, 3, 9, 1, 1)), Ok(Admit::Append));
+    }
+}

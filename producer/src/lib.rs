@@ -1,1 +1,17 @@
+//! The epochfence client library: [`Producer`], [`Consumer`] and [`Admin`], over a shared
+//! [`Client`] that holds the coordinator connection, broker connections and cached metadata.
+//!
+//! `--bootstrap` is always the coordinator's address; partition leaders are found through its
+//! Metadata answer.
 
+pub mod admin;
+pub mod client;
+pub mod consumer;
+pub mod error;
+pub mod producer;
+
+pub use admin::Admin;
+pub use client::{Client, ClientConfig};
+pub use consumer::Consumer;
+pub use error::ClientError;
+pub use producer::{Producer, ProducerConfig, RecordMetadata};

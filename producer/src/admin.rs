@@ -1,0 +1,63 @@
+//! Admin calls to the coordinator.
+
+use protocol::{CreateTopicRequest, DescribeResponse, Request, Response};
+
+use crate::client::{Client, ClientConfig};
+use crate::error::ClientError;
+
+/// Creates topics and describes the cluster.
+pub struct Admin {
+    client: Client,
+}
+
+impl Admin {
+    /// An admin client for the coordinator at `bootstrap`.
+    pub fn new(bootstrap: &str, config: ClientConfig) -> Admin {
+        Admin {
+            client: Client::new(bootstrap, config),
+        }
+    }
+
+    async fn call(&mut self, what: &str, req: Request) -> Result<Response, ClientError> {
+        let resp = self
+            .client
+            .call_coordinator(req)
+            .await
+            .map_err(|e| ClientError::Timeout {
+                what: what.to_string(),
+                timeout_ms: self.client.config().request_timeout_ms,
+                last_error: e.to_string(),
+            })?;
+        if !resp.status().is_ok() {
+            return Err(ClientError::Refused {
+                what: what.to_string(),
+                status: resp.status().clone(),
+            });
+        }
+        Ok(resp)
+    }
+
+    /// Create a topic with `partitions` partitions.
+    pub async fn create_topic(&mut self, name: &str, partitions: i32) -> Result<(), ClientError> {
+        self.call(
+            &format!("create topic '{name}'"),
+            Request::CreateTopic(CreateTopicRequest {
+                name: name.to_string(),
+                partitions,
+            }),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Brokers, partitions and transactional ids.
+    pub async fn describe(&mut self) -> Result<DescribeResponse, ClientError> {
+        match self.call("describe", Request::Describe).await? {
+            Response::Describe(d) => Ok(d),
+            other => Err(ClientError::Protocol(format!(
+                "describe answered with {}",
+                other.status()
+            ))),
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! `admin --bootstrap ADDR create-topic T --partitions N` and `admin --bootstrap ADDR describe [--json]`
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use producer::{Admin, ClientConfig};
+
+/// Cluster administration through the coordinator.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// The coordinator's address.
+    #[arg(long)]
+    bootstrap: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create a topic.
+    CreateTopic {
+        /// Topic name.
+        name: String,
+        /// Number of partitions.
+        #[arg(long, default_value_t = 1)]
+        partitions: i32,
+    },
+    /// Show brokers, partitions (leader, leader epoch) and transactional ids (producer id, epoch).
+    Describe {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let mut admin = Admin::new(&args.bootstrap, ClientConfig::default());
+    let result = match args.command {
+        Command::CreateTopic { name, partitions } => admin.create_topic(&name, partitions).await.map(|()| {
+            println!("created topic '{name}' with {partitions} partitions");
+        }),
+        Command::Describe { json } => admin.describe().await.map(|d| {
+            if json {
+                let value = serde_json::json!({
+                    "brokers": d.brokers.iter().map(|b| serde_json::json!({"id": b.id, "addr": b.addr, "alive": b.alive})).collect::<Vec<_>>(),
+                    "partitions": d.partitions.iter().map(|p| serde_json::json!({
+                        "topic": p.topic, "partition": p.partition, "leader": p.leader_id, "leader_epoch": p.leader_epoch
+                    })).collect::<Vec<_>>(),
+                    "transactional_ids": d.transactional_ids.iter().map(|t| serde_json::json!({
+                        "transactional_id": t.transactional_id, "producer_id": t.producer_id,
+                        "producer_epoch": t.producer_epoch, "partitions": t.partitions
+                    })).collect::<Vec<_>>(),
+                });
+                println!("{}", serde_json::to_string_pretty(&value).expect("json values serialise"));
+            } else {
+                println!("brokers:");
+                for b in &d.brokers {
+                    println!("  {} {} {}", b.id, b.addr, if b.alive { "alive" } else { "lease expired" });
+                }
+                println!("partitions:");
+                for p in &d.partitions {
+                    println!("  {}-{} leader={} leader_epoch={}", p.topic, p.partition, p.leader_id, p.leader_epoch);
+                }
+                println!("transactional ids:");
+                for t in &d.transactional_ids {
+                    println!(
+                        "  {} producer_id={} epoch={} partitions=[{}]",
+                        t.transactional_id,
+                        t.producer_id,
+                        t.producer_epoch,
+                        t.partitions.join(",")
+                    );
+                }
+            }
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! `consumer --bootstrap ADDR --topic T --partition P [--from OFFSET] [--follow] [--json]`
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use producer::consumer::FETCH_BYTES_MAX_DEFAULT;
+use producer::{ClientConfig, Consumer};
+
+/// Prints every record of a partition: offset, producer id, producer epoch, sequence, value.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// The coordinator's address.
+    #[arg(long)]
+    bootstrap: String,
+    /// Topic.
+    #[arg(long)]
+    topic: String,
+    /// Partition.
+    #[arg(long, default_value_t = 0)]
+    partition: i32,
+    /// First offset to read.
+    #[arg(long, default_value_t = 0)]
+    from: i64,
+    /// Keep waiting for new records instead of exiting at the end of the log.
+    #[arg(long)]
+    follow: bool,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(serde::Serialize)]
+struct Line<'a> {
+    offset: i64,
+    producer_id: i64,
+    producer_epoch: i16,
+    sequence: i32,
+    leader_epoch: i32,
+    value: &'a str,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let mut consumer = Consumer::new(&args.bootstrap, ClientConfig::default());
+    let mut offset = args.from;
+    loop {
+        let f = match consumer
+            .fetch(&args.topic, args.partition, offset, FETCH_BYTES_MAX_DEFAULT)
+            .await
+        {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        for r in &f.records {
+            let value = String::from_utf8_lossy(&r.value);
+            if args.json {
+                let line = Line {
+                    offset: r.offset,
+                    producer_id: r.producer_id,
+                    producer_epoch: r.producer_epoch,
+                    sequence: r.sequence,
+                    leader_epoch: r.leader_epoch,
+                    value: &value,
+                };
+                println!(
+                    "{}",
+                    serde_json::to_string(&line).expect("plain struct serialises")
+                );
+            } else {
+                println!(
+                    "offset={} producer_id={} producer_epoch={} sequence={} value={}",
+                    r.offset, r.producer_id, r.producer_epoch, r.sequence, value
+                );
+            }
+        }
+        let at_end = f.next_offset >= f.high_watermark || f.next_offset == offset;
+        offset = f.next_offset;
+        if at_end {
+            if !args.follow {
+                return ExitCode::SUCCESS;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Connections and metadata shared by producers, consumers and admins.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use net::{Connection, NetError};
+use protocol::{MetadataRequest, PartitionInfo, Request, Response};
+
+use crate::error::ClientError;
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Deadline of one request, in milliseconds.
+    pub request_timeout_ms: u64,
+    /// First pause between retries, in milliseconds (doubles up to `retry_backoff_max_ms`).
+    pub retry_backoff_ms: u64,
+    /// Longest pause between retries, in milliseconds.
+    pub retry_backoff_max_ms: u64,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            request_timeout_ms: 30_000,
+            retry_backoff_ms: 20,
+            retry_backoff_max_ms: 1_000,
+        }
+    }
+}
+
+/// Coordinator and broker connections plus cached metadata.
+pub struct Client {
+    bootstrap: String,
+    config: ClientConfig,
+    coordinator: Option<Connection>,
+    brokers: HashMap<String, Connection>,
+    broker_addrs: HashMap<i32, String>,
+    topics: HashMap<String, Vec<PartitionInfo>>,
+}
+
+/// A partition's leader as last seen in metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderInfo {
+    /// Broker id.
+    pub broker_id: i32,
+    /// Broker address.
+    pub addr: String,
+    /// Leader epoch.
+    pub leader_epoch: i32,
+}
+
+impl Client {
+    /// A client bootstrapping from the coordinator at `bootstrap`; connects lazily.
+    pub fn new(bootstrap: impl Into<String>, config: ClientConfig) -> Client {
+        Client {
+            bootstrap: bootstrap.into(),
+            config,
+            coordinator: None,
+            brokers: HashMap::new(),
+            broker_addrs: HashMap::new(),
+            topics: HashMap::new(),
+        }
+    }
+
+    /// Settings.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.config.request_timeout_ms)
+    }
+
+    /// Call the coordinator, reconnecting if needed.
+    pub async fn call_coordinator(&mut self, req: Request) -> Result<Response, NetError> {
+        let conn = match self.coordinator.clone().filter(|c| !c.is_closed()) {
+            Some(c) => c,
+            None => {
+                let c = Connection::connect(&self.bootstrap).await?;
+                self.coordinator = Some(c.clone());
+                c
+            }
+        };
+        let r = conn.call_timeout(req, self.timeout()).await;
+        if r.is_err() {
+            self.coordinator = None;
+        }
+        r
+    }
+
+    /// Call a broker by address, reconnecting if needed.
+    pub async fn call_broker(&mut self, addr: &str, req: Request) -> Result<Response, NetError> {
+        let conn = match self.brokers.get(addr).filter(|c| !c.is_closed()).cloned() {
+            Some(c) => c,
+            None => {
+                let c = Connection::connect(addr).await?;
+                self.brokers.insert(addr.to_string(), c.clone());
+                c
+            }
+        };
+        let r = conn.call_timeout(req, self.timeout()).await;
+        if r.is_err() {
+            self.brokers.remove(addr);
+        }
+        r
+    }
+
+    /// Fetch metadata for `topic` (creating it with the coordinator's defaults if allowed).
+    pub async fn refresh_metadata(
+        &mut self,
+        topic: &str,
+        allow_auto_create: bool,
+    ) -> Result<(), ClientError> {
+        let req = Request::Metadata(MetadataRequest {
+            topics: vec![topic.to_string()],
+            allow_auto_create,
+        });
+        let resp = self
+            .call_coordinator(req)
+            .await
+            .map_err(|e| ClientError::Timeout {
+                what: format!("metadata for '{topic}'"),
+                timeout_ms: self.config.request_timeout_ms,
+                last_error: e.to_string(),
+            })?;
+        let Response::Metadata(m) = resp else {
+            return Err(ClientError::Protocol(format!(
+                "metadata answered with {}",
+                resp.status()
+            )));
+        };
+        for b in m.brokers {
+            self.broker_addrs.insert(b.id, b.addr);
+        }
+        for t in m.topics {
+            if t.status.is_ok() {
+                self.topics.insert(t.name, t.partitions);
+            } else {
+                self.topics.remove(&t.name);
+                return Err(ClientError::Refused {
+                    what: format!("metadata for '{}'", t.name),
+                    status: t.status,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of partitions of `topic`, fetching metadata if not cached.
+    pub async fn partition_count(&mut self, topic: &str) -> Result<usize, ClientError> {
+        if !self.topics.contains_key(topic) {
+            self.refresh_metadata(topic, true).await?;
+        }
+        Ok(self.topics.get(topic).map_or(0, |p| p.len()))
+    }
+
+    /// The cached leader of a partition.
+    pub fn leader(&self, topic: &str, partition: i32) -> Option<LeaderInfo> {
+        let p = self
+            .topics
+            .get(topic)?
+            .iter()
+            .find(|p| p.partition == partition)?;
+        let addr = self.broker_addrs.get(&p.leader_id)?.clone();
+        Some(LeaderInfo {
+            broker_id: p.leader_id,
+            addr,
+            leader_epoch: p.leader_epoch,
+        })
+    }
+
+    /// The leader of a partition, refreshing metadata when it is not cached.
+    pub async fn leader_or_refresh(
+        &mut self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<LeaderInfo, ClientError> {
+        if let Some(l) = self.leader(topic, partition) {
+            return Ok(l);
+        }
+        self.refresh_metadata(topic, true).await?;
+        self.leader(topic, partition)
+            .ok_or_else(|| ClientError::Refused {
+                what: format!("leader of {topic}-{partition}"),
+                status: protocol::Status::new(
+                    protocol::ErrorCode::UnknownTopicOrPartition,
+                    format!("{topic}-{partition} has no known leader"),
+                ),
+            })
+    }
+
+    /// Forget cached metadata for `topic` (after a leadership error).
+    pub fn invalidate(&mut self, topic: &str) {
+        self.topics.remove(topic);
+    }
+
+    /// The next pause for retry number `attempt` (0-based).
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let ms = self
+            .config
+            .retry_backoff_ms
+            .saturating_mul(1u64 << attempt.min(16));
+        Duration::from_millis(ms.min(self.config.retry_backoff_max_ms))
+    }
+}

@@ -1,0 +1,64 @@
+//! Client errors.
+
+use protocol::Status;
+use thiserror::Error;
+
+/// What went wrong for a client call.
+#[derive(Debug, Error, Clone)]
+pub enum ClientError {
+    /// This producer is a zombie: a newer instance with the same transactional id has
+    /// initialised (or its producer id was retired). Never retried.
+    #[error("{}", fenced_line(.transactional_id.as_deref(), *.own_epoch, *.current_epoch, .detail))]
+    Fenced {
+        /// The transactional id, if any.
+        transactional_id: Option<String>,
+        /// Producer id.
+        producer_id: i64,
+        /// The epoch this producer holds.
+        own_epoch: i16,
+        /// The epoch that fenced it (-1 if the server did not say).
+        current_epoch: i16,
+        /// The server's explanation.
+        detail: String,
+    },
+    /// A retriable failure persisted past the delivery timeout.
+    #[error("gave up after {timeout_ms} ms ({what}); last error: {last_error}")]
+    Timeout {
+        /// What was being attempted.
+        what: String,
+        /// The deadline.
+        timeout_ms: u64,
+        /// The last error seen.
+        last_error: String,
+    },
+    /// The server refused with a non-retriable error.
+    #[error("{what}: {status}")]
+    Refused {
+        /// What was being attempted.
+        what: String,
+        /// The server's status.
+        status: Status,
+    },
+    /// An answer of the wrong kind arrived.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+fn fenced_line(tid: Option<&str>, own: i16, current: i16, detail: &str) -> String {
+    let who = match tid {
+        Some(t) => format!("transactional id '{t}'"),
+        None => "this producer id".to_string(),
+    };
+    if current >= 0 {
+        format!("fenced: {who} is at epoch {current}, this producer holds epoch {own} ({detail})")
+    } else {
+        format!("fenced: {who} has moved past epoch {own}, which this producer holds ({detail})")
+    }
+}
+
+impl ClientError {
+    /// Whether this is the fenced error.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, ClientError::Fenced { .. })
+    }
+}

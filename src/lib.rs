@@ -1,1 +1,143 @@
-//! epochfence: the root package holds tests and examples.
+//! The epochfence root package: [`LocalCluster`], a coordinator and brokers started inside
+//! one process on ephemeral loopback ports (real TCP), for the examples and network tests.
+//! The same servers run as the `coordinator` and `broker` binaries.
+
+use std::time::{Duration, Instant};
+
+use broker::BrokerConfig;
+use coordinator::CoordinatorConfig;
+use producer::{Admin, ClientConfig, ClientError};
+use protocol::ErrorCode;
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Why a local cluster could not start or act.
+#[derive(Debug, Error)]
+pub enum LocalError {
+    /// Binding or temp-dir creation failed.
+    #[error("local cluster: {0}")]
+    Io(#[from] std::io::Error),
+    /// A client call failed.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+/// Options for [`LocalCluster::start`].
+#[derive(Debug, Clone)]
+pub struct LocalOptions {
+    /// Number of brokers.
+    pub brokers: usize,
+    /// Producer fencing on the brokers (off only to show what it prevents).
+    pub fencing: bool,
+    /// Broker heartbeat interval, in milliseconds.
+    pub heartbeat_ms: u64,
+}
+
+impl Default for LocalOptions {
+    fn default() -> Self {
+        LocalOptions {
+            brokers: 1,
+            fencing: true,
+            heartbeat_ms: 50,
+        }
+    }
+}
+
+/// A running in-process cluster; dropping it stops the servers' accept loops.
+pub struct LocalCluster {
+    /// The coordinator's address (the `--bootstrap` of clients).
+    pub coordinator_addr: String,
+    /// Each broker's address, by broker id - 1.
+    pub broker_addrs: Vec<String>,
+    /// The data directory (coordinator journal and broker logs).
+    pub dir: tempfile::TempDir,
+    stops: Vec<oneshot::Sender<()>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl LocalCluster {
+    /// Start a coordinator and `opts.brokers` brokers on 127.0.0.1 with ephemeral ports.
+    pub async fn start(opts: LocalOptions) -> Result<LocalCluster, LocalError> {
+        let dir = tempfile::tempdir()?;
+        let mut stops = Vec::new();
+        let mut tasks = Vec::new();
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let coordinator_addr = listener.local_addr()?.to_string();
+        let (stop, stopped) = oneshot::channel::<()>();
+        stops.push(stop);
+        let config = CoordinatorConfig::new(dir.path().join("coordinator"));
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = coordinator::run(listener, config, async {
+                let _ = stopped.await;
+            })
+            .await
+            {
+                eprintln!("coordinator stopped: {e}");
+            }
+        }));
+        let mut broker_addrs = Vec::new();
+        for id in 1..=opts.brokers as i32 {
+            let listener = TcpListener::bind("127.0.0.1:0").await?;
+            broker_addrs.push(listener.local_addr()?.to_string());
+            let mut config = BrokerConfig::new(
+                id,
+                dir.path().join(format!("broker-{id}")),
+                coordinator_addr.clone(),
+            );
+            config.fencing = opts.fencing;
+            config.heartbeat_ms = opts.heartbeat_ms;
+            let (stop, stopped) = oneshot::channel::<()>();
+            stops.push(stop);
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = broker::run(listener, config, async {
+                    let _ = stopped.await;
+                })
+                .await
+                {
+                    eprintln!("broker stopped: {e}");
+                }
+            }));
+        }
+        Ok(LocalCluster {
+            coordinator_addr,
+            broker_addrs,
+            dir,
+            stops,
+            tasks,
+        })
+    }
+
+    /// An admin client for this cluster.
+    pub fn admin(&self) -> Admin {
+        Admin::new(&self.coordinator_addr, ClientConfig::default())
+    }
+
+    /// Create a topic, waiting (up to 10 s) for the brokers to register first.
+    pub async fn create_topic(&self, name: &str, partitions: i32) -> Result<(), LocalError> {
+        let mut admin = self.admin();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match admin.create_topic(name, partitions).await {
+                Err(ClientError::Refused { status, .. })
+                    if status.code == ErrorCode::BrokerNotAvailable
+                        && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(10)).await
+                }
+                other => return Ok(other?),
+            }
+        }
+    }
+
+    /// Stop every server and wait for them.
+    pub async fn shutdown(mut self) {
+        for s in self.stops.drain(..) {
+            let _ = s.send(());
+        }
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+    }
+}

@@ -151,6 +151,37 @@ impl Cluster {
         Ok(entry)
     }
 
+    /// Elect a partition's leader again under the next leader epoch. With one replica per
+    /// partition the only candidate is the current leader, which must hold a live lease; the
+    /// election still bumps the epoch, as every Kafka election does.
+    pub fn handle_elect_leader(
+        &mut self,
+        now_ms: u64,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Entry, Status> {
+        let Some((leader_id, leader_epoch, _)) = self.leader_of(topic, partition) else {
+            return Err(Status::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("{topic}-{partition} does not exist"),
+            ));
+        };
+        if !self.live_brokers(now_ms).contains(&leader_id) {
+            return Err(Status::new(
+                ErrorCode::LeaderNotAvailable,
+                format!("broker {leader_id}, the only replica of {topic}-{partition}, holds no live lease; start it and retry"),
+            ));
+        }
+        let entry = Entry::LeaderChanged {
+            topic: topic.to_string(),
+            partition,
+            leader_id,
+            leader_epoch: leader_epoch + 1,
+        };
+        self.apply(&entry);
+        Ok(entry)
+    }
+
     /// Metadata for `topics` (all if empty); unknown ones are created when asked and allowed.
     /// Returns the response parts and the entries to persist before answering.
     pub fn handle_metadata(
@@ -311,6 +342,28 @@ mod tests {
         assert!((0..3).all(|p| c.leader_of("t", p).unwrap().0 == 2));
         let (brokers, _) = c.describe(160);
         assert!(!brokers[0].alive && brokers[1].alive);
+    }
+
+    #[test]
+    fn election_bumps_the_leader_epoch_and_needs_a_live_leader() {
+        let mut c = Cluster::new(ClusterConfig {
+            broker_lease_ms: 100,
+            ..Default::default()
+        });
+        c.handle_heartbeat(0, 1, "a:1");
+        c.handle_create_topic(0, "t", 1).unwrap();
+        c.handle_elect_leader(10, "t", 0).unwrap();
+        assert_eq!(c.leader_of("t", 0).unwrap().1, 1);
+        c.handle_elect_leader(10, "t", 0).unwrap();
+        assert_eq!(c.leader_of("t", 0).unwrap().1, 2);
+        assert_eq!(
+            c.handle_elect_leader(500, "t", 0).unwrap_err().code,
+            ErrorCode::LeaderNotAvailable
+        );
+        assert_eq!(
+            c.handle_elect_leader(10, "t", 5).unwrap_err().code,
+            ErrorCode::UnknownTopicOrPartition
+        );
     }
 
     #[test]

@@ -56,6 +56,17 @@ pub enum Entry {
         /// The grant's epoch.
         epoch: i16,
     },
+    /// A partition's leadership changed (or was re-elected) under a new leader epoch.
+    LeaderChanged {
+        /// Topic.
+        topic: String,
+        /// Partition index.
+        partition: i32,
+        /// New leader.
+        leader_id: i32,
+        /// New leader epoch.
+        leader_epoch: i32,
+    },
     /// A topic was created; partition `i` is led by `leaders[i]` at leader epoch 0.
     TopicCreated {
         /// Topic name.
@@ -69,6 +80,7 @@ const GRANT: i8 = 1;
 const REGISTER: i8 = 2;
 const FENCE_DONE: i8 = 3;
 const TOPIC_CREATED: i8 = 4;
+const LEADER_CHANGED: i8 = 5;
 
 impl Entry {
     /// Encode for the journal.
@@ -118,6 +130,18 @@ impl Entry {
                 b.put_i8(FENCE_DONE);
                 b.put_string(transactional_id);
                 b.put_i16(*epoch);
+            }
+            Entry::LeaderChanged {
+                topic,
+                partition,
+                leader_id,
+                leader_epoch,
+            } => {
+                b.put_i8(LEADER_CHANGED);
+                b.put_string(topic);
+                b.put_i32(*partition);
+                b.put_i32(*leader_id);
+                b.put_i32(*leader_epoch);
             }
             Entry::TopicCreated { name, leaders } => {
                 b.put_i8(TOPIC_CREATED);

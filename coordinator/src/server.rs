@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use net::{Connection, ServerLimits};
 use protocol::{
-    AddPartitionResponse, DescribeResponse, ErrorCode, HeartbeatResponse, InitProducerIdResponse,
-    MetadataResponse, Request, Response, Status, TransactionalState, WriteMarkerRequest,
+    AddPartitionResponse, DescribeResponse, ElectLeaderResponse, ErrorCode, HeartbeatResponse,
+    InitProducerIdResponse, MetadataResponse, Request, Response, Status, TransactionalState,
+    WriteMarkerRequest,
 };
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -223,6 +224,27 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             Response::CreateTopic(match rx {
                 Ok(rx) => durable(rx).await.err().unwrap_or_else(Status::ok),
                 Err(status) => status,
+            })
+        }
+        Request::ElectLeader(r) => {
+            let outcome = {
+                let mut st = shared.lock();
+                let now = shared.now_ms();
+                st.cluster.handle_elect_leader(now, &r.topic, r.partition).map(|e| {
+                    let (leader_id, leader_epoch) = match &e {
+                        Entry::LeaderChanged { leader_id, leader_epoch, .. } => (*leader_id, *leader_epoch),
+                        _ => unreachable!("elections produce LeaderChanged"),
+                    };
+                    (shared.persist(&[e]), leader_id, leader_epoch)
+                })
+            };
+            Response::ElectLeader(match outcome {
+                Ok((rx, leader_id, leader_epoch)) => ElectLeaderResponse {
+                    status: durable(rx).await.err().unwrap_or_else(Status::ok),
+                    leader_id,
+                    leader_epoch,
+                },
+                Err(status) => ElectLeaderResponse { status, leader_id: -1, leader_epoch: -1 },
             })
         }
         Request::Heartbeat(r) => {

@@ -458,7 +458,7 @@ impl ProducerTable {
                     }
                 }
             }
-            Entry::TopicCreated { .. } => {}
+            Entry::TopicCreated { .. } | Entry::LeaderChanged { .. } => {}
         }
     }
 

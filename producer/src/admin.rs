@@ -1,6 +1,6 @@
 //! Admin calls to the coordinator.
 
-use protocol::{CreateTopicRequest, DescribeResponse, Request, Response};
+use protocol::{CreateTopicRequest, DescribeResponse, ElectLeaderRequest, Request, Response};
 
 use crate::client::{Client, ClientConfig};
 use crate::error::ClientError;
@@ -56,6 +56,28 @@ impl Admin {
             Response::Describe(d) => Ok(d),
             other => Err(ClientError::Protocol(format!(
                 "describe answered with {}",
+                other.status()
+            ))),
+        }
+    }
+
+    /// Elect a partition's leader again under a new leader epoch; returns (leader, epoch).
+    pub async fn elect_leader(
+        &mut self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(i32, i32), ClientError> {
+        let req = Request::ElectLeader(ElectLeaderRequest {
+            topic: topic.to_string(),
+            partition,
+        });
+        match self
+            .call(&format!("elect leader of {topic}-{partition}"), req)
+            .await?
+        {
+            Response::ElectLeader(e) => Ok((e.leader_id, e.leader_epoch)),
+            other => Err(ClientError::Protocol(format!(
+                "election answered with {}",
                 other.status()
             ))),
         }

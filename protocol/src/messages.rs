@@ -24,6 +24,8 @@ pub enum ApiKey {
     CreateTopics = 19,
     /// Get a producer id and epoch; bumps and fences for a known transactional id.
     InitProducerId = 22,
+    /// Admin -> coordinator: elect a partition's leader again, under a new leader epoch.
+    ElectLeaders = 43,
     /// Leader -> coordinator: register a partition under a producer's epoch before its first
     /// write there (Kafka's AddPartitionsToTxn as used by KIP-890 verification).
     AddPartitionsToTxn = 24,
@@ -44,6 +46,7 @@ impl ApiKey {
             3 => ApiKey::Metadata,
             19 => ApiKey::CreateTopics,
             22 => ApiKey::InitProducerId,
+            43 => ApiKey::ElectLeaders,
             24 => ApiKey::AddPartitionsToTxn,
             27 => ApiKey::WriteTxnMarkers,
             63 => ApiKey::BrokerHeartbeat,
@@ -239,6 +242,26 @@ pub struct CreateTopicRequest {
     pub partitions: i32,
 }
 
+/// Elect a partition's leader again under a bumped leader epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectLeaderRequest {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+}
+
+/// The answer to an election.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectLeaderResponse {
+    /// Outcome.
+    pub status: Status,
+    /// The leader after the election.
+    pub leader_id: i32,
+    /// Its new leader epoch.
+    pub leader_epoch: i32,
+}
+
 /// Get a producer id and epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitProducerIdRequest {
@@ -405,6 +428,8 @@ pub enum Request {
     CreateTopic(CreateTopicRequest),
     /// See [`InitProducerIdRequest`].
     InitProducerId(InitProducerIdRequest),
+    /// See [`ElectLeaderRequest`].
+    ElectLeader(ElectLeaderRequest),
     /// See [`AddPartitionRequest`].
     AddPartition(AddPartitionRequest),
     /// See [`WriteMarkerRequest`].
@@ -428,6 +453,8 @@ pub enum Response {
     CreateTopic(Status),
     /// See [`InitProducerIdResponse`].
     InitProducerId(InitProducerIdResponse),
+    /// See [`ElectLeaderResponse`].
+    ElectLeader(ElectLeaderResponse),
     /// See [`AddPartitionResponse`].
     AddPartition(AddPartitionResponse),
     /// See [`WriteMarkerResponse`].
@@ -449,6 +476,7 @@ impl Request {
             Request::Metadata(_) => ApiKey::Metadata,
             Request::CreateTopic(_) => ApiKey::CreateTopics,
             Request::InitProducerId(_) => ApiKey::InitProducerId,
+            Request::ElectLeader(_) => ApiKey::ElectLeaders,
             Request::AddPartition(_) => ApiKey::AddPartitionsToTxn,
             Request::WriteMarker(_) => ApiKey::WriteTxnMarkers,
             Request::Heartbeat(_) => ApiKey::BrokerHeartbeat,
@@ -466,6 +494,7 @@ impl Response {
             Response::Metadata(_) => ApiKey::Metadata as i16,
             Response::CreateTopic(_) => ApiKey::CreateTopics as i16,
             Response::InitProducerId(_) => ApiKey::InitProducerId as i16,
+            Response::ElectLeader(_) => ApiKey::ElectLeaders as i16,
             Response::AddPartition(_) => ApiKey::AddPartitionsToTxn as i16,
             Response::WriteMarker(_) => ApiKey::WriteTxnMarkers as i16,
             Response::Heartbeat(_) => ApiKey::BrokerHeartbeat as i16,
@@ -482,6 +511,7 @@ impl Response {
             Response::Metadata(r) => &r.status,
             Response::CreateTopic(s) => s,
             Response::InitProducerId(r) => &r.status,
+            Response::ElectLeader(r) => &r.status,
             Response::AddPartition(r) => &r.status,
             Response::WriteMarker(r) => &r.status,
             Response::Heartbeat(r) => &r.status,
@@ -530,6 +560,10 @@ pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
             b.put_i32(i.transaction_timeout_ms);
             b.put_i64(i.producer_id);
             b.put_i16(i.producer_epoch);
+        }
+        Request::ElectLeader(e) => {
+            b.put_string(&e.topic);
+            b.put_i32(e.partition);
         }
         Request::AddPartition(a) => {
             b.put_i64(a.producer_id);
@@ -640,6 +674,10 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
             producer_id: r.i64("producer_id")?,
             producer_epoch: r.i16("producer_epoch")?,
         }),
+        ApiKey::ElectLeaders => Request::ElectLeader(ElectLeaderRequest {
+            topic: r.string("topic")?,
+            partition: r.i32("partition")?,
+        }),
         ApiKey::AddPartitionsToTxn => Request::AddPartition(AddPartitionRequest {
             producer_id: r.i64("producer_id")?,
             producer_epoch: r.i16("producer_epoch")?,
@@ -704,6 +742,10 @@ pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
         Response::InitProducerId(i) => {
             b.put_i64(i.producer_id);
             b.put_i16(i.producer_epoch);
+        }
+        Response::ElectLeader(e) => {
+            b.put_i32(e.leader_id);
+            b.put_i32(e.leader_epoch);
         }
         Response::AddPartition(a) => b.put_i16(a.current_epoch),
         Response::WriteMarker(w) => {
@@ -823,6 +865,11 @@ fn decode_response_body(
             status,
             producer_id: r.i64("producer_id")?,
             producer_epoch: r.i16("producer_epoch")?,
+        }),
+        ApiKey::ElectLeaders => Response::ElectLeader(ElectLeaderResponse {
+            status,
+            leader_id: r.i32("leader_id")?,
+            leader_epoch: r.i32("leader_epoch")?,
         }),
         ApiKey::AddPartitionsToTxn => Response::AddPartition(AddPartitionResponse {
             status,
@@ -969,6 +1016,10 @@ mod tests {
             addr: "127.0.0.1:9".into(),
         }));
         roundtrip_req(Request::Describe);
+        roundtrip_req(Request::ElectLeader(ElectLeaderRequest {
+            topic: "t".into(),
+            partition: 2,
+        }));
     }
 
     #[test]

@@ -26,6 +26,14 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         partitions: i32,
     },
+    /// Elect a partition's leader again under the next leader epoch (older epochs are then fenced).
+    ElectLeader {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        #[arg(long, default_value_t = 0)]
+        partition: i32,
+    },
     /// Show brokers, partitions (leader, leader epoch) and transactional ids (producer id, epoch).
     Describe {
         /// Print JSON.
@@ -47,6 +55,9 @@ async fn main() -> ExitCode {
     let result = match args.command {
         Command::CreateTopic { name, partitions } => admin.create_topic(&name, partitions).await.map(|()| {
             println!("created topic '{name}' with {partitions} partitions");
+        }),
+        Command::ElectLeader { topic, partition } => admin.elect_leader(&topic, partition).await.map(|(leader, epoch)| {
+            println!("{topic}-{partition}: leader={leader} leader_epoch={epoch}");
         }),
         Command::Describe { json } => admin.describe().await.map(|d| {
             if json {

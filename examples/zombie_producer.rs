@@ -25,11 +25,7 @@ fn say(line: impl AsRef<str>) {
 }
 
 async fn story(fencing: bool) -> Result<Outcome, Box<dyn std::error::Error>> {
-    let cluster = LocalCluster::start(LocalOptions {
-        fencing,
-        ..Default::default()
-    })
-    .await?;
+    let cluster = LocalCluster::start(LocalOptions { fencing, ..Default::default() }).await?;
     cluster.create_topic(TOPIC, 2).await?;
     say(format!(
         "  coordinator on {}, broker 1 on {} (producer fencing {}); topic '{TOPIC}' has 2 partitions",
@@ -46,18 +42,11 @@ async fn story(fencing: bool) -> Result<Outcome, Box<dyn std::error::Error>> {
         a.producer_id(),
         a.epoch()
     ));
-    let m = a
-        .send(TOPIC, 0, Bytes::from_static(b"balance=100 (written by A)"))
-        .await?;
-    say(format!(
-        "     A writes \"balance=100\" to {TOPIC}-0              -> offset {}",
-        m.base_offset
-    ));
+    let m = a.send(TOPIC, 0, Bytes::from_static(b"balance=100 (written by A)")).await?;
+    say(format!("     A writes \"balance=100\" to {TOPIC}-0              -> offset {}", m.base_offset));
 
     // 2. A freezes. Nothing runs: a GC pause, a stopped VM, a partition that heals later.
-    say(
-        "  2. A freezes (a long GC pause). Its supervisor gives up on it and starts a replacement.",
-    );
+    say("  2. A freezes (a long GC pause). Its supervisor gives up on it and starts a replacement.");
 
     // 3. B takes over with the same transactional id.
     let mut b = Producer::init(&bootstrap, ProducerConfig::transactional(TID)).await?;
@@ -68,71 +57,38 @@ async fn story(fencing: bool) -> Result<Outcome, Box<dyn std::error::Error>> {
     ));
     if fencing {
         say("     (before answering B, the coordinator wrote a fence marker at epoch 1 to every partition");
-        say(
-            "      A had registered - accounts-0 - and it refuses epoch 0 for any other partition)",
-        );
+        say("      A had registered - accounts-0 - and it refuses epoch 0 for any other partition)");
     } else {
         say("     (this broker never registers producers with the coordinator, so nothing is fenced)");
     }
-    let m = b
-        .send(TOPIC, 0, Bytes::from_static(b"balance=150 (written by B)"))
-        .await?;
-    say(format!(
-        "     B writes \"balance=150\" to {TOPIC}-0              -> offset {}",
-        m.base_offset
-    ));
+    let m = b.send(TOPIC, 0, Bytes::from_static(b"balance=150 (written by B)")).await?;
+    say(format!("     B writes \"balance=150\" to {TOPIC}-0              -> offset {}", m.base_offset));
 
     // 4. A wakes up, unaware, and carries on.
     say("  4. A wakes up. It still believes it is the writer and carries on:");
     let zombie_rejected = report(
-        a.send(
-            TOPIC,
-            0,
-            Bytes::from_static(b"balance=90 (written by A, stale)"),
-        )
-        .await,
+        a.send(TOPIC, 0, Bytes::from_static(b"balance=90 (written by A, stale)")).await,
         "A writes \"balance=90\"  to accounts-0",
     );
     let zombie_rejected_elsewhere = report(
-        a.send(
-            TOPIC,
-            1,
-            Bytes::from_static(b"balance=90 (written by A, stale)"),
-        )
-        .await,
+        a.send(TOPIC, 1, Bytes::from_static(b"balance=90 (written by A, stale)")).await,
         "A writes \"balance=90\"  to accounts-1 (never touched)",
     );
 
     // 5. Replay the partition the way any reader would.
     let mut consumer = Consumer::new(&bootstrap, ClientConfig::default());
     let records = consumer.read_to_end(TOPIC, 0, 0).await?;
-    say(format!(
-        "  5. replaying {TOPIC}-0 (what every reader and every rebuilt cache sees):"
-    ));
+    say(format!("  5. replaying {TOPIC}-0 (what every reader and every rebuilt cache sees):"));
     for r in &records {
-        say(format!(
-            "       offset {}  epoch {}  {}",
-            r.offset,
-            r.producer_epoch,
-            String::from_utf8_lossy(&r.value)
-        ));
+        say(format!("       offset {}  epoch {}  {}", r.offset, r.producer_epoch, String::from_utf8_lossy(&r.value)));
     }
     if fencing {
         say("       (offset 1 is the fence marker: a control batch, never shown as a record)");
     }
-    let final_value = records
-        .last()
-        .map(|r| String::from_utf8_lossy(&r.value).into_owned())
-        .unwrap_or_default();
-    say(format!(
-        "     the balance a replay ends with: {final_value}"
-    ));
+    let final_value = records.last().map(|r| String::from_utf8_lossy(&r.value).into_owned()).unwrap_or_default();
+    say(format!("     the balance a replay ends with: {final_value}"));
     cluster.shutdown().await;
-    Ok(Outcome {
-        zombie_rejected,
-        zombie_rejected_elsewhere,
-        final_value,
-    })
+    Ok(Outcome { zombie_rejected, zombie_rejected_elsewhere, final_value })
 }
 
 fn report(result: Result<producer::RecordMetadata, ClientError>, what: &str) -> bool {
@@ -178,9 +134,7 @@ async fn main() -> ExitCode {
         }
     };
     say("");
-    let kept = fenced.zombie_rejected
-        && fenced.zombie_rejected_elsewhere
-        && fenced.final_value.contains("by B");
+    let kept = fenced.zombie_rejected && fenced.zombie_rejected_elsewhere && fenced.final_value.contains("by B");
     let corrupted = !unfenced.zombie_rejected && unfenced.final_value.contains("by A, stale");
     say("Summary");
     say(format!(

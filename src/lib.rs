@@ -37,11 +37,7 @@ pub struct LocalOptions {
 
 impl Default for LocalOptions {
     fn default() -> Self {
-        LocalOptions {
-            brokers: 1,
-            fencing: true,
-            heartbeat_ms: 50,
-        }
+        LocalOptions { brokers: 1, fencing: true, heartbeat_ms: 50 }
     }
 }
 
@@ -81,11 +77,7 @@ impl LocalCluster {
         for id in 1..=opts.brokers as i32 {
             let listener = TcpListener::bind("127.0.0.1:0").await?;
             broker_addrs.push(listener.local_addr()?.to_string());
-            let mut config = BrokerConfig::new(
-                id,
-                dir.path().join(format!("broker-{id}")),
-                coordinator_addr.clone(),
-            );
+            let mut config = BrokerConfig::new(id, dir.path().join(format!("broker-{id}")), coordinator_addr.clone());
             config.fencing = opts.fencing;
             config.heartbeat_ms = opts.heartbeat_ms;
             let (stop, stopped) = oneshot::channel::<()>();
@@ -100,13 +92,7 @@ impl LocalCluster {
                 }
             }));
         }
-        Ok(LocalCluster {
-            coordinator_addr,
-            broker_addrs,
-            dir,
-            stops,
-            tasks,
-        })
+        Ok(LocalCluster { coordinator_addr, broker_addrs, dir, stops, tasks })
     }
 
     /// An admin client for this cluster.
@@ -121,8 +107,7 @@ impl LocalCluster {
         loop {
             match admin.create_topic(name, partitions).await {
                 Err(ClientError::Refused { status, .. })
-                    if status.code == ErrorCode::BrokerNotAvailable
-                        && Instant::now() < deadline =>
+                    if status.code == ErrorCode::BrokerNotAvailable && Instant::now() < deadline =>
                 {
                     tokio::time::sleep(Duration::from_millis(10)).await
                 }

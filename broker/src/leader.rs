@@ -55,16 +55,10 @@ impl Leadership {
     pub fn check(&self, request_epoch: i32) -> Result<(), LeaderEpochError> {
         let current = self.leader_epoch;
         if request_epoch >= 0 && request_epoch < current {
-            return Err(LeaderEpochError::Fenced {
-                current,
-                got: request_epoch,
-            });
+            return Err(LeaderEpochError::Fenced { current, got: request_epoch });
         }
         if request_epoch > current {
-            return Err(LeaderEpochError::Unknown {
-                current,
-                got: request_epoch,
-            });
+            return Err(LeaderEpochError::Unknown { current, got: request_epoch });
         }
         if !self.is_leader {
             return Err(LeaderEpochError::NotLeader { current });
@@ -89,18 +83,9 @@ mod tests {
 
     #[test]
     fn stale_newer_and_equal_epochs() {
-        let l = Leadership {
-            is_leader: true,
-            leader_epoch: 3,
-        };
-        assert_eq!(
-            l.check(2),
-            Err(LeaderEpochError::Fenced { current: 3, got: 2 })
-        );
-        assert_eq!(
-            l.check(4),
-            Err(LeaderEpochError::Unknown { current: 3, got: 4 })
-        );
+        let l = Leadership { is_leader: true, leader_epoch: 3 };
+        assert_eq!(l.check(2), Err(LeaderEpochError::Fenced { current: 3, got: 2 }));
+        assert_eq!(l.check(4), Err(LeaderEpochError::Unknown { current: 3, got: 4 }));
         assert_eq!(l.check(3), Ok(()));
         assert_eq!(l.check(-1), Ok(()));
         assert_eq!(l.check(2).unwrap_err().code(), ErrorCode::FencedLeaderEpoch);
@@ -108,18 +93,9 @@ mod tests {
 
     #[test]
     fn not_leader_and_epochs_never_go_back() {
-        let mut l = Leadership {
-            is_leader: true,
-            leader_epoch: 3,
-        };
+        let mut l = Leadership { is_leader: true, leader_epoch: 3 };
         l.learn(false, 2);
-        assert_eq!(
-            l,
-            Leadership {
-                is_leader: true,
-                leader_epoch: 3
-            }
-        );
+        assert_eq!(l, Leadership { is_leader: true, leader_epoch: 3 });
         l.learn(false, 4);
         assert_eq!(l.check(4), Err(LeaderEpochError::NotLeader { current: 4 }));
     }

@@ -86,19 +86,10 @@ impl PartitionLog {
         let path = dir.join(LOG_FILE);
         let err = |op: &'static str| {
             let path = path.display().to_string();
-            move |e: std::io::Error| LogError::Io {
-                path: path.clone(),
-                op,
-                detail: e.to_string(),
-            }
+            move |e: std::io::Error| LogError::Io { path: path.clone(), op, detail: e.to_string() }
         };
         std::fs::create_dir_all(dir).map_err(err("create directory"))?;
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&path)
-            .map_err(err("open"))?;
+        let mut file = OpenOptions::new().read(true).append(true).create(true).open(&path).map_err(err("open"))?;
         let mut raw = Vec::new();
         file.read_to_end(&mut raw).map_err(err("read"))?;
         let total = raw.len() as u64;
@@ -109,15 +100,11 @@ impl PartitionLog {
         for item in BatchIter::new(Bytes::from(raw)) {
             let problem = match item {
                 Ok((h, bytes)) => match verify_crc(&bytes, &h) {
-                    Ok(()) if h.base_offset != next_offset => Some(format!(
-                        "batch at offset {} where {next_offset} was due",
-                        h.base_offset
-                    )),
+                    Ok(()) if h.base_offset != next_offset => {
+                        Some(format!("batch at offset {} where {next_offset} was due", h.base_offset))
+                    }
                     Ok(()) => {
-                        index.push(IndexEntry {
-                            last_offset: h.last_offset(),
-                            pos,
-                        });
+                        index.push(IndexEntry { last_offset: h.last_offset(), pos });
                         headers.push(h);
                         pos += bytes.len() as u64;
                         next_offset = h.last_offset() + 1;
@@ -135,11 +122,7 @@ impl PartitionLog {
                 }
             };
             if let Some(detail) = problem {
-                return Err(LogError::Corrupt {
-                    path: path.display().to_string(),
-                    pos,
-                    detail,
-                });
+                return Err(LogError::Corrupt { path: path.display().to_string(), pos, detail });
             }
         }
         if pos < total {
@@ -147,20 +130,8 @@ impl PartitionLog {
             file.sync_all().map_err(err("sync"))?;
         }
         let reader = Arc::new(File::open(&path).map_err(err("open for reading"))?);
-        let log = PartitionLog {
-            path,
-            file,
-            reader,
-            index,
-            end_offset: next_offset,
-            size: pos,
-            failed: None,
-        };
-        Ok(Recovered {
-            log,
-            headers,
-            truncated_bytes: total - pos,
-        })
+        let log = PartitionLog { path, file, reader, index, end_offset: next_offset, size: pos, failed: None };
+        Ok(Recovered { log, headers, truncated_bytes: total - pos })
     }
 
     /// The offset the next batch gets.
@@ -176,35 +147,19 @@ impl PartitionLog {
     /// Append one batch. `prefix` holds its first 16 bytes (base offset, length and leader
     /// epoch as rewritten by the caller), `rest` the bytes after them as received, so the batch
     /// is never copied. On a failed write the file is cut back to where it was.
-    pub fn append(
-        &mut self,
-        prefix: &[u8; 16],
-        rest: &[u8],
-        header: &BatchHeader,
-    ) -> Result<(), LogError> {
+    pub fn append(&mut self, prefix: &[u8; 16], rest: &[u8], header: &BatchHeader) -> Result<(), LogError> {
         if let Some(detail) = &self.failed {
-            return Err(LogError::Failed {
-                path: self.path.display().to_string(),
-                detail: detail.clone(),
-            });
+            return Err(LogError::Failed { path: self.path.display().to_string(), detail: detail.clone() });
         }
         if let Err(e) = write_all_two(&mut self.file, prefix, rest) {
             let detail = e.to_string();
             if let Err(undo) = self.file.set_len(self.size) {
-                self.failed = Some(format!(
-                    "write failed ({detail}) and the partial batch could not be removed ({undo})"
-                ));
+                self.failed =
+                    Some(format!("write failed ({detail}) and the partial batch could not be removed ({undo})"));
             }
-            return Err(LogError::Io {
-                path: self.path.display().to_string(),
-                op: "write",
-                detail,
-            });
+            return Err(LogError::Io { path: self.path.display().to_string(), op: "write", detail });
         }
-        self.index.push(IndexEntry {
-            last_offset: header.last_offset(),
-            pos: self.size,
-        });
+        self.index.push(IndexEntry { last_offset: header.last_offset(), pos: self.size });
         self.size += (prefix.len() + rest.len()) as u64;
         self.end_offset = header.last_offset() + 1;
         Ok(())
@@ -247,10 +202,7 @@ fn write_all_two(file: &mut File, a: &[u8], b: &[u8]) -> std::io::Result<()> {
     while !a.is_empty() || !b.is_empty() {
         let n = file.write_vectored(&[IoSlice::new(a), IoSlice::new(b)])?;
         if n == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::WriteZero,
-                "wrote nothing",
-            ));
+            return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "wrote nothing"));
         }
         let from_a = n.min(a.len());
         a = &a[from_a..];
@@ -267,11 +219,7 @@ mod tests {
     fn append(log: &mut PartitionLog, value: &str) -> i64 {
         let seq = log.end_offset() as i32;
         let b = build_batch(
-            ProducerStamp {
-                producer_id: 1,
-                producer_epoch: 0,
-                base_sequence: seq,
-            },
+            ProducerStamp { producer_id: 1, producer_epoch: 0, base_sequence: seq },
             false,
             0,
             &[Bytes::from(value.to_string())],
@@ -294,11 +242,7 @@ mod tests {
         }
         let (pos, len) = log.locate(2, 1).unwrap();
         let one = read_at(&log.reader(), pos, len).unwrap();
-        assert_eq!(
-            BatchHeader::parse(&one).unwrap().base_offset,
-            2,
-            "at least one whole batch"
-        );
+        assert_eq!(BatchHeader::parse(&one).unwrap().base_offset, 2, "at least one whole batch");
         let (_, all) = log.locate(0, usize::MAX).unwrap();
         assert_eq!(all as u64, log.size_bytes());
         assert!(log.locate(5, 100).is_none());
@@ -318,12 +262,7 @@ mod tests {
         let size = log.size_bytes();
         drop(log);
         let path = dir.path().join(LOG_FILE);
-        OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(size - 5)
-            .unwrap();
+        OpenOptions::new().write(true).open(&path).unwrap().set_len(size - 5).unwrap();
         let r = PartitionLog::open(dir.path()).unwrap();
         assert_eq!(r.log.end_offset(), 2);
         assert!(r.truncated_bytes > 0);
@@ -331,9 +270,6 @@ mod tests {
         let mut raw = std::fs::read(&path).unwrap();
         raw[70] ^= 0xff; // inside the first batch's records
         std::fs::write(&path, &raw).unwrap();
-        assert!(matches!(
-            PartitionLog::open(dir.path()),
-            Err(LogError::Corrupt { pos: 0, .. })
-        ));
+        assert!(matches!(PartitionLog::open(dir.path()), Err(LogError::Corrupt { pos: 0, .. })));
     }
 }

@@ -104,11 +104,7 @@ impl Partition {
         Ok(Partition {
             topic: topic.to_string(),
             index,
-            inner: Mutex::new(Inner {
-                log: recovered.log,
-                producers,
-                leadership,
-            }),
+            inner: Mutex::new(Inner { log: recovered.log, producers, leadership }),
         })
     }
 
@@ -128,10 +124,7 @@ impl Partition {
         g.leadership.check(request_leader_epoch)?;
         match g.producers.check(header)? {
             Admit::Duplicate { base_offset } => {
-                return Ok(Appended::Duplicate {
-                    base_offset,
-                    log_end_offset: g.log.end_offset(),
-                })
+                return Ok(Appended::Duplicate { base_offset, log_end_offset: g.log.end_offset() })
             }
             Admit::NeedsVerification => {
                 return Err(AppendError::NeedsVerification {
@@ -147,17 +140,10 @@ impl Partition {
         prefix.copy_from_slice(&batch[..16]);
         set_base_offset(&mut prefix, base_offset);
         set_partition_leader_epoch(&mut prefix, leader_epoch);
-        let stored = BatchHeader {
-            base_offset,
-            partition_leader_epoch: leader_epoch,
-            ..*header
-        };
+        let stored = BatchHeader { base_offset, partition_leader_epoch: leader_epoch, ..*header };
         g.log.append(&prefix, &batch[16..], &stored)?;
         g.producers.record(&stored);
-        Ok(Appended::New {
-            base_offset,
-            log_end_offset: g.log.end_offset(),
-        })
+        Ok(Appended::New { base_offset, log_end_offset: g.log.end_offset() })
     }
 
     /// The coordinator confirmed `(producer_id, epoch)` for this partition.
@@ -187,12 +173,7 @@ impl Partition {
 
     /// Whole batches from the one holding `offset`, at most `max_bytes` (at least one batch).
     /// The lock is held only to find the bytes; they are read after it is released.
-    pub fn fetch(
-        &self,
-        offset: i64,
-        max_bytes: usize,
-        request_leader_epoch: i32,
-    ) -> Result<Fetched, FetchError> {
+    pub fn fetch(&self, offset: i64, max_bytes: usize, request_leader_epoch: i32) -> Result<Fetched, FetchError> {
         let (range, reader, high_watermark, leader_epoch) = {
             let g = self.lock();
             g.leadership.check(request_leader_epoch)?;
@@ -200,24 +181,13 @@ impl Partition {
             if offset < 0 || offset > end {
                 return Err(FetchError::OutOfRange { offset, end });
             }
-            (
-                g.log.locate(offset, max_bytes),
-                g.log.reader(),
-                end,
-                g.leadership.leader_epoch,
-            )
+            (g.log.locate(offset, max_bytes), g.log.reader(), end, g.leadership.leader_epoch)
         };
         let records = match range {
             None => Bytes::new(),
-            Some((pos, len)) => {
-                read_at(&reader, pos, len).map_err(|e| FetchError::Io(e.to_string()))?
-            }
+            Some((pos, len)) => read_at(&reader, pos, len).map_err(|e| FetchError::Io(e.to_string()))?,
         };
-        Ok(Fetched {
-            records,
-            high_watermark,
-            leader_epoch,
-        })
+        Ok(Fetched { records, high_watermark, leader_epoch })
     }
 }
 

@@ -86,10 +86,7 @@ impl ProducerStates {
     /// An empty table. `fencing = false` turns the gate off entirely (every batch is
     /// appended): only for demonstrating and measuring what fencing prevents and costs.
     pub fn new(fencing: bool) -> Self {
-        ProducerStates {
-            producers: HashMap::new(),
-            fencing,
-        }
+        ProducerStates { producers: HashMap::new(), fencing }
     }
 
     /// The epoch this partition holds for `producer_id`, if it has seen it.
@@ -117,25 +114,17 @@ impl ProducerStates {
         if h.is_control() {
             // A marker at epoch e fences every epoch below e; an older marker is stale.
             return match current {
-                Some(c) if h.producer_epoch < c => Err(GateError::StaleEpoch {
-                    producer_id: h.producer_id,
-                    current: c,
-                    got: h.producer_epoch,
-                }),
+                Some(c) if h.producer_epoch < c => {
+                    Err(GateError::StaleEpoch { producer_id: h.producer_id, current: c, got: h.producer_epoch })
+                }
                 _ => Ok(Admit::Append),
             };
         }
         if let Some(e) = entry {
             if h.producer_epoch == e.epoch {
                 let last = h.last_sequence();
-                if let Some(b) = e
-                    .batches
-                    .iter()
-                    .find(|b| b.first_seq == h.base_sequence && b.last_seq == last)
-                {
-                    return Ok(Admit::Duplicate {
-                        base_offset: b.base_offset,
-                    });
+                if let Some(b) = e.batches.iter().find(|b| b.first_seq == h.base_sequence && b.last_seq == last) {
+                    return Ok(Admit::Duplicate { base_offset: b.base_offset });
                 }
             }
             if h.producer_epoch < e.epoch {
@@ -177,10 +166,7 @@ impl ProducerStates {
         let e = self
             .producers
             .entry(h.producer_id)
-            .or_insert_with(|| ProducerEntry {
-                epoch: h.producer_epoch,
-                ..Default::default()
-            });
+            .or_insert_with(|| ProducerEntry { epoch: h.producer_epoch, ..Default::default() });
         if h.producer_epoch > e.epoch {
             e.epoch = h.producer_epoch;
             e.batches.clear();
@@ -208,13 +194,7 @@ impl ProducerStates {
     /// The coordinator confirmed that `(producer_id, epoch)` is registered for this partition.
     /// Ignored if the partition already holds a newer epoch for it.
     pub fn mark_verified(&mut self, producer_id: i64, epoch: i16) {
-        let e = self
-            .producers
-            .entry(producer_id)
-            .or_insert_with(|| ProducerEntry {
-                epoch,
-                ..Default::default()
-            });
+        let e = self.producers.entry(producer_id).or_insert_with(|| ProducerEntry { epoch, ..Default::default() });
         if epoch >= e.epoch {
             e.verified_epoch = Some(epoch);
         }
@@ -230,11 +210,7 @@ mod tests {
     fn header(pid: i64, epoch: i16, seq: i32, n: usize, offset: i64) -> BatchHeader {
         let values: Vec<Bytes> = (0..n).map(|i| Bytes::from(format!("v{i}"))).collect();
         let b = build_batch(
-            ProducerStamp {
-                producer_id: pid,
-                producer_epoch: epoch,
-                base_sequence: seq,
-            },
+            ProducerStamp { producer_id: pid, producer_epoch: epoch, base_sequence: seq },
             false,
             0,
             &values,
@@ -267,20 +243,14 @@ mod tests {
     #[test]
     fn first_write_of_an_epoch_needs_verification() {
         let s = ProducerStates::new(true);
-        assert_eq!(
-            s.check(&header(1, 0, 0, 1, 0)),
-            Ok(Admit::NeedsVerification)
-        );
+        assert_eq!(s.check(&header(1, 0, 0, 1, 0)), Ok(Admit::NeedsVerification));
     }
 
     #[test]
     fn same_epoch_writes_many_times_in_sequence() {
         let mut s = ProducerStates::new(true);
         for i in 0..20 {
-            assert_eq!(
-                admit(&mut s, &header(1, 3, i * 2, 2, i as i64 * 2)),
-                Ok(Admit::Append)
-            );
+            assert_eq!(admit(&mut s, &header(1, 3, i * 2, 2, i as i64 * 2)), Ok(Admit::Append));
         }
     }
 
@@ -290,11 +260,7 @@ mod tests {
         admit(&mut s, &header(1, 4, 0, 1, 0)).unwrap();
         assert_eq!(
             admit(&mut s, &header(1, 3, 1, 1, 1)),
-            Err(GateError::StaleEpoch {
-                producer_id: 1,
-                current: 4,
-                got: 3
-            })
+            Err(GateError::StaleEpoch { producer_id: 1, current: 4, got: 3 })
         );
     }
 
@@ -303,15 +269,9 @@ mod tests {
         let mut s = ProducerStates::new(true);
         admit(&mut s, &header(1, 0, 0, 1, 0)).unwrap();
         assert_eq!(admit(&mut s, &marker(1, 1, 1)), Ok(Admit::Append));
-        assert!(matches!(
-            admit(&mut s, &header(1, 0, 1, 1, 2)),
-            Err(GateError::StaleEpoch { current: 1, .. })
-        ));
+        assert!(matches!(admit(&mut s, &header(1, 0, 1, 1, 2)), Err(GateError::StaleEpoch { current: 1, .. })));
         // A stale marker is refused too.
-        assert!(matches!(
-            s.check(&marker(1, 0, 2)),
-            Err(GateError::StaleEpoch { .. })
-        ));
+        assert!(matches!(s.check(&marker(1, 0, 2)), Err(GateError::StaleEpoch { .. })));
         // The new epoch writes from sequence 0.
         assert_eq!(admit(&mut s, &header(1, 1, 0, 1, 2)), Ok(Admit::Append));
     }
@@ -322,19 +282,10 @@ mod tests {
         for i in 0..6 {
             admit(&mut s, &header(1, 0, i, 1, 100 + i as i64)).unwrap();
         }
-        assert_eq!(
-            s.check(&header(1, 0, 5, 1, 999)),
-            Ok(Admit::Duplicate { base_offset: 105 })
-        );
-        assert_eq!(
-            s.check(&header(1, 0, 1, 1, 999)),
-            Ok(Admit::Duplicate { base_offset: 101 })
-        );
+        assert_eq!(s.check(&header(1, 0, 5, 1, 999)), Ok(Admit::Duplicate { base_offset: 105 }));
+        assert_eq!(s.check(&header(1, 0, 1, 1, 999)), Ok(Admit::Duplicate { base_offset: 101 }));
         // Older than the last five: not a duplicate we can prove, so out of order.
-        assert!(matches!(
-            s.check(&header(1, 0, 0, 1, 999)),
-            Err(GateError::OutOfOrder { expected: 6, .. })
-        ));
+        assert!(matches!(s.check(&header(1, 0, 0, 1, 999)), Err(GateError::OutOfOrder { expected: 6, .. })));
     }
 
     #[test]
@@ -343,20 +294,10 @@ mod tests {
         admit(&mut s, &header(1, 0, 0, 1, 0)).unwrap();
         assert!(matches!(
             admit(&mut s, &header(1, 0, 2, 1, 1)),
-            Err(GateError::OutOfOrder {
-                expected: 1,
-                got: 2,
-                ..
-            })
+            Err(GateError::OutOfOrder { expected: 1, got: 2, .. })
         ));
-        assert!(matches!(
-            admit(&mut s, &header(1, 1, 5, 1, 1)),
-            Err(GateError::OutOfOrder { expected: 0, .. })
-        ));
-        assert!(matches!(
-            admit(&mut s, &header(2, 0, 7, 1, 1)),
-            Err(GateError::OutOfOrder { expected: 0, .. })
-        ));
+        assert!(matches!(admit(&mut s, &header(1, 1, 5, 1, 1)), Err(GateError::OutOfOrder { expected: 0, .. })));
+        assert!(matches!(admit(&mut s, &header(2, 0, 7, 1, 1)), Err(GateError::OutOfOrder { expected: 0, .. })));
     }
 
     #[test]
@@ -364,20 +305,13 @@ mod tests {
         let mut s = ProducerStates::new(true);
         admit(&mut s, &marker(1, 5, 0)).unwrap();
         s.mark_verified(1, 4);
-        assert!(matches!(
-            s.check(&header(1, 4, 0, 1, 1)),
-            Err(GateError::StaleEpoch { current: 5, .. })
-        ));
+        assert!(matches!(s.check(&header(1, 4, 0, 1, 1)), Err(GateError::StaleEpoch { current: 5, .. })));
     }
 
     #[test]
     fn replaying_records_rebuilds_the_fence() {
         let mut live = ProducerStates::new(true);
-        let batches = [
-            header(1, 0, 0, 1, 0),
-            marker(1, 1, 1),
-            header(1, 1, 0, 2, 2),
-        ];
+        let batches = [header(1, 0, 0, 1, 0), marker(1, 1, 1), header(1, 1, 0, 2, 2)];
         for b in &batches {
             admit(&mut live, b).unwrap();
         }
@@ -386,19 +320,10 @@ mod tests {
             replayed.record(b);
         }
         assert_eq!(replayed.epoch_of(1), Some(1));
-        assert!(matches!(
-            replayed.check(&header(1, 0, 1, 1, 4)),
-            Err(GateError::StaleEpoch { .. })
-        ));
-        assert_eq!(
-            replayed.check(&header(1, 1, 0, 2, 9)),
-            Ok(Admit::Duplicate { base_offset: 2 })
-        );
+        assert!(matches!(replayed.check(&header(1, 0, 1, 1, 4)), Err(GateError::StaleEpoch { .. })));
+        assert_eq!(replayed.check(&header(1, 1, 0, 2, 9)), Ok(Admit::Duplicate { base_offset: 2 }));
         // Verification is volatile: a replayed table asks the coordinator again.
-        assert_eq!(
-            replayed.check(&header(1, 1, 2, 1, 4)),
-            Ok(Admit::NeedsVerification)
-        );
+        assert_eq!(replayed.check(&header(1, 1, 2, 1, 4)), Ok(Admit::NeedsVerification));
     }
 
     #[test]

@@ -10,8 +10,8 @@ use dashmap::DashMap;
 use net::{Connection, ServerLimits};
 use protocol::batch::{build_marker, verify_crc, BatchError, BatchHeader, MarkerKind};
 use protocol::{
-    AddPartitionRequest, ErrorCode, FetchRequest, FetchResponse, HeartbeatRequest, ProduceRequest,
-    ProduceResponse, Request, Response, Status, WriteMarkerRequest, WriteMarkerResponse,
+    AddPartitionRequest, ErrorCode, FetchRequest, FetchResponse, HeartbeatRequest, ProduceRequest, ProduceResponse,
+    Request, Response, Status, WriteMarkerRequest, WriteMarkerResponse,
 };
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -91,17 +91,10 @@ pub async fn run(
     config: BrokerConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), BrokerError> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| BrokerError::DataDir {
-        path: config.data_dir.display().to_string(),
-        detail: e.to_string(),
-    })?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| BrokerError::Listener(e.to_string()))?;
-    let addr = config
-        .advertised_addr
-        .clone()
-        .unwrap_or_else(|| local.to_string());
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| BrokerError::DataDir { path: config.data_dir.display().to_string(), detail: e.to_string() })?;
+    let local = listener.local_addr().map_err(|e| BrokerError::Listener(e.to_string()))?;
+    let addr = config.advertised_addr.clone().unwrap_or_else(|| local.to_string());
     tracing::info!(broker_id = config.id, %addr, fencing = config.fencing, "broker starting");
     let shared = Arc::new(Shared {
         addr,
@@ -125,12 +118,7 @@ pub async fn run(
 }
 
 async fn coordinator(shared: &Shared) -> Result<Connection, net::NetError> {
-    let cached = shared
-        .coordinator
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone()
-        .filter(|c| !c.is_closed());
+    let cached = shared.coordinator.lock().unwrap_or_else(|p| p.into_inner()).clone().filter(|c| !c.is_closed());
     if let Some(c) = cached {
         return Ok(c);
     }
@@ -155,19 +143,13 @@ async fn heartbeat_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
 
 async fn heartbeat(shared: &Shared) -> Result<(), String> {
     let conn = coordinator(shared).await.map_err(|e| e.to_string())?;
-    let req = Request::Heartbeat(HeartbeatRequest {
-        broker_id: shared.config.id,
-        addr: shared.addr.clone(),
-    });
+    let req = Request::Heartbeat(HeartbeatRequest { broker_id: shared.config.id, addr: shared.addr.clone() });
     let resp = conn
         .call_timeout(req, Duration::from_millis(shared.config.heartbeat_ms * 10))
         .await
         .map_err(|e| e.to_string())?;
     let Response::Heartbeat(hb) = resp else {
-        return Err(format!(
-            "unexpected answer to a heartbeat: {}",
-            resp.status()
-        ));
+        return Err(format!("unexpected answer to a heartbeat: {}", resp.status()));
     };
     let mut leading = std::collections::HashSet::new();
     for a in hb.leaderships {
@@ -177,21 +159,9 @@ async fn heartbeat(shared: &Shared) -> Result<(), String> {
             p.learn(true, a.leader_epoch);
             continue;
         }
-        let dir = shared
-            .config
-            .data_dir
-            .join(format!("{}-{}", a.topic, a.partition));
-        let leadership = Leadership {
-            is_leader: true,
-            leader_epoch: a.leader_epoch,
-        };
-        match Partition::open(
-            &dir,
-            &a.topic,
-            a.partition,
-            shared.config.fencing,
-            leadership,
-        ) {
+        let dir = shared.config.data_dir.join(format!("{}-{}", a.topic, a.partition));
+        let leadership = Leadership { is_leader: true, leader_epoch: a.leader_epoch };
+        match Partition::open(&dir, &a.topic, a.partition, shared.config.fencing, leadership) {
             Ok(p) => {
                 shared.partitions.insert(key, Arc::new(p));
             }
@@ -220,10 +190,7 @@ async fn handle(shared: &Arc<Shared>, req: Request) -> Response {
         Request::WriteMarker(r) => Response::WriteMarker(write_marker(shared, r)),
         other => Response::Error(Status::new(
             ErrorCode::InvalidRequest,
-            format!(
-                "a broker does not serve {:?}; send it to the coordinator",
-                other.api_key()
-            ),
+            format!("a broker does not serve {:?}; send it to the coordinator", other.api_key()),
         )),
     }
 }
@@ -235,7 +202,10 @@ fn partition(shared: &Shared, topic: &str, index: i32) -> Result<PartitionRef, S
             shared.refresh.notify_one();
             Err(Status::new(
                 ErrorCode::NotLeaderOrFollower,
-                format!("broker {} does not lead {topic}-{index} (or has not learnt it yet); refresh metadata and retry", shared.config.id),
+                format!(
+                    "broker {} does not lead {topic}-{index} (or has not learnt it yet); refresh metadata and retry",
+                    shared.config.id
+                ),
             ))
         }
     }
@@ -243,9 +213,7 @@ fn partition(shared: &Shared, topic: &str, index: i32) -> Result<PartitionRef, S
 
 fn batch_status(e: &BatchError) -> Status {
     let code = match e {
-        BatchError::UnsupportedMagic(_) | BatchError::Compressed(_) => {
-            ErrorCode::UnsupportedForMessageFormat
-        }
+        BatchError::UnsupportedMagic(_) | BatchError::Compressed(_) => ErrorCode::UnsupportedForMessageFormat,
         _ => ErrorCode::CorruptMessage,
     };
     Status::new(code, format!("record batch rejected: {e}"))
@@ -255,10 +223,7 @@ fn leader_status(shared: &Shared, topic: &str, index: i32, e: &LeaderEpochError)
     if matches!(e, LeaderEpochError::Unknown { .. }) {
         shared.refresh.notify_one();
     }
-    Status::new(
-        e.code(),
-        format!("{topic}-{index} on broker {}: {e}", shared.config.id),
-    )
+    Status::new(e.code(), format!("{topic}-{index} on broker {}: {e}", shared.config.id))
 }
 
 fn produce_error(status: Status, producer_epoch: i16, leader_epoch: i32) -> ProduceResponse {
@@ -272,21 +237,17 @@ fn produce_error(status: Status, producer_epoch: i16, leader_epoch: i32) -> Prod
 }
 
 async fn produce(shared: &Shared, r: ProduceRequest) -> ProduceResponse {
-    let header =
-        match BatchHeader::parse(&r.records).and_then(|h| verify_crc(&r.records, &h).map(|_| h)) {
-            Ok(h) if h.is_control() => {
-                return produce_error(
-                    Status::new(
-                        ErrorCode::InvalidRequest,
-                        "control batches are written by the coordinator only",
-                    ),
-                    -1,
-                    -1,
-                )
-            }
-            Ok(h) => h,
-            Err(e) => return produce_error(batch_status(&e), -1, -1),
-        };
+    let header = match BatchHeader::parse(&r.records).and_then(|h| verify_crc(&r.records, &h).map(|_| h)) {
+        Ok(h) if h.is_control() => {
+            return produce_error(
+                Status::new(ErrorCode::InvalidRequest, "control batches are written by the coordinator only"),
+                -1,
+                -1,
+            )
+        }
+        Ok(h) => h,
+        Err(e) => return produce_error(batch_status(&e), -1, -1),
+    };
     let part = match partition(shared, &r.topic, r.partition) {
         Ok(p) => p,
         Err(s) => return produce_error(s, -1, -1),
@@ -334,10 +295,7 @@ async fn produce(shared: &Shared, r: ProduceRequest) -> ProduceResponse {
         }
     }
     produce_error(
-        Status::new(
-            ErrorCode::CoordinatorNotAvailable,
-            "producer verification did not settle; retry",
-        ),
+        Status::new(ErrorCode::CoordinatorNotAvailable, "producer verification did not settle; retry"),
         -1,
         -1,
     )
@@ -356,16 +314,12 @@ async fn verify(
         (
             Status::new(
                 ErrorCode::CoordinatorNotAvailable,
-                format!(
-                    "cannot verify producer id {producer_id} with the coordinator: {detail}; retry"
-                ),
+                format!("cannot verify producer id {producer_id} with the coordinator: {detail}; retry"),
             ),
             -1,
         )
     };
-    let conn = coordinator(shared)
-        .await
-        .map_err(|e| unavailable(e.to_string()))?;
+    let conn = coordinator(shared).await.map_err(|e| unavailable(e.to_string()))?;
     let req = Request::AddPartition(AddPartitionRequest {
         producer_id,
         producer_epoch: epoch,
@@ -383,22 +337,16 @@ async fn verify(
         ErrorCode::None => Ok(()),
         // The partition leader answers a stale producer epoch with INVALID_PRODUCER_EPOCH,
         // passing on the coordinator's explanation and current epoch.
-        ErrorCode::ProducerFenced | ErrorCode::InvalidProducerEpoch => Err((
-            Status::new(ErrorCode::InvalidProducerEpoch, a.status.message),
-            a.current_epoch,
-        )),
+        ErrorCode::ProducerFenced | ErrorCode::InvalidProducerEpoch => {
+            Err((Status::new(ErrorCode::InvalidProducerEpoch, a.status.message), a.current_epoch))
+        }
         code if code.is_retriable() => Err((a.status, a.current_epoch)),
         _ => Err((a.status, a.current_epoch)),
     }
 }
 
 fn fetch(shared: &Shared, r: FetchRequest) -> FetchResponse {
-    let err = |status| FetchResponse {
-        status,
-        high_watermark: -1,
-        current_leader_epoch: -1,
-        records: Bytes::new(),
-    };
+    let err = |status| FetchResponse { status, high_watermark: -1, current_leader_epoch: -1, records: Bytes::new() };
     let part = match partition(shared, &r.topic, r.partition) {
         Ok(p) => p,
         Err(s) => return err(s),
@@ -411,46 +359,29 @@ fn fetch(shared: &Shared, r: FetchRequest) -> FetchResponse {
             records: f.records,
         },
         Err(FetchError::Leader(e)) => err(leader_status(shared, &r.topic, r.partition, &e)),
-        Err(e @ FetchError::OutOfRange { .. }) => {
-            err(Status::new(ErrorCode::OffsetOutOfRange, e.to_string()))
-        }
+        Err(e @ FetchError::OutOfRange { .. }) => err(Status::new(ErrorCode::OffsetOutOfRange, e.to_string())),
         Err(e @ FetchError::Io(_)) => err(Status::new(ErrorCode::KafkaStorageError, e.to_string())),
     }
 }
 
 fn write_marker(shared: &Shared, r: WriteMarkerRequest) -> WriteMarkerResponse {
-    let err = |status, current| WriteMarkerResponse {
-        status,
-        offset: -1,
-        current_producer_epoch: current,
-    };
+    let err = |status, current| WriteMarkerResponse { status, offset: -1, current_producer_epoch: current };
     let part = match partition(shared, &r.topic, r.partition) {
         Ok(p) => p,
         Err(s) => return err(s, -1),
     };
-    let kind = if r.commit {
-        MarkerKind::Commit
-    } else {
-        MarkerKind::Abort
-    };
+    let kind = if r.commit { MarkerKind::Commit } else { MarkerKind::Abort };
     let marker = build_marker(r.producer_id, r.producer_epoch, kind, 0, uptime_ms(shared));
     let header = BatchHeader::parse(&marker).expect("a marker we built parses");
     match part.append(&marker, &header, -1) {
         Ok(Appended::New { base_offset, .. } | Appended::Duplicate { base_offset, .. }) => {
             tracing::info!(topic = %r.topic, partition = r.partition, producer_id = r.producer_id, epoch = r.producer_epoch, offset = base_offset, "marker written");
-            WriteMarkerResponse {
-                status: Status::ok(),
-                offset: base_offset,
-                current_producer_epoch: r.producer_epoch,
-            }
+            WriteMarkerResponse { status: Status::ok(), offset: base_offset, current_producer_epoch: r.producer_epoch }
         }
         Err(AppendError::Gate(GateError::StaleEpoch { current, .. })) => err(
             Status::new(
                 ErrorCode::InvalidProducerEpoch,
-                format!(
-                    "marker at epoch {} is older than the partition's {current}",
-                    r.producer_epoch
-                ),
+                format!("marker at epoch {} is older than the partition's {current}", r.producer_epoch),
             ),
             current,
         ),

@@ -87,14 +87,7 @@ impl Entry {
     pub fn encode(&self) -> Bytes {
         let mut b = BytesMut::with_capacity(64);
         match self {
-            Entry::Grant {
-                transactional_id,
-                producer_id,
-                epoch,
-                requested_by,
-                transaction_timeout_ms,
-                fence,
-            } => {
+            Entry::Grant { transactional_id, producer_id, epoch, requested_by, transaction_timeout_ms, fence } => {
                 b.put_i8(GRANT);
                 b.put_nullable_string(transactional_id.as_deref());
                 b.put_i64(*producer_id);
@@ -111,32 +104,19 @@ impl Entry {
                     b.put_i32(f.partition);
                 }
             }
-            Entry::Register {
-                producer_id,
-                epoch,
-                topic,
-                partition,
-            } => {
+            Entry::Register { producer_id, epoch, topic, partition } => {
                 b.put_i8(REGISTER);
                 b.put_i64(*producer_id);
                 b.put_i16(*epoch);
                 b.put_string(topic);
                 b.put_i32(*partition);
             }
-            Entry::FenceDone {
-                transactional_id,
-                epoch,
-            } => {
+            Entry::FenceDone { transactional_id, epoch } => {
                 b.put_i8(FENCE_DONE);
                 b.put_string(transactional_id);
                 b.put_i16(*epoch);
             }
-            Entry::LeaderChanged {
-                topic,
-                partition,
-                leader_id,
-                leader_epoch,
-            } => {
+            Entry::LeaderChanged { topic, partition, leader_id, leader_epoch } => {
                 b.put_i8(LEADER_CHANGED);
                 b.put_string(topic);
                 b.put_i32(*partition);
@@ -191,10 +171,7 @@ impl Entry {
                 topic: r.string("topic")?,
                 partition: r.i32("partition")?,
             },
-            FENCE_DONE => Entry::FenceDone {
-                transactional_id: r.string("transactional_id")?,
-                epoch: r.i16("epoch")?,
-            },
+            FENCE_DONE => Entry::FenceDone { transactional_id: r.string("transactional_id")?, epoch: r.i16("epoch")? },
             TOPIC_CREATED => {
                 let name = r.string("name")?;
                 let n = r.array_len("leaders", 4)?;
@@ -204,12 +181,7 @@ impl Entry {
                 }
                 Entry::TopicCreated { name, leaders }
             }
-            tag => {
-                return Err(DecodeError::InvalidValue {
-                    field: "tag",
-                    detail: format!("unknown entry tag {tag}"),
-                })
-            }
+            tag => return Err(DecodeError::InvalidValue { field: "tag", detail: format!("unknown entry tag {tag}") }),
         };
         r.finish()?;
         Ok(e)
@@ -229,12 +201,7 @@ mod tests {
                 epoch: 4,
                 requested_by: Some((3, 3)),
                 transaction_timeout_ms: 60_000,
-                fence: vec![FenceTarget {
-                    producer_id: 3,
-                    marker_epoch: 4,
-                    topic: "t".into(),
-                    partition: 1,
-                }],
+                fence: vec![FenceTarget { producer_id: 3, marker_epoch: 4, topic: "t".into(), partition: 1 }],
             },
             Entry::Grant {
                 transactional_id: None,
@@ -244,20 +211,9 @@ mod tests {
                 transaction_timeout_ms: 0,
                 fence: vec![],
             },
-            Entry::Register {
-                producer_id: 3,
-                epoch: 4,
-                topic: "t".into(),
-                partition: 0,
-            },
-            Entry::FenceDone {
-                transactional_id: "orders".into(),
-                epoch: 4,
-            },
-            Entry::TopicCreated {
-                name: "t".into(),
-                leaders: vec![1, 2],
-            },
+            Entry::Register { producer_id: 3, epoch: 4, topic: "t".into(), partition: 0 },
+            Entry::FenceDone { transactional_id: "orders".into(), epoch: 4 },
+            Entry::TopicCreated { name: "t".into(), leaders: vec![1, 2] },
         ];
         for e in entries {
             assert_eq!(Entry::decode(e.encode()).unwrap(), e);

@@ -74,23 +74,15 @@ pub struct Replay {
 }
 
 fn io_err<'a>(path: &'a Path, op: &'static str) -> impl Fn(std::io::Error) -> JournalError + 'a {
-    move |e| JournalError::Io {
-        path: path.display().to_string(),
-        op,
-        detail: e.to_string(),
-    }
+    move |e| JournalError::Io { path: path.display().to_string(), op, detail: e.to_string() }
 }
 
 impl Journal {
     /// Open (or create) the journal at `path`, replay it, and start the writer thread.
     pub fn open(path: impl Into<PathBuf>) -> Result<(Journal, Replay), JournalError> {
         let path = path.into();
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&path)
-            .map_err(io_err(&path, "open"))?;
+        let mut file =
+            OpenOptions::new().read(true).append(true).create(true).open(&path).map_err(io_err(&path, "open"))?;
         let mut raw = Vec::new();
         file.read_to_end(&mut raw).map_err(io_err(&path, "read"))?;
         let (payloads, good_len) = scan(&path, Bytes::from(raw.clone()))?;
@@ -113,18 +105,8 @@ impl Journal {
         std::thread::Builder::new()
             .name("journal-writer".into())
             .spawn(move || writer(path, file, rx, counter))
-            .map_err(|e| JournalError::Io {
-                path: String::new(),
-                op: "spawn writer",
-                detail: e.to_string(),
-            })?;
-        Ok((
-            Journal { tx, syncs },
-            Replay {
-                payloads,
-                truncated_bytes,
-            },
-        ))
+            .map_err(|e| JournalError::Io { path: String::new(), op: "spawn writer", detail: e.to_string() })?;
+        Ok((Journal { tx, syncs }, Replay { payloads, truncated_bytes }))
     }
 
     /// Queue `payloads`; the receiver completes once they (and everything queued before them)
@@ -132,9 +114,7 @@ impl Journal {
     pub fn append(&self, payloads: Vec<Bytes>) -> oneshot::Receiver<Result<(), JournalError>> {
         let (done, rx) = oneshot::channel();
         if let Err(mpsc::SendError(job)) = self.tx.send(Job { payloads, done }) {
-            let _ = job.done.send(Err(JournalError::Stopped(
-                "writer thread has exited".into(),
-            )));
+            let _ = job.done.send(Err(JournalError::Stopped("writer thread has exited".into())));
         }
         rx
     }
@@ -249,11 +229,7 @@ mod tests {
         let (_, r) = Journal::open(&path).unwrap();
         assert_eq!(
             r.payloads,
-            vec![
-                Bytes::from_static(b"one"),
-                Bytes::from_static(b"two"),
-                Bytes::from_static(b"three")
-            ]
+            vec![Bytes::from_static(b"one"), Bytes::from_static(b"two"), Bytes::from_static(b"three")]
         );
     }
 
@@ -263,19 +239,10 @@ mod tests {
         let path = dir.path().join("j");
         {
             let (j, _) = Journal::open(&path).unwrap();
-            block(j.append(vec![
-                Bytes::from_static(b"kept"),
-                Bytes::from_static(b"torn-record"),
-            ]))
-            .unwrap();
+            block(j.append(vec![Bytes::from_static(b"kept"), Bytes::from_static(b"torn-record")])).unwrap();
         }
         let len = std::fs::metadata(&path).unwrap().len();
-        OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(len - 3)
-            .unwrap();
+        OpenOptions::new().write(true).open(&path).unwrap().set_len(len - 3).unwrap();
         {
             let (j, r) = Journal::open(&path).unwrap();
             assert_eq!(r.payloads, vec![Bytes::from_static(b"kept")]);
@@ -283,10 +250,7 @@ mod tests {
             block(j.append(vec![Bytes::from_static(b"after")])).unwrap();
         }
         let (_, r) = Journal::open(&path).unwrap();
-        assert_eq!(
-            r.payloads,
-            vec![Bytes::from_static(b"kept"), Bytes::from_static(b"after")]
-        );
+        assert_eq!(r.payloads, vec![Bytes::from_static(b"kept"), Bytes::from_static(b"after")]);
     }
 
     #[test]
@@ -295,11 +259,7 @@ mod tests {
         let path = dir.path().join("j");
         {
             let (j, _) = Journal::open(&path).unwrap();
-            block(j.append(vec![
-                Bytes::from_static(b"aaaa"),
-                Bytes::from_static(b"bbbb"),
-            ]))
-            .unwrap();
+            block(j.append(vec![Bytes::from_static(b"aaaa"), Bytes::from_static(b"bbbb")])).unwrap();
         }
         let mut raw = std::fs::read(&path).unwrap();
         let last = raw.len() - 1;
@@ -312,19 +272,14 @@ mod tests {
         raw.extend_from_slice(&raw.clone()); // two copies of record "aaaa"
         raw[RECORD_HEADER_BYTES] ^= 1; // damage the first
         std::fs::write(&path, &raw).unwrap();
-        assert!(matches!(
-            Journal::open(&path),
-            Err(JournalError::Corrupt { offset: 0, .. })
-        ));
+        assert!(matches!(Journal::open(&path), Err(JournalError::Corrupt { offset: 0, .. })));
     }
 
     #[test]
     fn concurrent_appends_share_flushes() {
         let dir = tempfile::tempdir().unwrap();
         let (j, _) = Journal::open(dir.path().join("j")).unwrap();
-        let rxs: Vec<_> = (0..200)
-            .map(|i| j.append(vec![Bytes::from(format!("r{i}"))]))
-            .collect();
+        let rxs: Vec<_> = (0..200).map(|i| j.append(vec![Bytes::from(format!("r{i}"))])).collect();
         for rx in rxs {
             block(rx).unwrap();
         }

@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use net::{Connection, ServerLimits};
 use protocol::{
-    AddPartitionResponse, DescribeResponse, ElectLeaderResponse, ErrorCode, HeartbeatResponse,
-    InitProducerIdResponse, MetadataResponse, Request, Response, Status, TransactionalState,
-    WriteMarkerRequest,
+    AddPartitionResponse, DescribeResponse, ElectLeaderResponse, ErrorCode, HeartbeatResponse, InitProducerIdResponse,
+    MetadataResponse, Request, Response, Status, TransactionalState, WriteMarkerRequest,
 };
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -110,22 +109,15 @@ impl Shared {
 
     /// Queue entries; call under the state lock so journal order is decision order.
     fn persist(&self, entries: &[Entry]) -> oneshot::Receiver<Result<(), JournalError>> {
-        self.journal
-            .append(entries.iter().map(Entry::encode).collect())
+        self.journal.append(entries.iter().map(Entry::encode).collect())
     }
 }
 
 async fn durable(rx: oneshot::Receiver<Result<(), JournalError>>) -> Result<(), Status> {
     match rx.await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(Status::new(
-            ErrorCode::CoordinatorNotAvailable,
-            format!("coordinator cannot persist: {e}"),
-        )),
-        Err(_) => Err(Status::new(
-            ErrorCode::CoordinatorNotAvailable,
-            "coordinator journal writer stopped",
-        )),
+        Ok(Err(e)) => Err(Status::new(ErrorCode::CoordinatorNotAvailable, format!("coordinator cannot persist: {e}"))),
+        Err(_) => Err(Status::new(ErrorCode::CoordinatorNotAvailable, "coordinator journal writer stopped")),
     }
 }
 
@@ -143,10 +135,7 @@ pub async fn run(
     let mut table = ProducerTable::new(config.table.clone());
     let mut cluster = Cluster::new(config.cluster.clone());
     for (index, payload) in replay.payloads.into_iter().enumerate() {
-        let entry = Entry::decode(payload).map_err(|e| CoordinatorError::BadRecord {
-            index,
-            detail: e.to_string(),
-        })?;
+        let entry = Entry::decode(payload).map_err(|e| CoordinatorError::BadRecord { index, detail: e.to_string() })?;
         table.apply(&entry);
         cluster.apply(&entry);
     }
@@ -181,7 +170,9 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
     match req {
         Request::InitProducerId(r) => {
             let current = (r.producer_id >= 0).then_some((r.producer_id, r.producer_epoch));
-            Response::InitProducerId(init(&shared, r.transactional_id.as_deref(), r.transaction_timeout_ms, current).await)
+            Response::InitProducerId(
+                init(&shared, r.transactional_id.as_deref(), r.transaction_timeout_ms, current).await,
+            )
         }
         Request::AddPartition(r) => {
             let (decision, rx) = {
@@ -284,11 +275,7 @@ async fn init(
     timeout_ms: i32,
     current: Option<(i64, i16)>,
 ) -> InitProducerIdResponse {
-    let refused = |status, epoch| InitProducerIdResponse {
-        status,
-        producer_id: -1,
-        producer_epoch: epoch,
-    };
+    let refused = |status, epoch| InitProducerIdResponse { status, producer_id: -1, producer_epoch: epoch };
     let (decision, rx) = {
         let mut st = shared.lock();
         let d = st.table.handle_init(tid, timeout_ms, current);
@@ -300,12 +287,7 @@ async fn init(
     };
     let (producer_id, epoch, fence) = match decision {
         InitDecision::Refuse { status, epoch } => return refused(status, epoch),
-        InitDecision::Grant {
-            producer_id,
-            epoch,
-            fence,
-            ..
-        } => (producer_id, epoch, fence),
+        InitDecision::Grant { producer_id, epoch, fence, .. } => (producer_id, epoch, fence),
     };
     if let Err(status) = durable(rx.expect("grant persists")).await {
         return refused(status, -1);
@@ -328,31 +310,16 @@ async fn init(
             );
         }
     }
-    tracing::info!(
-        transactional_id = tid.unwrap_or("-"),
-        producer_id,
-        epoch,
-        "granted"
-    );
-    InitProducerIdResponse {
-        status: Status::ok(),
-        producer_id,
-        producer_epoch: epoch,
-    }
+    tracing::info!(transactional_id = tid.unwrap_or("-"), producer_id, epoch, "granted");
+    InitProducerIdResponse { status: Status::ok(), producer_id, producer_epoch: epoch }
 }
 
 /// Write every marker of a grant, retrying each until its partition confirms, then record the
 /// fence as done. The returned receiver fires when all are written.
-fn start_fence(
-    shared: Arc<Shared>,
-    tid: String,
-    epoch: i16,
-    targets: Vec<FenceTarget>,
-) -> oneshot::Receiver<()> {
+fn start_fence(shared: Arc<Shared>, tid: String, epoch: i16, targets: Vec<FenceTarget>) -> oneshot::Receiver<()> {
     let (tx, rx) = oneshot::channel();
     tokio::spawn(async move {
-        futures::future::join_all(targets.iter().map(|t| write_marker_until_done(&shared, t)))
-            .await;
+        futures::future::join_all(targets.iter().map(|t| write_marker_until_done(&shared, t))).await;
         {
             let mut st = shared.lock();
             if let Some(entry) = st.table.handle_fence_done(&tid, epoch) {
@@ -367,22 +334,12 @@ fn start_fence(
 }
 
 async fn peer(shared: &Shared, addr: &str) -> Result<Connection, net::NetError> {
-    let cached = shared
-        .peers
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(addr)
-        .filter(|c| !c.is_closed())
-        .cloned();
+    let cached = shared.peers.lock().unwrap_or_else(|p| p.into_inner()).get(addr).filter(|c| !c.is_closed()).cloned();
     if let Some(c) = cached {
         return Ok(c);
     }
     let c = Connection::connect(addr).await?;
-    shared
-        .peers
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(addr.to_string(), c.clone());
+    shared.peers.lock().unwrap_or_else(|p| p.into_inner()).insert(addr.to_string(), c.clone());
     Ok(c)
 }
 
@@ -391,10 +348,7 @@ async fn write_marker_until_done(shared: &Shared, t: &FenceTarget) {
     loop {
         let leader = shared.lock().cluster.leader_of(&t.topic, t.partition);
         let outcome = match leader {
-            None => Err(format!(
-                "partition {}-{} does not exist",
-                t.topic, t.partition
-            )),
+            None => Err(format!("partition {}-{} does not exist", t.topic, t.partition)),
             Some((id, _, None)) => Err(format!("leader broker {id} has not registered an address")),
             Some((_, _, Some(addr))) => match peer(shared, &addr).await {
                 Err(e) => Err(e.to_string()),
@@ -406,10 +360,7 @@ async fn write_marker_until_done(shared: &Shared, t: &FenceTarget) {
                         producer_epoch: t.marker_epoch,
                         commit: false,
                     });
-                    match conn
-                        .call_timeout(req, Duration::from_millis(shared.config.marker_timeout_ms))
-                        .await
-                    {
+                    match conn.call_timeout(req, Duration::from_millis(shared.config.marker_timeout_ms)).await {
                         Ok(Response::WriteMarker(r)) if r.status.is_ok() => Ok(()),
                         // Already fenced at this epoch or a later one: the goal holds.
                         Ok(Response::WriteMarker(r))

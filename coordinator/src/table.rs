@@ -34,9 +34,7 @@ pub struct TableConfig {
 
 impl Default for TableConfig {
     fn default() -> Self {
-        TableConfig {
-            transaction_timeout_ms_max: 15 * 60 * 1000,
-        }
+        TableConfig { transaction_timeout_ms_max: 15 * 60 * 1000 }
     }
 }
 
@@ -130,10 +128,7 @@ fn fenced_message(tid: &str, current: i16, held: i16) -> String {
 impl ProducerTable {
     /// An empty table.
     pub fn new(config: TableConfig) -> Self {
-        ProducerTable {
-            config,
-            ..Default::default()
-        }
+        ProducerTable { config, ..Default::default() }
     }
 
     /// The next producer id to be handed out.
@@ -148,10 +143,7 @@ impl ProducerTable {
         transaction_timeout_ms: i32,
         current: Option<(i64, i16)>,
     ) -> InitDecision {
-        let refuse = |code, msg: String, epoch| InitDecision::Refuse {
-            status: Status::new(code, msg),
-            epoch,
-        };
+        let refuse = |code, msg: String, epoch| InitDecision::Refuse { status: Status::new(code, msg), epoch };
         let Some(tid) = transactional_id else {
             let producer_id = self.next_producer_id;
             let entry = Entry::Grant {
@@ -163,19 +155,12 @@ impl ProducerTable {
                 fence: Vec::new(),
             };
             self.apply(&entry);
-            return InitDecision::Grant {
-                producer_id,
-                epoch: 0,
-                entries: vec![entry],
-                fence: Vec::new(),
-            };
+            return InitDecision::Grant { producer_id, epoch: 0, entries: vec![entry], fence: Vec::new() };
         };
         if let Err(why) = protocol::names::validate_transactional_id(tid) {
             return refuse(ErrorCode::InvalidRequest, why, -1);
         }
-        if transaction_timeout_ms <= 0
-            || transaction_timeout_ms > self.config.transaction_timeout_ms_max
-        {
+        if transaction_timeout_ms <= 0 || transaction_timeout_ms > self.config.transaction_timeout_ms_max {
             return refuse(
                 ErrorCode::InvalidTransactionTimeout,
                 format!(
@@ -194,14 +179,7 @@ impl ProducerTable {
                 );
             }
             let producer_id = self.next_producer_id;
-            return self.grant(
-                tid,
-                producer_id,
-                0,
-                None,
-                transaction_timeout_ms,
-                Vec::new(),
-            );
+            return self.grant(tid, producer_id, 0, None, transaction_timeout_ms, Vec::new());
         };
         if !e.pending_fence.is_empty() {
             return refuse(
@@ -228,11 +206,7 @@ impl ProducerTable {
             if pid != e.producer_id || epoch != e.epoch {
                 let ours = self.owner.get(&pid).is_some_and(|t| t == tid);
                 return if ours && (pid != e.producer_id || epoch < e.epoch) {
-                    refuse(
-                        ErrorCode::ProducerFenced,
-                        fenced_message(tid, e.epoch, epoch),
-                        e.epoch,
-                    )
+                    refuse(ErrorCode::ProducerFenced, fenced_message(tid, e.epoch, epoch), e.epoch)
                 } else {
                     refuse(
                         ErrorCode::InvalidProducerIdMapping,
@@ -258,14 +232,7 @@ impl ProducerTable {
                 partition: *partition,
             })
             .collect();
-        self.grant(
-            tid,
-            producer_id,
-            epoch,
-            current,
-            transaction_timeout_ms,
-            fence,
-        )
+        self.grant(tid, producer_id, epoch, current, transaction_timeout_ms, fence)
     }
 
     fn grant(
@@ -286,12 +253,7 @@ impl ProducerTable {
             fence: fence.clone(),
         };
         self.apply(&entry);
-        InitDecision::Grant {
-            producer_id,
-            epoch,
-            entries: vec![entry],
-            fence,
-        }
+        InitDecision::Grant { producer_id, epoch, entries: vec![entry], fence }
     }
 
     /// The fence markers of the grant at `epoch` for `tid` are all written.
@@ -301,10 +263,7 @@ impl ProducerTable {
         if e.epoch != epoch || e.pending_fence.is_empty() {
             return None;
         }
-        let entry = Entry::FenceDone {
-            transactional_id: tid.to_string(),
-            epoch,
-        };
+        let entry = Entry::FenceDone { transactional_id: tid.to_string(), epoch };
         self.apply(&entry);
         Some(entry)
     }
@@ -320,24 +279,13 @@ impl ProducerTable {
     }
 
     /// A partition leader asks whether `(producer_id, epoch)` may write to `topic-partition`.
-    pub fn handle_register(
-        &mut self,
-        producer_id: i64,
-        epoch: i16,
-        topic: &str,
-        partition: i32,
-    ) -> RegisterDecision {
-        let refuse = |code, msg: String, epoch| RegisterDecision::Refuse {
-            status: Status::new(code, msg),
-            epoch,
-        };
+    pub fn handle_register(&mut self, producer_id: i64, epoch: i16, topic: &str, partition: i32) -> RegisterDecision {
+        let refuse = |code, msg: String, epoch| RegisterDecision::Refuse { status: Status::new(code, msg), epoch };
         let Some(tid) = self.owner.get(&producer_id) else {
             if producer_id < 0 || producer_id >= self.next_producer_id {
                 return refuse(
                     ErrorCode::UnknownProducerId,
-                    format!(
-                        "producer id {producer_id} was never granted; call InitProducerId first"
-                    ),
+                    format!("producer id {producer_id} was never granted; call InitProducerId first"),
                     -1,
                 );
             }
@@ -349,10 +297,7 @@ impl ProducerTable {
                     0,
                 );
             }
-            return RegisterDecision::Accept {
-                entries: Vec::new(),
-                epoch: 0,
-            };
+            return RegisterDecision::Accept { entries: Vec::new(), epoch: 0 };
         };
         let e = &self.by_tid[tid];
         if producer_id != e.producer_id {
@@ -367,53 +312,28 @@ impl ProducerTable {
             );
         }
         if epoch < e.epoch {
-            return refuse(
-                ErrorCode::ProducerFenced,
-                fenced_message(tid, e.epoch, epoch),
-                e.epoch,
-            );
+            return refuse(ErrorCode::ProducerFenced, fenced_message(tid, e.epoch, epoch), e.epoch);
         }
         if epoch > e.epoch {
             return refuse(
                 ErrorCode::InvalidProducerEpoch,
-                format!(
-                    "producer id {producer_id} epoch {epoch} was never granted (current is {})",
-                    e.epoch
-                ),
+                format!("producer id {producer_id} epoch {epoch} was never granted (current is {})", e.epoch),
                 e.epoch,
             );
         }
         let current = e.epoch;
         if e.registered.contains(&(topic.to_string(), partition)) {
-            return RegisterDecision::Accept {
-                entries: Vec::new(),
-                epoch: current,
-            };
+            return RegisterDecision::Accept { entries: Vec::new(), epoch: current };
         }
-        let entry = Entry::Register {
-            producer_id,
-            epoch,
-            topic: topic.to_string(),
-            partition,
-        };
+        let entry = Entry::Register { producer_id, epoch, topic: topic.to_string(), partition };
         self.apply(&entry);
-        RegisterDecision::Accept {
-            entries: vec![entry],
-            epoch: current,
-        }
+        RegisterDecision::Accept { entries: vec![entry], epoch: current }
     }
 
     /// Apply one entry: how decisions take effect, and how the journal is replayed.
     pub fn apply(&mut self, entry: &Entry) {
         match entry {
-            Entry::Grant {
-                transactional_id,
-                producer_id,
-                epoch,
-                requested_by,
-                transaction_timeout_ms,
-                fence,
-            } => {
+            Entry::Grant { transactional_id, producer_id, epoch, requested_by, transaction_timeout_ms, fence } => {
                 self.next_producer_id = self.next_producer_id.max(producer_id + 1);
                 let Some(tid) = transactional_id else { return };
                 self.owner.insert(*producer_id, tid.clone());
@@ -432,26 +352,14 @@ impl ProducerTable {
                 e.registered.clear();
                 e.pending_fence = fence.clone();
             }
-            Entry::Register {
-                producer_id,
-                epoch,
-                topic,
-                partition,
-            } => {
-                if let Some(e) = self
-                    .owner
-                    .get(producer_id)
-                    .and_then(|t| self.by_tid.get_mut(t))
-                {
+            Entry::Register { producer_id, epoch, topic, partition } => {
+                if let Some(e) = self.owner.get(producer_id).and_then(|t| self.by_tid.get_mut(t)) {
                     if e.producer_id == *producer_id && e.epoch == *epoch {
                         e.registered.insert((topic.clone(), *partition));
                     }
                 }
             }
-            Entry::FenceDone {
-                transactional_id,
-                epoch,
-            } => {
+            Entry::FenceDone { transactional_id, epoch } => {
                 if let Some(e) = self.by_tid.get_mut(transactional_id) {
                     if e.epoch == *epoch {
                         e.pending_fence.clear();
@@ -471,11 +379,7 @@ impl ProducerTable {
                 transactional_id: t.clone(),
                 producer_id: e.producer_id,
                 epoch: e.epoch,
-                partitions: e
-                    .registered
-                    .iter()
-                    .map(|(t, p)| format!("{t}-{p}"))
-                    .collect(),
+                partitions: e.registered.iter().map(|(t, p)| format!("{t}-{p}")).collect(),
                 fencing: !e.pending_fence.is_empty(),
             })
             .collect();
@@ -497,12 +401,7 @@ mod tests {
 
     fn grant(d: InitDecision) -> (i64, i16, Vec<FenceTarget>) {
         match d {
-            InitDecision::Grant {
-                producer_id,
-                epoch,
-                fence,
-                ..
-            } => (producer_id, epoch, fence),
+            InitDecision::Grant { producer_id, epoch, fence, .. } => (producer_id, epoch, fence),
             other => panic!("expected a grant, got {other:?}"),
         }
     }
@@ -547,24 +446,13 @@ mod tests {
     fn bump_fences_every_partition_registered_under_the_old_epoch() {
         let mut t = ProducerTable::new(TableConfig::default());
         let (pid, e0, _) = grant(t.handle_init(Some("orders"), T, None));
-        assert!(matches!(
-            t.handle_register(pid, e0, "t", 0),
-            RegisterDecision::Accept { .. }
-        ));
-        assert!(matches!(
-            t.handle_register(pid, e0, "t", 1),
-            RegisterDecision::Accept { .. }
-        ));
+        assert!(matches!(t.handle_register(pid, e0, "t", 0), RegisterDecision::Accept { .. }));
+        assert!(matches!(t.handle_register(pid, e0, "t", 1), RegisterDecision::Accept { .. }));
         let (_, e1, fence) = grant(t.handle_init(Some("orders"), T, None));
         assert_eq!(fence.len(), 2);
-        assert!(fence
-            .iter()
-            .all(|f| f.marker_epoch == e1 && f.producer_id == pid));
+        assert!(fence.iter().all(|f| f.marker_epoch == e1 && f.producer_id == pid));
         // While the fence is being written, another init must wait.
-        assert_eq!(
-            refused(t.handle_init(Some("orders"), T, None)).0,
-            ErrorCode::ConcurrentTransactions
-        );
+        assert_eq!(refused(t.handle_init(Some("orders"), T, None)).0, ErrorCode::ConcurrentTransactions);
         assert!(t.handle_fence_done("orders", e1).is_some());
         let (_, e2, fence) = grant(t.handle_init(Some("orders"), T, None));
         assert_eq!(e2, e1 + 1);
@@ -581,9 +469,7 @@ mod tests {
                 assert_eq!(status.code, ErrorCode::ProducerFenced);
                 assert_eq!(epoch, e0 + 1);
                 assert!(
-                    status
-                        .message
-                        .contains("'orders' is at epoch 1, this producer holds epoch 0"),
+                    status.message.contains("'orders' is at epoch 1, this producer holds epoch 0"),
                     "{}",
                     status.message
                 );
@@ -597,19 +483,10 @@ mod tests {
         let mut t = ProducerTable::new(TableConfig::default());
         assert!(matches!(
             t.handle_register(5, 0, "t", 0),
-            RegisterDecision::Refuse {
-                status: Status {
-                    code: ErrorCode::UnknownProducerId,
-                    ..
-                },
-                ..
-            }
+            RegisterDecision::Refuse { status: Status { code: ErrorCode::UnknownProducerId, .. }, .. }
         ));
         let (pid, _, _) = grant(t.handle_init(None, 0, None));
-        assert!(matches!(
-            t.handle_register(pid, 0, "t", 0),
-            RegisterDecision::Accept { .. }
-        ));
+        assert!(matches!(t.handle_register(pid, 0, "t", 0), RegisterDecision::Accept { .. }));
     }
 
     #[test]
@@ -639,32 +516,18 @@ mod tests {
             transaction_timeout_ms: T,
             fence: vec![],
         });
-        assert!(matches!(
-            t.handle_register(pid, EPOCH_GRANT_MAX, "t", 0),
-            RegisterDecision::Accept { .. }
-        ));
+        assert!(matches!(t.handle_register(pid, EPOCH_GRANT_MAX, "t", 0), RegisterDecision::Accept { .. }));
         let (pid2, e, fence) = grant(t.handle_init(Some("x"), T, None));
         assert_ne!(pid2, pid);
         assert_eq!(e, 0);
         assert_eq!(
             fence,
-            vec![FenceTarget {
-                producer_id: pid,
-                marker_epoch: EPOCH_RETIRED,
-                topic: "t".into(),
-                partition: 0
-            }]
+            vec![FenceTarget { producer_id: pid, marker_epoch: EPOCH_RETIRED, topic: "t".into(), partition: 0 }]
         );
         t.handle_fence_done("x", 0);
         assert!(matches!(
             t.handle_register(pid, EPOCH_GRANT_MAX, "t", 1),
-            RegisterDecision::Refuse {
-                status: Status {
-                    code: ErrorCode::ProducerFenced,
-                    ..
-                },
-                ..
-            }
+            RegisterDecision::Refuse { status: Status { code: ErrorCode::ProducerFenced, .. }, .. }
         ));
     }
 
@@ -700,17 +563,8 @@ mod tests {
     #[test]
     fn invalid_timeouts_and_ids_are_refused() {
         let mut t = ProducerTable::new(TableConfig::default());
-        assert_eq!(
-            refused(t.handle_init(Some("a"), 0, None)).0,
-            ErrorCode::InvalidTransactionTimeout
-        );
-        assert_eq!(
-            refused(t.handle_init(Some("a"), i32::MAX, None)).0,
-            ErrorCode::InvalidTransactionTimeout
-        );
-        assert_eq!(
-            refused(t.handle_init(Some(""), T, None)).0,
-            ErrorCode::InvalidRequest
-        );
+        assert_eq!(refused(t.handle_init(Some("a"), 0, None)).0, ErrorCode::InvalidTransactionTimeout);
+        assert_eq!(refused(t.handle_init(Some("a"), i32::MAX, None)).0, ErrorCode::InvalidTransactionTimeout);
+        assert_eq!(refused(t.handle_init(Some(""), T, None)).0, ErrorCode::InvalidRequest);
     }
 }

@@ -81,21 +81,11 @@ impl Connection {
     pub async fn connect_with(addr: &str, frame_bytes_max: usize) -> Result<Connection, NetError> {
         let stream = TcpStream::connect(addr)
             .await
-            .map_err(|e| NetError::Connect {
-                addr: addr.to_string(),
-                detail: e.to_string(),
-            })?;
+            .map_err(|e| NetError::Connect { addr: addr.to_string(), detail: e.to_string() })?;
         let _ = stream.set_nodelay(true);
         let (tx, rx) = mpsc::channel(QUEUED_REQUESTS_MAX);
-        tokio::spawn(run(
-            addr.to_string(),
-            Framed::new(stream, ClientCodec::new(frame_bytes_max)),
-            rx,
-        ));
-        Ok(Connection {
-            addr: addr.to_string(),
-            tx,
-        })
+        tokio::spawn(run(addr.to_string(), Framed::new(stream, ClientCodec::new(frame_bytes_max)), rx));
+        Ok(Connection { addr: addr.to_string(), tx })
     }
 
     /// The address this connection goes to.
@@ -111,35 +101,21 @@ impl Connection {
     /// Send a request and wait for its answer.
     pub async fn call(&self, req: Request) -> Result<Response, NetError> {
         let (done, rx) = oneshot::channel();
-        let closed = || NetError::Closed {
-            addr: self.addr.clone(),
-            detail: "connection task ended".into(),
-        };
+        let closed = || NetError::Closed { addr: self.addr.clone(), detail: "connection task ended".into() };
         self.tx.send((req, done)).await.map_err(|_| closed())?;
         rx.await.map_err(|_| closed())?
     }
 
     /// [`Connection::call`] with a deadline.
-    pub async fn call_timeout(
-        &self,
-        req: Request,
-        timeout: Duration,
-    ) -> Result<Response, NetError> {
+    pub async fn call_timeout(&self, req: Request, timeout: Duration) -> Result<Response, NetError> {
         match tokio::time::timeout(timeout, self.call(req)).await {
             Ok(r) => r,
-            Err(_) => Err(NetError::Timeout {
-                addr: self.addr.clone(),
-                timeout_ms: timeout.as_millis() as u64,
-            }),
+            Err(_) => Err(NetError::Timeout { addr: self.addr.clone(), timeout_ms: timeout.as_millis() as u64 }),
         }
     }
 }
 
-async fn run(
-    addr: String,
-    mut framed: Framed<TcpStream, ClientCodec>,
-    mut rx: mpsc::Receiver<Call>,
-) {
+async fn run(addr: String, mut framed: Framed<TcpStream, ClientCodec>, mut rx: mpsc::Receiver<Call>) {
     let mut pending: VecDeque<(i32, oneshot::Sender<Result<Response, NetError>>)> = VecDeque::new();
     let mut next_id: i32 = 0;
     let mut open = true;
@@ -189,9 +165,6 @@ async fn run(
         }
     };
     for (_, done) in pending.drain(..) {
-        let _ = done.send(Err(NetError::Closed {
-            addr: addr.clone(),
-            detail: failure.clone(),
-        }));
+        let _ = done.send(Err(NetError::Closed { addr: addr.clone(), detail: failure.clone() }));
     }
 }

@@ -44,12 +44,7 @@ impl Default for ServerLimits {
 }
 
 /// Accept connections on `listener` and serve each with `handler` until `shutdown` resolves.
-pub async fn serve(
-    listener: TcpListener,
-    handler: Handler,
-    limits: ServerLimits,
-    shutdown: impl Future<Output = ()>,
-) {
+pub async fn serve(listener: TcpListener, handler: Handler, limits: ServerLimits, shutdown: impl Future<Output = ()>) {
     let permits = Arc::new(Semaphore::new(limits.connections_max));
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
@@ -88,16 +83,9 @@ async fn refuse_connection(stream: TcpStream, limits: &ServerLimits) {
     let mut framed = Framed::new(stream, ServerCodec::new(limits.frame_bytes_max));
     let status = Status::new(
         ErrorCode::BrokerNotAvailable,
-        format!(
-            "too many connections: the limit connections_max is {}; retry later",
-            limits.connections_max
-        ),
+        format!("too many connections: the limit connections_max is {}; retry later", limits.connections_max),
     );
-    let _ = tokio::time::timeout(
-        Duration::from_secs(1),
-        framed.send((-1, Response::Error(status))),
-    )
-    .await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), framed.send((-1, Response::Error(status)))).await;
 }
 
 async fn tagged(correlation_id: i32, fut: ResponseFuture) -> (i32, Response) {
@@ -108,12 +96,7 @@ fn error_reply(status: Status) -> ResponseFuture {
     Box::pin(async move { Response::Error(status) })
 }
 
-async fn serve_connection(
-    stream: TcpStream,
-    handler: Handler,
-    limits: &ServerLimits,
-    mut stop: watch::Receiver<bool>,
-) {
+async fn serve_connection(stream: TcpStream, handler: Handler, limits: &ServerLimits, mut stop: watch::Receiver<bool>) {
     let mut framed = Framed::new(stream, ServerCodec::new(limits.frame_bytes_max));
     let mut inflight = FuturesOrdered::new();
     // After a request that cannot be decoded we answer it, finish what is in flight and close.

@@ -13,26 +13,17 @@ pub struct Admin {
 impl Admin {
     /// An admin client for the coordinator at `bootstrap`.
     pub fn new(bootstrap: &str, config: ClientConfig) -> Admin {
-        Admin {
-            client: Client::new(bootstrap, config),
-        }
+        Admin { client: Client::new(bootstrap, config) }
     }
 
     async fn call(&mut self, what: &str, req: Request) -> Result<Response, ClientError> {
-        let resp = self
-            .client
-            .call_coordinator(req)
-            .await
-            .map_err(|e| ClientError::Timeout {
-                what: what.to_string(),
-                timeout_ms: self.client.config().request_timeout_ms,
-                last_error: e.to_string(),
-            })?;
+        let resp = self.client.call_coordinator(req).await.map_err(|e| ClientError::Timeout {
+            what: what.to_string(),
+            timeout_ms: self.client.config().request_timeout_ms,
+            last_error: e.to_string(),
+        })?;
         if !resp.status().is_ok() {
-            return Err(ClientError::Refused {
-                what: what.to_string(),
-                status: resp.status().clone(),
-            });
+            return Err(ClientError::Refused { what: what.to_string(), status: resp.status().clone() });
         }
         Ok(resp)
     }
@@ -41,10 +32,7 @@ impl Admin {
     pub async fn create_topic(&mut self, name: &str, partitions: i32) -> Result<(), ClientError> {
         self.call(
             &format!("create topic '{name}'"),
-            Request::CreateTopic(CreateTopicRequest {
-                name: name.to_string(),
-                partitions,
-            }),
+            Request::CreateTopic(CreateTopicRequest { name: name.to_string(), partitions }),
         )
         .await
         .map(|_| ())
@@ -54,32 +42,16 @@ impl Admin {
     pub async fn describe(&mut self) -> Result<DescribeResponse, ClientError> {
         match self.call("describe", Request::Describe).await? {
             Response::Describe(d) => Ok(d),
-            other => Err(ClientError::Protocol(format!(
-                "describe answered with {}",
-                other.status()
-            ))),
+            other => Err(ClientError::Protocol(format!("describe answered with {}", other.status()))),
         }
     }
 
     /// Elect a partition's leader again under a new leader epoch; returns (leader, epoch).
-    pub async fn elect_leader(
-        &mut self,
-        topic: &str,
-        partition: i32,
-    ) -> Result<(i32, i32), ClientError> {
-        let req = Request::ElectLeader(ElectLeaderRequest {
-            topic: topic.to_string(),
-            partition,
-        });
-        match self
-            .call(&format!("elect leader of {topic}-{partition}"), req)
-            .await?
-        {
+    pub async fn elect_leader(&mut self, topic: &str, partition: i32) -> Result<(i32, i32), ClientError> {
+        let req = Request::ElectLeader(ElectLeaderRequest { topic: topic.to_string(), partition });
+        match self.call(&format!("elect leader of {topic}-{partition}"), req).await? {
             Response::ElectLeader(e) => Ok((e.leader_id, e.leader_epoch)),
-            other => Err(ClientError::Protocol(format!(
-                "election answered with {}",
-                other.status()
-            ))),
+            other => Err(ClientError::Protocol(format!("election answered with {}", other.status()))),
         }
     }
 }

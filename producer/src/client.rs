@@ -21,11 +21,7 @@ pub struct ClientConfig {
 
 impl Default for ClientConfig {
     fn default() -> Self {
-        ClientConfig {
-            request_timeout_ms: 30_000,
-            retry_backoff_ms: 20,
-            retry_backoff_max_ms: 1_000,
-        }
+        ClientConfig { request_timeout_ms: 30_000, retry_backoff_ms: 20, retry_backoff_max_ms: 1_000 }
     }
 }
 
@@ -107,28 +103,15 @@ impl Client {
     }
 
     /// Fetch metadata for `topic` (creating it with the coordinator's defaults if allowed).
-    pub async fn refresh_metadata(
-        &mut self,
-        topic: &str,
-        allow_auto_create: bool,
-    ) -> Result<(), ClientError> {
-        let req = Request::Metadata(MetadataRequest {
-            topics: vec![topic.to_string()],
-            allow_auto_create,
-        });
-        let resp = self
-            .call_coordinator(req)
-            .await
-            .map_err(|e| ClientError::Timeout {
-                what: format!("metadata for '{topic}'"),
-                timeout_ms: self.config.request_timeout_ms,
-                last_error: e.to_string(),
-            })?;
+    pub async fn refresh_metadata(&mut self, topic: &str, allow_auto_create: bool) -> Result<(), ClientError> {
+        let req = Request::Metadata(MetadataRequest { topics: vec![topic.to_string()], allow_auto_create });
+        let resp = self.call_coordinator(req).await.map_err(|e| ClientError::Timeout {
+            what: format!("metadata for '{topic}'"),
+            timeout_ms: self.config.request_timeout_ms,
+            last_error: e.to_string(),
+        })?;
         let Response::Metadata(m) = resp else {
-            return Err(ClientError::Protocol(format!(
-                "metadata answered with {}",
-                resp.status()
-            )));
+            return Err(ClientError::Protocol(format!("metadata answered with {}", resp.status())));
         };
         for b in m.brokers {
             self.broker_addrs.insert(b.id, b.addr);
@@ -138,10 +121,7 @@ impl Client {
                 self.topics.insert(t.name, t.partitions);
             } else {
                 self.topics.remove(&t.name);
-                return Err(ClientError::Refused {
-                    what: format!("metadata for '{}'", t.name),
-                    status: t.status,
-                });
+                return Err(ClientError::Refused { what: format!("metadata for '{}'", t.name), status: t.status });
             }
         }
         Ok(())
@@ -157,37 +137,24 @@ impl Client {
 
     /// The cached leader of a partition.
     pub fn leader(&self, topic: &str, partition: i32) -> Option<LeaderInfo> {
-        let p = self
-            .topics
-            .get(topic)?
-            .iter()
-            .find(|p| p.partition == partition)?;
+        let p = self.topics.get(topic)?.iter().find(|p| p.partition == partition)?;
         let addr = self.broker_addrs.get(&p.leader_id)?.clone();
-        Some(LeaderInfo {
-            broker_id: p.leader_id,
-            addr,
-            leader_epoch: p.leader_epoch,
-        })
+        Some(LeaderInfo { broker_id: p.leader_id, addr, leader_epoch: p.leader_epoch })
     }
 
     /// The leader of a partition, refreshing metadata when it is not cached.
-    pub async fn leader_or_refresh(
-        &mut self,
-        topic: &str,
-        partition: i32,
-    ) -> Result<LeaderInfo, ClientError> {
+    pub async fn leader_or_refresh(&mut self, topic: &str, partition: i32) -> Result<LeaderInfo, ClientError> {
         if let Some(l) = self.leader(topic, partition) {
             return Ok(l);
         }
         self.refresh_metadata(topic, true).await?;
-        self.leader(topic, partition)
-            .ok_or_else(|| ClientError::Refused {
-                what: format!("leader of {topic}-{partition}"),
-                status: protocol::Status::new(
-                    protocol::ErrorCode::UnknownTopicOrPartition,
-                    format!("{topic}-{partition} has no known leader"),
-                ),
-            })
+        self.leader(topic, partition).ok_or_else(|| ClientError::Refused {
+            what: format!("leader of {topic}-{partition}"),
+            status: protocol::Status::new(
+                protocol::ErrorCode::UnknownTopicOrPartition,
+                format!("{topic}-{partition} has no known leader"),
+            ),
+        })
     }
 
     /// Forget cached metadata for `topic` (after a leadership error).
@@ -197,10 +164,7 @@ impl Client {
 
     /// The next pause for retry number `attempt` (0-based).
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let ms = self
-            .config
-            .retry_backoff_ms
-            .saturating_mul(1u64 << attempt.min(16));
+        let ms = self.config.retry_backoff_ms.saturating_mul(1u64 << attempt.min(16));
         Duration::from_millis(ms.min(self.config.retry_backoff_max_ms))
     }
 }

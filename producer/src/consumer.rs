@@ -30,9 +30,7 @@ pub struct Consumer {
 impl Consumer {
     /// A consumer bootstrapping from the coordinator at `bootstrap`.
     pub fn new(bootstrap: &str, config: ClientConfig) -> Consumer {
-        Consumer {
-            client: Client::new(bootstrap, config),
-        }
+        Consumer { client: Client::new(bootstrap, config) }
     }
 
     /// Fetch from `offset`, retrying leadership and connection errors until the request timeout.
@@ -44,16 +42,12 @@ impl Consumer {
         max_bytes: i32,
     ) -> Result<Fetched, ClientError> {
         let what = || format!("fetch {topic}-{partition} from offset {offset}");
-        let deadline =
-            Instant::now() + Duration::from_millis(self.client.config().request_timeout_ms);
+        let deadline = Instant::now() + Duration::from_millis(self.client.config().request_timeout_ms);
         let mut attempt = 0;
         loop {
             let last_error = match self.client.leader_or_refresh(topic, partition).await {
                 Err(ClientError::Refused { status, .. }) if !status.code.is_retriable() => {
-                    return Err(ClientError::Refused {
-                        what: what(),
-                        status,
-                    })
+                    return Err(ClientError::Refused { what: what(), status })
                 }
                 Err(e) => e.to_string(),
                 Ok(leader) => {
@@ -68,19 +62,11 @@ impl Consumer {
                         Ok(Response::Fetch(f)) if f.status.is_ok() => {
                             return decode(offset, f.high_watermark, f.records)
                         }
-                        Ok(other)
-                            if other.status().code.is_retriable()
-                                || other.status().code == ErrorCode::None =>
-                        {
+                        Ok(other) if other.status().code.is_retriable() || other.status().code == ErrorCode::None => {
                             self.client.invalidate(topic);
                             other.status().to_string()
                         }
-                        Ok(other) => {
-                            return Err(ClientError::Refused {
-                                what: what(),
-                                status: other.status().clone(),
-                            })
-                        }
+                        Ok(other) => return Err(ClientError::Refused { what: what(), status: other.status().clone() }),
                         Err(e) => {
                             self.client.invalidate(topic);
                             e.to_string()
@@ -111,9 +97,7 @@ impl Consumer {
         let mut out = Vec::new();
         let mut offset = from;
         loop {
-            let f = self
-                .fetch(topic, partition, offset, FETCH_BYTES_MAX_DEFAULT)
-                .await?;
+            let f = self.fetch(topic, partition, offset, FETCH_BYTES_MAX_DEFAULT).await?;
             out.extend(f.records);
             if f.next_offset >= f.high_watermark || f.next_offset == offset {
                 return Ok(out);
@@ -127,16 +111,11 @@ fn decode(offset: i64, high_watermark: i64, bytes: bytes::Bytes) -> Result<Fetch
     let mut records = Vec::new();
     let mut next_offset = offset;
     for item in BatchIter::new(bytes) {
-        let (header, batch) =
-            item.map_err(|e| ClientError::Protocol(format!("fetched batch does not parse: {e}")))?;
-        let decoded = decode_records(&batch)
-            .map_err(|e| ClientError::Protocol(format!("fetched batch is damaged: {e}")))?;
+        let (header, batch) = item.map_err(|e| ClientError::Protocol(format!("fetched batch does not parse: {e}")))?;
+        let decoded =
+            decode_records(&batch).map_err(|e| ClientError::Protocol(format!("fetched batch is damaged: {e}")))?;
         records.extend(decoded.into_iter().filter(|r| r.offset >= offset));
         next_offset = next_offset.max(header.last_offset() + 1);
     }
-    Ok(Fetched {
-        records,
-        next_offset,
-        high_watermark,
-    })
+    Ok(Fetched { records, next_offset, high_watermark })
 }

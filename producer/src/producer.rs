@@ -27,10 +27,7 @@ pub struct ProducerConfig {
 impl ProducerConfig {
     /// Defaults for a producer with this transactional id.
     pub fn transactional(id: impl Into<String>) -> Self {
-        ProducerConfig {
-            transactional_id: Some(id.into()),
-            ..Self::idempotent()
-        }
+        ProducerConfig { transactional_id: Some(id.into()), ..Self::idempotent() }
     }
 
     /// Defaults for an idempotent-only producer.
@@ -100,10 +97,7 @@ impl Producer {
                 }
                 Ok(Response::InitProducerId(r)) if retriable(r.status.code) => r.status.to_string(),
                 Ok(other) => {
-                    return Err(ClientError::Refused {
-                        what: "InitProducerId".into(),
-                        status: other.status().clone(),
-                    })
+                    return Err(ClientError::Refused { what: "InitProducerId".into(), status: other.status().clone() })
                 }
                 Err(e) if e.is_retriable() => e.to_string(),
                 Err(e) => return Err(ClientError::Protocol(e.to_string())),
@@ -143,12 +137,7 @@ impl Producer {
     }
 
     /// Send one record and wait for its acknowledgement.
-    pub async fn send(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        value: Bytes,
-    ) -> Result<RecordMetadata, ClientError> {
+    pub async fn send(&mut self, topic: &str, partition: i32, value: Bytes) -> Result<RecordMetadata, ClientError> {
         self.send_batch(topic, partition, &[value]).await
     }
 
@@ -163,14 +152,9 @@ impl Producer {
     ) -> Result<RecordMetadata, ClientError> {
         let key = (topic.to_string(), partition);
         let seq = self.sequences.get(&key).copied().unwrap_or(0);
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        let stamp = ProducerStamp {
-            producer_id: self.producer_id,
-            producer_epoch: self.epoch,
-            base_sequence: seq,
-        };
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let stamp = ProducerStamp { producer_id: self.producer_id, producer_epoch: self.epoch, base_sequence: seq };
         let batch = build_batch(stamp, false, now_ms, values);
         let deadline = Instant::now() + Duration::from_millis(self.config.delivery_timeout_ms);
         let what = || format!("produce to {topic}-{partition}");
@@ -178,10 +162,7 @@ impl Producer {
         loop {
             let last_error = match self.client.leader_or_refresh(topic, partition).await {
                 Err(ClientError::Refused { status, .. }) if !retriable(status.code) => {
-                    return Err(ClientError::Refused {
-                        what: what(),
-                        status,
-                    })
+                    return Err(ClientError::Refused { what: what(), status })
                 }
                 Err(e) => e.to_string(),
                 Ok(leader) => {
@@ -193,8 +174,7 @@ impl Producer {
                     });
                     match self.client.call_broker(&leader.addr, req).await {
                         Ok(Response::Produce(r)) if r.status.is_ok() => {
-                            self.sequences
-                                .insert(key, increment_sequence(seq, values.len() as i32));
+                            self.sequences.insert(key, increment_sequence(seq, values.len() as i32));
                             return Ok(RecordMetadata {
                                 topic: topic.to_string(),
                                 partition,
@@ -211,20 +191,12 @@ impl Producer {
                                 self.client.invalidate(topic);
                                 r.status.to_string()
                             }
-                            _ => {
-                                return Err(ClientError::Refused {
-                                    what: what(),
-                                    status: r.status,
-                                })
-                            }
+                            _ => return Err(ClientError::Refused { what: what(), status: r.status }),
                         },
                         Ok(other) => {
                             let status = other.status().clone();
                             if !retriable(status.code) {
-                                return Err(ClientError::Refused {
-                                    what: what(),
-                                    status,
-                                });
+                                return Err(ClientError::Refused { what: what(), status });
                             }
                             status.to_string()
                         }

@@ -130,10 +130,7 @@ impl BatchHeader {
     /// at least the header (the whole batch is checked by the caller through `total_bytes`).
     pub fn parse_prefix(b: &[u8]) -> Result<BatchHeader, BatchError> {
         if b.len() < BATCH_HEADER_BYTES {
-            return Err(BatchError::Truncated {
-                have: b.len(),
-                need: BATCH_HEADER_BYTES,
-            });
+            return Err(BatchError::Truncated { have: b.len(), need: BATCH_HEADER_BYTES });
         }
         let magic = b[16] as i8;
         if magic != 2 {
@@ -153,34 +150,19 @@ impl BatchHeader {
         };
         let min_len = (BATCH_HEADER_BYTES - BATCH_LOG_OVERHEAD_BYTES) as i32;
         if h.batch_length < min_len {
-            return Err(BatchError::InvalidField {
-                field: "batch_length",
-                value: h.batch_length.into(),
-            });
+            return Err(BatchError::InvalidField { field: "batch_length", value: h.batch_length.into() });
         }
         if h.record_count < 1 {
-            return Err(BatchError::InvalidField {
-                field: "record_count",
-                value: h.record_count.into(),
-            });
+            return Err(BatchError::InvalidField { field: "record_count", value: h.record_count.into() });
         }
         if h.last_offset_delta < h.record_count - 1 {
-            return Err(BatchError::InvalidField {
-                field: "last_offset_delta",
-                value: h.last_offset_delta.into(),
-            });
+            return Err(BatchError::InvalidField { field: "last_offset_delta", value: h.last_offset_delta.into() });
         }
         if h.producer_id >= 0 && h.producer_epoch < 0 {
-            return Err(BatchError::InvalidField {
-                field: "producer_epoch",
-                value: h.producer_epoch.into(),
-            });
+            return Err(BatchError::InvalidField { field: "producer_epoch", value: h.producer_epoch.into() });
         }
         if h.producer_id >= 0 && !h.is_control() && h.base_sequence < 0 {
-            return Err(BatchError::InvalidField {
-                field: "base_sequence",
-                value: h.base_sequence.into(),
-            });
+            return Err(BatchError::InvalidField { field: "base_sequence", value: h.base_sequence.into() });
         }
         let compression = h.attributes & ATTR_COMPRESSION_MASK;
         if compression != 0 {
@@ -228,10 +210,7 @@ pub fn increment_sequence(seq: i32, delta: i32) -> i32 {
 pub fn verify_crc(b: &[u8], header: &BatchHeader) -> Result<(), BatchError> {
     let computed = crc32c::crc32c(&b[CRC_START..header.total_bytes()]);
     if computed != header.crc {
-        return Err(BatchError::CrcMismatch {
-            stored: header.crc,
-            computed,
-        });
+        return Err(BatchError::CrcMismatch { stored: header.crc, computed });
     }
     Ok(())
 }
@@ -313,16 +292,9 @@ impl MarkerKind {
 
 fn encode(records: &[Record]) -> Bytes {
     let mut buf = BytesMut::with_capacity(
-        BATCH_HEADER_BYTES
-            + records
-                .iter()
-                .map(|r| 24 + r.value.as_ref().map_or(0, |v| v.len()))
-                .sum::<usize>(),
+        BATCH_HEADER_BYTES + records.iter().map(|r| 24 + r.value.as_ref().map_or(0, |v| v.len())).sum::<usize>(),
     );
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
+    let options = RecordEncodeOptions { version: 2, compression: Compression::None };
     RecordBatchEncoder::encode(&mut buf, records.iter(), &options)
         .expect("encoding uncompressed v2 records into memory cannot fail");
     buf.freeze()
@@ -331,12 +303,7 @@ fn encode(records: &[Record]) -> Bytes {
 /// Build one uncompressed v2 batch holding `values`, stamped with `stamp`.
 ///
 /// Panics if `values` is empty (a batch holds at least one record).
-pub fn build_batch(
-    stamp: ProducerStamp,
-    transactional: bool,
-    timestamp_ms: i64,
-    values: &[Bytes],
-) -> Bytes {
+pub fn build_batch(stamp: ProducerStamp, transactional: bool, timestamp_ms: i64, values: &[Bytes]) -> Bytes {
     assert!(!values.is_empty(), "a batch holds at least one record");
     let records: Vec<Record> = values
         .iter()
@@ -350,11 +317,7 @@ pub fn build_batch(
             producer_epoch: stamp.producer_epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: if stamp.base_sequence < 0 {
-                -1
-            } else {
-                increment_sequence(stamp.base_sequence, i as i32)
-            },
+            sequence: if stamp.base_sequence < 0 { -1 } else { increment_sequence(stamp.base_sequence, i as i32) },
             timestamp: timestamp_ms,
             key: None,
             value: Some(v.clone()),
@@ -424,8 +387,7 @@ pub fn decode_records(batch: &Bytes) -> Result<Vec<ConsumedRecord>, BatchError> 
         return Ok(Vec::new());
     }
     let mut buf = batch.clone();
-    let set =
-        RecordBatchDecoder::decode(&mut buf).map_err(|e| BatchError::Records(e.to_string()))?;
+    let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| BatchError::Records(e.to_string()))?;
     Ok(set
         .records
         .into_iter()
@@ -446,27 +408,15 @@ mod tests {
     use super::*;
 
     fn stamp() -> ProducerStamp {
-        ProducerStamp {
-            producer_id: 7,
-            producer_epoch: 3,
-            base_sequence: 10,
-        }
+        ProducerStamp { producer_id: 7, producer_epoch: 3, base_sequence: 10 }
     }
 
     #[test]
     fn built_batch_parses_and_crc_holds() {
-        let b = build_batch(
-            stamp(),
-            false,
-            1,
-            &[Bytes::from_static(b"a"), Bytes::from_static(b"bc")],
-        );
+        let b = build_batch(stamp(), false, 1, &[Bytes::from_static(b"a"), Bytes::from_static(b"bc")]);
         let h = BatchHeader::parse(&b).unwrap();
         verify_crc(&b, &h).unwrap();
-        assert_eq!(
-            (h.producer_id, h.producer_epoch, h.base_sequence),
-            (7, 3, 10)
-        );
+        assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence), (7, 3, 10));
         assert_eq!(h.record_count, 2);
         assert_eq!(h.last_sequence(), 11);
         assert!(!h.is_control());
@@ -493,23 +443,14 @@ mod tests {
         let last = m.len() - 1;
         m[last] ^= 0xff;
         let h = BatchHeader::parse(&m).unwrap();
-        assert!(matches!(
-            verify_crc(&m, &h),
-            Err(BatchError::CrcMismatch { .. })
-        ));
+        assert!(matches!(verify_crc(&m, &h), Err(BatchError::CrcMismatch { .. })));
     }
 
     #[test]
     fn lying_length_is_rejected() {
         let b = build_batch(stamp(), false, 1, &[Bytes::from_static(b"hello")]);
-        assert!(matches!(
-            BatchHeader::parse(&b[..b.len() - 1]),
-            Err(BatchError::LengthMismatch { .. })
-        ));
-        assert!(matches!(
-            BatchHeader::parse(&b[..20]),
-            Err(BatchError::Truncated { .. })
-        ));
+        assert!(matches!(BatchHeader::parse(&b[..b.len() - 1]), Err(BatchError::LengthMismatch { .. })));
+        assert!(matches!(BatchHeader::parse(&b[..20]), Err(BatchError::Truncated { .. })));
         let mut m = b.to_vec();
         m[8..12].copy_from_slice(&(-5i32).to_be_bytes());
         assert!(BatchHeader::parse(&m).is_err());

@@ -6,8 +6,7 @@ use thiserror::Error;
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec, LengthDelimitedCodecError};
 
 use crate::messages::{
-    decode_request, decode_response, encode_request, encode_response, BadRequest, Request,
-    RequestHeader, Response,
+    decode_request, decode_response, encode_request, encode_response, BadRequest, Request, RequestHeader, Response,
 };
 use crate::DecodeError;
 
@@ -35,24 +34,16 @@ pub enum CodecError {
 }
 
 fn length_codec(frame_bytes_max: usize) -> LengthDelimitedCodec {
-    LengthDelimitedCodec::builder()
-        .length_field_type::<u32>()
-        .max_frame_length(frame_bytes_max)
-        .new_codec()
+    LengthDelimitedCodec::builder().length_field_type::<u32>().max_frame_length(frame_bytes_max).new_codec()
 }
 
 /// Map the length codec's error: its "frame too big" (raised before it consumes or reserves
 /// anything, so the prefix is still in `src`) becomes [`CodecError::FrameTooLarge`].
 fn map_frame_error(e: std::io::Error, src: &BytesMut, max: usize) -> CodecError {
-    let too_big = e
-        .get_ref()
-        .is_some_and(|inner| inner.is::<LengthDelimitedCodecError>());
+    let too_big = e.get_ref().is_some_and(|inner| inner.is::<LengthDelimitedCodecError>());
     if too_big {
-        let len = if src.len() >= LENGTH_PREFIX_BYTES {
-            (&src[..LENGTH_PREFIX_BYTES]).get_u32() as usize
-        } else {
-            max + 1
-        };
+        let len =
+            if src.len() >= LENGTH_PREFIX_BYTES { (&src[..LENGTH_PREFIX_BYTES]).get_u32() as usize } else { max + 1 };
         CodecError::FrameTooLarge { len, max }
     } else {
         CodecError::Io(e)
@@ -72,10 +63,7 @@ pub struct ServerCodec {
 impl ServerCodec {
     /// A codec refusing frames above `frame_bytes_max` bytes.
     pub fn new(frame_bytes_max: usize) -> Self {
-        ServerCodec {
-            inner: length_codec(frame_bytes_max),
-            frame_bytes_max,
-        }
+        ServerCodec { inner: length_codec(frame_bytes_max), frame_bytes_max }
     }
 }
 
@@ -94,11 +82,7 @@ impl Decoder for ServerCodec {
 impl Encoder<(i32, Response)> for ServerCodec {
     type Error = CodecError;
 
-    fn encode(
-        &mut self,
-        (correlation_id, resp): (i32, Response),
-        dst: &mut BytesMut,
-    ) -> Result<(), CodecError> {
+    fn encode(&mut self, (correlation_id, resp): (i32, Response), dst: &mut BytesMut) -> Result<(), CodecError> {
         let body = encode_response(correlation_id, &resp);
         // Responses may exceed the request limit (a large fetch); the length field is u32.
         dst.reserve(LENGTH_PREFIX_BYTES + body.len());
@@ -117,10 +101,7 @@ pub struct ClientCodec {
 impl ClientCodec {
     /// A codec refusing response frames above `frame_bytes_max` bytes.
     pub fn new(frame_bytes_max: usize) -> Self {
-        ClientCodec {
-            inner: length_codec(frame_bytes_max),
-            frame_bytes_max,
-        }
+        ClientCodec { inner: length_codec(frame_bytes_max), frame_bytes_max }
     }
 }
 
@@ -129,10 +110,7 @@ impl Decoder for ClientCodec {
     type Error = CodecError;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<(i32, Response)>, CodecError> {
-        let frame = self
-            .inner
-            .decode(src)
-            .map_err(|e| map_frame_error(e, src, self.frame_bytes_max))?;
+        let frame = self.inner.decode(src).map_err(|e| map_frame_error(e, src, self.frame_bytes_max))?;
         match frame {
             None => Ok(None),
             Some(frame) => Ok(Some(decode_response(frame.freeze())?)),
@@ -143,11 +121,7 @@ impl Decoder for ClientCodec {
 impl Encoder<(i32, Request)> for ClientCodec {
     type Error = CodecError;
 
-    fn encode(
-        &mut self,
-        (correlation_id, req): (i32, Request),
-        dst: &mut BytesMut,
-    ) -> Result<(), CodecError> {
+    fn encode(&mut self, (correlation_id, req): (i32, Request), dst: &mut BytesMut) -> Result<(), CodecError> {
         let body: Bytes = encode_request(correlation_id, &req);
         dst.reserve(LENGTH_PREFIX_BYTES + body.len());
         dst.extend_from_slice(&(body.len() as u32).to_be_bytes());
@@ -164,17 +138,10 @@ mod tests {
 
     #[test]
     fn frames_roundtrip_through_both_codecs() {
-        let req = Request::Fetch(FetchRequest {
-            topic: "t".into(),
-            partition: 0,
-            leader_epoch: 0,
-            offset: 0,
-            max_bytes: 10,
-        });
+        let req =
+            Request::Fetch(FetchRequest { topic: "t".into(), partition: 0, leader_epoch: 0, offset: 0, max_bytes: 10 });
         let mut buf = BytesMut::new();
-        ClientCodec::new(1024)
-            .encode((9, req.clone()), &mut buf)
-            .unwrap();
+        ClientCodec::new(1024).encode((9, req.clone()), &mut buf).unwrap();
         // Feed it byte by byte: "need more bytes" is Ok(None) until the frame is whole.
         let mut server = ServerCodec::new(1024);
         let mut partial = BytesMut::new();
@@ -189,15 +156,7 @@ mod tests {
         assert_eq!((h.correlation_id, back), (9, req));
 
         let mut out = BytesMut::new();
-        server
-            .encode(
-                (
-                    9,
-                    Response::Error(Status::new(ErrorCode::InvalidRequest, "x")),
-                ),
-                &mut out,
-            )
-            .unwrap();
+        server.encode((9, Response::Error(Status::new(ErrorCode::InvalidRequest, "x"))), &mut out).unwrap();
         let (c, resp) = ClientCodec::new(1024).decode(&mut out).unwrap().unwrap();
         assert_eq!(c, 9);
         assert_eq!(resp.status().code, ErrorCode::InvalidRequest);
@@ -208,13 +167,8 @@ mod tests {
         let mut buf = BytesMut::new();
         buf.extend_from_slice(&(u32::MAX).to_be_bytes());
         let err = ServerCodec::new(1024).decode(&mut buf).unwrap_err();
-        assert!(
-            matches!(err, CodecError::FrameTooLarge { len, max: 1024 } if len == u32::MAX as usize)
-        );
-        assert!(
-            buf.capacity() < 1024,
-            "nothing was reserved for the announced body"
-        );
+        assert!(matches!(err, CodecError::FrameTooLarge { len, max: 1024 } if len == u32::MAX as usize));
+        assert!(buf.capacity() < 1024, "nothing was reserved for the announced body");
     }
 
     #[test]

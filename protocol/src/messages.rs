@@ -75,10 +75,7 @@ pub struct Status {
 impl Status {
     /// Success.
     pub fn ok() -> Status {
-        Status {
-            code: ErrorCode::None,
-            message: String::new(),
-        }
+        Status { code: ErrorCode::None, message: String::new() }
     }
 
     /// An error with a message (cut to [`MESSAGE_BYTES_MAX`]).
@@ -101,11 +98,7 @@ impl Status {
 
     fn encode(&self, b: &mut BytesMut) {
         b.put_i16(self.code.code());
-        b.put_nullable_string(if self.message.is_empty() {
-            None
-        } else {
-            Some(&self.message)
-        });
+        b.put_nullable_string(if self.message.is_empty() { None } else { Some(&self.message) });
     }
 
     fn decode(r: &mut Reader) -> Result<Status, DecodeError> {
@@ -617,21 +610,11 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), BadReque
             correlation_id: r.i32("correlation_id")?,
         })
     })()
-    .map_err(|error| BadRequest {
-        header: None,
-        error,
-    })?;
-    let bad = |error| BadRequest {
-        header: Some(header),
-        error,
-    };
-    let key = ApiKey::from_i16(header.api_key)
-        .ok_or_else(|| bad(DecodeError::UnknownApiKey(header.api_key)))?;
+    .map_err(|error| BadRequest { header: None, error })?;
+    let bad = |error| BadRequest { header: Some(header), error };
+    let key = ApiKey::from_i16(header.api_key).ok_or_else(|| bad(DecodeError::UnknownApiKey(header.api_key)))?;
     if header.api_version != API_VERSION {
-        return Err(bad(DecodeError::UnsupportedVersion {
-            api_key: header.api_key,
-            version: header.api_version,
-        }));
+        return Err(bad(DecodeError::UnsupportedVersion { api_key: header.api_key, version: header.api_version }));
     }
     let req = decode_request_body(key, &mut r).map_err(bad)?;
     r.finish().map_err(bad)?;
@@ -659,25 +642,20 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
             for _ in 0..n {
                 topics.push(r.string("topic")?);
             }
-            Request::Metadata(MetadataRequest {
-                topics,
-                allow_auto_create: r.bool("allow_auto_create")?,
-            })
+            Request::Metadata(MetadataRequest { topics, allow_auto_create: r.bool("allow_auto_create")? })
         }
-        ApiKey::CreateTopics => Request::CreateTopic(CreateTopicRequest {
-            name: r.string("name")?,
-            partitions: r.i32("partitions")?,
-        }),
+        ApiKey::CreateTopics => {
+            Request::CreateTopic(CreateTopicRequest { name: r.string("name")?, partitions: r.i32("partitions")? })
+        }
         ApiKey::InitProducerId => Request::InitProducerId(InitProducerIdRequest {
             transactional_id: r.nullable_string("transactional_id")?,
             transaction_timeout_ms: r.i32("transaction_timeout_ms")?,
             producer_id: r.i64("producer_id")?,
             producer_epoch: r.i16("producer_epoch")?,
         }),
-        ApiKey::ElectLeaders => Request::ElectLeader(ElectLeaderRequest {
-            topic: r.string("topic")?,
-            partition: r.i32("partition")?,
-        }),
+        ApiKey::ElectLeaders => {
+            Request::ElectLeader(ElectLeaderRequest { topic: r.string("topic")?, partition: r.i32("partition")? })
+        }
         ApiKey::AddPartitionsToTxn => Request::AddPartition(AddPartitionRequest {
             producer_id: r.i64("producer_id")?,
             producer_epoch: r.i16("producer_epoch")?,
@@ -691,10 +669,9 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
             producer_epoch: r.i16("producer_epoch")?,
             commit: r.bool("commit")?,
         }),
-        ApiKey::BrokerHeartbeat => Request::Heartbeat(HeartbeatRequest {
-            broker_id: r.i32("broker_id")?,
-            addr: r.string("addr")?,
-        }),
+        ApiKey::BrokerHeartbeat => {
+            Request::Heartbeat(HeartbeatRequest { broker_id: r.i32("broker_id")?, addr: r.string("addr")? })
+        }
         ApiKey::Describe => Request::Describe,
     })
 }
@@ -806,11 +783,7 @@ pub fn decode_response(frame: Bytes) -> Result<(i32, Response), DecodeError> {
     Ok((correlation_id, resp))
 }
 
-fn decode_response_body(
-    key: ApiKey,
-    status: Status,
-    r: &mut Reader,
-) -> Result<Response, DecodeError> {
+fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<Response, DecodeError> {
     Ok(match key {
         ApiKey::Produce => Response::Produce(ProduceResponse {
             status,
@@ -829,10 +802,7 @@ fn decode_response_body(
             let n = r.array_len("brokers", 6)?;
             let mut brokers = Vec::with_capacity(n);
             for _ in 0..n {
-                brokers.push(BrokerInfo {
-                    id: r.i32("broker_id")?,
-                    addr: r.string("addr")?,
-                });
+                brokers.push(BrokerInfo { id: r.i32("broker_id")?, addr: r.string("addr")? });
             }
             let n = r.array_len("topics", 8)?;
             let mut topics = Vec::with_capacity(n);
@@ -848,17 +818,9 @@ fn decode_response_body(
                         leader_epoch: r.i32("leader_epoch")?,
                     });
                 }
-                topics.push(TopicInfo {
-                    name,
-                    status: tstatus,
-                    partitions,
-                });
+                topics.push(TopicInfo { name, status: tstatus, partitions });
             }
-            Response::Metadata(MetadataResponse {
-                status,
-                brokers,
-                topics,
-            })
+            Response::Metadata(MetadataResponse { status, brokers, topics })
         }
         ApiKey::CreateTopics => Response::CreateTopic(status),
         ApiKey::InitProducerId => Response::InitProducerId(InitProducerIdResponse {
@@ -871,10 +833,9 @@ fn decode_response_body(
             leader_id: r.i32("leader_id")?,
             leader_epoch: r.i32("leader_epoch")?,
         }),
-        ApiKey::AddPartitionsToTxn => Response::AddPartition(AddPartitionResponse {
-            status,
-            current_epoch: r.i16("current_epoch")?,
-        }),
+        ApiKey::AddPartitionsToTxn => {
+            Response::AddPartition(AddPartitionResponse { status, current_epoch: r.i16("current_epoch")? })
+        }
         ApiKey::WriteTxnMarkers => Response::WriteMarker(WriteMarkerResponse {
             status,
             offset: r.i64("offset")?,
@@ -891,21 +852,13 @@ fn decode_response_body(
                     leader_epoch: r.i32("leader_epoch")?,
                 });
             }
-            Response::Heartbeat(HeartbeatResponse {
-                status,
-                lease_ms,
-                leaderships,
-            })
+            Response::Heartbeat(HeartbeatResponse { status, lease_ms, leaderships })
         }
         ApiKey::Describe => {
             let n = r.array_len("brokers", 7)?;
             let mut brokers = Vec::with_capacity(n);
             for _ in 0..n {
-                brokers.push(BrokerState {
-                    id: r.i32("broker_id")?,
-                    addr: r.string("addr")?,
-                    alive: r.bool("alive")?,
-                });
+                brokers.push(BrokerState { id: r.i32("broker_id")?, addr: r.string("addr")?, alive: r.bool("alive")? });
             }
             let n = r.array_len("partitions", 14)?;
             let mut partitions = Vec::with_capacity(n);
@@ -935,12 +888,7 @@ fn decode_response_body(
                     partitions: parts,
                 });
             }
-            Response::Describe(DescribeResponse {
-                status,
-                brokers,
-                partitions,
-                transactional_ids,
-            })
+            Response::Describe(DescribeResponse { status, brokers, partitions, transactional_ids })
         }
     })
 }
@@ -982,10 +930,7 @@ mod tests {
             topics: vec!["a".into(), "b".into()],
             allow_auto_create: true,
         }));
-        roundtrip_req(Request::CreateTopic(CreateTopicRequest {
-            name: "n".into(),
-            partitions: 4,
-        }));
+        roundtrip_req(Request::CreateTopic(CreateTopicRequest { name: "n".into(), partitions: 4 }));
         roundtrip_req(Request::InitProducerId(InitProducerIdRequest {
             transactional_id: Some("orders".into()),
             transaction_timeout_ms: 60_000,
@@ -1011,15 +956,9 @@ mod tests {
             producer_epoch: 9,
             commit: false,
         }));
-        roundtrip_req(Request::Heartbeat(HeartbeatRequest {
-            broker_id: 1,
-            addr: "127.0.0.1:9".into(),
-        }));
+        roundtrip_req(Request::Heartbeat(HeartbeatRequest { broker_id: 1, addr: "127.0.0.1:9".into() }));
         roundtrip_req(Request::Describe);
-        roundtrip_req(Request::ElectLeader(ElectLeaderRequest {
-            topic: "t".into(),
-            partition: 2,
-        }));
+        roundtrip_req(Request::ElectLeader(ElectLeaderRequest { topic: "t".into(), partition: 2 }));
     }
 
     #[test]
@@ -1039,24 +978,14 @@ mod tests {
         }));
         roundtrip_resp(Response::Metadata(MetadataResponse {
             status: Status::ok(),
-            brokers: vec![BrokerInfo {
-                id: 1,
-                addr: "a:1".into(),
-            }],
+            brokers: vec![BrokerInfo { id: 1, addr: "a:1".into() }],
             topics: vec![TopicInfo {
                 name: "t".into(),
                 status: Status::ok(),
-                partitions: vec![PartitionInfo {
-                    partition: 0,
-                    leader_id: 1,
-                    leader_epoch: 0,
-                }],
+                partitions: vec![PartitionInfo { partition: 0, leader_id: 1, leader_epoch: 0 }],
             }],
         }));
-        roundtrip_resp(Response::CreateTopic(Status::new(
-            ErrorCode::TopicAlreadyExists,
-            "exists",
-        )));
+        roundtrip_resp(Response::CreateTopic(Status::new(ErrorCode::TopicAlreadyExists, "exists")));
         roundtrip_resp(Response::InitProducerId(InitProducerIdResponse {
             status: Status::ok(),
             producer_id: 1,
@@ -1074,25 +1003,12 @@ mod tests {
         roundtrip_resp(Response::Heartbeat(HeartbeatResponse {
             status: Status::ok(),
             lease_ms: 3000,
-            leaderships: vec![Assignment {
-                topic: "t".into(),
-                partition: 0,
-                leader_epoch: 0,
-            }],
+            leaderships: vec![Assignment { topic: "t".into(), partition: 0, leader_epoch: 0 }],
         }));
         roundtrip_resp(Response::Describe(DescribeResponse {
             status: Status::ok(),
-            brokers: vec![BrokerState {
-                id: 1,
-                addr: "a".into(),
-                alive: true,
-            }],
-            partitions: vec![PartitionState {
-                topic: "t".into(),
-                partition: 0,
-                leader_id: 1,
-                leader_epoch: 0,
-            }],
+            brokers: vec![BrokerState { id: 1, addr: "a".into(), alive: true }],
+            partitions: vec![PartitionState { topic: "t".into(), partition: 0, leader_id: 1, leader_epoch: 0 }],
             transactional_ids: vec![TransactionalState {
                 transactional_id: "x".into(),
                 producer_id: 1,
@@ -1100,10 +1016,7 @@ mod tests {
                 partitions: vec!["t-0".into()],
             }],
         }));
-        roundtrip_resp(Response::Error(Status::new(
-            ErrorCode::InvalidRequest,
-            "bad",
-        )));
+        roundtrip_resp(Response::Error(Status::new(ErrorCode::InvalidRequest, "bad")));
     }
 
     #[test]
@@ -1128,23 +1041,14 @@ mod tests {
     fn truncated_and_trailing_bytes_are_errors_not_panics() {
         let full = encode_request(
             1,
-            &Request::Fetch(FetchRequest {
-                topic: "t".into(),
-                partition: 0,
-                leader_epoch: 0,
-                offset: 0,
-                max_bytes: 1,
-            }),
+            &Request::Fetch(FetchRequest { topic: "t".into(), partition: 0, leader_epoch: 0, offset: 0, max_bytes: 1 }),
         );
         for cut in 0..full.len() {
             assert!(decode_request(full.slice(..cut)).is_err(), "cut at {cut}");
         }
         let mut longer = BytesMut::from(&full[..]);
         longer.put_u8(0);
-        assert!(matches!(
-            decode_request(longer.freeze()).unwrap_err().error,
-            DecodeError::TrailingBytes(1)
-        ));
+        assert!(matches!(decode_request(longer.freeze()).unwrap_err().error, DecodeError::TrailingBytes(1)));
     }
 
     #[test]
@@ -1167,9 +1071,6 @@ mod tests {
         b.put_i16(2);
         b.put_slice(&[0xff, 0xfe]);
         b.put_i32(1);
-        assert!(matches!(
-            decode_request(b.freeze()).unwrap_err().error,
-            DecodeError::InvalidUtf8 { field: "name" }
-        ));
+        assert!(matches!(decode_request(b.freeze()).unwrap_err().error, DecodeError::InvalidUtf8 { field: "name" }));
     }
 }

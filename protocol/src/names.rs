@@ -11,21 +11,13 @@ pub fn validate_topic(name: &str) -> Result<(), String> {
         return Err("topic name is empty".into());
     }
     if name.len() > TOPIC_NAME_BYTES_MAX {
-        return Err(format!(
-            "topic name is {} bytes, the limit is {TOPIC_NAME_BYTES_MAX}",
-            name.len()
-        ));
+        return Err(format!("topic name is {} bytes, the limit is {TOPIC_NAME_BYTES_MAX}", name.len()));
     }
     if name == "." || name == ".." {
         return Err(format!("topic name '{name}' is reserved"));
     }
-    if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        return Err(format!(
-            "topic name contains {c:?}; use only letters, digits, '.', '_' and '-'"
-        ));
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        return Err(format!("topic name contains {c:?}; use only letters, digits, '.', '_' and '-'"));
     }
     Ok(())
 }
@@ -36,10 +28,7 @@ pub fn validate_transactional_id(id: &str) -> Result<(), String> {
         return Err("transactional id is empty; omit it for an idempotent-only producer".into());
     }
     if id.len() > TRANSACTIONAL_ID_BYTES_MAX {
-        return Err(format!(
-            "transactional id is {} bytes, the limit is {TRANSACTIONAL_ID_BYTES_MAX}",
-            id.len()
-        ));
+        return Err(format!("transactional id is {} bytes, the limit is {TRANSACTIONAL_ID_BYTES_MAX}", id.len()));
     }
     if id.chars().any(char::is_control) {
         return Err("transactional id contains control characters".into());

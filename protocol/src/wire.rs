@@ -26,11 +26,7 @@ impl Reader {
 
     fn need(&self, field: &'static str, needed: usize) -> Result<(), DecodeError> {
         if self.buf.remaining() < needed {
-            return Err(DecodeError::Truncated {
-                field,
-                needed,
-                remaining: self.buf.remaining(),
-            });
+            return Err(DecodeError::Truncated { field, needed, remaining: self.buf.remaining() });
         }
         Ok(())
     }
@@ -46,10 +42,7 @@ impl Reader {
         match self.i8(field)? {
             0 => Ok(false),
             1 => Ok(true),
-            v => Err(DecodeError::InvalidValue {
-                field,
-                detail: format!("boolean byte {v}"),
-            }),
+            v => Err(DecodeError::InvalidValue { field, detail: format!("boolean byte {v}") }),
         }
     }
 
@@ -78,33 +71,24 @@ impl Reader {
             return Ok(None);
         }
         if len < 0 {
-            return Err(DecodeError::InvalidLength {
-                field,
-                len: len.into(),
-            });
+            return Err(DecodeError::InvalidLength { field, len: len.into() });
         }
         let len = len as usize;
         self.need(field, len)?;
         let raw = self.buf.split_to(len);
-        String::from_utf8(raw.to_vec())
-            .map(Some)
-            .map_err(|_| DecodeError::InvalidUtf8 { field })
+        String::from_utf8(raw.to_vec()).map(Some).map_err(|_| DecodeError::InvalidUtf8 { field })
     }
 
     /// A non-null string.
     pub fn string(&mut self, field: &'static str) -> Result<String, DecodeError> {
-        self.nullable_string(field)?
-            .ok_or(DecodeError::UnexpectedNull { field })
+        self.nullable_string(field)?.ok_or(DecodeError::UnexpectedNull { field })
     }
 
     /// A byte blob: i32 length then the bytes, shared with the message buffer (no copy).
     pub fn bytes(&mut self, field: &'static str) -> Result<Bytes, DecodeError> {
         let len = self.i32(field)?;
         if len < 0 {
-            return Err(DecodeError::InvalidLength {
-                field,
-                len: len.into(),
-            });
+            return Err(DecodeError::InvalidLength { field, len: len.into() });
         }
         let len = len as usize;
         self.need(field, len)?;
@@ -113,17 +97,10 @@ impl Reader {
 
     /// An array length: i32, checked against the bytes left assuming every element takes at
     /// least `min_element_bytes`, so a lying count cannot make the caller allocate.
-    pub fn array_len(
-        &mut self,
-        field: &'static str,
-        min_element_bytes: usize,
-    ) -> Result<usize, DecodeError> {
+    pub fn array_len(&mut self, field: &'static str, min_element_bytes: usize) -> Result<usize, DecodeError> {
         let len = self.i32(field)?;
         if len < 0 || (len as usize).saturating_mul(min_element_bytes.max(1)) > self.remaining() {
-            return Err(DecodeError::InvalidLength {
-                field,
-                len: len.into(),
-            });
+            return Err(DecodeError::InvalidLength { field, len: len.into() });
         }
         Ok(len as usize)
     }

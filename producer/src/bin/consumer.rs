@@ -44,19 +44,14 @@ struct Line<'a> {
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
     let mut consumer = Consumer::new(&args.bootstrap, ClientConfig::default());
     let mut offset = args.from;
     loop {
-        let f = match consumer
-            .fetch(&args.topic, args.partition, offset, FETCH_BYTES_MAX_DEFAULT)
-            .await
-        {
+        let f = match consumer.fetch(&args.topic, args.partition, offset, FETCH_BYTES_MAX_DEFAULT).await {
             Ok(f) => f,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -74,10 +69,7 @@ async fn main() -> ExitCode {
                     leader_epoch: r.leader_epoch,
                     value: &value,
                 };
-                println!(
-                    "{}",
-                    serde_json::to_string(&line).expect("plain struct serialises")
-                );
+                println!("{}", serde_json::to_string(&line).expect("plain struct serialises"));
             } else {
                 println!(
                     "offset={} producer_id={} producer_epoch={} sequence={} value={}",

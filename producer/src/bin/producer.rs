@@ -45,9 +45,7 @@ const EXIT_FENCED: u8 = 3;
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
@@ -80,13 +78,9 @@ async fn run(args: Args) -> Result<(), ClientError> {
     );
     let mut n: u64 = 0;
     while args.count.is_none_or(|c| n < c) {
-        let partition = args
-            .partition
-            .unwrap_or((n % partitions.max(1) as u64) as i32);
+        let partition = args.partition.unwrap_or((n % partitions.max(1) as u64) as i32);
         let value = format!("{prefix}-{n}");
-        let meta = producer
-            .send(&args.topic, partition, Bytes::from(value.clone()))
-            .await?;
+        let meta = producer.send(&args.topic, partition, Bytes::from(value.clone())).await?;
         println!(
             "acked partition={} offset={} producer_id={} epoch={} value={}",
             meta.partition, meta.base_offset, meta.producer_id, meta.producer_epoch, value

@@ -1,0 +1,129 @@
+//! Helpers for tests that run the real binaries as separate processes.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::sync::Once;
+
+static BUILD: Once = Once::new();
+
+/// Path of a workspace binary, built (or rebuilt if stale) once per test process with the
+/// same profile as this test.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf();
+    BUILD.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--bins", "-p", "coordinator", "-p", "broker", "-p", "producer"]);
+        match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") | None => {}
+            Some("release") => {
+                cmd.arg("--release");
+            }
+            Some(other) => {
+                cmd.args(["--profile", other]);
+            }
+        }
+        let status = cmd.status().expect("run cargo build for the binaries");
+        assert!(status.success(), "building the binaries failed");
+    });
+    profile_dir.join(name)
+}
+
+/// A server process; killed with SIGKILL when dropped.
+pub struct Proc {
+    pub child: Child,
+    pub addr: String,
+    _stdout: BufReader<ChildStdout>,
+}
+
+impl Proc {
+    /// Start `name args...`, wait for its "listening on ADDR" line, log stderr to `log`.
+    pub fn start(name: &str, args: &[&str], log: &Path) -> Proc {
+        let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
+        let mut child = Command::new(bin(name))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read the listening line");
+        let addr = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .filter(|a| a.contains(':'))
+            .unwrap_or_else(|| panic!("{name} did not print its address; log: {}", log.display()))
+            .to_string();
+        Proc { child, addr, _stdout: stdout }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Start a coordinator on an ephemeral port with its journal in `dir`.
+pub fn coordinator(dir: &Path) -> Proc {
+    let data = dir.join("coordinator");
+    Proc::start(
+        "coordinator",
+        &["--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()],
+        &dir.join("coordinator.log"),
+    )
+}
+
+/// Start broker `id` on an ephemeral port with its logs in `dir`.
+pub fn broker(id: i32, coordinator: &str, dir: &Path) -> Proc {
+    let data = dir.join(format!("broker-{id}"));
+    let id = id.to_string();
+    Proc::start(
+        "broker",
+        &[
+            "--id",
+            &id,
+            "--listen",
+            "127.0.0.1:0",
+            "--coordinator",
+            coordinator,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--heartbeat-ms",
+            "50",
+        ],
+        &dir.join(format!("broker-{id}.log")),
+    )
+}
+
+/// Run a client binary to completion.
+pub fn run(name: &str, args: &[&str]) -> Output {
+    Command::new(bin(name)).args(args).output().unwrap_or_else(|e| panic!("run {name}: {e}"))
+}
+
+/// `admin create-topic`, retried while the broker has not registered yet (bounded).
+pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    let partitions = partitions.to_string();
+    for _ in 0..200 {
+        let out = run("admin", &["--bootstrap", bootstrap, "create-topic", topic, "--partitions", &partitions]);
+        if out.status.success() {
+            return;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("BROKER_NOT_AVAILABLE"), "admin create-topic failed: {err}");
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    panic!("no broker registered in time");
+}

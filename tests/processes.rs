@@ -1,0 +1,189 @@
+//! The real binaries as separate processes: kill -9 and restart, exit codes, output lines.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use bytes::Bytes;
+use common::{broker, coordinator, create_topic, run};
+use net::Connection;
+use producer::{ClientConfig, ClientError, Consumer, Producer, ProducerConfig};
+use protocol::{InitProducerIdRequest, Request, Response};
+
+async fn init(conn: &Connection, tid: Option<&str>) -> Option<(i64, i16)> {
+    let req = Request::InitProducerId(InitProducerIdRequest {
+        transactional_id: tid.map(str::to_string),
+        transaction_timeout_ms: 60_000,
+        producer_id: -1,
+        producer_epoch: -1,
+    });
+    match conn.call(req).await {
+        Ok(Response::InitProducerId(r)) if r.status.is_ok() => Some((r.producer_id, r.producer_epoch)),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn coordinator_killed_and_restarted_never_reissues_an_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut max_epoch = -1i16;
+    let mut max_pid = -1i64;
+    for round in 0..5 {
+        let mut c = coordinator(dir.path());
+        let conn = Connection::connect(&c.addr).await.unwrap();
+        // After the restart, the first grant is above everything acknowledged before it.
+        let (_, e) = init(&conn, Some("orders")).await.unwrap();
+        assert!(e > max_epoch, "round {round}: epoch {e} reissued (max acknowledged {max_epoch})");
+        let (pid, _) = init(&conn, None).await.unwrap();
+        assert!(pid > max_pid, "round {round}: producer id {pid} reissued (max acknowledged {max_pid})");
+        max_epoch = e;
+        max_pid = pid;
+        // Inits in flight from many connections while the process is killed.
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let addr = c.addr.clone();
+            tasks.push(tokio::spawn(async move {
+                let conn = Connection::connect(&addr).await.ok()?;
+                let mut acked = Vec::new();
+                loop {
+                    let tid = if i % 4 == 0 { None } else { Some("orders") };
+                    match init(&conn, tid).await {
+                        Some(grant) => acked.push((tid.is_some(), grant)),
+                        None => return Some(acked),
+                    }
+                }
+            }));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(30 + 20 * round)).await;
+        c.kill9();
+        for t in tasks {
+            for (transactional, (pid, epoch)) in t.await.unwrap().unwrap_or_default() {
+                max_pid = max_pid.max(pid);
+                if transactional {
+                    max_epoch = max_epoch.max(epoch);
+                }
+            }
+        }
+    }
+    assert!(max_epoch > 5, "the kill rounds acknowledged grants ({max_epoch})");
+}
+
+#[tokio::test]
+async fn producer_binary_prints_acks_and_exits_3_when_fenced() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = coordinator(dir.path());
+    let _b = broker(1, &c.addr, dir.path());
+    create_topic(&c.addr, "orders", 2);
+
+    let mut a = Command::new(common::bin("producer"))
+        .args([
+            "--bootstrap",
+            &c.addr,
+            "--topic",
+            "orders",
+            "--transactional-id",
+            "payments",
+            "--count",
+            "100000",
+            "--interval-ms",
+            "5",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut a_out = BufReader::new(a.stdout.take().unwrap());
+    let mut first = String::new();
+    a_out.read_line(&mut first).unwrap();
+    assert!(
+        first.starts_with("acked partition=0 offset=0 producer_id=") && first.contains(" epoch=0 value=payments-0"),
+        "{first}"
+    );
+
+    // B takes over the transactional id.
+    let b = run(
+        "producer",
+        &[
+            "--bootstrap",
+            &c.addr,
+            "--topic",
+            "orders",
+            "--transactional-id",
+            "payments",
+            "--count",
+            "2",
+            "--value",
+            "B",
+        ],
+    );
+    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    let b_out = String::from_utf8_lossy(&b.stdout);
+    assert_eq!(b_out.lines().count(), 2);
+    assert!(b_out.lines().all(|l| l.contains(" epoch=1 ")), "{b_out}");
+
+    // A is fenced on its next write and exits 3 with a line naming both epochs.
+    let status = a.wait().unwrap();
+    let mut a_err = String::new();
+    std::io::Read::read_to_string(&mut a.stderr.take().unwrap(), &mut a_err).unwrap();
+    assert_eq!(status.code(), Some(3), "stderr: {a_err}");
+    let fenced_line = a_err.lines().find(|l| l.contains("fenced")).unwrap_or_else(|| panic!("no fenced line: {a_err}"));
+    assert!(
+        fenced_line.contains("transactional id 'payments' is at epoch 1, this producer holds epoch 0"),
+        "{fenced_line}"
+    );
+
+    // The consumer sees no epoch-0 record after the first epoch-1 record, on either partition.
+    for p in ["0", "1"] {
+        let out = run("consumer", &["--bootstrap", &c.addr, "--topic", "orders", "--partition", p, "--json"]);
+        assert!(out.status.success());
+        let epochs: Vec<i64> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["producer_epoch"].as_i64().unwrap())
+            .collect();
+        assert!(epochs.contains(&1), "partition {p}: B's record is there");
+        let first_new = epochs.iter().position(|e| *e == 1).unwrap();
+        assert!(epochs[first_new..].iter().all(|e| *e == 1), "partition {p}: a zombie write after B's: {epochs:?}");
+    }
+
+    // describe shows the transactional id at epoch 1, in text and JSON.
+    let out = run("admin", &["--bootstrap", &c.addr, "describe", "--json"]);
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d["transactional_ids"][0]["transactional_id"], "payments");
+    assert_eq!(d["transactional_ids"][0]["producer_epoch"], 1);
+    assert_eq!(d["partitions"].as_array().unwrap().len(), 2);
+    let text = String::from_utf8_lossy(&run("admin", &["--bootstrap", &c.addr, "describe"]).stdout).into_owned();
+    assert!(text.contains("orders-0 leader=1 leader_epoch=0") && text.contains("payments producer_id="), "{text}");
+}
+
+#[tokio::test]
+async fn broker_killed_and_restarted_keeps_records_and_fences() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = coordinator(dir.path());
+    let mut b = broker(1, &c.addr, dir.path());
+    create_topic(&c.addr, "t", 1);
+
+    let mut a = Producer::init(&c.addr, ProducerConfig::transactional("orders")).await.unwrap();
+    for i in 0..3 {
+        a.send("t", 0, Bytes::from(format!("A-{i}"))).await.unwrap();
+    }
+    let mut newer = Producer::init(&c.addr, ProducerConfig::transactional("orders")).await.unwrap();
+    b.kill9();
+    let _b = broker(1, &c.addr, dir.path());
+
+    // After the restart the fence is rebuilt from the log: A stays fenced, B writes.
+    match a.send("t", 0, Bytes::from_static(b"A-zombie")).await {
+        Err(ClientError::Fenced { own_epoch: 0, current_epoch: 1, .. }) => {}
+        other => panic!("expected fenced, got {other:?}"),
+    }
+    newer.send("t", 0, Bytes::from_static(b"B-0")).await.unwrap();
+    let mut consumer = Consumer::new(&c.addr, ClientConfig::default());
+    let values: Vec<String> = consumer
+        .read_to_end("t", 0, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.value).into_owned())
+        .collect();
+    assert_eq!(values, vec!["A-0", "A-1", "A-2", "B-0"]);
+}

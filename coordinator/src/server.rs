@@ -177,7 +177,18 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
         Request::AddPartition(r) => {
             let (decision, rx) = {
                 let mut st = shared.lock();
-                let d = st.table.handle_register(r.producer_id, r.producer_epoch, &r.topic, r.partition);
+                let d = if st.cluster.leader_of(&r.topic, r.partition).is_none() {
+                    // A registration is a promise to fence that partition later: only real ones.
+                    RegisterDecision::Refuse {
+                        status: Status::new(
+                            ErrorCode::UnknownTopicOrPartition,
+                            format!("{}-{} does not exist", r.topic, r.partition),
+                        ),
+                        epoch: -1,
+                    }
+                } else {
+                    st.table.handle_register(r.producer_id, r.producer_epoch, &r.topic, r.partition)
+                };
                 let rx = match &d {
                     RegisterDecision::Accept { entries, .. } => Some(shared.persist(entries)),
                     RegisterDecision::Refuse { .. } => None,

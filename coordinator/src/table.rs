@@ -535,7 +535,7 @@ mod tests {
     fn replaying_the_entries_rebuilds_the_same_table() {
         let mut t = ProducerTable::new(TableConfig::default());
         let mut log = Vec::new();
-        let mut push = |d: InitDecision, log: &mut Vec<Entry>| {
+        let push = |d: InitDecision, log: &mut Vec<Entry>| {
             if let InitDecision::Grant { entries, .. } = d {
                 log.extend(entries);
             }

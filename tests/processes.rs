@@ -6,10 +6,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use bytes::Bytes;
-use common::{broker, coordinator, create_topic, run};
+use common::{broker, coordinator, coordinator_with, create_topic, run};
 use net::Connection;
 use producer::{ClientConfig, ClientError, Consumer, Producer, ProducerConfig};
-use protocol::{InitProducerIdRequest, Request, Response};
+use protocol::{ErrorCode, InitProducerIdRequest, Request, Response};
 
 async fn init(conn: &Connection, tid: Option<&str>) -> Option<(i64, i16)> {
     let req = Request::InitProducerId(InitProducerIdRequest {
@@ -186,4 +186,38 @@ async fn broker_killed_and_restarted_keeps_records_and_fences() {
         .map(|r| String::from_utf8_lossy(&r.value).into_owned())
         .collect();
     assert_eq!(values, vec!["A-0", "A-1", "A-2", "B-0"]);
+}
+
+#[tokio::test]
+async fn init_waits_for_the_fence_while_a_leader_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = coordinator_with(dir.path(), &["--fence-wait-ms", "200"]);
+    let mut b = broker(1, &c.addr, dir.path());
+    create_topic(&c.addr, "t", 1);
+    let mut a = Producer::init(&c.addr, ProducerConfig::transactional("orders")).await.unwrap();
+    a.send("t", 0, Bytes::from_static(b"A-0")).await.unwrap();
+    b.kill9();
+
+    // The fence marker cannot reach t-0: the init is not granted, it is told to retry.
+    let conn = Connection::connect(&c.addr).await.unwrap();
+    let req = Request::InitProducerId(InitProducerIdRequest {
+        transactional_id: Some("orders".into()),
+        transaction_timeout_ms: 60_000,
+        producer_id: -1,
+        producer_epoch: -1,
+    });
+    let Response::InitProducerId(r) = conn.call(req.clone()).await.unwrap() else { panic!("wrong answer") };
+    assert_eq!(r.status.code, ErrorCode::ConcurrentTransactions, "{}", r.status);
+    let Response::InitProducerId(r) = conn.call(req).await.unwrap() else { panic!("wrong answer") };
+    assert_eq!(r.status.code, ErrorCode::ConcurrentTransactions, "still fencing: {}", r.status);
+
+    // The broker comes back; the marker lands; the next init is granted a higher epoch.
+    let _b = broker(1, &c.addr, dir.path());
+    let mut newer = Producer::init(&c.addr, ProducerConfig::transactional("orders")).await.unwrap();
+    assert!(newer.epoch() >= 2, "epoch 1 was fenced for but never handed out; got {}", newer.epoch());
+    match a.send("t", 0, Bytes::from_static(b"A-zombie")).await {
+        Err(ClientError::Fenced { own_epoch: 0, .. }) => {}
+        other => panic!("expected fenced, got {other:?}"),
+    }
+    newer.send("t", 0, Bytes::from_static(b"B-0")).await.unwrap();
 }

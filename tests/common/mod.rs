@@ -78,12 +78,15 @@ impl Drop for Proc {
 
 /// Start a coordinator on an ephemeral port with its journal in `dir`.
 pub fn coordinator(dir: &Path) -> Proc {
+    coordinator_with(dir, &[])
+}
+
+/// [`coordinator`] with extra flags.
+pub fn coordinator_with(dir: &Path, extra: &[&str]) -> Proc {
     let data = dir.join("coordinator");
-    Proc::start(
-        "coordinator",
-        &["--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()],
-        &dir.join("coordinator.log"),
-    )
+    let mut args = vec!["--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    Proc::start("coordinator", &args, &dir.join("coordinator.log"))
 }
 
 /// Start broker `id` on an ephemeral port with its logs in `dir`.

@@ -140,24 +140,31 @@ async fn run(addr: String, mut framed: Framed<TcpStream, ClientCodec>, mut rx: m
             }
             frame = framed.next(), if !pending.is_empty() => {
                 match frame {
-                    Some(Ok((id, resp))) => {
-                        if let Response::Error(status) = resp {
-                            // The server could not read a request and is closing.
-                            let err = NetError::Refused { addr: addr.clone(), status };
-                            for (_, done) in pending.drain(..) {
-                                let _ = done.send(Err(err.clone()));
-                            }
-                            return;
+                    Some(Ok((-1, Response::Error(status)))) => {
+                        // A frame-level refusal (oversized, unreadable header): the server is closing.
+                        let err = NetError::Refused { addr: addr.clone(), status };
+                        for (_, done) in pending.drain(..) {
+                            let _ = done.send(Err(err.clone()));
                         }
-                        match pending.pop_front() {
-                            Some((want, done)) if want == id => { let _ = done.send(Ok(resp)); }
-                            Some((want, done)) => {
-                                let _ = done.send(Err(NetError::Closed { addr: addr.clone(), detail: format!("answer {id} arrived where {want} was due") }));
-                                break "correlation id out of order".into();
-                            }
-                            None => break "unsolicited answer".into(),
-                        }
+                        return;
                     }
+                    Some(Ok((id, resp))) => match pending.pop_front() {
+                        Some((want, done)) if want == id => {
+                            let answer = match resp {
+                                Response::Error(status) => Err(NetError::Refused { addr: addr.clone(), status }),
+                                other => Ok(other),
+                            };
+                            let _ = done.send(answer);
+                        }
+                        Some((want, done)) => {
+                            let _ = done.send(Err(NetError::Closed {
+                                addr: addr.clone(),
+                                detail: format!("answer {id} arrived where {want} was due"),
+                            }));
+                            break "correlation id out of order".into();
+                        }
+                        None => break "unsolicited answer".into(),
+                    },
                     Some(Err(e)) => break e.to_string(),
                     None => break "closed by peer".into(),
                 }

@@ -295,7 +295,8 @@ pub struct AddPartitionRequest {
 /// The coordinator's verdict on an [`AddPartitionRequest`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddPartitionResponse {
-    /// NONE (registered, durable), PRODUCER_FENCED, UNKNOWN_PRODUCER_ID, CONCURRENT_TRANSACTIONS.
+    /// NONE (registered, durable), PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID,
+    /// UNKNOWN_TOPIC_OR_PARTITION, COORDINATOR_NOT_AVAILABLE.
     pub status: Status,
     /// The producer id's current epoch (-1 if unknown).
     pub current_epoch: i16,

@@ -1,12 +1,17 @@
-//! Cluster metadata: brokers and their leases, topics, partitions, leaders and leader epochs.
+//! Cluster metadata: brokers and their leases, topics, replicas, leaders, leader epochs, ISRs.
 //!
-//! Plain synchronous rules; time is a millisecond count passed in by the caller. Leases are
-//! bookkeeping (which brokers to place partitions on, what `describe` shows); no correctness
-//! argument depends on them.
+//! Plain synchronous rules; time is a millisecond count passed in by the caller. Leases decide
+//! *when* the coordinator moves a leadership (a broker whose lease expired loses its
+//! leaderships at the next [`Cluster::handle_tick`]); they are never what keeps data safe. Safety
+//! comes from the leader epoch every move bumps: replicas and the coordinator refuse requests
+//! carrying an older one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use protocol::{Assignment, BrokerInfo, BrokerState, ErrorCode, PartitionInfo, PartitionState, Status, TopicInfo};
+use protocol::{
+    Assignment, BrokerInfo, BrokerState, ErrorCode, PartitionInfo, PartitionState, ReplicaProgress, ReplicaReport,
+    Status, TopicInfo,
+};
 
 use crate::entry::Entry;
 
@@ -17,6 +22,8 @@ pub struct ClusterConfig {
     pub broker_lease_ms: u64,
     /// Partitions of an auto-created topic.
     pub default_partitions: i32,
+    /// Replicas of a topic created without a replication factor; `None`: min(3, live brokers).
+    pub default_replication_factor: Option<i32>,
     /// Whether Metadata may create unknown topics.
     pub auto_create_topics: bool,
     /// Most partitions one topic may have.
@@ -28,6 +35,7 @@ impl Default for ClusterConfig {
         ClusterConfig {
             broker_lease_ms: 3_000,
             default_partitions: 1,
+            default_replication_factor: None,
             auto_create_topics: true,
             partitions_max: 10_000,
         }
@@ -40,18 +48,25 @@ struct Broker {
     lease_until_ms: u64,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Partition {
+    replicas: Vec<i32>,
     leader_id: i32,
     leader_epoch: i32,
+    isr: Vec<i32>,
 }
 
-/// Brokers, topics and leaderships.
+/// No leader is available (every in-sync replica is down).
+pub const NO_LEADER: i32 = -1;
+
+/// Brokers, topics, replicas and leaderships.
 #[derive(Debug, Default)]
 pub struct Cluster {
     config: ClusterConfig,
     brokers: BTreeMap<i32, Broker>,
     topics: BTreeMap<String, Vec<Partition>>,
+    /// Last progress each broker reported per partition: (log end offset, high watermark).
+    reports: HashMap<(String, i32), BTreeMap<i32, (i64, i64)>>,
     next_placement: usize,
 }
 
@@ -61,30 +76,63 @@ impl Cluster {
         Cluster { config, ..Default::default() }
     }
 
-    /// A broker heartbeat: registers or renews it, and returns the lease and its leaderships.
-    pub fn handle_heartbeat(&mut self, now_ms: u64, broker_id: i32, addr: &str) -> (u64, Vec<Assignment>) {
-        let lease_until_ms = now_ms + self.config.broker_lease_ms;
-        self.brokers.insert(broker_id, Broker { addr: addr.to_string(), lease_until_ms });
-        let leaderships = self
-            .topics
-            .iter()
-            .flat_map(|(t, ps)| {
-                ps.iter().enumerate().filter(|(_, p)| p.leader_id == broker_id).map(move |(i, p)| Assignment {
-                    topic: t.clone(),
-                    partition: i as i32,
-                    leader_epoch: p.leader_epoch,
-                })
-            })
-            .collect();
-        (self.config.broker_lease_ms, leaderships)
+    fn alive(&self, id: i32, now_ms: u64) -> bool {
+        self.brokers.get(&id).is_some_and(|b| b.lease_until_ms > now_ms)
     }
 
     fn live_brokers(&self, now_ms: u64) -> Vec<i32> {
         self.brokers.iter().filter(|(_, b)| b.lease_until_ms > now_ms).map(|(id, _)| *id).collect()
     }
 
-    /// Create a topic; returns the entry to persist before answering.
-    pub fn handle_create_topic(&mut self, now_ms: u64, name: &str, partitions: i32) -> Result<Entry, Status> {
+    fn broker_infos(&self) -> Vec<BrokerInfo> {
+        self.brokers.iter().map(|(id, b)| BrokerInfo { id: *id, addr: b.addr.clone() }).collect()
+    }
+
+    /// A broker heartbeat: registers or renews its lease, records its replicas' progress, and
+    /// returns the lease, every replica it hosts, and the brokers' addresses.
+    pub fn handle_heartbeat(
+        &mut self,
+        now_ms: u64,
+        broker_id: i32,
+        addr: &str,
+        reports: &[ReplicaReport],
+    ) -> (u64, Vec<Assignment>, Vec<BrokerInfo>) {
+        let lease_until_ms = now_ms + self.config.broker_lease_ms;
+        self.brokers.insert(broker_id, Broker { addr: addr.to_string(), lease_until_ms });
+        for r in reports {
+            if self.topics.contains_key(&r.topic) {
+                self.reports
+                    .entry((r.topic.clone(), r.partition))
+                    .or_default()
+                    .insert(broker_id, (r.log_end_offset, r.high_watermark));
+            }
+        }
+        let assignments = self
+            .topics
+            .iter()
+            .flat_map(|(t, ps)| {
+                ps.iter().enumerate().filter(|(_, p)| p.replicas.contains(&broker_id)).map(move |(i, p)| Assignment {
+                    topic: t.clone(),
+                    partition: i as i32,
+                    leader_id: p.leader_id,
+                    leader_epoch: p.leader_epoch,
+                    replicas: p.replicas.clone(),
+                    isr: p.isr.clone(),
+                })
+            })
+            .collect();
+        (self.config.broker_lease_ms, assignments, self.broker_infos())
+    }
+
+    /// Create a topic; returns the entry to persist before answering. `replication_factor` <= 0
+    /// means the default.
+    pub fn handle_create_topic(
+        &mut self,
+        now_ms: u64,
+        name: &str,
+        partitions: i32,
+        replication_factor: i32,
+    ) -> Result<Entry, Status> {
         if let Err(why) = protocol::names::validate_topic(name) {
             return Err(Status::new(ErrorCode::InvalidTopicException, why));
         }
@@ -104,29 +152,139 @@ impl Cluster {
                 format!("no live broker to place topic '{name}' on; start a broker and retry"),
             ));
         }
-        let leaders =
-            (0..partitions as usize).map(|i| live[(self.next_placement + i) % live.len()]).collect::<Vec<_>>();
+        let rf = if replication_factor > 0 {
+            replication_factor
+        } else {
+            self.config.default_replication_factor.unwrap_or_else(|| (live.len() as i32).min(3))
+        };
+        if rf < 1 || rf as usize > live.len() {
+            return Err(Status::new(
+                ErrorCode::InvalidReplicationFactor,
+                format!("replication factor {rf} for topic '{name}' but {} live broker(s)", live.len()),
+            ));
+        }
+        let replicas = (0..partitions as usize)
+            .map(|i| (0..rf as usize).map(|j| live[(self.next_placement + i + j) % live.len()]).collect())
+            .collect::<Vec<Vec<i32>>>();
         self.next_placement = self.next_placement.wrapping_add(partitions as usize);
-        let entry = Entry::TopicCreated { name: name.to_string(), leaders };
+        let entry = Entry::TopicCreated { name: name.to_string(), replicas };
         self.apply(&entry);
         Ok(entry)
     }
 
-    /// Elect a partition's leader again under the next leader epoch. With one replica per
-    /// partition the only candidate is the current leader, which must hold a live lease; the
-    /// election still bumps the epoch, as every Kafka election does.
+    /// Move leaderships away from brokers whose lease expired, and give leaderless partitions
+    /// a leader once an in-sync replica is back. Returns the entries to persist; brokers learn
+    /// the changes from their next heartbeat, which is answered only once these are durable.
+    pub fn handle_tick(&mut self, now_ms: u64) -> Vec<Entry> {
+        let mut out = Vec::new();
+        for (topic, ps) in &self.topics {
+            for (i, p) in ps.iter().enumerate() {
+                let leader_alive = p.leader_id != NO_LEADER && self.alive(p.leader_id, now_ms);
+                if leader_alive {
+                    continue;
+                }
+                let candidate = p.isr.iter().copied().find(|b| *b != p.leader_id && self.alive(*b, now_ms));
+                let (leader_id, isr) = match candidate {
+                    Some(c) => (c, p.isr.iter().copied().filter(|b| *b != p.leader_id).collect::<Vec<_>>()),
+                    // The old leader may be the only replica with every committed record:
+                    // keep it in the ISR, take away its leadership, wait for it.
+                    None if p.leader_id != NO_LEADER => (NO_LEADER, p.isr.clone()),
+                    None => {
+                        // Leaderless: the old leader itself may be back.
+                        match p.isr.iter().copied().find(|b| self.alive(*b, now_ms)) {
+                            Some(c) => (c, p.isr.clone()),
+                            None => continue,
+                        }
+                    }
+                };
+                out.push(Entry::LeaderChanged {
+                    topic: topic.clone(),
+                    partition: i as i32,
+                    leader_id,
+                    leader_epoch: p.leader_epoch + 1,
+                    isr,
+                });
+            }
+        }
+        for e in &out {
+            self.apply(e);
+        }
+        out
+    }
+
+    /// Elect a partition's leader again under the next leader epoch: the current leader if its
+    /// lease is live, else the first live in-sync replica.
     pub fn handle_elect_leader(&mut self, now_ms: u64, topic: &str, partition: i32) -> Result<Entry, Status> {
-        let Some((leader_id, leader_epoch, _)) = self.leader_of(topic, partition) else {
+        let Some(p) = self.partition(topic, partition) else {
             return Err(Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist")));
         };
-        if !self.live_brokers(now_ms).contains(&leader_id) {
+        let leader = if p.leader_id != NO_LEADER && self.alive(p.leader_id, now_ms) {
+            Some(p.leader_id)
+        } else {
+            p.isr.iter().copied().find(|b| self.alive(*b, now_ms))
+        };
+        let Some(leader_id) = leader else {
             return Err(Status::new(
                 ErrorCode::LeaderNotAvailable,
-                format!("broker {leader_id}, the only replica of {topic}-{partition}, holds no live lease; start it and retry"),
+                format!("no in-sync replica of {topic}-{partition} holds a live lease (ISR {:?}); start one and retry", p.isr),
             ));
+        };
+        let entry = Entry::LeaderChanged {
+            topic: topic.to_string(),
+            partition,
+            leader_id,
+            leader_epoch: p.leader_epoch + 1,
+            isr: p.isr.clone(),
+        };
+        self.apply(&entry);
+        Ok(entry)
+    }
+
+    /// A leader asks to change the ISR. Refused with FENCED_LEADER_EPOCH unless it is the
+    /// leader of the current epoch: a stale leader cannot shrink the ISR to itself.
+    pub fn handle_alter_partition(
+        &mut self,
+        broker_id: i32,
+        topic: &str,
+        partition: i32,
+        leader_epoch: i32,
+        isr: &[i32],
+    ) -> Result<Entry, (Status, i32, Vec<i32>)> {
+        let Some(p) = self.partition(topic, partition) else {
+            return Err((
+                Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist")),
+                -1,
+                Vec::new(),
+            ));
+        };
+        let refuse = |code, msg: String| Err((Status::new(code, msg), p.leader_epoch, p.isr.clone()));
+        if leader_epoch < p.leader_epoch || (leader_epoch == p.leader_epoch && broker_id != p.leader_id) {
+            return refuse(
+                ErrorCode::FencedLeaderEpoch,
+                format!(
+                    "broker {broker_id} at leader epoch {leader_epoch} is not the leader of {topic}-{partition}: \
+                     broker {} leads at epoch {}",
+                    p.leader_id, p.leader_epoch
+                ),
+            );
+        }
+        if leader_epoch > p.leader_epoch {
+            return refuse(
+                ErrorCode::UnknownLeaderEpoch,
+                format!("leader epoch {leader_epoch} of {topic}-{partition} was never granted"),
+            );
+        }
+        let mut unique = isr.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        if !isr.contains(&broker_id) || unique.len() != isr.len() || isr.iter().any(|b| !p.replicas.contains(b)) {
+            return refuse(
+                ErrorCode::InvalidRequest,
+                format!("ISR {isr:?} must hold the leader {broker_id} and only replicas {:?}", p.replicas),
+            );
         }
         let entry =
-            Entry::LeaderChanged { topic: topic.to_string(), partition, leader_id, leader_epoch: leader_epoch + 1 };
+            Entry::IsrChanged { topic: topic.to_string(), partition, leader_epoch, isr: isr.to_vec() };
         self.apply(&entry);
         Ok(entry)
     }
@@ -140,14 +298,13 @@ impl Cluster {
         allow_auto_create: bool,
     ) -> (Vec<BrokerInfo>, Vec<TopicInfo>, Vec<Entry>) {
         let mut entries = Vec::new();
-        let names: Vec<String> =
-            if topics.is_empty() { self.topics.keys().cloned().collect() } else { topics.to_vec() };
+        let names: Vec<String> = if topics.is_empty() { self.topics.keys().cloned().collect() } else { topics.to_vec() };
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             let mut status = Status::ok();
             if !self.topics.contains_key(&name) {
                 if allow_auto_create && self.config.auto_create_topics {
-                    match self.handle_create_topic(now_ms, &name, self.config.default_partitions) {
+                    match self.handle_create_topic(now_ms, &name, self.config.default_partitions, -1) {
                         Ok(e) => entries.push(e),
                         Err(s) => status = s,
                     }
@@ -165,19 +322,24 @@ impl Cluster {
                             partition: i as i32,
                             leader_id: p.leader_id,
                             leader_epoch: p.leader_epoch,
+                            replicas: p.replicas.clone(),
+                            isr: p.isr.clone(),
                         })
                         .collect()
                 })
                 .unwrap_or_default();
             out.push(TopicInfo { name, status, partitions });
         }
-        let brokers = self.brokers.iter().map(|(id, b)| BrokerInfo { id: *id, addr: b.addr.clone() }).collect();
-        (brokers, out, entries)
+        (self.broker_infos(), out, entries)
     }
 
-    /// Which broker leads a partition, at which leader epoch, and at which address.
+    fn partition(&self, topic: &str, partition: i32) -> Option<&Partition> {
+        self.topics.get(topic)?.get(usize::try_from(partition).ok()?)
+    }
+
+    /// Which broker leads a partition (-1: none), at which leader epoch, and at which address.
     pub fn leader_of(&self, topic: &str, partition: i32) -> Option<(i32, i32, Option<String>)> {
-        let p = self.topics.get(topic)?.get(usize::try_from(partition).ok()?)?;
+        let p = self.partition(topic, partition)?;
         Some((p.leader_id, p.leader_epoch, self.brokers.get(&p.leader_id).map(|b| b.addr.clone())))
     }
 
@@ -192,30 +354,61 @@ impl Cluster {
             .topics
             .iter()
             .flat_map(|(t, ps)| {
-                ps.iter().enumerate().map(move |(i, p)| PartitionState {
-                    topic: t.clone(),
-                    partition: i as i32,
-                    leader_id: p.leader_id,
-                    leader_epoch: p.leader_epoch,
+                ps.iter().enumerate().map(move |(i, p)| {
+                    let reports = self.reports.get(&(t.clone(), i as i32));
+                    PartitionState {
+                        topic: t.clone(),
+                        partition: i as i32,
+                        leader_id: p.leader_id,
+                        leader_epoch: p.leader_epoch,
+                        replicas: p.replicas.clone(),
+                        isr: p.isr.clone(),
+                        progress: p
+                            .replicas
+                            .iter()
+                            .filter_map(|b| {
+                                reports.and_then(|r| r.get(b)).map(|(leo, hw)| ReplicaProgress {
+                                    broker_id: *b,
+                                    log_end_offset: *leo,
+                                    high_watermark: *hw,
+                                })
+                            })
+                            .collect(),
+                    }
                 })
             })
             .collect();
         (brokers, partitions)
     }
 
-    /// Apply a journal entry (topics only; other entries belong to the producer table).
+    /// Apply a journal entry (topics and leaderships; other entries belong to the producer table).
     pub fn apply(&mut self, entry: &Entry) {
         match entry {
-            Entry::TopicCreated { name, leaders } => {
-                self.topics.insert(
-                    name.clone(),
-                    leaders.iter().map(|l| Partition { leader_id: *l, leader_epoch: 0 }).collect(),
-                );
+            Entry::TopicCreated { name, replicas } => {
+                let ps = replicas
+                    .iter()
+                    .map(|r| Partition {
+                        replicas: r.clone(),
+                        leader_id: r.first().copied().unwrap_or(NO_LEADER),
+                        leader_epoch: 0,
+                        isr: r.clone(),
+                    })
+                    .collect();
+                self.topics.insert(name.clone(), ps);
             }
-            Entry::LeaderChanged { topic, partition, leader_id, leader_epoch } => {
+            Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr } => {
                 if let Some(p) = self.topics.get_mut(topic).and_then(|ps| ps.get_mut(*partition as usize)) {
                     if *leader_epoch > p.leader_epoch {
-                        *p = Partition { leader_id: *leader_id, leader_epoch: *leader_epoch };
+                        p.leader_id = *leader_id;
+                        p.leader_epoch = *leader_epoch;
+                        p.isr = isr.clone();
+                    }
+                }
+            }
+            Entry::IsrChanged { topic, partition, leader_epoch, isr } => {
+                if let Some(p) = self.topics.get_mut(topic).and_then(|ps| ps.get_mut(*partition as usize)) {
+                    if *leader_epoch == p.leader_epoch {
+                        p.isr = isr.clone();
                     }
                 }
             }
@@ -228,51 +421,102 @@ impl Cluster {
 mod tests {
     use super::*;
 
+    fn cluster(brokers: &[i32]) -> Cluster {
+        let mut c = Cluster::new(ClusterConfig { broker_lease_ms: 100, ..Default::default() });
+        for b in brokers {
+            c.handle_heartbeat(0, *b, &format!("a:{b}"), &[]);
+        }
+        c
+    }
+
     #[test]
-    fn topics_need_a_live_broker_and_spread_over_brokers() {
+    fn topics_need_live_brokers_and_spread_replicas() {
         let mut c = Cluster::new(ClusterConfig::default());
-        assert_eq!(c.handle_create_topic(0, "t", 2).unwrap_err().code, ErrorCode::BrokerNotAvailable);
-        c.handle_heartbeat(0, 1, "a:1");
-        c.handle_heartbeat(0, 2, "a:2");
-        c.handle_create_topic(10, "t", 4).unwrap();
-        let (_, leaders) = c.handle_heartbeat(20, 1, "a:1");
-        assert_eq!(leaders.len(), 2);
-        assert!(leaders.iter().all(|a| a.leader_epoch == 0));
-        assert_eq!(c.handle_create_topic(10, "t", 1).unwrap_err().code, ErrorCode::TopicAlreadyExists);
-        assert_eq!(c.handle_create_topic(10, "bad name", 1).unwrap_err().code, ErrorCode::InvalidTopicException);
-        assert_eq!(c.handle_create_topic(10, "u", 0).unwrap_err().code, ErrorCode::InvalidPartitions);
+        assert_eq!(c.handle_create_topic(0, "t", 2, -1).unwrap_err().code, ErrorCode::BrokerNotAvailable);
+        let mut c2 = cluster(&[1, 2, 3, 4]);
+        c2.handle_create_topic(10, "t", 4, -1).unwrap();
+        let (_, parts) = c2.describe(10);
+        assert!(parts.iter().all(|p| p.replicas.len() == 3 && p.isr == p.replicas && p.leader_id == p.replicas[0]));
+        let leaders: std::collections::BTreeSet<i32> = parts.iter().map(|p| p.leader_id).collect();
+        assert_eq!(leaders.len(), 4, "leaderships spread over brokers");
+        assert_eq!(c2.handle_create_topic(10, "u", 1, 5).unwrap_err().code, ErrorCode::InvalidReplicationFactor);
+        assert_eq!(c2.handle_create_topic(10, "t", 1, 1).unwrap_err().code, ErrorCode::TopicAlreadyExists);
+        assert_eq!(c2.handle_create_topic(10, "bad name", 1, 1).unwrap_err().code, ErrorCode::InvalidTopicException);
+        assert_eq!(c2.handle_create_topic(10, "v", 0, 1).unwrap_err().code, ErrorCode::InvalidPartitions);
+        c.handle_heartbeat(0, 1, "a:1", &[]);
+        c.handle_create_topic(0, "solo", 1, -1).unwrap();
+        assert_eq!(c.describe(0).1[0].replicas, vec![1], "default factor is min(3, live)");
     }
 
     #[test]
-    fn expired_lease_is_not_used_for_placement() {
-        let mut c = Cluster::new(ClusterConfig { broker_lease_ms: 100, ..Default::default() });
-        c.handle_heartbeat(0, 1, "a:1");
-        c.handle_heartbeat(150, 2, "a:2");
-        c.handle_create_topic(160, "t", 3).unwrap();
-        assert!((0..3).all(|p| c.leader_of("t", p).unwrap().0 == 2));
-        let (brokers, _) = c.describe(160);
-        assert!(!brokers[0].alive && brokers[1].alive);
+    fn expired_leader_loses_leadership_to_an_isr_member_at_a_higher_epoch() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3).unwrap();
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        assert!(c.handle_tick(50).is_empty(), "all leases live");
+        // Everyone but the leader renews.
+        for b in [1, 2, 3].iter().filter(|b| **b != leader) {
+            c.handle_heartbeat(90, *b, "x", &[]);
+        }
+        let entries = c.handle_tick(150);
+        assert_eq!(entries.len(), 1);
+        let (new_leader, new_epoch, _) = c.leader_of("t", 0).unwrap();
+        assert_ne!(new_leader, leader);
+        assert_eq!(new_epoch, epoch + 1);
+        let p = &c.describe(150).1[0];
+        assert!(!p.isr.contains(&leader), "the lost leader leaves the ISR");
+        assert!(c.handle_tick(150).is_empty(), "stable once a live leader exists");
     }
 
     #[test]
-    fn election_bumps_the_leader_epoch_and_needs_a_live_leader() {
-        let mut c = Cluster::new(ClusterConfig { broker_lease_ms: 100, ..Default::default() });
-        c.handle_heartbeat(0, 1, "a:1");
-        c.handle_create_topic(0, "t", 1).unwrap();
+    fn with_no_live_isr_member_the_partition_goes_leaderless_then_recovers() {
+        let mut c = cluster(&[1]);
+        c.handle_create_topic(0, "t", 1, 1).unwrap();
+        let e = c.handle_tick(150);
+        assert_eq!(e.len(), 1);
+        assert_eq!(c.leader_of("t", 0).unwrap().0, NO_LEADER);
+        assert_eq!(c.leader_of("t", 0).unwrap().1, 1, "the old leader is fenced by epoch");
+        c.handle_heartbeat(200, 1, "a:1", &[]);
+        c.handle_tick(210);
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        assert_eq!((leader, epoch), (1, 2));
+    }
+
+    #[test]
+    fn stale_leader_cannot_change_the_isr() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3).unwrap();
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
         c.handle_elect_leader(10, "t", 0).unwrap();
-        assert_eq!(c.leader_of("t", 0).unwrap().1, 1);
+        let (status, current, isr) = c.handle_alter_partition(leader, "t", 0, epoch, &[leader]).unwrap_err();
+        assert_eq!(status.code, ErrorCode::FencedLeaderEpoch);
+        assert_eq!(current, epoch + 1);
+        assert_eq!(isr.len(), 3);
+        // The leader of the current epoch may.
+        c.handle_alter_partition(leader, "t", 0, epoch + 1, &[leader]).unwrap();
+        assert_eq!(c.describe(10).1[0].isr, vec![leader]);
+        // A follower at the current epoch may not, nor may an ISR without the leader.
+        let other = (1..=3).find(|b| *b != leader).unwrap();
+        assert_eq!(c.handle_alter_partition(other, "t", 0, epoch + 1, &[other]).unwrap_err().0.code, ErrorCode::FencedLeaderEpoch);
+        assert_eq!(c.handle_alter_partition(leader, "t", 0, epoch + 1, &[other]).unwrap_err().0.code, ErrorCode::InvalidRequest);
+    }
+
+    #[test]
+    fn election_bumps_the_epoch_and_needs_a_live_isr_member() {
+        let mut c = cluster(&[1]);
+        c.handle_create_topic(0, "t", 1, 1).unwrap();
+        c.handle_elect_leader(10, "t", 0).unwrap();
         c.handle_elect_leader(10, "t", 0).unwrap();
         assert_eq!(c.leader_of("t", 0).unwrap().1, 2);
-        let (_, leaderships) = c.handle_heartbeat(20, 1, "a:1");
-        assert_eq!(leaderships[0].leader_epoch, 2);
+        let (_, a, _) = c.handle_heartbeat(20, 1, "a:1", &[]);
+        assert_eq!(a[0].leader_epoch, 2);
         assert_eq!(c.handle_elect_leader(500, "t", 0).unwrap_err().code, ErrorCode::LeaderNotAvailable);
         assert_eq!(c.handle_elect_leader(10, "t", 5).unwrap_err().code, ErrorCode::UnknownTopicOrPartition);
     }
 
     #[test]
     fn metadata_auto_creates_only_when_asked() {
-        let mut c = Cluster::new(ClusterConfig::default());
-        c.handle_heartbeat(0, 1, "a:1");
+        let mut c = cluster(&[1]);
         let (_, topics, entries) = c.handle_metadata(0, &["x".into()], false);
         assert_eq!(topics[0].status.code, ErrorCode::UnknownTopicOrPartition);
         assert!(entries.is_empty());
@@ -281,5 +525,18 @@ mod tests {
         assert_eq!(topics[0].partitions.len(), 1);
         assert_eq!(entries.len(), 1);
         assert_eq!(brokers.len(), 1);
+    }
+
+    #[test]
+    fn replay_rebuilds_leaders_and_isr() {
+        let mut c = cluster(&[1, 2]);
+        let mut log = vec![c.handle_create_topic(0, "t", 2, 2).unwrap()];
+        log.extend(c.handle_tick(150));
+        log.push(c.handle_elect_leader(0, "t", 1).unwrap_or_else(|_| Entry::FenceDone { transactional_id: String::new(), epoch: 0 }));
+        let mut r = Cluster::new(ClusterConfig::default());
+        for e in &log {
+            r.apply(e);
+        }
+        assert_eq!(r.topics, c.topics);
     }
 }

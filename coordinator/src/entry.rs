@@ -62,17 +62,31 @@ pub enum Entry {
         topic: String,
         /// Partition index.
         partition: i32,
-        /// New leader.
+        /// New leader (-1: none available).
         leader_id: i32,
         /// New leader epoch.
         leader_epoch: i32,
+        /// The ISR from this epoch on.
+        isr: Vec<i32>,
     },
-    /// A topic was created; partition `i` is led by `leaders[i]` at leader epoch 0.
+    /// The leader of `leader_epoch` changed the ISR.
+    IsrChanged {
+        /// Topic.
+        topic: String,
+        /// Partition index.
+        partition: i32,
+        /// The leader epoch the change was made under.
+        leader_epoch: i32,
+        /// The new ISR.
+        isr: Vec<i32>,
+    },
+    /// A topic was created; partition `i` has replicas `replicas[i]`, the first one leading at
+    /// leader epoch 0, all in sync.
     TopicCreated {
         /// Topic name.
         name: String,
-        /// Leader broker id per partition.
-        leaders: Vec<i32>,
+        /// Replicas per partition, preferred leader first.
+        replicas: Vec<Vec<i32>>,
     },
 }
 
@@ -81,6 +95,7 @@ const REGISTER: i8 = 2;
 const FENCE_DONE: i8 = 3;
 const TOPIC_CREATED: i8 = 4;
 const LEADER_CHANGED: i8 = 5;
+const ISR_CHANGED: i8 = 6;
 
 impl Entry {
     /// Encode for the journal.
@@ -116,19 +131,27 @@ impl Entry {
                 b.put_string(transactional_id);
                 b.put_i16(*epoch);
             }
-            Entry::LeaderChanged { topic, partition, leader_id, leader_epoch } => {
+            Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr } => {
                 b.put_i8(LEADER_CHANGED);
                 b.put_string(topic);
                 b.put_i32(*partition);
                 b.put_i32(*leader_id);
                 b.put_i32(*leader_epoch);
+                b.put_i32_array(isr);
             }
-            Entry::TopicCreated { name, leaders } => {
+            Entry::IsrChanged { topic, partition, leader_epoch, isr } => {
+                b.put_i8(ISR_CHANGED);
+                b.put_string(topic);
+                b.put_i32(*partition);
+                b.put_i32(*leader_epoch);
+                b.put_i32_array(isr);
+            }
+            Entry::TopicCreated { name, replicas } => {
                 b.put_i8(TOPIC_CREATED);
                 b.put_string(name);
-                b.put_i32(leaders.len() as i32);
-                for l in leaders {
-                    b.put_i32(*l);
+                b.put_i32(replicas.len() as i32);
+                for r in replicas {
+                    b.put_i32_array(r);
                 }
             }
         }
@@ -174,13 +197,26 @@ impl Entry {
             FENCE_DONE => Entry::FenceDone { transactional_id: r.string("transactional_id")?, epoch: r.i16("epoch")? },
             TOPIC_CREATED => {
                 let name = r.string("name")?;
-                let n = r.array_len("leaders", 4)?;
-                let mut leaders = Vec::with_capacity(n);
+                let n = r.array_len("replicas", 4)?;
+                let mut replicas = Vec::with_capacity(n);
                 for _ in 0..n {
-                    leaders.push(r.i32("leader")?);
+                    replicas.push(r.i32_array("replicas")?);
                 }
-                Entry::TopicCreated { name, leaders }
+                Entry::TopicCreated { name, replicas }
             }
+            LEADER_CHANGED => Entry::LeaderChanged {
+                topic: r.string("topic")?,
+                partition: r.i32("partition")?,
+                leader_id: r.i32("leader_id")?,
+                leader_epoch: r.i32("leader_epoch")?,
+                isr: r.i32_array("isr")?,
+            },
+            ISR_CHANGED => Entry::IsrChanged {
+                topic: r.string("topic")?,
+                partition: r.i32("partition")?,
+                leader_epoch: r.i32("leader_epoch")?,
+                isr: r.i32_array("isr")?,
+            },
             tag => return Err(DecodeError::InvalidValue { field: "tag", detail: format!("unknown entry tag {tag}") }),
         };
         r.finish()?;
@@ -213,7 +249,9 @@ mod tests {
             },
             Entry::Register { producer_id: 3, epoch: 4, topic: "t".into(), partition: 0 },
             Entry::FenceDone { transactional_id: "orders".into(), epoch: 4 },
-            Entry::TopicCreated { name: "t".into(), leaders: vec![1, 2] },
+            Entry::TopicCreated { name: "t".into(), replicas: vec![vec![1, 2], vec![2, 1]] },
+            Entry::LeaderChanged { topic: "t".into(), partition: 1, leader_id: 2, leader_epoch: 7, isr: vec![2] },
+            Entry::IsrChanged { topic: "t".into(), partition: 1, leader_epoch: 7, isr: vec![2, 1] },
         ];
         for e in entries {
             assert_eq!(Entry::decode(e.encode()).unwrap(), e);

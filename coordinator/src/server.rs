@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use net::{Connection, ServerLimits};
 use protocol::{
-    AddPartitionResponse, DescribeResponse, ElectLeaderResponse, ErrorCode, HeartbeatResponse, InitProducerIdResponse,
+    AddPartitionResponse, AlterPartitionResponse, DescribeResponse, ElectLeaderResponse, ErrorCode, HeartbeatResponse, InitProducerIdResponse,
     MetadataResponse, Request, Response, Status, TransactionalState, WriteMarkerRequest,
 };
 use thiserror::Error;
@@ -153,6 +153,7 @@ pub async fn run(
         peers: Mutex::new(HashMap::new()),
         config: config.clone(),
     });
+    tokio::spawn(tick_loop(shared.clone()));
     for (tid, epoch, targets) in pending {
         tracing::info!(transactional_id = %tid, epoch, partitions = targets.len(), "resuming fence after restart");
         start_fence(shared.clone(), tid, epoch, targets);
@@ -221,7 +222,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             let rx = {
                 let mut st = shared.lock();
                 let now = shared.now_ms();
-                st.cluster.handle_create_topic(now, &r.name, r.partitions).map(|e| shared.persist(&[e]))
+                st.cluster.handle_create_topic(now, &r.name, r.partitions, r.replication_factor).map(|e| shared.persist(&[e]))
             };
             Response::CreateTopic(match rx {
                 Ok(rx) => durable(rx).await.err().unwrap_or_else(Status::ok),
@@ -250,12 +251,32 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             })
         }
         Request::Heartbeat(r) => {
-            let (lease_ms, leaderships) = {
+            let ((lease_ms, assignments, brokers), rx) = {
                 let mut st = shared.lock();
                 let now = shared.now_ms();
-                st.cluster.handle_heartbeat(now, r.broker_id, &r.addr)
+                let out = st.cluster.handle_heartbeat(now, r.broker_id, &r.addr, &r.replicas);
+                // A barrier: every leadership decided before this answer is durable before a
+                // broker acts on it, so no leader epoch is ever announced and then forgotten.
+                (out, shared.persist(&[]))
             };
-            Response::Heartbeat(HeartbeatResponse { status: Status::ok(), lease_ms: lease_ms as i32, leaderships })
+            let status = durable(rx).await.err().unwrap_or_else(Status::ok);
+            Response::Heartbeat(HeartbeatResponse { status, lease_ms: lease_ms as i32, assignments, brokers })
+        }
+        Request::AlterPartition(r) => {
+            let outcome = {
+                let mut st = shared.lock();
+                st.cluster
+                    .handle_alter_partition(r.broker_id, &r.topic, r.partition, r.leader_epoch, &r.isr)
+                    .map(|e| shared.persist(&[e]))
+            };
+            Response::AlterPartition(match outcome {
+                Ok(rx) => AlterPartitionResponse {
+                    status: durable(rx).await.err().unwrap_or_else(Status::ok),
+                    leader_epoch: r.leader_epoch,
+                    isr: r.isr,
+                },
+                Err((status, leader_epoch, isr)) => AlterPartitionResponse { status, leader_epoch, isr },
+            })
         }
         Request::Describe => {
             let st = shared.lock();
@@ -273,10 +294,30 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 .collect();
             Response::Describe(DescribeResponse { status: Status::ok(), brokers, partitions, transactional_ids })
         }
-        Request::Produce(_) | Request::Fetch(_) | Request::WriteMarker(_) => Response::Error(Status::new(
+        Request::Produce(_) | Request::Fetch(_) | Request::WriteMarker(_) | Request::Replicate(_) => Response::Error(Status::new(
             ErrorCode::InvalidRequest,
             "this is the coordinator: send produce and fetch to the partition leader (see Metadata)",
         )),
+    }
+}
+
+/// Move leaderships off brokers whose lease expired. Runs for the life of the process.
+async fn tick_loop(shared: Arc<Shared>) {
+    let period = Duration::from_millis((shared.config.cluster.broker_lease_ms / 4).clamp(10, 1_000));
+    loop {
+        tokio::time::sleep(period).await;
+        let mut st = shared.lock();
+        let now = shared.now_ms();
+        let entries = st.cluster.handle_tick(now);
+        for e in &entries {
+            if let Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr } = e {
+                tracing::info!(%topic, partition, leader_id, leader_epoch, ?isr, "leader lease expired; leadership moved");
+            }
+        }
+        if !entries.is_empty() {
+            // Announced only through heartbeat answers, which wait for this to be durable.
+            drop(shared.persist(&entries));
+        }
     }
 }
 
@@ -360,8 +401,8 @@ async fn write_marker_until_done(shared: &Shared, t: &FenceTarget) {
         let leader = shared.lock().cluster.leader_of(&t.topic, t.partition);
         let outcome = match leader {
             None => Err(format!("partition {}-{} does not exist", t.topic, t.partition)),
-            Some((id, _, None)) => Err(format!("leader broker {id} has not registered an address")),
-            Some((_, _, Some(addr))) => match peer(shared, &addr).await {
+            Some((id, _, None)) => Err(format!("no address for leader {id} (-1: no leader available now)")),
+            Some((_, leader_epoch, Some(addr))) => match peer(shared, &addr).await {
                 Err(e) => Err(e.to_string()),
                 Ok(conn) => {
                     let req = Request::WriteMarker(WriteMarkerRequest {
@@ -370,6 +411,7 @@ async fn write_marker_until_done(shared: &Shared, t: &FenceTarget) {
                         producer_id: t.producer_id,
                         producer_epoch: t.marker_epoch,
                         commit: false,
+                        leader_epoch,
                     });
                     match conn.call_timeout(req, Duration::from_millis(shared.config.marker_timeout_ms)).await {
                         Ok(Response::WriteMarker(r)) if r.status.is_ok() => Ok(()),

@@ -366,7 +366,7 @@ impl ProducerTable {
                     }
                 }
             }
-            Entry::TopicCreated { .. } | Entry::LeaderChanged { .. } => {}
+            Entry::TopicCreated { .. } | Entry::LeaderChanged { .. } | Entry::IsrChanged { .. } => {}
         }
     }
 

@@ -70,6 +70,8 @@ error_codes! {
     TopicAlreadyExists = 36, "TOPIC_ALREADY_EXISTS", false;
     /// The partition count is not positive or exceeds the limit.
     InvalidPartitions = 37, "INVALID_PARTITIONS", false;
+    /// The replication factor is not positive or exceeds the live brokers.
+    InvalidReplicationFactor = 38, "INVALID_REPLICATION_FACTOR", false;
     /// The request could not be decoded, or its api key is unknown.
     InvalidRequest = 42, "INVALID_REQUEST", false;
     /// The batch is not a RecordBatch v2.

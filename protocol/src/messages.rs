@@ -31,8 +31,12 @@ pub enum ApiKey {
     AddPartitionsToTxn = 24,
     /// Coordinator -> leader: write a control marker at a producer's epoch.
     WriteTxnMarkers = 27,
-    /// Broker -> coordinator: register or renew the lease; answers with the broker's leaderships.
+    /// Leader -> coordinator: change a partition's in-sync replica set, under the leader's epoch.
+    AlterPartition = 56,
+    /// Broker -> coordinator: register or renew the lease; answers with the broker's replicas.
     BrokerHeartbeat = 63,
+    /// Leader -> follower: replicate batches, tagged with the leader epoch.
+    Replicate = 1001,
     /// Admin -> coordinator: brokers, partitions and transactional ids.
     Describe = 1000,
 }
@@ -49,7 +53,9 @@ impl ApiKey {
             43 => ApiKey::ElectLeaders,
             24 => ApiKey::AddPartitionsToTxn,
             27 => ApiKey::WriteTxnMarkers,
+            56 => ApiKey::AlterPartition,
             63 => ApiKey::BrokerHeartbeat,
+            1001 => ApiKey::Replicate,
             1000 => ApiKey::Describe,
             _ => return None,
         })
@@ -127,9 +133,17 @@ pub struct ProduceRequest {
     pub partition: i32,
     /// The leader epoch the client believes the partition is at.
     pub leader_epoch: i32,
+    /// [`ACKS_ALL`] (-1): answer once every in-sync replica has the batch; [`ACKS_LEADER`] (1):
+    /// once the leader has written it.
+    pub acks: i8,
     /// Exactly one RecordBatch v2.
     pub records: Bytes,
 }
+
+/// Acknowledge once every in-sync replica holds the batch (the high watermark passed it).
+pub const ACKS_ALL: i8 = -1;
+/// Acknowledge once the leader has written the batch.
+pub const ACKS_LEADER: i8 = 1;
 
 /// The answer to a produce.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,6 +216,10 @@ pub struct PartitionInfo {
     pub leader_id: i32,
     /// Leader epoch: 0 at creation, bumped on every change of leadership.
     pub leader_epoch: i32,
+    /// Every replica, preferred leader first.
+    pub replicas: Vec<i32>,
+    /// The in-sync replicas.
+    pub isr: Vec<i32>,
 }
 
 /// One topic in a metadata response.
@@ -233,6 +251,8 @@ pub struct CreateTopicRequest {
     pub name: String,
     /// Number of partitions.
     pub partitions: i32,
+    /// Replicas per partition; -1 for the coordinator's default, min(3, live brokers).
+    pub replication_factor: i32,
 }
 
 /// Elect a partition's leader again under a bumped leader epoch.
@@ -315,6 +335,8 @@ pub struct WriteMarkerRequest {
     pub producer_epoch: i16,
     /// Commit (true) or abort (false).
     pub commit: bool,
+    /// The partition's leader epoch as the coordinator knows it.
+    pub leader_epoch: i32,
 }
 
 /// The answer to a marker write.
@@ -335,28 +357,113 @@ pub struct HeartbeatRequest {
     pub broker_id: i32,
     /// Address clients should use.
     pub addr: String,
+    /// Progress of every replica this broker hosts.
+    pub replicas: Vec<ReplicaReport>,
 }
 
-/// One partition a broker leads.
+/// One replica's progress, as its broker reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaReport {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Offset after the replica's last batch.
+    pub log_end_offset: i64,
+    /// The replica's high watermark.
+    pub high_watermark: i64,
+}
+
+/// One partition a broker hosts a replica of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assignment {
     /// Topic.
     pub topic: String,
     /// Partition index.
     pub partition: i32,
+    /// The leader (-1 while none is available).
+    pub leader_id: i32,
     /// Leader epoch.
     pub leader_epoch: i32,
+    /// Every replica.
+    pub replicas: Vec<i32>,
+    /// In-sync replicas.
+    pub isr: Vec<i32>,
 }
 
-/// The answer to a heartbeat: the complete set of partitions the broker leads.
+/// The answer to a heartbeat: every replica the broker hosts, and the brokers' addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeartbeatResponse {
     /// Outcome.
     pub status: Status,
     /// Lease length granted, in milliseconds.
     pub lease_ms: i32,
-    /// Every partition this broker leads, with its leader epoch.
-    pub leaderships: Vec<Assignment>,
+    /// Every partition this broker hosts a replica of.
+    pub assignments: Vec<Assignment>,
+    /// Addresses of the registered brokers.
+    pub brokers: Vec<BrokerInfo>,
+}
+
+/// Leader -> follower: the batches from `from_offset` on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicateRequest {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// The sender's leader epoch; a replica that knows a newer one refuses.
+    pub leader_epoch: i32,
+    /// The sender's broker id.
+    pub leader_id: i32,
+    /// Offset of the first batch in `records`; the follower's log must continue there.
+    pub from_offset: i64,
+    /// Leader epoch of the batch holding `from_offset - 1` (-1 when `from_offset` is 0).
+    pub prev_epoch: i32,
+    /// The leader's high watermark.
+    pub high_watermark: i64,
+    /// Whole batches as stored by the leader (may be empty).
+    pub records: Bytes,
+}
+
+/// The follower's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicateResponse {
+    /// NONE; OFFSET_OUT_OF_RANGE when the logs diverge before `from_offset` (see
+    /// `hint_offset`); FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH on an epoch mismatch.
+    pub status: Status,
+    /// The follower's log end offset after the request.
+    pub log_end_offset: i64,
+    /// On divergence: where the leader should resend from (the start of the follower's
+    /// conflicting leader epoch, found through its epoch cache, or its log end).
+    pub hint_offset: i64,
+    /// The follower's leader epoch for the partition.
+    pub current_leader_epoch: i32,
+}
+
+/// Leader -> coordinator: set a partition's ISR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterPartitionRequest {
+    /// The leader's broker id.
+    pub broker_id: i32,
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// The leader's epoch; a stale one is refused with FENCED_LEADER_EPOCH.
+    pub leader_epoch: i32,
+    /// The new ISR; must hold the leader.
+    pub isr: Vec<i32>,
+}
+
+/// The coordinator's answer to an ISR change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterPartitionResponse {
+    /// Outcome.
+    pub status: Status,
+    /// The partition's leader epoch.
+    pub leader_epoch: i32,
+    /// The ISR now in force.
+    pub isr: Vec<i32>,
 }
 
 /// A broker as the coordinator sees it.
@@ -377,10 +484,27 @@ pub struct PartitionState {
     pub topic: String,
     /// Partition index.
     pub partition: i32,
-    /// Leader broker id.
+    /// Leader broker id (-1 if none).
     pub leader_id: i32,
     /// Leader epoch.
     pub leader_epoch: i32,
+    /// Every replica.
+    pub replicas: Vec<i32>,
+    /// In-sync replicas.
+    pub isr: Vec<i32>,
+    /// Each replica's last reported progress, by broker id.
+    pub progress: Vec<ReplicaProgress>,
+}
+
+/// A replica's log end offset and high watermark, as last reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaProgress {
+    /// Broker id.
+    pub broker_id: i32,
+    /// Log end offset.
+    pub log_end_offset: i64,
+    /// High watermark.
+    pub high_watermark: i64,
 }
 
 /// A transactional id as the coordinator sees it.
@@ -430,6 +554,10 @@ pub enum Request {
     WriteMarker(WriteMarkerRequest),
     /// See [`HeartbeatRequest`].
     Heartbeat(HeartbeatRequest),
+    /// See [`ReplicateRequest`].
+    Replicate(ReplicateRequest),
+    /// See [`AlterPartitionRequest`].
+    AlterPartition(AlterPartitionRequest),
     /// Admin describe (no fields).
     Describe,
 }
@@ -455,6 +583,10 @@ pub enum Response {
     WriteMarker(WriteMarkerResponse),
     /// See [`HeartbeatResponse`].
     Heartbeat(HeartbeatResponse),
+    /// See [`ReplicateResponse`].
+    Replicate(ReplicateResponse),
+    /// See [`AlterPartitionResponse`].
+    AlterPartition(AlterPartitionResponse),
     /// See [`DescribeResponse`].
     Describe(DescribeResponse),
     /// The reply to a request that could not be decoded or served at all.
@@ -474,6 +606,8 @@ impl Request {
             Request::AddPartition(_) => ApiKey::AddPartitionsToTxn,
             Request::WriteMarker(_) => ApiKey::WriteTxnMarkers,
             Request::Heartbeat(_) => ApiKey::BrokerHeartbeat,
+            Request::Replicate(_) => ApiKey::Replicate,
+            Request::AlterPartition(_) => ApiKey::AlterPartition,
             Request::Describe => ApiKey::Describe,
         }
     }
@@ -492,6 +626,8 @@ impl Response {
             Response::AddPartition(_) => ApiKey::AddPartitionsToTxn as i16,
             Response::WriteMarker(_) => ApiKey::WriteTxnMarkers as i16,
             Response::Heartbeat(_) => ApiKey::BrokerHeartbeat as i16,
+            Response::Replicate(_) => ApiKey::Replicate as i16,
+            Response::AlterPartition(_) => ApiKey::AlterPartition as i16,
             Response::Describe(_) => ApiKey::Describe as i16,
             Response::Error(_) => ERROR_RESPONSE_KEY,
         }
@@ -509,6 +645,8 @@ impl Response {
             Response::AddPartition(r) => &r.status,
             Response::WriteMarker(r) => &r.status,
             Response::Heartbeat(r) => &r.status,
+            Response::Replicate(r) => &r.status,
+            Response::AlterPartition(r) => &r.status,
             Response::Describe(r) => &r.status,
             Response::Error(s) => s,
         }
@@ -519,6 +657,7 @@ impl Response {
 pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
     let mut b = BytesMut::with_capacity(match req {
         Request::Produce(p) => 64 + p.topic.len() + p.records.len(),
+        Request::Replicate(p) => 64 + p.topic.len() + p.records.len(),
         _ => 128,
     });
     b.put_i16(req.api_key() as i16);
@@ -529,6 +668,7 @@ pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
             b.put_string(&p.topic);
             b.put_i32(p.partition);
             b.put_i32(p.leader_epoch);
+            b.put_i8(p.acks);
             b.put_blob(&p.records);
         }
         Request::Fetch(f) => {
@@ -548,6 +688,7 @@ pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
         Request::CreateTopic(c) => {
             b.put_string(&c.name);
             b.put_i32(c.partitions);
+            b.put_i32(c.replication_factor);
         }
         Request::InitProducerId(i) => {
             b.put_nullable_string(i.transactional_id.as_deref());
@@ -571,10 +712,35 @@ pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
             b.put_i64(w.producer_id);
             b.put_i16(w.producer_epoch);
             b.put_bool(w.commit);
+            b.put_i32(w.leader_epoch);
         }
         Request::Heartbeat(h) => {
             b.put_i32(h.broker_id);
             b.put_string(&h.addr);
+            b.put_i32(h.replicas.len() as i32);
+            for r in &h.replicas {
+                b.put_string(&r.topic);
+                b.put_i32(r.partition);
+                b.put_i64(r.log_end_offset);
+                b.put_i64(r.high_watermark);
+            }
+        }
+        Request::Replicate(p) => {
+            b.put_string(&p.topic);
+            b.put_i32(p.partition);
+            b.put_i32(p.leader_epoch);
+            b.put_i32(p.leader_id);
+            b.put_i64(p.from_offset);
+            b.put_i32(p.prev_epoch);
+            b.put_i64(p.high_watermark);
+            b.put_blob(&p.records);
+        }
+        Request::AlterPartition(a) => {
+            b.put_i32(a.broker_id);
+            b.put_string(&a.topic);
+            b.put_i32(a.partition);
+            b.put_i32(a.leader_epoch);
+            b.put_i32_array(&a.isr);
         }
         Request::Describe => {}
     }
@@ -628,6 +794,7 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
             topic: r.string("topic")?,
             partition: r.i32("partition")?,
             leader_epoch: r.i32("leader_epoch")?,
+            acks: r.i8("acks")?,
             records: r.bytes("records")?,
         }),
         ApiKey::Fetch => Request::Fetch(FetchRequest {
@@ -645,9 +812,11 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
             }
             Request::Metadata(MetadataRequest { topics, allow_auto_create: r.bool("allow_auto_create")? })
         }
-        ApiKey::CreateTopics => {
-            Request::CreateTopic(CreateTopicRequest { name: r.string("name")?, partitions: r.i32("partitions")? })
-        }
+        ApiKey::CreateTopics => Request::CreateTopic(CreateTopicRequest {
+            name: r.string("name")?,
+            partitions: r.i32("partitions")?,
+            replication_factor: r.i32("replication_factor")?,
+        }),
         ApiKey::InitProducerId => Request::InitProducerId(InitProducerIdRequest {
             transactional_id: r.nullable_string("transactional_id")?,
             transaction_timeout_ms: r.i32("transaction_timeout_ms")?,
@@ -669,10 +838,40 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
             producer_id: r.i64("producer_id")?,
             producer_epoch: r.i16("producer_epoch")?,
             commit: r.bool("commit")?,
+            leader_epoch: r.i32("leader_epoch")?,
         }),
         ApiKey::BrokerHeartbeat => {
-            Request::Heartbeat(HeartbeatRequest { broker_id: r.i32("broker_id")?, addr: r.string("addr")? })
+            let broker_id = r.i32("broker_id")?;
+            let addr = r.string("addr")?;
+            let n = r.array_len("replicas", 22)?;
+            let mut replicas = Vec::with_capacity(n);
+            for _ in 0..n {
+                replicas.push(ReplicaReport {
+                    topic: r.string("topic")?,
+                    partition: r.i32("partition")?,
+                    log_end_offset: r.i64("log_end_offset")?,
+                    high_watermark: r.i64("high_watermark")?,
+                });
+            }
+            Request::Heartbeat(HeartbeatRequest { broker_id, addr, replicas })
         }
+        ApiKey::Replicate => Request::Replicate(ReplicateRequest {
+            topic: r.string("topic")?,
+            partition: r.i32("partition")?,
+            leader_epoch: r.i32("leader_epoch")?,
+            leader_id: r.i32("leader_id")?,
+            from_offset: r.i64("from_offset")?,
+            prev_epoch: r.i32("prev_epoch")?,
+            high_watermark: r.i64("high_watermark")?,
+            records: r.bytes("records")?,
+        }),
+        ApiKey::AlterPartition => Request::AlterPartition(AlterPartitionRequest {
+            broker_id: r.i32("broker_id")?,
+            topic: r.string("topic")?,
+            partition: r.i32("partition")?,
+            leader_epoch: r.i32("leader_epoch")?,
+            isr: r.i32_array("isr")?,
+        }),
         ApiKey::Describe => Request::Describe,
     })
 }
@@ -713,6 +912,8 @@ pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
                     b.put_i32(p.partition);
                     b.put_i32(p.leader_id);
                     b.put_i32(p.leader_epoch);
+                    b.put_i32_array(&p.replicas);
+                    b.put_i32_array(&p.isr);
                 }
             }
         }
@@ -732,12 +933,29 @@ pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
         }
         Response::Heartbeat(h) => {
             b.put_i32(h.lease_ms);
-            b.put_i32(h.leaderships.len() as i32);
-            for a in &h.leaderships {
+            b.put_i32(h.assignments.len() as i32);
+            for a in &h.assignments {
                 b.put_string(&a.topic);
                 b.put_i32(a.partition);
+                b.put_i32(a.leader_id);
                 b.put_i32(a.leader_epoch);
+                b.put_i32_array(&a.replicas);
+                b.put_i32_array(&a.isr);
             }
+            b.put_i32(h.brokers.len() as i32);
+            for br in &h.brokers {
+                b.put_i32(br.id);
+                b.put_string(&br.addr);
+            }
+        }
+        Response::Replicate(r) => {
+            b.put_i64(r.log_end_offset);
+            b.put_i64(r.hint_offset);
+            b.put_i32(r.current_leader_epoch);
+        }
+        Response::AlterPartition(a) => {
+            b.put_i32(a.leader_epoch);
+            b.put_i32_array(&a.isr);
         }
         Response::Describe(d) => {
             b.put_i32(d.brokers.len() as i32);
@@ -752,6 +970,14 @@ pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
                 b.put_i32(p.partition);
                 b.put_i32(p.leader_id);
                 b.put_i32(p.leader_epoch);
+                b.put_i32_array(&p.replicas);
+                b.put_i32_array(&p.isr);
+                b.put_i32(p.progress.len() as i32);
+                for g in &p.progress {
+                    b.put_i32(g.broker_id);
+                    b.put_i64(g.log_end_offset);
+                    b.put_i64(g.high_watermark);
+                }
             }
             b.put_i32(d.transactional_ids.len() as i32);
             for t in &d.transactional_ids {
@@ -810,13 +1036,15 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
             for _ in 0..n {
                 let name = r.string("topic")?;
                 let tstatus = Status::decode(r)?;
-                let np = r.array_len("partitions", 12)?;
+                let np = r.array_len("partitions", 20)?;
                 let mut partitions = Vec::with_capacity(np);
                 for _ in 0..np {
                     partitions.push(PartitionInfo {
                         partition: r.i32("partition")?,
                         leader_id: r.i32("leader_id")?,
                         leader_epoch: r.i32("leader_epoch")?,
+                        replicas: r.i32_array("replicas")?,
+                        isr: r.i32_array("isr")?,
                     });
                 }
                 topics.push(TopicInfo { name, status: tstatus, partitions });
@@ -844,32 +1072,61 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
         }),
         ApiKey::BrokerHeartbeat => {
             let lease_ms = r.i32("lease_ms")?;
-            let n = r.array_len("leaderships", 10)?;
-            let mut leaderships = Vec::with_capacity(n);
+            let n = r.array_len("assignments", 22)?;
+            let mut assignments = Vec::with_capacity(n);
             for _ in 0..n {
-                leaderships.push(Assignment {
+                assignments.push(Assignment {
                     topic: r.string("topic")?,
                     partition: r.i32("partition")?,
+                    leader_id: r.i32("leader_id")?,
                     leader_epoch: r.i32("leader_epoch")?,
+                    replicas: r.i32_array("replicas")?,
+                    isr: r.i32_array("isr")?,
                 });
             }
-            Response::Heartbeat(HeartbeatResponse { status, lease_ms, leaderships })
+            let n = r.array_len("brokers", 6)?;
+            let mut brokers = Vec::with_capacity(n);
+            for _ in 0..n {
+                brokers.push(BrokerInfo { id: r.i32("broker_id")?, addr: r.string("addr")? });
+            }
+            Response::Heartbeat(HeartbeatResponse { status, lease_ms, assignments, brokers })
         }
+        ApiKey::Replicate => Response::Replicate(ReplicateResponse {
+            status,
+            log_end_offset: r.i64("log_end_offset")?,
+            hint_offset: r.i64("hint_offset")?,
+            current_leader_epoch: r.i32("current_leader_epoch")?,
+        }),
+        ApiKey::AlterPartition => Response::AlterPartition(AlterPartitionResponse {
+            status,
+            leader_epoch: r.i32("leader_epoch")?,
+            isr: r.i32_array("isr")?,
+        }),
         ApiKey::Describe => {
             let n = r.array_len("brokers", 7)?;
             let mut brokers = Vec::with_capacity(n);
             for _ in 0..n {
                 brokers.push(BrokerState { id: r.i32("broker_id")?, addr: r.string("addr")?, alive: r.bool("alive")? });
             }
-            let n = r.array_len("partitions", 14)?;
+            let n = r.array_len("partitions", 26)?;
             let mut partitions = Vec::with_capacity(n);
             for _ in 0..n {
-                partitions.push(PartitionState {
-                    topic: r.string("topic")?,
-                    partition: r.i32("partition")?,
-                    leader_id: r.i32("leader_id")?,
-                    leader_epoch: r.i32("leader_epoch")?,
-                });
+                let topic = r.string("topic")?;
+                let partition = r.i32("partition")?;
+                let leader_id = r.i32("leader_id")?;
+                let leader_epoch = r.i32("leader_epoch")?;
+                let replicas = r.i32_array("replicas")?;
+                let isr = r.i32_array("isr")?;
+                let np = r.array_len("progress", 20)?;
+                let mut progress = Vec::with_capacity(np);
+                for _ in 0..np {
+                    progress.push(ReplicaProgress {
+                        broker_id: r.i32("broker_id")?,
+                        log_end_offset: r.i64("log_end_offset")?,
+                        high_watermark: r.i64("high_watermark")?,
+                    });
+                }
+                partitions.push(PartitionState { topic, partition, leader_id, leader_epoch, replicas, isr, progress });
             }
             let n = r.array_len("transactional_ids", 16)?;
             let mut transactional_ids = Vec::with_capacity(n);
@@ -918,6 +1175,7 @@ mod tests {
             topic: "t".into(),
             partition: 3,
             leader_epoch: 2,
+            acks: ACKS_ALL,
             records: Bytes::from_static(b"xyz"),
         }));
         roundtrip_req(Request::Fetch(FetchRequest {
@@ -931,7 +1189,7 @@ mod tests {
             topics: vec!["a".into(), "b".into()],
             allow_auto_create: true,
         }));
-        roundtrip_req(Request::CreateTopic(CreateTopicRequest { name: "n".into(), partitions: 4 }));
+        roundtrip_req(Request::CreateTopic(CreateTopicRequest { name: "n".into(), partitions: 4, replication_factor: -1 }));
         roundtrip_req(Request::InitProducerId(InitProducerIdRequest {
             transactional_id: Some("orders".into()),
             transaction_timeout_ms: 60_000,
@@ -955,9 +1213,29 @@ mod tests {
             partition: 1,
             producer_id: 1,
             producer_epoch: 9,
-            commit: false,
+            commit: false, leader_epoch: 3 }));
+        roundtrip_req(Request::Heartbeat(HeartbeatRequest {
+            broker_id: 1,
+            addr: "127.0.0.1:9".into(),
+            replicas: vec![ReplicaReport { topic: "t".into(), partition: 0, log_end_offset: 5, high_watermark: 4 }],
         }));
-        roundtrip_req(Request::Heartbeat(HeartbeatRequest { broker_id: 1, addr: "127.0.0.1:9".into() }));
+        roundtrip_req(Request::Replicate(ReplicateRequest {
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: 2,
+            leader_id: 1,
+            from_offset: 10,
+            prev_epoch: 1,
+            high_watermark: 9,
+            records: Bytes::from_static(b"batches"),
+        }));
+        roundtrip_req(Request::AlterPartition(AlterPartitionRequest {
+            broker_id: 1,
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: 2,
+            isr: vec![1, 3],
+        }));
         roundtrip_req(Request::Describe);
         roundtrip_req(Request::ElectLeader(ElectLeaderRequest { topic: "t".into(), partition: 2 }));
     }
@@ -983,7 +1261,7 @@ mod tests {
             topics: vec![TopicInfo {
                 name: "t".into(),
                 status: Status::ok(),
-                partitions: vec![PartitionInfo { partition: 0, leader_id: 1, leader_epoch: 0 }],
+                partitions: vec![PartitionInfo { partition: 0, leader_id: 1, leader_epoch: 0, replicas: vec![1, 2], isr: vec![1] }],
             }],
         }));
         roundtrip_resp(Response::CreateTopic(Status::new(ErrorCode::TopicAlreadyExists, "exists")));
@@ -1004,12 +1282,28 @@ mod tests {
         roundtrip_resp(Response::Heartbeat(HeartbeatResponse {
             status: Status::ok(),
             lease_ms: 3000,
-            leaderships: vec![Assignment { topic: "t".into(), partition: 0, leader_epoch: 0 }],
+            assignments: vec![Assignment {
+                topic: "t".into(),
+                partition: 0,
+                leader_id: 2,
+                leader_epoch: 0,
+                replicas: vec![1, 2],
+                isr: vec![2],
+            }],
+            brokers: vec![BrokerInfo { id: 2, addr: "b:2".into() }],
         }));
         roundtrip_resp(Response::Describe(DescribeResponse {
             status: Status::ok(),
             brokers: vec![BrokerState { id: 1, addr: "a".into(), alive: true }],
-            partitions: vec![PartitionState { topic: "t".into(), partition: 0, leader_id: 1, leader_epoch: 0 }],
+            partitions: vec![PartitionState {
+                topic: "t".into(),
+                partition: 0,
+                leader_id: 1,
+                leader_epoch: 0,
+                replicas: vec![1, 2],
+                isr: vec![1, 2],
+                progress: vec![ReplicaProgress { broker_id: 2, log_end_offset: 3, high_watermark: 2 }],
+            }],
             transactional_ids: vec![TransactionalState {
                 transactional_id: "x".into(),
                 producer_id: 1,
@@ -1018,6 +1312,13 @@ mod tests {
             }],
         }));
         roundtrip_resp(Response::Error(Status::new(ErrorCode::InvalidRequest, "bad")));
+        roundtrip_resp(Response::Replicate(ReplicateResponse {
+            status: Status::new(ErrorCode::OffsetOutOfRange, "diverged"),
+            log_end_offset: 12,
+            hint_offset: 7,
+            current_leader_epoch: 2,
+        }));
+        roundtrip_resp(Response::AlterPartition(AlterPartitionResponse { status: Status::ok(), leader_epoch: 2, isr: vec![1] }));
     }
 
     #[test]

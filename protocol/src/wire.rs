@@ -105,6 +105,16 @@ impl Reader {
         Ok(len as usize)
     }
 
+    /// An array of i32 (i32 count, then the values).
+    pub fn i32_array(&mut self, field: &'static str) -> Result<Vec<i32>, DecodeError> {
+        let n = self.array_len(field, 4)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(self.i32(field)?);
+        }
+        Ok(out)
+    }
+
     /// Fails if anything is left: every message is decoded whole.
     pub fn finish(self) -> Result<(), DecodeError> {
         if self.buf.has_remaining() {
@@ -124,6 +134,8 @@ pub trait WriteExt {
     fn put_blob(&mut self, b: &[u8]);
     /// A boolean byte.
     fn put_bool(&mut self, b: bool);
+    /// An array of i32.
+    fn put_i32_array(&mut self, v: &[i32]);
 }
 
 impl WriteExt for BytesMut {
@@ -151,5 +163,12 @@ impl WriteExt for BytesMut {
 
     fn put_bool(&mut self, b: bool) {
         self.put_i8(b as i8);
+    }
+
+    fn put_i32_array(&mut self, v: &[i32]) {
+        self.put_i32(v.len() as i32);
+        for x in v {
+            self.put_i32(*x);
+        }
     }
 }

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use broker::server::{run_with, BrokerSwitch};
 use broker::BrokerConfig;
 use coordinator::CoordinatorConfig;
 use producer::{Admin, ClientConfig, ClientError};
@@ -31,13 +32,26 @@ pub struct LocalOptions {
     pub brokers: usize,
     /// Producer fencing on the brokers (off only to show what it prevents).
     pub fencing: bool,
+    /// Followers refuse replication from stale leader epochs (off only to show what it prevents).
+    pub leader_epoch_checks: bool,
     /// Broker heartbeat interval, in milliseconds.
     pub heartbeat_ms: u64,
+    /// How long a heartbeat keeps a broker's lease, in milliseconds.
+    pub broker_lease_ms: u64,
+    /// A follower not caught up for this long leaves the ISR, in milliseconds.
+    pub replica_lag_ms: u64,
 }
 
 impl Default for LocalOptions {
     fn default() -> Self {
-        LocalOptions { brokers: 1, fencing: true, heartbeat_ms: 50 }
+        LocalOptions {
+            brokers: 1,
+            fencing: true,
+            leader_epoch_checks: true,
+            heartbeat_ms: 50,
+            broker_lease_ms: 3_000,
+            replica_lag_ms: 10_000,
+        }
     }
 }
 
@@ -49,6 +63,8 @@ pub struct LocalCluster {
     pub broker_addrs: Vec<String>,
     /// The data directory (coordinator journal and broker logs).
     pub dir: tempfile::TempDir,
+    /// Pause switches, by broker id - 1.
+    pub switches: Vec<BrokerSwitch>,
     stops: Vec<oneshot::Sender<()>>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -63,7 +79,8 @@ impl LocalCluster {
         let coordinator_addr = listener.local_addr()?.to_string();
         let (stop, stopped) = oneshot::channel::<()>();
         stops.push(stop);
-        let config = CoordinatorConfig::new(dir.path().join("coordinator"));
+        let mut config = CoordinatorConfig::new(dir.path().join("coordinator"));
+        config.cluster.broker_lease_ms = opts.broker_lease_ms;
         tasks.push(tokio::spawn(async move {
             if let Err(e) = coordinator::run(listener, config, async {
                 let _ = stopped.await;
@@ -74,16 +91,21 @@ impl LocalCluster {
             }
         }));
         let mut broker_addrs = Vec::new();
+        let mut switches = Vec::new();
         for id in 1..=opts.brokers as i32 {
             let listener = TcpListener::bind("127.0.0.1:0").await?;
             broker_addrs.push(listener.local_addr()?.to_string());
             let mut config = BrokerConfig::new(id, dir.path().join(format!("broker-{id}")), coordinator_addr.clone());
             config.fencing = opts.fencing;
+            config.leader_epoch_checks = opts.leader_epoch_checks;
             config.heartbeat_ms = opts.heartbeat_ms;
+            config.replica_lag_ms = opts.replica_lag_ms;
+            let (switch, control) = BrokerSwitch::new();
+            switches.push(switch);
             let (stop, stopped) = oneshot::channel::<()>();
             stops.push(stop);
             tasks.push(tokio::spawn(async move {
-                if let Err(e) = broker::run(listener, config, async {
+                if let Err(e) = run_with(listener, config, control, async {
                     let _ = stopped.await;
                 })
                 .await
@@ -92,7 +114,7 @@ impl LocalCluster {
                 }
             }));
         }
-        Ok(LocalCluster { coordinator_addr, broker_addrs, dir, stops, tasks })
+        Ok(LocalCluster { coordinator_addr, broker_addrs, dir, switches, stops, tasks })
     }
 
     /// An admin client for this cluster.
@@ -102,12 +124,19 @@ impl LocalCluster {
 
     /// Create a topic, waiting (up to 10 s) for the brokers to register first.
     pub async fn create_topic(&self, name: &str, partitions: i32) -> Result<(), LocalError> {
+        self.create_topic_replicated(name, partitions, -1).await
+    }
+
+    /// Create a topic with `replicas` replicas per partition (-1: default), waiting (up to
+    /// 10 s) for enough brokers to register first.
+    pub async fn create_topic_replicated(&self, name: &str, partitions: i32, replicas: i32) -> Result<(), LocalError> {
         let mut admin = self.admin();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match admin.create_topic(name, partitions).await {
+            match admin.create_topic_replicated(name, partitions, replicas).await {
                 Err(ClientError::Refused { status, .. })
-                    if status.code == ErrorCode::BrokerNotAvailable && Instant::now() < deadline =>
+                    if matches!(status.code, ErrorCode::BrokerNotAvailable | ErrorCode::InvalidReplicationFactor)
+                        && Instant::now() < deadline =>
                 {
                     tokio::time::sleep(Duration::from_millis(10)).await
                 }

@@ -5,7 +5,7 @@ use epochfence::{LocalCluster, LocalOptions};
 use net::Connection;
 use producer::{ClientConfig, ClientError, Consumer, Producer, ProducerConfig};
 use protocol::batch::{build_batch, ProducerStamp};
-use protocol::{ErrorCode, InitProducerIdRequest, ProduceRequest, Request, Response};
+use protocol::{ErrorCode, InitProducerIdRequest, ProduceRequest, Request, Response, ACKS_ALL};
 
 async fn cluster(partitions: i32) -> LocalCluster {
     let c = LocalCluster::start(LocalOptions::default()).await.unwrap();
@@ -166,7 +166,8 @@ fn raw_batch(pid: i64, epoch: i16, seq: i32, value: &str) -> Bytes {
 }
 
 async fn raw_produce(conn: &Connection, leader_epoch: i32, records: Bytes) -> protocol::ProduceResponse {
-    let req = Request::Produce(ProduceRequest { topic: "t".into(), partition: 0, leader_epoch, records });
+    let req =
+        Request::Produce(ProduceRequest { topic: "t".into(), partition: 0, leader_epoch, acks: ACKS_ALL, records });
     match conn.call(req).await.unwrap() {
         Response::Produce(r) => r,
         other => panic!("wrong answer {other:?}"),

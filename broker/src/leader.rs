@@ -1,4 +1,8 @@
 //! Leader-epoch checks: plain rules, no I/O.
+//!
+//! Every request that reads or writes a partition carries the leader epoch its sender believes
+//! in. Lower than this replica's: the sender is stale (FENCED_LEADER_EPOCH). Higher: this
+//! replica is behind and catches up from the coordinator (UNKNOWN_LEADER_EPOCH).
 
 use protocol::ErrorCode;
 
@@ -7,6 +11,8 @@ use protocol::ErrorCode;
 pub struct Leadership {
     /// Whether this broker leads the partition.
     pub is_leader: bool,
+    /// The leader's broker id (-1 if none) at `leader_epoch`.
+    pub leader_id: i32,
     /// The newest leader epoch this broker has learnt for the partition.
     pub leader_epoch: i32,
 }
@@ -15,7 +21,7 @@ pub struct Leadership {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum LeaderEpochError {
     /// The caller's epoch is older: it is stale and must refresh its metadata.
-    #[error("leader epoch {got} is older than the partition's {current}: refresh metadata")]
+    #[error("leader epoch {got} is older than the partition's {current}: the sender is stale, refresh metadata")]
     Fenced {
         /// The partition's epoch here.
         current: i32,
@@ -30,11 +36,13 @@ pub enum LeaderEpochError {
         /// The request's.
         got: i32,
     },
-    /// Epochs agree but this broker does not lead the partition.
-    #[error("this broker does not lead the partition at epoch {current}")]
-    NotLeader {
+    /// Epochs agree but this broker's role does not fit the request.
+    #[error("this broker is not the {wanted} of the partition at leader epoch {current}")]
+    WrongRole {
         /// The partition's epoch here.
         current: i32,
+        /// "leader" or "follower".
+        wanted: &'static str,
     },
 }
 
@@ -44,36 +52,57 @@ impl LeaderEpochError {
         match self {
             LeaderEpochError::Fenced { .. } => ErrorCode::FencedLeaderEpoch,
             LeaderEpochError::Unknown { .. } => ErrorCode::UnknownLeaderEpoch,
-            LeaderEpochError::NotLeader { .. } => ErrorCode::NotLeaderOrFollower,
+            LeaderEpochError::WrongRole { .. } => ErrorCode::NotLeaderOrFollower,
         }
     }
 }
 
 impl Leadership {
-    /// Check a request carrying `request_epoch` (-1: the caller does not know, skip the epoch
-    /// comparison but still require leadership).
-    pub fn check(&self, request_epoch: i32) -> Result<(), LeaderEpochError> {
+    fn compare(&self, request_epoch: i32) -> Result<(), LeaderEpochError> {
         let current = self.leader_epoch;
-        if request_epoch >= 0 && request_epoch < current {
+        if request_epoch < current {
             return Err(LeaderEpochError::Fenced { current, got: request_epoch });
         }
         if request_epoch > current {
             return Err(LeaderEpochError::Unknown { current, got: request_epoch });
         }
+        Ok(())
+    }
+
+    /// Check a client request (produce, fetch, marker) carrying `request_epoch`; -1 means the
+    /// caller does not know the epoch: skip the comparison but still require leadership.
+    pub fn check(&self, request_epoch: i32) -> Result<(), LeaderEpochError> {
+        if request_epoch >= 0 {
+            self.compare(request_epoch)?;
+        }
         if !self.is_leader {
-            return Err(LeaderEpochError::NotLeader { current });
+            return Err(LeaderEpochError::WrongRole { current: self.leader_epoch, wanted: "leader" });
         }
         Ok(())
     }
 
-    /// Learn a leadership from the coordinator; epochs never go backwards.
-    pub fn learn(&mut self, is_leader: bool, leader_epoch: i32) {
-        if leader_epoch > self.leader_epoch {
-            self.leader_epoch = leader_epoch;
-            self.is_leader = is_leader;
-        } else if leader_epoch == self.leader_epoch {
-            self.is_leader = is_leader;
+    /// Check replication traffic from the leader of `request_epoch`. With `epoch_checks`
+    /// off (only to demonstrate what they prevent) any epoch is taken.
+    pub fn check_replication(&self, request_epoch: i32, epoch_checks: bool) -> Result<(), LeaderEpochError> {
+        if epoch_checks {
+            self.compare(request_epoch)?;
         }
+        if self.is_leader {
+            return Err(LeaderEpochError::WrongRole { current: self.leader_epoch, wanted: "follower" });
+        }
+        Ok(())
+    }
+
+    /// Learn a leadership from the coordinator; epochs never go backwards. Returns whether
+    /// anything changed.
+    pub fn learn(&mut self, is_leader: bool, leader_id: i32, leader_epoch: i32) -> bool {
+        if leader_epoch < self.leader_epoch {
+            return false;
+        }
+        let next = Leadership { is_leader, leader_id, leader_epoch };
+        let changed = next != *self;
+        *self = next;
+        changed
     }
 }
 
@@ -81,9 +110,13 @@ impl Leadership {
 mod tests {
     use super::*;
 
+    fn leader(epoch: i32) -> Leadership {
+        Leadership { is_leader: true, leader_id: 1, leader_epoch: epoch }
+    }
+
     #[test]
     fn stale_newer_and_equal_epochs() {
-        let l = Leadership { is_leader: true, leader_epoch: 3 };
+        let l = leader(3);
         assert_eq!(l.check(2), Err(LeaderEpochError::Fenced { current: 3, got: 2 }));
         assert_eq!(l.check(4), Err(LeaderEpochError::Unknown { current: 3, got: 4 }));
         assert_eq!(l.check(3), Ok(()));
@@ -92,11 +125,23 @@ mod tests {
     }
 
     #[test]
-    fn not_leader_and_epochs_never_go_back() {
-        let mut l = Leadership { is_leader: true, leader_epoch: 3 };
-        l.learn(false, 2);
-        assert_eq!(l, Leadership { is_leader: true, leader_epoch: 3 });
-        l.learn(false, 4);
-        assert_eq!(l.check(4), Err(LeaderEpochError::NotLeader { current: 4 }));
+    fn followers_take_replication_only_from_their_epoch() {
+        let f = Leadership { is_leader: false, leader_id: 2, leader_epoch: 5 };
+        assert_eq!(f.check_replication(4, true), Err(LeaderEpochError::Fenced { current: 5, got: 4 }));
+        assert_eq!(f.check_replication(6, true), Err(LeaderEpochError::Unknown { current: 5, got: 6 }));
+        assert_eq!(f.check_replication(5, true), Ok(()));
+        assert_eq!(f.check_replication(4, false), Ok(()), "the unsafe mode takes a stale leader's traffic");
+        assert!(matches!(leader(5).check_replication(5, true), Err(LeaderEpochError::WrongRole { .. })));
+        assert!(matches!(f.check(5), Err(LeaderEpochError::WrongRole { wanted: "leader", .. })));
+    }
+
+    #[test]
+    fn epochs_never_go_back() {
+        let mut l = leader(3);
+        assert!(!l.learn(false, 2, 2));
+        assert_eq!(l, leader(3));
+        assert!(l.learn(false, 2, 4));
+        assert!(matches!(l.check(4), Err(LeaderEpochError::WrongRole { .. })));
+        assert!(!l.learn(false, 2, 4), "same view: no change");
     }
 }

@@ -3,13 +3,15 @@
 //! - [`producer_state`]: the per-partition producer gate (rules, no I/O).
 //! - [`leader`]: leader-epoch checks (rules, no I/O).
 //! - [`log`]: the partition log file and its recovery scan.
-//! - [`partition`]: log + gate + leadership behind one lock: the one write path.
+//! - [`replication`]: the leader's follower progress, ISR wishes and high watermark (rules, no I/O).
+//! - [`partition`]: log + gate + leadership + replication state behind one lock: the one write path.
 //! - [`server`]: the tokio shell: requests, heartbeats, verification with the coordinator.
 
 pub mod leader;
 pub mod log;
 pub mod partition;
 pub mod producer_state;
+pub mod replication;
 pub mod server;
 
 pub use server::{run, BrokerConfig, BrokerError};

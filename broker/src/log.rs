@@ -54,7 +54,9 @@ pub enum LogError {
 
 #[derive(Debug, Clone, Copy)]
 struct IndexEntry {
+    base_offset: i64,
     last_offset: i64,
+    leader_epoch: i32,
     pos: u64,
 }
 
@@ -65,6 +67,10 @@ pub struct PartitionLog {
     file: File,
     reader: Arc<File>,
     index: Vec<IndexEntry>,
+    /// The leader-epoch cache: (leader epoch, first offset of that epoch), ascending. It is
+    /// derived from the batches (each carries the epoch it was appended under), so it is
+    /// persisted with the log by construction and rebuilt by the scan on open.
+    epochs: Vec<(i32, i64)>,
     end_offset: i64,
     size: u64,
     failed: Option<String>,
@@ -104,7 +110,12 @@ impl PartitionLog {
                         Some(format!("batch at offset {} where {next_offset} was due", h.base_offset))
                     }
                     Ok(()) => {
-                        index.push(IndexEntry { last_offset: h.last_offset(), pos });
+                        index.push(IndexEntry {
+                            base_offset: h.base_offset,
+                            last_offset: h.last_offset(),
+                            leader_epoch: h.partition_leader_epoch,
+                            pos,
+                        });
                         headers.push(h);
                         pos += bytes.len() as u64;
                         next_offset = h.last_offset() + 1;
@@ -130,7 +141,17 @@ impl PartitionLog {
             file.sync_all().map_err(err("sync"))?;
         }
         let reader = Arc::new(File::open(&path).map_err(err("open for reading"))?);
-        let log = PartitionLog { path, file, reader, index, end_offset: next_offset, size: pos, failed: None };
+        let mut log = PartitionLog {
+            path,
+            file,
+            reader,
+            index,
+            epochs: Vec::new(),
+            end_offset: next_offset,
+            size: pos,
+            failed: None,
+        };
+        log.rebuild_epochs();
         Ok(Recovered { log, headers, truncated_bytes: total - pos })
     }
 
@@ -159,24 +180,113 @@ impl PartitionLog {
             }
             return Err(LogError::Io { path: self.path.display().to_string(), op: "write", detail });
         }
-        self.index.push(IndexEntry { last_offset: header.last_offset(), pos: self.size });
+        self.index.push(IndexEntry {
+            base_offset: header.base_offset,
+            last_offset: header.last_offset(),
+            leader_epoch: header.partition_leader_epoch,
+            pos: self.size,
+        });
+        if self.epochs.last().is_none_or(|(e, _)| *e != header.partition_leader_epoch) {
+            self.epochs.push((header.partition_leader_epoch, header.base_offset));
+        }
         self.size += (prefix.len() + rest.len()) as u64;
         self.end_offset = header.last_offset() + 1;
         Ok(())
     }
 
-    /// Where to read whole batches from `offset`, at most `max_bytes` but at least one batch:
-    /// `(file position, length)`, or `None` when `offset` is at or past the end.
-    pub fn locate(&self, offset: i64, max_bytes: usize) -> Option<(u64, usize)> {
+    fn rebuild_epochs(&mut self) {
+        self.epochs.clear();
+        for e in &self.index {
+            if self.epochs.last().is_none_or(|(ep, _)| *ep != e.leader_epoch) {
+                self.epochs.push((e.leader_epoch, e.base_offset));
+            }
+        }
+    }
+
+    /// The leader-epoch cache, (epoch, first offset), ascending.
+    pub fn epoch_cache(&self) -> &[(i32, i64)] {
+        &self.epochs
+    }
+
+    /// Leader epoch of the batch holding `offset`.
+    pub fn epoch_at(&self, offset: i64) -> Option<i32> {
+        if offset < 0 || offset >= self.end_offset {
+            return None;
+        }
+        let i = self.index.partition_point(|e| e.last_offset < offset);
+        self.index.get(i).map(|e| e.leader_epoch)
+    }
+
+    /// First offset of the run of the epoch that holds `offset` (from the epoch cache).
+    pub fn epoch_start(&self, offset: i64) -> i64 {
+        let i = self.epochs.partition_point(|(_, start)| *start <= offset);
+        if i == 0 {
+            0
+        } else {
+            self.epochs[i - 1].1
+        }
+    }
+
+    /// Cut the log back to `offset` (rounded down to a batch boundary); returns the new end.
+    pub fn truncate(&mut self, offset: i64) -> Result<i64, LogError> {
+        if offset >= self.end_offset {
+            return Ok(self.end_offset);
+        }
+        let keep = self.index.partition_point(|e| e.last_offset < offset);
+        let (pos, end) = match self.index.get(keep) {
+            Some(e) => (e.pos, e.base_offset),
+            None => (self.size, self.end_offset),
+        };
+        self.file.set_len(pos).map_err(|e| LogError::Io {
+            path: self.path.display().to_string(),
+            op: "truncate",
+            detail: e.to_string(),
+        })?;
+        self.index.truncate(keep);
+        self.size = pos;
+        self.end_offset = end;
+        self.rebuild_epochs();
+        Ok(end)
+    }
+
+    /// Headers of every batch, read back from the file (after a truncation).
+    pub fn headers(&self) -> Result<Vec<BatchHeader>, LogError> {
+        let bytes = read_at(&self.reader, 0, self.size as usize).map_err(|e| LogError::Io {
+            path: self.path.display().to_string(),
+            op: "read",
+            detail: e.to_string(),
+        })?;
+        let mut out = Vec::with_capacity(self.index.len());
+        for item in BatchIter::new(bytes) {
+            let (h, _) = item.map_err(|e| LogError::Corrupt {
+                path: self.path.display().to_string(),
+                pos: 0,
+                detail: e.to_string(),
+            })?;
+            out.push(h);
+        }
+        Ok(out)
+    }
+
+    /// Where to read whole batches from `offset`, at most `max_bytes` but at least one batch,
+    /// and only batches that end before `limit` (the high watermark for consumers):
+    /// `(file position, length)`, or `None` when there is nothing to read.
+    pub fn locate(&self, offset: i64, max_bytes: usize, limit: i64) -> Option<(u64, usize)> {
         if offset >= self.end_offset || offset < 0 {
             return None;
         }
         let first = self.index.partition_point(|e| e.last_offset < offset);
+        if self.index.get(first)?.last_offset >= limit {
+            return None;
+        }
         let start = self.index.get(first)?.pos;
         let end_of = |i: usize| self.index.get(i).map_or(self.size, |e| e.pos);
         // Batches first..upto are included; always at least the first one.
         let mut upto = first + 1;
-        while upto < self.index.len() && (end_of(upto + 1) - start) as usize <= max_bytes {
+        while upto < self.index.len()
+            && self.index[upto].last_offset < limit
+            && (end_of(upto + 1) - start) as usize <= max_bytes
+        {
             upto += 1;
         }
         let end = end_of(upto);
@@ -240,16 +350,54 @@ mod tests {
         for i in 0..5 {
             assert_eq!(append(&mut log, &format!("v{i}")), i);
         }
-        let (pos, len) = log.locate(2, 1).unwrap();
+        let (pos, len) = log.locate(2, 1, i64::MAX).unwrap();
         let one = read_at(&log.reader(), pos, len).unwrap();
         assert_eq!(BatchHeader::parse(&one).unwrap().base_offset, 2, "at least one whole batch");
-        let (_, all) = log.locate(0, usize::MAX).unwrap();
+        let (_, all) = log.locate(0, usize::MAX, i64::MAX).unwrap();
         assert_eq!(all as u64, log.size_bytes());
-        assert!(log.locate(5, 100).is_none());
+        assert!(log.locate(5, 100, i64::MAX).is_none());
         drop(log);
         let r = PartitionLog::open(dir.path()).unwrap();
         assert_eq!(r.log.end_offset(), 5);
         assert_eq!(r.headers.len(), 5);
+    }
+
+    #[test]
+    fn truncation_and_the_epoch_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path()).unwrap().log;
+        for i in 0..6 {
+            let epoch = [0, 0, 2, 2, 2, 5][i];
+            let b = build_batch(
+                ProducerStamp { producer_id: 1, producer_epoch: 0, base_sequence: i as i32 },
+                false,
+                0,
+                &[Bytes::from(format!("v{i}"))],
+            );
+            let mut h = BatchHeader::parse(&b).unwrap();
+            h.base_offset = i as i64;
+            h.partition_leader_epoch = epoch;
+            let mut prefix = [0u8; 16];
+            prefix.copy_from_slice(&b[..16]);
+            set_base_offset(&mut prefix, h.base_offset);
+            protocol::batch::set_partition_leader_epoch(&mut prefix, epoch);
+            log.append(&prefix, &b[16..], &h).unwrap();
+        }
+        assert_eq!(log.epoch_cache(), &[(0, 0), (2, 2), (5, 5)]);
+        assert_eq!(log.epoch_at(3), Some(2));
+        assert_eq!(log.epoch_start(4), 2);
+        assert_eq!(log.epoch_start(1), 0);
+        assert_eq!(
+            log.locate(0, usize::MAX, 3).map(|(_, l)| l),
+            log.locate(0, usize::MAX, i64::MAX).map(|(_, l)| l / 2)
+        );
+        assert_eq!(log.truncate(3).unwrap(), 3);
+        assert_eq!(log.epoch_cache(), &[(0, 0), (2, 2)]);
+        assert_eq!(log.headers().unwrap().len(), 3);
+        drop(log);
+        let r = PartitionLog::open(dir.path()).unwrap();
+        assert_eq!(r.log.end_offset(), 3);
+        assert_eq!(r.log.epoch_cache(), &[(0, 0), (2, 2)], "the cache is rebuilt from the log");
     }
 
     #[test]

@@ -1,15 +1,19 @@
-//! One partition on this broker: its log, its producer gate and its leadership, behind one
-//! lock so that the gate's check and the append it admits are a single step.
+//! One partition replica on this broker: its log, its producer gate, its leadership and (while
+//! leading) its replication bookkeeping, behind one lock, so that every check and the write it
+//! admits are a single step. Every write to the log (produce, marker, replication, truncation)
+//! goes through a method here.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use protocol::batch::{set_base_offset, set_partition_leader_epoch, BatchHeader};
+use protocol::batch::{set_base_offset, set_partition_leader_epoch, verify_crc, BatchHeader, BatchIter};
+use tokio::sync::watch;
 
 use crate::leader::{LeaderEpochError, Leadership};
 use crate::log::{read_at, LogError, PartitionLog};
 use crate::producer_state::{Admit, GateError, ProducerStates};
+use crate::replication::ReplicaSet;
 
 /// A successful append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,22 +22,36 @@ pub enum Appended {
     New {
         /// Offset of the first record.
         base_offset: i64,
-        /// Log end offset after it.
-        log_end_offset: i64,
+        /// Offset after the batch.
+        end_offset: i64,
+        /// The leader epoch it was written under.
+        leader_epoch: i32,
     },
     /// A retry of a batch already written at `base_offset`; nothing written.
     Duplicate {
         /// The original offset.
         base_offset: i64,
-        /// Log end offset.
-        log_end_offset: i64,
+        /// Offset after the batch.
+        end_offset: i64,
+        /// The leader epoch now.
+        leader_epoch: i32,
     },
+}
+
+impl Appended {
+    /// (base offset, offset after the batch, leader epoch).
+    pub fn parts(&self) -> (i64, i64, i32) {
+        match *self {
+            Appended::New { base_offset, end_offset, leader_epoch }
+            | Appended::Duplicate { base_offset, end_offset, leader_epoch } => (base_offset, end_offset, leader_epoch),
+        }
+    }
 }
 
 /// Why an append did not happen.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AppendError {
-    /// Leader epoch mismatch or not the leader.
+    /// Leader epoch mismatch or wrong role.
     #[error(transparent)]
     Leader(#[from] LeaderEpochError),
     /// Refused by the producer gate.
@@ -52,143 +70,40 @@ pub enum AppendError {
     Storage(#[from] LogError),
 }
 
+/// Why a follower refused replicated batches.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReplicateError {
+    /// The sender's leader epoch is not this replica's.
+    #[error(transparent)]
+    Leader(#[from] LeaderEpochError),
+    /// The logs diverge before `from_offset`: resend from `hint`.
+    #[error("log diverges before the offset sent; resend from {hint}")]
+    Mismatch {
+        /// Where to resend from.
+        hint: i64,
+        /// This replica's log end.
+        log_end_offset: i64,
+    },
+    /// A batch broke the producer gate (a leader bug: refused rather than stored).
+    #[error(transparent)]
+    Gate(#[from] GateError),
+    /// A batch is damaged or out of place.
+    #[error("replicated batch rejected: {0}")]
+    Corrupt(String),
+    /// The log could not be written.
+    #[error(transparent)]
+    Storage(#[from] LogError),
+}
+
 /// What a fetch found.
 #[derive(Debug, Clone)]
 pub struct Fetched {
-    /// Whole batches.
+    /// Whole batches below the high watermark.
     pub records: Bytes,
-    /// Offset after the last readable record.
+    /// Offset after the last committed record.
     pub high_watermark: i64,
     /// Leader epoch here.
     pub leader_epoch: i32,
-}
-
-struct Inner {
-    log: PartitionLog,
-    producers: ProducerStates,
-    leadership: Leadership,
-}
-
-/// A partition hosted here.
-pub struct Partition {
-    /// Topic.
-    pub topic: String,
-    /// Partition index.
-    pub index: i32,
-    /// Never held across an `.await`.
-    inner: Mutex<Inner>,
-}
-
-impl Partition {
-    /// Open the partition's log in `dir`, rebuilding its producer state from the batches.
-    pub fn open(
-        dir: &Path,
-        topic: &str,
-        index: i32,
-        fencing: bool,
-        leadership: Leadership,
-    ) -> Result<Partition, LogError> {
-        let recovered = PartitionLog::open(dir)?;
-        let mut producers = ProducerStates::new(fencing);
-        for h in &recovered.headers {
-            producers.record(h);
-        }
-        tracing::info!(
-            topic,
-            partition = index,
-            end_offset = recovered.log.end_offset(),
-            producers = producers.len(),
-            truncated_bytes = recovered.truncated_bytes,
-            "partition opened"
-        );
-        Ok(Partition {
-            topic: topic.to_string(),
-            index,
-            inner: Mutex::new(Inner { log: recovered.log, producers, leadership }),
-        })
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Leader epoch check, producer gate, append: one step under the lock. Every write to the
-    /// partition, data or marker, comes through here. `batch` is one CRC-checked batch.
-    pub fn append(
-        &self,
-        batch: &Bytes,
-        header: &BatchHeader,
-        request_leader_epoch: i32,
-    ) -> Result<Appended, AppendError> {
-        let mut g = self.lock();
-        g.leadership.check(request_leader_epoch)?;
-        match g.producers.check(header)? {
-            Admit::Duplicate { base_offset } => {
-                return Ok(Appended::Duplicate { base_offset, log_end_offset: g.log.end_offset() })
-            }
-            Admit::NeedsVerification => {
-                return Err(AppendError::NeedsVerification {
-                    producer_id: header.producer_id,
-                    epoch: header.producer_epoch,
-                })
-            }
-            Admit::Append => {}
-        }
-        let base_offset = g.log.end_offset();
-        let leader_epoch = g.leadership.leader_epoch;
-        let mut prefix = [0u8; 16];
-        prefix.copy_from_slice(&batch[..16]);
-        set_base_offset(&mut prefix, base_offset);
-        set_partition_leader_epoch(&mut prefix, leader_epoch);
-        let stored = BatchHeader { base_offset, partition_leader_epoch: leader_epoch, ..*header };
-        g.log.append(&prefix, &batch[16..], &stored)?;
-        g.producers.record(&stored);
-        Ok(Appended::New { base_offset, log_end_offset: g.log.end_offset() })
-    }
-
-    /// The coordinator confirmed `(producer_id, epoch)` for this partition.
-    pub fn mark_verified(&self, producer_id: i64, epoch: i16) {
-        self.lock().producers.mark_verified(producer_id, epoch);
-    }
-
-    /// Learn leadership from the coordinator.
-    pub fn learn(&self, is_leader: bool, leader_epoch: i32) {
-        self.lock().leadership.learn(is_leader, leader_epoch);
-    }
-
-    /// Current leadership as this broker knows it.
-    pub fn leadership(&self) -> Leadership {
-        self.lock().leadership
-    }
-
-    /// The epoch this partition holds for `producer_id`.
-    pub fn producer_epoch(&self, producer_id: i64) -> Option<i16> {
-        self.lock().producers.epoch_of(producer_id)
-    }
-
-    /// Log end offset.
-    pub fn end_offset(&self) -> i64 {
-        self.lock().log.end_offset()
-    }
-
-    /// Whole batches from the one holding `offset`, at most `max_bytes` (at least one batch).
-    /// The lock is held only to find the bytes; they are read after it is released.
-    pub fn fetch(&self, offset: i64, max_bytes: usize, request_leader_epoch: i32) -> Result<Fetched, FetchError> {
-        let (range, reader, high_watermark, leader_epoch) = {
-            let g = self.lock();
-            g.leadership.check(request_leader_epoch)?;
-            let end = g.log.end_offset();
-            if offset < 0 || offset > end {
-                return Err(FetchError::OutOfRange { offset, end });
-            }
-            (g.log.locate(offset, max_bytes), g.log.reader(), end, g.leadership.leader_epoch)
-        };
-        let records = match range {
-            None => Bytes::new(),
-            Some((pos, len)) => read_at(&reader, pos, len).map_err(|e| FetchError::Io(e.to_string()))?,
-        };
-        Ok(Fetched { records, high_watermark, leader_epoch })
-    }
 }
 
 /// Why a fetch failed.
@@ -208,6 +123,386 @@ pub enum FetchError {
     /// Reading failed.
     #[error("read failed: {0}")]
     Io(String),
+}
+
+/// What the leader sends a follower next.
+#[derive(Debug, Clone)]
+pub struct ReplicationWork {
+    /// First offset sent.
+    pub from_offset: i64,
+    /// Epoch of the batch before it (-1 at offset 0).
+    pub prev_epoch: i32,
+    /// Leader's high watermark.
+    pub high_watermark: i64,
+    /// Batches from `from_offset` (possibly empty).
+    pub records: Bytes,
+    /// Leader's log end when the work was taken.
+    pub leader_leo: i64,
+}
+
+/// What changed when this replica learnt a leadership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoleChange {
+    /// It now leads at `leader_epoch` and must replicate to `followers`.
+    BecameLeader {
+        /// Epoch.
+        leader_epoch: i32,
+        /// Follower ids.
+        followers: Vec<i32>,
+    },
+    /// It now follows (or the partition has no leader).
+    BecameFollower {
+        /// Epoch.
+        leader_epoch: i32,
+    },
+}
+
+struct Inner {
+    log: PartitionLog,
+    producers: ProducerStates,
+    leadership: Leadership,
+    replicas: Vec<i32>,
+    /// Present while leading.
+    replica_set: Option<ReplicaSet>,
+    /// This replica's high watermark (a follower's is the leader's, capped by its log end).
+    high_watermark: i64,
+}
+
+/// A partition replica hosted here.
+pub struct Partition {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub index: i32,
+    broker_id: i32,
+    fencing: bool,
+    /// Never held across an `.await`.
+    inner: Mutex<Inner>,
+    /// Bumped whenever the log end, the high watermark or the leadership changes; waiters
+    /// (acks=all answers, replication loops) watch it.
+    progress: watch::Sender<u64>,
+}
+
+impl Partition {
+    /// Open the replica's log in `dir`, rebuilding its producer state and epoch cache.
+    pub fn open(dir: &Path, topic: &str, index: i32, broker_id: i32, fencing: bool) -> Result<Partition, LogError> {
+        let recovered = PartitionLog::open(dir)?;
+        let mut producers = ProducerStates::new(fencing);
+        for h in &recovered.headers {
+            producers.record(h);
+        }
+        tracing::info!(
+            topic,
+            partition = index,
+            end_offset = recovered.log.end_offset(),
+            producers = producers.len(),
+            truncated_bytes = recovered.truncated_bytes,
+            "partition opened"
+        );
+        let inner = Inner {
+            log: recovered.log,
+            producers,
+            leadership: Leadership { is_leader: false, leader_id: -1, leader_epoch: -1 },
+            replicas: Vec::new(),
+            replica_set: None,
+            high_watermark: 0,
+        };
+        let (progress, _) = watch::channel(0);
+        Ok(Partition { topic: topic.to_string(), index, broker_id, fencing, inner: Mutex::new(inner), progress })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn bump(&self) {
+        self.progress.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// A receiver that changes whenever the log end, high watermark or leadership changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.progress.subscribe()
+    }
+
+    /// Leader epoch check, producer gate, append: one step under the lock. Client batches and
+    /// coordinator markers come through here. `batch` is one CRC-checked batch.
+    pub fn append(
+        &self,
+        batch: &Bytes,
+        header: &BatchHeader,
+        request_leader_epoch: i32,
+    ) -> Result<Appended, AppendError> {
+        let mut g = self.lock();
+        g.leadership.check(request_leader_epoch)?;
+        let leader_epoch = g.leadership.leader_epoch;
+        match g.producers.check(header)? {
+            Admit::Duplicate { base_offset } => {
+                let end_offset = base_offset + i64::from(header.last_offset_delta) + 1;
+                return Ok(Appended::Duplicate { base_offset, end_offset, leader_epoch });
+            }
+            Admit::NeedsVerification => {
+                return Err(AppendError::NeedsVerification {
+                    producer_id: header.producer_id,
+                    epoch: header.producer_epoch,
+                })
+            }
+            Admit::Append => {}
+        }
+        let base_offset = g.log.end_offset();
+        let mut prefix = [0u8; 16];
+        prefix.copy_from_slice(&batch[..16]);
+        set_base_offset(&mut prefix, base_offset);
+        set_partition_leader_epoch(&mut prefix, leader_epoch);
+        let stored = BatchHeader { base_offset, partition_leader_epoch: leader_epoch, ..*header };
+        g.log.append(&prefix, &batch[16..], &stored)?;
+        g.producers.record(&stored);
+        let leo = g.log.end_offset();
+        if let Some(rs) = g.replica_set.as_mut() {
+            if rs.on_leader_append(leo) {
+                g.high_watermark = rs.high_watermark();
+            }
+        }
+        drop(g);
+        self.bump();
+        Ok(Appended::New { base_offset, end_offset: leo, leader_epoch })
+    }
+
+    /// Whether `end_offset` is committed (below the high watermark) while this replica still
+    /// leads at `leader_epoch`: `Ok(true)` committed, `Ok(false)` not yet, `Err` leadership lost.
+    pub fn committed(&self, end_offset: i64, leader_epoch: i32) -> Result<bool, LeaderEpochError> {
+        let g = self.lock();
+        g.leadership.check(leader_epoch)?;
+        Ok(g.high_watermark >= end_offset)
+    }
+
+    /// The follower path: check the sender's leader epoch and that this log matches the
+    /// leader's before `from_offset` (the batch before it has `prev_epoch`), cut any suffix that
+    /// does not, and append the leader's batches as they are. Returns the new log end.
+    pub fn apply_replicated(
+        &self,
+        request_leader_epoch: i32,
+        epoch_checks: bool,
+        from_offset: i64,
+        prev_epoch: i32,
+        leader_high_watermark: i64,
+        records: &Bytes,
+    ) -> Result<i64, ReplicateError> {
+        let mut g = self.lock();
+        g.leadership.check_replication(request_leader_epoch, epoch_checks)?;
+        let leo = g.log.end_offset();
+        if from_offset > leo {
+            return Err(ReplicateError::Mismatch { hint: leo, log_end_offset: leo });
+        }
+        if from_offset > 0 {
+            let mine = g.log.epoch_at(from_offset - 1);
+            if mine != Some(prev_epoch) {
+                // Skip back over this replica's whole conflicting epoch (the epoch cache).
+                let hint = g.log.epoch_start(from_offset - 1);
+                return Err(ReplicateError::Mismatch { hint, log_end_offset: leo });
+            }
+        }
+        if from_offset < leo {
+            // Everything from here on is not in the leader's log (or is resent): cut it, and
+            // rebuild the producer state from what remains.
+            let end = g.log.truncate(from_offset)?;
+            let headers = g.log.headers()?;
+            let mut producers = ProducerStates::new(self.fencing);
+            for h in &headers {
+                producers.record(h);
+            }
+            g.producers = producers;
+            tracing::info!(topic = %self.topic, partition = self.index, from = leo, to = end, "truncated a divergent suffix");
+        }
+        for item in BatchIter::new(records.clone()) {
+            let (h, bytes) = item.map_err(|e| ReplicateError::Corrupt(e.to_string()))?;
+            verify_crc(&bytes, &h).map_err(|e| ReplicateError::Corrupt(e.to_string()))?;
+            if h.base_offset != g.log.end_offset() {
+                return Err(ReplicateError::Corrupt(format!(
+                    "batch at offset {} where {} was due",
+                    h.base_offset,
+                    g.log.end_offset()
+                )));
+            }
+            g.producers.check_replicated(&h)?;
+            let mut prefix = [0u8; 16];
+            prefix.copy_from_slice(&bytes[..16]);
+            g.log.append(&prefix, &bytes[16..], &h)?;
+            g.producers.record(&h);
+        }
+        let leo = g.log.end_offset();
+        g.high_watermark = g.high_watermark.max(leader_high_watermark.min(leo));
+        drop(g);
+        self.bump();
+        Ok(leo)
+    }
+
+    /// What to send `follower` next, while leading at `leader_epoch` (`None` otherwise).
+    pub fn replication_work(
+        &self,
+        follower: i32,
+        leader_epoch: i32,
+        max_bytes: usize,
+    ) -> Result<Option<ReplicationWork>, FetchError> {
+        let (from_offset, prev_epoch, high_watermark, leader_leo, range, reader) = {
+            let g = self.lock();
+            if !g.leadership.is_leader || g.leadership.leader_epoch != leader_epoch {
+                return Ok(None);
+            }
+            let Some(f) = g.replica_set.as_ref().and_then(|rs| rs.follower(follower)) else { return Ok(None) };
+            let from = f.next_offset.min(g.log.end_offset());
+            let prev_epoch = if from == 0 { -1 } else { g.log.epoch_at(from - 1).unwrap_or(-1) };
+            let range = g.log.locate(from, max_bytes, i64::MAX);
+            (from, prev_epoch, g.high_watermark, g.log.end_offset(), range, g.log.reader())
+        };
+        let records = match range {
+            None => Bytes::new(),
+            Some((pos, len)) => read_at(&reader, pos, len).map_err(|e| FetchError::Io(e.to_string()))?,
+        };
+        Ok(Some(ReplicationWork { from_offset, prev_epoch, high_watermark, records, leader_leo }))
+    }
+
+    /// A follower acknowledged up to `log_end_offset` at `leader_epoch`.
+    pub fn on_replica_ack(&self, follower: i32, leader_epoch: i32, log_end_offset: i64, now_ms: u64) {
+        let mut g = self.lock();
+        if g.leadership.leader_epoch != leader_epoch || !g.leadership.is_leader {
+            return;
+        }
+        let leo = g.log.end_offset();
+        let moved = g.replica_set.as_mut().is_some_and(|rs| rs.on_ack(follower, log_end_offset, leo, now_ms));
+        if moved {
+            g.high_watermark = g.replica_set.as_ref().map_or(g.high_watermark, |rs| rs.high_watermark());
+            drop(g);
+            self.bump();
+        }
+    }
+
+    /// A follower's log diverges; resend from `hint`.
+    pub fn on_replica_mismatch(&self, follower: i32, leader_epoch: i32, hint: i64) {
+        let mut g = self.lock();
+        if g.leadership.leader_epoch == leader_epoch {
+            if let Some(rs) = g.replica_set.as_mut() {
+                rs.on_mismatch(follower, hint);
+            }
+        }
+    }
+
+    /// The ISR this leader should ask the coordinator for, with its leader epoch.
+    pub fn wanted_isr(&self, now_ms: u64, lag_ms: u64) -> Option<(i32, Vec<i32>)> {
+        let g = self.lock();
+        let rs = g.replica_set.as_ref()?;
+        rs.wanted_isr(now_ms, lag_ms).map(|isr| (g.leadership.leader_epoch, isr))
+    }
+
+    /// The coordinator accepted `isr` for `leader_epoch`.
+    pub fn set_isr(&self, leader_epoch: i32, isr: &[i32]) {
+        let mut g = self.lock();
+        if g.leadership.leader_epoch != leader_epoch {
+            return;
+        }
+        let leo = g.log.end_offset();
+        if let Some(rs) = g.replica_set.as_mut() {
+            if rs.set_isr(isr, leo) {
+                g.high_watermark = rs.high_watermark();
+            }
+        }
+        drop(g);
+        self.bump();
+    }
+
+    /// Learn this partition's leadership from the coordinator.
+    pub fn learn(
+        &self,
+        leader_id: i32,
+        leader_epoch: i32,
+        replicas: &[i32],
+        isr: &[i32],
+        now_ms: u64,
+    ) -> Option<RoleChange> {
+        let mut g = self.lock();
+        let is_leader = leader_id == self.broker_id;
+        if !g.leadership.learn(is_leader, leader_id, leader_epoch) {
+            // Same epoch: keep the ISR in step with the coordinator's record.
+            let leo = g.log.end_offset();
+            let same_epoch = g.leadership.leader_epoch == leader_epoch;
+            if let (true, Some(rs)) = (same_epoch, g.replica_set.as_mut()) {
+                if rs.isr() != isr && rs.set_isr(isr, leo) {
+                    let hw = rs.high_watermark();
+                    g.high_watermark = hw;
+                }
+            }
+            return None;
+        }
+        g.replicas = replicas.to_vec();
+        let change = if is_leader {
+            let leo = g.log.end_offset();
+            let hw = g.high_watermark;
+            let rs = ReplicaSet::new(self.broker_id, replicas, isr, leo, hw, now_ms);
+            g.high_watermark = rs.high_watermark();
+            let followers = rs.follower_ids();
+            g.replica_set = Some(rs);
+            // Producers verified under the previous leadership are verified again.
+            RoleChange::BecameLeader { leader_epoch, followers }
+        } else {
+            g.replica_set = None;
+            RoleChange::BecameFollower { leader_epoch }
+        };
+        drop(g);
+        self.bump();
+        Some(change)
+    }
+
+    /// The coordinator confirmed `(producer_id, epoch)` for this partition.
+    pub fn mark_verified(&self, producer_id: i64, epoch: i16) {
+        self.lock().producers.mark_verified(producer_id, epoch);
+    }
+
+    /// Current leadership as this broker knows it.
+    pub fn leadership(&self) -> Leadership {
+        self.lock().leadership
+    }
+
+    /// The epoch this partition holds for `producer_id`.
+    pub fn producer_epoch(&self, producer_id: i64) -> Option<i16> {
+        self.lock().producers.epoch_of(producer_id)
+    }
+
+    /// (log end offset, high watermark).
+    pub fn progress(&self) -> (i64, i64) {
+        let g = self.lock();
+        (g.log.end_offset(), g.high_watermark)
+    }
+
+    /// Committed batches from the one holding `offset`, at most `max_bytes` (at least one batch).
+    /// The lock is held only to find the bytes; they are read after it is released.
+    pub fn fetch(&self, offset: i64, max_bytes: usize, request_leader_epoch: i32) -> Result<Fetched, FetchError> {
+        let (range, reader, high_watermark, leader_epoch) = {
+            let g = self.lock();
+            g.leadership.check(request_leader_epoch)?;
+            let end = g.log.end_offset();
+            if offset < 0 || offset > end {
+                return Err(FetchError::OutOfRange { offset, end });
+            }
+            let hw = g.high_watermark;
+            (g.log.locate(offset, max_bytes, hw), g.log.reader(), hw, g.leadership.leader_epoch)
+        };
+        let records = match range {
+            None => Bytes::new(),
+            Some((pos, len)) => read_at(&reader, pos, len).map_err(|e| FetchError::Io(e.to_string()))?,
+        };
+        Ok(Fetched { records, high_watermark, leader_epoch })
+    }
+
+    /// Raw bytes of the log up to `end_offset` (for comparing replicas in tests and tools).
+    pub fn log_bytes_until(&self, end_offset: i64) -> Result<Bytes, FetchError> {
+        let (range, reader) = {
+            let g = self.lock();
+            (g.log.locate(0, usize::MAX, end_offset), g.log.reader())
+        };
+        match range {
+            None => Ok(Bytes::new()),
+            Some((pos, len)) => read_at(&reader, pos, len).map_err(|e| FetchError::Io(e.to_string())),
+        }
+    }
 }
 
 /// Shared handle.

@@ -106,6 +106,28 @@ impl ProducerStates {
 
     /// The gate. `h` is a validated header (CRC checked by the caller).
     pub fn check(&self, h: &BatchHeader) -> Result<Admit, GateError> {
+        self.check_mode(h, true)
+    }
+
+    /// The same gate for a batch replicated from the leader: no coordinator verification
+    /// (the leader verified it), and a duplicate is an error, since a leader never sends one.
+    pub fn check_replicated(&self, h: &BatchHeader) -> Result<(), GateError> {
+        match self.check_mode(h, false)? {
+            Admit::Append => Ok(()),
+            Admit::Duplicate { .. } | Admit::NeedsVerification => Err(GateError::OutOfOrder {
+                producer_id: h.producer_id,
+                epoch: h.producer_epoch,
+                expected: self
+                    .producers
+                    .get(&h.producer_id)
+                    .and_then(|e| e.batches.back())
+                    .map_or(0, |b| increment_sequence(b.last_seq, 1)),
+                got: h.base_sequence,
+            }),
+        }
+    }
+
+    fn check_mode(&self, h: &BatchHeader, verify: bool) -> Result<Admit, GateError> {
         if !self.fencing || h.producer_id < 0 {
             return Ok(Admit::Append);
         }
@@ -135,7 +157,7 @@ impl ProducerStates {
                 });
             }
         }
-        if entry.and_then(|e| e.verified_epoch) != Some(h.producer_epoch) {
+        if verify && entry.and_then(|e| e.verified_epoch) != Some(h.producer_epoch) {
             return Ok(Admit::NeedsVerification);
         }
         let expected = match entry {
@@ -324,6 +346,19 @@ mod tests {
         assert_eq!(replayed.check(&header(1, 1, 0, 2, 9)), Ok(Admit::Duplicate { base_offset: 2 }));
         // Verification is volatile: a replayed table asks the coordinator again.
         assert_eq!(replayed.check(&header(1, 1, 2, 1, 4)), Ok(Admit::NeedsVerification));
+    }
+
+    #[test]
+    fn replicated_batches_pass_the_same_epoch_and_sequence_checks() {
+        let mut s = ProducerStates::new(true);
+        assert_eq!(s.check_replicated(&header(1, 2, 0, 1, 0)), Ok(()), "no verification on a follower");
+        s.record(&header(1, 2, 0, 1, 0));
+        s.record(&marker(1, 3, 1));
+        assert!(matches!(s.check_replicated(&header(1, 2, 1, 1, 2)), Err(GateError::StaleEpoch { current: 3, .. })));
+        assert!(matches!(s.check_replicated(&header(1, 3, 4, 1, 2)), Err(GateError::OutOfOrder { .. })));
+        assert_eq!(s.check_replicated(&header(1, 3, 0, 1, 2)), Ok(()));
+        s.record(&header(1, 3, 0, 1, 2));
+        assert!(s.check_replicated(&header(1, 3, 0, 1, 3)).is_err(), "a leader never replicates a duplicate");
     }
 
     #[test]

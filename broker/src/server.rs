@@ -1,7 +1,10 @@
 //! The broker's tokio shell. Decisions live in [`crate::partition`] and the rule modules; this
-//! file moves requests to them, asks the coordinator to verify producers, and heartbeats.
+//! file moves requests to them, asks the coordinator to verify producers and to change ISRs,
+//! replicates to followers, and heartbeats.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -10,15 +13,16 @@ use dashmap::DashMap;
 use net::{Connection, ServerLimits};
 use protocol::batch::{build_marker, verify_crc, BatchError, BatchHeader, MarkerKind};
 use protocol::{
-    AddPartitionRequest, ErrorCode, FetchRequest, FetchResponse, HeartbeatRequest, ProduceRequest, ProduceResponse,
-    Request, Response, Status, WriteMarkerRequest, WriteMarkerResponse,
+    AddPartitionRequest, AlterPartitionRequest, ErrorCode, FetchRequest, FetchResponse, HeartbeatRequest,
+    ProduceRequest, ProduceResponse, ReplicaReport, ReplicateRequest, ReplicateResponse, Request, Response, Status,
+    WriteMarkerRequest, WriteMarkerResponse, ACKS_ALL, ACKS_LEADER,
 };
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
-use crate::leader::{LeaderEpochError, Leadership};
-use crate::partition::{AppendError, Appended, FetchError, Partition, PartitionRef};
+use crate::leader::LeaderEpochError;
+use crate::partition::{AppendError, Appended, FetchError, Partition, PartitionRef, ReplicateError, RoleChange};
 use crate::producer_state::GateError;
 
 /// Broker settings.
@@ -30,14 +34,24 @@ pub struct BrokerConfig {
     pub data_dir: PathBuf,
     /// Coordinator address.
     pub coordinator: String,
-    /// Address given to clients; defaults to the listener's address.
+    /// Address given to clients and peers; defaults to the listener's address.
     pub advertised_addr: Option<String>,
     /// Producer fencing on (the default). Off only to demonstrate and measure what it prevents.
     pub fencing: bool,
-    /// Interval between heartbeats, in milliseconds.
+    /// Followers refuse replication from other leader epochs (the default). Off only to
+    /// demonstrate what stale-leader fencing prevents.
+    pub leader_epoch_checks: bool,
+    /// Interval between heartbeats, in milliseconds; also how often an idle leader pings
+    /// its followers.
     pub heartbeat_ms: u64,
     /// Deadline for a verification call to the coordinator, in milliseconds.
     pub verify_timeout_ms: u64,
+    /// How long an acks=all produce or a marker waits for the in-sync replicas, in milliseconds.
+    pub request_timeout_ms: u64,
+    /// A follower not caught up for this long leaves the ISR, in milliseconds.
+    pub replica_lag_ms: u64,
+    /// Most bytes one Replicate request carries.
+    pub replication_bytes_max: usize,
     /// Connection limits.
     pub limits: ServerLimits,
 }
@@ -51,8 +65,12 @@ impl BrokerConfig {
             coordinator: coordinator.into(),
             advertised_addr: None,
             fencing: true,
+            leader_epoch_checks: true,
             heartbeat_ms: 300,
             verify_timeout_ms: 5_000,
+            request_timeout_ms: 30_000,
+            replica_lag_ms: 10_000,
+            replication_bytes_max: 1024 * 1024,
             limits: ServerLimits::default(),
         }
     }
@@ -74,15 +92,105 @@ pub enum BrokerError {
     Listener(String),
 }
 
+/// Counters a test or demonstration can read.
+#[derive(Debug, Default)]
+pub struct BrokerStats {
+    /// Replicate requests this broker sent that a follower refused by leader epoch.
+    pub replication_refused_by_epoch: AtomicU64,
+    /// Replicate requests this broker received and refused by leader epoch.
+    pub replication_refusals_sent: AtomicU64,
+}
+
+/// Switches that freeze a broker in place, as a long GC pause or SIGSTOP would: requests,
+/// replication and heartbeats stop being processed (nothing is dropped; they wait).
+#[derive(Clone)]
+pub struct BrokerControl {
+    paused: watch::Receiver<bool>,
+    heartbeats_paused: watch::Receiver<bool>,
+    /// Counters.
+    pub stats: Arc<BrokerStats>,
+}
+
+/// The sending side of [`BrokerControl`].
+pub struct BrokerSwitch {
+    paused: watch::Sender<bool>,
+    heartbeats_paused: watch::Sender<bool>,
+    /// Counters.
+    pub stats: Arc<BrokerStats>,
+}
+
+impl BrokerSwitch {
+    /// A switch and the control to hand to [`run_with`].
+    pub fn new() -> (BrokerSwitch, BrokerControl) {
+        let (p_tx, p_rx) = watch::channel(false);
+        let (h_tx, h_rx) = watch::channel(false);
+        let stats = Arc::new(BrokerStats::default());
+        (
+            BrokerSwitch { paused: p_tx, heartbeats_paused: h_tx, stats: stats.clone() },
+            BrokerControl { paused: p_rx, heartbeats_paused: h_rx, stats },
+        )
+    }
+
+    /// Freeze everything.
+    pub fn freeze(&self) {
+        self.heartbeats_paused.send_replace(true);
+        self.paused.send_replace(true);
+    }
+
+    /// Resume request handling and replication, but not heartbeats: the broker acts on what
+    /// it believed before the pause, as a process does in the moment after it wakes.
+    pub fn wake_without_heartbeats(&self) {
+        self.paused.send_replace(false);
+    }
+
+    /// Resume everything.
+    pub fn thaw(&self) {
+        self.paused.send_replace(false);
+        self.heartbeats_paused.send_replace(false);
+    }
+}
+
+impl BrokerControl {
+    /// A control that never pauses.
+    pub fn running() -> BrokerControl {
+        BrokerSwitch::new().1
+    }
+}
+
+async fn wait_while(rx: &watch::Receiver<bool>) {
+    let mut rx = rx.clone();
+    while *rx.borrow_and_update() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 struct Shared {
     config: BrokerConfig,
     addr: String,
     partitions: DashMap<(String, i32), PartitionRef>,
     /// Cached connection to the coordinator; never held across an `.await`.
     coordinator: Mutex<Option<Connection>>,
+    /// Connections to other brokers, by address; never held across an `.await`.
+    peers: Mutex<HashMap<String, Connection>>,
+    /// Broker addresses from the last heartbeat; never held across an `.await`.
+    broker_addrs: Mutex<HashMap<i32, String>>,
     /// Wakes the heartbeat loop early (a request showed this broker is behind).
     refresh: Notify,
     started: Instant,
+    control: BrokerControl,
+    stop: watch::Receiver<bool>,
+}
+
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    async fn running(&self) {
+        wait_while(&self.control.paused).await;
+    }
 }
 
 /// Serve on `listener` until `shutdown`, heartbeating to the coordinator meanwhile.
@@ -91,30 +199,51 @@ pub async fn run(
     config: BrokerConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), BrokerError> {
+    run_with(listener, config, BrokerControl::running(), shutdown).await
+}
+
+/// [`run`] with pause switches (for demonstrations and tests of paused processes).
+pub async fn run_with(
+    listener: TcpListener,
+    config: BrokerConfig,
+    control: BrokerControl,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), BrokerError> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| BrokerError::DataDir { path: config.data_dir.display().to_string(), detail: e.to_string() })?;
     let local = listener.local_addr().map_err(|e| BrokerError::Listener(e.to_string()))?;
     let addr = config.advertised_addr.clone().unwrap_or_else(|| local.to_string());
     tracing::info!(broker_id = config.id, %addr, fencing = config.fencing, "broker starting");
+    let (stop_tx, stop_rx) = watch::channel(false);
     let shared = Arc::new(Shared {
         addr,
         partitions: DashMap::new(),
         coordinator: Mutex::new(None),
+        peers: Mutex::new(HashMap::new()),
+        broker_addrs: Mutex::new(HashMap::new()),
         refresh: Notify::new(),
         started: Instant::now(),
+        control,
+        stop: stop_rx.clone(),
         config: config.clone(),
     });
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let heartbeats = tokio::spawn(heartbeat_loop(shared.clone(), stop_rx));
+    let heartbeats = tokio::spawn(heartbeat_loop(shared.clone()));
     let handler_shared = shared.clone();
     let handler: net::Handler = Arc::new(move |req| {
         let shared = handler_shared.clone();
-        Box::pin(async move { handle(&shared, req).await })
+        Box::pin(async move {
+            shared.running().await;
+            handle(&shared, req).await
+        })
     });
     net::serve(listener, handler, config.limits.clone(), shutdown).await;
     let _ = stop_tx.send(true);
     let _ = heartbeats.await;
     Ok(())
+}
+
+fn cached(map: &Mutex<HashMap<String, Connection>>, addr: &str) -> Option<Connection> {
+    map.lock().unwrap_or_else(|p| p.into_inner()).get(addr).filter(|c| !c.is_closed()).cloned()
 }
 
 async fn coordinator(shared: &Shared) -> Result<Connection, net::NetError> {
@@ -127,12 +256,30 @@ async fn coordinator(shared: &Shared) -> Result<Connection, net::NetError> {
     Ok(c)
 }
 
-async fn heartbeat_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+async fn peer(shared: &Shared, addr: &str) -> Result<Connection, net::NetError> {
+    if let Some(c) = cached(&shared.peers, addr) {
+        return Ok(c);
+    }
+    let c = Connection::connect(addr).await?;
+    shared.peers.lock().unwrap_or_else(|p| p.into_inner()).insert(addr.to_string(), c.clone());
+    Ok(c)
+}
+
+async fn heartbeat_loop(shared: Arc<Shared>) {
     let interval = Duration::from_millis(shared.config.heartbeat_ms);
+    let mut stop = shared.stop.clone();
     loop {
+        tokio::select! {
+            _ = async {
+                wait_while(&shared.control.heartbeats_paused).await;
+                shared.running().await;
+            } => {}
+            _ = stop.changed() => return,
+        }
         if let Err(e) = heartbeat(&shared).await {
             tracing::warn!(error = %e, "heartbeat to the coordinator failed; retrying");
         }
+        maintain_isr(&shared).await;
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = shared.refresh.notified() => {}
@@ -141,9 +288,17 @@ async fn heartbeat_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-async fn heartbeat(shared: &Shared) -> Result<(), String> {
+async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
     let conn = coordinator(shared).await.map_err(|e| e.to_string())?;
-    let req = Request::Heartbeat(HeartbeatRequest { broker_id: shared.config.id, addr: shared.addr.clone() });
+    let replicas = shared
+        .partitions
+        .iter()
+        .map(|p| {
+            let (log_end_offset, high_watermark) = p.progress();
+            ReplicaReport { topic: p.topic.clone(), partition: p.index, log_end_offset, high_watermark }
+        })
+        .collect();
+    let req = Request::Heartbeat(HeartbeatRequest { broker_id: shared.config.id, addr: shared.addr.clone(), replicas });
     let resp = conn
         .call_timeout(req, Duration::from_millis(shared.config.heartbeat_ms * 10))
         .await
@@ -151,43 +306,180 @@ async fn heartbeat(shared: &Shared) -> Result<(), String> {
     let Response::Heartbeat(hb) = resp else {
         return Err(format!("unexpected answer to a heartbeat: {}", resp.status()));
     };
-    let mut leading = std::collections::HashSet::new();
-    for a in hb.leaderships {
-        let key = (a.topic.clone(), a.partition);
-        leading.insert(key.clone());
-        if let Some(p) = shared.partitions.get(&key) {
-            p.learn(true, a.leader_epoch);
-            continue;
-        }
-        let dir = shared.config.data_dir.join(format!("{}-{}", a.topic, a.partition));
-        let leadership = Leadership { is_leader: true, leader_epoch: a.leader_epoch };
-        match Partition::open(&dir, &a.topic, a.partition, shared.config.fencing, leadership) {
-            Ok(p) => {
-                shared.partitions.insert(key, Arc::new(p));
-            }
-            Err(e) => {
-                tracing::error!(topic = %a.topic, partition = a.partition, error = %e, "cannot open partition")
-            }
+    if !hb.status.is_ok() {
+        return Err(hb.status.to_string());
+    }
+    {
+        let mut addrs = shared.broker_addrs.lock().unwrap_or_else(|p| p.into_inner());
+        for b in &hb.brokers {
+            addrs.insert(b.id, b.addr.clone());
         }
     }
-    for entry in shared.partitions.iter() {
-        if !leading.contains(entry.key()) {
-            let l = entry.value().leadership();
-            entry.value().learn(false, l.leader_epoch);
+    let now = shared.now_ms();
+    for a in hb.assignments {
+        let key = (a.topic.clone(), a.partition);
+        let part = match shared.partitions.get(&key).map(|p| p.clone()) {
+            Some(p) => p,
+            None => {
+                let dir = shared.config.data_dir.join(format!("{}-{}", a.topic, a.partition));
+                match Partition::open(&dir, &a.topic, a.partition, shared.config.id, shared.config.fencing) {
+                    Ok(p) => {
+                        let p = Arc::new(p);
+                        shared.partitions.insert(key, p.clone());
+                        p
+                    }
+                    Err(e) => {
+                        tracing::error!(topic = %a.topic, partition = a.partition, error = %e, "cannot open partition");
+                        continue;
+                    }
+                }
+            }
+        };
+        match part.learn(a.leader_id, a.leader_epoch, &a.replicas, &a.isr, now) {
+            Some(RoleChange::BecameLeader { leader_epoch, followers }) => {
+                tracing::info!(topic = %a.topic, partition = a.partition, leader_epoch, ?followers, "leading");
+                for f in followers {
+                    tokio::spawn(replicate_loop(shared.clone(), part.clone(), f, leader_epoch));
+                }
+            }
+            Some(RoleChange::BecameFollower { leader_epoch }) => {
+                tracing::info!(topic = %a.topic, partition = a.partition, leader_epoch, leader = a.leader_id, "following");
+            }
+            None => {}
         }
     }
     Ok(())
 }
 
-fn uptime_ms(shared: &Shared) -> i64 {
-    shared.started.elapsed().as_millis() as i64
+/// Ask the coordinator for the ISR each led partition should have (lagging followers out,
+/// caught-up ones back in), under the partition's leader epoch.
+async fn maintain_isr(shared: &Arc<Shared>) {
+    let now = shared.now_ms();
+    let wanted: Vec<(PartitionRef, i32, Vec<i32>)> = shared
+        .partitions
+        .iter()
+        .filter_map(|p| p.wanted_isr(now, shared.config.replica_lag_ms).map(|(e, isr)| (p.clone(), e, isr)))
+        .collect();
+    for (part, leader_epoch, isr) in wanted {
+        let Ok(conn) = coordinator(shared).await else { return };
+        let req = Request::AlterPartition(AlterPartitionRequest {
+            broker_id: shared.config.id,
+            topic: part.topic.clone(),
+            partition: part.index,
+            leader_epoch,
+            isr: isr.clone(),
+        });
+        match conn.call_timeout(req, Duration::from_millis(shared.config.verify_timeout_ms)).await {
+            Ok(Response::AlterPartition(r)) if r.status.is_ok() => {
+                tracing::info!(topic = %part.topic, partition = part.index, leader_epoch, ?isr, "ISR changed");
+                part.set_isr(leader_epoch, &isr);
+            }
+            Ok(Response::AlterPartition(r)) => {
+                tracing::warn!(topic = %part.topic, partition = part.index, leader_epoch, status = %r.status, "ISR change refused");
+                if r.status.code == ErrorCode::FencedLeaderEpoch {
+                    shared.refresh.notify_one();
+                }
+            }
+            other => tracing::debug!(?other, "ISR change not answered"),
+        }
+    }
+}
+
+/// Push the log to one follower for as long as this broker leads at `leader_epoch`.
+async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, leader_epoch: i32) {
+    let mut progress = part.subscribe();
+    let idle = Duration::from_millis(shared.config.heartbeat_ms);
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        if *shared.stop.borrow() {
+            return;
+        }
+        shared.running().await;
+        let work = match part.replication_work(follower, leader_epoch, shared.config.replication_bytes_max) {
+            Ok(Some(w)) => w,
+            Ok(None) => return, // no longer the leader of this epoch
+            Err(e) => {
+                tracing::warn!(topic = %part.topic, partition = part.index, error = %e, "cannot read for replication");
+                tokio::time::sleep(backoff).await;
+                continue;
+            }
+        };
+        let addr = shared.broker_addrs.lock().unwrap_or_else(|p| p.into_inner()).get(&follower).cloned();
+        let outcome = match addr {
+            None => Err("follower address unknown".to_string()),
+            Some(addr) => match peer(&shared, &addr).await {
+                Err(e) => Err(e.to_string()),
+                Ok(conn) => {
+                    let req = Request::Replicate(ReplicateRequest {
+                        topic: part.topic.clone(),
+                        partition: part.index,
+                        leader_epoch,
+                        leader_id: shared.config.id,
+                        from_offset: work.from_offset,
+                        prev_epoch: work.prev_epoch,
+                        high_watermark: work.high_watermark,
+                        records: work.records.clone(),
+                    });
+                    conn.call_timeout(req, Duration::from_millis(shared.config.request_timeout_ms))
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+            },
+        };
+        let mut caught_up = false;
+        let mut failed = false;
+        match outcome {
+            Ok(Response::Replicate(r)) if r.status.is_ok() => {
+                part.on_replica_ack(follower, leader_epoch, r.log_end_offset, shared.now_ms());
+                backoff = Duration::from_millis(10);
+                caught_up = r.log_end_offset >= work.leader_leo;
+            }
+            Ok(Response::Replicate(r)) if r.status.code == ErrorCode::OffsetOutOfRange => {
+                tracing::info!(topic = %part.topic, partition = part.index, follower, hint = r.hint_offset, "follower diverges; resending from the hint");
+                part.on_replica_mismatch(follower, leader_epoch, r.hint_offset);
+            }
+            Ok(Response::Replicate(r)) if r.status.code == ErrorCode::FencedLeaderEpoch => {
+                shared.control.stats.replication_refused_by_epoch.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    topic = %part.topic,
+                    partition = part.index,
+                    follower,
+                    our_epoch = leader_epoch,
+                    their_epoch = r.current_leader_epoch,
+                    "replication refused: the follower knows a newer leader epoch; this broker is a stale leader"
+                );
+                shared.refresh.notify_one();
+                failed = true;
+            }
+            Ok(other) => {
+                tracing::debug!(follower, status = %other.status(), "replication not accepted yet");
+                failed = true;
+            }
+            Err(e) => {
+                tracing::debug!(follower, error = %e, "replication failed; retrying");
+                failed = true;
+            }
+        }
+        if caught_up {
+            // Nothing new: wake on the next append, or ping after `idle` to carry the high
+            // watermark and keep the follower's caught-up time fresh.
+            tokio::select! {
+                _ = progress.changed() => {}
+                _ = tokio::time::sleep(idle) => {}
+            }
+        } else if failed {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
 }
 
 async fn handle(shared: &Arc<Shared>, req: Request) -> Response {
     match req {
         Request::Produce(r) => Response::Produce(produce(shared, r).await),
         Request::Fetch(r) => Response::Fetch(fetch(shared, r)),
-        Request::WriteMarker(r) => Response::WriteMarker(write_marker(shared, r)),
+        Request::WriteMarker(r) => Response::WriteMarker(write_marker(shared, r).await),
+        Request::Replicate(r) => Response::Replicate(replicate(shared, r)),
         other => Response::Error(Status::new(
             ErrorCode::InvalidRequest,
             format!("a broker does not serve {:?}; send it to the coordinator", other.api_key()),
@@ -203,7 +495,7 @@ fn partition(shared: &Shared, topic: &str, index: i32) -> Result<PartitionRef, S
             Err(Status::new(
                 ErrorCode::NotLeaderOrFollower,
                 format!(
-                    "broker {} does not lead {topic}-{index} (or has not learnt it yet); refresh metadata and retry",
+                    "broker {} hosts no replica of {topic}-{index} (or has not learnt it yet); refresh metadata and retry",
                     shared.config.id
                 ),
             ))
@@ -236,7 +528,52 @@ fn produce_error(status: Status, producer_epoch: i16, leader_epoch: i32) -> Prod
     }
 }
 
+/// Wait until `end_offset` is below the high watermark while the partition is still led at
+/// `leader_epoch` by this broker.
+async fn wait_committed(shared: &Shared, part: &Partition, end_offset: i64, leader_epoch: i32) -> Result<(), Status> {
+    let mut progress = part.subscribe();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(shared.config.request_timeout_ms);
+    loop {
+        match part.committed(end_offset, leader_epoch) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => {
+                return Err(Status::new(
+                    ErrorCode::NotLeaderOrFollower,
+                    format!(
+                        "{}-{}: leadership moved before the batch reached every in-sync replica ({e}); retry at the new leader",
+                        part.topic, part.index
+                    ),
+                ))
+            }
+        }
+        tokio::select! {
+            changed = progress.changed() => {
+                if changed.is_err() {
+                    return Err(Status::new(ErrorCode::NotLeaderOrFollower, "partition closed"));
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                return Err(Status::new(
+                    ErrorCode::RequestTimedOut,
+                    format!(
+                        "{}-{}: the in-sync replicas did not all confirm the batch within {} ms",
+                        part.topic, part.index, shared.config.request_timeout_ms
+                    ),
+                ))
+            }
+        }
+    }
+}
+
 async fn produce(shared: &Shared, r: ProduceRequest) -> ProduceResponse {
+    if r.acks != ACKS_ALL && r.acks != ACKS_LEADER {
+        return produce_error(
+            Status::new(ErrorCode::InvalidRequiredAcks, format!("acks {} is not -1 (all) or 1 (leader)", r.acks)),
+            -1,
+            -1,
+        );
+    }
     let header = match BatchHeader::parse(&r.records).and_then(|h| verify_crc(&r.records, &h).map(|_| h)) {
         Ok(h) if h.is_control() => {
             return produce_error(
@@ -256,13 +593,22 @@ async fn produce(shared: &Shared, r: ProduceRequest) -> ProduceResponse {
     for _ in 0..2 {
         let leader_epoch = part.leadership().leader_epoch;
         match part.append(&r.records, &header, r.leader_epoch) {
-            Ok(Appended::New { base_offset, log_end_offset } | Appended::Duplicate { base_offset, log_end_offset }) => {
+            Ok(appended) => {
+                let (base_offset, end_offset, epoch) = appended.parts();
+                if r.acks == ACKS_ALL {
+                    if let Err(status) = wait_committed(shared, &part, end_offset, epoch).await {
+                        return produce_error(status, header.producer_epoch, epoch);
+                    }
+                }
+                if matches!(appended, Appended::Duplicate { .. }) {
+                    tracing::debug!(topic = %r.topic, partition = r.partition, base_offset, "duplicate batch answered with its original offset");
+                }
                 return ProduceResponse {
                     status: Status::ok(),
                     base_offset,
-                    log_end_offset,
+                    log_end_offset: end_offset,
                     current_producer_epoch: header.producer_epoch,
-                    current_leader_epoch: leader_epoch,
+                    current_leader_epoch: epoch,
                 };
             }
             Err(AppendError::NeedsVerification { producer_id, epoch }) => {
@@ -340,7 +686,6 @@ async fn verify(
         ErrorCode::ProducerFenced | ErrorCode::InvalidProducerEpoch => {
             Err((Status::new(ErrorCode::InvalidProducerEpoch, a.status.message), a.current_epoch))
         }
-        code if code.is_retriable() => Err((a.status, a.current_epoch)),
         _ => Err((a.status, a.current_epoch)),
     }
 }
@@ -364,19 +709,74 @@ fn fetch(shared: &Shared, r: FetchRequest) -> FetchResponse {
     }
 }
 
-fn write_marker(shared: &Shared, r: WriteMarkerRequest) -> WriteMarkerResponse {
+fn replicate(shared: &Shared, r: ReplicateRequest) -> ReplicateResponse {
+    let answer = |status, leo, hint, epoch| ReplicateResponse {
+        status,
+        log_end_offset: leo,
+        hint_offset: hint,
+        current_leader_epoch: epoch,
+    };
+    let part = match partition(shared, &r.topic, r.partition) {
+        Ok(p) => p,
+        Err(s) => return answer(s, -1, -1, -1),
+    };
+    let epoch = part.leadership().leader_epoch;
+    match part.apply_replicated(
+        r.leader_epoch,
+        shared.config.leader_epoch_checks,
+        r.from_offset,
+        r.prev_epoch,
+        r.high_watermark,
+        &r.records,
+    ) {
+        Ok(leo) => answer(Status::ok(), leo, -1, epoch),
+        Err(ReplicateError::Mismatch { hint, log_end_offset }) => answer(
+            Status::new(
+                ErrorCode::OffsetOutOfRange,
+                format!("log diverges before offset {}; resend from {hint}", r.from_offset),
+            ),
+            log_end_offset,
+            hint,
+            epoch,
+        ),
+        Err(ReplicateError::Leader(e)) => {
+            if matches!(e, LeaderEpochError::Fenced { .. }) {
+                shared.control.stats.replication_refusals_sent.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(topic = %r.topic, partition = r.partition, sender = r.leader_id, sender_epoch = r.leader_epoch, epoch, "refused replication from a stale leader");
+            }
+            answer(leader_status(shared, &r.topic, r.partition, &e), -1, -1, epoch)
+        }
+        Err(ReplicateError::Gate(e)) => {
+            tracing::error!(topic = %r.topic, partition = r.partition, error = %e, "replicated batch breaks the producer gate; refused");
+            answer(Status::new(ErrorCode::InvalidProducerEpoch, e.to_string()), -1, -1, epoch)
+        }
+        Err(e @ ReplicateError::Corrupt(_)) => {
+            answer(Status::new(ErrorCode::CorruptMessage, e.to_string()), -1, -1, epoch)
+        }
+        Err(e @ ReplicateError::Storage(_)) => {
+            answer(Status::new(ErrorCode::KafkaStorageError, e.to_string()), -1, -1, epoch)
+        }
+    }
+}
+
+async fn write_marker(shared: &Shared, r: WriteMarkerRequest) -> WriteMarkerResponse {
     let err = |status, current| WriteMarkerResponse { status, offset: -1, current_producer_epoch: current };
     let part = match partition(shared, &r.topic, r.partition) {
         Ok(p) => p,
         Err(s) => return err(s, -1),
     };
     let kind = if r.commit { MarkerKind::Commit } else { MarkerKind::Abort };
-    let marker = build_marker(r.producer_id, r.producer_epoch, kind, 0, uptime_ms(shared));
+    let marker = build_marker(r.producer_id, r.producer_epoch, kind, 0, shared.now_ms() as i64);
     let header = BatchHeader::parse(&marker).expect("a marker we built parses");
-    match part.append(&marker, &header, -1) {
-        Ok(Appended::New { base_offset, .. } | Appended::Duplicate { base_offset, .. }) => {
-            tracing::info!(topic = %r.topic, partition = r.partition, producer_id = r.producer_id, epoch = r.producer_epoch, offset = base_offset, "marker written");
-            WriteMarkerResponse { status: Status::ok(), offset: base_offset, current_producer_epoch: r.producer_epoch }
+    match part.append(&marker, &header, r.leader_epoch) {
+        Ok(appended) => {
+            let (offset, end_offset, epoch) = appended.parts();
+            // A fence counts only once every in-sync replica holds it: any future leader will.
+            if let Err(status) = wait_committed(shared, &part, end_offset, epoch).await {
+                return err(status, -1);
+            }
+            tracing::info!(topic = %r.topic, partition = r.partition, producer_id = r.producer_id, epoch = r.producer_epoch, offset, "marker written");
+            WriteMarkerResponse { status: Status::ok(), offset, current_producer_epoch: r.producer_epoch }
         }
         Err(AppendError::Gate(GateError::StaleEpoch { current, .. })) => err(
             Status::new(

@@ -226,7 +226,10 @@ impl Cluster {
         let Some(leader_id) = leader else {
             return Err(Status::new(
                 ErrorCode::LeaderNotAvailable,
-                format!("no in-sync replica of {topic}-{partition} holds a live lease (ISR {:?}); start one and retry", p.isr),
+                format!(
+                    "no in-sync replica of {topic}-{partition} holds a live lease (ISR {:?}); start one and retry",
+                    p.isr
+                ),
             ));
         };
         let entry = Entry::LeaderChanged {
@@ -283,8 +286,7 @@ impl Cluster {
                 format!("ISR {isr:?} must hold the leader {broker_id} and only replicas {:?}", p.replicas),
             );
         }
-        let entry =
-            Entry::IsrChanged { topic: topic.to_string(), partition, leader_epoch, isr: isr.to_vec() };
+        let entry = Entry::IsrChanged { topic: topic.to_string(), partition, leader_epoch, isr: isr.to_vec() };
         self.apply(&entry);
         Ok(entry)
     }
@@ -298,7 +300,8 @@ impl Cluster {
         allow_auto_create: bool,
     ) -> (Vec<BrokerInfo>, Vec<TopicInfo>, Vec<Entry>) {
         let mut entries = Vec::new();
-        let names: Vec<String> = if topics.is_empty() { self.topics.keys().cloned().collect() } else { topics.to_vec() };
+        let names: Vec<String> =
+            if topics.is_empty() { self.topics.keys().cloned().collect() } else { topics.to_vec() };
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             let mut status = Status::ok();
@@ -497,8 +500,14 @@ mod tests {
         assert_eq!(c.describe(10).1[0].isr, vec![leader]);
         // A follower at the current epoch may not, nor may an ISR without the leader.
         let other = (1..=3).find(|b| *b != leader).unwrap();
-        assert_eq!(c.handle_alter_partition(other, "t", 0, epoch + 1, &[other]).unwrap_err().0.code, ErrorCode::FencedLeaderEpoch);
-        assert_eq!(c.handle_alter_partition(leader, "t", 0, epoch + 1, &[other]).unwrap_err().0.code, ErrorCode::InvalidRequest);
+        assert_eq!(
+            c.handle_alter_partition(other, "t", 0, epoch + 1, &[other]).unwrap_err().0.code,
+            ErrorCode::FencedLeaderEpoch
+        );
+        assert_eq!(
+            c.handle_alter_partition(leader, "t", 0, epoch + 1, &[other]).unwrap_err().0.code,
+            ErrorCode::InvalidRequest
+        );
     }
 
     #[test]
@@ -532,7 +541,10 @@ mod tests {
         let mut c = cluster(&[1, 2]);
         let mut log = vec![c.handle_create_topic(0, "t", 2, 2).unwrap()];
         log.extend(c.handle_tick(150));
-        log.push(c.handle_elect_leader(0, "t", 1).unwrap_or_else(|_| Entry::FenceDone { transactional_id: String::new(), epoch: 0 }));
+        log.push(
+            c.handle_elect_leader(0, "t", 1)
+                .unwrap_or_else(|_| Entry::FenceDone { transactional_id: String::new(), epoch: 0 }),
+        );
         let mut r = Cluster::new(ClusterConfig::default());
         for e in &log {
             r.apply(e);

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use net::{Connection, ServerLimits};
 use protocol::{
-    AddPartitionResponse, AlterPartitionResponse, DescribeResponse, ElectLeaderResponse, ErrorCode, HeartbeatResponse, InitProducerIdResponse,
-    MetadataResponse, Request, Response, Status, TransactionalState, WriteMarkerRequest,
+    AddPartitionResponse, AlterPartitionResponse, DescribeResponse, ElectLeaderResponse, ErrorCode, HeartbeatResponse,
+    InitProducerIdResponse, MetadataResponse, Request, Response, Status, TransactionalState, WriteMarkerRequest,
 };
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -222,7 +222,9 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             let rx = {
                 let mut st = shared.lock();
                 let now = shared.now_ms();
-                st.cluster.handle_create_topic(now, &r.name, r.partitions, r.replication_factor).map(|e| shared.persist(&[e]))
+                st.cluster
+                    .handle_create_topic(now, &r.name, r.partitions, r.replication_factor)
+                    .map(|e| shared.persist(&[e]))
             };
             Response::CreateTopic(match rx {
                 Ok(rx) => durable(rx).await.err().unwrap_or_else(Status::ok),
@@ -294,10 +296,12 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 .collect();
             Response::Describe(DescribeResponse { status: Status::ok(), brokers, partitions, transactional_ids })
         }
-        Request::Produce(_) | Request::Fetch(_) | Request::WriteMarker(_) | Request::Replicate(_) => Response::Error(Status::new(
-            ErrorCode::InvalidRequest,
-            "this is the coordinator: send produce and fetch to the partition leader (see Metadata)",
-        )),
+        Request::Produce(_) | Request::Fetch(_) | Request::WriteMarker(_) | Request::Replicate(_) => {
+            Response::Error(Status::new(
+                ErrorCode::InvalidRequest,
+                "this is the coordinator: send produce and fetch to the partition leader (see Metadata)",
+            ))
+        }
     }
 }
 

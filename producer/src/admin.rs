@@ -28,14 +28,25 @@ impl Admin {
         Ok(resp)
     }
 
-    /// Create a topic with `partitions` partitions.
+    /// Create a topic with `partitions` partitions and the coordinator's default replication
+    /// factor (min(3, live brokers)).
     pub async fn create_topic(&mut self, name: &str, partitions: i32) -> Result<(), ClientError> {
-        self.call(
-            &format!("create topic '{name}'"),
-            Request::CreateTopic(CreateTopicRequest { name: name.to_string(), partitions }),
-        )
-        .await
-        .map(|_| ())
+        self.create_topic_replicated(name, partitions, -1).await
+    }
+
+    /// Create a topic with `partitions` partitions of `replicas` replicas each (-1: default).
+    pub async fn create_topic_replicated(
+        &mut self,
+        name: &str,
+        partitions: i32,
+        replicas: i32,
+    ) -> Result<(), ClientError> {
+        let req = Request::CreateTopic(CreateTopicRequest {
+            name: name.to_string(),
+            partitions,
+            replication_factor: replicas,
+        });
+        self.call(&format!("create topic '{name}'"), req).await.map(|_| ())
     }
 
     /// Brokers, partitions and transactional ids.

@@ -138,6 +138,7 @@ impl Client {
     /// The cached leader of a partition.
     pub fn leader(&self, topic: &str, partition: i32) -> Option<LeaderInfo> {
         let p = self.topics.get(topic)?.iter().find(|p| p.partition == partition)?;
+        // leader_id -1 (no leader now) has no address: callers refresh and retry.
         let addr = self.broker_addrs.get(&p.leader_id)?.clone();
         Some(LeaderInfo { broker_id: p.leader_id, addr, leader_epoch: p.leader_epoch })
     }

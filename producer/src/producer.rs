@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use protocol::batch::{build_batch, increment_sequence, ProducerStamp};
-use protocol::{ErrorCode, InitProducerIdRequest, ProduceRequest, Request, Response, Status};
+use protocol::{ErrorCode, InitProducerIdRequest, ProduceRequest, Request, Response, Status, ACKS_ALL};
 
 use crate::client::{Client, ClientConfig};
 use crate::error::ClientError;
@@ -20,6 +20,10 @@ pub struct ProducerConfig {
     pub transaction_timeout_ms: i32,
     /// How long a send (or the init) keeps retrying retriable failures, in milliseconds.
     pub delivery_timeout_ms: u64,
+    /// `protocol::ACKS_ALL` (-1, the default): acknowledged once every in-sync replica has the
+    /// batch. `protocol::ACKS_LEADER` (1): once the leader has written it; a failover can then
+    /// lose an acknowledged batch.
+    pub acks: i8,
     /// Connection settings.
     pub client: ClientConfig,
 }
@@ -36,6 +40,7 @@ impl ProducerConfig {
             transactional_id: None,
             transaction_timeout_ms: 60_000,
             delivery_timeout_ms: 120_000,
+            acks: ACKS_ALL,
             client: ClientConfig::default(),
         }
     }
@@ -170,6 +175,7 @@ impl Producer {
                         topic: topic.to_string(),
                         partition,
                         leader_epoch: leader.leader_epoch,
+                        acks: self.config.acks,
                         records: batch.clone(),
                     });
                     match self.client.call_broker(&leader.addr, req).await {

@@ -70,6 +70,8 @@ error_codes! {
     TopicAlreadyExists = 36, "TOPIC_ALREADY_EXISTS", false;
     /// The partition count is not positive or exceeds the limit.
     InvalidPartitions = 37, "INVALID_PARTITIONS", false;
+    /// The produce request's acks is neither -1 (all) nor 1 (leader).
+    InvalidRequiredAcks = 21, "INVALID_REQUIRED_ACKS", false;
     /// The replication factor is not positive or exceeds the live brokers.
     InvalidReplicationFactor = 38, "INVALID_REPLICATION_FACTOR", false;
     /// The request could not be decoded, or its api key is unknown.

@@ -1189,7 +1189,11 @@ mod tests {
             topics: vec!["a".into(), "b".into()],
             allow_auto_create: true,
         }));
-        roundtrip_req(Request::CreateTopic(CreateTopicRequest { name: "n".into(), partitions: 4, replication_factor: -1 }));
+        roundtrip_req(Request::CreateTopic(CreateTopicRequest {
+            name: "n".into(),
+            partitions: 4,
+            replication_factor: -1,
+        }));
         roundtrip_req(Request::InitProducerId(InitProducerIdRequest {
             transactional_id: Some("orders".into()),
             transaction_timeout_ms: 60_000,
@@ -1213,7 +1217,9 @@ mod tests {
             partition: 1,
             producer_id: 1,
             producer_epoch: 9,
-            commit: false, leader_epoch: 3 }));
+            commit: false,
+            leader_epoch: 3,
+        }));
         roundtrip_req(Request::Heartbeat(HeartbeatRequest {
             broker_id: 1,
             addr: "127.0.0.1:9".into(),
@@ -1261,7 +1267,13 @@ mod tests {
             topics: vec![TopicInfo {
                 name: "t".into(),
                 status: Status::ok(),
-                partitions: vec![PartitionInfo { partition: 0, leader_id: 1, leader_epoch: 0, replicas: vec![1, 2], isr: vec![1] }],
+                partitions: vec![PartitionInfo {
+                    partition: 0,
+                    leader_id: 1,
+                    leader_epoch: 0,
+                    replicas: vec![1, 2],
+                    isr: vec![1],
+                }],
             }],
         }));
         roundtrip_resp(Response::CreateTopic(Status::new(ErrorCode::TopicAlreadyExists, "exists")));
@@ -1318,7 +1330,11 @@ mod tests {
             hint_offset: 7,
             current_leader_epoch: 2,
         }));
-        roundtrip_resp(Response::AlterPartition(AlterPartitionResponse { status: Status::ok(), leader_epoch: 2, isr: vec![1] }));
+        roundtrip_resp(Response::AlterPartition(AlterPartitionResponse {
+            status: Status::ok(),
+            leader_epoch: 2,
+            isr: vec![1],
+        }));
     }
 
     #[test]

@@ -25,6 +25,9 @@ enum Command {
         /// Number of partitions.
         #[arg(long, default_value_t = 1)]
         partitions: i32,
+        /// Replicas per partition (default: the coordinator's, min(3, live brokers)).
+        #[arg(long)]
+        replicas: Option<i32>,
     },
     /// Elect a partition's leader again under the next leader epoch (older epochs are then fenced).
     ElectLeader {
@@ -51,44 +54,21 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     let mut admin = Admin::new(&args.bootstrap, ClientConfig::default());
     let result = match args.command {
-        Command::CreateTopic { name, partitions } => admin.create_topic(&name, partitions).await.map(|()| {
-            println!("created topic '{name}' with {partitions} partitions");
-        }),
-        Command::ElectLeader { topic, partition } => admin.elect_leader(&topic, partition).await.map(|(leader, epoch)| {
-            println!("{topic}-{partition}: leader={leader} leader_epoch={epoch}");
-        }),
+        Command::CreateTopic { name, partitions, replicas } => {
+            admin.create_topic_replicated(&name, partitions, replicas.unwrap_or(-1)).await.map(|()| {
+                println!("created topic '{name}' with {partitions} partitions");
+            })
+        }
+        Command::ElectLeader { topic, partition } => {
+            admin.elect_leader(&topic, partition).await.map(|(leader, epoch)| {
+                println!("{topic}-{partition}: leader={leader} leader_epoch={epoch}");
+            })
+        }
         Command::Describe { json } => admin.describe().await.map(|d| {
             if json {
-                let value = serde_json::json!({
-                    "brokers": d.brokers.iter().map(|b| serde_json::json!({"id": b.id, "addr": b.addr, "alive": b.alive})).collect::<Vec<_>>(),
-                    "partitions": d.partitions.iter().map(|p| serde_json::json!({
-                        "topic": p.topic, "partition": p.partition, "leader": p.leader_id, "leader_epoch": p.leader_epoch
-                    })).collect::<Vec<_>>(),
-                    "transactional_ids": d.transactional_ids.iter().map(|t| serde_json::json!({
-                        "transactional_id": t.transactional_id, "producer_id": t.producer_id,
-                        "producer_epoch": t.producer_epoch, "partitions": t.partitions
-                    })).collect::<Vec<_>>(),
-                });
-                println!("{}", serde_json::to_string_pretty(&value).expect("json values serialise"));
+                println!("{}", serde_json::to_string_pretty(&describe_json(&d)).expect("json values serialise"));
             } else {
-                println!("brokers:");
-                for b in &d.brokers {
-                    println!("  {} {} {}", b.id, b.addr, if b.alive { "alive" } else { "lease expired" });
-                }
-                println!("partitions:");
-                for p in &d.partitions {
-                    println!("  {}-{} leader={} leader_epoch={}", p.topic, p.partition, p.leader_id, p.leader_epoch);
-                }
-                println!("transactional ids:");
-                for t in &d.transactional_ids {
-                    println!(
-                        "  {} producer_id={} epoch={} partitions=[{}]",
-                        t.transactional_id,
-                        t.producer_id,
-                        t.producer_epoch,
-                        t.partitions.join(",")
-                    );
-                }
+                print_describe(&d);
             }
         }),
     };
@@ -98,5 +78,68 @@ async fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+fn describe_json(d: &protocol::DescribeResponse) -> serde_json::Value {
+    serde_json::json!({
+        "brokers": d.brokers.iter().map(|b| serde_json::json!({"id": b.id, "addr": b.addr, "alive": b.alive})).collect::<Vec<_>>(),
+        "partitions": d.partitions.iter().map(|p| serde_json::json!({
+            "topic": p.topic,
+            "partition": p.partition,
+            "leader": p.leader_id,
+            "leader_epoch": p.leader_epoch,
+            "replicas": p.replicas,
+            "isr": p.isr,
+            "replica_progress": p.progress.iter().map(|g| serde_json::json!({
+                "broker": g.broker_id, "log_end_offset": g.log_end_offset, "high_watermark": g.high_watermark
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "transactional_ids": d.transactional_ids.iter().map(|t| serde_json::json!({
+            "transactional_id": t.transactional_id,
+            "producer_id": t.producer_id,
+            "producer_epoch": t.producer_epoch,
+            "partitions": t.partitions,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn ids(v: &[i32]) -> String {
+    v.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn print_describe(d: &protocol::DescribeResponse) {
+    println!("brokers:");
+    for b in &d.brokers {
+        println!("  {} {} {}", b.id, b.addr, if b.alive { "alive" } else { "lease expired" });
+    }
+    println!("partitions:");
+    for p in &d.partitions {
+        let progress = p
+            .progress
+            .iter()
+            .map(|g| format!("{}:leo={}/hw={}", g.broker_id, g.log_end_offset, g.high_watermark))
+            .collect::<Vec<_>>()
+            .join(" ");
+        println!(
+            "  {}-{} leader={} leader_epoch={} replicas=[{}] isr=[{}] {}",
+            p.topic,
+            p.partition,
+            p.leader_id,
+            p.leader_epoch,
+            ids(&p.replicas),
+            ids(&p.isr),
+            progress
+        );
+    }
+    println!("transactional ids:");
+    for t in &d.transactional_ids {
+        println!(
+            "  {} producer_id={} epoch={} partitions=[{}]",
+            t.transactional_id,
+            t.producer_id,
+            t.producer_epoch,
+            t.partitions.join(",")
+        );
     }
 }

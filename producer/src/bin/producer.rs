@@ -35,6 +35,9 @@ struct Args {
     /// Value prefix (defaults to the transactional id): record n's value is PREFIX-n.
     #[arg(long)]
     value: Option<String>,
+    /// When a record counts as acknowledged: `all` in-sync replicas have it, or the `leader` has.
+    #[arg(long, default_value = "all", value_parser = ["all", "leader"])]
+    acks: String,
     /// How long to keep retrying one record on retriable errors, in milliseconds.
     #[arg(long, default_value_t = 120_000)]
     delivery_timeout_ms: u64,
@@ -65,6 +68,7 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), ClientError> {
     let mut config = ProducerConfig::transactional(&args.transactional_id);
     config.delivery_timeout_ms = args.delivery_timeout_ms;
+    config.acks = if args.acks == "leader" { protocol::ACKS_LEADER } else { protocol::ACKS_ALL };
     let mut producer = Producer::init(&args.bootstrap, config).await?;
     let partitions = producer.partition_count(&args.topic).await? as i32;
     let prefix = args.value.unwrap_or_else(|| args.transactional_id.clone());

@@ -1,0 +1,192 @@
+//! Replication bookkeeping on a leader: plain rules, no I/O, time passed in.
+//!
+//! For one partition led at one leader epoch: where each follower's log ends (as it last
+//! acknowledged), where to send from next, when it was last caught up, the ISR, and the high
+//! watermark: the offset below which every ISR member holds the leader's log. The high
+//! watermark never goes backwards; an acks=all produce is answered once it passes the batch.
+
+use std::collections::BTreeMap;
+
+/// One follower's progress as the leader sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerProgress {
+    /// The follower's log end offset as last acknowledged (-1 before its first answer).
+    pub log_end_offset: i64,
+    /// Where the next Replicate starts.
+    pub next_offset: i64,
+    /// When the follower last had everything the leader had, in ms.
+    pub caught_up_at_ms: u64,
+}
+
+/// The leader's view of its replicas for one leader epoch.
+#[derive(Debug, Clone)]
+pub struct ReplicaSet {
+    leader_id: i32,
+    isr: Vec<i32>,
+    followers: BTreeMap<i32, FollowerProgress>,
+    high_watermark: i64,
+}
+
+impl ReplicaSet {
+    /// A new leadership: followers are assumed to continue at the leader's log end (a wrong
+    /// guess is corrected by their first answer), and count as caught up now.
+    pub fn new(
+        leader_id: i32,
+        replicas: &[i32],
+        isr: &[i32],
+        leader_leo: i64,
+        high_watermark: i64,
+        now_ms: u64,
+    ) -> Self {
+        let followers = replicas
+            .iter()
+            .filter(|r| **r != leader_id)
+            .map(|r| (*r, FollowerProgress { log_end_offset: -1, next_offset: leader_leo, caught_up_at_ms: now_ms }))
+            .collect();
+        let mut s = ReplicaSet { leader_id, isr: isr.to_vec(), followers, high_watermark };
+        s.recompute(leader_leo);
+        s
+    }
+
+    /// The high watermark.
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+
+    /// The ISR as this leader knows it.
+    pub fn isr(&self) -> &[i32] {
+        &self.isr
+    }
+
+    /// A follower's progress.
+    pub fn follower(&self, id: i32) -> Option<FollowerProgress> {
+        self.followers.get(&id).copied()
+    }
+
+    /// Follower ids.
+    pub fn follower_ids(&self) -> Vec<i32> {
+        self.followers.keys().copied().collect()
+    }
+
+    fn recompute(&mut self, leader_leo: i64) -> bool {
+        let mut hw = leader_leo;
+        for id in &self.isr {
+            if *id == self.leader_id {
+                continue;
+            }
+            match self.followers.get(id) {
+                Some(f) => hw = hw.min(f.log_end_offset),
+                None => return false,
+            }
+        }
+        if hw > self.high_watermark {
+            self.high_watermark = hw;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The leader appended; returns whether the high watermark moved.
+    pub fn on_leader_append(&mut self, leader_leo: i64) -> bool {
+        self.recompute(leader_leo)
+    }
+
+    /// A follower answered a Replicate: its log now ends at `log_end_offset`, equal to the
+    /// leader's up to there. Returns whether the high watermark moved.
+    pub fn on_ack(&mut self, follower: i32, log_end_offset: i64, leader_leo: i64, now_ms: u64) -> bool {
+        let Some(f) = self.followers.get_mut(&follower) else { return false };
+        f.log_end_offset = log_end_offset;
+        f.next_offset = log_end_offset;
+        if log_end_offset >= leader_leo {
+            f.caught_up_at_ms = now_ms;
+        }
+        self.recompute(leader_leo)
+    }
+
+    /// A follower's log diverges before `next_offset`: resend from `hint` (always earlier).
+    pub fn on_mismatch(&mut self, follower: i32, hint: i64) {
+        if let Some(f) = self.followers.get_mut(&follower) {
+            f.next_offset = hint.clamp(0, (f.next_offset - 1).max(0));
+        }
+    }
+
+    /// The ISR this leader should ask for, if it differs: followers not caught up for
+    /// `lag_ms` leave, followers holding everything up to the high watermark come back.
+    pub fn wanted_isr(&self, now_ms: u64, lag_ms: u64) -> Option<Vec<i32>> {
+        let mut wanted = vec![self.leader_id];
+        for (id, f) in &self.followers {
+            let in_isr = self.isr.contains(id);
+            let lagging = now_ms.saturating_sub(f.caught_up_at_ms) > lag_ms;
+            let has_committed = f.log_end_offset >= self.high_watermark && f.log_end_offset >= 0;
+            if (in_isr && !lagging) || (!in_isr && has_committed && !lagging) {
+                wanted.push(*id);
+            }
+        }
+        let mut current = self.isr.clone();
+        current.sort_unstable();
+        let mut sorted = wanted.clone();
+        sorted.sort_unstable();
+        (sorted != current).then_some(wanted)
+    }
+
+    /// The coordinator accepted a new ISR; returns whether the high watermark moved.
+    pub fn set_isr(&mut self, isr: &[i32], leader_leo: i64) -> bool {
+        self.isr = isr.to_vec();
+        self.recompute(leader_leo)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn high_watermark_waits_for_every_isr_member() {
+        let mut r = ReplicaSet::new(1, &[1, 2, 3], &[1, 2, 3], 0, 0, 0);
+        assert!(!r.on_leader_append(10));
+        assert!(!r.on_ack(2, 10, 10, 1), "3 has not answered");
+        assert!(r.on_ack(3, 7, 10, 1));
+        assert_eq!(r.high_watermark(), 7);
+        assert!(r.on_ack(3, 10, 10, 2));
+        assert_eq!(r.high_watermark(), 10);
+    }
+
+    #[test]
+    fn high_watermark_never_goes_back() {
+        let mut r = ReplicaSet::new(1, &[1, 2], &[1, 2], 10, 10, 0);
+        r.on_ack(2, 4, 10, 0);
+        assert_eq!(r.high_watermark(), 10);
+    }
+
+    #[test]
+    fn single_replica_commits_on_append() {
+        let mut r = ReplicaSet::new(1, &[1], &[1], 0, 0, 0);
+        assert!(r.on_leader_append(3));
+        assert_eq!(r.high_watermark(), 3);
+    }
+
+    #[test]
+    fn lagging_follower_leaves_the_isr_and_returns_once_caught_up() {
+        let mut r = ReplicaSet::new(1, &[1, 2, 3], &[1, 2, 3], 0, 0, 0);
+        r.on_leader_append(5);
+        r.on_ack(2, 5, 5, 100);
+        assert_eq!(r.wanted_isr(500, 1000), None);
+        assert_eq!(r.wanted_isr(1500, 1000), Some(vec![1]), "both lag");
+        r.on_ack(2, 5, 5, 1400);
+        assert_eq!(r.wanted_isr(1500, 1000), Some(vec![1, 2]));
+        assert!(r.set_isr(&[1, 2], 5), "dropping the laggard lets the high watermark move");
+        assert_eq!(r.high_watermark(), 5);
+        r.on_ack(3, 5, 5, 1600);
+        assert_eq!(r.wanted_isr(1700, 1000), Some(vec![1, 2, 3]));
+    }
+
+    #[test]
+    fn mismatch_moves_the_next_offset_back() {
+        let mut r = ReplicaSet::new(1, &[1, 2], &[1, 2], 10, 0, 0);
+        r.on_mismatch(2, 4);
+        assert_eq!(r.follower(2).unwrap().next_offset, 4);
+        r.on_mismatch(2, 40);
+        assert_eq!(r.follower(2).unwrap().next_offset, 3, "always earlier");
+    }
+}

@@ -1,0 +1,210 @@
+//! Replication over real TCP with three in-process brokers: acks=all, convergence, and a
+//! frozen (paused) leader that wakes after its replacement was elected.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use epochfence::{LocalCluster, LocalOptions};
+use net::Connection;
+use producer::{Admin, ClientConfig, Consumer, Producer, ProducerConfig};
+use protocol::batch::{build_batch, ProducerStamp};
+use protocol::{DescribeResponse, ErrorCode, ProduceRequest, Request, Response, ACKS_ALL};
+
+async fn describe(admin: &mut Admin) -> DescribeResponse {
+    admin.describe().await.unwrap()
+}
+
+/// Poll `describe` (bounded) until `ok` holds; the cluster reports progress through heartbeats.
+async fn until(admin: &mut Admin, what: &str, ok: impl Fn(&DescribeResponse) -> bool) -> DescribeResponse {
+    for _ in 0..400 {
+        let d = describe(admin).await;
+        if ok(&d) {
+            return d;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for: {what}; last: {:#?}", describe(admin).await.partitions);
+}
+
+fn log_file(c: &LocalCluster, broker: i32) -> std::path::PathBuf {
+    c.dir.path().join(format!("broker-{broker}")).join("t-0").join(broker::log::LOG_FILE)
+}
+
+/// The first `hw` offsets of a replica's log file, as bytes.
+fn committed_bytes(c: &LocalCluster, broker: i32, hw: i64) -> Vec<u8> {
+    let raw = bytes::Bytes::from(std::fs::read(log_file(c, broker)).unwrap());
+    let mut out = Vec::new();
+    for item in protocol::batch::BatchIter::new(raw) {
+        let (h, b) = item.unwrap();
+        if h.last_offset() < hw {
+            out.extend_from_slice(&b);
+        }
+    }
+    out
+}
+
+async fn values(c: &LocalCluster) -> Vec<String> {
+    let mut consumer = Consumer::new(&c.coordinator_addr, ClientConfig::default());
+    consumer
+        .read_to_end("t", 0, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.value).into_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn acks_all_replicates_to_every_isr_member_and_replicas_are_identical() {
+    let c = LocalCluster::start(LocalOptions { brokers: 3, ..Default::default() }).await.unwrap();
+    c.create_topic_replicated("t", 1, 3).await.unwrap();
+    let mut p = Producer::init(&c.coordinator_addr, ProducerConfig::transactional("r")).await.unwrap();
+    for i in 0..30 {
+        p.send("t", 0, Bytes::from(format!("v{i}"))).await.unwrap();
+    }
+    let mut admin = c.admin();
+    let d = until(&mut admin, "every replica at 30", |d| {
+        let p = &d.partitions[0];
+        p.progress.len() == 3 && p.progress.iter().all(|g| g.log_end_offset == 30 && g.high_watermark == 30)
+    })
+    .await;
+    assert_eq!(d.partitions[0].isr.len(), 3);
+    let leader = d.partitions[0].leader_id;
+    let reference = committed_bytes(&c, leader, 30);
+    assert!(!reference.is_empty());
+    for b in 1..=3 {
+        assert_eq!(committed_bytes(&c, b, 30), reference, "broker {b} differs from the leader");
+    }
+    assert_eq!(values(&c).await.len(), 30);
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn frozen_leader_wakes_fenced_by_epoch_and_converges() {
+    let c = LocalCluster::start(LocalOptions { brokers: 3, broker_lease_ms: 400, ..Default::default() }).await.unwrap();
+    c.create_topic_replicated("t", 1, 3).await.unwrap();
+    let mut p = Producer::init(&c.coordinator_addr, ProducerConfig::transactional("r")).await.unwrap();
+    for i in 0..5 {
+        p.send("t", 0, Bytes::from(format!("before-{i}"))).await.unwrap();
+    }
+    let mut admin = c.admin();
+    let d = describe(&mut admin).await;
+    let old = d.partitions[0].leader_id;
+    let old_epoch = d.partitions[0].leader_epoch;
+
+    // The leader freezes (a long GC pause): its lease runs out and a new leader is elected.
+    c.switches[(old - 1) as usize].freeze();
+    let d =
+        until(&mut admin, "a new leader", |d| d.partitions[0].leader_id != old && d.partitions[0].leader_id > 0).await;
+    let new_epoch = d.partitions[0].leader_epoch;
+    assert!(new_epoch > old_epoch);
+    assert!(!d.partitions[0].isr.contains(&old), "the frozen leader left the ISR");
+    // A client that looks the leader up now finds the new one (p's cached metadata still
+    // points at the frozen broker, where a send would wait for the pause to end).
+    let mut q = Producer::init(&c.coordinator_addr, ProducerConfig::transactional("q")).await.unwrap();
+    for i in 0..5 {
+        q.send("t", 0, Bytes::from(format!("after-{i}"))).await.unwrap();
+    }
+
+    // The old leader wakes and, before it hears from the coordinator, acts on what it knew:
+    // it replicates (refused by epoch) and takes a produce at its old epoch (never acknowledged).
+    let stale = Connection::connect(&c.broker_addrs[(old - 1) as usize]).await.unwrap();
+    let batch = build_batch(
+        ProducerStamp { producer_id: p.producer_id(), producer_epoch: p.epoch(), base_sequence: 5 },
+        false,
+        0,
+        &[Bytes::from_static(b"stale")],
+    );
+    let req = Request::Produce(ProduceRequest {
+        topic: "t".into(),
+        partition: 0,
+        leader_epoch: old_epoch,
+        acks: ACKS_ALL,
+        records: batch,
+    });
+    c.switches[(old - 1) as usize].wake_without_heartbeats();
+    let pending = tokio::spawn(async move { stale.call(req).await });
+    let stats = c.switches[(old - 1) as usize].stats.clone();
+    for _ in 0..200 {
+        if stats.replication_refused_by_epoch.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        stats.replication_refused_by_epoch.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "followers refused the stale leader"
+    );
+    c.switches[(old - 1) as usize].thaw();
+    match pending.await.unwrap().unwrap() {
+        Response::Produce(r) => {
+            assert!(
+                matches!(r.status.code, ErrorCode::NotLeaderOrFollower | ErrorCode::FencedLeaderEpoch),
+                "the stale leader must not acknowledge: {}",
+                r.status
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // It becomes a follower, cuts its stale batch, and converges on the new leader's log.
+    let d = until(&mut admin, "the old leader back in sync", |d| {
+        let p = &d.partitions[0];
+        p.isr.contains(&old) && p.progress.iter().all(|g| g.log_end_offset == 10 && g.high_watermark == 10)
+    })
+    .await;
+    let new_leader = d.partitions[0].leader_id;
+    assert_eq!(committed_bytes(&c, old, 10), committed_bytes(&c, new_leader, 10));
+    let v = values(&c).await;
+    assert_eq!(v.len(), 10);
+    assert!(!v.iter().any(|v| v == "stale"));
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_leader_epoch_checks_a_stale_leader_makes_replicas_diverge() {
+    // The negative case: followers that ignore leader epochs take the woken leader's traffic.
+    let c = LocalCluster::start(LocalOptions {
+        brokers: 3,
+        broker_lease_ms: 400,
+        leader_epoch_checks: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.create_topic_replicated("t", 1, 3).await.unwrap();
+    let mut p = Producer::init(&c.coordinator_addr, ProducerConfig::transactional("r")).await.unwrap();
+    for i in 0..3 {
+        p.send("t", 0, Bytes::from(format!("before-{i}"))).await.unwrap();
+    }
+    let mut admin = c.admin();
+    let old = describe(&mut admin).await.partitions[0].leader_id;
+    c.switches[(old - 1) as usize].freeze();
+    let d =
+        until(&mut admin, "a new leader", |d| d.partitions[0].leader_id != old && d.partitions[0].leader_id > 0).await;
+    let new_leader = d.partitions[0].leader_id;
+    let mut q = Producer::init(&c.coordinator_addr, ProducerConfig::transactional("q")).await.unwrap();
+    for i in 0..3 {
+        q.send("t", 0, Bytes::from(format!("acked-{i}"))).await.unwrap();
+    }
+    let follower = (1..=3).find(|b| *b != old && *b != new_leader).unwrap();
+    assert_eq!(
+        committed_bytes(&c, follower, 6),
+        committed_bytes(&c, new_leader, 6),
+        "acks=all: in step before the wake"
+    );
+    // Wake the old leader without letting it hear from the coordinator.
+    c.switches[(old - 1) as usize].wake_without_heartbeats();
+    let mut diverged = false;
+    for _ in 0..200 {
+        let leader_log = committed_bytes(&c, new_leader, 6);
+        let follower_log = committed_bytes(&c, follower, 6);
+        if follower_log != leader_log {
+            diverged = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(diverged, "without epoch checks the stale leader rewrote a follower's acknowledged records");
+    c.shutdown().await;
+}

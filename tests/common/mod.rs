@@ -118,15 +118,52 @@ pub fn run(name: &str, args: &[&str]) -> Output {
 
 /// `admin create-topic`, retried while the broker has not registered yet (bounded).
 pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    create_topic_replicated(bootstrap, topic, partitions, None)
+}
+
+/// `admin create-topic --replicas R`, retried while too few brokers have registered (bounded).
+pub fn create_topic_replicated(bootstrap: &str, topic: &str, partitions: i32, replicas: Option<i32>) {
     let partitions = partitions.to_string();
+    let replicas = replicas.map(|r| r.to_string());
     for _ in 0..200 {
-        let out = run("admin", &["--bootstrap", bootstrap, "create-topic", topic, "--partitions", &partitions]);
+        let mut args = vec!["--bootstrap", bootstrap, "create-topic", topic, "--partitions", &partitions];
+        if let Some(r) = &replicas {
+            args.extend(["--replicas", r.as_str()]);
+        }
+        let out = run("admin", &args);
         if out.status.success() {
             return;
         }
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("BROKER_NOT_AVAILABLE"), "admin create-topic failed: {err}");
+        assert!(
+            err.contains("BROKER_NOT_AVAILABLE") || err.contains("INVALID_REPLICATION_FACTOR"),
+            "admin create-topic failed: {err}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(25));
     }
     panic!("no broker registered in time");
+}
+
+/// Path of broker `id`'s log of `topic-partition` under `dir`.
+pub fn log_path(dir: &Path, id: i32, topic: &str, partition: i32) -> PathBuf {
+    dir.join(format!("broker-{id}")).join(format!("{topic}-{partition}")).join("00000000000000000000.log")
+}
+
+/// The bytes of the batches below `end_offset` in a replica's log file.
+pub fn committed_bytes(path: &Path, end_offset: i64) -> Vec<u8> {
+    let raw = bytes::Bytes::from(std::fs::read(path).unwrap_or_default());
+    let mut out = Vec::new();
+    for item in protocol::batch::BatchIter::new(raw) {
+        let Ok((h, b)) = item else { break };
+        if h.last_offset() < end_offset {
+            out.extend_from_slice(&b);
+        }
+    }
+    out
+}
+
+/// Send a POSIX signal (`STOP`, `CONT`) to a process.
+pub fn signal(proc: &Proc, sig: &str) {
+    let status = Command::new("kill").args([format!("-{sig}"), proc.child.id().to_string()]).status().expect("kill");
+    assert!(status.success(), "kill -{sig} failed");
 }

@@ -1,0 +1,285 @@
+//! Replication and failover with real processes: kill -9 and SIGSTOP of leaders, a follower
+//! that misses two leadership changes, and producer fencing across a failover.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{broker, committed_bytes, coordinator_with, create_topic_replicated, log_path, signal, Proc};
+use net::Connection;
+use producer::{Admin, ClientConfig, ClientError, Consumer, Producer, ProducerConfig};
+use protocol::batch::{build_batch, ProducerStamp};
+use protocol::{DescribeResponse, ProduceRequest, Request, Response, ACKS_ALL, ACKS_LEADER};
+
+const LEASE: &[&str] = &["--broker-lease-ms", "600"];
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    coordinator: Proc,
+    brokers: Vec<Option<Proc>>,
+}
+
+impl Cluster {
+    fn start(brokers: i32) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let coordinator = coordinator_with(dir.path(), LEASE);
+        let brokers = (1..=brokers).map(|id| Some(broker(id, &coordinator.addr, dir.path()))).collect();
+        let c = Cluster { dir, coordinator, brokers };
+        create_topic_replicated(&c.coordinator.addr, "t", 1, Some(3));
+        c
+    }
+
+    fn addr(&self) -> String {
+        self.coordinator.addr.clone()
+    }
+
+    fn proc(&self, id: i32) -> &Proc {
+        self.brokers[(id - 1) as usize].as_ref().expect("running")
+    }
+
+    fn kill9(&mut self, id: i32) {
+        if let Some(mut p) = self.brokers[(id - 1) as usize].take() {
+            p.kill9();
+        }
+    }
+
+    fn restart(&mut self, id: i32) {
+        self.brokers[(id - 1) as usize] = Some(broker(id, &self.coordinator.addr, self.dir.path()));
+    }
+
+    fn log(&self, id: i32) -> std::path::PathBuf {
+        log_path(self.dir.path(), id, "t", 0)
+    }
+
+    fn stderr(&self, id: i32) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("broker-{id}.log"))).unwrap_or_default()
+    }
+}
+
+async fn until(admin: &mut Admin, what: &str, ok: impl Fn(&DescribeResponse) -> bool) -> DescribeResponse {
+    for _ in 0..600 {
+        if let Ok(d) = admin.describe().await {
+            if ok(&d) {
+                return d;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for: {what}; last: {:#?}", admin.describe().await.map(|d| d.partitions));
+}
+
+fn producer_config(tid: &str, acks: i8) -> ProducerConfig {
+    let mut c = ProducerConfig::transactional(tid);
+    c.acks = acks;
+    c.delivery_timeout_ms = 60_000;
+    c.client.request_timeout_ms = 2_000;
+    c
+}
+
+async fn read_all(addr: &str) -> Vec<(i64, String)> {
+    let mut consumer = Consumer::new(addr, ClientConfig::default());
+    consumer
+        .read_to_end("t", 0, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.offset, String::from_utf8_lossy(&r.value).into_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn kill9_leader_during_acks_all_stream_loses_and_duplicates_nothing() {
+    let mut c = Cluster::start(3);
+    let mut admin = Admin::new(&c.addr(), ClientConfig::default());
+    let leader = until(&mut admin, "a leader", |d| d.partitions[0].leader_id > 0).await.partitions[0].leader_id;
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let addr = c.addr();
+    let stream = tokio::spawn(async move {
+        let mut p = Producer::init(&addr, producer_config("stream", ACKS_ALL)).await.unwrap();
+        let mut acked = Vec::new();
+        for i in 0..150 {
+            let value = format!("v{i}");
+            let m = p.send("t", 0, Bytes::from(value.clone())).await.unwrap();
+            acked.push((m.base_offset, value));
+            let _ = tx.send(i);
+        }
+        acked
+    });
+    while let Some(i) = rx.recv().await {
+        if i == 40 {
+            break;
+        }
+    }
+    c.kill9(leader);
+    let acked = stream.await.unwrap();
+
+    let d = until(&mut admin, "a new leader", |d| d.partitions[0].leader_id > 0 && d.partitions[0].leader_id != leader)
+        .await;
+    assert!(d.partitions[0].leader_epoch >= 1);
+    let offsets: Vec<i64> = acked.iter().map(|(o, _)| *o).collect();
+    assert!(offsets.windows(2).all(|w| w[0] < w[1]), "acknowledged offsets went backwards: {offsets:?}");
+    let log = read_all(&c.addr()).await;
+    for (offset, value) in &acked {
+        let found: Vec<_> = log.iter().filter(|(_, v)| v == value).collect();
+        assert_eq!(found.len(), 1, "{value} appears {} times", found.len());
+        assert_eq!(found[0].0, *offset, "{value} acknowledged at {offset}, stored at {}", found[0].0);
+    }
+    assert_eq!(log.len(), acked.len(), "nothing but the acknowledged records");
+}
+
+#[tokio::test]
+async fn sigstopped_leader_is_fenced_by_epoch_after_sigcont_and_converges() {
+    let c = Cluster::start(3);
+    let mut admin = Admin::new(&c.addr(), ClientConfig::default());
+    let mut p = Producer::init(&c.addr(), producer_config("a", ACKS_ALL)).await.unwrap();
+    for i in 0..5 {
+        p.send("t", 0, Bytes::from(format!("before-{i}"))).await.unwrap();
+    }
+    let d = admin.describe().await.unwrap();
+    let (old, old_epoch) = (d.partitions[0].leader_id, d.partitions[0].leader_epoch);
+
+    signal(c.proc(old), "STOP");
+    let d =
+        until(&mut admin, "a new leader", |d| d.partitions[0].leader_id > 0 && d.partitions[0].leader_id != old).await;
+    assert!(d.partitions[0].leader_epoch > old_epoch);
+    let mut q = Producer::init(&c.addr(), producer_config("b", ACKS_ALL)).await.unwrap();
+    for i in 0..5 {
+        q.send("t", 0, Bytes::from(format!("after-{i}"))).await.unwrap();
+    }
+
+    // Keep the old leader from hearing the news when it wakes: freeze the coordinator.
+    signal(&c.coordinator, "STOP");
+    signal(c.proc(old), "CONT");
+    let stale = Connection::connect(&c.proc(old).addr).await.unwrap();
+    let batch = build_batch(
+        ProducerStamp { producer_id: p.producer_id(), producer_epoch: p.epoch(), base_sequence: 5 },
+        false,
+        0,
+        &[Bytes::from_static(b"stale")],
+    );
+    let req = Request::Produce(ProduceRequest {
+        topic: "t".into(),
+        partition: 0,
+        leader_epoch: old_epoch,
+        acks: ACKS_ALL,
+        records: batch,
+    });
+    let pending = tokio::spawn(async move { stale.call(req).await });
+    // Its replication to the followers is refused by epoch.
+    let mut refused = false;
+    for _ in 0..400 {
+        if c.stderr(old).contains("replication refused") {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(refused, "the stale leader's replication was not refused: {}", c.stderr(old));
+    signal(&c.coordinator, "CONT");
+    match pending.await.unwrap() {
+        Ok(Response::Produce(r)) => assert!(!r.status.is_ok(), "the stale leader acknowledged a write"),
+        Ok(other) => panic!("{other:?}"),
+        Err(_) => {} // closed: not acknowledged either
+    }
+
+    // Once caught up, its log equals the new leader's byte for byte up to the high watermark.
+    let d = until(&mut admin, "the old leader in sync", |d| {
+        let p = &d.partitions[0];
+        p.isr.len() == 3 && p.progress.iter().all(|g| g.log_end_offset == 10 && g.high_watermark == 10)
+    })
+    .await;
+    let new = d.partitions[0].leader_id;
+    let reference = committed_bytes(&c.log(new), 10);
+    assert!(!reference.is_empty());
+    assert_eq!(committed_bytes(&c.log(old), 10), reference);
+    let values: Vec<String> = read_all(&c.addr()).await.into_iter().map(|(_, v)| v).collect();
+    assert!(!values.contains(&"stale".to_string()));
+    assert_eq!(values.len(), 10);
+}
+
+#[tokio::test]
+async fn follower_down_through_two_leadership_changes_truncates_and_converges() {
+    let mut c = Cluster::start(3);
+    let mut admin = Admin::new(&c.addr(), ClientConfig::default());
+    let mut p = Producer::init(&c.addr(), producer_config("a", ACKS_ALL)).await.unwrap();
+    for i in 0..3 {
+        p.send("t", 0, Bytes::from(format!("committed-{i}"))).await.unwrap();
+    }
+    let x = admin.describe().await.unwrap().partitions[0].leader_id;
+    let others: Vec<i32> = (1..=3).filter(|b| *b != x).collect();
+    let (y, z) = (others[0], others[1]);
+
+    // X writes a suffix nobody else gets (acks=leader while its followers are stopped)...
+    signal(c.proc(y), "STOP");
+    signal(c.proc(z), "STOP");
+    let mut lone = Producer::init(&c.addr(), producer_config("lone", ACKS_LEADER)).await.unwrap();
+    for i in 0..3 {
+        lone.send("t", 0, Bytes::from(format!("divergent-{i}"))).await.unwrap();
+    }
+    // ...and goes down. Leadership changes twice while it is away.
+    c.kill9(x);
+    signal(c.proc(y), "CONT");
+    signal(c.proc(z), "CONT");
+    let d = until(&mut admin, "first new leader", |d| [y, z].contains(&d.partitions[0].leader_id)).await;
+    let (first, e1) = (d.partitions[0].leader_id, d.partitions[0].leader_epoch);
+    let mut q = Producer::init(&c.addr(), producer_config("b", ACKS_ALL)).await.unwrap();
+    for i in 0..2 {
+        q.send("t", 0, Bytes::from(format!("epoch1-{i}"))).await.unwrap();
+    }
+    let second = if first == y { z } else { y };
+    signal(c.proc(first), "STOP");
+    let d = until(&mut admin, "second new leader", |d| d.partitions[0].leader_id == second).await;
+    assert!(d.partitions[0].leader_epoch > e1);
+    let mut r = Producer::init(&c.addr(), producer_config("c", ACKS_ALL)).await.unwrap();
+    for i in 0..2 {
+        r.send("t", 0, Bytes::from(format!("epoch2-{i}"))).await.unwrap();
+    }
+    signal(c.proc(first), "CONT");
+    c.restart(x);
+
+    // X cuts its divergent suffix (found through the epoch cache) and every replica converges.
+    let d = until(&mut admin, "all replicas in sync", |d| {
+        let p = &d.partitions[0];
+        p.isr.len() == 3
+            && p.progress.len() == 3
+            && p.progress
+                .iter()
+                .all(|g| g.log_end_offset == p.progress[0].log_end_offset && g.high_watermark == g.log_end_offset)
+    })
+    .await;
+    let hw = d.partitions[0].progress[0].high_watermark;
+    let reference = committed_bytes(&c.log(second), hw);
+    for b in [x, y, z] {
+        assert_eq!(committed_bytes(&c.log(b), hw), reference, "broker {b} differs");
+    }
+    let values: Vec<String> = read_all(&c.addr()).await.into_iter().map(|(_, v)| v).collect();
+    // A Replicate already in a stopped follower's socket may carry X's first lone record
+    // across (it was sent under epoch 0, before any election); the rest of X's suffix never
+    // left X, and X had to cut it.
+    let lone_kept = values.iter().filter(|v| v.starts_with("divergent-")).count();
+    assert!(lone_kept < 3, "X's divergent suffix was not cut: {values:?}");
+    let acked: Vec<&String> = values.iter().filter(|v| !v.starts_with("divergent-")).collect();
+    assert_eq!(acked, ["committed-0", "committed-1", "committed-2", "epoch1-0", "epoch1-1", "epoch2-0", "epoch2-1"]);
+    assert_eq!(hw as usize, values.len());
+}
+
+#[tokio::test]
+async fn zombie_stays_fenced_after_the_partition_leader_changes() {
+    let mut c = Cluster::start(3);
+    let mut admin = Admin::new(&c.addr(), ClientConfig::default());
+    let mut a = Producer::init(&c.addr(), producer_config("orders", ACKS_ALL)).await.unwrap();
+    a.send("t", 0, Bytes::from_static(b"A-0")).await.unwrap();
+    let mut b = Producer::init(&c.addr(), producer_config("orders", ACKS_ALL)).await.unwrap();
+    let leader = admin.describe().await.unwrap().partitions[0].leader_id;
+    c.kill9(leader);
+    until(&mut admin, "a new leader", |d| d.partitions[0].leader_id > 0 && d.partitions[0].leader_id != leader).await;
+    match a.send("t", 0, Bytes::from_static(b"A-zombie")).await {
+        Err(ClientError::Fenced { own_epoch: 0, current_epoch: 1, .. }) => {}
+        other => panic!("expected the zombie fenced by the new leader, got {other:?}"),
+    }
+    b.send("t", 0, Bytes::from_static(b"B-0")).await.unwrap();
+    let values: Vec<String> = read_all(&c.addr()).await.into_iter().map(|(_, v)| v).collect();
+    assert_eq!(values, ["A-0", "B-0"]);
+}

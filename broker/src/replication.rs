@@ -119,7 +119,7 @@ impl ReplicaSet {
             let in_isr = self.isr.contains(id);
             let lagging = now_ms.saturating_sub(f.caught_up_at_ms) > lag_ms;
             let has_committed = f.log_end_offset >= self.high_watermark && f.log_end_offset >= 0;
-            if (in_isr && !lagging) || (!in_isr && has_committed && !lagging) {
+            if !lagging && (in_isr || has_committed) {
                 wanted.push(*id);
             }
         }

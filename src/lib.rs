@@ -2,13 +2,14 @@
 //! one process on ephemeral loopback ports (real TCP), for the examples and network tests.
 //! The same servers run as the `coordinator` and `broker` binaries.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use broker::server::{run_with, BrokerSwitch};
 use broker::BrokerConfig;
 use coordinator::CoordinatorConfig;
 use producer::{Admin, ClientConfig, ClientError};
-use protocol::ErrorCode;
+use protocol::{DescribeResponse, ErrorCode};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -23,6 +24,9 @@ pub enum LocalError {
     /// A client call failed.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// A condition did not come true in time.
+    #[error("timed out waiting for {0}")]
+    Timeout(String),
 }
 
 /// Options for [`LocalCluster::start`].
@@ -143,6 +147,57 @@ impl LocalCluster {
                 other => return Ok(other?),
             }
         }
+    }
+
+    /// Poll `admin describe` (every 20 ms, at most `timeout`) until `ok` holds; the cluster
+    /// reports leaderships and replica progress through heartbeats.
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        ok: impl Fn(&DescribeResponse) -> bool,
+    ) -> Result<DescribeResponse, LocalError> {
+        let mut admin = self.admin();
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(d) = admin.describe().await {
+                if ok(&d) {
+                    return Ok(d);
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(LocalError::Timeout(what.to_string()));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Path of broker `id`'s log file for `topic-partition`.
+    pub fn replica_log(&self, id: i32, topic: &str, partition: i32) -> PathBuf {
+        self.dir.path().join(format!("broker-{id}")).join(format!("{topic}-{partition}")).join(broker::log::LOG_FILE)
+    }
+
+    /// The batches of a replica's log below `end_offset`, as raw bytes (empty if none).
+    pub fn replica_bytes(&self, id: i32, topic: &str, partition: i32, end_offset: i64) -> Vec<u8> {
+        let raw = bytes::Bytes::from(std::fs::read(self.replica_log(id, topic, partition)).unwrap_or_default());
+        let mut out = Vec::new();
+        for item in protocol::batch::BatchIter::new(raw) {
+            let Ok((h, b)) = item else { break };
+            if h.last_offset() < end_offset {
+                out.extend_from_slice(&b);
+            }
+        }
+        out
+    }
+
+    /// The data records of a replica's log, read from its file: (offset, value).
+    pub fn replica_records(&self, id: i32, topic: &str, partition: i32) -> Vec<(i64, String)> {
+        let raw = bytes::Bytes::from(std::fs::read(self.replica_log(id, topic, partition)).unwrap_or_default());
+        protocol::batch::BatchIter::new(raw)
+            .map_while(Result::ok)
+            .flat_map(|(_, b)| protocol::batch::decode_records(&b).unwrap_or_default())
+            .map(|r| (r.offset, String::from_utf8_lossy(&r.value).into_owned()))
+            .collect()
     }
 
     /// Stop every server and wait for them.

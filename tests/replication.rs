@@ -14,33 +14,12 @@ async fn describe(admin: &mut Admin) -> DescribeResponse {
     admin.describe().await.unwrap()
 }
 
-/// Poll `describe` (bounded) until `ok` holds; the cluster reports progress through heartbeats.
-async fn until(admin: &mut Admin, what: &str, ok: impl Fn(&DescribeResponse) -> bool) -> DescribeResponse {
-    for _ in 0..400 {
-        let d = describe(admin).await;
-        if ok(&d) {
-            return d;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("timed out waiting for: {what}; last: {:#?}", describe(admin).await.partitions);
+async fn until(c: &LocalCluster, what: &str, ok: impl Fn(&DescribeResponse) -> bool) -> DescribeResponse {
+    c.wait_for(what, Duration::from_secs(10), ok).await.unwrap()
 }
 
-fn log_file(c: &LocalCluster, broker: i32) -> std::path::PathBuf {
-    c.dir.path().join(format!("broker-{broker}")).join("t-0").join(broker::log::LOG_FILE)
-}
-
-/// The first `hw` offsets of a replica's log file, as bytes.
 fn committed_bytes(c: &LocalCluster, broker: i32, hw: i64) -> Vec<u8> {
-    let raw = bytes::Bytes::from(std::fs::read(log_file(c, broker)).unwrap());
-    let mut out = Vec::new();
-    for item in protocol::batch::BatchIter::new(raw) {
-        let (h, b) = item.unwrap();
-        if h.last_offset() < hw {
-            out.extend_from_slice(&b);
-        }
-    }
-    out
+    c.replica_bytes(broker, "t", 0, hw)
 }
 
 async fn values(c: &LocalCluster) -> Vec<String> {
@@ -62,8 +41,7 @@ async fn acks_all_replicates_to_every_isr_member_and_replicas_are_identical() {
     for i in 0..30 {
         p.send("t", 0, Bytes::from(format!("v{i}"))).await.unwrap();
     }
-    let mut admin = c.admin();
-    let d = until(&mut admin, "every replica at 30", |d| {
+    let d = until(&c, "every replica at 30", |d| {
         let p = &d.partitions[0];
         p.progress.len() == 3 && p.progress.iter().all(|g| g.log_end_offset == 30 && g.high_watermark == 30)
     })
@@ -94,8 +72,7 @@ async fn frozen_leader_wakes_fenced_by_epoch_and_converges() {
 
     // The leader freezes (a long GC pause): its lease runs out and a new leader is elected.
     c.switches[(old - 1) as usize].freeze();
-    let d =
-        until(&mut admin, "a new leader", |d| d.partitions[0].leader_id != old && d.partitions[0].leader_id > 0).await;
+    let d = until(&c, "a new leader", |d| d.partitions[0].leader_id != old && d.partitions[0].leader_id > 0).await;
     let new_epoch = d.partitions[0].leader_epoch;
     assert!(new_epoch > old_epoch);
     assert!(!d.partitions[0].isr.contains(&old), "the frozen leader left the ISR");
@@ -148,7 +125,7 @@ async fn frozen_leader_wakes_fenced_by_epoch_and_converges() {
     }
 
     // It becomes a follower, cuts its stale batch, and converges on the new leader's log.
-    let d = until(&mut admin, "the old leader back in sync", |d| {
+    let d = until(&c, "the old leader back in sync", |d| {
         let p = &d.partitions[0];
         p.isr.contains(&old) && p.progress.iter().all(|g| g.log_end_offset == 10 && g.high_watermark == 10)
     })
@@ -180,8 +157,7 @@ async fn without_leader_epoch_checks_a_stale_leader_makes_replicas_diverge() {
     let mut admin = c.admin();
     let old = describe(&mut admin).await.partitions[0].leader_id;
     c.switches[(old - 1) as usize].freeze();
-    let d =
-        until(&mut admin, "a new leader", |d| d.partitions[0].leader_id != old && d.partitions[0].leader_id > 0).await;
+    let d = until(&c, "a new leader", |d| d.partitions[0].leader_id != old && d.partitions[0].leader_id > 0).await;
     let new_leader = d.partitions[0].leader_id;
     let mut q = Producer::init(&c.coordinator_addr, ProducerConfig::transactional("q")).await.unwrap();
     for i in 0..3 {

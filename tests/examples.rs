@@ -32,7 +32,10 @@ fn run(name: &str) -> String {
 fn zombie_producer_example_sees_both_outcomes() {
     let out = run("zombie_producer");
     assert!(out.contains("REJECTED") && out.contains("LANDED"), "{out}");
-    assert!(out.contains("fenced: transactional id 'balance-writer' is at epoch 1, this producer holds epoch 0"), "{out}");
+    assert!(
+        out.contains("fenced: transactional id 'balance-writer' is at epoch 1, this producer holds epoch 0"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -308,6 +308,9 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
 /// Move leaderships off brokers whose lease expired. Runs for the life of the process.
 async fn tick_loop(shared: Arc<Shared>) {
     let period = Duration::from_millis((shared.config.cluster.broker_lease_ms / 4).clamp(10, 1_000));
+    // After a (re)start no broker holds a lease yet: give them one lease to heartbeat before
+    // anything is judged expired, so a coordinator restart does not move every leadership.
+    tokio::time::sleep(Duration::from_millis(shared.config.cluster.broker_lease_ms)).await;
     loop {
         tokio::time::sleep(period).await;
         let mut st = shared.lock();

@@ -5,6 +5,7 @@
 //! - [`log`]: the partition log file and its recovery scan.
 //! - [`replication`]: the leader's follower progress, ISR wishes and high watermark (rules, no I/O).
 //! - [`partition`]: log + gate + leadership + replication state behind one lock: the one write path.
+//! - [`txn_index`]: open and aborted transactions, the last stable offset (rules, no I/O).
 //! - [`server`]: the tokio shell: requests, heartbeats, verification with the coordinator.
 
 pub mod leader;
@@ -13,5 +14,6 @@ pub mod partition;
 pub mod producer_state;
 pub mod replication;
 pub mod server;
+pub mod txn_index;
 
 pub use server::{run, BrokerConfig, BrokerError};

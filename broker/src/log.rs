@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use protocol::batch::{verify_crc, BatchHeader, BatchIter};
+use protocol::batch::{marker_kind, verify_crc, BatchHeader, BatchIter, MarkerKind};
 use thiserror::Error;
 
 /// The log file's name inside the partition directory.
@@ -80,8 +80,9 @@ pub struct PartitionLog {
 pub struct Recovered {
     /// The log.
     pub log: PartitionLog,
-    /// Header of every batch, in order, for rebuilding producer state.
-    pub headers: Vec<BatchHeader>,
+    /// Header (and marker kind, for control batches) of every batch, in order, for rebuilding
+    /// producer state and the transaction index.
+    pub headers: Vec<(BatchHeader, Option<MarkerKind>)>,
     /// Bytes cut off a torn tail.
     pub truncated_bytes: u64,
 }
@@ -116,7 +117,7 @@ impl PartitionLog {
                             leader_epoch: h.partition_leader_epoch,
                             pos,
                         });
-                        headers.push(h);
+                        headers.push((h, marker_kind(&bytes)));
                         pos += bytes.len() as u64;
                         next_offset = h.last_offset() + 1;
                         None
@@ -249,8 +250,8 @@ impl PartitionLog {
         Ok(end)
     }
 
-    /// Headers of every batch, read back from the file (after a truncation).
-    pub fn headers(&self) -> Result<Vec<BatchHeader>, LogError> {
+    /// Header and marker kind of every batch, read back from the file (after a truncation).
+    pub fn headers(&self) -> Result<Vec<(BatchHeader, Option<MarkerKind>)>, LogError> {
         let bytes = read_at(&self.reader, 0, self.size as usize).map_err(|e| LogError::Io {
             path: self.path.display().to_string(),
             op: "read",
@@ -258,12 +259,12 @@ impl PartitionLog {
         })?;
         let mut out = Vec::with_capacity(self.index.len());
         for item in BatchIter::new(bytes) {
-            let (h, _) = item.map_err(|e| LogError::Corrupt {
+            let (h, b) = item.map_err(|e| LogError::Corrupt {
                 path: self.path.display().to_string(),
                 pos: 0,
                 detail: e.to_string(),
             })?;
-            out.push(h);
+            out.push((h, marker_kind(&b)));
         }
         Ok(out)
     }

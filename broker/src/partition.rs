@@ -7,13 +7,17 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use protocol::batch::{set_base_offset, set_partition_leader_epoch, verify_crc, BatchHeader, BatchIter};
+use protocol::batch::{
+    marker_kind, set_base_offset, set_partition_leader_epoch, verify_crc, BatchHeader, BatchIter, MarkerKind,
+};
+use protocol::{AbortedTxn, READ_COMMITTED};
 use tokio::sync::watch;
 
 use crate::leader::{LeaderEpochError, Leadership};
 use crate::log::{read_at, LogError, PartitionLog};
 use crate::producer_state::{Admit, GateError, ProducerStates};
 use crate::replication::ReplicaSet;
+use crate::txn_index::TxnIndex;
 
 /// A successful append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,10 +102,15 @@ pub enum ReplicateError {
 /// What a fetch found.
 #[derive(Debug, Clone)]
 pub struct Fetched {
-    /// Whole batches below the high watermark.
+    /// Whole batches below the high watermark (read_uncommitted) or the last stable offset
+    /// (read_committed).
     pub records: Bytes,
     /// Offset after the last committed record.
     pub high_watermark: i64,
+    /// Offset below which no transaction is open.
+    pub last_stable_offset: i64,
+    /// With read_committed: aborted transactions overlapping the records.
+    pub aborted: Vec<AbortedTxn>,
     /// Leader epoch here.
     pub leader_epoch: i32,
 }
@@ -160,6 +169,7 @@ pub enum RoleChange {
 struct Inner {
     log: PartitionLog,
     producers: ProducerStates,
+    txns: TxnIndex,
     leadership: Leadership,
     replicas: Vec<i32>,
     /// Present while leading.
@@ -187,10 +197,7 @@ impl Partition {
     /// Open the replica's log in `dir`, rebuilding its producer state and epoch cache.
     pub fn open(dir: &Path, topic: &str, index: i32, broker_id: i32, fencing: bool) -> Result<Partition, LogError> {
         let recovered = PartitionLog::open(dir)?;
-        let mut producers = ProducerStates::new(fencing);
-        for h in &recovered.headers {
-            producers.record(h);
-        }
+        let (producers, txns) = rebuild(&recovered.headers, fencing);
         tracing::info!(
             topic,
             partition = index,
@@ -202,6 +209,7 @@ impl Partition {
         let inner = Inner {
             log: recovered.log,
             producers,
+            txns,
             leadership: Leadership { is_leader: false, leader_id: -1, leader_epoch: -1 },
             replicas: Vec::new(),
             replica_set: None,
@@ -256,6 +264,8 @@ impl Partition {
         let stored = BatchHeader { base_offset, partition_leader_epoch: leader_epoch, ..*header };
         g.log.append(&prefix, &batch[16..], &stored)?;
         g.producers.record(&stored);
+        let marker = if stored.is_control() { marker_kind(batch) } else { None };
+        g.txns.record(&stored, marker);
         let leo = g.log.end_offset();
         if let Some(rs) = g.replica_set.as_mut() {
             if rs.on_leader_append(leo) {
@@ -306,11 +316,7 @@ impl Partition {
             // rebuild the producer state from what remains.
             let end = g.log.truncate(from_offset)?;
             let headers = g.log.headers()?;
-            let mut producers = ProducerStates::new(self.fencing);
-            for h in &headers {
-                producers.record(h);
-            }
-            g.producers = producers;
+            (g.producers, g.txns) = rebuild(&headers, self.fencing);
             tracing::info!(topic = %self.topic, partition = self.index, from = leo, to = end, "truncated a divergent suffix");
         }
         for item in BatchIter::new(records.clone()) {
@@ -328,6 +334,8 @@ impl Partition {
             prefix.copy_from_slice(&bytes[..16]);
             g.log.append(&prefix, &bytes[16..], &h)?;
             g.producers.record(&h);
+            let marker = if h.is_control() { marker_kind(&bytes) } else { None };
+            g.txns.record(&h, marker);
         }
         let leo = g.log.end_offset();
         g.high_watermark = g.high_watermark.max(leader_high_watermark.min(leo));
@@ -474,8 +482,14 @@ impl Partition {
 
     /// Committed batches from the one holding `offset`, at most `max_bytes` (at least one batch).
     /// The lock is held only to find the bytes; they are read after it is released.
-    pub fn fetch(&self, offset: i64, max_bytes: usize, request_leader_epoch: i32) -> Result<Fetched, FetchError> {
-        let (range, reader, high_watermark, leader_epoch) = {
+    pub fn fetch(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        request_leader_epoch: i32,
+        isolation: i8,
+    ) -> Result<Fetched, FetchError> {
+        let (range, reader, high_watermark, last_stable_offset, aborted, leader_epoch) = {
             let g = self.lock();
             g.leadership.check(request_leader_epoch)?;
             let end = g.log.end_offset();
@@ -483,13 +497,17 @@ impl Partition {
                 return Err(FetchError::OutOfRange { offset, end });
             }
             let hw = g.high_watermark;
-            (g.log.locate(offset, max_bytes, hw), g.log.reader(), hw, g.leadership.leader_epoch)
+            let lso = g.txns.last_stable_offset(hw);
+            let committed = isolation == READ_COMMITTED;
+            let limit = if committed { lso } else { hw };
+            let aborted = if committed { g.txns.aborted_between(offset, limit) } else { Vec::new() };
+            (g.log.locate(offset, max_bytes, limit), g.log.reader(), hw, lso, aborted, g.leadership.leader_epoch)
         };
         let records = match range {
             None => Bytes::new(),
             Some((pos, len)) => read_at(&reader, pos, len).map_err(|e| FetchError::Io(e.to_string()))?,
         };
-        Ok(Fetched { records, high_watermark, leader_epoch })
+        Ok(Fetched { records, high_watermark, last_stable_offset, aborted, leader_epoch })
     }
 
     /// Raw bytes of the log up to `end_offset` (for comparing replicas in tests and tools).
@@ -503,6 +521,17 @@ impl Partition {
             Some((pos, len)) => read_at(&reader, pos, len).map_err(|e| FetchError::Io(e.to_string())),
         }
     }
+}
+
+/// Producer state and transaction index rebuilt from a log's batches.
+fn rebuild(headers: &[(BatchHeader, Option<MarkerKind>)], fencing: bool) -> (ProducerStates, TxnIndex) {
+    let mut producers = ProducerStates::new(fencing);
+    let mut txns = TxnIndex::new();
+    for (h, marker) in headers {
+        producers.record(h);
+        txns.record(h, *marker);
+    }
+    (producers, txns)
 }
 
 /// Shared handle.

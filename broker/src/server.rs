@@ -612,7 +612,10 @@ async fn produce(shared: &Shared, r: ProduceRequest) -> ProduceResponse {
                 };
             }
             Err(AppendError::NeedsVerification { producer_id, epoch }) => {
-                if let Err((status, current)) = verify(shared, producer_id, epoch, &r.topic, r.partition).await {
+                let transactional = header.is_transactional();
+                if let Err((status, current)) =
+                    verify(shared, producer_id, epoch, &r.topic, r.partition, transactional).await
+                {
                     return produce_error(status, current, leader_epoch);
                 }
                 part.mark_verified(producer_id, epoch);
@@ -655,6 +658,7 @@ async fn verify(
     epoch: i16,
     topic: &str,
     partition: i32,
+    transactional: bool,
 ) -> Result<(), (Status, i16)> {
     let unavailable = |detail: String| {
         (
@@ -671,6 +675,7 @@ async fn verify(
         producer_epoch: epoch,
         topic: topic.to_string(),
         partition,
+        transactional,
     });
     let resp = conn
         .call_timeout(req, Duration::from_millis(shared.config.verify_timeout_ms))
@@ -691,16 +696,25 @@ async fn verify(
 }
 
 fn fetch(shared: &Shared, r: FetchRequest) -> FetchResponse {
-    let err = |status| FetchResponse { status, high_watermark: -1, current_leader_epoch: -1, records: Bytes::new() };
+    let err = |status| FetchResponse {
+        status,
+        high_watermark: -1,
+        last_stable_offset: -1,
+        current_leader_epoch: -1,
+        aborted: Vec::new(),
+        records: Bytes::new(),
+    };
     let part = match partition(shared, &r.topic, r.partition) {
         Ok(p) => p,
         Err(s) => return err(s),
     };
-    match part.fetch(r.offset, r.max_bytes.max(0) as usize, r.leader_epoch) {
+    match part.fetch(r.offset, r.max_bytes.max(0) as usize, r.leader_epoch, r.isolation) {
         Ok(f) => FetchResponse {
             status: Status::ok(),
             high_watermark: f.high_watermark,
+            last_stable_offset: f.last_stable_offset,
             current_leader_epoch: f.leader_epoch,
+            aborted: f.aborted,
             records: f.records,
         },
         Err(FetchError::Leader(e)) => err(leader_status(shared, &r.topic, r.partition, &e)),

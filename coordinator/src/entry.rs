@@ -38,7 +38,7 @@ pub enum Entry {
         /// Markers to write before answering.
         fence: Vec<FenceTarget>,
     },
-    /// A partition leader registered a partition under a producer's current epoch.
+    /// A partition was registered under a producer's current epoch.
     Register {
         /// Producer id.
         producer_id: i64,
@@ -48,8 +48,28 @@ pub enum Entry {
         topic: String,
         /// Partition index.
         partition: i32,
+        /// Part of a transaction (which this opens, if none is open).
+        transactional: bool,
     },
-    /// Every marker of the grant at `epoch` for `transactional_id` is written.
+    /// A transaction ended (PrepareCommit / PrepareAbort): the epoch moves to
+    /// `(producer_id, epoch)` and `markers` must all be written before it completes.
+    EndTxn {
+        /// Transactional id.
+        transactional_id: String,
+        /// Producer id after the end (a new one at epoch exhaustion).
+        producer_id: i64,
+        /// Epoch after the end (KIP-890: every end bumps it).
+        epoch: i16,
+        /// The (producer id, epoch) of the transaction that ended.
+        prev: (i64, i16),
+        /// Commit (true) or abort (false).
+        commit: bool,
+        /// The coordinator aborted it because it outlived its timeout.
+        timed_out: bool,
+        /// Markers to write, one per registered partition.
+        markers: Vec<FenceTarget>,
+    },
+    /// Every marker of the grant or transaction end at `epoch` for `transactional_id` is written.
     FenceDone {
         /// Transactional id.
         transactional_id: String,
@@ -96,6 +116,7 @@ const FENCE_DONE: i8 = 3;
 const TOPIC_CREATED: i8 = 4;
 const LEADER_CHANGED: i8 = 5;
 const ISR_CHANGED: i8 = 6;
+const END_TXN: i8 = 7;
 
 impl Entry {
     /// Encode for the journal.
@@ -111,20 +132,26 @@ impl Entry {
                 b.put_i64(rp);
                 b.put_i16(re);
                 b.put_i32(*transaction_timeout_ms);
-                b.put_i32(fence.len() as i32);
-                for f in fence {
-                    b.put_i64(f.producer_id);
-                    b.put_i16(f.marker_epoch);
-                    b.put_string(&f.topic);
-                    b.put_i32(f.partition);
-                }
+                put_targets(&mut b, fence);
             }
-            Entry::Register { producer_id, epoch, topic, partition } => {
+            Entry::Register { producer_id, epoch, topic, partition, transactional } => {
                 b.put_i8(REGISTER);
                 b.put_i64(*producer_id);
                 b.put_i16(*epoch);
                 b.put_string(topic);
                 b.put_i32(*partition);
+                b.put_bool(*transactional);
+            }
+            Entry::EndTxn { transactional_id, producer_id, epoch, prev, commit, timed_out, markers } => {
+                b.put_i8(END_TXN);
+                b.put_string(transactional_id);
+                b.put_i64(*producer_id);
+                b.put_i16(*epoch);
+                b.put_i64(prev.0);
+                b.put_i16(prev.1);
+                b.put_bool(*commit);
+                b.put_bool(*timed_out);
+                put_targets(&mut b, markers);
             }
             Entry::FenceDone { transactional_id, epoch } => {
                 b.put_i8(FENCE_DONE);
@@ -169,16 +196,7 @@ impl Entry {
                 let rp = r.i64("requested_producer_id")?;
                 let re = r.i16("requested_epoch")?;
                 let transaction_timeout_ms = r.i32("transaction_timeout_ms")?;
-                let n = r.array_len("fence", 16)?;
-                let mut fence = Vec::with_capacity(n);
-                for _ in 0..n {
-                    fence.push(FenceTarget {
-                        producer_id: r.i64("producer_id")?,
-                        marker_epoch: r.i16("marker_epoch")?,
-                        topic: r.string("topic")?,
-                        partition: r.i32("partition")?,
-                    });
-                }
+                let fence = get_targets(&mut r)?;
                 Entry::Grant {
                     transactional_id,
                     producer_id,
@@ -193,6 +211,16 @@ impl Entry {
                 epoch: r.i16("epoch")?,
                 topic: r.string("topic")?,
                 partition: r.i32("partition")?,
+                transactional: r.bool("transactional")?,
+            },
+            END_TXN => Entry::EndTxn {
+                transactional_id: r.string("transactional_id")?,
+                producer_id: r.i64("producer_id")?,
+                epoch: r.i16("epoch")?,
+                prev: (r.i64("prev_producer_id")?, r.i16("prev_epoch")?),
+                commit: r.bool("commit")?,
+                timed_out: r.bool("timed_out")?,
+                markers: get_targets(&mut r)?,
             },
             FENCE_DONE => Entry::FenceDone { transactional_id: r.string("transactional_id")?, epoch: r.i16("epoch")? },
             TOPIC_CREATED => {
@@ -224,6 +252,30 @@ impl Entry {
     }
 }
 
+fn put_targets(b: &mut BytesMut, targets: &[FenceTarget]) {
+    b.put_i32(targets.len() as i32);
+    for f in targets {
+        b.put_i64(f.producer_id);
+        b.put_i16(f.marker_epoch);
+        b.put_string(&f.topic);
+        b.put_i32(f.partition);
+    }
+}
+
+fn get_targets(r: &mut Reader) -> Result<Vec<FenceTarget>, DecodeError> {
+    let n = r.array_len("targets", 16)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(FenceTarget {
+            producer_id: r.i64("producer_id")?,
+            marker_epoch: r.i16("marker_epoch")?,
+            topic: r.string("topic")?,
+            partition: r.i32("partition")?,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,7 +299,16 @@ mod tests {
                 transaction_timeout_ms: 0,
                 fence: vec![],
             },
-            Entry::Register { producer_id: 3, epoch: 4, topic: "t".into(), partition: 0 },
+            Entry::Register { producer_id: 3, epoch: 4, topic: "t".into(), partition: 0, transactional: true },
+            Entry::EndTxn {
+                transactional_id: "orders".into(),
+                producer_id: 3,
+                epoch: 5,
+                prev: (3, 4),
+                commit: true,
+                timed_out: false,
+                markers: vec![FenceTarget { producer_id: 3, marker_epoch: 5, topic: "t".into(), partition: 0 }],
+            },
             Entry::FenceDone { transactional_id: "orders".into(), epoch: 4 },
             Entry::TopicCreated { name: "t".into(), replicas: vec![vec![1, 2], vec![2, 1]] },
             Entry::LeaderChanged { topic: "t".into(), partition: 1, leader_id: 2, leader_epoch: 7, isr: vec![2] },

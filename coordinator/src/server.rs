@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use net::{Connection, ServerLimits};
 use protocol::{
-    AddPartitionResponse, AlterPartitionResponse, DescribeResponse, ElectLeaderResponse, ErrorCode, HeartbeatResponse,
-    InitProducerIdResponse, MetadataResponse, Request, Response, Status, TransactionalState, WriteMarkerRequest,
+    AddPartitionResponse, AlterPartitionResponse, DescribeResponse, ElectLeaderResponse, EndTxnRequest, EndTxnResponse,
+    ErrorCode, HeartbeatResponse, InitProducerIdResponse, MetadataResponse, Request, Response, Status,
+    TransactionalState, WriteMarkerRequest,
 };
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -25,7 +26,7 @@ use tokio::sync::oneshot;
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::entry::{Entry, FenceTarget};
 use crate::journal::{Journal, JournalError};
-use crate::table::{InitDecision, ProducerTable, RegisterDecision, TableConfig};
+use crate::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, TableConfig};
 
 /// Coordinator settings.
 #[derive(Debug, Clone)]
@@ -141,10 +142,11 @@ pub async fn run(
     }
     tracing::info!(
         next_producer_id = table.next_producer_id(),
-        transactional_ids = table.describe().len(),
+        transactional_ids = table.describe(0).len(),
         truncated_bytes = replay.truncated_bytes,
         "coordinator state replayed"
     );
+    table.restart_clocks(0);
     let pending = table.pending_fences();
     let shared = Arc::new(Shared {
         state: Mutex::new(State { table, cluster }),
@@ -154,9 +156,9 @@ pub async fn run(
         config: config.clone(),
     });
     tokio::spawn(tick_loop(shared.clone()));
-    for (tid, epoch, targets) in pending {
-        tracing::info!(transactional_id = %tid, epoch, partitions = targets.len(), "resuming fence after restart");
-        start_fence(shared.clone(), tid, epoch, targets);
+    for (tid, epoch, commit, targets) in pending {
+        tracing::info!(transactional_id = %tid, epoch, commit, partitions = targets.len(), "resuming markers after restart");
+        start_markers(shared.clone(), tid, epoch, commit, targets);
     }
     let handler_shared = shared.clone();
     let handler: net::Handler = Arc::new(move |req| {
@@ -188,7 +190,15 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         epoch: -1,
                     }
                 } else {
-                    st.table.handle_register(r.producer_id, r.producer_epoch, &r.topic, r.partition)
+                    let now = shared.now_ms();
+                    st.table.handle_register(
+                        r.producer_id,
+                        r.producer_epoch,
+                        &r.topic,
+                        r.partition,
+                        r.transactional,
+                        now,
+                    )
                 };
                 let rx = match &d {
                     RegisterDecision::Accept { entries, .. } => Some(shared.persist(entries)),
@@ -231,6 +241,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 Err(status) => status,
             })
         }
+        Request::EndTxn(r) => Response::EndTxn(end_txn(&shared, r).await),
         Request::ElectLeader(r) => {
             let outcome = {
                 let mut st = shared.lock();
@@ -282,16 +293,19 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
         }
         Request::Describe => {
             let st = shared.lock();
-            let (brokers, partitions) = st.cluster.describe(shared.now_ms());
+            let now = shared.now_ms();
+            let (brokers, partitions) = st.cluster.describe(now);
             let transactional_ids = st
                 .table
-                .describe()
+                .describe(now)
                 .into_iter()
                 .map(|t| TransactionalState {
                     transactional_id: t.transactional_id,
                     producer_id: t.producer_id,
                     producer_epoch: t.epoch,
                     partitions: t.partitions,
+                    state: t.state.name().to_string(),
+                    age_ms: t.age_ms.map_or(-1, |a| a as i64),
                 })
                 .collect();
             Response::Describe(DescribeResponse { status: Status::ok(), brokers, partitions, transactional_ids })
@@ -315,6 +329,19 @@ async fn tick_loop(shared: Arc<Shared>) {
         tokio::time::sleep(period).await;
         let mut st = shared.lock();
         let now = shared.now_ms();
+        for (tid, decision) in st.table.handle_timeouts(now) {
+            if let EndDecision::Markers { epoch, entries, markers, .. } = decision {
+                tracing::warn!(transactional_id = %tid, epoch, "transaction timed out; aborting it and fencing its producer");
+                // Markers are written only once the abort (and its epoch) is durable.
+                let rx = shared.persist(&entries);
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    if durable(rx).await.is_ok() {
+                        start_markers(shared, tid, epoch, false, markers);
+                    }
+                });
+            }
+        }
         let entries = st.cluster.handle_tick(now);
         for e in &entries {
             if let Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr } = e {
@@ -353,7 +380,7 @@ async fn init(
     }
     if !fence.is_empty() {
         let tid = tid.expect("only transactional ids are fenced").to_string();
-        let done = start_fence(shared.clone(), tid.clone(), epoch, fence);
+        let done = start_markers(shared.clone(), tid.clone(), epoch, false, fence);
         let wait = Duration::from_millis(shared.config.fence_wait_ms);
         if !matches!(tokio::time::timeout(wait, done).await, Ok(Ok(()))) {
             return refused(
@@ -373,12 +400,65 @@ async fn init(
     InitProducerIdResponse { status: Status::ok(), producer_id, producer_epoch: epoch }
 }
 
-/// Write every marker of a grant, retrying each until its partition confirms, then record the
-/// fence as done. The returned receiver fires when all are written.
-fn start_fence(shared: Arc<Shared>, tid: String, epoch: i16, targets: Vec<FenceTarget>) -> oneshot::Receiver<()> {
+/// EndTxn: bump the epoch, write commit or abort markers to every partition of the
+/// transaction, and answer the new epoch once they are all written.
+async fn end_txn(shared: &Arc<Shared>, r: EndTxnRequest) -> EndTxnResponse {
+    let (decision, rx) = {
+        let mut st = shared.lock();
+        let d = st.table.handle_end_txn(&r.transactional_id, r.producer_id, r.producer_epoch, r.commit);
+        let rx = match &d {
+            EndDecision::Markers { entries, .. } => Some(shared.persist(entries)),
+            EndDecision::Done { .. } => Some(shared.persist(&[])),
+            EndDecision::Refuse { .. } => None,
+        };
+        (d, rx)
+    };
+    let refused = |status, epoch| EndTxnResponse { status, producer_id: -1, producer_epoch: epoch };
+    let (producer_id, epoch, markers) = match decision {
+        EndDecision::Refuse { status, epoch } => return refused(status, epoch),
+        EndDecision::Done { producer_id, epoch } => (producer_id, epoch, None),
+        EndDecision::Markers { producer_id, epoch, commit, markers, .. } => {
+            (producer_id, epoch, Some((commit, markers)))
+        }
+    };
+    if let Err(status) = durable(rx.expect("accepted decisions persist")).await {
+        return refused(status, -1);
+    }
+    if let Some((commit, markers)) = markers {
+        let done = start_markers(shared.clone(), r.transactional_id.clone(), epoch, commit, markers);
+        let wait = Duration::from_millis(shared.config.fence_wait_ms);
+        if !matches!(tokio::time::timeout(wait, done).await, Ok(Ok(()))) {
+            return refused(
+                Status::new(
+                    ErrorCode::ConcurrentTransactions,
+                    format!(
+                        "transaction of '{}' is prepared to {} but not all markers are written after {} ms (a                          partition leader is unreachable); they are being retried, retry EndTxn",
+                        r.transactional_id,
+                        if commit { "commit" } else { "abort" },
+                        shared.config.fence_wait_ms
+                    ),
+                ),
+                epoch,
+            );
+        }
+        tracing::info!(transactional_id = %r.transactional_id, commit, epoch, "transaction ended");
+    }
+    EndTxnResponse { status: Status::ok(), producer_id, producer_epoch: epoch }
+}
+
+/// Write every marker of a bump (abort for a grant or a timeout, commit or abort for an
+/// EndTxn), retrying each until its partition confirms, then record them as done. The
+/// returned receiver fires when all are written.
+fn start_markers(
+    shared: Arc<Shared>,
+    tid: String,
+    epoch: i16,
+    commit: bool,
+    targets: Vec<FenceTarget>,
+) -> oneshot::Receiver<()> {
     let (tx, rx) = oneshot::channel();
     tokio::spawn(async move {
-        futures::future::join_all(targets.iter().map(|t| write_marker_until_done(&shared, t))).await;
+        futures::future::join_all(targets.iter().map(|t| write_marker_until_done(&shared, t, commit))).await;
         {
             let mut st = shared.lock();
             if let Some(entry) = st.table.handle_fence_done(&tid, epoch) {
@@ -402,7 +482,7 @@ async fn peer(shared: &Shared, addr: &str) -> Result<Connection, net::NetError> 
     Ok(c)
 }
 
-async fn write_marker_until_done(shared: &Shared, t: &FenceTarget) {
+async fn write_marker_until_done(shared: &Shared, t: &FenceTarget, commit: bool) {
     let mut backoff = Duration::from_millis(20);
     loop {
         let leader = shared.lock().cluster.leader_of(&t.topic, t.partition);
@@ -417,7 +497,7 @@ async fn write_marker_until_done(shared: &Shared, t: &FenceTarget) {
                         partition: t.partition,
                         producer_id: t.producer_id,
                         producer_epoch: t.marker_epoch,
-                        commit: false,
+                        commit,
                         leader_epoch,
                     });
                     match conn.call_timeout(req, Duration::from_millis(shared.config.marker_timeout_ms)).await {

@@ -1,20 +1,26 @@
-//! The producer table: producer ids, epochs, partition registrations and fences.
+//! The producer table: producer ids, epochs, partition registrations, transactions and fences.
 //!
-//! Plain synchronous rules, no I/O: every `handle_*` method decides, returns the journal
-//! entries that make its decision durable, and applies them to itself. The caller persists the
-//! entries (in order) and answers only once they are durable. [`ProducerTable::apply`] is also
-//! how the journal is replayed after a restart.
+//! Plain synchronous rules, no I/O, time passed in: every `handle_*` method decides, returns
+//! the journal entries that make its decision durable, and applies them to itself. The caller
+//! persists the entries (in order) and answers only once they are durable.
+//! [`ProducerTable::apply`] is also how the journal is replayed after a restart.
 //!
-//! ## How an init fences
-//! A partition leader registers `(producer id, epoch, partition)` here before the first write
-//! of that epoch to that partition ([`ProducerTable::handle_register`]), and is refused for any
-//! epoch older than the current one. An init that bumps the epoch lists every partition
-//! registered under older epochs in its grant ([`Entry::Grant::fence`]); the caller writes a
-//! marker at the new epoch to each of them before answering. So when the new epoch is
-//! answered, every partition the old epoch could write to holds a fence, and every other
-//! partition will refuse to register the old epoch.
+//! ## How an epoch bump fences
+//! A partition is registered here under `(producer id, epoch)` before the first write of that
+//! epoch to it ([`ProducerTable::handle_register`], by the partition's leader and, for
+//! transactions, by the producer), and registration is refused for any epoch but the current
+//! one. Every bump (an init by a new instance, the end of a transaction, a transaction timeout)
+//! lists every partition registered under the epoch it ends; the caller writes a marker at the
+//! new epoch to each (abort for an init or a timeout, commit or abort for an EndTxn) before
+//! answering. So once a new epoch is answered, every partition the old epoch could write to holds
+//! a marker that fences it, and every other partition refuses to register the old epoch.
+//!
+//! ## Transactions
+//! Empty -> Ongoing (first transactional registration) -> PrepareCommit / PrepareAbort (EndTxn
+//! or timeout: epoch bumped, markers pending) -> CompleteCommit / CompleteAbort (markers
+//! written). An init while Ongoing aborts the transaction with markers at the bumped epoch.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use protocol::{ErrorCode, Status};
 
@@ -24,6 +30,8 @@ use crate::entry::{Entry, FenceTarget};
 pub const EPOCH_GRANT_MAX: i16 = i16::MAX - 1;
 /// The epoch of the marker that fences a producer id retired at exhaustion.
 pub const EPOCH_RETIRED: i16 = i16::MAX;
+/// Epoch bumps remembered per transactional id, to explain a refusal.
+pub const BUMPS_REMEMBERED: usize = 16;
 
 /// Limits of the table.
 #[derive(Debug, Clone)]
@@ -38,6 +46,45 @@ impl Default for TableConfig {
     }
 }
 
+/// Where a transactional id's transaction stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnState {
+    /// No transaction yet.
+    Empty,
+    /// A transaction is open.
+    Ongoing,
+    /// Ending with commit; markers being written.
+    PrepareCommit,
+    /// Ending with abort (or fencing); markers being written.
+    PrepareAbort,
+    /// The last transaction committed.
+    CompleteCommit,
+    /// The last transaction aborted (or the last epoch was fenced).
+    CompleteAbort,
+}
+
+impl TxnState {
+    /// The name `admin describe` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            TxnState::Empty => "Empty",
+            TxnState::Ongoing => "Ongoing",
+            TxnState::PrepareCommit => "PrepareCommit",
+            TxnState::PrepareAbort => "PrepareAbort",
+            TxnState::CompleteCommit => "CompleteCommit",
+            TxnState::CompleteAbort => "CompleteAbort",
+        }
+    }
+}
+
+/// Why an epoch was bumped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bump {
+    NewInstance,
+    Ended { commit: bool },
+    TimedOut { timeout_ms: i32 },
+}
+
 #[derive(Debug, Clone)]
 struct TxnEntry {
     producer_id: i64,
@@ -46,14 +93,61 @@ struct TxnEntry {
     transaction_timeout_ms: i32,
     /// Partitions registered under `epoch`.
     registered: BTreeSet<(String, i32)>,
-    /// Markers of the grant at `epoch` not yet confirmed written.
-    pending_fence: Vec<FenceTarget>,
+    /// When the open transaction began (volatile: reset to the restart time after a replay).
+    txn_started_ms: Option<u64>,
+    /// Markers of the bump to `epoch` not yet confirmed written, and their kind.
+    pending: Vec<FenceTarget>,
+    pending_commit: bool,
+    /// The outcome of the last completed bump's markers.
+    last_result: Option<bool>,
+    /// The transaction the last EndTxn ended: ((producer id, epoch), commit), for retries.
+    last_end: Option<((i64, i16), bool)>,
+    /// Recent bumps: (epoch bumped to, why).
+    bumps: VecDeque<(i16, Bump)>,
+}
+
+impl TxnEntry {
+    fn state(&self) -> TxnState {
+        if !self.pending.is_empty() {
+            return if self.pending_commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
+        }
+        if self.txn_started_ms.is_some() {
+            return TxnState::Ongoing;
+        }
+        match self.last_result {
+            Some(true) => TxnState::CompleteCommit,
+            Some(false) => TxnState::CompleteAbort,
+            None => TxnState::Empty,
+        }
+    }
+
+    /// Why `held` is no longer current, in words a user can act on.
+    fn fenced_message(&self, tid: &str, held: i16) -> String {
+        let current = self.epoch;
+        let why = self.bumps.iter().find(|(to, _)| *to > held).map(|(_, b)| *b);
+        match why {
+            Some(Bump::TimedOut { timeout_ms }) => format!(
+                "fenced: the transaction of '{tid}' at epoch {held} outlived its timeout of {timeout_ms} ms and the \
+                 coordinator aborted it; transactional id '{tid}' is at epoch {current}, this producer holds epoch {held}. \
+                 Start a new producer, or raise transaction_timeout_ms"
+            ),
+            Some(Bump::Ended { commit }) => format!(
+                "fenced: epoch {held} of '{tid}' ended when its transaction was {}; transactional id '{tid}' is at \
+                 epoch {current}, this producer holds epoch {held} (a delayed request from an ended transaction)",
+                if commit { "committed" } else { "aborted" }
+            ),
+            _ => format!(
+                "fenced: transactional id '{tid}' is at epoch {current}, this producer holds epoch {held}; another \
+                 instance initialised with the same transactional id, so stop this one"
+            ),
+        }
+    }
 }
 
 /// What an init decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InitDecision {
-    /// Persist `entries`, write every `fence` marker, then answer `(producer_id, epoch)`.
+    /// Persist `entries`, write every `fence` marker (abort), then answer `(producer_id, epoch)`.
     Grant {
         /// Producer id.
         producer_id: i64,
@@ -69,6 +163,39 @@ pub enum InitDecision {
         /// Why.
         status: Status,
         /// The transactional id's current epoch, -1 if none.
+        epoch: i16,
+    },
+}
+
+/// What an EndTxn (or a timeout) decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndDecision {
+    /// Persist `entries`, write every marker (commit or abort), then answer the new epoch.
+    Markers {
+        /// Producer id to continue with.
+        producer_id: i64,
+        /// Epoch to continue with.
+        epoch: i16,
+        /// Commit or abort.
+        commit: bool,
+        /// To persist.
+        entries: Vec<Entry>,
+        /// Markers to write.
+        markers: Vec<FenceTarget>,
+    },
+    /// Nothing to write (no transaction open, or a retry of an end that completed): wait for
+    /// what is queued to be durable, then answer `(producer_id, epoch)`.
+    Done {
+        /// Producer id.
+        producer_id: i64,
+        /// Epoch.
+        epoch: i16,
+    },
+    /// Refused.
+    Refuse {
+        /// Why.
+        status: Status,
+        /// The current epoch, -1 if unknown.
         epoch: i16,
     },
 }
@@ -104,11 +231,13 @@ pub struct TxnSummary {
     pub epoch: i16,
     /// Partitions registered under the epoch, as `topic-partition`.
     pub partitions: Vec<String>,
-    /// Whether the grant's fence markers are still being written.
-    pub fencing: bool,
+    /// Transaction state.
+    pub state: TxnState,
+    /// Milliseconds since the open transaction began, if one is open.
+    pub age_ms: Option<u64>,
 }
 
-/// Producer ids, epochs, registrations and fences. See the module docs.
+/// Producer ids, epochs, registrations, transactions and fences. See the module docs.
 #[derive(Debug, Default)]
 pub struct ProducerTable {
     config: TableConfig,
@@ -116,13 +245,6 @@ pub struct ProducerTable {
     by_tid: HashMap<String, TxnEntry>,
     /// Producer id -> owning transactional id, for every id ever bound to one.
     owner: HashMap<i64, String>,
-}
-
-fn fenced_message(tid: &str, current: i16, held: i16) -> String {
-    format!(
-        "fenced: transactional id '{tid}' is at epoch {current}, this producer holds epoch {held}; \
-         another instance initialised with the same transactional id, so stop this one"
-    )
 }
 
 impl ProducerTable {
@@ -134,6 +256,38 @@ impl ProducerTable {
     /// The next producer id to be handed out.
     pub fn next_producer_id(&self) -> i64 {
         self.next_producer_id
+    }
+
+    /// After a replay: open transactions' clocks start now (their start times are not durable,
+    /// so a restart can only lengthen a transaction's life, never shorten it).
+    pub fn restart_clocks(&mut self, now_ms: u64) {
+        for e in self.by_tid.values_mut() {
+            if e.txn_started_ms.is_some() {
+                e.txn_started_ms = Some(now_ms);
+            }
+        }
+    }
+
+    /// The next (producer id, epoch, marker epoch) after `e`: epoch + 1, or a fresh producer id
+    /// at epoch 0 at exhaustion (the old id then fenced at [`EPOCH_RETIRED`]).
+    fn next_epoch(&self, e: &TxnEntry) -> (i64, i16, i16) {
+        if e.epoch >= EPOCH_GRANT_MAX {
+            (self.next_producer_id, 0, EPOCH_RETIRED)
+        } else {
+            (e.producer_id, e.epoch + 1, e.epoch + 1)
+        }
+    }
+
+    fn targets(e: &TxnEntry, marker_epoch: i16) -> Vec<FenceTarget> {
+        e.registered
+            .iter()
+            .map(|(topic, partition)| FenceTarget {
+                producer_id: e.producer_id,
+                marker_epoch,
+                topic: topic.clone(),
+                partition: *partition,
+            })
+            .collect()
     }
 
     /// InitProducerId. `current` is the caller's (producer id, epoch), if it has one (KIP-360).
@@ -181,13 +335,14 @@ impl ProducerTable {
             let producer_id = self.next_producer_id;
             return self.grant(tid, producer_id, 0, None, transaction_timeout_ms, Vec::new());
         };
-        if !e.pending_fence.is_empty() {
+        if !e.pending.is_empty() {
             return refuse(
                 ErrorCode::ConcurrentTransactions,
                 format!(
-                    "transactional id '{tid}': epoch {} is still fencing {} partition(s) of the previous epoch; retry shortly",
+                    "transactional id '{tid}': epoch {} is still writing markers to {} partition(s) of the previous \
+                     epoch; retry shortly",
                     e.epoch,
-                    e.pending_fence.len()
+                    e.pending.len()
                 ),
                 e.epoch,
             );
@@ -206,7 +361,7 @@ impl ProducerTable {
             if pid != e.producer_id || epoch != e.epoch {
                 let ours = self.owner.get(&pid).is_some_and(|t| t == tid);
                 return if ours && (pid != e.producer_id || epoch < e.epoch) {
-                    refuse(ErrorCode::ProducerFenced, fenced_message(tid, e.epoch, epoch), e.epoch)
+                    refuse(ErrorCode::ProducerFenced, e.fenced_message(tid, epoch), e.epoch)
                 } else {
                     refuse(
                         ErrorCode::InvalidProducerIdMapping,
@@ -216,22 +371,10 @@ impl ProducerTable {
                 };
             }
         }
-        let e = e.clone();
-        let (producer_id, epoch, marker_epoch) = if e.epoch >= EPOCH_GRANT_MAX {
-            (self.next_producer_id, 0, EPOCH_RETIRED)
-        } else {
-            (e.producer_id, e.epoch + 1, e.epoch + 1)
-        };
-        let fence = e
-            .registered
-            .iter()
-            .map(|(topic, partition)| FenceTarget {
-                producer_id: e.producer_id,
-                marker_epoch,
-                topic: topic.clone(),
-                partition: *partition,
-            })
-            .collect();
+        let (producer_id, epoch, marker_epoch) = self.next_epoch(e);
+        // Everything registered under the old epoch gets an abort marker at the new one: an open
+        // transaction is aborted, and the old epoch is fenced there.
+        let fence = Self::targets(e, marker_epoch);
         self.grant(tid, producer_id, epoch, current, transaction_timeout_ms, fence)
     }
 
@@ -256,11 +399,106 @@ impl ProducerTable {
         InitDecision::Grant { producer_id, epoch, entries: vec![entry], fence }
     }
 
-    /// The fence markers of the grant at `epoch` for `tid` are all written.
-    /// Returns the entry recording it (persisting it is an optimisation, not a promise).
+    /// EndTxn: commit or abort the transaction of `(producer_id, epoch)`, bumping the epoch.
+    pub fn handle_end_txn(&mut self, tid: &str, producer_id: i64, epoch: i16, commit: bool) -> EndDecision {
+        let refuse = |code, msg: String, epoch| EndDecision::Refuse { status: Status::new(code, msg), epoch };
+        let Some(e) = self.by_tid.get(tid) else {
+            return refuse(
+                ErrorCode::InvalidProducerIdMapping,
+                format!("transactional id '{tid}' is unknown; call InitProducerId first"),
+                -1,
+            );
+        };
+        let is_retry = e.last_end == Some(((producer_id, epoch), commit));
+        if !e.pending.is_empty() {
+            return refuse(
+                ErrorCode::ConcurrentTransactions,
+                format!(
+                    "transactional id '{tid}': markers of epoch {} are still being written; retry shortly",
+                    e.epoch
+                ),
+                e.epoch,
+            );
+        }
+        if is_retry {
+            // The end of this transaction completed and its answer was lost.
+            return EndDecision::Done { producer_id: e.producer_id, epoch: e.epoch };
+        }
+        let ours = self.owner.get(&producer_id).is_some_and(|t| t == tid);
+        if !ours {
+            return refuse(
+                ErrorCode::InvalidProducerIdMapping,
+                format!("producer id {producer_id} does not belong to transactional id '{tid}'"),
+                e.epoch,
+            );
+        }
+        if producer_id != e.producer_id || epoch < e.epoch {
+            return refuse(ErrorCode::ProducerFenced, e.fenced_message(tid, epoch), e.epoch);
+        }
+        if epoch > e.epoch {
+            return refuse(
+                ErrorCode::InvalidProducerEpoch,
+                format!("epoch {epoch} of '{tid}' was never granted (current is {})", e.epoch),
+                e.epoch,
+            );
+        }
+        if e.registered.is_empty() {
+            // Nothing was written in this transaction: nothing to end, nothing to fence.
+            return EndDecision::Done { producer_id: e.producer_id, epoch: e.epoch };
+        }
+        let entry = self.end_entry(tid, commit, false);
+        self.end(entry)
+    }
+
+    fn end_entry(&self, tid: &str, commit: bool, timed_out: bool) -> Entry {
+        let e = &self.by_tid[tid];
+        let (producer_id, epoch, marker_epoch) = self.next_epoch(e);
+        Entry::EndTxn {
+            transactional_id: tid.to_string(),
+            producer_id,
+            epoch,
+            prev: (e.producer_id, e.epoch),
+            commit,
+            timed_out,
+            markers: Self::targets(e, marker_epoch),
+        }
+    }
+
+    fn end(&mut self, entry: Entry) -> EndDecision {
+        self.apply(&entry);
+        let Entry::EndTxn { producer_id, epoch, commit, ref markers, .. } = entry else {
+            unreachable!("end() takes EndTxn entries")
+        };
+        let markers = markers.clone();
+        EndDecision::Markers { producer_id, epoch, commit, entries: vec![entry], markers }
+    }
+
+    /// Abort every open transaction older than its timeout, bumping its epoch so the slow
+    /// producer is fenced. Returns `(transactional id, decision)` per aborted transaction.
+    pub fn handle_timeouts(&mut self, now_ms: u64) -> Vec<(String, EndDecision)> {
+        let expired: Vec<String> = self
+            .by_tid
+            .iter()
+            .filter(|(_, e)| {
+                e.pending.is_empty()
+                    && e.txn_started_ms.is_some_and(|t| now_ms.saturating_sub(t) > e.transaction_timeout_ms as u64)
+            })
+            .map(|(t, _)| t.clone())
+            .collect();
+        expired
+            .into_iter()
+            .map(|tid| {
+                let entry = self.end_entry(&tid, false, true);
+                (tid, self.end(entry))
+            })
+            .collect()
+    }
+
+    /// The markers of the bump to `epoch` for `tid` are all written. Returns the entry
+    /// recording it (persisting it is an optimisation, not a promise).
     pub fn handle_fence_done(&mut self, tid: &str, epoch: i16) -> Option<Entry> {
         let e = self.by_tid.get(tid)?;
-        if e.epoch != epoch || e.pending_fence.is_empty() {
+        if e.epoch != epoch || e.pending.is_empty() {
             return None;
         }
         let entry = Entry::FenceDone { transactional_id: tid.to_string(), epoch };
@@ -268,20 +506,30 @@ impl ProducerTable {
         Some(entry)
     }
 
-    /// Every grant whose markers are not confirmed yet, as `(transactional id, epoch, targets)`:
-    /// after a restart the caller resumes writing them.
-    pub fn pending_fences(&self) -> Vec<(String, i16, Vec<FenceTarget>)> {
+    /// Every bump whose markers are not confirmed yet, as `(transactional id, epoch, commit,
+    /// targets)`: after a restart the caller resumes writing them.
+    pub fn pending_fences(&self) -> Vec<(String, i16, bool, Vec<FenceTarget>)> {
         self.by_tid
             .iter()
-            .filter(|(_, e)| !e.pending_fence.is_empty())
-            .map(|(t, e)| (t.clone(), e.epoch, e.pending_fence.clone()))
+            .filter(|(_, e)| !e.pending.is_empty())
+            .map(|(t, e)| (t.clone(), e.epoch, e.pending_commit, e.pending.clone()))
             .collect()
     }
 
-    /// A partition leader asks whether `(producer_id, epoch)` may write to `topic-partition`.
-    pub fn handle_register(&mut self, producer_id: i64, epoch: i16, topic: &str, partition: i32) -> RegisterDecision {
+    /// A partition is to be written by `(producer_id, epoch)`: register it (durably, so a later
+    /// bump fences it), or refuse a stale epoch. A transactional registration opens a
+    /// transaction if none is open.
+    pub fn handle_register(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        topic: &str,
+        partition: i32,
+        transactional: bool,
+        now_ms: u64,
+    ) -> RegisterDecision {
         let refuse = |code, msg: String, epoch| RegisterDecision::Refuse { status: Status::new(code, msg), epoch };
-        let Some(tid) = self.owner.get(&producer_id) else {
+        let Some(tid) = self.owner.get(&producer_id).cloned() else {
             if producer_id < 0 || producer_id >= self.next_producer_id {
                 return refuse(
                     ErrorCode::UnknownProducerId,
@@ -297,9 +545,16 @@ impl ProducerTable {
                     0,
                 );
             }
+            if transactional {
+                return refuse(
+                    ErrorCode::InvalidTxnState,
+                    format!("producer id {producer_id} has no transactional id, so it cannot write transactionally"),
+                    0,
+                );
+            }
             return RegisterDecision::Accept { entries: Vec::new(), epoch: 0 };
         };
-        let e = &self.by_tid[tid];
+        let e = &self.by_tid[&tid];
         if producer_id != e.producer_id {
             return refuse(
                 ErrorCode::ProducerFenced,
@@ -312,7 +567,7 @@ impl ProducerTable {
             );
         }
         if epoch < e.epoch {
-            return refuse(ErrorCode::ProducerFenced, fenced_message(tid, e.epoch, epoch), e.epoch);
+            return refuse(ErrorCode::ProducerFenced, e.fenced_message(&tid, epoch), e.epoch);
         }
         if epoch > e.epoch {
             return refuse(
@@ -322,11 +577,17 @@ impl ProducerTable {
             );
         }
         let current = e.epoch;
-        if e.registered.contains(&(topic.to_string(), partition)) {
+        let opens_txn = transactional && e.txn_started_ms.is_none();
+        if e.registered.contains(&(topic.to_string(), partition)) && !opens_txn {
             return RegisterDecision::Accept { entries: Vec::new(), epoch: current };
         }
-        let entry = Entry::Register { producer_id, epoch, topic: topic.to_string(), partition };
+        let entry = Entry::Register { producer_id, epoch, topic: topic.to_string(), partition, transactional };
         self.apply(&entry);
+        if opens_txn {
+            if let Some(e) = self.by_tid.get_mut(tid.as_str()) {
+                e.txn_started_ms = Some(now_ms);
+            }
+        }
         RegisterDecision::Accept { entries: vec![entry], epoch: current }
     }
 
@@ -343,26 +604,60 @@ impl ProducerTable {
                     requested_by: None,
                     transaction_timeout_ms: *transaction_timeout_ms,
                     registered: BTreeSet::new(),
-                    pending_fence: Vec::new(),
+                    txn_started_ms: None,
+                    pending: Vec::new(),
+                    pending_commit: false,
+                    last_result: None,
+                    last_end: None,
+                    bumps: VecDeque::new(),
                 });
+                let bumped = e.epoch != *epoch || e.producer_id != *producer_id;
                 e.producer_id = *producer_id;
                 e.epoch = *epoch;
                 e.requested_by = *requested_by;
                 e.transaction_timeout_ms = *transaction_timeout_ms;
                 e.registered.clear();
-                e.pending_fence = fence.clone();
+                e.txn_started_ms = None;
+                e.pending = fence.clone();
+                e.pending_commit = false;
+                if bumped {
+                    remember(&mut e.bumps, *epoch, Bump::NewInstance);
+                }
             }
-            Entry::Register { producer_id, epoch, topic, partition } => {
+            Entry::Register { producer_id, epoch, topic, partition, transactional } => {
                 if let Some(e) = self.owner.get(producer_id).and_then(|t| self.by_tid.get_mut(t)) {
                     if e.producer_id == *producer_id && e.epoch == *epoch {
                         e.registered.insert((topic.clone(), *partition));
+                        if *transactional && e.txn_started_ms.is_none() {
+                            // Time is not in the journal: the live path stamps `now` right
+                            // after this, a replay stamps the restart time (`restart_clocks`).
+                            e.txn_started_ms = Some(u64::MAX);
+                        }
                     }
+                }
+            }
+            Entry::EndTxn { transactional_id, producer_id, epoch, prev, commit, timed_out, markers } => {
+                self.next_producer_id = self.next_producer_id.max(producer_id + 1);
+                self.owner.insert(*producer_id, transactional_id.clone());
+                if let Some(e) = self.by_tid.get_mut(transactional_id) {
+                    let timeout_ms = e.transaction_timeout_ms;
+                    e.producer_id = *producer_id;
+                    e.epoch = *epoch;
+                    e.requested_by = None;
+                    e.registered.clear();
+                    e.txn_started_ms = None;
+                    e.pending = markers.clone();
+                    e.pending_commit = *commit;
+                    e.last_end = (!timed_out).then_some((*prev, *commit));
+                    let why = if *timed_out { Bump::TimedOut { timeout_ms } } else { Bump::Ended { commit: *commit } };
+                    remember(&mut e.bumps, *epoch, why);
                 }
             }
             Entry::FenceDone { transactional_id, epoch } => {
                 if let Some(e) = self.by_tid.get_mut(transactional_id) {
-                    if e.epoch == *epoch {
-                        e.pending_fence.clear();
+                    if e.epoch == *epoch && !e.pending.is_empty() {
+                        e.pending.clear();
+                        e.last_result = Some(e.pending_commit);
                     }
                 }
             }
@@ -371,7 +666,7 @@ impl ProducerTable {
     }
 
     /// Every transactional id, sorted.
-    pub fn describe(&self) -> Vec<TxnSummary> {
+    pub fn describe(&self, now_ms: u64) -> Vec<TxnSummary> {
         let mut out: Vec<TxnSummary> = self
             .by_tid
             .iter()
@@ -380,7 +675,8 @@ impl ProducerTable {
                 producer_id: e.producer_id,
                 epoch: e.epoch,
                 partitions: e.registered.iter().map(|(t, p)| format!("{t}-{p}")).collect(),
-                fencing: !e.pending_fence.is_empty(),
+                state: e.state(),
+                age_ms: e.txn_started_ms.map(|s| now_ms.saturating_sub(s.min(now_ms))),
             })
             .collect();
         out.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
@@ -391,6 +687,18 @@ impl ProducerTable {
     pub fn current(&self, tid: &str) -> Option<(i64, i16)> {
         self.by_tid.get(tid).map(|e| (e.producer_id, e.epoch))
     }
+
+    /// The transaction state of a transactional id.
+    pub fn state(&self, tid: &str) -> Option<TxnState> {
+        self.by_tid.get(tid).map(TxnEntry::state)
+    }
+}
+
+fn remember(bumps: &mut VecDeque<(i16, Bump)>, epoch: i16, why: Bump) {
+    if bumps.len() == BUMPS_REMEMBERED {
+        bumps.pop_front();
+    }
+    bumps.push_back((epoch, why));
 }
 
 #[cfg(test)]
@@ -446,8 +754,8 @@ mod tests {
     fn bump_fences_every_partition_registered_under_the_old_epoch() {
         let mut t = ProducerTable::new(TableConfig::default());
         let (pid, e0, _) = grant(t.handle_init(Some("orders"), T, None));
-        assert!(matches!(t.handle_register(pid, e0, "t", 0), RegisterDecision::Accept { .. }));
-        assert!(matches!(t.handle_register(pid, e0, "t", 1), RegisterDecision::Accept { .. }));
+        assert!(matches!(t.handle_register(pid, e0, "t", 0, false, 0), RegisterDecision::Accept { .. }));
+        assert!(matches!(t.handle_register(pid, e0, "t", 1, false, 0), RegisterDecision::Accept { .. }));
         let (_, e1, fence) = grant(t.handle_init(Some("orders"), T, None));
         assert_eq!(fence.len(), 2);
         assert!(fence.iter().all(|f| f.marker_epoch == e1 && f.producer_id == pid));
@@ -464,7 +772,7 @@ mod tests {
         let mut t = ProducerTable::new(TableConfig::default());
         let (pid, e0, _) = grant(t.handle_init(Some("orders"), T, None));
         grant(t.handle_init(Some("orders"), T, None));
-        match t.handle_register(pid, e0, "never-touched", 7) {
+        match t.handle_register(pid, e0, "never-touched", 7, false, 0) {
             RegisterDecision::Refuse { status, epoch } => {
                 assert_eq!(status.code, ErrorCode::ProducerFenced);
                 assert_eq!(epoch, e0 + 1);
@@ -482,11 +790,11 @@ mod tests {
     fn unknown_producer_id_is_refused_and_idempotent_ids_are_accepted() {
         let mut t = ProducerTable::new(TableConfig::default());
         assert!(matches!(
-            t.handle_register(5, 0, "t", 0),
+            t.handle_register(5, 0, "t", 0, false, 0),
             RegisterDecision::Refuse { status: Status { code: ErrorCode::UnknownProducerId, .. }, .. }
         ));
         let (pid, _, _) = grant(t.handle_init(None, 0, None));
-        assert!(matches!(t.handle_register(pid, 0, "t", 0), RegisterDecision::Accept { .. }));
+        assert!(matches!(t.handle_register(pid, 0, "t", 0, false, 0), RegisterDecision::Accept { .. }));
     }
 
     #[test]
@@ -516,7 +824,7 @@ mod tests {
             transaction_timeout_ms: T,
             fence: vec![],
         });
-        assert!(matches!(t.handle_register(pid, EPOCH_GRANT_MAX, "t", 0), RegisterDecision::Accept { .. }));
+        assert!(matches!(t.handle_register(pid, EPOCH_GRANT_MAX, "t", 0, false, 0), RegisterDecision::Accept { .. }));
         let (pid2, e, fence) = grant(t.handle_init(Some("x"), T, None));
         assert_ne!(pid2, pid);
         assert_eq!(e, 0);
@@ -526,7 +834,7 @@ mod tests {
         );
         t.handle_fence_done("x", 0);
         assert!(matches!(
-            t.handle_register(pid, EPOCH_GRANT_MAX, "t", 1),
+            t.handle_register(pid, EPOCH_GRANT_MAX, "t", 1, false, 0),
             RegisterDecision::Refuse { status: Status { code: ErrorCode::ProducerFenced, .. }, .. }
         ));
     }
@@ -543,7 +851,7 @@ mod tests {
         let d = t.handle_init(Some("a"), T, None);
         push(d, &mut log);
         let (pid, e) = t.current("a").unwrap();
-        if let RegisterDecision::Accept { entries, .. } = t.handle_register(pid, e, "t", 0) {
+        if let RegisterDecision::Accept { entries, .. } = t.handle_register(pid, e, "t", 0, false, 0) {
             log.extend(entries);
         }
         let d = t.handle_init(Some("a"), T, None);
@@ -555,7 +863,7 @@ mod tests {
         for e in &log {
             r.apply(e);
         }
-        assert_eq!(r.describe(), t.describe());
+        assert_eq!(r.describe(0), t.describe(0));
         assert_eq!(r.next_producer_id(), t.next_producer_id());
         assert_eq!(r.pending_fences(), t.pending_fences());
     }
@@ -566,5 +874,131 @@ mod tests {
         assert_eq!(refused(t.handle_init(Some("a"), 0, None)).0, ErrorCode::InvalidTransactionTimeout);
         assert_eq!(refused(t.handle_init(Some("a"), i32::MAX, None)).0, ErrorCode::InvalidTransactionTimeout);
         assert_eq!(refused(t.handle_init(Some(""), T, None)).0, ErrorCode::InvalidRequest);
+    }
+
+    fn register(t: &mut ProducerTable, tid: &str, topic: &str, partition: i32, now: u64) {
+        let (pid, e) = t.current(tid).unwrap();
+        assert!(matches!(t.handle_register(pid, e, topic, partition, true, now), RegisterDecision::Accept { .. }));
+    }
+
+    fn markers(d: EndDecision) -> (i16, bool, Vec<FenceTarget>) {
+        match d {
+            EndDecision::Markers { epoch, commit, markers, .. } => (epoch, commit, markers),
+            other => panic!("expected markers, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_transaction_goes_ongoing_prepare_complete_and_bumps_the_epoch() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let (pid, e0, _) = grant(t.handle_init(Some("tx"), T, None));
+        assert_eq!(t.state("tx"), Some(TxnState::Empty));
+        register(&mut t, "tx", "a", 0, 10);
+        register(&mut t, "tx", "b", 1, 11);
+        assert_eq!(t.state("tx"), Some(TxnState::Ongoing));
+        assert_eq!(t.describe(15)[0].age_ms, Some(5));
+        let (e1, commit, m) = markers(t.handle_end_txn("tx", pid, e0, true));
+        assert_eq!((e1, commit, m.len()), (e0 + 1, true, 2));
+        assert!(m.iter().all(|f| f.marker_epoch == e1));
+        assert_eq!(t.state("tx"), Some(TxnState::PrepareCommit));
+        t.handle_fence_done("tx", e1);
+        assert_eq!(t.state("tx"), Some(TxnState::CompleteCommit));
+        // The next transaction starts empty at the new epoch.
+        let (_, abort, m) = {
+            register(&mut t, "tx", "a", 0, 20);
+            markers(t.handle_end_txn("tx", pid, e1, false))
+        };
+        assert!(!abort && m.len() == 1);
+    }
+
+    #[test]
+    fn a_delayed_end_txn_of_an_earlier_transaction_cannot_end_a_later_one() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let (pid, e0, _) = grant(t.handle_init(Some("tx"), T, None));
+        register(&mut t, "tx", "a", 0, 0);
+        let (e1, _, _) = markers(t.handle_end_txn("tx", pid, e0, true));
+        t.handle_fence_done("tx", e1);
+        register(&mut t, "tx", "a", 0, 5); // the next transaction is open at e1
+                                           // The first EndTxn arrives again, late: it is recognised as a retry, touches nothing.
+        assert_eq!(t.handle_end_txn("tx", pid, e0, true), EndDecision::Done { producer_id: pid, epoch: e1 });
+        assert_eq!(t.state("tx"), Some(TxnState::Ongoing));
+        // The same late request with the other outcome is refused.
+        match t.handle_end_txn("tx", pid, e0, false) {
+            EndDecision::Refuse { status, epoch } => {
+                assert_eq!((status.code, epoch), (ErrorCode::ProducerFenced, e1));
+                assert!(status.message.contains("committed"), "{}", status.message);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(t.state("tx"), Some(TxnState::Ongoing));
+    }
+
+    #[test]
+    fn init_aborts_the_open_transaction_of_the_previous_instance() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        grant(t.handle_init(Some("tx"), T, None));
+        register(&mut t, "tx", "a", 0, 0);
+        let (_, e1, fence) = grant(t.handle_init(Some("tx"), T, None));
+        assert_eq!(fence.len(), 1);
+        assert_eq!(t.state("tx"), Some(TxnState::PrepareAbort));
+        t.handle_fence_done("tx", e1);
+        assert_eq!(t.state("tx"), Some(TxnState::CompleteAbort));
+    }
+
+    #[test]
+    fn an_expired_transaction_is_aborted_and_its_producer_fenced_with_the_reason() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let (pid, e0, _) = grant(t.handle_init(Some("slow"), 1_000, None));
+        register(&mut t, "slow", "a", 0, 100);
+        assert!(t.handle_timeouts(1_000).is_empty());
+        let out = t.handle_timeouts(1_101);
+        assert_eq!(out.len(), 1);
+        let (e1, commit, m) = markers(out[0].1.clone());
+        assert_eq!((e1, commit, m.len()), (e0 + 1, false, 1));
+        t.handle_fence_done("slow", e1);
+        match t.handle_register(pid, e0, "b", 0, true, 1_200) {
+            RegisterDecision::Refuse { status, .. } => {
+                assert_eq!(status.code, ErrorCode::ProducerFenced);
+                assert!(status.message.contains("outlived its timeout of 1000 ms"), "{}", status.message);
+            }
+            other => panic!("{other:?}"),
+        }
+        match t.handle_end_txn("slow", pid, e0, true) {
+            EndDecision::Refuse { status, .. } => assert!(status.message.contains("timeout"), "{}", status.message),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn non_transactional_registrations_open_no_transaction() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let (pid, e0, _) = grant(t.handle_init(Some("plain"), 1_000, None));
+        assert!(matches!(t.handle_register(pid, e0, "a", 0, false, 0), RegisterDecision::Accept { .. }));
+        assert_eq!(t.state("plain"), Some(TxnState::Empty));
+        assert!(t.handle_timeouts(10_000).is_empty(), "nothing to time out");
+    }
+
+    #[test]
+    fn replay_rebuilds_transactions_and_pending_markers() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let mut log = Vec::new();
+        if let InitDecision::Grant { entries, .. } = t.handle_init(Some("tx"), T, None) {
+            log.extend(entries);
+        }
+        let (pid, e0) = t.current("tx").unwrap();
+        if let RegisterDecision::Accept { entries, .. } = t.handle_register(pid, e0, "a", 0, true, 5) {
+            log.extend(entries);
+        }
+        if let EndDecision::Markers { entries, .. } = t.handle_end_txn("tx", pid, e0, true) {
+            log.extend(entries);
+        }
+        let mut r = ProducerTable::new(TableConfig::default());
+        for e in &log {
+            r.apply(e);
+        }
+        assert_eq!(r.state("tx"), Some(TxnState::PrepareCommit));
+        let pending = r.pending_fences();
+        assert_eq!(pending.len(), 1);
+        assert!(pending[0].2, "the resumed markers are commit markers");
     }
 }

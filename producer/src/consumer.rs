@@ -2,8 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use protocol::batch::{decode_records, BatchIter, ConsumedRecord};
-use protocol::{ErrorCode, FetchRequest, Request, Response};
+use std::collections::HashSet;
+
+use protocol::batch::{decode_records, marker_kind, BatchIter, ConsumedRecord, MarkerKind};
+use protocol::{AbortedTxn, ErrorCode, FetchRequest, Request, Response, READ_COMMITTED, READ_UNCOMMITTED};
 
 use crate::client::{Client, ClientConfig};
 use crate::error::ClientError;
@@ -20,17 +22,27 @@ pub struct Fetched {
     pub next_offset: i64,
     /// The partition's high watermark.
     pub high_watermark: i64,
+    /// Where this consumer's reading stops: the last stable offset (read_committed) or the
+    /// high watermark (read_uncommitted).
+    pub readable_end: i64,
 }
 
 /// Reads partitions.
 pub struct Consumer {
     client: Client,
+    isolation: i8,
 }
 
 impl Consumer {
-    /// A consumer bootstrapping from the coordinator at `bootstrap`.
+    /// A read_uncommitted consumer bootstrapping from the coordinator at `bootstrap`.
     pub fn new(bootstrap: &str, config: ClientConfig) -> Consumer {
-        Consumer { client: Client::new(bootstrap, config) }
+        Consumer { client: Client::new(bootstrap, config), isolation: READ_UNCOMMITTED }
+    }
+
+    /// A read_committed consumer: it stops at the last stable offset and skips aborted
+    /// transactions.
+    pub fn read_committed(bootstrap: &str, config: ClientConfig) -> Consumer {
+        Consumer { client: Client::new(bootstrap, config), isolation: READ_COMMITTED }
     }
 
     /// Fetch from `offset`, retrying leadership and connection errors until the request timeout.
@@ -57,10 +69,13 @@ impl Consumer {
                         leader_epoch: leader.leader_epoch,
                         offset,
                         max_bytes,
+                        isolation: self.isolation,
                     });
                     match self.client.call_broker(&leader.addr, req).await {
                         Ok(Response::Fetch(f)) if f.status.is_ok() => {
-                            return decode(offset, f.high_watermark, f.records)
+                            let end =
+                                if self.isolation == READ_COMMITTED { f.last_stable_offset } else { f.high_watermark };
+                            return decode(offset, f.high_watermark, end, &f.aborted, f.records);
                         }
                         Ok(other) if other.status().code.is_retriable() || other.status().code == ErrorCode::None => {
                             self.client.invalidate(topic);
@@ -99,7 +114,7 @@ impl Consumer {
         loop {
             let f = self.fetch(topic, partition, offset, FETCH_BYTES_MAX_DEFAULT).await?;
             out.extend(f.records);
-            if f.next_offset >= f.high_watermark || f.next_offset == offset {
+            if f.next_offset >= f.readable_end || f.next_offset == offset {
                 return Ok(out);
             }
             offset = f.next_offset;
@@ -107,15 +122,40 @@ impl Consumer {
     }
 }
 
-fn decode(offset: i64, high_watermark: i64, bytes: bytes::Bytes) -> Result<Fetched, ClientError> {
+/// Decode fetched batches: skip control batches, and the transactional batches of aborted
+/// transactions (each aborted transaction's producer is skipped from its first offset up to
+/// its abort marker, as Kafka consumers do).
+fn decode(
+    offset: i64,
+    high_watermark: i64,
+    readable_end: i64,
+    aborted: &[AbortedTxn],
+    bytes: bytes::Bytes,
+) -> Result<Fetched, ClientError> {
+    let mut pending: Vec<AbortedTxn> = aborted.to_vec();
+    pending.sort_by_key(|a| std::cmp::Reverse(a.first_offset));
+    let mut skipping: HashSet<i64> = HashSet::new();
     let mut records = Vec::new();
     let mut next_offset = offset;
     for item in BatchIter::new(bytes) {
         let (header, batch) = item.map_err(|e| ClientError::Protocol(format!("fetched batch does not parse: {e}")))?;
+        next_offset = next_offset.max(header.last_offset() + 1);
+        while pending.last().is_some_and(|a| a.first_offset <= header.base_offset) {
+            let a = pending.pop().expect("checked");
+            skipping.insert(a.producer_id);
+        }
+        if header.is_control() {
+            if marker_kind(&batch) == Some(MarkerKind::Abort) {
+                skipping.remove(&header.producer_id);
+            }
+            continue;
+        }
+        if header.is_transactional() && skipping.contains(&header.producer_id) {
+            continue;
+        }
         let decoded =
             decode_records(&batch).map_err(|e| ClientError::Protocol(format!("fetched batch is damaged: {e}")))?;
         records.extend(decoded.into_iter().filter(|r| r.offset >= offset));
-        next_offset = next_offset.max(header.last_offset() + 1);
     }
-    Ok(Fetched { records, next_offset, high_watermark })
+    Ok(Fetched { records, next_offset, high_watermark, readable_end })
 }

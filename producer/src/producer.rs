@@ -1,12 +1,15 @@
 //! The producer: InitProducerId, then batches stamped with (producer id, epoch, sequence),
 //! retried with the same bytes until acknowledged, fenced, or out of time.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use protocol::batch::{build_batch, increment_sequence, ProducerStamp};
-use protocol::{ErrorCode, InitProducerIdRequest, ProduceRequest, Request, Response, Status, ACKS_ALL};
+use protocol::{
+    AddPartitionRequest, EndTxnRequest, ErrorCode, InitProducerIdRequest, ProduceRequest, Request, Response, Status,
+    ACKS_ALL,
+};
 
 use crate::client::{Client, ClientConfig};
 use crate::error::ClientError;
@@ -69,10 +72,40 @@ pub struct Producer {
     producer_id: i64,
     epoch: i16,
     sequences: HashMap<(String, i32), i32>,
+    /// The open transaction's partitions, registered with the coordinator; `None` outside one.
+    txn: Option<HashSet<(String, i32)>>,
 }
 
 fn retriable(code: ErrorCode) -> bool {
     code.is_retriable()
+}
+
+/// Send `req` to the coordinator until it answers with a non-retriable status (success or a
+/// refusal the caller interprets), retrying connection errors and retriable statuses with
+/// backoff until `timeout_ms`.
+async fn call_coordinator_retrying(
+    client: &mut Client,
+    what: &str,
+    timeout_ms: u64,
+    req: Request,
+) -> Result<Response, ClientError> {
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    let mut attempt = 0;
+    loop {
+        let last_error = match client.call_coordinator(req.clone()).await {
+            Ok(resp) if !retriable(resp.status().code) => return Ok(resp),
+            Ok(resp) => resp.status().to_string(),
+            Err(e) if e.is_retriable() => e.to_string(),
+            Err(e) => return Err(ClientError::Protocol(e.to_string())),
+        };
+        let pause = client.backoff(attempt);
+        if Instant::now() + pause > deadline {
+            return Err(ClientError::Timeout { what: what.to_string(), timeout_ms, last_error });
+        }
+        tracing::debug!(what, %last_error, "coordinator call failed; retrying");
+        tokio::time::sleep(pause).await;
+        attempt += 1;
+    }
 }
 
 impl Producer {
@@ -80,44 +113,119 @@ impl Producer {
     /// transactional id this bumps the epoch and fences every earlier instance.
     pub async fn init(bootstrap: &str, config: ProducerConfig) -> Result<Producer, ClientError> {
         let mut client = Client::new(bootstrap, config.client.clone());
-        let deadline = Instant::now() + Duration::from_millis(config.delivery_timeout_ms);
-        let mut attempt = 0;
-        loop {
-            let req = Request::InitProducerId(InitProducerIdRequest {
-                transactional_id: config.transactional_id.clone(),
-                transaction_timeout_ms: config.transaction_timeout_ms,
-                producer_id: -1,
-                producer_epoch: -1,
-            });
-            let last_error = match client.call_coordinator(req).await {
-                Ok(Response::InitProducerId(r)) if r.status.is_ok() => {
-                    tracing::info!(transactional_id = ?config.transactional_id, producer_id = r.producer_id, epoch = r.producer_epoch, "initialised");
-                    return Ok(Producer {
-                        client,
-                        config,
-                        producer_id: r.producer_id,
-                        epoch: r.producer_epoch,
-                        sequences: HashMap::new(),
-                    });
-                }
-                Ok(Response::InitProducerId(r)) if retriable(r.status.code) => r.status.to_string(),
-                Ok(other) => {
-                    return Err(ClientError::Refused { what: "InitProducerId".into(), status: other.status().clone() })
-                }
-                Err(e) if e.is_retriable() => e.to_string(),
-                Err(e) => return Err(ClientError::Protocol(e.to_string())),
-            };
-            let pause = client.backoff(attempt);
-            if Instant::now() + pause > deadline {
-                return Err(ClientError::Timeout {
-                    what: "InitProducerId".into(),
-                    timeout_ms: config.delivery_timeout_ms,
-                    last_error,
-                });
+        let req = Request::InitProducerId(InitProducerIdRequest {
+            transactional_id: config.transactional_id.clone(),
+            transaction_timeout_ms: config.transaction_timeout_ms,
+            producer_id: -1,
+            producer_epoch: -1,
+        });
+        match call_coordinator_retrying(&mut client, "InitProducerId", config.delivery_timeout_ms, req).await? {
+            Response::InitProducerId(r) if r.status.is_ok() => {
+                tracing::info!(transactional_id = ?config.transactional_id, producer_id = r.producer_id, epoch = r.producer_epoch, "initialised");
+                Ok(Producer {
+                    client,
+                    config,
+                    producer_id: r.producer_id,
+                    epoch: r.producer_epoch,
+                    sequences: HashMap::new(),
+                    txn: None,
+                })
             }
-            tracing::debug!(%last_error, "init failed; retrying");
-            tokio::time::sleep(pause).await;
-            attempt += 1;
+            other => Err(ClientError::Refused { what: "InitProducerId".into(), status: other.status().clone() }),
+        }
+    }
+
+    /// Begin a transaction: until [`Producer::commit`] or [`Producer::abort`], every batch is
+    /// transactional, and read_committed consumers see none of them before the commit.
+    pub fn begin(&mut self) -> Result<(), ClientError> {
+        if self.config.transactional_id.is_none() {
+            return Err(ClientError::Protocol("transactions need a transactional id".into()));
+        }
+        if self.txn.is_some() {
+            return Err(ClientError::Protocol("a transaction is already open".into()));
+        }
+        self.txn = Some(HashSet::new());
+        Ok(())
+    }
+
+    /// Whether a transaction is open.
+    pub fn in_transaction(&self) -> bool {
+        self.txn.is_some()
+    }
+
+    /// Commit the open transaction. The coordinator writes a commit marker to every partition
+    /// it touched and bumps the epoch (KIP-890), which this producer continues with.
+    pub async fn commit(&mut self) -> Result<(), ClientError> {
+        self.end(true).await
+    }
+
+    /// Abort the open transaction: its records are never shown to read_committed consumers.
+    pub async fn abort(&mut self) -> Result<(), ClientError> {
+        self.end(false).await
+    }
+
+    async fn end(&mut self, commit: bool) -> Result<(), ClientError> {
+        let Some(tid) = self.config.transactional_id.clone() else {
+            return Err(ClientError::Protocol("transactions need a transactional id".into()));
+        };
+        if self.txn.is_none() {
+            return Err(ClientError::Protocol("no transaction is open".into()));
+        }
+        let req = Request::EndTxn(EndTxnRequest {
+            transactional_id: tid,
+            producer_id: self.producer_id,
+            producer_epoch: self.epoch,
+            commit,
+        });
+        let what = if commit { "commit" } else { "abort" };
+        match call_coordinator_retrying(&mut self.client, what, self.config.delivery_timeout_ms, req).await? {
+            Response::EndTxn(r) if r.status.is_ok() => {
+                self.txn = None;
+                if (r.producer_id, r.producer_epoch) != (self.producer_id, self.epoch) {
+                    self.producer_id = r.producer_id;
+                    self.epoch = r.producer_epoch;
+                    self.sequences.clear();
+                }
+                Ok(())
+            }
+            Response::EndTxn(r) if r.status.code == ErrorCode::ProducerFenced => {
+                Err(self.fenced(r.producer_epoch, r.status))
+            }
+            other => Err(ClientError::Refused { what: what.into(), status: other.status().clone() }),
+        }
+    }
+
+    /// Register a partition with the coordinator before the transaction's first write there.
+    async fn add_to_txn(&mut self, topic: &str, partition: i32) -> Result<(), ClientError> {
+        let key = (topic.to_string(), partition);
+        if self.txn.as_ref().is_none_or(|t| t.contains(&key)) {
+            return Ok(());
+        }
+        let req = Request::AddPartition(AddPartitionRequest {
+            producer_id: self.producer_id,
+            producer_epoch: self.epoch,
+            topic: topic.to_string(),
+            partition,
+            transactional: true,
+        });
+        match call_coordinator_retrying(&mut self.client, "AddPartitionsToTxn", self.config.delivery_timeout_ms, req)
+            .await?
+        {
+            Response::AddPartition(a) if a.status.is_ok() => {
+                if let Some(t) = self.txn.as_mut() {
+                    t.insert(key);
+                }
+                Ok(())
+            }
+            Response::AddPartition(a)
+                if matches!(a.status.code, ErrorCode::ProducerFenced | ErrorCode::InvalidProducerEpoch) =>
+            {
+                Err(self.fenced(a.current_epoch, a.status))
+            }
+            other => Err(ClientError::Refused {
+                what: format!("add {topic}-{partition} to the transaction"),
+                status: other.status().clone(),
+            }),
         }
     }
 
@@ -155,12 +263,13 @@ impl Producer {
         partition: i32,
         values: &[Bytes],
     ) -> Result<RecordMetadata, ClientError> {
+        self.add_to_txn(topic, partition).await?;
         let key = (topic.to_string(), partition);
         let seq = self.sequences.get(&key).copied().unwrap_or(0);
         let now_ms =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         let stamp = ProducerStamp { producer_id: self.producer_id, producer_epoch: self.epoch, base_sequence: seq };
-        let batch = build_batch(stamp, false, now_ms, values);
+        let batch = build_batch(stamp, self.txn.is_some(), now_ms, values);
         let deadline = Instant::now() + Duration::from_millis(self.config.delivery_timeout_ms);
         let what = || format!("produce to {topic}-{partition}");
         let mut attempt = 0;
@@ -191,7 +300,9 @@ impl Producer {
                         }
                         Ok(Response::Produce(r)) => match r.status.code {
                             ErrorCode::InvalidProducerEpoch | ErrorCode::ProducerFenced => {
-                                return Err(self.fenced(r.current_producer_epoch, r.status));
+                                return Err(self
+                                    .explain_fence(r.current_producer_epoch, r.status, topic, partition)
+                                    .await);
                             }
                             code if retriable(code) => {
                                 self.client.invalidate(topic);
@@ -226,6 +337,27 @@ impl Producer {
             tokio::time::sleep(pause).await;
             attempt += 1;
         }
+    }
+
+    /// A partition refused this producer's epoch. It knows the newer epoch but not why it
+    /// exists; the coordinator does (a new instance, or this transaction's timeout), so ask it,
+    /// and report its explanation when it has one.
+    async fn explain_fence(&mut self, current_epoch: i16, status: Status, topic: &str, partition: i32) -> ClientError {
+        if self.config.transactional_id.is_some() {
+            let req = Request::AddPartition(AddPartitionRequest {
+                producer_id: self.producer_id,
+                producer_epoch: self.epoch,
+                topic: topic.to_string(),
+                partition,
+                transactional: false,
+            });
+            if let Ok(Response::AddPartition(a)) = self.client.call_coordinator(req).await {
+                if a.status.code == ErrorCode::ProducerFenced {
+                    return self.fenced(a.current_epoch, a.status);
+                }
+            }
+        }
+        self.fenced(current_epoch, status)
     }
 
     fn fenced(&self, current_epoch: i16, status: Status) -> ClientError {

@@ -273,7 +273,7 @@ pub struct ProducerStamp {
 }
 
 /// Kind of a control record: the marker that ends (or fences) a producer's writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MarkerKind {
     /// Abort: also what the coordinator writes, at a bumped epoch, to fence an older epoch.
     Abort,
@@ -358,6 +358,24 @@ pub fn build_marker(
         headers: Default::default(),
     };
     encode(std::slice::from_ref(&record))
+}
+
+/// The marker kind of a control batch; `None` for a data batch or an unreadable control record.
+pub fn marker_kind(batch: &Bytes) -> Option<MarkerKind> {
+    let h = BatchHeader::parse_prefix(batch).ok()?;
+    if !h.is_control() {
+        return None;
+    }
+    let set = RecordBatchDecoder::decode(&mut batch.clone()).ok()?;
+    let key = set.records.first()?.key.clone()?;
+    if key.len() < 4 {
+        return None;
+    }
+    match i16::from_be_bytes([key[2], key[3]]) {
+        0 => Some(MarkerKind::Abort),
+        1 => Some(MarkerKind::Commit),
+        _ => None,
+    }
 }
 
 /// One record read back from a batch, with the batch's producer stamp.
@@ -464,6 +482,13 @@ mod tests {
         assert!(h.is_control() && h.is_transactional());
         assert_eq!(h.producer_epoch, 4);
         assert!(decode_records(&b).unwrap().is_empty());
+    }
+
+    #[test]
+    fn marker_kinds_read_back() {
+        assert_eq!(marker_kind(&build_marker(1, 1, MarkerKind::Commit, 0, 0)), Some(MarkerKind::Commit));
+        assert_eq!(marker_kind(&build_marker(1, 1, MarkerKind::Abort, 0, 0)), Some(MarkerKind::Abort));
+        assert_eq!(marker_kind(&build_batch(stamp(), true, 0, &[Bytes::from_static(b"x")])), None);
     }
 
     #[test]

@@ -138,8 +138,14 @@ mod tests {
 
     #[test]
     fn frames_roundtrip_through_both_codecs() {
-        let req =
-            Request::Fetch(FetchRequest { topic: "t".into(), partition: 0, leader_epoch: 0, offset: 0, max_bytes: 10 });
+        let req = Request::Fetch(FetchRequest {
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: 0,
+            offset: 0,
+            max_bytes: 10,
+            isolation: 0,
+        });
         let mut buf = BytesMut::new();
         ClientCodec::new(1024).encode((9, req.clone()), &mut buf).unwrap();
         // Feed it byte by byte: "need more bytes" is Ok(None) until the frame is whole.

@@ -82,6 +82,8 @@ error_codes! {
     OutOfOrderSequenceNumber = 45, "OUT_OF_ORDER_SEQUENCE_NUMBER", false;
     /// A partition leader saw a producer epoch older than the one it knows: the producer is a zombie.
     InvalidProducerEpoch = 47, "INVALID_PRODUCER_EPOCH", false;
+    /// The request does not fit the transaction's state.
+    InvalidTxnState = 48, "INVALID_TXN_STATE", false;
     /// The producer id does not belong to the transactional id.
     InvalidProducerIdMapping = 49, "INVALID_PRODUCER_ID_MAPPING", false;
     /// The transaction timeout is out of range.

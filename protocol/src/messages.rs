@@ -24,6 +24,8 @@ pub enum ApiKey {
     CreateTopics = 19,
     /// Get a producer id and epoch; bumps and fences for a known transactional id.
     InitProducerId = 22,
+    /// Producer -> coordinator: commit or abort the current transaction.
+    EndTxn = 26,
     /// Admin -> coordinator: elect a partition's leader again, under a new leader epoch.
     ElectLeaders = 43,
     /// Leader -> coordinator: register a partition under a producer's epoch before its first
@@ -50,6 +52,7 @@ impl ApiKey {
             3 => ApiKey::Metadata,
             19 => ApiKey::CreateTopics,
             22 => ApiKey::InitProducerId,
+            26 => ApiKey::EndTxn,
             43 => ApiKey::ElectLeaders,
             24 => ApiKey::AddPartitionsToTxn,
             27 => ApiKey::WriteTxnMarkers,
@@ -174,6 +177,24 @@ pub struct FetchRequest {
     pub offset: i64,
     /// Upper bound on the bytes returned (at least one whole batch is returned if any).
     pub max_bytes: i32,
+    /// [`READ_UNCOMMITTED`] (0): up to the high watermark; [`READ_COMMITTED`] (1): up to the
+    /// last stable offset, with the aborted transactions to skip.
+    pub isolation: i8,
+}
+
+/// Read everything up to the high watermark.
+pub const READ_UNCOMMITTED: i8 = 0;
+/// Read only up to the last stable offset, skipping aborted transactions.
+pub const READ_COMMITTED: i8 = 1;
+
+/// An aborted transaction overlapping a fetch: skip `producer_id`'s transactional batches from
+/// `first_offset` until its abort marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    /// Producer id.
+    pub producer_id: i64,
+    /// First offset of the transaction on this partition.
+    pub first_offset: i64,
 }
 
 /// The answer to a fetch.
@@ -181,12 +202,41 @@ pub struct FetchRequest {
 pub struct FetchResponse {
     /// Outcome.
     pub status: Status,
-    /// Offset after the last readable record.
+    /// Offset below which every replica in the ISR holds the log.
     pub high_watermark: i64,
+    /// Offset below which no transaction is open (at most the high watermark).
+    pub last_stable_offset: i64,
     /// The partition's leader epoch on this broker.
     pub current_leader_epoch: i32,
+    /// With READ_COMMITTED: the aborted transactions overlapping the returned batches.
+    pub aborted: Vec<AbortedTxn>,
     /// Whole batches, as stored, starting with the batch that holds `offset`.
     pub records: Bytes,
+}
+
+/// Commit or abort the current transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndTxnRequest {
+    /// Transactional id.
+    pub transactional_id: String,
+    /// Producer id.
+    pub producer_id: i64,
+    /// The epoch of the transaction being ended.
+    pub producer_epoch: i16,
+    /// Commit (true) or abort (false).
+    pub commit: bool,
+}
+
+/// The answer to EndTxn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndTxnResponse {
+    /// Outcome.
+    pub status: Status,
+    /// The producer id to continue with.
+    pub producer_id: i64,
+    /// The epoch to continue with: ending a transaction bumps it (KIP-890), so a delayed
+    /// EndTxn of this transaction can never end a later one. On PRODUCER_FENCED, the current epoch.
+    pub producer_epoch: i16,
 }
 
 /// Ask for metadata.
@@ -310,6 +360,9 @@ pub struct AddPartitionRequest {
     pub topic: String,
     /// Partition index.
     pub partition: i32,
+    /// Whether the write is part of a transaction (it starts one, with its timeout, if none
+    /// is open); otherwise the partition is only recorded so a later bump fences it.
+    pub transactional: bool,
 }
 
 /// The coordinator's verdict on an [`AddPartitionRequest`].
@@ -516,8 +569,12 @@ pub struct TransactionalState {
     pub producer_id: i64,
     /// Current epoch.
     pub producer_epoch: i16,
-    /// Partitions registered under the current epoch.
+    /// Partitions registered under the current epoch (the open transaction's).
     pub partitions: Vec<String>,
+    /// Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit or CompleteAbort.
+    pub state: String,
+    /// Milliseconds since the open transaction began (-1 if none is open).
+    pub age_ms: i64,
 }
 
 /// The answer to Describe.
@@ -546,6 +603,8 @@ pub enum Request {
     CreateTopic(CreateTopicRequest),
     /// See [`InitProducerIdRequest`].
     InitProducerId(InitProducerIdRequest),
+    /// See [`EndTxnRequest`].
+    EndTxn(EndTxnRequest),
     /// See [`ElectLeaderRequest`].
     ElectLeader(ElectLeaderRequest),
     /// See [`AddPartitionRequest`].
@@ -575,6 +634,8 @@ pub enum Response {
     CreateTopic(Status),
     /// See [`InitProducerIdResponse`].
     InitProducerId(InitProducerIdResponse),
+    /// See [`EndTxnResponse`].
+    EndTxn(EndTxnResponse),
     /// See [`ElectLeaderResponse`].
     ElectLeader(ElectLeaderResponse),
     /// See [`AddPartitionResponse`].
@@ -602,6 +663,7 @@ impl Request {
             Request::Metadata(_) => ApiKey::Metadata,
             Request::CreateTopic(_) => ApiKey::CreateTopics,
             Request::InitProducerId(_) => ApiKey::InitProducerId,
+            Request::EndTxn(_) => ApiKey::EndTxn,
             Request::ElectLeader(_) => ApiKey::ElectLeaders,
             Request::AddPartition(_) => ApiKey::AddPartitionsToTxn,
             Request::WriteMarker(_) => ApiKey::WriteTxnMarkers,
@@ -622,6 +684,7 @@ impl Response {
             Response::Metadata(_) => ApiKey::Metadata as i16,
             Response::CreateTopic(_) => ApiKey::CreateTopics as i16,
             Response::InitProducerId(_) => ApiKey::InitProducerId as i16,
+            Response::EndTxn(_) => ApiKey::EndTxn as i16,
             Response::ElectLeader(_) => ApiKey::ElectLeaders as i16,
             Response::AddPartition(_) => ApiKey::AddPartitionsToTxn as i16,
             Response::WriteMarker(_) => ApiKey::WriteTxnMarkers as i16,
@@ -641,6 +704,7 @@ impl Response {
             Response::Metadata(r) => &r.status,
             Response::CreateTopic(s) => s,
             Response::InitProducerId(r) => &r.status,
+            Response::EndTxn(r) => &r.status,
             Response::ElectLeader(r) => &r.status,
             Response::AddPartition(r) => &r.status,
             Response::WriteMarker(r) => &r.status,
@@ -677,6 +741,7 @@ pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
             b.put_i32(f.leader_epoch);
             b.put_i64(f.offset);
             b.put_i32(f.max_bytes);
+            b.put_i8(f.isolation);
         }
         Request::Metadata(m) => {
             b.put_i32(m.topics.len() as i32);
@@ -700,11 +765,18 @@ pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
             b.put_string(&e.topic);
             b.put_i32(e.partition);
         }
+        Request::EndTxn(e) => {
+            b.put_string(&e.transactional_id);
+            b.put_i64(e.producer_id);
+            b.put_i16(e.producer_epoch);
+            b.put_bool(e.commit);
+        }
         Request::AddPartition(a) => {
             b.put_i64(a.producer_id);
             b.put_i16(a.producer_epoch);
             b.put_string(&a.topic);
             b.put_i32(a.partition);
+            b.put_bool(a.transactional);
         }
         Request::WriteMarker(w) => {
             b.put_string(&w.topic);
@@ -803,6 +875,7 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
             leader_epoch: r.i32("leader_epoch")?,
             offset: r.i64("offset")?,
             max_bytes: r.i32("max_bytes")?,
+            isolation: r.i8("isolation")?,
         }),
         ApiKey::Metadata => {
             let n = r.array_len("topics", 2)?;
@@ -826,11 +899,18 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
         ApiKey::ElectLeaders => {
             Request::ElectLeader(ElectLeaderRequest { topic: r.string("topic")?, partition: r.i32("partition")? })
         }
+        ApiKey::EndTxn => Request::EndTxn(EndTxnRequest {
+            transactional_id: r.string("transactional_id")?,
+            producer_id: r.i64("producer_id")?,
+            producer_epoch: r.i16("producer_epoch")?,
+            commit: r.bool("commit")?,
+        }),
         ApiKey::AddPartitionsToTxn => Request::AddPartition(AddPartitionRequest {
             producer_id: r.i64("producer_id")?,
             producer_epoch: r.i16("producer_epoch")?,
             topic: r.string("topic")?,
             partition: r.i32("partition")?,
+            transactional: r.bool("transactional")?,
         }),
         ApiKey::WriteTxnMarkers => Request::WriteMarker(WriteMarkerRequest {
             topic: r.string("topic")?,
@@ -894,7 +974,13 @@ pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
         }
         Response::Fetch(f) => {
             b.put_i64(f.high_watermark);
+            b.put_i64(f.last_stable_offset);
             b.put_i32(f.current_leader_epoch);
+            b.put_i32(f.aborted.len() as i32);
+            for a in &f.aborted {
+                b.put_i64(a.producer_id);
+                b.put_i64(a.first_offset);
+            }
             b.put_blob(&f.records);
         }
         Response::Metadata(m) => {
@@ -921,6 +1007,10 @@ pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
         Response::InitProducerId(i) => {
             b.put_i64(i.producer_id);
             b.put_i16(i.producer_epoch);
+        }
+        Response::EndTxn(e) => {
+            b.put_i64(e.producer_id);
+            b.put_i16(e.producer_epoch);
         }
         Response::ElectLeader(e) => {
             b.put_i32(e.leader_id);
@@ -988,6 +1078,8 @@ pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
                 for p in &t.partitions {
                     b.put_string(p);
                 }
+                b.put_string(&t.state);
+                b.put_i64(t.age_ms);
             }
         }
     }
@@ -1019,12 +1111,24 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
             current_producer_epoch: r.i16("current_producer_epoch")?,
             current_leader_epoch: r.i32("current_leader_epoch")?,
         }),
-        ApiKey::Fetch => Response::Fetch(FetchResponse {
-            status,
-            high_watermark: r.i64("high_watermark")?,
-            current_leader_epoch: r.i32("current_leader_epoch")?,
-            records: r.bytes("records")?,
-        }),
+        ApiKey::Fetch => {
+            let high_watermark = r.i64("high_watermark")?;
+            let last_stable_offset = r.i64("last_stable_offset")?;
+            let current_leader_epoch = r.i32("current_leader_epoch")?;
+            let n = r.array_len("aborted", 16)?;
+            let mut aborted = Vec::with_capacity(n);
+            for _ in 0..n {
+                aborted.push(AbortedTxn { producer_id: r.i64("producer_id")?, first_offset: r.i64("first_offset")? });
+            }
+            Response::Fetch(FetchResponse {
+                status,
+                high_watermark,
+                last_stable_offset,
+                current_leader_epoch,
+                aborted,
+                records: r.bytes("records")?,
+            })
+        }
         ApiKey::Metadata => {
             let n = r.array_len("brokers", 6)?;
             let mut brokers = Vec::with_capacity(n);
@@ -1053,6 +1157,11 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
         }
         ApiKey::CreateTopics => Response::CreateTopic(status),
         ApiKey::InitProducerId => Response::InitProducerId(InitProducerIdResponse {
+            status,
+            producer_id: r.i64("producer_id")?,
+            producer_epoch: r.i16("producer_epoch")?,
+        }),
+        ApiKey::EndTxn => Response::EndTxn(EndTxnResponse {
             status,
             producer_id: r.i64("producer_id")?,
             producer_epoch: r.i16("producer_epoch")?,
@@ -1144,6 +1253,8 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
                     producer_id,
                     producer_epoch,
                     partitions: parts,
+                    state: r.string("state")?,
+                    age_ms: r.i64("age_ms")?,
                 });
             }
             Response::Describe(DescribeResponse { status, brokers, partitions, transactional_ids })
@@ -1184,6 +1295,13 @@ mod tests {
             leader_epoch: -1,
             offset: 9,
             max_bytes: 100,
+            isolation: READ_COMMITTED,
+        }));
+        roundtrip_req(Request::EndTxn(EndTxnRequest {
+            transactional_id: "x".into(),
+            producer_id: 3,
+            producer_epoch: 4,
+            commit: true,
         }));
         roundtrip_req(Request::Metadata(MetadataRequest {
             topics: vec!["a".into(), "b".into()],
@@ -1211,6 +1329,7 @@ mod tests {
             producer_epoch: 2,
             topic: "t".into(),
             partition: 1,
+            transactional: true,
         }));
         roundtrip_req(Request::WriteMarker(WriteMarkerRequest {
             topic: "t".into(),
@@ -1258,9 +1377,12 @@ mod tests {
         roundtrip_resp(Response::Fetch(FetchResponse {
             status: Status::ok(),
             high_watermark: 3,
+            last_stable_offset: 2,
             current_leader_epoch: 1,
+            aborted: vec![AbortedTxn { producer_id: 4, first_offset: 1 }],
             records: Bytes::from_static(b"b"),
         }));
+        roundtrip_resp(Response::EndTxn(EndTxnResponse { status: Status::ok(), producer_id: 4, producer_epoch: 6 }));
         roundtrip_resp(Response::Metadata(MetadataResponse {
             status: Status::ok(),
             brokers: vec![BrokerInfo { id: 1, addr: "a:1".into() }],
@@ -1321,6 +1443,8 @@ mod tests {
                 producer_id: 1,
                 producer_epoch: 2,
                 partitions: vec!["t-0".into()],
+                state: "Ongoing".into(),
+                age_ms: 17,
             }],
         }));
         roundtrip_resp(Response::Error(Status::new(ErrorCode::InvalidRequest, "bad")));
@@ -1359,7 +1483,14 @@ mod tests {
     fn truncated_and_trailing_bytes_are_errors_not_panics() {
         let full = encode_request(
             1,
-            &Request::Fetch(FetchRequest { topic: "t".into(), partition: 0, leader_epoch: 0, offset: 0, max_bytes: 1 }),
+            &Request::Fetch(FetchRequest {
+                topic: "t".into(),
+                partition: 0,
+                leader_epoch: 0,
+                offset: 0,
+                max_bytes: 1,
+                isolation: READ_UNCOMMITTED,
+            }),
         );
         for cut in 0..full.len() {
             assert!(decode_request(full.slice(..cut)).is_err(), "cut at {cut}");

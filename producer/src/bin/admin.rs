@@ -100,6 +100,8 @@ fn describe_json(d: &protocol::DescribeResponse) -> serde_json::Value {
             "producer_id": t.producer_id,
             "producer_epoch": t.producer_epoch,
             "partitions": t.partitions,
+            "state": t.state,
+            "age_ms": (t.age_ms >= 0).then_some(t.age_ms),
         })).collect::<Vec<_>>(),
     })
 }
@@ -134,11 +136,13 @@ fn print_describe(d: &protocol::DescribeResponse) {
     }
     println!("transactional ids:");
     for t in &d.transactional_ids {
+        let age = if t.age_ms >= 0 { format!(" age_ms={}", t.age_ms) } else { String::new() };
         println!(
-            "  {} producer_id={} epoch={} partitions=[{}]",
+            "  {} producer_id={} epoch={} state={} partitions=[{}]{age}",
             t.transactional_id,
             t.producer_id,
             t.producer_epoch,
+            t.state,
             t.partitions.join(",")
         );
     }

@@ -29,6 +29,10 @@ struct Args {
     /// One JSON object per line.
     #[arg(long)]
     json: bool,
+    /// `read_committed`: only committed records, never aborted or open transactions (up to the
+    /// last stable offset); `read_uncommitted`: everything up to the high watermark.
+    #[arg(long, default_value = "read_committed", value_parser = ["read_committed", "read_uncommitted"])]
+    isolation: String,
 }
 
 #[derive(serde::Serialize)]
@@ -48,7 +52,11 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let mut consumer = Consumer::new(&args.bootstrap, ClientConfig::default());
+    let mut consumer = if args.isolation == "read_committed" {
+        Consumer::read_committed(&args.bootstrap, ClientConfig::default())
+    } else {
+        Consumer::new(&args.bootstrap, ClientConfig::default())
+    };
     let mut offset = args.from;
     loop {
         let f = match consumer.fetch(&args.topic, args.partition, offset, FETCH_BYTES_MAX_DEFAULT).await {
@@ -77,7 +85,7 @@ async fn main() -> ExitCode {
                 );
             }
         }
-        let at_end = f.next_offset >= f.high_watermark || f.next_offset == offset;
+        let at_end = f.next_offset >= f.readable_end || f.next_offset == offset;
         offset = f.next_offset;
         if at_end {
             if !args.follow {

@@ -35,6 +35,20 @@ struct Args {
     /// Value prefix (defaults to the transactional id): record n's value is PREFIX-n.
     #[arg(long)]
     value: Option<String>,
+    /// Write inside transactions of `--txn-records` records each, committed (or aborted, see
+    /// `--abort-every`); read_committed consumers see a transaction's records only once it commits.
+    #[arg(long)]
+    transactional: bool,
+    /// Records per transaction (with `--transactional`).
+    #[arg(long, default_value_t = 10)]
+    txn_records: u64,
+    /// Abort every K-th transaction instead of committing it (0: never).
+    #[arg(long, default_value_t = 0)]
+    abort_every: u64,
+    /// Transaction timeout asked of the coordinator, in milliseconds: a transaction open longer
+    /// is aborted and this producer fenced.
+    #[arg(long, default_value_t = 60_000)]
+    transaction_timeout_ms: i32,
     /// When a record counts as acknowledged: `all` in-sync replicas have it, or the `leader` has.
     #[arg(long, default_value = "all", value_parser = ["all", "leader"])]
     acks: String,
@@ -69,6 +83,7 @@ async fn run(args: Args) -> Result<(), ClientError> {
     let mut config = ProducerConfig::transactional(&args.transactional_id);
     config.delivery_timeout_ms = args.delivery_timeout_ms;
     config.acks = if args.acks == "leader" { protocol::ACKS_LEADER } else { protocol::ACKS_ALL };
+    config.transaction_timeout_ms = args.transaction_timeout_ms;
     let mut producer = Producer::init(&args.bootstrap, config).await?;
     let partitions = producer.partition_count(&args.topic).await? as i32;
     let prefix = args.value.unwrap_or_else(|| args.transactional_id.clone());
@@ -80,8 +95,13 @@ async fn run(args: Args) -> Result<(), ClientError> {
         args.topic,
         partitions
     );
+    let txn_records = args.txn_records.max(1);
     let mut n: u64 = 0;
+    let mut txn: u64 = 0;
     while args.count.is_none_or(|c| n < c) {
+        if args.transactional && !producer.in_transaction() {
+            producer.begin()?;
+        }
         let partition = args.partition.unwrap_or((n % partitions.max(1) as u64) as i32);
         let value = format!("{prefix}-{n}");
         let meta = producer.send(&args.topic, partition, Bytes::from(value.clone())).await?;
@@ -90,6 +110,18 @@ async fn run(args: Args) -> Result<(), ClientError> {
             meta.partition, meta.base_offset, meta.producer_id, meta.producer_epoch, value
         );
         n += 1;
+        let last = args.count.is_some_and(|c| n >= c);
+        if args.transactional && (n % txn_records == 0 || last) {
+            txn += 1;
+            let epoch = producer.epoch();
+            if args.abort_every > 0 && txn % args.abort_every == 0 {
+                producer.abort().await?;
+                println!("aborted transaction={txn} epoch={epoch}");
+            } else {
+                producer.commit().await?;
+                println!("committed transaction={txn} epoch={epoch}");
+            }
+        }
         if args.interval_ms > 0 {
             tokio::time::sleep(Duration::from_millis(args.interval_ms)).await;
         }

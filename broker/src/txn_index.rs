@@ -1,0 +1,128 @@
+//! Transaction bookkeeping of one partition replica: plain rules, no I/O.
+//!
+//! Open transactions (producer id -> first offset of its transactional batches here) give the
+//! last stable offset; transactions closed by an abort marker are kept as the aborted-transaction
+//! index that read_committed consumers skip. Both are derived from the batches of the log (data
+//! batches carry the transactional bit, markers are control batches), so they are kept with the
+//! log by construction and rebuilt by the scan when it opens or after a truncation.
+
+use std::collections::BTreeMap;
+
+use protocol::batch::{BatchHeader, MarkerKind};
+use protocol::AbortedTxn;
+
+/// One aborted transaction on this partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedRange {
+    /// Producer id.
+    pub producer_id: i64,
+    /// First offset of its transactional batches here.
+    pub first_offset: i64,
+    /// Offset of its abort marker.
+    pub marker_offset: i64,
+}
+
+/// Open and aborted transactions of a partition.
+#[derive(Debug, Clone, Default)]
+pub struct TxnIndex {
+    open: BTreeMap<i64, i64>,
+    aborted: Vec<AbortedRange>,
+}
+
+impl TxnIndex {
+    /// An empty index.
+    pub fn new() -> Self {
+        TxnIndex::default()
+    }
+
+    /// Account for an appended batch (`h.base_offset` is its offset; `marker` its marker kind
+    /// if it is a control batch).
+    pub fn record(&mut self, h: &BatchHeader, marker: Option<MarkerKind>) {
+        if h.producer_id < 0 {
+            return;
+        }
+        if h.is_control() {
+            if let Some(first_offset) = self.open.remove(&h.producer_id) {
+                if marker != Some(MarkerKind::Commit) {
+                    self.aborted.push(AbortedRange {
+                        producer_id: h.producer_id,
+                        first_offset,
+                        marker_offset: h.base_offset,
+                    });
+                }
+            }
+        } else if h.is_transactional() {
+            self.open.entry(h.producer_id).or_insert(h.base_offset);
+        }
+    }
+
+    /// First offset of the oldest open transaction.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.open.values().min().copied()
+    }
+
+    /// The last stable offset: below it no transaction is open, and it never passes `hw`.
+    pub fn last_stable_offset(&self, high_watermark: i64) -> i64 {
+        self.first_unstable_offset().map_or(high_watermark, |f| f.min(high_watermark))
+    }
+
+    /// Aborted transactions that overlap offsets `[from, to)`.
+    pub fn aborted_between(&self, from: i64, to: i64) -> Vec<AbortedTxn> {
+        self.aborted
+            .iter()
+            .filter(|a| a.marker_offset >= from && a.first_offset < to)
+            .map(|a| AbortedTxn { producer_id: a.producer_id, first_offset: a.first_offset })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use protocol::batch::{build_batch, build_marker, ProducerStamp};
+
+    fn at(b: Bytes, offset: i64) -> BatchHeader {
+        let mut h = BatchHeader::parse(&b).unwrap();
+        h.base_offset = offset;
+        h
+    }
+
+    fn data(pid: i64, transactional: bool, offset: i64) -> BatchHeader {
+        at(
+            build_batch(
+                ProducerStamp { producer_id: pid, producer_epoch: 0, base_sequence: 0 },
+                transactional,
+                0,
+                &[Bytes::from_static(b"v")],
+            ),
+            offset,
+        )
+    }
+
+    #[test]
+    fn open_transactions_hold_back_the_last_stable_offset() {
+        let mut x = TxnIndex::new();
+        x.record(&data(1, false, 0), None);
+        assert_eq!(x.last_stable_offset(1), 1);
+        x.record(&data(2, true, 1), None);
+        x.record(&data(3, true, 2), None);
+        x.record(&data(2, true, 3), None);
+        assert_eq!(x.last_stable_offset(4), 1);
+        x.record(&at(build_marker(2, 1, MarkerKind::Commit, 0, 0), 4), Some(MarkerKind::Commit));
+        assert_eq!(x.last_stable_offset(5), 2);
+        x.record(&at(build_marker(3, 1, MarkerKind::Abort, 0, 0), 5), Some(MarkerKind::Abort));
+        assert_eq!(x.last_stable_offset(6), 6);
+        assert_eq!(x.aborted_between(0, 6), vec![AbortedTxn { producer_id: 3, first_offset: 2 }]);
+        assert!(x.aborted_between(6, 9).is_empty());
+        assert!(x.aborted_between(0, 2).is_empty(), "the abort starts at 2");
+    }
+
+    #[test]
+    fn a_fence_marker_without_an_open_transaction_changes_nothing() {
+        let mut x = TxnIndex::new();
+        x.record(&at(build_marker(9, 3, MarkerKind::Abort, 0, 0), 0), Some(MarkerKind::Abort));
+        assert!(x.aborted_between(0, 10).is_empty());
+        assert_eq!(x.last_stable_offset(1), 1);
+    }
+}

@@ -111,10 +111,10 @@ async fn run(args: Args) -> Result<(), ClientError> {
         );
         n += 1;
         let last = args.count.is_some_and(|c| n >= c);
-        if args.transactional && (n % txn_records == 0 || last) {
+        if args.transactional && (n.is_multiple_of(txn_records) || last) {
             txn += 1;
             let epoch = producer.epoch();
-            if args.abort_every > 0 && txn % args.abort_every == 0 {
+            if args.abort_every > 0 && txn.is_multiple_of(args.abort_every) {
                 producer.abort().await?;
                 println!("aborted transaction={txn} epoch={epoch}");
             } else {

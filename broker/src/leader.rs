@@ -81,11 +81,22 @@ impl Leadership {
         Ok(())
     }
 
-    /// Check replication traffic from the leader of `request_epoch`. With `epoch_checks`
-    /// off (only to demonstrate what they prevent) any epoch is taken.
-    pub fn check_replication(&self, request_epoch: i32, epoch_checks: bool) -> Result<(), LeaderEpochError> {
+    /// Check replication traffic from `sender`, claiming to lead at `request_epoch`. With
+    /// `epoch_checks` off (only to demonstrate what they prevent) any epoch and sender is taken.
+    pub fn check_replication(
+        &self,
+        request_epoch: i32,
+        sender: i32,
+        epoch_checks: bool,
+    ) -> Result<(), LeaderEpochError> {
         if epoch_checks {
             self.compare(request_epoch)?;
+            if sender != self.leader_id {
+                return Err(LeaderEpochError::WrongRole {
+                    current: self.leader_epoch,
+                    wanted: "follower of that sender",
+                });
+            }
         }
         if self.is_leader {
             return Err(LeaderEpochError::WrongRole { current: self.leader_epoch, wanted: "follower" });
@@ -127,11 +138,12 @@ mod tests {
     #[test]
     fn followers_take_replication_only_from_their_epoch() {
         let f = Leadership { is_leader: false, leader_id: 2, leader_epoch: 5 };
-        assert_eq!(f.check_replication(4, true), Err(LeaderEpochError::Fenced { current: 5, got: 4 }));
-        assert_eq!(f.check_replication(6, true), Err(LeaderEpochError::Unknown { current: 5, got: 6 }));
-        assert_eq!(f.check_replication(5, true), Ok(()));
-        assert_eq!(f.check_replication(4, false), Ok(()), "the unsafe mode takes a stale leader's traffic");
-        assert!(matches!(leader(5).check_replication(5, true), Err(LeaderEpochError::WrongRole { .. })));
+        assert_eq!(f.check_replication(4, 2, true), Err(LeaderEpochError::Fenced { current: 5, got: 4 }));
+        assert_eq!(f.check_replication(6, 2, true), Err(LeaderEpochError::Unknown { current: 5, got: 6 }));
+        assert_eq!(f.check_replication(5, 2, true), Ok(()));
+        assert!(matches!(f.check_replication(5, 3, true), Err(LeaderEpochError::WrongRole { .. })), "not the leader");
+        assert_eq!(f.check_replication(4, 1, false), Ok(()), "the unsafe mode takes a stale leader's traffic");
+        assert!(matches!(leader(5).check_replication(5, 1, true), Err(LeaderEpochError::WrongRole { .. })));
         assert!(matches!(f.check(5), Err(LeaderEpochError::WrongRole { wanted: "leader", .. })));
     }
 

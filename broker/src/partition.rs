@@ -291,6 +291,7 @@ impl Partition {
     pub fn apply_replicated(
         &self,
         request_leader_epoch: i32,
+        sender: i32,
         epoch_checks: bool,
         from_offset: i64,
         prev_epoch: i32,
@@ -298,7 +299,7 @@ impl Partition {
         records: &Bytes,
     ) -> Result<i64, ReplicateError> {
         let mut g = self.lock();
-        g.leadership.check_replication(request_leader_epoch, epoch_checks)?;
+        g.leadership.check_replication(request_leader_epoch, sender, epoch_checks)?;
         let leo = g.log.end_offset();
         if from_offset > leo {
             return Err(ReplicateError::Mismatch { hint: leo, log_end_offset: leo });
@@ -448,7 +449,9 @@ impl Partition {
             g.high_watermark = rs.high_watermark();
             let followers = rs.follower_ids();
             g.replica_set = Some(rs);
-            // Producers verified under the previous leadership are verified again.
+            // Verifications made under an earlier leadership stay valid: a verification says
+            // the coordinator registered this partition under that producer epoch, which does
+            // not depend on who leads.
             RoleChange::BecameLeader { leader_epoch, followers }
         } else {
             g.replica_set = None;

@@ -31,6 +31,9 @@ struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<BatchMeta>,
     verified_epoch: Option<i16>,
+    /// The last marker appended for this producer id: (epoch, offset). A marker is written
+    /// once per epoch bump, so a second one at the same epoch is a retry.
+    last_marker: Option<(i16, i64)>,
 }
 
 /// The gate's verdict on a batch that may be appended.
@@ -135,10 +138,11 @@ impl ProducerStates {
         let current = entry.map(|e| e.epoch);
         if h.is_control() {
             // A marker at epoch e fences every epoch below e; an older marker is stale.
-            return match current {
-                Some(c) if h.producer_epoch < c => {
+            return match (current, entry.and_then(|e| e.last_marker)) {
+                (Some(c), _) if h.producer_epoch < c => {
                     Err(GateError::StaleEpoch { producer_id: h.producer_id, current: c, got: h.producer_epoch })
                 }
+                (_, Some((epoch, offset))) if epoch == h.producer_epoch => Ok(Admit::Duplicate { base_offset: offset }),
                 _ => Ok(Admit::Append),
             };
         }
@@ -201,6 +205,7 @@ impl ProducerStates {
         if h.is_control() {
             // A marker ends what came before it; the epoch's next data batch starts at 0.
             e.batches.clear();
+            e.last_marker = Some((h.producer_epoch, h.base_offset));
             return;
         }
         if e.batches.len() == BATCHES_CACHED {
@@ -296,6 +301,15 @@ mod tests {
         assert!(matches!(s.check(&marker(1, 0, 2)), Err(GateError::StaleEpoch { .. })));
         // The new epoch writes from sequence 0.
         assert_eq!(admit(&mut s, &header(1, 1, 0, 1, 2)), Ok(Admit::Append));
+    }
+
+    #[test]
+    fn a_retried_marker_is_a_duplicate_not_a_second_marker() {
+        let mut s = ProducerStates::new(true);
+        admit(&mut s, &header(1, 0, 0, 1, 0)).unwrap();
+        assert_eq!(admit(&mut s, &marker(1, 1, 1)), Ok(Admit::Append));
+        assert_eq!(s.check(&marker(1, 1, 7)), Ok(Admit::Duplicate { base_offset: 1 }));
+        assert_eq!(s.check(&marker(1, 2, 7)), Ok(Admit::Append), "the next bump's marker is new");
     }
 
     #[test]

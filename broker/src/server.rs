@@ -737,6 +737,7 @@ fn replicate(shared: &Shared, r: ReplicateRequest) -> ReplicateResponse {
     let epoch = part.leadership().leader_epoch;
     match part.apply_replicated(
         r.leader_epoch,
+        r.leader_id,
         shared.config.leader_epoch_checks,
         r.from_offset,
         r.prev_epoch,

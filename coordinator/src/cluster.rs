@@ -185,17 +185,12 @@ impl Cluster {
                 }
                 let candidate = p.isr.iter().copied().find(|b| *b != p.leader_id && self.alive(*b, now_ms));
                 let (leader_id, isr) = match candidate {
+                    // A leaderless partition keeps its ISR; a lost leader leaves it.
                     Some(c) => (c, p.isr.iter().copied().filter(|b| *b != p.leader_id).collect::<Vec<_>>()),
                     // The old leader may be the only replica with every committed record:
                     // keep it in the ISR, take away its leadership, wait for it.
                     None if p.leader_id != NO_LEADER => (NO_LEADER, p.isr.clone()),
-                    None => {
-                        // Leaderless: the old leader itself may be back.
-                        match p.isr.iter().copied().find(|b| self.alive(*b, now_ms)) {
-                            Some(c) => (c, p.isr.clone()),
-                            None => continue,
-                        }
-                    }
+                    None => continue,
                 };
                 out.push(Entry::LeaderChanged {
                     topic: topic.clone(),
@@ -218,11 +213,9 @@ impl Cluster {
         let Some(p) = self.partition(topic, partition) else {
             return Err(Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist")));
         };
-        let leader = if p.leader_id != NO_LEADER && self.alive(p.leader_id, now_ms) {
-            Some(p.leader_id)
-        } else {
-            p.isr.iter().copied().find(|b| self.alive(*b, now_ms))
-        };
+        let leader_alive = p.leader_id != NO_LEADER && self.alive(p.leader_id, now_ms);
+        let leader =
+            if leader_alive { Some(p.leader_id) } else { p.isr.iter().copied().find(|b| self.alive(*b, now_ms)) };
         let Some(leader_id) = leader else {
             return Err(Status::new(
                 ErrorCode::LeaderNotAvailable,
@@ -232,12 +225,16 @@ impl Cluster {
                 ),
             ));
         };
+        // A dead leader that is replaced leaves the ISR, as in a lease-expiry election;
+        // otherwise the new leader's high watermark would wait for it.
+        let isr =
+            if leader_alive { p.isr.clone() } else { p.isr.iter().copied().filter(|b| *b != p.leader_id).collect() };
         let entry = Entry::LeaderChanged {
             topic: topic.to_string(),
             partition,
             leader_id,
             leader_epoch: p.leader_epoch + 1,
-            isr: p.isr.clone(),
+            isr,
         };
         self.apply(&entry);
         Ok(entry)

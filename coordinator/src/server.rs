@@ -55,7 +55,7 @@ impl CoordinatorConfig {
             table: TableConfig::default(),
             limits: ServerLimits::default(),
             fence_wait_ms: 10_000,
-            marker_timeout_ms: 2_000,
+            marker_timeout_ms: 10_000,
         }
     }
 }

@@ -72,7 +72,7 @@ error_codes! {
     InvalidPartitions = 37, "INVALID_PARTITIONS", false;
     /// The produce request's acks is neither -1 (all) nor 1 (leader).
     InvalidRequiredAcks = 21, "INVALID_REQUIRED_ACKS", false;
-    /// The replication factor is not positive or exceeds the live brokers.
+    /// The replication factor exceeds the live brokers.
     InvalidReplicationFactor = 38, "INVALID_REPLICATION_FACTOR", false;
     /// The request could not be decoded, or its api key is unknown.
     InvalidRequest = 42, "INVALID_REQUEST", false;

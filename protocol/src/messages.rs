@@ -301,7 +301,7 @@ pub struct CreateTopicRequest {
     pub name: String,
     /// Number of partitions.
     pub partitions: i32,
-    /// Replicas per partition; -1 for the coordinator's default, min(3, live brokers).
+    /// Replicas per partition; 0 or less for the coordinator's default, min(3, live brokers).
     pub replication_factor: i32,
 }
 

@@ -31,6 +31,12 @@ struct Args {
     /// Most connections served at once.
     #[arg(long, default_value_t = 1024)]
     connections_max: usize,
+    /// How long an acks=all produce or a marker waits for the in-sync replicas, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    request_timeout_ms: u64,
+    /// A follower not caught up for this long leaves the ISR, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    replica_lag_ms: u64,
     /// DANGER: turn producer fencing off (demonstrations and overhead measurements only).
     #[arg(long)]
     no_fencing: bool,
@@ -47,6 +53,8 @@ async fn main() -> anyhow::Result<()> {
     config.advertised_addr = args.advertise;
     config.heartbeat_ms = args.heartbeat_ms;
     config.fencing = !args.no_fencing;
+    config.request_timeout_ms = args.request_timeout_ms;
+    config.replica_lag_ms = args.replica_lag_ms;
     config.limits.frame_bytes_max = args.frame_bytes_max;
     config.limits.connections_max = args.connections_max;
     let listener = tokio::net::TcpListener::bind(&args.listen)

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use protocol::batch::{
     marker_kind, set_base_offset, set_partition_leader_epoch, verify_crc, BatchHeader, BatchIter, MarkerKind,
 };
-use protocol::{AbortedTxn, READ_COMMITTED};
+use protocol::{AbortedTxn, ReplicateRequest, READ_COMMITTED};
 use tokio::sync::watch;
 
 use crate::leader::{LeaderEpochError, Leadership};
@@ -288,18 +288,10 @@ impl Partition {
     /// The follower path: check the sender's leader epoch and that this log matches the
     /// leader's before `from_offset` (the batch before it has `prev_epoch`), cut any suffix that
     /// does not, and append the leader's batches as they are. Returns the new log end.
-    pub fn apply_replicated(
-        &self,
-        request_leader_epoch: i32,
-        sender: i32,
-        epoch_checks: bool,
-        from_offset: i64,
-        prev_epoch: i32,
-        leader_high_watermark: i64,
-        records: &Bytes,
-    ) -> Result<i64, ReplicateError> {
+    pub fn apply_replicated(&self, req: &ReplicateRequest, epoch_checks: bool) -> Result<i64, ReplicateError> {
+        let ReplicateRequest { leader_epoch, leader_id, from_offset, prev_epoch, high_watermark, ref records, .. } = *req;
         let mut g = self.lock();
-        g.leadership.check_replication(request_leader_epoch, sender, epoch_checks)?;
+        g.leadership.check_replication(leader_epoch, leader_id, epoch_checks)?;
         let leo = g.log.end_offset();
         if from_offset > leo {
             return Err(ReplicateError::Mismatch { hint: leo, log_end_offset: leo });
@@ -339,7 +331,7 @@ impl Partition {
             g.txns.record(&h, marker);
         }
         let leo = g.log.end_offset();
-        g.high_watermark = g.high_watermark.max(leader_high_watermark.min(leo));
+        g.high_watermark = g.high_watermark.max(high_watermark.min(leo));
         drop(g);
         self.bump();
         Ok(leo)

@@ -735,15 +735,7 @@ fn replicate(shared: &Shared, r: ReplicateRequest) -> ReplicateResponse {
         Err(s) => return answer(s, -1, -1, -1),
     };
     let epoch = part.leadership().leader_epoch;
-    match part.apply_replicated(
-        r.leader_epoch,
-        r.leader_id,
-        shared.config.leader_epoch_checks,
-        r.from_offset,
-        r.prev_epoch,
-        r.high_watermark,
-        &r.records,
-    ) {
+    match part.apply_replicated(&r, shared.config.leader_epoch_checks) {
         Ok(leo) => answer(Status::ok(), leo, -1, epoch),
         Err(ReplicateError::Mismatch { hint, log_end_offset }) => answer(
             Status::new(

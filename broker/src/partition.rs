@@ -289,7 +289,8 @@ impl Partition {
     /// leader's before `from_offset` (the batch before it has `prev_epoch`), cut any suffix that
     /// does not, and append the leader's batches as they are. Returns the new log end.
     pub fn apply_replicated(&self, req: &ReplicateRequest, epoch_checks: bool) -> Result<i64, ReplicateError> {
-        let ReplicateRequest { leader_epoch, leader_id, from_offset, prev_epoch, high_watermark, ref records, .. } = *req;
+        let ReplicateRequest { leader_epoch, leader_id, from_offset, prev_epoch, high_watermark, ref records, .. } =
+            *req;
         let mut g = self.lock();
         g.leadership.check_replication(leader_epoch, leader_id, epoch_checks)?;
         let leo = g.log.end_offset();

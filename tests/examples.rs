@@ -43,3 +43,9 @@ fn stale_leader_example_sees_both_outcomes() {
     let out = run("stale_leader");
     assert!(out.contains("FENCED_LEADER_EPOCH") && out.contains("the replicas diverge"), "{out}");
 }
+
+#[test]
+fn exactly_once_example_invoices_each_order_once() {
+    let out = run("exactly_once");
+    assert!(out.contains("its commit is REFUSED") && out.contains("each order invoiced exactly once: true"), "{out}");
+}

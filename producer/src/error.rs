@@ -45,6 +45,11 @@ pub enum ClientError {
 }
 
 fn fenced_line(tid: Option<&str>, own: i16, current: i16, detail: &str) -> String {
+    // The coordinator's own explanation already names the id, both epochs and the reason.
+    let message = detail.split_once(": ").map_or(detail, |(_, m)| m);
+    if tid.is_some_and(|t| message.starts_with("fenced: ") && message.contains(&format!("'{t}'"))) {
+        return message.to_string();
+    }
     let who = match tid {
         Some(t) => format!("transactional id '{t}'"),
         None => "this producer id".to_string(),

@@ -9,6 +9,7 @@ use broker::server::{run_with, BrokerSwitch};
 use broker::BrokerConfig;
 use coordinator::CoordinatorConfig;
 use producer::{Admin, ClientConfig, ClientError};
+use protocol::auth::ClusterSecret;
 use protocol::{DescribeResponse, ErrorCode};
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -44,6 +45,8 @@ pub struct LocalOptions {
     pub broker_lease_ms: u64,
     /// A follower not caught up for this long leaves the ISR, in milliseconds.
     pub replica_lag_ms: u64,
+    /// Give the cluster a fresh random secret, so internal requests need membership proofs.
+    pub secured: bool,
 }
 
 impl Default for LocalOptions {
@@ -55,6 +58,7 @@ impl Default for LocalOptions {
             heartbeat_ms: 50,
             broker_lease_ms: 3_000,
             replica_lag_ms: 10_000,
+            secured: true,
         }
     }
 }
@@ -69,6 +73,8 @@ pub struct LocalCluster {
     pub dir: tempfile::TempDir,
     /// Pause switches, by broker id - 1.
     pub switches: Vec<BrokerSwitch>,
+    /// The cluster secret, if secured.
+    pub secret: Option<ClusterSecret>,
     stops: Vec<oneshot::Sender<()>>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -77,6 +83,11 @@ impl LocalCluster {
     /// Start a coordinator and `opts.brokers` brokers on 127.0.0.1 with ephemeral ports.
     pub async fn start(opts: LocalOptions) -> Result<LocalCluster, LocalError> {
         let dir = tempfile::tempdir()?;
+        let secret = opts.secured.then(|| {
+            let mut bytes = vec![0u8; 32];
+            getrandom::fill(&mut bytes).expect("the operating system's random source works");
+            ClusterSecret::new(bytes).expect("32 bytes is long enough")
+        });
         let mut stops = Vec::new();
         let mut tasks = Vec::new();
         let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -85,6 +96,7 @@ impl LocalCluster {
         stops.push(stop);
         let mut config = CoordinatorConfig::new(dir.path().join("coordinator"));
         config.cluster.broker_lease_ms = opts.broker_lease_ms;
+        config.limits.cluster_secret = secret.clone();
         tasks.push(tokio::spawn(async move {
             if let Err(e) = coordinator::run(listener, config, async {
                 let _ = stopped.await;
@@ -104,6 +116,7 @@ impl LocalCluster {
             config.leader_epoch_checks = opts.leader_epoch_checks;
             config.heartbeat_ms = opts.heartbeat_ms;
             config.replica_lag_ms = opts.replica_lag_ms;
+            config.limits.cluster_secret = secret.clone();
             let (switch, control) = BrokerSwitch::new();
             switches.push(switch);
             let (stop, stopped) = oneshot::channel::<()>();
@@ -118,7 +131,7 @@ impl LocalCluster {
                 }
             }));
         }
-        Ok(LocalCluster { coordinator_addr, broker_addrs, dir, switches, stops, tasks })
+        Ok(LocalCluster { coordinator_addr, broker_addrs, dir, switches, secret, stops, tasks })
     }
 
     /// An admin client for this cluster.

@@ -169,6 +169,8 @@ async fn wait_while(rx: &watch::Receiver<bool>) {
 struct Shared {
     config: BrokerConfig,
     addr: String,
+    /// This broker's name when proving membership (`broker-N`).
+    member: String,
     partitions: DashMap<(String, i32), PartitionRef>,
     /// Cached connection to the coordinator; never held across an `.await`.
     coordinator: Mutex<Option<Connection>>,
@@ -215,8 +217,14 @@ pub async fn run_with(
     let addr = config.advertised_addr.clone().unwrap_or_else(|| local.to_string());
     tracing::info!(broker_id = config.id, %addr, fencing = config.fencing, "broker starting");
     let (stop_tx, stop_rx) = watch::channel(false);
+    if config.limits.cluster_secret.is_none() {
+        tracing::warn!(
+            "no cluster secret: replication, markers and heartbeats are accepted from anyone who can connect"
+        );
+    }
     let shared = Arc::new(Shared {
         addr,
+        member: format!("broker-{}", config.id),
         partitions: DashMap::new(),
         coordinator: Mutex::new(None),
         peers: Mutex::new(HashMap::new()),
@@ -251,7 +259,12 @@ async fn coordinator(shared: &Shared) -> Result<Connection, net::NetError> {
     if let Some(c) = cached {
         return Ok(c);
     }
-    let c = Connection::connect(&shared.config.coordinator).await?;
+    let c = Connection::connect_as(
+        &shared.config.coordinator,
+        shared.config.limits.cluster_secret.as_ref(),
+        &shared.member,
+    )
+    .await?;
     *shared.coordinator.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.clone());
     Ok(c)
 }
@@ -260,7 +273,7 @@ async fn peer(shared: &Shared, addr: &str) -> Result<Connection, net::NetError> 
     if let Some(c) = cached(&shared.peers, addr) {
         return Ok(c);
     }
-    let c = Connection::connect(addr).await?;
+    let c = Connection::connect_as(addr, shared.config.limits.cluster_secret.as_ref(), &shared.member).await?;
     shared.peers.lock().unwrap_or_else(|p| p.into_inner()).insert(addr.to_string(), c.clone());
     Ok(c)
 }

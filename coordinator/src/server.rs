@@ -160,6 +160,9 @@ pub async fn run(
         tracing::info!(transactional_id = %tid, epoch, commit, partitions = targets.len(), "resuming markers after restart");
         start_markers(shared.clone(), tid, epoch, commit, targets);
     }
+    if config.limits.cluster_secret.is_none() {
+        tracing::warn!("no cluster secret: broker heartbeats and ISR changes are accepted from anyone who can connect");
+    }
     let handler_shared = shared.clone();
     let handler: net::Handler = Arc::new(move |req| {
         let shared = handler_shared.clone();
@@ -310,6 +313,10 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 .collect();
             Response::Describe(DescribeResponse { status: Status::ok(), brokers, partitions, transactional_ids })
         }
+        Request::AuthBegin(_) | Request::AuthProve(_) => Response::Error(Status::new(
+            ErrorCode::InvalidRequest,
+            "the membership handshake is answered by the connection layer",
+        )),
         Request::Produce(_) | Request::Fetch(_) | Request::WriteMarker(_) | Request::Replicate(_) => {
             Response::Error(Status::new(
                 ErrorCode::InvalidRequest,
@@ -477,7 +484,7 @@ async fn peer(shared: &Shared, addr: &str) -> Result<Connection, net::NetError> 
     if let Some(c) = cached {
         return Ok(c);
     }
-    let c = Connection::connect(addr).await?;
+    let c = Connection::connect_as(addr, shared.config.limits.cluster_secret.as_ref(), "coordinator").await?;
     shared.peers.lock().unwrap_or_else(|p| p.into_inner()).insert(addr.to_string(), c.clone());
     Ok(c)
 }

@@ -4,9 +4,11 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
+use protocol::auth::{ClusterSecret, NONCE_BYTES};
 use protocol::codec::{ClientCodec, FRAME_BYTES_MAX_DEFAULT};
-use protocol::{Request, Response, Status};
+use protocol::{AuthBeginRequest, AuthProveRequest, ErrorCode, Request, Response, Status};
 use thiserror::Error;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -86,6 +88,43 @@ impl Connection {
         let (tx, rx) = mpsc::channel(QUEUED_REQUESTS_MAX);
         tokio::spawn(run(addr.to_string(), Framed::new(stream, ClientCodec::new(frame_bytes_max)), rx));
         Ok(Connection { addr: addr.to_string(), tx })
+    }
+
+    /// Connect and prove membership of the cluster as `member` (and check that the server is a
+    /// member too). Without a secret this is [`Connection::connect`].
+    pub async fn connect_as(addr: &str, secret: Option<&ClusterSecret>, member: &str) -> Result<Connection, NetError> {
+        let conn = Connection::connect(addr).await?;
+        let Some(secret) = secret else { return Ok(conn) };
+        let refused = |msg: String| NetError::Refused {
+            addr: addr.to_string(),
+            status: Status::new(ErrorCode::SaslAuthenticationFailed, msg),
+        };
+        let begin = conn.call(Request::AuthBegin(AuthBeginRequest { member: member.to_string() })).await?;
+        let Response::AuthBegin(b) = begin else {
+            return Err(refused(format!("unexpected answer to AuthBegin: {}", begin.status())));
+        };
+        if !b.status.is_ok() {
+            return Err(NetError::Refused { addr: addr.to_string(), status: b.status });
+        }
+        let mut client_nonce = [0u8; NONCE_BYTES];
+        getrandom::fill(&mut client_nonce).expect("the operating system's random source works");
+        let proof = secret.client_proof(&b.server_nonce, &client_nonce, member);
+        let req = Request::AuthProve(AuthProveRequest {
+            member: member.to_string(),
+            client_nonce: Bytes::copy_from_slice(&client_nonce),
+            proof: Bytes::from(proof),
+        });
+        let prove = conn.call(req).await?;
+        let Response::AuthProve(p) = prove else {
+            return Err(refused(format!("unexpected answer to AuthProve: {}", prove.status())));
+        };
+        if !p.status.is_ok() {
+            return Err(NetError::Refused { addr: addr.to_string(), status: p.status });
+        }
+        if !secret.verify_server(&client_nonce, &b.server_nonce, member, &p.server_proof) {
+            return Err(refused(format!("{addr} could not prove it holds the cluster secret")));
+        }
+        Ok(conn)
     }
 
     /// The address this connection goes to.

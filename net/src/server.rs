@@ -5,10 +5,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::stream::FuturesOrdered;
 use futures::{SinkExt, StreamExt};
+use protocol::auth::{ClusterSecret, NONCE_BYTES};
 use protocol::codec::{CodecError, ServerCodec, FRAME_BYTES_MAX_DEFAULT};
-use protocol::{ErrorCode, Request, Response, Status};
+use protocol::{AuthBeginResponse, AuthProveResponse, ErrorCode, Request, Response, Status};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio_util::codec::Framed;
@@ -30,6 +32,12 @@ pub struct ServerLimits {
     pub connections_max: usize,
     /// A connection with nothing in flight that sends no complete frame for this long is closed.
     pub idle_ms: u64,
+    /// A request not answered within this long is answered REQUEST_TIMED_OUT.
+    pub request_timeout_ms: u64,
+    /// The cluster secret: with one, internal requests (`Request::is_internal`) are served
+    /// only on connections that proved membership; without one they are open to anyone who
+    /// can connect (listen on loopback only, as the defaults do).
+    pub cluster_secret: Option<ClusterSecret>,
 }
 
 impl Default for ServerLimits {
@@ -39,6 +47,8 @@ impl Default for ServerLimits {
             inflight_requests_max: 1024,
             connections_max: 1024,
             idle_ms: 10 * 60 * 1000,
+            request_timeout_ms: 60_000,
+            cluster_secret: None,
         }
     }
 }
@@ -88,8 +98,92 @@ async fn refuse_connection(stream: TcpStream, limits: &ServerLimits) {
     let _ = tokio::time::timeout(Duration::from_secs(1), framed.send((-1, Response::Error(status)))).await;
 }
 
-async fn tagged(correlation_id: i32, fut: ResponseFuture) -> (i32, Response) {
-    (correlation_id, fut.await)
+async fn tagged(correlation_id: i32, fut: ResponseFuture, timeout: Duration) -> (i32, Response) {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(resp) => (correlation_id, resp),
+        Err(_) => (
+            correlation_id,
+            Response::Error(Status::new(
+                ErrorCode::RequestTimedOut,
+                format!("no answer within request_timeout_ms {}; retry", timeout.as_millis()),
+            )),
+        ),
+    }
+}
+
+/// The membership state of one connection.
+#[derive(Default)]
+struct Peer {
+    server_nonce: Option<[u8; NONCE_BYTES]>,
+    member: Option<String>,
+}
+
+fn nonce() -> [u8; NONCE_BYTES] {
+    let mut n = [0u8; NONCE_BYTES];
+    getrandom::fill(&mut n).expect("the operating system's random source works");
+    n
+}
+
+/// Answer the membership handshake, and refuse internal requests from non-members. Returns
+/// `Some(response, close)` when the request is answered here.
+fn gate(limits: &ServerLimits, peer: &mut Peer, req: &Request) -> Option<(Response, bool)> {
+    let failed = |msg: String| Status::new(ErrorCode::SaslAuthenticationFailed, msg);
+    match (req, &limits.cluster_secret) {
+        (Request::AuthBegin(_), None) => Some((
+            Response::AuthBegin(AuthBeginResponse {
+                status: failed("this process has no cluster secret, so there is nothing to prove".into()),
+                server_nonce: Bytes::new(),
+            }),
+            false,
+        )),
+        (Request::AuthBegin(_), Some(_)) => {
+            let n = nonce();
+            peer.server_nonce = Some(n);
+            Some((
+                Response::AuthBegin(AuthBeginResponse { status: Status::ok(), server_nonce: Bytes::copy_from_slice(&n) }),
+                false,
+            ))
+        }
+        (Request::AuthProve(p), secret) => {
+            let verified = match (secret, peer.server_nonce.take()) {
+                (Some(secret), Some(n)) => {
+                    secret.verify_client(&n, &p.client_nonce, &p.member, &p.proof).then(|| secret.server_proof(&p.client_nonce, &n, &p.member))
+                }
+                _ => None,
+            };
+            Some(match verified {
+                Some(server_proof) => {
+                    tracing::debug!(member = %p.member, "cluster member authenticated");
+                    peer.member = Some(p.member.clone());
+                    (Response::AuthProve(AuthProveResponse { status: Status::ok(), server_proof: Bytes::from(server_proof) }), false)
+                }
+                None => {
+                    tracing::warn!(member = %p.member, "membership proof refused; closing the connection");
+                    (
+                        Response::AuthProve(AuthProveResponse {
+                            status: failed(format!(
+                                "membership proof for '{}' refused: wrong cluster secret, or no challenge asked first",
+                                p.member
+                            )),
+                            server_proof: Bytes::new(),
+                        }),
+                        true,
+                    )
+                }
+            })
+        }
+        (req, Some(_)) if req.is_internal() && peer.member.is_none() => Some((
+            Response::Error(Status::new(
+                ErrorCode::ClusterAuthorizationFailed,
+                format!(
+                    "{:?} is a cluster-internal request; prove membership with the cluster secret first (AuthBegin, AuthProve)",
+                    req.api_key()
+                ),
+            )),
+            false,
+        )),
+        _ => None,
+    }
 }
 
 fn error_reply(status: Status) -> ResponseFuture {
@@ -99,6 +193,8 @@ fn error_reply(status: Status) -> ResponseFuture {
 async fn serve_connection(stream: TcpStream, handler: Handler, limits: &ServerLimits, mut stop: watch::Receiver<bool>) {
     let mut framed = Framed::new(stream, ServerCodec::new(limits.frame_bytes_max));
     let mut inflight = FuturesOrdered::new();
+    let request_timeout = Duration::from_millis(limits.request_timeout_ms);
+    let mut peer = Peer::default();
     // After a request that cannot be decoded we answer it, finish what is in flight and close.
     let mut closing = false;
     let idle = Duration::from_millis(limits.idle_ms);
@@ -121,15 +217,21 @@ async fn serve_connection(stream: TcpStream, handler: Handler, limits: &ServerLi
                 match item {
                     None => closing = true,
                     Some(Ok(Ok((header, req)))) => {
-                        let fut = handler(req);
-                        inflight.push_back(tagged(header.correlation_id, fut));
+                        let fut = match gate(limits, &mut peer, &req) {
+                            Some((resp, close)) => {
+                                closing |= close;
+                                Box::pin(async move { resp })
+                            }
+                            None => handler(req),
+                        };
+                        inflight.push_back(tagged(header.correlation_id, fut, request_timeout));
                     }
                     Some(Ok(Err(bad))) => {
                         let correlation_id = bad.header.map_or(-1, |h| h.correlation_id);
                         tracing::info!(error = %bad.error, correlation_id, "undecodable request; answering and closing");
                         let status = Status::new(bad.error.error_code(), format!("{}; closing the connection", bad.error));
                         let fut = error_reply(status);
-                        inflight.push_back(tagged(correlation_id, fut));
+                        inflight.push_back(tagged(correlation_id, fut, request_timeout));
                         closing = true;
                     }
                     Some(Err(CodecError::FrameTooLarge { len, max })) => {
@@ -139,7 +241,7 @@ async fn serve_connection(stream: TcpStream, handler: Handler, limits: &ServerLi
                             format!("frame of {len} bytes exceeds frame_bytes_max {max}; closing the connection"),
                         );
                         let fut = error_reply(status);
-                        inflight.push_back(tagged(-1, fut));
+                        inflight.push_back(tagged(-1, fut, request_timeout));
                         closing = true;
                     }
                     Some(Err(e)) => {

@@ -58,6 +58,11 @@ error_codes! {
     RequestTimedOut = 7, "REQUEST_TIMED_OUT", true;
     /// No broker is registered to host the request.
     BrokerNotAvailable = 8, "BROKER_NOT_AVAILABLE", true;
+    /// An internal request (replication, markers, ISR changes, broker heartbeats) came from a
+    /// connection that has not proven it belongs to the cluster.
+    ClusterAuthorizationFailed = 31, "CLUSTER_AUTHORIZATION_FAILED", false;
+    /// The cluster-membership handshake failed (wrong secret, or no challenge asked first).
+    SaslAuthenticationFailed = 58, "SASL_AUTHENTICATION_FAILED", false;
     /// A frame or batch is larger than the configured limit.
     MessageTooLarge = 10, "MESSAGE_TOO_LARGE", false;
     /// The coordinator cannot serve the request now.

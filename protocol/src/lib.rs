@@ -4,10 +4,12 @@
 //! - [`messages`]: requests, responses and their pure encode/decode.
 //! - [`codec`]: tokio-util codecs adding the length prefix and the frame size limit.
 //! - [`batch`]: Kafka RecordBatch v2: the broker's zero-copy header view, client builders.
+//! - [`auth`]: cluster-membership proofs (HMAC-SHA256 over a challenge).
 //! - [`names`]: validation of topic names and transactional ids.
 //!
 //! Nothing here touches a socket, a clock or a file.
 
+pub mod auth;
 pub mod batch;
 pub mod codec;
 mod error;

@@ -20,12 +20,16 @@ pub enum ApiKey {
     Fetch = 1,
     /// Brokers, topics, partitions, leaders and leader epochs (client -> coordinator).
     Metadata = 3,
+    /// Ask for a cluster-membership challenge (Kafka's SaslHandshake number).
+    AuthBegin = 17,
     /// Create a topic (admin -> coordinator).
     CreateTopics = 19,
     /// Get a producer id and epoch; bumps and fences for a known transactional id.
     InitProducerId = 22,
     /// Producer -> coordinator: commit or abort the current transaction.
     EndTxn = 26,
+    /// Answer the challenge with a membership proof (Kafka's SaslAuthenticate number).
+    AuthProve = 36,
     /// Admin -> coordinator: elect a partition's leader again, under a new leader epoch.
     ElectLeaders = 43,
     /// Leader -> coordinator: register a partition under a producer's epoch before its first
@@ -50,9 +54,11 @@ impl ApiKey {
             0 => ApiKey::Produce,
             1 => ApiKey::Fetch,
             3 => ApiKey::Metadata,
+            17 => ApiKey::AuthBegin,
             19 => ApiKey::CreateTopics,
             22 => ApiKey::InitProducerId,
             26 => ApiKey::EndTxn,
+            36 => ApiKey::AuthProve,
             43 => ApiKey::ElectLeaders,
             24 => ApiKey::AddPartitionsToTxn,
             27 => ApiKey::WriteTxnMarkers,
@@ -303,6 +309,42 @@ pub struct CreateTopicRequest {
     pub partitions: i32,
     /// Replicas per partition; 0 or less for the coordinator's default, min(3, live brokers).
     pub replication_factor: i32,
+}
+
+/// Ask for a membership challenge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthBeginRequest {
+    /// Who is proving membership (`broker-3`, `coordinator`).
+    pub member: String,
+}
+
+/// The challenge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthBeginResponse {
+    /// NONE, or SASL_AUTHENTICATION_FAILED if this process has no cluster secret.
+    pub status: Status,
+    /// A fresh nonce to prove against.
+    pub server_nonce: Bytes,
+}
+
+/// Prove membership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthProveRequest {
+    /// Who is proving membership.
+    pub member: String,
+    /// The dialler's nonce.
+    pub client_nonce: Bytes,
+    /// HMAC-SHA256 over the nonces and the member name (see `protocol::auth`).
+    pub proof: Bytes,
+}
+
+/// The verdict, and the server's own proof.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthProveResponse {
+    /// NONE, or SASL_AUTHENTICATION_FAILED (then the connection is closed).
+    pub status: Status,
+    /// The server's proof that it knows the secret too.
+    pub server_proof: Bytes,
 }
 
 /// Elect a partition's leader again under a bumped leader epoch.
@@ -607,6 +649,10 @@ pub enum Request {
     EndTxn(EndTxnRequest),
     /// See [`ElectLeaderRequest`].
     ElectLeader(ElectLeaderRequest),
+    /// See [`AuthBeginRequest`].
+    AuthBegin(AuthBeginRequest),
+    /// See [`AuthProveRequest`].
+    AuthProve(AuthProveRequest),
     /// See [`AddPartitionRequest`].
     AddPartition(AddPartitionRequest),
     /// See [`WriteMarkerRequest`].
@@ -638,6 +684,10 @@ pub enum Response {
     EndTxn(EndTxnResponse),
     /// See [`ElectLeaderResponse`].
     ElectLeader(ElectLeaderResponse),
+    /// See [`AuthBeginResponse`].
+    AuthBegin(AuthBeginResponse),
+    /// See [`AuthProveResponse`].
+    AuthProve(AuthProveResponse),
     /// See [`AddPartitionResponse`].
     AddPartition(AddPartitionResponse),
     /// See [`WriteMarkerResponse`].
@@ -665,6 +715,8 @@ impl Request {
             Request::InitProducerId(_) => ApiKey::InitProducerId,
             Request::EndTxn(_) => ApiKey::EndTxn,
             Request::ElectLeader(_) => ApiKey::ElectLeaders,
+            Request::AuthBegin(_) => ApiKey::AuthBegin,
+            Request::AuthProve(_) => ApiKey::AuthProve,
             Request::AddPartition(_) => ApiKey::AddPartitionsToTxn,
             Request::WriteMarker(_) => ApiKey::WriteTxnMarkers,
             Request::Heartbeat(_) => ApiKey::BrokerHeartbeat,
@@ -672,6 +724,17 @@ impl Request {
             Request::AlterPartition(_) => ApiKey::AlterPartition,
             Request::Describe => ApiKey::Describe,
         }
+    }
+}
+
+impl Request {
+    /// Requests only cluster members may send: replication, markers, ISR changes and broker
+    /// heartbeats (which register brokers and hand out leaderships).
+    pub fn is_internal(&self) -> bool {
+        matches!(
+            self,
+            Request::Replicate(_) | Request::WriteMarker(_) | Request::AlterPartition(_) | Request::Heartbeat(_)
+        )
     }
 }
 
@@ -686,6 +749,8 @@ impl Response {
             Response::InitProducerId(_) => ApiKey::InitProducerId as i16,
             Response::EndTxn(_) => ApiKey::EndTxn as i16,
             Response::ElectLeader(_) => ApiKey::ElectLeaders as i16,
+            Response::AuthBegin(_) => ApiKey::AuthBegin as i16,
+            Response::AuthProve(_) => ApiKey::AuthProve as i16,
             Response::AddPartition(_) => ApiKey::AddPartitionsToTxn as i16,
             Response::WriteMarker(_) => ApiKey::WriteTxnMarkers as i16,
             Response::Heartbeat(_) => ApiKey::BrokerHeartbeat as i16,
@@ -706,6 +771,8 @@ impl Response {
             Response::InitProducerId(r) => &r.status,
             Response::EndTxn(r) => &r.status,
             Response::ElectLeader(r) => &r.status,
+            Response::AuthBegin(r) => &r.status,
+            Response::AuthProve(r) => &r.status,
             Response::AddPartition(r) => &r.status,
             Response::WriteMarker(r) => &r.status,
             Response::Heartbeat(r) => &r.status,
@@ -764,6 +831,12 @@ pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
         Request::ElectLeader(e) => {
             b.put_string(&e.topic);
             b.put_i32(e.partition);
+        }
+        Request::AuthBegin(a) => b.put_string(&a.member),
+        Request::AuthProve(a) => {
+            b.put_string(&a.member);
+            b.put_blob(&a.client_nonce);
+            b.put_blob(&a.proof);
         }
         Request::EndTxn(e) => {
             b.put_string(&e.transactional_id);
@@ -899,6 +972,12 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
         ApiKey::ElectLeaders => {
             Request::ElectLeader(ElectLeaderRequest { topic: r.string("topic")?, partition: r.i32("partition")? })
         }
+        ApiKey::AuthBegin => Request::AuthBegin(AuthBeginRequest { member: r.string("member")? }),
+        ApiKey::AuthProve => Request::AuthProve(AuthProveRequest {
+            member: r.string("member")?,
+            client_nonce: r.bytes("client_nonce")?,
+            proof: r.bytes("proof")?,
+        }),
         ApiKey::EndTxn => Request::EndTxn(EndTxnRequest {
             transactional_id: r.string("transactional_id")?,
             producer_id: r.i64("producer_id")?,
@@ -1012,6 +1091,8 @@ pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
             b.put_i64(e.producer_id);
             b.put_i16(e.producer_epoch);
         }
+        Response::AuthBegin(a) => b.put_blob(&a.server_nonce),
+        Response::AuthProve(a) => b.put_blob(&a.server_proof),
         Response::ElectLeader(e) => {
             b.put_i32(e.leader_id);
             b.put_i32(e.leader_epoch);
@@ -1161,6 +1242,8 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
             producer_id: r.i64("producer_id")?,
             producer_epoch: r.i16("producer_epoch")?,
         }),
+        ApiKey::AuthBegin => Response::AuthBegin(AuthBeginResponse { status, server_nonce: r.bytes("server_nonce")? }),
+        ApiKey::AuthProve => Response::AuthProve(AuthProveResponse { status, server_proof: r.bytes("server_proof")? }),
         ApiKey::EndTxn => Response::EndTxn(EndTxnResponse {
             status,
             producer_id: r.i64("producer_id")?,
@@ -1362,6 +1445,12 @@ mod tests {
             isr: vec![1, 3],
         }));
         roundtrip_req(Request::Describe);
+        roundtrip_req(Request::AuthBegin(AuthBeginRequest { member: "broker-1".into() }));
+        roundtrip_req(Request::AuthProve(AuthProveRequest {
+            member: "broker-1".into(),
+            client_nonce: Bytes::from_static(&[1; 32]),
+            proof: Bytes::from_static(&[2; 32]),
+        }));
         roundtrip_req(Request::ElectLeader(ElectLeaderRequest { topic: "t".into(), partition: 2 }));
     }
 
@@ -1448,6 +1537,14 @@ mod tests {
             }],
         }));
         roundtrip_resp(Response::Error(Status::new(ErrorCode::InvalidRequest, "bad")));
+        roundtrip_resp(Response::AuthBegin(AuthBeginResponse {
+            status: Status::ok(),
+            server_nonce: Bytes::from_static(&[3; 32]),
+        }));
+        roundtrip_resp(Response::AuthProve(AuthProveResponse {
+            status: Status::ok(),
+            server_proof: Bytes::from_static(&[4; 32]),
+        }));
         roundtrip_resp(Response::Replicate(ReplicateResponse {
             status: Status::new(ErrorCode::OffsetOutOfRange, "diverged"),
             log_end_offset: 12,

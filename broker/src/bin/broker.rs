@@ -37,6 +37,10 @@ struct Args {
     /// A follower not caught up for this long leaves the ISR, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     replica_lag_ms: u64,
+    /// File holding the cluster secret (at least 16 bytes; surrounding whitespace ignored).
+    /// With it, internal requests are served only to peers that prove they hold it too.
+    #[arg(long)]
+    cluster_secret_file: Option<std::path::PathBuf>,
     /// DANGER: turn producer fencing off (demonstrations and overhead measurements only).
     #[arg(long)]
     no_fencing: bool,
@@ -53,6 +57,7 @@ async fn main() -> anyhow::Result<()> {
     config.advertised_addr = args.advertise;
     config.heartbeat_ms = args.heartbeat_ms;
     config.fencing = !args.no_fencing;
+    config.limits.cluster_secret = args.cluster_secret_file.as_deref().map(read_secret).transpose()?;
     config.request_timeout_ms = args.request_timeout_ms;
     config.replica_lag_ms = args.replica_lag_ms;
     config.limits.frame_bytes_max = args.frame_bytes_max;
@@ -67,4 +72,11 @@ async fn main() -> anyhow::Result<()> {
     })
     .await?;
     Ok(())
+}
+
+fn read_secret(path: &std::path::Path) -> anyhow::Result<protocol::auth::ClusterSecret> {
+    let raw = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read cluster secret {}: {e}", path.display()))?;
+    let text = String::from_utf8_lossy(&raw);
+    protocol::auth::ClusterSecret::new(text.trim().as_bytes().to_vec())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }

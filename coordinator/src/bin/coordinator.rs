@@ -29,6 +29,10 @@ struct Args {
     /// Most connections served at once.
     #[arg(long, default_value_t = 1024)]
     connections_max: usize,
+    /// File holding the cluster secret (at least 16 bytes; surrounding whitespace ignored).
+    /// With it, internal requests are served only to peers that prove they hold it too.
+    #[arg(long)]
+    cluster_secret_file: Option<std::path::PathBuf>,
     /// How long an init waits for its fence markers before answering CONCURRENT_TRANSACTIONS, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     fence_wait_ms: u64,
@@ -48,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
     config.limits.frame_bytes_max = args.frame_bytes_max;
     config.limits.connections_max = args.connections_max;
     config.fence_wait_ms = args.fence_wait_ms;
+    config.limits.cluster_secret = args.cluster_secret_file.as_deref().map(read_secret).transpose()?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
@@ -60,4 +65,11 @@ async fn main() -> anyhow::Result<()> {
     })
     .await?;
     Ok(())
+}
+
+fn read_secret(path: &std::path::Path) -> anyhow::Result<protocol::auth::ClusterSecret> {
+    let raw = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read cluster secret {}: {e}", path.display()))?;
+    let text = String::from_utf8_lossy(&raw);
+    protocol::auth::ClusterSecret::new(text.trim().as_bytes().to_vec())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }

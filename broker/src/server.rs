@@ -52,6 +52,8 @@ pub struct BrokerConfig {
     pub replica_lag_ms: u64,
     /// Most bytes one Replicate request carries.
     pub replication_bytes_max: usize,
+    /// Largest record batch a producer may send, in bytes.
+    pub batch_bytes_max: usize,
     /// Connection limits.
     pub limits: ServerLimits,
 }
@@ -71,6 +73,7 @@ impl BrokerConfig {
             request_timeout_ms: 30_000,
             replica_lag_ms: 10_000,
             replication_bytes_max: 1024 * 1024,
+            batch_bytes_max: 1024 * 1024,
             limits: ServerLimits::default(),
         }
     }
@@ -501,6 +504,12 @@ async fn handle(shared: &Arc<Shared>, req: Request) -> Response {
 }
 
 fn partition(shared: &Shared, topic: &str, index: i32) -> Result<PartitionRef, Status> {
+    if index < 0 || protocol::names::validate_topic(topic).is_err() {
+        return Err(Status::new(
+            ErrorCode::UnknownTopicOrPartition,
+            format!("{topic}-{index} cannot exist: partitions are numbered from 0 and topic names are [A-Za-z0-9._-]"),
+        ));
+    }
     match shared.partitions.get(&(topic.to_string(), index)) {
         Some(p) => Ok(p.clone()),
         None => {
@@ -583,6 +592,16 @@ async fn produce(shared: &Shared, r: ProduceRequest) -> ProduceResponse {
     if r.acks != ACKS_ALL && r.acks != ACKS_LEADER {
         return produce_error(
             Status::new(ErrorCode::InvalidRequiredAcks, format!("acks {} is not -1 (all) or 1 (leader)", r.acks)),
+            -1,
+            -1,
+        );
+    }
+    if r.records.len() > shared.config.batch_bytes_max {
+        return produce_error(
+            Status::new(
+                ErrorCode::MessageTooLarge,
+                format!("batch of {} bytes exceeds batch_bytes_max {}", r.records.len(), shared.config.batch_bytes_max),
+            ),
             -1,
             -1,
         );

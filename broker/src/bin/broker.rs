@@ -41,6 +41,12 @@ struct Args {
     /// With it, internal requests are served only to peers that prove they hold it too.
     #[arg(long)]
     cluster_secret_file: Option<std::path::PathBuf>,
+    /// Largest record batch a producer may send, in bytes.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    batch_bytes_max: usize,
+    /// Close a connection that sends no complete request for this long, in milliseconds.
+    #[arg(long, default_value_t = 600_000)]
+    idle_ms: u64,
     /// DANGER: turn producer fencing off (demonstrations and overhead measurements only).
     #[arg(long)]
     no_fencing: bool,
@@ -57,6 +63,8 @@ async fn main() -> anyhow::Result<()> {
     config.advertised_addr = args.advertise;
     config.heartbeat_ms = args.heartbeat_ms;
     config.fencing = !args.no_fencing;
+    config.batch_bytes_max = args.batch_bytes_max;
+    config.limits.idle_ms = args.idle_ms;
     config.limits.cluster_secret = args.cluster_secret_file.as_deref().map(read_secret).transpose()?;
     config.request_timeout_ms = args.request_timeout_ms;
     config.replica_lag_ms = args.replica_lag_ms;

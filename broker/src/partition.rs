@@ -455,9 +455,10 @@ impl Partition {
         Some(change)
     }
 
-    /// The coordinator confirmed `(producer_id, epoch)` for this partition.
-    pub fn mark_verified(&self, producer_id: i64, epoch: i16) {
-        self.lock().producers.mark_verified(producer_id, epoch);
+    /// The coordinator confirmed `(producer_id, epoch)` for this partition (`transactional`:
+    /// for transactional writes).
+    pub fn mark_verified(&self, producer_id: i64, epoch: i16, transactional: bool) {
+        self.lock().producers.mark_verified(producer_id, epoch, transactional);
     }
 
     /// Current leadership as this broker knows it.

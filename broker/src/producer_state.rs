@@ -30,7 +30,9 @@ struct BatchMeta {
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<BatchMeta>,
-    verified_epoch: Option<i16>,
+    /// The epoch the coordinator confirmed for this partition, and whether it confirmed it
+    /// for transactional writes (which also opens the transaction there).
+    verified_epoch: Option<(i16, bool)>,
     /// The last marker appended for this producer id: (epoch, offset). A marker is written
     /// once per epoch bump, so a second one at the same epoch is a retry.
     last_marker: Option<(i16, i64)>,
@@ -161,7 +163,9 @@ impl ProducerStates {
                 });
             }
         }
-        if verify && entry.and_then(|e| e.verified_epoch) != Some(h.producer_epoch) {
+        let verified = entry.and_then(|e| e.verified_epoch);
+        let covers = verified.is_some_and(|(e, txn)| e == h.producer_epoch && (txn || !h.is_transactional()));
+        if verify && !covers {
             return Ok(Admit::NeedsVerification);
         }
         let expected = match entry {
@@ -197,7 +201,7 @@ impl ProducerStates {
             e.epoch = h.producer_epoch;
             e.batches.clear();
             // A verification holds for its own epoch only.
-            e.verified_epoch = e.verified_epoch.filter(|v| *v == h.producer_epoch);
+            e.verified_epoch = e.verified_epoch.filter(|(v, _)| *v == h.producer_epoch);
         } else if h.producer_epoch < e.epoch {
             // Only with the gate off: the log holds a zombie's batch; the epoch stays.
             return;
@@ -218,12 +222,14 @@ impl ProducerStates {
         });
     }
 
-    /// The coordinator confirmed that `(producer_id, epoch)` is registered for this partition.
-    /// Ignored if the partition already holds a newer epoch for it.
-    pub fn mark_verified(&mut self, producer_id: i64, epoch: i16) {
+    /// The coordinator confirmed that `(producer_id, epoch)` is registered for this partition
+    /// (`transactional`: for transactional writes). Ignored if the partition already holds a
+    /// newer epoch for it.
+    pub fn mark_verified(&mut self, producer_id: i64, epoch: i16, transactional: bool) {
         let e = self.producers.entry(producer_id).or_insert_with(|| ProducerEntry { epoch, ..Default::default() });
         if epoch >= e.epoch {
-            e.verified_epoch = Some(epoch);
+            let txn = transactional || e.verified_epoch.is_some_and(|(v, t)| v == epoch && t);
+            e.verified_epoch = Some((epoch, txn));
         }
     }
 }
@@ -258,7 +264,7 @@ mod tests {
     fn admit(s: &mut ProducerStates, h: &BatchHeader) -> Result<Admit, GateError> {
         let mut a = s.check(h)?;
         if a == Admit::NeedsVerification {
-            s.mark_verified(h.producer_id, h.producer_epoch);
+            s.mark_verified(h.producer_id, h.producer_epoch, h.is_transactional());
             a = s.check(h)?;
         }
         if a == Admit::Append {
@@ -340,7 +346,7 @@ mod tests {
     fn verification_for_an_older_epoch_does_not_reopen_it() {
         let mut s = ProducerStates::new(true);
         admit(&mut s, &marker(1, 5, 0)).unwrap();
-        s.mark_verified(1, 4);
+        s.mark_verified(1, 4, false);
         assert!(matches!(s.check(&header(1, 4, 0, 1, 1)), Err(GateError::StaleEpoch { current: 5, .. })));
     }
 
@@ -360,6 +366,21 @@ mod tests {
         assert_eq!(replayed.check(&header(1, 1, 0, 2, 9)), Ok(Admit::Duplicate { base_offset: 2 }));
         // Verification is volatile: a replayed table asks the coordinator again.
         assert_eq!(replayed.check(&header(1, 1, 2, 1, 4)), Ok(Admit::NeedsVerification));
+    }
+
+    #[test]
+    fn a_non_transactional_verification_does_not_cover_transactional_writes() {
+        let mut s = ProducerStates::new(true);
+        let plain = header(1, 0, 0, 1, 0);
+        s.mark_verified(1, 0, false);
+        assert_eq!(s.check(&plain), Ok(Admit::Append));
+        let values = [Bytes::from_static(b"t")];
+        let txn = build_batch(ProducerStamp { producer_id: 1, producer_epoch: 0, base_sequence: 0 }, true, 0, &values);
+        let txn = BatchHeader::parse(&txn).unwrap();
+        assert_eq!(s.check(&txn), Ok(Admit::NeedsVerification), "the transaction must be opened at the coordinator");
+        s.mark_verified(1, 0, true);
+        assert_eq!(s.check(&txn), Ok(Admit::Append));
+        assert_eq!(s.check(&plain), Ok(Admit::Append), "a transactional verification covers both");
     }
 
     #[test]

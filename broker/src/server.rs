@@ -650,7 +650,7 @@ async fn produce(shared: &Shared, r: ProduceRequest) -> ProduceResponse {
                 {
                     return produce_error(status, current, leader_epoch);
                 }
-                part.mark_verified(producer_id, epoch);
+                part.mark_verified(producer_id, epoch, transactional);
             }
             Err(AppendError::Leader(e)) => return produce_error(leader_status(shared, &r.topic, r.partition, &e), -1, leader_epoch),
             Err(AppendError::Gate(GateError::StaleEpoch { producer_id, current, got })) => {
@@ -659,7 +659,8 @@ async fn produce(shared: &Shared, r: ProduceRequest) -> ProduceResponse {
                         ErrorCode::InvalidProducerEpoch,
                         format!(
                             "fenced: {}-{} holds epoch {current} for producer id {producer_id}, this batch carries epoch {got}; \
-                             a newer instance with the same transactional id has initialised, so stop this producer",
+                             the producer's epoch was bumped (a newer instance, or the end or timeout of its \
+                             transaction), so stop this producer",
                             r.topic, r.partition
                         ),
                     ),
@@ -736,6 +737,12 @@ fn fetch(shared: &Shared, r: FetchRequest) -> FetchResponse {
         aborted: Vec::new(),
         records: Bytes::new(),
     };
+    if r.isolation != protocol::READ_UNCOMMITTED && r.isolation != protocol::READ_COMMITTED {
+        return err(Status::new(
+            ErrorCode::InvalidRequest,
+            format!("isolation {} is not 0 (read_uncommitted) or 1 (read_committed)", r.isolation),
+        ));
+    }
     let part = match partition(shared, &r.topic, r.partition) {
         Ok(p) => p,
         Err(s) => return err(s),

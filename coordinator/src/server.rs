@@ -55,7 +55,7 @@ impl CoordinatorConfig {
             table: TableConfig::default(),
             limits: ServerLimits::default(),
             fence_wait_ms: 10_000,
-            marker_timeout_ms: 10_000,
+            marker_timeout_ms: 5_000,
         }
     }
 }
@@ -399,7 +399,7 @@ async fn init(
                         shared.config.fence_wait_ms
                     ),
                 ),
-                epoch,
+                -1, // the new epoch is not handed out until its markers are written
             );
         }
     }
@@ -439,13 +439,14 @@ async fn end_txn(shared: &Arc<Shared>, r: EndTxnRequest) -> EndTxnResponse {
                 Status::new(
                     ErrorCode::ConcurrentTransactions,
                     format!(
-                        "transaction of '{}' is prepared to {} but not all markers are written after {} ms (a                          partition leader is unreachable); they are being retried, retry EndTxn",
+                        "transaction of '{}' is prepared to {} but not all markers are written after {} ms (a partition \
+                         leader is unreachable); they are being retried, retry EndTxn",
                         r.transactional_id,
                         if commit { "commit" } else { "abort" },
                         shared.config.fence_wait_ms
                     ),
                 ),
-                epoch,
+                -1, // the new epoch is not handed out until its markers are written
             );
         }
         tracing::info!(transactional_id = %r.transactional_id, commit, epoch, "transaction ended");

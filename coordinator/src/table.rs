@@ -442,8 +442,8 @@ impl ProducerTable {
                 e.epoch,
             );
         }
-        if e.registered.is_empty() {
-            // Nothing was written in this transaction: nothing to end, nothing to fence.
+        if e.txn_started_ms.is_none() {
+            // No transaction is open (nothing transactional was written): nothing to end.
             return EndDecision::Done { producer_id: e.producer_id, epoch: e.epoch };
         }
         let entry = self.end_entry(tid, commit, false);
@@ -576,6 +576,17 @@ impl ProducerTable {
                 e.epoch,
             );
         }
+        if !e.pending.is_empty() {
+            // The epoch was just granted and its markers are still being written.
+            return refuse(
+                ErrorCode::ConcurrentTransactions,
+                format!(
+                    "transactional id '{tid}': markers of epoch {} are still being written; retry shortly",
+                    e.epoch
+                ),
+                e.epoch,
+            );
+        }
         let current = e.epoch;
         let opens_txn = transactional && e.txn_started_ms.is_none();
         if e.registered.contains(&(topic.to_string(), partition)) && !opens_txn {
@@ -620,6 +631,8 @@ impl ProducerTable {
                 e.txn_started_ms = None;
                 e.pending = fence.clone();
                 e.pending_commit = false;
+                // A new instance owns the id now: no earlier EndTxn may be taken as a retry.
+                e.last_end = None;
                 if bumped {
                     remember(&mut e.bumps, *epoch, Bump::NewInstance);
                 }
@@ -931,6 +944,43 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(t.state("tx"), Some(TxnState::Ongoing));
+    }
+
+    #[test]
+    fn a_lost_commit_answer_retried_after_a_new_instance_inits_is_fenced_not_a_takeover() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let (pid, e0, _) = grant(t.handle_init(Some("tx"), T, None));
+        register(&mut t, "tx", "a", 0, 0);
+        let (e1, _, _) = markers(t.handle_end_txn("tx", pid, e0, true));
+        t.handle_fence_done("tx", e1);
+        // A's answer was lost; meanwhile B initialises.
+        let (_, e2, _) = grant(t.handle_init(Some("tx"), T, None));
+        match t.handle_end_txn("tx", pid, e0, true) {
+            EndDecision::Refuse { status, epoch } => assert_eq!((status.code, epoch), (ErrorCode::ProducerFenced, e2)),
+            other => panic!("A must not be handed B's epoch: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn nothing_to_end_without_a_transactional_write() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let (pid, e0, _) = grant(t.handle_init(Some("tx"), T, None));
+        assert!(matches!(t.handle_register(pid, e0, "a", 0, false, 0), RegisterDecision::Accept { .. }));
+        assert_eq!(t.handle_end_txn("tx", pid, e0, true), EndDecision::Done { producer_id: pid, epoch: e0 });
+    }
+
+    #[test]
+    fn registration_waits_while_the_new_epochs_markers_are_written() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let (pid, e0, _) = grant(t.handle_init(Some("tx"), T, None));
+        register(&mut t, "tx", "a", 0, 0);
+        let (e1, _, _) = markers(t.handle_end_txn("tx", pid, e0, true));
+        assert!(matches!(
+            t.handle_register(pid, e1, "a", 0, true, 1),
+            RegisterDecision::Refuse { status: Status { code: ErrorCode::ConcurrentTransactions, .. }, .. }
+        ));
+        t.handle_fence_done("tx", e1);
+        assert!(matches!(t.handle_register(pid, e1, "a", 0, true, 2), RegisterDecision::Accept { .. }));
     }
 
     #[test]

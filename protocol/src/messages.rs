@@ -32,8 +32,8 @@ pub enum ApiKey {
     AuthProve = 36,
     /// Admin -> coordinator: elect a partition's leader again, under a new leader epoch.
     ElectLeaders = 43,
-    /// Leader -> coordinator: register a partition under a producer's epoch before its first
-    /// write there (Kafka's AddPartitionsToTxn as used by KIP-890 verification).
+    /// Leader or producer -> coordinator: register a partition under a producer's epoch before
+    /// its first write there (Kafka's AddPartitionsToTxn, and KIP-890 verification by leaders).
     AddPartitionsToTxn = 24,
     /// Coordinator -> leader: write a control marker at a producer's epoch.
     WriteTxnMarkers = 27,
@@ -214,7 +214,8 @@ pub struct FetchResponse {
     pub last_stable_offset: i64,
     /// The partition's leader epoch on this broker.
     pub current_leader_epoch: i32,
-    /// With READ_COMMITTED: the aborted transactions overlapping the returned batches.
+    /// With READ_COMMITTED: the aborted transactions overlapping `[offset, last stable offset)`
+    /// (a superset of those overlapping the returned batches).
     pub aborted: Vec<AbortedTxn>,
     /// Whole batches, as stored, starting with the batch that holds `offset`.
     pub records: Bytes,
@@ -411,7 +412,8 @@ pub struct AddPartitionRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddPartitionResponse {
     /// NONE (registered, durable), PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID,
-    /// UNKNOWN_TOPIC_OR_PARTITION, COORDINATOR_NOT_AVAILABLE.
+    /// INVALID_TXN_STATE, CONCURRENT_TRANSACTIONS, UNKNOWN_TOPIC_OR_PARTITION,
+    /// COORDINATOR_NOT_AVAILABLE.
     pub status: Status,
     /// The producer id's current epoch (-1 if unknown).
     pub current_epoch: i16,

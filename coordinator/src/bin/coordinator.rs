@@ -33,10 +33,13 @@ struct Args {
     /// With it, internal requests are served only to peers that prove they hold it too.
     #[arg(long)]
     cluster_secret_file: Option<std::path::PathBuf>,
+    /// Replicas of a topic created without `--replicas` (default: min(3, live brokers)).
+    #[arg(long)]
+    default_replication_factor: Option<i32>,
     /// Close a connection that sends no complete request for this long, in milliseconds.
     #[arg(long, default_value_t = 600_000)]
     idle_ms: u64,
-    /// How long an init waits for its fence markers before answering CONCURRENT_TRANSACTIONS, in milliseconds.
+    /// How long an init or EndTxn waits for its markers before answering CONCURRENT_TRANSACTIONS, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     fence_wait_ms: u64,
 }
@@ -55,6 +58,7 @@ async fn main() -> anyhow::Result<()> {
     config.limits.frame_bytes_max = args.frame_bytes_max;
     config.limits.connections_max = args.connections_max;
     config.fence_wait_ms = args.fence_wait_ms;
+    config.cluster.default_replication_factor = args.default_replication_factor;
     config.limits.idle_ms = args.idle_ms;
     config.limits.cluster_secret = args.cluster_secret_file.as_deref().map(read_secret).transpose()?;
     let listener = tokio::net::TcpListener::bind(&args.listen)

@@ -25,6 +25,12 @@ pub enum LocalError {
     /// A client call failed.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// TLS material could not be made or loaded.
+    #[error(transparent)]
+    Tls(#[from] net::TlsError),
+    /// A certificate could not be generated.
+    #[error("certificate generation: {0}")]
+    Certificate(String),
     /// A condition did not come true in time.
     #[error("timed out waiting for {0}")]
     Timeout(String),
@@ -47,6 +53,8 @@ pub struct LocalOptions {
     pub replica_lag_ms: u64,
     /// Give the cluster a fresh random secret, so internal requests need membership proofs.
     pub secured: bool,
+    /// Serve TLS everywhere, with a fresh CA and a certificate for localhost and 127.0.0.1.
+    pub tls: bool,
 }
 
 impl Default for LocalOptions {
@@ -59,6 +67,7 @@ impl Default for LocalOptions {
             broker_lease_ms: 3_000,
             replica_lag_ms: 10_000,
             secured: true,
+            tls: false,
         }
     }
 }
@@ -75,6 +84,8 @@ pub struct LocalCluster {
     pub switches: Vec<BrokerSwitch>,
     /// The cluster secret, if secured.
     pub secret: Option<ClusterSecret>,
+    /// The CA's PEM certificate, if TLS is on (clients trust it).
+    pub ca_pem: Option<String>,
     stops: Vec<oneshot::Sender<()>>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -94,7 +105,16 @@ impl LocalCluster {
         let coordinator_addr = listener.local_addr()?.to_string();
         let (stop, stopped) = oneshot::channel::<()>();
         stops.push(stop);
+        let (acceptor, peer_tls, ca_pem) = if opts.tls {
+            let (ca, cert, key) = local_certificates()?;
+            let acceptor = net::tls::acceptor(cert.as_bytes(), key.as_bytes())?;
+            (Some(acceptor), Some(net::ClientTls::new(ca.as_bytes())?), Some(ca))
+        } else {
+            (None, None, None)
+        };
         let mut config = CoordinatorConfig::new(dir.path().join("coordinator"));
+        config.limits.tls = acceptor.clone();
+        config.peer_tls = peer_tls.clone();
         config.cluster.broker_lease_ms = opts.broker_lease_ms;
         config.limits.cluster_secret = secret.clone();
         tasks.push(tokio::spawn(async move {
@@ -117,6 +137,8 @@ impl LocalCluster {
             config.heartbeat_ms = opts.heartbeat_ms;
             config.replica_lag_ms = opts.replica_lag_ms;
             config.limits.cluster_secret = secret.clone();
+            config.limits.tls = acceptor.clone();
+            config.peer_tls = peer_tls.clone();
             let (switch, control) = BrokerSwitch::new();
             switches.push(switch);
             let (stop, stopped) = oneshot::channel::<()>();
@@ -131,12 +153,19 @@ impl LocalCluster {
                 }
             }));
         }
-        Ok(LocalCluster { coordinator_addr, broker_addrs, dir, switches, secret, stops, tasks })
+        Ok(LocalCluster { coordinator_addr, broker_addrs, dir, switches, secret, ca_pem, stops, tasks })
+    }
+
+    /// Client settings for this cluster (TLS trusting its CA when TLS is on).
+    pub fn client_config(&self) -> ClientConfig {
+        let tls =
+            self.ca_pem.as_ref().map(|ca| net::ClientTls::new(ca.as_bytes()).expect("the cluster's own CA parses"));
+        ClientConfig { tls, ..ClientConfig::default() }
     }
 
     /// An admin client for this cluster.
     pub fn admin(&self) -> Admin {
-        Admin::new(&self.coordinator_addr, ClientConfig::default())
+        Admin::new(&self.coordinator_addr, self.client_config())
     }
 
     /// Create a topic, waiting (up to 10 s) for the brokers to register first.
@@ -222,4 +251,19 @@ impl LocalCluster {
             let _ = t.await;
         }
     }
+}
+
+/// A fresh CA and a certificate it signed for `localhost` and `127.0.0.1`:
+/// (CA certificate PEM, server certificate PEM, server key PEM).
+pub fn local_certificates() -> Result<(String, String, String), LocalError> {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let err = |e: rcgen::Error| LocalError::Certificate(e.to_string());
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().map_err(err)?;
+    let ca = ca_params.self_signed(&ca_key).map_err(err)?;
+    let params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).map_err(err)?;
+    let key = KeyPair::generate().map_err(err)?;
+    let cert = params.signed_by(&key, &ca, &ca_key).map_err(err)?;
+    Ok((ca.pem(), cert.pem(), key.serialize_pem()))
 }

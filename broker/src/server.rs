@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dashmap::DashMap;
-use net::{Connection, ServerLimits};
+use net::{ClientTls, Connection, Dialer, ServerLimits};
 use protocol::batch::{build_marker, verify_crc, BatchError, BatchHeader, MarkerKind};
 use protocol::{
     AddPartitionRequest, AlterPartitionRequest, ErrorCode, FetchRequest, FetchResponse, HeartbeatRequest,
@@ -54,8 +54,10 @@ pub struct BrokerConfig {
     pub replication_bytes_max: usize,
     /// Largest record batch a producer may send, in bytes.
     pub batch_bytes_max: usize,
-    /// Connection limits.
+    /// Connection limits, the cluster secret and this listener's TLS certificate.
     pub limits: ServerLimits,
+    /// Dial other members over TLS, trusting these CAs.
+    pub peer_tls: Option<ClientTls>,
 }
 
 impl BrokerConfig {
@@ -75,6 +77,7 @@ impl BrokerConfig {
             replication_bytes_max: 1024 * 1024,
             batch_bytes_max: 1024 * 1024,
             limits: ServerLimits::default(),
+            peer_tls: None,
         }
     }
 }
@@ -172,8 +175,8 @@ async fn wait_while(rx: &watch::Receiver<bool>) {
 struct Shared {
     config: BrokerConfig,
     addr: String,
-    /// This broker's name when proving membership (`broker-N`).
-    member: String,
+    /// How this broker dials the coordinator and other brokers (TLS, membership proof).
+    dialer: Dialer,
     partitions: DashMap<(String, i32), PartitionRef>,
     /// Cached connection to the coordinator; never held across an `.await`.
     coordinator: Mutex<Option<Connection>>,
@@ -216,6 +219,10 @@ pub async fn run_with(
 ) -> Result<(), BrokerError> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| BrokerError::DataDir { path: config.data_dir.display().to_string(), detail: e.to_string() })?;
+    let mut config = config;
+    // The connection layer's deadline must outlast the broker's own waits (acks=all, verification).
+    config.limits.request_timeout_ms =
+        config.limits.request_timeout_ms.max(config.request_timeout_ms + config.verify_timeout_ms + 1_000);
     let local = listener.local_addr().map_err(|e| BrokerError::Listener(e.to_string()))?;
     let addr = config.advertised_addr.clone().unwrap_or_else(|| local.to_string());
     tracing::info!(broker_id = config.id, %addr, fencing = config.fencing, "broker starting");
@@ -227,7 +234,11 @@ pub async fn run_with(
     }
     let shared = Arc::new(Shared {
         addr,
-        member: format!("broker-{}", config.id),
+        dialer: Dialer {
+            tls: config.peer_tls.clone(),
+            secret: config.limits.cluster_secret.clone(),
+            member: format!("broker-{}", config.id),
+        },
         partitions: DashMap::new(),
         coordinator: Mutex::new(None),
         peers: Mutex::new(HashMap::new()),
@@ -262,12 +273,7 @@ async fn coordinator(shared: &Shared) -> Result<Connection, net::NetError> {
     if let Some(c) = cached {
         return Ok(c);
     }
-    let c = Connection::connect_as(
-        &shared.config.coordinator,
-        shared.config.limits.cluster_secret.as_ref(),
-        &shared.member,
-    )
-    .await?;
+    let c = shared.dialer.dial(&shared.config.coordinator).await?;
     *shared.coordinator.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.clone());
     Ok(c)
 }
@@ -276,7 +282,7 @@ async fn peer(shared: &Shared, addr: &str) -> Result<Connection, net::NetError> 
     if let Some(c) = cached(&shared.peers, addr) {
         return Ok(c);
     }
-    let c = Connection::connect_as(addr, shared.config.limits.cluster_secret.as_ref(), &shared.member).await?;
+    let c = shared.dialer.dial(addr).await?;
     shared.peers.lock().unwrap_or_else(|p| p.into_inner()).insert(addr.to_string(), c.clone());
     Ok(c)
 }

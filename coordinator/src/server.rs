@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use net::{Connection, ServerLimits};
+use net::{ClientTls, Connection, Dialer, ServerLimits};
 use protocol::{
     AddPartitionResponse, AlterPartitionResponse, DescribeResponse, ElectLeaderResponse, EndTxnRequest, EndTxnResponse,
     ErrorCode, HeartbeatResponse, InitProducerIdResponse, MetadataResponse, Request, Response, Status,
@@ -39,11 +39,13 @@ pub struct CoordinatorConfig {
     pub table: TableConfig,
     /// Connection limits.
     pub limits: ServerLimits,
-    /// How long an init waits for its fence markers before answering CONCURRENT_TRANSACTIONS
+    /// How long an init or EndTxn waits for its markers before answering CONCURRENT_TRANSACTIONS
     /// (the markers keep being retried in the background), in milliseconds.
     pub fence_wait_ms: u64,
     /// Deadline of one marker request to a broker, in milliseconds.
     pub marker_timeout_ms: u64,
+    /// Dial brokers over TLS, trusting these CAs.
+    pub peer_tls: Option<ClientTls>,
 }
 
 impl CoordinatorConfig {
@@ -56,6 +58,7 @@ impl CoordinatorConfig {
             limits: ServerLimits::default(),
             fence_wait_ms: 10_000,
             marker_timeout_ms: 5_000,
+            peer_tls: None,
         }
     }
 }
@@ -132,6 +135,9 @@ pub async fn run(
         path: config.data_dir.display().to_string(),
         detail: e.to_string(),
     })?;
+    let mut config = config;
+    // The connection layer's deadline must outlast an init's or EndTxn's wait for its markers.
+    config.limits.request_timeout_ms = config.limits.request_timeout_ms.max(config.fence_wait_ms + 5_000);
     let (journal, replay) = Journal::open(config.data_dir.join("coordinator.journal"))?;
     let mut table = ProducerTable::new(config.table.clone());
     let mut cluster = Cluster::new(config.cluster.clone());
@@ -485,7 +491,12 @@ async fn peer(shared: &Shared, addr: &str) -> Result<Connection, net::NetError> 
     if let Some(c) = cached {
         return Ok(c);
     }
-    let c = Connection::connect_as(addr, shared.config.limits.cluster_secret.as_ref(), "coordinator").await?;
+    let dialer = Dialer {
+        tls: shared.config.peer_tls.clone(),
+        secret: shared.config.limits.cluster_secret.clone(),
+        member: "coordinator".into(),
+    };
+    let c = dialer.dial(addr).await?;
     shared.peers.lock().unwrap_or_else(|p| p.into_inner()).insert(addr.to_string(), c.clone());
     Ok(c)
 }

@@ -344,7 +344,7 @@ impl ProducerTable {
                     e.epoch,
                     e.pending.len()
                 ),
-                e.epoch,
+                -1,
             );
         }
         if let Some((pid, epoch)) = current {
@@ -417,7 +417,7 @@ impl ProducerTable {
                     "transactional id '{tid}': markers of epoch {} are still being written; retry shortly",
                     e.epoch
                 ),
-                e.epoch,
+                -1,
             );
         }
         if is_retry {
@@ -584,7 +584,7 @@ impl ProducerTable {
                     "transactional id '{tid}': markers of epoch {} are still being written; retry shortly",
                     e.epoch
                 ),
-                e.epoch,
+                -1,
             );
         }
         let current = e.epoch;

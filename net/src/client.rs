@@ -7,9 +7,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use protocol::auth::{ClusterSecret, NONCE_BYTES};
+
+use crate::tls::ClientTls;
 use protocol::codec::{ClientCodec, FRAME_BYTES_MAX_DEFAULT};
 use protocol::{AuthBeginRequest, AuthProveRequest, ErrorCode, Request, Response, Status};
 use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
@@ -81,12 +84,28 @@ impl Connection {
 
     /// Connect, accepting response frames up to `frame_bytes_max`.
     pub async fn connect_with(addr: &str, frame_bytes_max: usize) -> Result<Connection, NetError> {
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|e| NetError::Connect { addr: addr.to_string(), detail: e.to_string() })?;
+        Self::open(addr, frame_bytes_max, None).await
+    }
+
+    async fn open(addr: &str, frame_bytes_max: usize, tls: Option<&ClientTls>) -> Result<Connection, NetError> {
+        let connect_err = |detail: String| NetError::Connect { addr: addr.to_string(), detail };
+        let stream = TcpStream::connect(addr).await.map_err(|e| connect_err(e.to_string()))?;
         let _ = stream.set_nodelay(true);
         let (tx, rx) = mpsc::channel(QUEUED_REQUESTS_MAX);
-        tokio::spawn(run(addr.to_string(), Framed::new(stream, ClientCodec::new(frame_bytes_max)), rx));
+        match tls {
+            None => {
+                tokio::spawn(run(addr.to_string(), Framed::new(stream, ClientCodec::new(frame_bytes_max)), rx));
+            }
+            Some(tls) => {
+                let name = crate::tls::server_name(addr).map_err(connect_err)?;
+                let stream = tls
+                    .connector()
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| connect_err(format!("TLS handshake failed: {e}")))?;
+                tokio::spawn(run(addr.to_string(), Framed::new(stream, ClientCodec::new(frame_bytes_max)), rx));
+            }
+        }
         Ok(Connection { addr: addr.to_string(), tx })
     }
 
@@ -94,6 +113,15 @@ impl Connection {
     /// member too). Without a secret this is [`Connection::connect`].
     pub async fn connect_as(addr: &str, secret: Option<&ClusterSecret>, member: &str) -> Result<Connection, NetError> {
         let conn = Connection::connect(addr).await?;
+        Self::prove(conn, addr, secret, member).await
+    }
+
+    async fn prove(
+        conn: Connection,
+        addr: &str,
+        secret: Option<&ClusterSecret>,
+        member: &str,
+    ) -> Result<Connection, NetError> {
         let Some(secret) = secret else { return Ok(conn) };
         let refused = |msg: String| NetError::Refused {
             addr: addr.to_string(),
@@ -154,7 +182,35 @@ impl Connection {
     }
 }
 
-async fn run(addr: String, mut framed: Framed<TcpStream, ClientCodec>, mut rx: mpsc::Receiver<Call>) {
+/// How to open connections: optionally over TLS, optionally proving cluster membership.
+#[derive(Clone, Debug, Default)]
+pub struct Dialer {
+    /// Dial TLS, trusting these CAs.
+    pub tls: Option<ClientTls>,
+    /// Prove membership with this secret (cluster members only).
+    pub secret: Option<ClusterSecret>,
+    /// The name to prove membership as (`broker-3`, `coordinator`).
+    pub member: String,
+}
+
+impl Dialer {
+    /// A plain dialler: no TLS, no membership.
+    pub fn plain() -> Dialer {
+        Dialer::default()
+    }
+
+    /// Open a connection to `addr`.
+    pub async fn dial(&self, addr: &str) -> Result<Connection, NetError> {
+        let conn = Connection::open(addr, FRAME_BYTES_MAX_DEFAULT * 4, self.tls.as_ref()).await?;
+        Connection::prove(conn, addr, self.secret.as_ref(), &self.member).await
+    }
+}
+
+async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+    addr: String,
+    mut framed: Framed<S, ClientCodec>,
+    mut rx: mpsc::Receiver<Call>,
+) {
     let mut pending: VecDeque<(i32, oneshot::Sender<Result<Response, NetError>>)> = VecDeque::new();
     let mut next_id: i32 = 0;
     let mut open = true;

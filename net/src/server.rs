@@ -11,7 +11,8 @@ use futures::{SinkExt, StreamExt};
 use protocol::auth::{ClusterSecret, NONCE_BYTES};
 use protocol::codec::{CodecError, ServerCodec, FRAME_BYTES_MAX_DEFAULT};
 use protocol::{AuthBeginResponse, AuthProveResponse, ErrorCode, Request, Response, Status};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio_util::codec::Framed;
 
@@ -22,7 +23,7 @@ pub type ResponseFuture = Pin<Box<dyn Future<Output = Response> + Send + 'static
 pub type Handler = Arc<dyn Fn(Request) -> ResponseFuture + Send + Sync>;
 
 /// Limits of one server; every one has a default and a unit.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServerLimits {
     /// Largest request frame, in bytes, checked from the length prefix before allocating.
     pub frame_bytes_max: usize,
@@ -38,7 +39,26 @@ pub struct ServerLimits {
     /// only on connections that proved membership; without one they are open to anyone who
     /// can connect (listen on loopback only, as the defaults do).
     pub cluster_secret: Option<ClusterSecret>,
+    /// Serve TLS only, with this certificate (plain TCP without).
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
+
+impl std::fmt::Debug for ServerLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerLimits")
+            .field("frame_bytes_max", &self.frame_bytes_max)
+            .field("inflight_requests_max", &self.inflight_requests_max)
+            .field("connections_max", &self.connections_max)
+            .field("idle_ms", &self.idle_ms)
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("cluster_secret", &self.cluster_secret)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+/// How long a TLS handshake may take before the connection is dropped.
+pub const TLS_HANDSHAKE_MS: u64 = 10_000;
 
 impl Default for ServerLimits {
     fn default() -> Self {
@@ -49,6 +69,7 @@ impl Default for ServerLimits {
             idle_ms: 10 * 60 * 1000,
             request_timeout_ms: 60_000,
             cluster_secret: None,
+            tls: None,
         }
     }
 }
@@ -77,9 +98,29 @@ pub async fn serve(listener: TcpListener, handler: Handler, limits: ServerLimits
                 let limits = limits.clone();
                 let stop = stop_rx.clone();
                 tokio::spawn(async move {
-                    match permit {
-                        Ok(_permit) => serve_connection(stream, handler, &limits, stop).await,
-                        Err(_) => refuse_connection(stream, &limits).await,
+                    match limits.tls.clone() {
+                        None => match permit {
+                            Ok(_permit) => serve_connection(stream, handler, &limits, stop).await,
+                            Err(_) => refuse_connection(stream, &limits).await,
+                        },
+                        Some(acceptor) => {
+                            let handshake = Duration::from_millis(TLS_HANDSHAKE_MS);
+                            let tls = match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
+                                Ok(Ok(s)) => s,
+                                Ok(Err(e)) => {
+                                    tracing::info!(%peer, error = %e, "TLS handshake failed");
+                                    return;
+                                }
+                                Err(_) => {
+                                    tracing::info!(%peer, "TLS handshake timed out");
+                                    return;
+                                }
+                            };
+                            match permit {
+                                Ok(_permit) => serve_connection(tls, handler, &limits, stop).await,
+                                Err(_) => refuse_connection(tls, &limits).await,
+                            }
+                        }
                     }
                     tracing::debug!(%peer, "connection closed");
                 });
@@ -89,7 +130,7 @@ pub async fn serve(listener: TcpListener, handler: Handler, limits: ServerLimits
     let _ = stop_tx.send(true);
 }
 
-async fn refuse_connection(stream: TcpStream, limits: &ServerLimits) {
+async fn refuse_connection<S: AsyncRead + AsyncWrite + Unpin>(stream: S, limits: &ServerLimits) {
     let mut framed = Framed::new(stream, ServerCodec::new(limits.frame_bytes_max));
     let status = Status::new(
         ErrorCode::BrokerNotAvailable,
@@ -190,7 +231,12 @@ fn error_reply(status: Status) -> ResponseFuture {
     Box::pin(async move { Response::Error(status) })
 }
 
-async fn serve_connection(stream: TcpStream, handler: Handler, limits: &ServerLimits, mut stop: watch::Receiver<bool>) {
+async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
+    handler: Handler,
+    limits: &ServerLimits,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut framed = Framed::new(stream, ServerCodec::new(limits.frame_bytes_max));
     let mut inflight = FuturesOrdered::new();
     let request_timeout = Duration::from_millis(limits.request_timeout_ms);

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use net::{Connection, NetError};
+use net::{ClientTls, Connection, Dialer, NetError};
 use protocol::{MetadataRequest, PartitionInfo, Request, Response};
 
 use crate::error::ClientError;
@@ -17,11 +17,21 @@ pub struct ClientConfig {
     pub retry_backoff_ms: u64,
     /// Longest pause between retries, in milliseconds.
     pub retry_backoff_max_ms: u64,
+    /// Connect over TLS, trusting these CAs.
+    pub tls: Option<ClientTls>,
 }
 
 impl Default for ClientConfig {
     fn default() -> Self {
-        ClientConfig { request_timeout_ms: 30_000, retry_backoff_ms: 20, retry_backoff_max_ms: 1_000 }
+        ClientConfig { request_timeout_ms: 30_000, retry_backoff_ms: 20, retry_backoff_max_ms: 1_000, tls: None }
+    }
+}
+
+impl ClientConfig {
+    /// Defaults, with TLS trusting the CA certificates in `ca` if given.
+    pub fn with_tls_ca(ca: Option<&std::path::Path>) -> Result<ClientConfig, ClientError> {
+        let tls = ca.map(ClientTls::from_file).transpose().map_err(|e| ClientError::Protocol(e.to_string()))?;
+        Ok(ClientConfig { tls, ..ClientConfig::default() })
     }
 }
 
@@ -59,6 +69,10 @@ impl Client {
         }
     }
 
+    fn dialer(&self) -> Dialer {
+        Dialer { tls: self.config.tls.clone(), ..Dialer::plain() }
+    }
+
     /// Settings.
     pub fn config(&self) -> &ClientConfig {
         &self.config
@@ -73,7 +87,7 @@ impl Client {
         let conn = match self.coordinator.clone().filter(|c| !c.is_closed()) {
             Some(c) => c,
             None => {
-                let c = Connection::connect(&self.bootstrap).await?;
+                let c = self.dialer().dial(&self.bootstrap).await?;
                 self.coordinator = Some(c.clone());
                 c
             }
@@ -90,7 +104,7 @@ impl Client {
         let conn = match self.brokers.get(addr).filter(|c| !c.is_closed()).cloned() {
             Some(c) => c,
             None => {
-                let c = Connection::connect(addr).await?;
+                let c = self.dialer().dial(addr).await?;
                 self.brokers.insert(addr.to_string(), c.clone());
                 c
             }

@@ -47,6 +47,15 @@ struct Args {
     /// Close a connection that sends no complete request for this long, in milliseconds.
     #[arg(long, default_value_t = 600_000)]
     idle_ms: u64,
+    /// Serve TLS with this PEM certificate chain (needs `--tls-key`).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// Dial the other members over TLS, trusting the CA certificates in this PEM file.
+    #[arg(long)]
+    tls_ca: Option<std::path::PathBuf>,
     /// DANGER: turn producer fencing off (demonstrations and overhead measurements only).
     #[arg(long)]
     no_fencing: bool,
@@ -65,6 +74,10 @@ async fn main() -> anyhow::Result<()> {
     config.fencing = !args.no_fencing;
     config.batch_bytes_max = args.batch_bytes_max;
     config.limits.idle_ms = args.idle_ms;
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        config.limits.tls = Some(net::tls::acceptor_from_files(cert, key)?);
+    }
+    config.peer_tls = args.tls_ca.as_deref().map(net::ClientTls::from_file).transpose()?;
     config.limits.cluster_secret = args.cluster_secret_file.as_deref().map(read_secret).transpose()?;
     config.request_timeout_ms = args.request_timeout_ms;
     config.replica_lag_ms = args.replica_lag_ms;
@@ -84,7 +97,7 @@ async fn main() -> anyhow::Result<()> {
 
 fn read_secret(path: &std::path::Path) -> anyhow::Result<protocol::auth::ClusterSecret> {
     let raw = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read cluster secret {}: {e}", path.display()))?;
-    let text = String::from_utf8_lossy(&raw);
-    protocol::auth::ClusterSecret::new(text.trim().as_bytes().to_vec())
+    // The bytes as they are (a binary secret keeps all its entropy), less surrounding whitespace.
+    protocol::auth::ClusterSecret::new(raw.trim_ascii().to_vec())
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }

@@ -12,6 +12,9 @@ struct Args {
     /// The coordinator's address.
     #[arg(long)]
     bootstrap: String,
+    /// Connect over TLS, trusting the CA certificates in this PEM file.
+    #[arg(long)]
+    tls_ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -52,7 +55,14 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let mut admin = Admin::new(&args.bootstrap, ClientConfig::default());
+    let config = match ClientConfig::with_tls_ca(args.tls_ca.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut admin = Admin::new(&args.bootstrap, config);
     let result = match args.command {
         Command::CreateTopic { name, partitions, replicas } => {
             admin.create_topic_replicated(&name, partitions, replicas.unwrap_or(-1)).await.map(|()| {

@@ -14,6 +14,9 @@ struct Args {
     /// The coordinator's address.
     #[arg(long)]
     bootstrap: String,
+    /// Connect over TLS, trusting the CA certificates in this PEM file.
+    #[arg(long)]
+    tls_ca: Option<std::path::PathBuf>,
     /// Topic.
     #[arg(long)]
     topic: String,
@@ -52,10 +55,17 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let config = match ClientConfig::with_tls_ca(args.tls_ca.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let mut consumer = if args.isolation == "read_committed" {
-        Consumer::read_committed(&args.bootstrap, ClientConfig::default())
+        Consumer::read_committed(&args.bootstrap, config)
     } else {
-        Consumer::new(&args.bootstrap, ClientConfig::default())
+        Consumer::new(&args.bootstrap, config)
     };
     let mut offset = args.from;
     loop {

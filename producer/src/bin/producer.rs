@@ -17,6 +17,9 @@ struct Args {
     /// The coordinator's address.
     #[arg(long)]
     bootstrap: String,
+    /// Connect over TLS, trusting the CA certificates in this PEM file.
+    #[arg(long)]
+    tls_ca: Option<std::path::PathBuf>,
     /// Topic (created with the coordinator's defaults if it does not exist).
     #[arg(long)]
     topic: String,
@@ -81,6 +84,7 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<(), ClientError> {
     let mut config = ProducerConfig::transactional(&args.transactional_id);
+    config.client = producer::ClientConfig::with_tls_ca(args.tls_ca.as_deref())?;
     config.delivery_timeout_ms = args.delivery_timeout_ms;
     config.acks = if args.acks == "leader" { protocol::ACKS_LEADER } else { protocol::ACKS_ALL };
     config.transaction_timeout_ms = args.transaction_timeout_ms;

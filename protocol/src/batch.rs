@@ -25,6 +25,9 @@ pub const BATCH_HEADER_BYTES: usize = 61;
 /// Bytes of the `base_offset` and `batch_length` fields, which `batch_length` does not count.
 pub const BATCH_LOG_OVERHEAD_BYTES: usize = 12;
 const CRC_START: usize = 21;
+/// The smallest encoded record: length, attributes, timestamp delta, offset delta, key length,
+/// value length and header count, one byte each.
+const RECORD_BYTES_MIN: i64 = 7;
 const ATTR_TRANSACTIONAL: i16 = 1 << 4;
 const ATTR_CONTROL: i16 = 1 << 5;
 const ATTR_COMPRESSION_MASK: i16 = 0x7;
@@ -152,7 +155,10 @@ impl BatchHeader {
         if h.batch_length < min_len {
             return Err(BatchError::InvalidField { field: "batch_length", value: h.batch_length.into() });
         }
-        if h.record_count < 1 {
+        // Every record takes at least RECORD_BYTES_MIN bytes: a count the batch cannot hold is a
+        // lie, and must not reach a decoder that reserves memory by it.
+        let record_bytes = i64::from(h.batch_length) - i64::from(min_len);
+        if h.record_count < 1 || i64::from(h.record_count) * RECORD_BYTES_MIN > record_bytes {
             return Err(BatchError::InvalidField { field: "record_count", value: h.record_count.into() });
         }
         if h.last_offset_delta < h.record_count - 1 {
@@ -472,6 +478,19 @@ mod tests {
         let mut m = b.to_vec();
         m[8..12].copy_from_slice(&(-5i32).to_be_bytes());
         assert!(BatchHeader::parse(&m).is_err());
+    }
+
+    #[test]
+    fn a_record_count_the_batch_cannot_hold_is_refused_before_decoding() {
+        // Found by the record_batch fuzz target: a valid-looking batch claiming millions of
+        // records made the record decoder reserve ~24 GB.
+        let b = build_batch(stamp(), false, 1, &[Bytes::from_static(b"a")]);
+        let mut m = b.to_vec();
+        m[57..61].copy_from_slice(&50_000_000i32.to_be_bytes());
+        m[23..27].copy_from_slice(&49_999_999i32.to_be_bytes());
+        assert!(matches!(BatchHeader::parse(&m), Err(BatchError::InvalidField { field: "record_count", .. })));
+        assert!(marker_kind(&Bytes::from(m.clone())).is_none());
+        assert!(decode_records(&Bytes::from(m)).is_err());
     }
 
     #[test]

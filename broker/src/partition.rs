@@ -176,6 +176,8 @@ struct Inner {
     replica_set: Option<ReplicaSet>,
     /// This replica's high watermark (a follower's is the leader's, capped by its log end).
     high_watermark: i64,
+    /// Offsets below this are on disk (fsynced), as far as this process knows.
+    durable_end: i64,
 }
 
 /// A partition replica hosted here.
@@ -214,6 +216,8 @@ impl Partition {
             replicas: Vec::new(),
             replica_set: None,
             high_watermark: 0,
+            // Nothing is known durable until the first sync, which covers what the scan found.
+            durable_end: 0,
         };
         let (progress, _) = watch::channel(0);
         Ok(Partition { topic: topic.to_string(), index, broker_id, fencing, inner: Mutex::new(inner), progress })
@@ -277,6 +281,28 @@ impl Partition {
         Ok(Appended::New { base_offset, end_offset: leo, leader_epoch })
     }
 
+    /// The log end and a handle to fsync, if anything is written but not yet durable.
+    pub fn sync_target(&self) -> Option<(i64, Arc<std::fs::File>)> {
+        let g = self.lock();
+        let end = g.log.end_offset();
+        (end > g.durable_end).then(|| (end, g.log.reader()))
+    }
+
+    /// Everything below `end` has been fsynced.
+    pub fn mark_durable(&self, end: i64) {
+        let mut g = self.lock();
+        if end > g.durable_end {
+            g.durable_end = end.min(g.log.end_offset());
+            drop(g);
+            self.bump();
+        }
+    }
+
+    /// Whether everything below `end_offset` is on disk.
+    pub fn is_durable(&self, end_offset: i64) -> bool {
+        self.lock().durable_end >= end_offset
+    }
+
     /// Whether `end_offset` is committed (below the high watermark) while this replica still
     /// leads at `leader_epoch`: `Ok(true)` committed, `Ok(false)` not yet, `Err` leadership lost.
     pub fn committed(&self, end_offset: i64, leader_epoch: i32) -> Result<bool, LeaderEpochError> {
@@ -309,6 +335,7 @@ impl Partition {
             // Everything from here on is not in the leader's log (or is resent): cut it, and
             // rebuild the producer state from what remains.
             let end = g.log.truncate(from_offset)?;
+            g.durable_end = g.durable_end.min(end);
             let headers = g.log.headers()?;
             (g.producers, g.txns) = rebuild(&headers, self.fencing);
             tracing::info!(topic = %self.topic, partition = self.index, from = leo, to = end, "truncated a divergent suffix");

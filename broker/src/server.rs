@@ -25,6 +25,35 @@ use crate::leader::LeaderEpochError;
 use crate::partition::{AppendError, Appended, FetchError, Partition, PartitionRef, ReplicateError, RoleChange};
 use crate::producer_state::GateError;
 
+/// When a broker makes its log writes durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    /// Acknowledge (and let followers confirm) only after fdatasync. Concurrent writes share
+    /// one fdatasync per partition (group commit).
+    Always,
+    /// fdatasync every N milliseconds; acknowledgements do not wait for it, so a machine crash
+    /// can lose up to N ms of acknowledged writes on this replica.
+    IntervalMs(u64),
+    /// Never fdatasync; rely on replication (and the OS) for durability.
+    Never,
+}
+
+impl std::str::FromStr for FsyncPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "always" => Ok(FsyncPolicy::Always),
+            "never" => Ok(FsyncPolicy::Never),
+            other => other
+                .strip_prefix("interval-ms=")
+                .and_then(|n| n.parse::<u64>().ok())
+                .filter(|n| *n > 0)
+                .map(FsyncPolicy::IntervalMs)
+                .ok_or_else(|| format!("fsync policy {other:?}: use always, never or interval-ms=N (N > 0)")),
+        }
+    }
+}
+
 /// Broker settings.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -54,6 +83,8 @@ pub struct BrokerConfig {
     pub replication_bytes_max: usize,
     /// Largest record batch a producer may send, in bytes.
     pub batch_bytes_max: usize,
+    /// When log writes are made durable.
+    pub fsync: FsyncPolicy,
     /// Connection limits, the cluster secret and this listener's TLS certificate.
     pub limits: ServerLimits,
     /// Dial other members over TLS, trusting these CAs.
@@ -76,6 +107,7 @@ impl BrokerConfig {
             replica_lag_ms: 10_000,
             replication_bytes_max: 1024 * 1024,
             batch_bytes_max: 1024 * 1024,
+            fsync: FsyncPolicy::Always,
             limits: ServerLimits::default(),
             peer_tls: None,
         }
@@ -186,6 +218,8 @@ struct Shared {
     broker_addrs: Mutex<HashMap<i32, String>>,
     /// Wakes the heartbeat loop early (a request showed this broker is behind).
     refresh: Notify,
+    /// Wakes the flusher: something was written that a reply waits to see durable.
+    flush: Notify,
     started: Instant,
     control: BrokerControl,
     stop: watch::Receiver<bool>,
@@ -244,12 +278,14 @@ pub async fn run_with(
         peers: Mutex::new(HashMap::new()),
         broker_addrs: Mutex::new(HashMap::new()),
         refresh: Notify::new(),
+        flush: Notify::new(),
         started: Instant::now(),
         control,
         stop: stop_rx.clone(),
         config: config.clone(),
     });
     let heartbeats = tokio::spawn(heartbeat_loop(shared.clone()));
+    let flusher = tokio::spawn(flush_loop(shared.clone()));
     let handler_shared = shared.clone();
     let handler: net::Handler = Arc::new(move |req| {
         let shared = handler_shared.clone();
@@ -261,7 +297,69 @@ pub async fn run_with(
     net::serve(listener, handler, config.limits.clone(), shutdown).await;
     let _ = stop_tx.send(true);
     let _ = heartbeats.await;
+    let _ = flusher.await;
     Ok(())
+}
+
+/// The flusher: fdatasync every partition that has undurable writes, then tell the waiters.
+/// Writes that arrive while a sync runs are covered by the next one: with `--fsync always`
+/// concurrent producers share syncs (group commit) instead of paying one each.
+async fn flush_loop(shared: Arc<Shared>) {
+    let mut stop = shared.stop.clone();
+    let period = match shared.config.fsync {
+        FsyncPolicy::Never => return,
+        FsyncPolicy::IntervalMs(ms) => Duration::from_millis(ms),
+        FsyncPolicy::Always => Duration::from_millis(1_000),
+    };
+    loop {
+        let targets: Vec<(PartitionRef, i64, Arc<std::fs::File>)> = shared
+            .partitions
+            .iter()
+            .filter_map(|p| p.sync_target().map(|(end, file)| (p.clone(), end, file)))
+            .collect();
+        for (part, end, file) in targets {
+            match tokio::task::spawn_blocking(move || file.sync_data()).await {
+                Ok(Ok(())) => part.mark_durable(end),
+                Ok(Err(e)) => {
+                    tracing::error!(topic = %part.topic, partition = part.index, error = %e, "fdatasync failed")
+                }
+                Err(e) => tracing::error!(error = %e, "fdatasync task failed"),
+            }
+        }
+        tokio::select! {
+            _ = shared.flush.notified(), if shared.config.fsync == FsyncPolicy::Always => {}
+            _ = tokio::time::sleep(period) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// With `--fsync always`, wait until everything below `end_offset` is on disk.
+async fn wait_durable(shared: &Shared, part: &Partition, end_offset: i64) -> Result<(), Status> {
+    if shared.config.fsync != FsyncPolicy::Always {
+        return Ok(());
+    }
+    let mut progress = part.subscribe();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(shared.config.request_timeout_ms);
+    loop {
+        if part.is_durable(end_offset) {
+            return Ok(());
+        }
+        shared.flush.notify_one();
+        tokio::select! {
+            changed = progress.changed() => {
+                if changed.is_err() {
+                    return Err(Status::new(ErrorCode::KafkaStorageError, "partition closed"));
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                return Err(Status::new(
+                    ErrorCode::KafkaStorageError,
+                    format!("{}-{}: the write was not made durable within {} ms (fdatasync failing?)", part.topic, part.index, shared.config.request_timeout_ms),
+                ))
+            }
+        }
+    }
 }
 
 fn cached(map: &Mutex<HashMap<String, Connection>>, addr: &str) -> Option<Connection> {
@@ -501,7 +599,7 @@ async fn handle(shared: &Arc<Shared>, req: Request) -> Response {
         Request::Produce(r) => Response::Produce(produce(shared, r).await),
         Request::Fetch(r) => Response::Fetch(fetch(shared, r)),
         Request::WriteMarker(r) => Response::WriteMarker(write_marker(shared, r).await),
-        Request::Replicate(r) => Response::Replicate(replicate(shared, r)),
+        Request::Replicate(r) => Response::Replicate(replicate(shared, r).await),
         other => Response::Error(Status::new(
             ErrorCode::InvalidRequest,
             format!("a broker does not serve {:?}; send it to the coordinator", other.api_key()),
@@ -633,6 +731,9 @@ async fn produce(shared: &Shared, r: ProduceRequest) -> ProduceResponse {
         match part.append(&r.records, &header, r.leader_epoch) {
             Ok(appended) => {
                 let (base_offset, end_offset, epoch) = appended.parts();
+                if let Err(status) = wait_durable(shared, &part, end_offset).await {
+                    return produce_error(status, header.producer_epoch, epoch);
+                }
                 if r.acks == ACKS_ALL {
                     if let Err(status) = wait_committed(shared, &part, end_offset, epoch).await {
                         return produce_error(status, header.producer_epoch, epoch);
@@ -768,7 +869,7 @@ fn fetch(shared: &Shared, r: FetchRequest) -> FetchResponse {
     }
 }
 
-fn replicate(shared: &Shared, r: ReplicateRequest) -> ReplicateResponse {
+async fn replicate(shared: &Shared, r: ReplicateRequest) -> ReplicateResponse {
     let answer = |status, leo, hint, epoch| ReplicateResponse {
         status,
         log_end_offset: leo,
@@ -781,7 +882,11 @@ fn replicate(shared: &Shared, r: ReplicateRequest) -> ReplicateResponse {
     };
     let epoch = part.leadership().leader_epoch;
     match part.apply_replicated(&r, shared.config.leader_epoch_checks) {
-        Ok(leo) => answer(Status::ok(), leo, -1, epoch),
+        // A follower confirms only what it has made durable (with --fsync always).
+        Ok(leo) => match wait_durable(shared, &part, leo).await {
+            Ok(()) => answer(Status::ok(), leo, -1, epoch),
+            Err(status) => answer(status, -1, -1, epoch),
+        },
         Err(ReplicateError::Mismatch { hint, log_end_offset }) => answer(
             Status::new(
                 ErrorCode::OffsetOutOfRange,
@@ -823,6 +928,9 @@ async fn write_marker(shared: &Shared, r: WriteMarkerRequest) -> WriteMarkerResp
     match part.append(&marker, &header, r.leader_epoch) {
         Ok(appended) => {
             let (offset, end_offset, epoch) = appended.parts();
+            if let Err(status) = wait_durable(shared, &part, end_offset).await {
+                return err(status, -1);
+            }
             // A fence counts only once every in-sync replica holds it: any future leader will.
             if let Err(status) = wait_committed(shared, &part, end_offset, epoch).await {
                 return err(status, -1);

@@ -41,6 +41,11 @@ struct Args {
     /// With it, internal requests are served only to peers that prove they hold it too.
     #[arg(long)]
     cluster_secret_file: Option<std::path::PathBuf>,
+    /// When log writes are made durable: `always` (acknowledge after fdatasync, shared by
+    /// concurrent writes), `interval-ms=N` (fdatasync every N ms, acknowledge before), or
+    /// `never` (rely on replication).
+    #[arg(long, default_value = "always")]
+    fsync: broker::server::FsyncPolicy,
     /// Largest record batch a producer may send, in bytes.
     #[arg(long, default_value_t = 1024 * 1024)]
     batch_bytes_max: usize,
@@ -73,6 +78,7 @@ async fn main() -> anyhow::Result<()> {
     config.heartbeat_ms = args.heartbeat_ms;
     config.fencing = !args.no_fencing;
     config.batch_bytes_max = args.batch_bytes_max;
+    config.fsync = args.fsync;
     config.limits.idle_ms = args.idle_ms;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.limits.tls = Some(net::tls::acceptor_from_files(cert, key)?);

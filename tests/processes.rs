@@ -30,7 +30,8 @@ async fn coordinator_killed_and_restarted_never_reissues_an_epoch() {
     let mut max_epoch = -1i16;
     let mut max_pid = -1i64;
     for round in 0..5 {
-        let mut c = coordinator(dir.path());
+        // Small snapshot interval: the kills land before, during and after journal rotations.
+        let mut c = coordinator_with(dir.path(), &["--snapshot-every-entries", "200"]);
         let conn = Connection::connect(&c.addr).await.unwrap();
         // After the restart, the first grant is above everything acknowledged before it.
         let (_, e) = init(&conn, Some("orders")).await.unwrap();
@@ -67,6 +68,11 @@ async fn coordinator_killed_and_restarted_never_reissues_an_epoch() {
         }
     }
     assert!(max_epoch > 5, "the kill rounds acknowledged grants ({max_epoch})");
+    let generations = std::fs::read_dir(dir.path().join("coordinator").join("journal"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("journal-"))
+        .count();
+    assert!(generations <= 2, "old journal generations are removed ({generations} left)");
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use protocol::{
     Status, TopicInfo,
 };
 
-use crate::entry::Entry;
+use crate::entry::{Entry, PartitionSnapshot};
 
 /// Limits and defaults.
 #[derive(Debug, Clone)]
@@ -381,6 +381,26 @@ impl Cluster {
         (brokers, partitions)
     }
 
+    /// Topics and leaderships as journal entries (brokers and leases are not durable: they come
+    /// back with the next heartbeats).
+    pub fn snapshot(&self) -> Vec<Entry> {
+        self.topics
+            .iter()
+            .map(|(name, ps)| Entry::TopicSnapshot {
+                name: name.clone(),
+                partitions: ps
+                    .iter()
+                    .map(|p| PartitionSnapshot {
+                        replicas: p.replicas.clone(),
+                        leader_id: p.leader_id,
+                        leader_epoch: p.leader_epoch,
+                        isr: p.isr.clone(),
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
     /// Apply a journal entry (topics and leaderships; other entries belong to the producer table).
     pub fn apply(&mut self, entry: &Entry) {
         match entry {
@@ -404,6 +424,18 @@ impl Cluster {
                         p.isr = isr.clone();
                     }
                 }
+            }
+            Entry::TopicSnapshot { name, partitions } => {
+                let ps = partitions
+                    .iter()
+                    .map(|p| Partition {
+                        replicas: p.replicas.clone(),
+                        leader_id: p.leader_id,
+                        leader_epoch: p.leader_epoch,
+                        isr: p.isr.clone(),
+                    })
+                    .collect();
+                self.topics.insert(name.clone(), ps);
             }
             Entry::IsrChanged { topic, partition, leader_epoch, isr } => {
                 if let Some(p) = self.topics.get_mut(topic).and_then(|ps| ps.get_mut(*partition as usize)) {
@@ -547,5 +579,10 @@ mod tests {
             r.apply(e);
         }
         assert_eq!(r.topics, c.topics);
+        let mut s = Cluster::new(ClusterConfig::default());
+        for e in c.snapshot() {
+            s.apply(&e);
+        }
+        assert_eq!(s.topics, c.topics, "a snapshot rebuilds the same topics");
     }
 }

@@ -100,6 +100,22 @@ pub enum Entry {
         /// The new ISR.
         isr: Vec<i32>,
     },
+    /// Snapshot: one transactional id's whole state.
+    TxnSnapshot(TxnSnapshot),
+    /// Snapshot: the producer id watermark and every producer id bound to a transactional id.
+    ProducerIds {
+        /// The next producer id to hand out.
+        next_producer_id: i64,
+        /// (producer id, transactional id) for every id ever bound to one.
+        owners: Vec<(i64, String)>,
+    },
+    /// Snapshot: a topic's partitions as they stand.
+    TopicSnapshot {
+        /// Topic name.
+        name: String,
+        /// Per partition: replicas, leader, leader epoch, ISR.
+        partitions: Vec<PartitionSnapshot>,
+    },
     /// A topic was created; partition `i` has replicas `replicas[i]`, the first one leading at
     /// leader epoch 0, all in sync.
     TopicCreated {
@@ -110,6 +126,48 @@ pub enum Entry {
     },
 }
 
+/// A transactional id's state, as a snapshot records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnSnapshot {
+    /// Transactional id.
+    pub transactional_id: String,
+    /// Producer id.
+    pub producer_id: i64,
+    /// Epoch.
+    pub epoch: i16,
+    /// KIP-360 retry memory.
+    pub requested_by: Option<(i64, i16)>,
+    /// Transaction timeout.
+    pub transaction_timeout_ms: i32,
+    /// Partitions registered under the epoch.
+    pub registered: Vec<(String, i32)>,
+    /// Whether a transaction is open.
+    pub txn_open: bool,
+    /// Markers not yet confirmed, and their kind.
+    pub pending: Vec<FenceTarget>,
+    /// Commit (true) or abort markers.
+    pub pending_commit: bool,
+    /// Outcome of the last completed markers.
+    pub last_result: Option<bool>,
+    /// The transaction the last EndTxn ended.
+    pub last_end: Option<((i64, i16), bool)>,
+    /// Recent bumps: (epoch, kind 0 new instance / 1 commit / 2 abort / 3 timeout, timeout ms).
+    pub bumps: Vec<(i16, i8, i32)>,
+}
+
+/// A partition's state, as a snapshot records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionSnapshot {
+    /// Replicas.
+    pub replicas: Vec<i32>,
+    /// Leader (-1 none).
+    pub leader_id: i32,
+    /// Leader epoch.
+    pub leader_epoch: i32,
+    /// ISR.
+    pub isr: Vec<i32>,
+}
+
 const GRANT: i8 = 1;
 const REGISTER: i8 = 2;
 const FENCE_DONE: i8 = 3;
@@ -117,6 +175,9 @@ const TOPIC_CREATED: i8 = 4;
 const LEADER_CHANGED: i8 = 5;
 const ISR_CHANGED: i8 = 6;
 const END_TXN: i8 = 7;
+const TXN_SNAPSHOT: i8 = 8;
+const PRODUCER_IDS: i8 = 9;
+const TOPIC_SNAPSHOT: i8 = 10;
 
 impl Entry {
     /// Encode for the journal.
@@ -172,6 +233,60 @@ impl Entry {
                 b.put_i32(*partition);
                 b.put_i32(*leader_epoch);
                 b.put_i32_array(isr);
+            }
+            Entry::TxnSnapshot(t) => {
+                b.put_i8(TXN_SNAPSHOT);
+                b.put_string(&t.transactional_id);
+                b.put_i64(t.producer_id);
+                b.put_i16(t.epoch);
+                let (rp, re) = t.requested_by.unwrap_or((-1, -1));
+                b.put_i64(rp);
+                b.put_i16(re);
+                b.put_i32(t.transaction_timeout_ms);
+                b.put_i32(t.registered.len() as i32);
+                for (topic, partition) in &t.registered {
+                    b.put_string(topic);
+                    b.put_i32(*partition);
+                }
+                b.put_bool(t.txn_open);
+                put_targets(&mut b, &t.pending);
+                b.put_bool(t.pending_commit);
+                b.put_i8(t.last_result.map_or(-1, i8::from));
+                match t.last_end {
+                    Some(((p, e), commit)) => {
+                        b.put_bool(true);
+                        b.put_i64(p);
+                        b.put_i16(e);
+                        b.put_bool(commit);
+                    }
+                    None => b.put_bool(false),
+                }
+                b.put_i32(t.bumps.len() as i32);
+                for (epoch, kind, timeout) in &t.bumps {
+                    b.put_i16(*epoch);
+                    b.put_i8(*kind);
+                    b.put_i32(*timeout);
+                }
+            }
+            Entry::ProducerIds { next_producer_id, owners } => {
+                b.put_i8(PRODUCER_IDS);
+                b.put_i64(*next_producer_id);
+                b.put_i32(owners.len() as i32);
+                for (pid, tid) in owners {
+                    b.put_i64(*pid);
+                    b.put_string(tid);
+                }
+            }
+            Entry::TopicSnapshot { name, partitions } => {
+                b.put_i8(TOPIC_SNAPSHOT);
+                b.put_string(name);
+                b.put_i32(partitions.len() as i32);
+                for p in partitions {
+                    b.put_i32_array(&p.replicas);
+                    b.put_i32(p.leader_id);
+                    b.put_i32(p.leader_epoch);
+                    b.put_i32_array(&p.isr);
+                }
             }
             Entry::TopicCreated { name, replicas } => {
                 b.put_i8(TOPIC_CREATED);
@@ -231,6 +346,73 @@ impl Entry {
                     replicas.push(r.i32_array("replicas")?);
                 }
                 Entry::TopicCreated { name, replicas }
+            }
+            TXN_SNAPSHOT => {
+                let transactional_id = r.string("transactional_id")?;
+                let producer_id = r.i64("producer_id")?;
+                let epoch = r.i16("epoch")?;
+                let rp = r.i64("requested_producer_id")?;
+                let re = r.i16("requested_epoch")?;
+                let transaction_timeout_ms = r.i32("transaction_timeout_ms")?;
+                let n = r.array_len("registered", 6)?;
+                let mut registered = Vec::with_capacity(n);
+                for _ in 0..n {
+                    registered.push((r.string("topic")?, r.i32("partition")?));
+                }
+                let txn_open = r.bool("txn_open")?;
+                let pending = get_targets(&mut r)?;
+                let pending_commit = r.bool("pending_commit")?;
+                let last_result = match r.i8("last_result")? {
+                    -1 => None,
+                    v => Some(v != 0),
+                };
+                let last_end = if r.bool("has_last_end")? {
+                    Some(((r.i64("last_end_producer_id")?, r.i16("last_end_epoch")?), r.bool("last_end_commit")?))
+                } else {
+                    None
+                };
+                let n = r.array_len("bumps", 7)?;
+                let mut bumps = Vec::with_capacity(n);
+                for _ in 0..n {
+                    bumps.push((r.i16("bump_epoch")?, r.i8("bump_kind")?, r.i32("bump_timeout_ms")?));
+                }
+                Entry::TxnSnapshot(TxnSnapshot {
+                    transactional_id,
+                    producer_id,
+                    epoch,
+                    requested_by: (rp >= 0).then_some((rp, re)),
+                    transaction_timeout_ms,
+                    registered,
+                    txn_open,
+                    pending,
+                    pending_commit,
+                    last_result,
+                    last_end,
+                    bumps,
+                })
+            }
+            PRODUCER_IDS => {
+                let next_producer_id = r.i64("next_producer_id")?;
+                let n = r.array_len("owners", 10)?;
+                let mut owners = Vec::with_capacity(n);
+                for _ in 0..n {
+                    owners.push((r.i64("producer_id")?, r.string("transactional_id")?));
+                }
+                Entry::ProducerIds { next_producer_id, owners }
+            }
+            TOPIC_SNAPSHOT => {
+                let name = r.string("name")?;
+                let n = r.array_len("partitions", 16)?;
+                let mut partitions = Vec::with_capacity(n);
+                for _ in 0..n {
+                    partitions.push(PartitionSnapshot {
+                        replicas: r.i32_array("replicas")?,
+                        leader_id: r.i32("leader_id")?,
+                        leader_epoch: r.i32("leader_epoch")?,
+                        isr: r.i32_array("isr")?,
+                    });
+                }
+                Entry::TopicSnapshot { name, partitions }
             }
             LEADER_CHANGED => Entry::LeaderChanged {
                 topic: r.string("topic")?,
@@ -313,6 +495,30 @@ mod tests {
             Entry::TopicCreated { name: "t".into(), replicas: vec![vec![1, 2], vec![2, 1]] },
             Entry::LeaderChanged { topic: "t".into(), partition: 1, leader_id: 2, leader_epoch: 7, isr: vec![2] },
             Entry::IsrChanged { topic: "t".into(), partition: 1, leader_epoch: 7, isr: vec![2, 1] },
+            Entry::TxnSnapshot(TxnSnapshot {
+                transactional_id: "x".into(),
+                producer_id: 4,
+                epoch: 9,
+                requested_by: Some((4, 8)),
+                transaction_timeout_ms: 1000,
+                registered: vec![("t".into(), 0)],
+                txn_open: true,
+                pending: vec![FenceTarget { producer_id: 4, marker_epoch: 9, topic: "t".into(), partition: 1 }],
+                pending_commit: true,
+                last_result: Some(false),
+                last_end: Some(((4, 7), true)),
+                bumps: vec![(8, 1, 0), (9, 3, 1000)],
+            }),
+            Entry::ProducerIds { next_producer_id: 12, owners: vec![(4, "x".into())] },
+            Entry::TopicSnapshot {
+                name: "t".into(),
+                partitions: vec![PartitionSnapshot {
+                    replicas: vec![1, 2],
+                    leader_id: 2,
+                    leader_epoch: 3,
+                    isr: vec![2],
+                }],
+            },
         ];
         for e in entries {
             assert_eq!(Entry::decode(e.encode()).unwrap(), e);

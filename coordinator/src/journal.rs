@@ -1,9 +1,15 @@
-//! The coordinator's journal: an append-only file of checksummed records with group commit.
+//! The coordinator's journal: append-only files of checksummed records with group commit, and
+//! snapshots that let it start in time independent of its history.
 //!
 //! Record framing: `len u32 | crc32c(payload) u32 | payload`. [`Journal::append`] queues
 //! payloads for a dedicated writer thread, which takes everything queued, writes it, calls
 //! `fdatasync` once and then completes every waiter: concurrent requests share one flush.
 //! Nothing is reported durable before its flush returned.
+//!
+//! Generations: `snapshot-N` holds the whole state at the start of `journal-N` (generation 0
+//! has no snapshot). [`Journal::rotate`] writes `snapshot-(N+1)` (to a temporary name, fsynced,
+//! renamed), starts `journal-(N+1)`, and deletes generation N-1: generation N stays as the
+//! fallback if the newest snapshot is ever found damaged.
 //!
 //! On open, a torn last record (short, or failing its CRC at the very end of the file) is cut
 //! off; a bad record with valid data after it is corruption, and opening fails rather than
@@ -53,9 +59,11 @@ pub enum JournalError {
     Stopped(String),
 }
 
-struct Job {
-    payloads: Vec<Bytes>,
-    done: oneshot::Sender<Result<(), JournalError>>,
+type Done = oneshot::Sender<Result<(), JournalError>>;
+
+enum Job {
+    Append { payloads: Vec<Bytes>, done: Done },
+    Rotate { snapshot: Vec<Bytes>, done: Done },
 }
 
 /// Handle to the journal; cheap to clone.
@@ -67,55 +75,186 @@ pub struct Journal {
 
 /// What [`Journal::open`] read back.
 pub struct Replay {
-    /// Every intact record, in order.
+    /// The snapshot's records (empty for generation 0): apply these first.
+    pub snapshot: Vec<Bytes>,
+    /// The journal records after the snapshot, in order.
     pub payloads: Vec<Bytes>,
     /// Bytes cut off a torn tail.
     pub truncated_bytes: u64,
+    /// The generation opened.
+    pub generation: u64,
+    /// Snapshots found damaged and skipped, with why.
+    pub skipped_snapshots: Vec<String>,
 }
 
 fn io_err<'a>(path: &'a Path, op: &'static str) -> impl Fn(std::io::Error) -> JournalError + 'a {
     move |e| JournalError::Io { path: path.display().to_string(), op, detail: e.to_string() }
 }
 
+fn journal_path(dir: &Path, generation: u64) -> PathBuf {
+    dir.join(format!("journal-{generation:020}"))
+}
+
+fn snapshot_path(dir: &Path, generation: u64) -> PathBuf {
+    dir.join(format!("snapshot-{generation:020}"))
+}
+
+fn generations(dir: &Path, prefix: &str) -> Vec<u64> {
+    let mut out: Vec<u64> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix(prefix)?.parse().ok())
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+fn frame(buf: &mut Vec<u8>, payload: &[u8]) {
+    buf.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    buf.extend_from_slice(&crc32c::crc32c(payload).to_be_bytes());
+    buf.extend_from_slice(payload);
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// A snapshot file: framed records, the last of which is the record count (u64), so a
+/// snapshot that lost records is detected as well as one with a damaged record.
+fn read_snapshot(path: &Path) -> Result<Vec<Bytes>, String> {
+    let raw = std::fs::read(path).map_err(|e| e.to_string())?;
+    let total = raw.len() as u64;
+    let (mut records, good) = scan(path, Bytes::from(raw)).map_err(|e| e.to_string())?;
+    if good != total {
+        return Err(format!("{} trailing bytes do not form a record", total - good));
+    }
+    let count = records.pop().ok_or("empty snapshot")?;
+    if count.len() != 8 || u64::from_be_bytes(count[..].try_into().expect("8 bytes")) != records.len() as u64 {
+        return Err("record count does not match".into());
+    }
+    Ok(records)
+}
+
 impl Journal {
-    /// Open (or create) the journal at `path`, replay it, and start the writer thread.
-    pub fn open(path: impl Into<PathBuf>) -> Result<(Journal, Replay), JournalError> {
-        let path = path.into();
-        let mut file =
-            OpenOptions::new().read(true).append(true).create(true).open(&path).map_err(io_err(&path, "open"))?;
-        let mut raw = Vec::new();
-        file.read_to_end(&mut raw).map_err(io_err(&path, "read"))?;
-        let (payloads, good_len) = scan(&path, Bytes::from(raw.clone()))?;
-        let truncated_bytes = raw.len() as u64 - good_len;
-        if truncated_bytes > 0 {
-            tracing::warn!(path = %path.display(), truncated_bytes, "cut a torn record off the journal tail");
-            file.set_len(good_len).map_err(io_err(&path, "truncate"))?;
-            file.sync_all().map_err(io_err(&path, "sync"))?;
-        }
-        file.seek(SeekFrom::End(0)).map_err(io_err(&path, "seek"))?;
-        if let Some(dir) = path.parent() {
-            // Make the file's directory entry durable too (first start).
-            if let Ok(d) = File::open(dir) {
-                let _ = d.sync_all();
+    /// Open (or create) the journal in directory `dir`, load its newest intact snapshot and the
+    /// journal records after it, and start the writer thread.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<(Journal, Replay), JournalError> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir, "create directory"))?;
+        let journals = generations(&dir, "journal-");
+        let snapshots = generations(&dir, "snapshot-");
+        let newest = journals.iter().chain(snapshots.iter()).copied().max().unwrap_or(0);
+        // The newest generation whose snapshot reads back intact (generation 0 needs none);
+        // its journal and every later one are then replayed in order.
+        let mut skipped_snapshots = Vec::new();
+        let mut base = None;
+        for g in (0..=newest).rev() {
+            if g == 0 {
+                base = Some((0, Vec::new()));
+                break;
+            }
+            if !snapshots.contains(&g) {
+                continue;
+            }
+            match read_snapshot(&snapshot_path(&dir, g)) {
+                Ok(records) => {
+                    base = Some((g, records));
+                    break;
+                }
+                Err(why) => {
+                    tracing::error!(generation = g, %why, "snapshot damaged; trying the previous generation");
+                    skipped_snapshots.push(format!("snapshot-{g}: {why}"));
+                }
             }
         }
+        let (base_gen, snapshot) = base.expect("generation 0 always qualifies");
+        if base_gen > 0 || !skipped_snapshots.is_empty() {
+            // Every journal from the base generation on must be there, or grants are missing.
+            for g in base_gen..newest {
+                if !journals.contains(&g) {
+                    return Err(JournalError::Corrupt {
+                        path: journal_path(&dir, g).display().to_string(),
+                        offset: 0,
+                        detail: "missing, and no intact snapshot after it".into(),
+                    });
+                }
+            }
+        }
+        let mut payloads = Vec::new();
+        let mut truncated_bytes = 0;
+        let mut file = None;
+        for g in base_gen..=newest {
+            let path = journal_path(&dir, g);
+            let last = g == newest;
+            if !path.exists() && !last {
+                continue;
+            }
+            let mut f =
+                OpenOptions::new().read(true).append(true).create(true).open(&path).map_err(io_err(&path, "open"))?;
+            let mut raw = Vec::new();
+            f.read_to_end(&mut raw).map_err(io_err(&path, "read"))?;
+            let total = raw.len() as u64;
+            let (records, good) = scan(&path, Bytes::from(raw))?;
+            if good < total {
+                if !last {
+                    return Err(JournalError::Corrupt {
+                        path: path.display().to_string(),
+                        offset: good,
+                        detail: "torn record in a journal that was followed by another generation".into(),
+                    });
+                }
+                tracing::warn!(path = %path.display(), cut = total - good, "cut a torn record off the journal tail");
+                f.set_len(good).map_err(io_err(&path, "truncate"))?;
+                f.sync_all().map_err(io_err(&path, "sync"))?;
+                truncated_bytes = total - good;
+            }
+            payloads.extend(records);
+            if last {
+                f.seek(SeekFrom::End(0)).map_err(io_err(&path, "seek"))?;
+                file = Some(f);
+            }
+        }
+        sync_dir(&dir);
+        let file = file.expect("the newest generation's journal is opened");
         let (tx, rx) = mpsc::channel::<Job>();
         let syncs = Arc::new(AtomicU64::new(0));
         let counter = syncs.clone();
+        let writer_dir = dir.clone();
         std::thread::Builder::new()
             .name("journal-writer".into())
-            .spawn(move || writer(path, file, rx, counter))
+            .spawn(move || writer(writer_dir, newest, file, rx, counter))
             .map_err(|e| JournalError::Io { path: String::new(), op: "spawn writer", detail: e.to_string() })?;
-        Ok((Journal { tx, syncs }, Replay { payloads, truncated_bytes }))
+        Ok((
+            Journal { tx, syncs },
+            Replay { snapshot, payloads, truncated_bytes, generation: newest, skipped_snapshots },
+        ))
+    }
+
+    fn send(&self, job: Job) {
+        if let Err(mpsc::SendError(job)) = self.tx.send(job) {
+            let done = match job {
+                Job::Append { done, .. } | Job::Rotate { done, .. } => done,
+            };
+            let _ = done.send(Err(JournalError::Stopped("writer thread has exited".into())));
+        }
     }
 
     /// Queue `payloads`; the receiver completes once they (and everything queued before them)
     /// are on disk. With no payloads it completes once everything queued before is on disk.
     pub fn append(&self, payloads: Vec<Bytes>) -> oneshot::Receiver<Result<(), JournalError>> {
         let (done, rx) = oneshot::channel();
-        if let Err(mpsc::SendError(job)) = self.tx.send(Job { payloads, done }) {
-            let _ = job.done.send(Err(JournalError::Stopped("writer thread has exited".into())));
-        }
+        self.send(Job::Append { payloads, done });
+        rx
+    }
+
+    /// Start a new generation whose snapshot is `snapshot`: the state after everything queued
+    /// before this call. Queue it under the same lock that orders the appends.
+    pub fn rotate(&self, snapshot: Vec<Bytes>) -> oneshot::Receiver<Result<(), JournalError>> {
+        let (done, rx) = oneshot::channel();
+        self.send(Job::Rotate { snapshot, done });
         rx
     }
 
@@ -164,9 +303,69 @@ fn scan(path: &Path, mut buf: Bytes) -> Result<(Vec<Bytes>, u64), JournalError> 
     Ok((payloads, offset))
 }
 
-fn writer(path: PathBuf, mut file: File, rx: mpsc::Receiver<Job>, syncs: Arc<AtomicU64>) {
-    let mut stopped: Option<String> = None;
+struct Writer {
+    dir: PathBuf,
+    generation: u64,
+    file: File,
+    syncs: Arc<AtomicU64>,
+    stopped: Option<String>,
+}
+
+impl Writer {
+    fn path(&self) -> PathBuf {
+        journal_path(&self.dir, self.generation)
+    }
+
+    fn flush(&mut self, buf: &[u8]) -> Result<(), JournalError> {
+        if buf.is_empty() {
+            return Ok(()); // a barrier: everything before it was flushed by an earlier round
+        }
+        let path = self.path();
+        self.file.write_all(buf).map_err(io_err(&path, "write"))?;
+        self.file.sync_data().map_err(io_err(&path, "fdatasync"))?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn rotate(&mut self, snapshot: &[Bytes]) -> Result<(), JournalError> {
+        let next = self.generation + 1;
+        let mut buf = Vec::new();
+        for p in snapshot {
+            frame(&mut buf, p);
+        }
+        frame(&mut buf, &(snapshot.len() as u64).to_be_bytes());
+        let tmp = self.dir.join(format!("snapshot-{next:020}.tmp"));
+        let path = snapshot_path(&self.dir, next);
+        {
+            let mut f = File::create(&tmp).map_err(io_err(&tmp, "create"))?;
+            f.write_all(&buf).map_err(io_err(&tmp, "write"))?;
+            f.sync_all().map_err(io_err(&tmp, "fsync"))?;
+        }
+        std::fs::rename(&tmp, &path).map_err(io_err(&path, "rename"))?;
+        let journal = journal_path(&self.dir, next);
+        let file = OpenOptions::new().append(true).create(true).open(&journal).map_err(io_err(&journal, "create"))?;
+        sync_dir(&self.dir);
+        self.file = file;
+        self.generation = next;
+        // Keep the previous generation as the fallback; drop the one before it.
+        if next >= 2 {
+            let _ = std::fs::remove_file(journal_path(&self.dir, next - 2));
+            let _ = std::fs::remove_file(snapshot_path(&self.dir, next - 2));
+        }
+        tracing::info!(generation = next, records = snapshot.len(), "journal snapshot written");
+        Ok(())
+    }
+
+    fn fail(&mut self, e: &JournalError) {
+        tracing::error!(error = %e, "journal write failed; the coordinator stops granting");
+        self.stopped = Some(e.to_string());
+    }
+}
+
+fn writer(dir: PathBuf, generation: u64, file: File, rx: mpsc::Receiver<Job>, syncs: Arc<AtomicU64>) {
+    let mut w = Writer { dir, generation, file, syncs, stopped: None };
     let mut buf = Vec::new();
+    let mut waiting: Vec<Done> = Vec::new();
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
         while jobs.len() < GROUP_COMMIT_JOBS_MAX {
@@ -175,34 +374,43 @@ fn writer(path: PathBuf, mut file: File, rx: mpsc::Receiver<Job>, syncs: Arc<Ato
                 Err(_) => break,
             }
         }
-        if let Some(why) = &stopped {
-            for j in jobs {
-                let _ = j.done.send(Err(JournalError::Stopped(why.clone())));
-            }
-            continue;
-        }
         buf.clear();
-        for p in jobs.iter().flat_map(|j| j.payloads.iter()) {
-            buf.extend_from_slice(&(p.len() as u32).to_be_bytes());
-            buf.extend_from_slice(&crc32c::crc32c(p).to_be_bytes());
-            buf.extend_from_slice(p);
+        for job in jobs {
+            match job {
+                Job::Append { payloads, done } => {
+                    for p in &payloads {
+                        frame(&mut buf, p);
+                    }
+                    waiting.push(done);
+                }
+                Job::Rotate { snapshot, done } => {
+                    // Everything queued before the rotation goes into the old generation.
+                    let result = match &w.stopped {
+                        Some(why) => Err(JournalError::Stopped(why.clone())),
+                        None => w.flush(&buf).and_then(|()| w.rotate(&snapshot)),
+                    };
+                    buf.clear();
+                    if let Err(e) = &result {
+                        w.fail(e);
+                    }
+                    for d in waiting.drain(..) {
+                        let _ = d.send(result.clone());
+                    }
+                    let _ = done.send(result);
+                }
+            }
         }
-        let result = if buf.is_empty() && jobs.iter().all(|j| j.payloads.is_empty()) {
-            Ok(()) // a barrier: everything before it was flushed by an earlier round
-        } else {
-            file.write_all(&buf)
-                .map_err(io_err(&path, "write"))
-                .and_then(|_| file.sync_data().map_err(io_err(&path, "fdatasync")))
+        let result = match &w.stopped {
+            Some(why) => Err(JournalError::Stopped(why.clone())),
+            None => w.flush(&buf),
         };
-        if result.is_ok() && !buf.is_empty() {
-            syncs.fetch_add(1, Ordering::Relaxed);
-        }
         if let Err(e) = &result {
-            tracing::error!(error = %e, "journal write failed; the coordinator stops granting");
-            stopped = Some(e.to_string());
+            if w.stopped.is_none() {
+                w.fail(e);
+            }
         }
-        for j in jobs {
-            let _ = j.done.send(result.clone());
+        for d in waiting.drain(..) {
+            let _ = d.send(result.clone());
         }
     }
 }
@@ -241,8 +449,9 @@ mod tests {
             let (j, _) = Journal::open(&path).unwrap();
             block(j.append(vec![Bytes::from_static(b"kept"), Bytes::from_static(b"torn-record")])).unwrap();
         }
-        let len = std::fs::metadata(&path).unwrap().len();
-        OpenOptions::new().write(true).open(&path).unwrap().set_len(len - 3).unwrap();
+        let file = journal_path(&path, 0);
+        let len = std::fs::metadata(&file).unwrap().len();
+        OpenOptions::new().write(true).open(&file).unwrap().set_len(len - 3).unwrap();
         {
             let (j, r) = Journal::open(&path).unwrap();
             assert_eq!(r.payloads, vec![Bytes::from_static(b"kept")]);
@@ -261,17 +470,18 @@ mod tests {
             let (j, _) = Journal::open(&path).unwrap();
             block(j.append(vec![Bytes::from_static(b"aaaa"), Bytes::from_static(b"bbbb")])).unwrap();
         }
-        let mut raw = std::fs::read(&path).unwrap();
+        let file = journal_path(&path, 0);
+        let mut raw = std::fs::read(&file).unwrap();
         let last = raw.len() - 1;
         raw[last] ^= 1;
-        std::fs::write(&path, &raw).unwrap();
+        std::fs::write(&file, &raw).unwrap();
         let (_, r) = Journal::open(&path).unwrap();
         assert_eq!(r.payloads, vec![Bytes::from_static(b"aaaa")]);
 
-        let mut raw = std::fs::read(&path).unwrap();
+        let mut raw = std::fs::read(&file).unwrap();
         raw.extend_from_slice(&raw.clone()); // two copies of record "aaaa"
         raw[RECORD_HEADER_BYTES] ^= 1; // damage the first
-        std::fs::write(&path, &raw).unwrap();
+        std::fs::write(&file, &raw).unwrap();
         assert!(matches!(Journal::open(&path), Err(JournalError::Corrupt { offset: 0, .. })));
     }
 
@@ -284,5 +494,55 @@ mod tests {
             block(rx).unwrap();
         }
         assert!(j.syncs() >= 1 && j.syncs() <= 200);
+    }
+
+    fn b(s: &str) -> Bytes {
+        Bytes::from(s.to_string())
+    }
+
+    #[test]
+    fn rotation_starts_a_generation_from_a_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        {
+            let (j, _) = Journal::open(&path).unwrap();
+            block(j.append(vec![b("a"), b("b")])).unwrap();
+            block(j.rotate(vec![b("state-after-b")])).unwrap();
+            block(j.append(vec![b("c")])).unwrap();
+            block(j.rotate(vec![b("state-after-c")])).unwrap();
+            block(j.append(vec![b("d")])).unwrap();
+        }
+        let (_, r) = Journal::open(&path).unwrap();
+        assert_eq!(r.generation, 2);
+        assert_eq!(r.snapshot, vec![b("state-after-c")]);
+        assert_eq!(r.payloads, vec![b("d")]);
+        assert!(!journal_path(&path, 0).exists(), "generation 0 was dropped");
+        assert!(journal_path(&path, 1).exists(), "generation 1 is kept as the fallback");
+    }
+
+    #[test]
+    fn a_damaged_snapshot_falls_back_to_the_previous_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        {
+            let (j, _) = Journal::open(&path).unwrap();
+            block(j.append(vec![b("a")])).unwrap();
+            block(j.rotate(vec![b("state-after-a")])).unwrap();
+            block(j.append(vec![b("b")])).unwrap();
+            block(j.rotate(vec![b("state-after-b")])).unwrap();
+            block(j.append(vec![b("c")])).unwrap();
+        }
+        let snap = snapshot_path(&path, 2);
+        let mut raw = std::fs::read(&snap).unwrap();
+        raw[RECORD_HEADER_BYTES + 2] ^= 0x40;
+        std::fs::write(&snap, &raw).unwrap();
+        let (_, r) = Journal::open(&path).unwrap();
+        assert_eq!(r.skipped_snapshots.len(), 1);
+        assert_eq!(r.snapshot, vec![b("state-after-a")]);
+        assert_eq!(r.payloads, vec![b("b"), b("c")], "journal 1 then journal 2");
+        // An empty (lost) snapshot is skipped the same way.
+        std::fs::write(&snap, b"").unwrap();
+        let (_, r) = Journal::open(&path).unwrap();
+        assert_eq!(r.snapshot, vec![b("state-after-a")]);
     }
 }

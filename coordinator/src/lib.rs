@@ -12,4 +12,4 @@ pub mod journal;
 pub mod server;
 pub mod table;
 
-pub use server::{run, CoordinatorConfig, CoordinatorError};
+pub use server::{recover, run, CoordinatorConfig, CoordinatorError, Recovered};

@@ -46,6 +46,9 @@ pub struct CoordinatorConfig {
     pub marker_timeout_ms: u64,
     /// Dial brokers over TLS, trusting these CAs.
     pub peer_tls: Option<ClientTls>,
+    /// Write a snapshot and start a new journal generation after this many journal entries,
+    /// so a restart replays at most about this many entries.
+    pub snapshot_every_entries: u64,
 }
 
 impl CoordinatorConfig {
@@ -59,6 +62,7 @@ impl CoordinatorConfig {
             fence_wait_ms: 10_000,
             marker_timeout_ms: 5_000,
             peer_tls: None,
+            snapshot_every_entries: 100_000,
         }
     }
 }
@@ -96,6 +100,8 @@ struct Shared {
     /// Decisions and the queueing of their entries; never held across an `.await`.
     state: Mutex<State>,
     journal: Journal,
+    /// Journal entries queued since the last snapshot.
+    since_snapshot: std::sync::atomic::AtomicU64,
     started: Instant,
     config: CoordinatorConfig,
     /// Connections to brokers for markers, by address; never held across an `.await`.
@@ -113,6 +119,7 @@ impl Shared {
 
     /// Queue entries; call under the state lock so journal order is decision order.
     fn persist(&self, entries: &[Entry]) -> oneshot::Receiver<Result<(), JournalError>> {
+        self.since_snapshot.fetch_add(entries.len() as u64, std::sync::atomic::Ordering::Relaxed);
         self.journal.append(entries.iter().map(Entry::encode).collect())
     }
 }
@@ -131,37 +138,22 @@ pub async fn run(
     config: CoordinatorConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), CoordinatorError> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| CoordinatorError::DataDir {
-        path: config.data_dir.display().to_string(),
-        detail: e.to_string(),
-    })?;
     let mut config = config;
     // The connection layer's deadline must outlast an init's or EndTxn's wait for its markers.
     config.limits.request_timeout_ms = config.limits.request_timeout_ms.max(config.fence_wait_ms + 5_000);
-    let (journal, replay) = Journal::open(config.data_dir.join("coordinator.journal"))?;
-    let mut table = ProducerTable::new(config.table.clone());
-    let mut cluster = Cluster::new(config.cluster.clone());
-    for (index, payload) in replay.payloads.into_iter().enumerate() {
-        let entry = Entry::decode(payload).map_err(|e| CoordinatorError::BadRecord { index, detail: e.to_string() })?;
-        table.apply(&entry);
-        cluster.apply(&entry);
-    }
-    tracing::info!(
-        next_producer_id = table.next_producer_id(),
-        transactional_ids = table.describe(0).len(),
-        truncated_bytes = replay.truncated_bytes,
-        "coordinator state replayed"
-    );
+    let Recovered { journal, mut table, cluster, replayed } = recover(&config)?;
     table.restart_clocks(0);
     let pending = table.pending_fences();
     let shared = Arc::new(Shared {
         state: Mutex::new(State { table, cluster }),
         journal,
+        since_snapshot: std::sync::atomic::AtomicU64::new(replayed as u64),
         started: Instant::now(),
         peers: Mutex::new(HashMap::new()),
         config: config.clone(),
     });
     tokio::spawn(tick_loop(shared.clone()));
+    tokio::spawn(snapshot_loop(shared.clone()));
     for (tid, epoch, commit, targets) in pending {
         tracing::info!(transactional_id = %tid, epoch, commit, partitions = targets.len(), "resuming markers after restart");
         start_markers(shared.clone(), tid, epoch, commit, targets);
@@ -176,6 +168,46 @@ pub async fn run(
     });
     net::serve(listener, handler, config.limits.clone(), shutdown).await;
     Ok(())
+}
+
+/// The state a coordinator restarts with: its journal (open for appending) and the producer
+/// table and cluster metadata replayed from the newest intact snapshot and the journal after it.
+pub struct Recovered {
+    /// The journal.
+    pub journal: Journal,
+    /// Producer table.
+    pub table: ProducerTable,
+    /// Cluster metadata.
+    pub cluster: Cluster,
+    /// Entries replayed (snapshot and journal).
+    pub replayed: usize,
+}
+
+/// Open the journal in `config.data_dir` and replay it.
+pub fn recover(config: &CoordinatorConfig) -> Result<Recovered, CoordinatorError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| CoordinatorError::DataDir {
+        path: config.data_dir.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    let (journal, replay) = Journal::open(config.data_dir.join("journal"))?;
+    let mut table = ProducerTable::new(config.table.clone());
+    let mut cluster = Cluster::new(config.cluster.clone());
+    for skipped in &replay.skipped_snapshots {
+        tracing::error!(%skipped, "skipped a damaged snapshot; recovered from the generation before it");
+    }
+    let replayed = replay.snapshot.len() + replay.payloads.len();
+    for (index, payload) in replay.snapshot.into_iter().chain(replay.payloads).enumerate() {
+        let entry = Entry::decode(payload).map_err(|e| CoordinatorError::BadRecord { index, detail: e.to_string() })?;
+        table.apply(&entry);
+        cluster.apply(&entry);
+    }
+    tracing::info!(
+        next_producer_id = table.next_producer_id(),
+        transactional_ids = table.describe(0).len(),
+        truncated_bytes = replay.truncated_bytes,
+        "coordinator state replayed"
+    );
+    Ok(Recovered { journal, table, cluster, replayed })
 }
 
 async fn handle(shared: Arc<Shared>, req: Request) -> Response {
@@ -328,6 +360,29 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 ErrorCode::InvalidRequest,
                 "this is the coordinator: send produce and fetch to the partition leader (see Metadata)",
             ))
+        }
+    }
+}
+
+/// Snapshot the state into a new journal generation once enough entries were written since
+/// the last one, so a restart replays a bounded journal. Runs for the life of the process.
+async fn snapshot_loop(shared: Arc<Shared>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if shared.since_snapshot.load(Relaxed) < shared.config.snapshot_every_entries {
+            continue;
+        }
+        let rx = {
+            // Under the lock: the snapshot is exactly the state after every entry queued so far.
+            let st = shared.lock();
+            let mut snapshot = st.table.snapshot();
+            snapshot.extend(st.cluster.snapshot());
+            shared.since_snapshot.store(0, Relaxed);
+            shared.journal.rotate(snapshot.iter().map(Entry::encode).collect())
+        };
+        if let Err(e) = durable(rx).await {
+            tracing::error!(error = %e, "journal snapshot failed");
         }
     }
 }

@@ -24,7 +24,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use protocol::{ErrorCode, Status};
 
-use crate::entry::{Entry, FenceTarget};
+use crate::entry::{Entry, FenceTarget, TxnSnapshot};
 
 /// The highest epoch ever granted; i16::MAX is kept for the rollover fence.
 pub const EPOCH_GRANT_MAX: i16 = i16::MAX - 1;
@@ -674,8 +674,81 @@ impl ProducerTable {
                     }
                 }
             }
-            Entry::TopicCreated { .. } | Entry::LeaderChanged { .. } | Entry::IsrChanged { .. } => {}
+            Entry::TxnSnapshot(t) => {
+                let bumps = t
+                    .bumps
+                    .iter()
+                    .map(|(epoch, kind, timeout_ms)| {
+                        let why = match kind {
+                            1 => Bump::Ended { commit: true },
+                            2 => Bump::Ended { commit: false },
+                            3 => Bump::TimedOut { timeout_ms: *timeout_ms },
+                            _ => Bump::NewInstance,
+                        };
+                        (*epoch, why)
+                    })
+                    .collect();
+                self.by_tid.insert(
+                    t.transactional_id.clone(),
+                    TxnEntry {
+                        producer_id: t.producer_id,
+                        epoch: t.epoch,
+                        requested_by: t.requested_by,
+                        transaction_timeout_ms: t.transaction_timeout_ms,
+                        registered: t.registered.iter().cloned().collect(),
+                        // The start time is not recorded: restart_clocks stamps the restart time.
+                        txn_started_ms: t.txn_open.then_some(u64::MAX),
+                        pending: t.pending.clone(),
+                        pending_commit: t.pending_commit,
+                        last_result: t.last_result,
+                        last_end: t.last_end,
+                        bumps,
+                    },
+                );
+            }
+            Entry::ProducerIds { next_producer_id, owners } => {
+                self.next_producer_id = self.next_producer_id.max(*next_producer_id);
+                self.owner.extend(owners.iter().cloned());
+            }
+            Entry::TopicCreated { .. }
+            | Entry::LeaderChanged { .. }
+            | Entry::IsrChanged { .. }
+            | Entry::TopicSnapshot { .. } => {}
         }
+    }
+
+    /// The whole table as journal entries: replaying them into an empty table rebuilds it.
+    pub fn snapshot(&self) -> Vec<Entry> {
+        let mut out = vec![Entry::ProducerIds {
+            next_producer_id: self.next_producer_id,
+            owners: self.owner.iter().map(|(p, t)| (*p, t.clone())).collect(),
+        }];
+        for (tid, e) in &self.by_tid {
+            out.push(Entry::TxnSnapshot(TxnSnapshot {
+                transactional_id: tid.clone(),
+                producer_id: e.producer_id,
+                epoch: e.epoch,
+                requested_by: e.requested_by,
+                transaction_timeout_ms: e.transaction_timeout_ms,
+                registered: e.registered.iter().cloned().collect(),
+                txn_open: e.txn_started_ms.is_some(),
+                pending: e.pending.clone(),
+                pending_commit: e.pending_commit,
+                last_result: e.last_result,
+                last_end: e.last_end,
+                bumps: e
+                    .bumps
+                    .iter()
+                    .map(|(epoch, why)| match why {
+                        Bump::NewInstance => (*epoch, 0, 0),
+                        Bump::Ended { commit: true } => (*epoch, 1, 0),
+                        Bump::Ended { commit: false } => (*epoch, 2, 0),
+                        Bump::TimedOut { timeout_ms } => (*epoch, 3, *timeout_ms),
+                    })
+                    .collect(),
+            }));
+        }
+        out
     }
 
     /// Every transactional id, sorted.
@@ -879,6 +952,29 @@ mod tests {
         assert_eq!(r.describe(0), t.describe(0));
         assert_eq!(r.next_producer_id(), t.next_producer_id());
         assert_eq!(r.pending_fences(), t.pending_fences());
+    }
+
+    #[test]
+    fn a_snapshot_rebuilds_the_same_table() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        grant(t.handle_init(None, 0, None));
+        let (pid, e0, _) = grant(t.handle_init(Some("a"), T, None));
+        register(&mut t, "a", "x", 0, 0);
+        let (e1, _, _) = markers(t.handle_end_txn("a", pid, e0, true));
+        t.handle_fence_done("a", e1);
+        register(&mut t, "a", "x", 1, 3);
+        grant(t.handle_init(Some("b"), T, None));
+        let (_, _, _) = grant(t.handle_init(Some("b"), T, None));
+        let mut r = ProducerTable::new(TableConfig::default());
+        for e in t.snapshot() {
+            r.apply(&Entry::decode(e.encode()).unwrap());
+        }
+        r.restart_clocks(3);
+        assert_eq!(r.describe(3), t.describe(3));
+        assert_eq!(r.next_producer_id(), t.next_producer_id());
+        assert_eq!(r.pending_fences(), t.pending_fences());
+        // The retry memory and the fencing reasons survive too.
+        assert_eq!(r.handle_end_txn("a", pid, e0, true), EndDecision::Done { producer_id: pid, epoch: e1 });
     }
 
     #[test]

@@ -36,6 +36,9 @@ struct Args {
     /// Replicas of a topic created without `--replicas` (default: min(3, live brokers)).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
     default_replication_factor: Option<i32>,
+    /// Snapshot the state and start a new journal after this many journal entries.
+    #[arg(long, default_value_t = 100_000)]
+    snapshot_every_entries: u64,
     /// Close a connection that sends no complete request for this long, in milliseconds.
     #[arg(long, default_value_t = 600_000)]
     idle_ms: u64,
@@ -67,6 +70,7 @@ async fn main() -> anyhow::Result<()> {
     config.limits.frame_bytes_max = args.frame_bytes_max;
     config.limits.connections_max = args.connections_max;
     config.fence_wait_ms = args.fence_wait_ms;
+    config.snapshot_every_entries = args.snapshot_every_entries.max(1);
     config.cluster.default_replication_factor = args.default_replication_factor;
     config.limits.idle_ms = args.idle_ms;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {

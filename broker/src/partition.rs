@@ -533,18 +533,6 @@ impl Partition {
         };
         Ok(Fetched { records, high_watermark, last_stable_offset, aborted, leader_epoch })
     }
-
-    /// Raw bytes of the log up to `end_offset` (for comparing replicas in tests and tools).
-    pub fn log_bytes_until(&self, end_offset: i64) -> Result<Bytes, FetchError> {
-        let (range, reader) = {
-            let g = self.lock();
-            (g.log.locate(0, usize::MAX, end_offset), g.log.reader())
-        };
-        match range {
-            None => Ok(Bytes::new()),
-            Some((pos, len)) => read_at(&reader, pos, len).map_err(|e| FetchError::Io(e.to_string())),
-        }
-    }
 }
 
 /// Producer state and transaction index rebuilt from a log's batches.

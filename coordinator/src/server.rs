@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use net::{ClientTls, Connection, Dialer, ServerLimits};
 use protocol::{
     AddPartitionResponse, AlterPartitionResponse, DescribeResponse, ElectLeaderResponse, EndTxnRequest, EndTxnResponse,
@@ -598,9 +597,4 @@ async fn write_marker_until_done(shared: &Shared, t: &FenceTarget, commit: bool)
             }
         }
     }
-}
-
-/// Encode an entry list (exposed for tools that inspect a journal).
-pub fn encode_entries(entries: &[Entry]) -> Vec<Bytes> {
-    entries.iter().map(Entry::encode).collect()
 }

@@ -257,3 +257,37 @@ async fn corrupt_batch_is_refused_and_nothing_is_stored() {
     assert!(values(&c, 0).await.is_empty());
     c.shutdown().await;
 }
+
+#[tokio::test]
+async fn pipelined_batches_on_one_connection_are_appended_in_the_order_sent() {
+    let c = cluster(1).await;
+    let p = producer(&c, "pipe").await;
+    let conn = Connection::connect(&c.broker_addrs[0]).await.unwrap();
+    // Wait until the broker leads the partition, then send 50 batches without waiting.
+    let first = produce_when_ready(&conn, 0, raw_batch(p.producer_id(), p.epoch(), 0, "b0")).await;
+    assert!(first.status.is_ok(), "{}", first.status);
+    let calls: Vec<_> = (1..50)
+        .map(|seq| {
+            let conn = conn.clone();
+            let records = raw_batch(p.producer_id(), p.epoch(), seq, &format!("b{seq}"));
+            tokio::spawn(async move {
+                let req = Request::Produce(ProduceRequest {
+                    topic: "t".into(),
+                    partition: 0,
+                    leader_epoch: 0,
+                    acks: ACKS_ALL,
+                    records,
+                });
+                conn.call(req).await
+            })
+        })
+        .collect();
+    let mut offsets = vec![first.base_offset];
+    for call in calls {
+        let Response::Produce(r) = call.await.unwrap().unwrap() else { panic!("wrong answer") };
+        assert!(r.status.is_ok(), "a pipelined batch was refused: {}", r.status);
+        offsets.push(r.base_offset);
+    }
+    assert_eq!(offsets, (0..50).collect::<Vec<i64>>(), "appended in the order sent");
+    c.shutdown().await;
+}

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::stream::FuturesOrdered;
+use std::collections::VecDeque;
+
 use futures::{SinkExt, StreamExt};
 use protocol::auth::{ClusterSecret, NONCE_BYTES};
 use protocol::codec::{CodecError, ServerCodec, FRAME_BYTES_MAX_DEFAULT};
@@ -27,7 +28,9 @@ pub type Handler = Arc<dyn Fn(Request) -> ResponseFuture + Send + Sync>;
 pub struct ServerLimits {
     /// Largest request frame, in bytes, checked from the length prefix before allocating.
     pub frame_bytes_max: usize,
-    /// Requests one connection may have in flight (pipelined) at once.
+    /// Requests one connection may have queued (pipelined) at once. They are handled one at a
+    /// time, in arrival order, as Kafka brokers do: a pipelining producer's batches are appended
+    /// in the order it sent them.
     pub inflight_requests_max: usize,
     /// Connections served at once; further ones get an error frame and are closed.
     pub connections_max: usize,
@@ -227,6 +230,35 @@ fn gate(limits: &ServerLimits, peer: &mut Peer, req: &Request) -> Option<(Respon
     }
 }
 
+type Pending = Pin<Box<dyn Future<Output = (i32, Response)> + Send>>;
+
+/// A connection's requests, handled strictly one after another in arrival order.
+#[derive(Default)]
+struct InOrder {
+    queue: VecDeque<Pending>,
+}
+
+impl InOrder {
+    fn push_back(&mut self, fut: impl Future<Output = (i32, Response)> + Send + 'static) {
+        self.queue.push_back(Box::pin(fut));
+    }
+
+    fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Drive the oldest request to its answer. Cancel-safe: the request keeps its progress.
+    async fn next(&mut self) -> Option<(i32, Response)> {
+        let out = self.queue.front_mut()?.await;
+        self.queue.pop_front();
+        Some(out)
+    }
+}
+
 fn error_reply(status: Status) -> ResponseFuture {
     Box::pin(async move { Response::Error(status) })
 }
@@ -238,7 +270,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut framed = Framed::new(stream, ServerCodec::new(limits.frame_bytes_max));
-    let mut inflight = FuturesOrdered::new();
+    let mut inflight = InOrder::default();
     let request_timeout = Duration::from_millis(limits.request_timeout_ms);
     let mut peer = Peer::default();
     // After a request that cannot be decoded we answer it, finish what is in flight and close.

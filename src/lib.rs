@@ -55,6 +55,8 @@ pub struct LocalOptions {
     pub secured: bool,
     /// Serve TLS everywhere, with a fresh CA and a certificate for localhost and 127.0.0.1.
     pub tls: bool,
+    /// The brokers' fsync policy.
+    pub fsync: broker::server::FsyncPolicy,
 }
 
 impl Default for LocalOptions {
@@ -68,6 +70,7 @@ impl Default for LocalOptions {
             replica_lag_ms: 10_000,
             secured: true,
             tls: false,
+            fsync: broker::server::FsyncPolicy::Always,
         }
     }
 }
@@ -136,6 +139,7 @@ impl LocalCluster {
             config.leader_epoch_checks = opts.leader_epoch_checks;
             config.heartbeat_ms = opts.heartbeat_ms;
             config.replica_lag_ms = opts.replica_lag_ms;
+            config.fsync = opts.fsync;
             config.limits.cluster_secret = secret.clone();
             config.limits.tls = acceptor.clone();
             config.peer_tls = peer_tls.clone();

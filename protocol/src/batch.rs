@@ -212,6 +212,11 @@ pub fn increment_sequence(seq: i32, delta: i32) -> i32 {
     }
 }
 
+/// CRC32C as record batches use it (over bytes 21..end of a batch).
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    crc32c::crc32c(bytes)
+}
+
 /// Check the CRC32C of one whole batch.
 pub fn verify_crc(b: &[u8], header: &BatchHeader) -> Result<(), BatchError> {
     let computed = crc32c::crc32c(&b[CRC_START..header.total_bytes()]);

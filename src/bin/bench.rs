@@ -1,0 +1,358 @@
+//! `bench`: a producer performance tool in the spirit of kafka-producer-perf-test.
+//!
+//! In one run it drives the same load (record size, batch size, batches in flight, producers,
+//! partitions, acks) against three targets on loopback and reports each with records/s, MB/s
+//! and HDR-histogram latency percentiles:
+//! - `loopback`: a trivial server speaking the same framing that acknowledges every request
+//!   without doing anything else: the ceiling of this machine for this load;
+//! - `fenced`: an in-process cluster with producer fencing on (the real broker);
+//! - `unfenced`: the same cluster with fencing off, so the gate's cost is a ratio.
+//!
+//! `cargo run --release --bin bench -- --help`; docs/BENCHMARKS.md records runs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Parser;
+use epochfence::{LocalCluster, LocalOptions};
+use futures::stream::FuturesOrdered;
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+use net::{Connection, ServerLimits};
+use producer::{Client, ClientConfig, Producer, ProducerConfig};
+use protocol::batch::{build_batch, ProducerStamp};
+use protocol::{ProduceRequest, ProduceResponse, Request, Response, Status, ACKS_ALL, ACKS_LEADER};
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Producer throughput and latency against a loopback ceiling, with and without fencing")]
+struct Args {
+    /// Which targets to run: all, loopback, fenced or unfenced.
+    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced"])]
+    mode: String,
+    /// Bytes per record value.
+    #[arg(long, default_value_t = 100)]
+    record_bytes: usize,
+    /// Records per target (over all producers).
+    #[arg(long, default_value_t = 1_000_000)]
+    records: u64,
+    /// Records per batch.
+    #[arg(long, default_value_t = 500)]
+    batch_records: usize,
+    /// Batches each producer keeps in flight (pipelined on its connection).
+    #[arg(long, default_value_t = 8)]
+    inflight: usize,
+    /// Concurrent producers.
+    #[arg(long, default_value_t = 1)]
+    producers: usize,
+    /// Partitions (each producer writes to all of them, round-robin by batch).
+    #[arg(long, default_value_t = 1)]
+    partitions: i32,
+    /// Brokers in the cluster.
+    #[arg(long, default_value_t = 1)]
+    brokers: usize,
+    /// Replicas per partition.
+    #[arg(long, default_value_t = 1)]
+    replicas: i32,
+    /// all or leader.
+    #[arg(long, default_value = "leader", value_parser = ["all", "leader"])]
+    acks: String,
+    /// The brokers' fsync policy: always, never or interval-ms=N.
+    #[arg(long, default_value = "never")]
+    fsync: broker::server::FsyncPolicy,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+struct Figures {
+    records: u64,
+    seconds: f64,
+    records_per_s: f64,
+    mb_per_s: f64,
+    p50_us: u64,
+    p99_us: u64,
+    p999_us: u64,
+    max_us: u64,
+}
+
+/// A template batch whose producer fields, sequence and CRC are patched per send.
+struct BatchTemplate {
+    bytes: Vec<u8>,
+    records: i32,
+}
+
+impl BatchTemplate {
+    fn new(record_bytes: usize, records: usize) -> BatchTemplate {
+        let values: Vec<Bytes> = (0..records).map(|_| Bytes::from(vec![b'x'; record_bytes])).collect();
+        let b = build_batch(ProducerStamp { producer_id: 0, producer_epoch: 0, base_sequence: 0 }, false, 0, &values);
+        BatchTemplate { bytes: b.to_vec(), records: records as i32 }
+    }
+
+    fn stamp(&self, producer_id: i64, epoch: i16, sequence: i32) -> Bytes {
+        let mut b = self.bytes.clone();
+        b[43..51].copy_from_slice(&producer_id.to_be_bytes());
+        b[51..53].copy_from_slice(&epoch.to_be_bytes());
+        b[53..57].copy_from_slice(&sequence.to_be_bytes());
+        let crc = crc32c_of(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        Bytes::from(b)
+    }
+}
+
+fn crc32c_of(b: &[u8]) -> u32 {
+    // The batch module's CRC is the same CRC32C the broker checks.
+    protocol::batch::crc32c(b)
+}
+
+/// One producer's route to a partition: the connection to its leader and its leader epoch.
+#[derive(Clone)]
+struct Route {
+    conn: Connection,
+    leader_epoch: i32,
+}
+
+async fn drive(
+    args: &Args,
+    routes: Vec<Vec<Route>>,
+    ids: Vec<(i64, i16)>,
+    template: Arc<BatchTemplate>,
+) -> Result<Figures, String> {
+    let acks = if args.acks == "all" { ACKS_ALL } else { ACKS_LEADER };
+    let batches_total = args.records.div_ceil(args.batch_records as u64);
+    let per_producer = batches_total.div_ceil(args.producers as u64);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (p, routes) in routes.into_iter().enumerate() {
+        let (producer_id, epoch) = ids[p];
+        let template = template.clone();
+        let inflight = args.inflight;
+        tasks.push(tokio::spawn(async move {
+            let mut hist = Histogram::<u64>::new(3).expect("3 significant digits is valid");
+            let mut sequences = vec![0i32; routes.len()];
+            let mut window = FuturesOrdered::new();
+            let mut sent = 0u64;
+            let mut records = 0u64;
+            loop {
+                while sent < per_producer && window.len() < inflight {
+                    let part = (sent as usize) % routes.len();
+                    let route = routes[part].clone();
+                    let batch = template.stamp(producer_id, epoch, sequences[part]);
+                    sequences[part] += template.records;
+                    let req = Request::Produce(ProduceRequest {
+                        topic: "bench".into(),
+                        partition: part as i32,
+                        leader_epoch: route.leader_epoch,
+                        acks,
+                        records: batch,
+                    });
+                    let at = Instant::now();
+                    window.push_back(async move { (at, route.conn.call(req).await) });
+                    sent += 1;
+                }
+                let Some((at, answer)) = window.next().await else { break };
+                match answer {
+                    Ok(Response::Produce(r)) if r.status.is_ok() => {
+                        hist.record(at.elapsed().as_micros() as u64).expect("in range");
+                        records += template.records as u64;
+                    }
+                    Ok(other) => return Err(format!("produce refused: {}", other.status())),
+                    Err(e) => return Err(format!("produce failed: {e}")),
+                }
+            }
+            Ok::<_, String>((hist, records))
+        }));
+    }
+    let mut hist = Histogram::<u64>::new(3).expect("valid");
+    let mut records = 0;
+    for t in tasks {
+        let (h, r) = t.await.map_err(|e| e.to_string())??;
+        hist.add(h).map_err(|e| e.to_string())?;
+        records += r;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(Figures {
+        records,
+        seconds,
+        records_per_s: records as f64 / seconds,
+        mb_per_s: (records as f64 * args.record_bytes as f64) / seconds / 1e6,
+        p50_us: hist.value_at_quantile(0.50),
+        p99_us: hist.value_at_quantile(0.99),
+        p999_us: hist.value_at_quantile(0.999),
+        max_us: hist.max(),
+    })
+}
+
+/// The ceiling: a server with the same framing that acknowledges every produce at once.
+async fn loopback(args: &Args, template: Arc<BatchTemplate>) -> Result<Figures, String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?.to_string();
+    let handler: net::Handler = Arc::new(|_req| {
+        Box::pin(async {
+            Response::Produce(ProduceResponse {
+                status: Status::ok(),
+                base_offset: 0,
+                log_end_offset: 0,
+                current_producer_epoch: 0,
+                current_leader_epoch: 0,
+            })
+        })
+    });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(net::serve(listener, handler, ServerLimits::default(), async {
+        let _ = stopped.await;
+    }));
+    let mut routes = Vec::new();
+    for _ in 0..args.producers {
+        let conn = Connection::connect(&addr).await.map_err(|e| e.to_string())?;
+        routes.push((0..args.partitions).map(|_| Route { conn: conn.clone(), leader_epoch: 0 }).collect());
+    }
+    let ids = (0..args.producers).map(|p| (p as i64, 0)).collect();
+    let figures = drive(args, routes, ids, template).await;
+    let _ = stop.send(());
+    let _ = server.await;
+    figures
+}
+
+/// The real broker, with producer fencing on or off.
+async fn cluster(args: &Args, template: Arc<BatchTemplate>, fencing: bool) -> Result<Figures, String> {
+    let opts = LocalOptions { brokers: args.brokers, fencing, fsync: args.fsync, secured: false, ..Default::default() };
+    let c = LocalCluster::start(opts).await.map_err(|e| e.to_string())?;
+    c.create_topic_replicated("bench", args.partitions, args.replicas).await.map_err(|e| e.to_string())?;
+    let mut routes = Vec::new();
+    let mut ids = Vec::new();
+    let mut client = Client::new(&c.coordinator_addr, ClientConfig::default());
+    for p in 0..args.producers {
+        let producer = Producer::init(&c.coordinator_addr, ProducerConfig::transactional(format!("bench-{p}")))
+            .await
+            .map_err(|e| e.to_string())?;
+        ids.push((producer.producer_id(), producer.epoch()));
+        let mut mine = Vec::new();
+        let mut conns: std::collections::HashMap<String, Connection> = Default::default();
+        for part in 0..args.partitions {
+            let leader = loop {
+                // Leaders are learnt through heartbeats: wait (bounded) until each partition has one.
+                match client.leader_or_refresh("bench", part).await {
+                    Ok(l) if l.broker_id > 0 => break l,
+                    _ => {
+                        client.invalidate("bench");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            };
+            let conn = match conns.get(&leader.addr) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = Connection::connect(&leader.addr).await.map_err(|e| e.to_string())?;
+                    conns.insert(leader.addr.clone(), c.clone());
+                    c
+                }
+            };
+            mine.push(Route { conn, leader_epoch: leader.leader_epoch });
+        }
+        routes.push(mine);
+    }
+    // The broker learns its leaderships through heartbeats; one small write per partition
+    // waits for that, outside the measurement.
+    warm_up(&routes, &ids, args.record_bytes).await?;
+    let figures = drive(args, routes, ids, template).await;
+    c.shutdown().await;
+    figures
+}
+
+async fn warm_up(routes: &[Vec<Route>], ids: &[(i64, i16)], record_bytes: usize) -> Result<(), String> {
+    let _ = record_bytes;
+    for (p, rs) in routes.iter().enumerate() {
+        for (part, route) in rs.iter().enumerate() {
+            for _ in 0..500 {
+                let probe = Request::Produce(ProduceRequest {
+                    topic: "bench".into(),
+                    partition: part as i32,
+                    leader_epoch: route.leader_epoch,
+                    acks: ACKS_LEADER,
+                    // An empty-producer batch: no sequence to disturb.
+                    records: build_batch(
+                        ProducerStamp { producer_id: -1, producer_epoch: -1, base_sequence: -1 },
+                        false,
+                        0,
+                        &[Bytes::from_static(b"warm-up")],
+                    ),
+                });
+                match route.conn.call(probe).await {
+                    Ok(Response::Produce(r)) if r.status.is_ok() => break,
+                    _ => tokio::time::sleep(Duration::from_millis(10)).await,
+                }
+            }
+            let _ = ids[p];
+        }
+    }
+    Ok(())
+}
+
+fn row(name: &str, f: &Figures, ceiling: Option<&Figures>) -> String {
+    let vs = ceiling.map_or("-".to_string(), |c| format!("{:.1}%", 100.0 * f.records_per_s / c.records_per_s));
+    format!(
+        "{name:<10} {:>12.0} {:>8.1} {:>8} {:>8} {:>9} {:>8} {:>12}",
+        f.records_per_s, f.mb_per_s, f.p50_us, f.p99_us, f.p999_us, f.max_us, vs
+    )
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let template = Arc::new(BatchTemplate::new(args.record_bytes, args.batch_records));
+    let run = |m: &str| args.mode == "all" || args.mode == m;
+    let mut results: Vec<(&str, Figures)> = Vec::new();
+    let steps: [(&str, bool); 3] =
+        [("loopback", run("loopback")), ("fenced", run("fenced")), ("unfenced", run("unfenced"))];
+    for (name, wanted) in steps {
+        if !wanted {
+            continue;
+        }
+        let out = match name {
+            "loopback" => loopback(&args, template.clone()).await,
+            "fenced" => cluster(&args, template.clone(), true).await,
+            _ => cluster(&args, template.clone(), false).await,
+        };
+        match out {
+            Ok(f) => results.push((name, f)),
+            Err(e) => {
+                eprintln!("bench {name}: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
+    let get = |n: &str| results.iter().find(|(m, _)| *m == n).map(|(_, f)| f.clone());
+    let (ceiling, fenced, unfenced) = (get("loopback"), get("fenced"), get("unfenced"));
+    let overhead = fenced.as_ref().zip(unfenced.as_ref()).map(|(f, u)| f.records_per_s / u.records_per_s);
+    if args.json {
+        let value = serde_json::json!({
+            "config": {
+                "record_bytes": args.record_bytes, "records": args.records, "batch_records": args.batch_records,
+                "inflight": args.inflight, "producers": args.producers, "partitions": args.partitions,
+                "brokers": args.brokers, "replicas": args.replicas, "acks": args.acks, "fsync": format!("{:?}", args.fsync),
+            },
+            "results": results.iter().map(|(n, f)| (n.to_string(), serde_json::to_value(f).expect("plain struct"))).collect::<serde_json::Map<_, _>>(),
+            "fraction_of_loopback": ceiling.as_ref().map(|c| results.iter().map(|(n, f)| (n.to_string(), serde_json::json!(f.records_per_s / c.records_per_s))).collect::<serde_json::Map<_, _>>()),
+            "fenced_over_unfenced": overhead,
+        });
+        println!("{}", serde_json::to_string_pretty(&value).expect("json serialises"));
+    } else {
+        println!(
+            "{} records of {} bytes, {} per batch, {} in flight, {} producer(s), {} partition(s), {} broker(s), {} replica(s), acks={}, fsync={:?}",
+            args.records, args.record_bytes, args.batch_records, args.inflight, args.producers, args.partitions, args.brokers, args.replicas, args.acks, args.fsync
+        );
+        println!(
+            "{:<10} {:>12} {:>8} {:>8} {:>8} {:>9} {:>8} {:>12}",
+            "target", "records/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "max_us", "of loopback"
+        );
+        for (name, f) in &results {
+            println!("{}", row(name, f, ceiling.as_ref()));
+        }
+        if let Some(o) = overhead {
+            println!("fencing overhead: fenced throughput is {:.1}% of unfenced", 100.0 * o);
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}

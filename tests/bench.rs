@@ -1,0 +1,22 @@
+//! A quick smoke run of the bench tool: it reports sane numbers (not a performance test).
+
+#[test]
+fn bench_reports_sane_numbers_for_every_target() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["--records", "20000", "--batch-records", "100", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for target in ["loopback", "fenced", "unfenced"] {
+        let r = &v["results"][target];
+        assert_eq!(r["records"], 20000, "{target}: every record acknowledged");
+        assert!(r["records_per_s"].as_f64().unwrap() > 0.0);
+        let (p50, p99, max) =
+            (r["p50_us"].as_u64().unwrap(), r["p99_us"].as_u64().unwrap(), r["max_us"].as_u64().unwrap());
+        assert!(p50 <= p99 && p99 <= max, "{target}: percentiles in order");
+        let fraction = v["fraction_of_loopback"][target].as_f64().unwrap();
+        assert!(fraction > 0.0, "{target}: {fraction}");
+    }
+    assert!(v["fenced_over_unfenced"].as_f64().unwrap() > 0.0);
+}

@@ -20,3 +20,16 @@ fn bench_reports_sane_numbers_for_every_target() {
     }
     assert!(v["fenced_over_unfenced"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn bench_measures_durable_inits() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["--mode", "inits", "--clients", "4", "--inits-per-client", "10", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["grants"], 40.0);
+    assert!(v["grants_per_s"].as_f64().unwrap() > 0.0);
+    assert!(v["p50_us"].as_u64().unwrap() <= v["max_us"].as_u64().unwrap());
+}

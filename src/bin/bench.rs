@@ -27,9 +27,16 @@ use protocol::{ProduceRequest, ProduceResponse, Request, Response, Status, ACKS_
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Producer throughput and latency against a loopback ceiling, with and without fencing")]
 struct Args {
-    /// Which targets to run: all, loopback, fenced or unfenced.
-    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced"])]
+    /// Which targets to run: all (loopback, fenced, unfenced), one of them, or `inits`
+    /// (InitProducerId grants/s from `--clients` concurrent clients, each grant fsynced).
+    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced", "inits"])]
     mode: String,
+    /// Concurrent clients for `--mode inits`.
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// Grants per client for `--mode inits`.
+    #[arg(long, default_value_t = 500)]
+    inits_per_client: usize,
     /// Bytes per record value.
     #[arg(long, default_value_t = 100)]
     record_bytes: usize,
@@ -298,9 +305,77 @@ fn row(name: &str, f: &Figures, ceiling: Option<&Figures>) -> String {
     )
 }
 
+/// InitProducerId throughput: `clients` connections, each granting `per_client` epochs to its
+/// own transactional id, one after another; every grant is in the journal (fsynced) before it
+/// is answered, and concurrent grants share flushes.
+async fn inits(args: &Args) -> Result<(), String> {
+    let c = LocalCluster::start(LocalOptions { brokers: 0, secured: false, ..Default::default() })
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut tasks = Vec::new();
+    let started = Instant::now();
+    for client in 0..args.clients {
+        let addr = c.coordinator_addr.clone();
+        let per_client = args.inits_per_client;
+        tasks.push(tokio::spawn(async move {
+            let conn = Connection::connect(&addr).await.map_err(|e| e.to_string())?;
+            let mut hist = Histogram::<u64>::new(3).expect("valid");
+            for _ in 0..per_client {
+                let req = Request::InitProducerId(protocol::InitProducerIdRequest {
+                    transactional_id: Some(format!("bench-{client}")),
+                    transaction_timeout_ms: 60_000,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                });
+                let at = Instant::now();
+                match conn.call(req).await {
+                    Ok(Response::InitProducerId(r)) if r.status.is_ok() => {
+                        hist.record(at.elapsed().as_micros() as u64).expect("in range")
+                    }
+                    other => return Err(format!("init failed: {other:?}")),
+                }
+            }
+            Ok::<_, String>(hist)
+        }));
+    }
+    let mut hist = Histogram::<u64>::new(3).expect("valid");
+    for t in tasks {
+        hist.add(t.await.map_err(|e| e.to_string())??).map_err(|e| e.to_string())?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let grants = (args.clients * args.inits_per_client) as f64;
+    let value = serde_json::json!({
+        "clients": args.clients, "grants": grants, "seconds": seconds, "grants_per_s": grants / seconds,
+        "p50_us": hist.value_at_quantile(0.5), "p99_us": hist.value_at_quantile(0.99), "max_us": hist.max(),
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&value).expect("json serialises"));
+    } else {
+        println!(
+            "InitProducerId: {} clients, {grants} grants in {seconds:.2} s = {:.0} grants/s; latency p50 {} us, p99 {} us, max {} us",
+            args.clients,
+            grants / seconds,
+            hist.value_at_quantile(0.5),
+            hist.value_at_quantile(0.99),
+            hist.max()
+        );
+    }
+    c.shutdown().await;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if args.mode == "inits" {
+        return match inits(&args).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench inits: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let template = Arc::new(BatchTemplate::new(args.record_bytes, args.batch_records));
     let run = |m: &str| args.mode == "all" || args.mode == m;
     let mut results: Vec<(&str, Figures)> = Vec::new();

@@ -121,6 +121,20 @@ impl TxnEntry {
         }
     }
 
+    /// CONCURRENT_TRANSACTIONS while the markers of the bump to the current epoch are written.
+    fn markers_pending(&self, tid: &str) -> Option<Status> {
+        (!self.pending.is_empty()).then(|| {
+            Status::new(
+                ErrorCode::ConcurrentTransactions,
+                format!(
+                    "transactional id '{tid}': markers of epoch {} are still being written to {} partition(s); retry shortly",
+                    self.epoch,
+                    self.pending.len()
+                ),
+            )
+        })
+    }
+
     /// Why `held` is no longer current, in words a user can act on.
     fn fenced_message(&self, tid: &str, held: i16) -> String {
         let current = self.epoch;
@@ -335,17 +349,8 @@ impl ProducerTable {
             let producer_id = self.next_producer_id;
             return self.grant(tid, producer_id, 0, None, transaction_timeout_ms, Vec::new());
         };
-        if !e.pending.is_empty() {
-            return refuse(
-                ErrorCode::ConcurrentTransactions,
-                format!(
-                    "transactional id '{tid}': epoch {} is still writing markers to {} partition(s) of the previous \
-                     epoch; retry shortly",
-                    e.epoch,
-                    e.pending.len()
-                ),
-                -1,
-            );
+        if let Some(status) = e.markers_pending(tid) {
+            return InitDecision::Refuse { status, epoch: -1 };
         }
         if let Some((pid, epoch)) = current {
             if Some((pid, epoch)) == e.requested_by {
@@ -410,15 +415,8 @@ impl ProducerTable {
             );
         };
         let is_retry = e.last_end == Some(((producer_id, epoch), commit));
-        if !e.pending.is_empty() {
-            return refuse(
-                ErrorCode::ConcurrentTransactions,
-                format!(
-                    "transactional id '{tid}': markers of epoch {} are still being written; retry shortly",
-                    e.epoch
-                ),
-                -1,
-            );
+        if let Some(status) = e.markers_pending(tid) {
+            return EndDecision::Refuse { status, epoch: -1 };
         }
         if is_retry {
             // The end of this transaction completed and its answer was lost.
@@ -576,16 +574,8 @@ impl ProducerTable {
                 e.epoch,
             );
         }
-        if !e.pending.is_empty() {
-            // The epoch was just granted and its markers are still being written.
-            return refuse(
-                ErrorCode::ConcurrentTransactions,
-                format!(
-                    "transactional id '{tid}': markers of epoch {} are still being written; retry shortly",
-                    e.epoch
-                ),
-                -1,
-            );
+        if let Some(status) = e.markers_pending(&tid) {
+            return RegisterDecision::Refuse { status, epoch: -1 };
         }
         let current = e.epoch;
         let opens_txn = transactional && e.txn_started_ms.is_none();

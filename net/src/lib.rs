@@ -15,3 +15,10 @@ pub mod tls;
 pub use client::{Connection, Dialer, NetError};
 pub use server::{serve, Handler, ServerLimits};
 pub use tls::{ClientTls, TlsError};
+
+/// Read a cluster secret from a file: its bytes as they are (a binary secret keeps all its
+/// entropy), less surrounding ASCII whitespace such as a trailing newline.
+pub fn read_cluster_secret(path: &std::path::Path) -> Result<protocol::auth::ClusterSecret, String> {
+    let raw = std::fs::read(path).map_err(|e| format!("cannot read cluster secret {}: {e}", path.display()))?;
+    protocol::auth::ClusterSecret::new(raw.trim_ascii().to_vec()).map_err(|e| format!("{}: {e}", path.display()))
+}

@@ -84,7 +84,8 @@ async fn main() -> anyhow::Result<()> {
         config.limits.tls = Some(net::tls::acceptor_from_files(cert, key)?);
     }
     config.peer_tls = args.tls_ca.as_deref().map(net::ClientTls::from_file).transpose()?;
-    config.limits.cluster_secret = args.cluster_secret_file.as_deref().map(read_secret).transpose()?;
+    config.limits.cluster_secret =
+        args.cluster_secret_file.as_deref().map(net::read_cluster_secret).transpose().map_err(anyhow::Error::msg)?;
     config.request_timeout_ms = args.request_timeout_ms;
     config.replica_lag_ms = args.replica_lag_ms;
     config.limits.frame_bytes_max = args.frame_bytes_max;
@@ -99,11 +100,4 @@ async fn main() -> anyhow::Result<()> {
     })
     .await?;
     Ok(())
-}
-
-fn read_secret(path: &std::path::Path) -> anyhow::Result<protocol::auth::ClusterSecret> {
-    let raw = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read cluster secret {}: {e}", path.display()))?;
-    // The bytes as they are (a binary secret keeps all its entropy), less surrounding whitespace.
-    protocol::auth::ClusterSecret::new(raw.trim_ascii().to_vec())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }

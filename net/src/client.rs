@@ -165,6 +165,19 @@ impl Connection {
         self.tx.is_closed()
     }
 
+    /// Queue a request now and return its answer to await later: requests submitted one after
+    /// another go out (and are handled) in that order, however their answers are awaited.
+    pub async fn submit(
+        &self,
+        req: Request,
+    ) -> Result<impl std::future::Future<Output = Result<Response, NetError>>, NetError> {
+        let (done, rx) = oneshot::channel();
+        let closed = || NetError::Closed { addr: self.addr.clone(), detail: "connection task ended".into() };
+        self.tx.send((req, done)).await.map_err(|_| closed())?;
+        let closed = closed();
+        Ok(async move { rx.await.map_err(|_| closed)? })
+    }
+
     /// Send a request and wait for its answer.
     pub async fn call(&self, req: Request) -> Result<Response, NetError> {
         let (done, rx) = oneshot::channel();

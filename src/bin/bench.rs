@@ -155,7 +155,9 @@ async fn drive(
                         records: batch,
                     });
                     let at = Instant::now();
-                    window.push_back(async move { (at, route.conn.call(req).await) });
+                    // Queue it now, so batches go out in sequence order; await answers later.
+                    let answer = route.conn.submit(req).await.map_err(|e| format!("produce failed: {e}"))?;
+                    window.push_back(async move { (at, answer.await) });
                     sent += 1;
                 }
                 let Some((at, answer)) = window.next().await else { break };

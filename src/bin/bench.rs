@@ -67,6 +67,9 @@ struct Args {
     /// The brokers' fsync policy: always, never or interval-ms=N.
     #[arg(long, default_value = "never")]
     fsync: broker::server::FsyncPolicy,
+    /// Offered load in records/s over all producers (0: as fast as acknowledgements allow).
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -135,6 +138,10 @@ async fn drive(
         let (producer_id, epoch) = ids[p];
         let template = template.clone();
         let inflight = args.inflight;
+        // With an offered rate, batch i of this producer is due at start + i * interval.
+        let interval = (args.rate > 0)
+            .then(|| Duration::from_secs_f64(template.records as f64 * args.producers as f64 / args.rate as f64));
+        let start = Instant::now();
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new(3).expect("3 significant digits is valid");
             let mut sequences = vec![0i32; routes.len()];
@@ -143,6 +150,16 @@ async fn drive(
             let mut records = 0u64;
             loop {
                 while sent < per_producer && window.len() < inflight {
+                    if let Some(interval) = interval {
+                        let due = start + interval * sent as u32;
+                        if due > Instant::now() {
+                            if window.is_empty() {
+                                tokio::time::sleep_until(due.into()).await;
+                            } else {
+                                break; // collect an answer first; come back when it is due
+                            }
+                        }
+                    }
                     let part = (sent as usize) % routes.len();
                     let route = routes[part].clone();
                     let batch = template.stamp(producer_id, epoch, sequences[part]);

@@ -44,7 +44,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut c, caddr) = spawn(&bin_dir.join("coordinator"), &["--listen", "127.0.0.1:0", "--data-dir", &data("c")]);
     let (mut b, _) = spawn(
         &bin_dir.join("broker"),
-        &["--id", "1", "--listen", "127.0.0.1:0", "--coordinator", &caddr, "--data-dir", &data("b"), "--fsync", "never"],
+        &[
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--coordinator",
+            &caddr,
+            "--data-dir",
+            &data("b"),
+            "--fsync",
+            "never",
+        ],
     );
     let mut admin = Admin::new(&caddr, ClientConfig::default());
     while admin.create_topic("mem", partitions).await.is_err() {

@@ -95,8 +95,17 @@ impl PartitionLog {
             let path = path.display().to_string();
             move |e: std::io::Error| LogError::Io { path: path.clone(), op, detail: e.to_string() }
         };
+        let created = !path.exists();
         std::fs::create_dir_all(dir).map_err(err("create directory"))?;
         let mut file = OpenOptions::new().read(true).append(true).create(true).open(&path).map_err(err("open"))?;
+        if created {
+            // Make the new directory and file themselves durable, not only their contents.
+            for d in [Some(dir), dir.parent()].into_iter().flatten() {
+                if let Ok(d) = File::open(d) {
+                    let _ = d.sync_all();
+                }
+            }
+        }
         let mut raw = Vec::new();
         file.read_to_end(&mut raw).map_err(err("read"))?;
         let total = raw.len() as u64;
@@ -154,6 +163,17 @@ impl PartitionLog {
         };
         log.rebuild_epochs();
         Ok(Recovered { log, headers, truncated_bytes: total - pos })
+    }
+
+    /// Whether an earlier failure stopped this log taking writes.
+    pub fn has_failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// Stop taking writes (an fdatasync failed).
+    pub fn fail(&mut self, detail: String) {
+        tracing::error!(path = %self.path.display(), %detail, "log stops taking writes");
+        self.failed.get_or_insert(detail);
     }
 
     /// The offset the next batch gets.
@@ -226,6 +246,27 @@ impl PartitionLog {
         } else {
             self.epochs[i - 1].1
         }
+    }
+
+    /// OffsetsForLeaderEpoch: the largest epoch in this log's cache at or below `epoch`, and
+    /// the offset where it ends here (the start of the next epoch, or the log end). `(-1, 0)`
+    /// if the log has no epoch that old.
+    pub fn epoch_end(&self, epoch: i32) -> (i32, i64) {
+        let i = self.epochs.partition_point(|(e, _)| *e <= epoch);
+        if i == 0 {
+            return (-1, 0);
+        }
+        let end = self.epochs.get(i).map_or(self.end_offset, |(_, start)| *start);
+        (self.epochs[i - 1].0, end)
+    }
+
+    /// The first offset of the batch holding `offset` (the log end if `offset` is past it).
+    pub fn batch_start(&self, offset: i64) -> i64 {
+        if offset >= self.end_offset {
+            return self.end_offset;
+        }
+        let i = self.index.partition_point(|e| e.last_offset < offset.max(0));
+        self.index.get(i).map_or(self.end_offset, |e| e.base_offset)
     }
 
     /// Cut the log back to `offset` (rounded down to a batch boundary); returns the new end.
@@ -388,6 +429,12 @@ mod tests {
         assert_eq!(log.epoch_at(3), Some(2));
         assert_eq!(log.epoch_start(4), 2);
         assert_eq!(log.epoch_start(1), 0);
+        assert_eq!(log.epoch_end(0), (0, 2));
+        assert_eq!(log.epoch_end(1), (0, 2), "no epoch 1 here: epoch 0 is the largest at or below it");
+        assert_eq!(log.epoch_end(3), (2, 5));
+        assert_eq!(log.epoch_end(9), (5, 6));
+        assert_eq!(log.batch_start(4), 4);
+        assert_eq!(log.batch_start(99), 6);
         assert_eq!(
             log.locate(0, usize::MAX, 3).map(|(_, l)| l),
             log.locate(0, usize::MAX, i64::MAX).map(|(_, l)| l / 2)

@@ -80,11 +80,13 @@ pub enum ReplicateError {
     /// The sender's leader epoch is not this replica's.
     #[error(transparent)]
     Leader(#[from] LeaderEpochError),
-    /// The logs diverge before `from_offset`: resend from `hint`.
-    #[error("log diverges before the offset sent; resend from {hint}")]
+    /// The logs diverge before `from_offset`.
+    #[error("log diverges before the offset sent; its epoch there is {diverging_epoch}, hint {hint}")]
     Mismatch {
-        /// Where to resend from.
+        /// The start of this replica's conflicting epoch, or its log end.
         hint: i64,
+        /// This replica's epoch at `from_offset - 1` (-1 when `from_offset` is past its end).
+        diverging_epoch: i32,
         /// This replica's log end.
         log_end_offset: i64,
     },
@@ -178,6 +180,9 @@ struct Inner {
     high_watermark: i64,
     /// Offsets below this are on disk (fsynced), as far as this process knows.
     durable_end: i64,
+    /// Bumped by every truncation: a sync that started before one proves nothing about the
+    /// bytes written after it.
+    truncations: u64,
 }
 
 /// A partition replica hosted here.
@@ -218,6 +223,7 @@ impl Partition {
             high_watermark: 0,
             // Nothing is known durable until the first sync, which covers what the scan found.
             durable_end: 0,
+            truncations: 0,
         };
         let (progress, _) = watch::channel(0);
         Ok(Partition { topic: topic.to_string(), index, broker_id, fencing, inner: Mutex::new(inner), progress })
@@ -281,21 +287,31 @@ impl Partition {
         Ok(Appended::New { base_offset, end_offset: leo, leader_epoch })
     }
 
-    /// The log end and a handle to fsync, if anything is written but not yet durable.
-    pub fn sync_target(&self) -> Option<(i64, Arc<std::fs::File>)> {
+    /// What a sync would cover, if anything is written but not yet durable: the log end, a
+    /// handle to fsync, and the truncation generation to hand back to [`Partition::mark_durable`].
+    pub fn sync_target(&self) -> Option<(i64, Arc<std::fs::File>, u64)> {
         let g = self.lock();
         let end = g.log.end_offset();
-        (end > g.durable_end).then(|| (end, g.log.reader()))
+        (end > g.durable_end && !g.log.has_failed()).then(|| (end, g.log.reader(), g.truncations))
     }
 
-    /// Everything below `end` has been fsynced.
-    pub fn mark_durable(&self, end: i64) {
+    /// A sync taken at `generation` covering everything below `end` succeeded. Ignored if the
+    /// log was truncated since: the bytes now below `end` may be newer than the sync.
+    pub fn mark_durable(&self, end: i64, generation: u64) {
         let mut g = self.lock();
-        if end > g.durable_end {
+        if generation == g.truncations && end > g.durable_end {
             g.durable_end = end.min(g.log.end_offset());
             drop(g);
             self.bump();
         }
+    }
+
+    /// An fdatasync failed: the kernel may have dropped the unsynced pages, so nothing written
+    /// since the last good sync can be promised any more. The log stops taking writes; waiting
+    /// acknowledgements time out with a storage error; reads go on.
+    pub fn storage_failed(&self, detail: String) {
+        self.lock().log.fail(detail);
+        self.bump();
     }
 
     /// Whether everything below `end_offset` is on disk.
@@ -320,15 +336,20 @@ impl Partition {
         let mut g = self.lock();
         g.leadership.check_replication(leader_epoch, leader_id, epoch_checks)?;
         let leo = g.log.end_offset();
+        if from_offset < 0 {
+            return Err(ReplicateError::Corrupt(format!("from_offset {from_offset} is negative")));
+        }
         if from_offset > leo {
-            return Err(ReplicateError::Mismatch { hint: leo, log_end_offset: leo });
+            return Err(ReplicateError::Mismatch { hint: leo, diverging_epoch: -1, log_end_offset: leo });
         }
         if from_offset > 0 {
             let mine = g.log.epoch_at(from_offset - 1);
             if mine != Some(prev_epoch) {
-                // Skip back over this replica's whole conflicting epoch (the epoch cache).
+                // Report this replica's epoch there and where its run starts (the epoch cache);
+                // the leader works out where that epoch ends in its own log.
                 let hint = g.log.epoch_start(from_offset - 1);
-                return Err(ReplicateError::Mismatch { hint, log_end_offset: leo });
+                let diverging_epoch = mine.unwrap_or(-1);
+                return Err(ReplicateError::Mismatch { hint, diverging_epoch, log_end_offset: leo });
             }
         }
         if from_offset < leo {
@@ -336,6 +357,8 @@ impl Partition {
             // rebuild the producer state from what remains.
             let end = g.log.truncate(from_offset)?;
             g.durable_end = g.durable_end.min(end);
+            g.high_watermark = g.high_watermark.min(end);
+            g.truncations += 1;
             let headers = g.log.headers()?;
             (g.producers, g.txns) = rebuild(&headers, self.fencing);
             tracing::info!(topic = %self.topic, partition = self.index, from = leo, to = end, "truncated a divergent suffix");
@@ -405,13 +428,38 @@ impl Partition {
         }
     }
 
-    /// A follower's log diverges; resend from `hint`.
-    pub fn on_replica_mismatch(&self, follower: i32, leader_epoch: i32, hint: i64) {
+    /// A follower's log diverges before `from_offset`: it holds `diverging_epoch` there (-1:
+    /// `from_offset` is past its end, which is `hint`), and that epoch's run starts at `hint`.
+    /// Resend from where the two logs can agree (KIP-101/279): the end, in this log, of the
+    /// largest epoch at or below the follower's; or, if this log never had the follower's epoch,
+    /// no later than where the follower's run of it starts.
+    pub fn on_replica_mismatch(
+        &self,
+        follower: i32,
+        leader_epoch: i32,
+        from_offset: i64,
+        hint: i64,
+        diverging_epoch: i32,
+    ) {
         let mut g = self.lock();
-        if g.leadership.leader_epoch == leader_epoch {
-            if let Some(rs) = g.replica_set.as_mut() {
-                rs.on_mismatch(follower, hint);
+        if g.leadership.leader_epoch != leader_epoch {
+            return;
+        }
+        let next = if diverging_epoch < 0 {
+            hint
+        } else {
+            let (epoch, end) = g.log.epoch_end(diverging_epoch);
+            if epoch == diverging_epoch {
+                end
+            } else {
+                end.min(hint)
             }
+        };
+        // Always move back, and always to a batch boundary of this log.
+        let next = if next < from_offset { next } else { from_offset - 1 };
+        let next = g.log.batch_start(next.max(0));
+        if let Some(rs) = g.replica_set.as_mut() {
+            rs.on_mismatch(follower, next);
         }
     }
 
@@ -420,6 +468,32 @@ impl Partition {
         let g = self.lock();
         let rs = g.replica_set.as_ref()?;
         rs.wanted_isr(now_ms, lag_ms).map(|isr| (g.leadership.leader_epoch, isr))
+    }
+
+    /// `isr` is about to be asked of the coordinator under `leader_epoch`: count its members in
+    /// the high watermark until the answer.
+    pub fn propose_isr(&self, leader_epoch: i32, isr: &[i32]) {
+        let mut g = self.lock();
+        if g.leadership.leader_epoch == leader_epoch {
+            if let Some(rs) = g.replica_set.as_mut() {
+                rs.propose_isr(isr);
+            }
+        }
+    }
+
+    /// The ISR change asked under `leader_epoch` was refused or not answered.
+    pub fn drop_isr_proposal(&self, leader_epoch: i32) {
+        let mut g = self.lock();
+        if g.leadership.leader_epoch != leader_epoch {
+            return;
+        }
+        let leo = g.log.end_offset();
+        let moved = g.replica_set.as_mut().is_some_and(|rs| rs.drop_proposal(leo));
+        if moved {
+            g.high_watermark = g.replica_set.as_ref().map_or(g.high_watermark, |rs| rs.high_watermark());
+            drop(g);
+            self.bump();
+        }
     }
 
     /// The coordinator accepted `isr` for `leader_epoch`.
@@ -535,6 +609,16 @@ impl Partition {
     }
 }
 
+#[cfg(test)]
+impl Partition {
+    /// Every byte of the log (tests compare replicas with it).
+    fn fetch_all_for_test(&self) -> Vec<u8> {
+        let g = self.lock();
+        let range = g.log.locate(0, usize::MAX, i64::MAX);
+        range.map(|(pos, len)| read_at(&g.log.reader(), pos, len).unwrap().to_vec()).unwrap_or_default()
+    }
+}
+
 /// Producer state and transaction index rebuilt from a log's batches.
 fn rebuild(headers: &[(BatchHeader, Option<MarkerKind>)], fencing: bool) -> (ProducerStates, TxnIndex) {
     let mut producers = ProducerStates::new(fencing);
@@ -548,3 +632,99 @@ fn rebuild(headers: &[(BatchHeader, Option<MarkerKind>)], fencing: bool) -> (Pro
 
 /// Shared handle.
 pub type PartitionRef = Arc<Partition>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::batch::{build_batch, ProducerStamp};
+
+    /// A batch as a leader of `epoch` stored it at `offset`.
+    fn stored(offset: i64, epoch: i32, value: &str) -> Bytes {
+        let b = build_batch(
+            ProducerStamp { producer_id: -1, producer_epoch: -1, base_sequence: -1 },
+            false,
+            0,
+            &[Bytes::from(value.to_string())],
+        );
+        let mut m = b.to_vec();
+        set_base_offset(&mut m, offset);
+        set_partition_leader_epoch(&mut m, epoch);
+        Bytes::from(m)
+    }
+
+    fn replicate(p: &Partition, epoch: i32, from: i64, prev: i32, batches: &[Bytes]) -> Result<i64, ReplicateError> {
+        let records = Bytes::from(batches.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>());
+        let req = ReplicateRequest {
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: epoch,
+            leader_id: 1,
+            from_offset: from,
+            prev_epoch: prev,
+            high_watermark: 0,
+            records,
+        };
+        p.apply_replicated(&req, true)
+    }
+
+    #[test]
+    fn a_divergent_follower_is_cut_only_where_it_diverges() {
+        let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let leader = Partition::open(ld.path(), "t", 0, 1, true).unwrap();
+        let follower = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
+        // Both hold epoch 0's committed offsets 0..4; the follower also got X at 4 (epoch 0),
+        // while the leader, at epoch 1, wrote Y at 4 and 5.
+        let common: Vec<Bytes> = (0..4).map(|o| stored(o, 0, &format!("c{o}"))).collect();
+        let mut leader_log = common.clone();
+        leader_log.extend([stored(4, 1, "y4"), stored(5, 1, "y5")]);
+        let mut follower_log = common.clone();
+        follower_log.push(stored(4, 0, "x4"));
+        // Load the two logs as they stand (as followers of a sender claiming epoch 1).
+        leader.learn(3, 1, &[1, 2], &[1, 2], 0);
+        follower.learn(3, 1, &[1, 2], &[1, 2], 0);
+        let load = |p: &Partition, log: &[Bytes]| {
+            let req = ReplicateRequest {
+                topic: "t".into(),
+                partition: 0,
+                leader_epoch: 1,
+                leader_id: 3,
+                from_offset: 0,
+                prev_epoch: -1,
+                high_watermark: 0,
+                records: Bytes::from(log.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()),
+            };
+            p.apply_replicated(&req, true).unwrap()
+        };
+        assert_eq!(load(&leader, &leader_log), 6);
+        assert_eq!(load(&follower, &follower_log), 5);
+        // Broker 1 now leads at epoch 2; broker 2 follows.
+        let change = leader.learn(1, 2, &[1, 2], &[1, 2], 0);
+        assert!(matches!(change, Some(RoleChange::BecameLeader { .. })));
+        follower.learn(1, 2, &[1, 2], &[1, 2], 0);
+        // Run the leader's replication against the follower until it succeeds.
+        let mut rounds = 0;
+        let mut lowest_from = i64::MAX;
+        loop {
+            rounds += 1;
+            assert!(rounds < 10, "replication did not converge");
+            let w = leader.replication_work(2, 2, usize::MAX).unwrap().unwrap();
+            lowest_from = lowest_from.min(w.from_offset);
+            let batches: Vec<Bytes> =
+                protocol::batch::BatchIter::new(w.records.clone()).map(|i| i.unwrap().1).collect();
+            match replicate(&follower, 2, w.from_offset, w.prev_epoch, &batches) {
+                Ok(leo) => {
+                    leader.on_replica_ack(2, 2, leo, 0);
+                    break;
+                }
+                Err(ReplicateError::Mismatch { hint, diverging_epoch, .. }) => {
+                    leader.on_replica_mismatch(2, 2, w.from_offset, hint, diverging_epoch)
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(lowest_from, 4, "the follower is cut at the divergence, not before the committed prefix");
+        assert_eq!(follower.progress().0, 6);
+        let theirs = follower.fetch_all_for_test();
+        assert_eq!(theirs, leader.fetch_all_for_test(), "the logs converge");
+    }
+}

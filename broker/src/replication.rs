@@ -23,6 +23,10 @@ pub struct FollowerProgress {
 pub struct ReplicaSet {
     leader_id: i32,
     isr: Vec<i32>,
+    /// An ISR asked of the coordinator and not answered yet. Until it is, the high watermark
+    /// counts its members too (KIP-841): a follower being added must not miss a record that
+    /// becomes committed while the change is in flight, since it may be elected from the new ISR.
+    proposed: Option<Vec<i32>>,
     followers: BTreeMap<i32, FollowerProgress>,
     high_watermark: i64,
 }
@@ -43,7 +47,7 @@ impl ReplicaSet {
             .filter(|r| **r != leader_id)
             .map(|r| (*r, FollowerProgress { log_end_offset: -1, next_offset: leader_leo, caught_up_at_ms: now_ms }))
             .collect();
-        let mut s = ReplicaSet { leader_id, isr: isr.to_vec(), followers, high_watermark };
+        let mut s = ReplicaSet { leader_id, isr: isr.to_vec(), proposed: None, followers, high_watermark };
         s.recompute(leader_leo);
         s
     }
@@ -70,7 +74,7 @@ impl ReplicaSet {
 
     fn recompute(&mut self, leader_leo: i64) -> bool {
         let mut hw = leader_leo;
-        for id in &self.isr {
+        for id in self.isr.iter().chain(self.proposed.iter().flatten()) {
             if *id == self.leader_id {
                 continue;
             }
@@ -130,9 +134,21 @@ impl ReplicaSet {
         (sorted != current).then_some(wanted)
     }
 
+    /// An ISR change is being asked of the coordinator: count its members from now on.
+    pub fn propose_isr(&mut self, isr: &[i32]) {
+        self.proposed = Some(isr.to_vec());
+    }
+
+    /// The proposed change was refused or not answered; returns whether the high watermark moved.
+    pub fn drop_proposal(&mut self, leader_leo: i64) -> bool {
+        self.proposed = None;
+        self.recompute(leader_leo)
+    }
+
     /// The coordinator accepted a new ISR; returns whether the high watermark moved.
     pub fn set_isr(&mut self, isr: &[i32], leader_leo: i64) -> bool {
         self.isr = isr.to_vec();
+        self.proposed = None;
         self.recompute(leader_leo)
     }
 }
@@ -179,6 +195,21 @@ mod tests {
         assert_eq!(r.high_watermark(), 5);
         r.on_ack(3, 5, 5, 1600);
         assert_eq!(r.wanted_isr(1700, 1000), Some(vec![1, 2, 3]));
+    }
+
+    #[test]
+    fn a_follower_being_added_holds_the_high_watermark_until_the_change_is_answered() {
+        let mut r = ReplicaSet::new(1, &[1, 2], &[1], 0, 0, 0);
+        r.on_ack(2, 3, 5, 10); // 2 is behind: it has 3 of the leader's 5
+        r.on_leader_append(5);
+        assert_eq!(r.high_watermark(), 5, "alone in the ISR, the leader commits its log");
+        r.on_ack(2, 5, 5, 20);
+        r.propose_isr(&[1, 2]);
+        r.on_leader_append(8);
+        assert_eq!(r.high_watermark(), 5, "2 does not have 5..8 yet and may be in the ISR already");
+        r.on_ack(2, 8, 8, 30);
+        assert_eq!(r.high_watermark(), 8);
+        assert!(!r.drop_proposal(8));
     }
 
     #[test]

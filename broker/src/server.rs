@@ -130,6 +130,9 @@ pub enum BrokerError {
     Listener(String),
 }
 
+/// Most bytes one fetch returns (beyond its first batch).
+pub const FETCH_BYTES_MAX: usize = 8 * 1024 * 1024;
+
 /// Counters a test or demonstration can read.
 #[derive(Debug, Default)]
 pub struct BrokerStats {
@@ -312,18 +315,16 @@ async fn flush_loop(shared: Arc<Shared>) {
         FsyncPolicy::Always => Duration::from_millis(1_000),
     };
     loop {
-        let targets: Vec<(PartitionRef, i64, Arc<std::fs::File>)> = shared
+        let targets: Vec<(PartitionRef, i64, Arc<std::fs::File>, u64)> = shared
             .partitions
             .iter()
-            .filter_map(|p| p.sync_target().map(|(end, file)| (p.clone(), end, file)))
+            .filter_map(|p| p.sync_target().map(|(end, file, generation)| (p.clone(), end, file, generation)))
             .collect();
-        for (part, end, file) in targets {
+        for (part, end, file, generation) in targets {
             match tokio::task::spawn_blocking(move || file.sync_data()).await {
-                Ok(Ok(())) => part.mark_durable(end),
-                Ok(Err(e)) => {
-                    tracing::error!(topic = %part.topic, partition = part.index, error = %e, "fdatasync failed")
-                }
-                Err(e) => tracing::error!(error = %e, "fdatasync task failed"),
+                Ok(Ok(())) => part.mark_durable(end, generation),
+                Ok(Err(e)) => part.storage_failed(format!("fdatasync failed: {e}")),
+                Err(e) => part.storage_failed(format!("fdatasync task failed: {e}")),
             }
         }
         tokio::select! {
@@ -482,6 +483,7 @@ async fn maintain_isr(shared: &Arc<Shared>) {
         .collect();
     for (part, leader_epoch, isr) in wanted {
         let Ok(conn) = coordinator(shared).await else { return };
+        part.propose_isr(leader_epoch, &isr);
         let req = Request::AlterPartition(AlterPartitionRequest {
             broker_id: shared.config.id,
             topic: part.topic.clone(),
@@ -496,10 +498,13 @@ async fn maintain_isr(shared: &Arc<Shared>) {
             }
             Ok(Response::AlterPartition(r)) => {
                 tracing::warn!(topic = %part.topic, partition = part.index, leader_epoch, status = %r.status, "ISR change refused");
+                part.drop_isr_proposal(leader_epoch);
                 if r.status.code == ErrorCode::FencedLeaderEpoch {
                     shared.refresh.notify_one();
                 }
             }
+            // Not answered: the change may have been made. Keep counting the proposed members
+            // until an answer (the next round asks again) or a heartbeat settles it.
             other => tracing::debug!(?other, "ISR change not answered"),
         }
     }
@@ -556,7 +561,7 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
             }
             Ok(Response::Replicate(r)) if r.status.code == ErrorCode::OffsetOutOfRange => {
                 tracing::info!(topic = %part.topic, partition = part.index, follower, hint = r.hint_offset, "follower diverges; resending from the hint");
-                part.on_replica_mismatch(follower, leader_epoch, r.hint_offset);
+                part.on_replica_mismatch(follower, leader_epoch, work.from_offset, r.hint_offset, r.diverging_epoch);
             }
             Ok(Response::Replicate(r)) if r.status.code == ErrorCode::FencedLeaderEpoch => {
                 shared.control.stats.replication_refused_by_epoch.fetch_add(1, Ordering::Relaxed);
@@ -854,7 +859,9 @@ fn fetch(shared: &Shared, r: FetchRequest) -> FetchResponse {
         Ok(p) => p,
         Err(s) => return err(s),
     };
-    match part.fetch(r.offset, r.max_bytes.max(0) as usize, r.leader_epoch, r.isolation) {
+    // A fetch returns at most FETCH_BYTES_MAX (and at least one batch), whatever it asks for.
+    let max_bytes = (r.max_bytes.max(0) as usize).min(FETCH_BYTES_MAX);
+    match part.fetch(r.offset, max_bytes, r.leader_epoch, r.isolation) {
         Ok(f) => FetchResponse {
             status: Status::ok(),
             high_watermark: f.high_watermark,
@@ -870,12 +877,14 @@ fn fetch(shared: &Shared, r: FetchRequest) -> FetchResponse {
 }
 
 async fn replicate(shared: &Shared, r: ReplicateRequest) -> ReplicateResponse {
-    let answer = |status, leo, hint, epoch| ReplicateResponse {
+    let answer_diverged = |diverging_epoch, status, leo, hint, epoch| ReplicateResponse {
         status,
         log_end_offset: leo,
         hint_offset: hint,
+        diverging_epoch,
         current_leader_epoch: epoch,
     };
+    let answer = |status, leo, hint, epoch| answer_diverged(-1, status, leo, hint, epoch);
     let part = match partition(shared, &r.topic, r.partition) {
         Ok(p) => p,
         Err(s) => return answer(s, -1, -1, -1),
@@ -887,7 +896,8 @@ async fn replicate(shared: &Shared, r: ReplicateRequest) -> ReplicateResponse {
             Ok(()) => answer(Status::ok(), leo, -1, epoch),
             Err(status) => answer(status, -1, -1, epoch),
         },
-        Err(ReplicateError::Mismatch { hint, log_end_offset }) => answer(
+        Err(ReplicateError::Mismatch { hint, diverging_epoch, log_end_offset }) => answer_diverged(
+            diverging_epoch,
             Status::new(
                 ErrorCode::OffsetOutOfRange,
                 format!("log diverges before offset {}; resend from {hint}", r.from_offset),
@@ -922,9 +932,15 @@ async fn write_marker(shared: &Shared, r: WriteMarkerRequest) -> WriteMarkerResp
         Ok(p) => p,
         Err(s) => return err(s, -1),
     };
+    if r.producer_id < 0 || r.producer_epoch < 0 {
+        return err(Status::new(ErrorCode::InvalidRequest, "a marker needs a producer id and epoch of 0 or more"), -1);
+    }
     let kind = if r.commit { MarkerKind::Commit } else { MarkerKind::Abort };
     let marker = build_marker(r.producer_id, r.producer_epoch, kind, 0, shared.now_ms() as i64);
-    let header = BatchHeader::parse(&marker).expect("a marker we built parses");
+    let header = match BatchHeader::parse(&marker) {
+        Ok(h) => h,
+        Err(e) => return err(Status::new(ErrorCode::InvalidRequest, format!("marker does not form a batch: {e}")), -1),
+    };
     match part.append(&marker, &header, r.leader_epoch) {
         Ok(appended) => {
             let (offset, end_offset, epoch) = appended.parts();

@@ -74,6 +74,10 @@ pub struct Producer {
     sequences: HashMap<(String, i32), i32>,
     /// The open transaction's partitions, registered with the coordinator; `None` outside one.
     txn: Option<HashSet<(String, i32)>>,
+    /// Set when a send gave up without knowing whether its batch was written: its sequence
+    /// can never be reused (a retry of different records would be taken as a duplicate), so
+    /// this instance refuses further sends and must be replaced.
+    poisoned: Option<String>,
 }
 
 fn retriable(code: ErrorCode) -> bool {
@@ -129,6 +133,7 @@ impl Producer {
                     epoch: r.producer_epoch,
                     sequences: HashMap::new(),
                     txn: None,
+                    poisoned: None,
                 })
             }
             other => Err(ClientError::Refused { what: "InitProducerId".into(), status: other.status().clone() }),
@@ -263,6 +268,11 @@ impl Producer {
         partition: i32,
         values: &[Bytes],
     ) -> Result<RecordMetadata, ClientError> {
+        if let Some(why) = &self.poisoned {
+            return Err(ClientError::Protocol(format!(
+                "this producer cannot send again: {why}; initialise a new producer (which bumps the epoch)"
+            )));
+        }
         self.add_to_txn(topic, partition).await?;
         let key = (topic.to_string(), partition);
         let seq = self.sequences.get(&key).copied().unwrap_or(0);
@@ -327,6 +337,7 @@ impl Producer {
             };
             let pause = self.client.backoff(attempt);
             if Instant::now() + pause > deadline {
+                self.poisoned = Some(format!("a batch to {topic}-{partition} may or may not have been written"));
                 return Err(ClientError::Timeout {
                     what: what(),
                     timeout_ms: self.config.delivery_timeout_ms,

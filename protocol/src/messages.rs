@@ -530,9 +530,13 @@ pub struct ReplicateResponse {
     pub status: Status,
     /// The follower's log end offset after the request.
     pub log_end_offset: i64,
-    /// On divergence: where the leader should resend from (the start of the follower's
-    /// conflicting leader epoch, found through its epoch cache, or its log end).
+    /// On divergence: the start of the follower's conflicting leader epoch (from its epoch
+    /// cache), or its log end when `from_offset` is past it.
     pub hint_offset: i64,
+    /// On divergence: the follower's leader epoch at `from_offset - 1`, or -1 when
+    /// `from_offset` is past its log end. The leader resends from where that epoch ends in its
+    /// own log (OffsetsForLeaderEpoch), so only the divergent suffix is cut.
+    pub diverging_epoch: i32,
     /// The follower's leader epoch for the partition.
     pub current_leader_epoch: i32,
 }
@@ -1124,6 +1128,7 @@ pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
         Response::Replicate(r) => {
             b.put_i64(r.log_end_offset);
             b.put_i64(r.hint_offset);
+            b.put_i32(r.diverging_epoch);
             b.put_i32(r.current_leader_epoch);
         }
         Response::AlterPartition(a) => {
@@ -1289,6 +1294,7 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
             status,
             log_end_offset: r.i64("log_end_offset")?,
             hint_offset: r.i64("hint_offset")?,
+            diverging_epoch: r.i32("diverging_epoch")?,
             current_leader_epoch: r.i32("current_leader_epoch")?,
         }),
         ApiKey::AlterPartition => Response::AlterPartition(AlterPartitionResponse {
@@ -1551,6 +1557,7 @@ mod tests {
             status: Status::new(ErrorCode::OffsetOutOfRange, "diverged"),
             log_end_offset: 12,
             hint_offset: 7,
+            diverging_epoch: 1,
             current_leader_epoch: 2,
         }));
         roundtrip_resp(Response::AlterPartition(AlterPartitionResponse {

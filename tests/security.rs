@@ -87,7 +87,12 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
     let outsider = Connection::connect(&c.coordinator_addr).await.unwrap();
     let status = refused(
         outsider
-            .call(Request::Heartbeat(HeartbeatRequest { broker_id: 1, addr: "127.0.0.1:1".into(), replicas: vec![] }))
+            .call(Request::Heartbeat(HeartbeatRequest {
+                broker_id: 1,
+                addr: "127.0.0.1:1".into(),
+                incarnation: 1,
+                replicas: vec![],
+            }))
             .await,
     );
     assert_eq!(status.code, ErrorCode::ClusterAuthorizationFailed);

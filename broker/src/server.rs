@@ -212,6 +212,8 @@ struct Shared {
     addr: String,
     /// How this broker dials the coordinator and other brokers (TLS, membership proof).
     dialer: Dialer,
+    /// Random, new at every start: tells the coordinator this process is not the one before.
+    incarnation: i64,
     partitions: DashMap<(String, i32), PartitionRef>,
     /// Cached connection to the coordinator; never held across an `.await`.
     coordinator: Mutex<Option<Connection>>,
@@ -271,6 +273,11 @@ pub async fn run_with(
     }
     let shared = Arc::new(Shared {
         addr,
+        incarnation: {
+            let mut b = [0u8; 8];
+            getrandom::fill(&mut b).expect("the operating system's random source works");
+            i64::from_be_bytes(b) & i64::MAX
+        },
         dialer: Dialer {
             tls: config.peer_tls.clone(),
             secret: config.limits.cluster_secret.clone(),
@@ -419,7 +426,12 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
             ReplicaReport { topic: p.topic.clone(), partition: p.index, log_end_offset, high_watermark }
         })
         .collect();
-    let req = Request::Heartbeat(HeartbeatRequest { broker_id: shared.config.id, addr: shared.addr.clone(), replicas });
+    let req = Request::Heartbeat(HeartbeatRequest {
+        broker_id: shared.config.id,
+        addr: shared.addr.clone(),
+        incarnation: shared.incarnation,
+        replicas,
+    });
     let resp = conn
         .call_timeout(req, Duration::from_millis(shared.config.heartbeat_ms * 10))
         .await

@@ -67,6 +67,8 @@ pub struct Cluster {
     topics: BTreeMap<String, Vec<Partition>>,
     /// Last progress each broker reported per partition: (log end offset, high watermark).
     reports: HashMap<(String, i32), BTreeMap<i32, (i64, i64)>>,
+    /// Each broker's process incarnation, as its heartbeats carry it.
+    incarnations: HashMap<i32, i64>,
     next_placement: usize,
 }
 
@@ -86,6 +88,43 @@ impl Cluster {
 
     fn broker_infos(&self) -> Vec<BrokerInfo> {
         self.brokers.iter().map(|(id, b)| BrokerInfo { id: *id, addr: b.addr.clone() }).collect()
+    }
+
+    /// A broker's heartbeat carries `incarnation`, new at every process start. A broker that
+    /// restarted may have lost writes it had not synced: it leaves every ISR, and the partitions
+    /// it led move to another in-sync replica under a new leader epoch (it keeps a leadership
+    /// only where it is the sole in-sync replica). It rejoins ISRs by catching up. Returns the
+    /// entries to persist before the heartbeat is answered.
+    pub fn handle_incarnation(&mut self, now_ms: u64, broker_id: i32, incarnation: i64) -> Vec<Entry> {
+        let previous = self.incarnations.insert(broker_id, incarnation);
+        if previous.is_none_or(|p| p == incarnation) {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (topic, ps) in &self.topics {
+            for (i, p) in ps.iter().enumerate() {
+                if !p.isr.contains(&broker_id) || p.isr.len() == 1 {
+                    continue;
+                }
+                let isr: Vec<i32> = p.isr.iter().copied().filter(|b| *b != broker_id).collect();
+                let leader_id = if p.leader_id == broker_id {
+                    isr.iter().copied().find(|b| self.alive(*b, now_ms)).unwrap_or(NO_LEADER)
+                } else {
+                    p.leader_id
+                };
+                out.push(Entry::LeaderChanged {
+                    topic: topic.clone(),
+                    partition: i as i32,
+                    leader_id,
+                    leader_epoch: p.leader_epoch + 1,
+                    isr,
+                });
+            }
+        }
+        for e in &out {
+            self.apply(e);
+        }
+        out
     }
 
     /// A broker heartbeat: registers or renews its lease, records its replicas' progress, and
@@ -512,6 +551,26 @@ mod tests {
         c.handle_tick(210);
         let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
         assert_eq!((leader, epoch), (1, 2));
+    }
+
+    #[test]
+    fn a_restarted_broker_leaves_the_isr_and_its_leaderships_move() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3).unwrap();
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        assert!(c.handle_incarnation(10, leader, 7).is_empty(), "first sight");
+        assert!(c.handle_incarnation(10, leader, 7).is_empty(), "same process");
+        let entries = c.handle_incarnation(20, leader, 8);
+        assert_eq!(entries.len(), 1);
+        let (new_leader, new_epoch, _) = c.leader_of("t", 0).unwrap();
+        assert_ne!(new_leader, leader);
+        assert_eq!(new_epoch, epoch + 1);
+        assert!(!c.describe(20).1[0].isr.contains(&leader));
+        // A sole in-sync replica keeps its leadership through a restart.
+        let mut solo = cluster(&[1]);
+        solo.handle_create_topic(0, "s", 1, 1).unwrap();
+        solo.handle_incarnation(0, 1, 1);
+        assert!(solo.handle_incarnation(5, 1, 2).is_empty());
     }
 
     #[test]

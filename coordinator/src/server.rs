@@ -307,10 +307,16 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             let ((lease_ms, assignments, brokers), rx) = {
                 let mut st = shared.lock();
                 let now = shared.now_ms();
+                let moved = st.cluster.handle_incarnation(now, r.broker_id, r.incarnation);
+                for e in &moved {
+                    if let Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr } = e {
+                        tracing::info!(broker_id = r.broker_id, %topic, partition, leader_id, leader_epoch, ?isr, "broker restarted: it leaves the ISR until it catches up");
+                    }
+                }
                 let out = st.cluster.handle_heartbeat(now, r.broker_id, &r.addr, &r.replicas);
-                // A barrier: every leadership decided before this answer is durable before a
+                // Also a barrier: every leadership decided before this answer is durable before a
                 // broker acts on it, so no leader epoch is ever announced and then forgotten.
-                (out, shared.persist(&[]))
+                (out, shared.persist(&moved))
             };
             let status = durable(rx).await.err().unwrap_or_else(Status::ok);
             Response::Heartbeat(HeartbeatResponse { status, lease_ms: lease_ms as i32, assignments, brokers })

@@ -454,6 +454,8 @@ pub struct HeartbeatRequest {
     pub broker_id: i32,
     /// Address clients should use.
     pub addr: String,
+    /// New at every start of the broker process: a restart is noticed even within the lease.
+    pub incarnation: i64,
     /// Progress of every replica this broker hosts.
     pub replicas: Vec<ReplicaReport>,
 }
@@ -868,6 +870,7 @@ pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
         Request::Heartbeat(h) => {
             b.put_i32(h.broker_id);
             b.put_string(&h.addr);
+            b.put_i64(h.incarnation);
             b.put_i32(h.replicas.len() as i32);
             for r in &h.replicas {
                 b.put_string(&r.topic);
@@ -1008,6 +1011,7 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
         ApiKey::BrokerHeartbeat => {
             let broker_id = r.i32("broker_id")?;
             let addr = r.string("addr")?;
+            let incarnation = r.i64("incarnation")?;
             let n = r.array_len("replicas", 22)?;
             let mut replicas = Vec::with_capacity(n);
             for _ in 0..n {
@@ -1018,7 +1022,7 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
                     high_watermark: r.i64("high_watermark")?,
                 });
             }
-            Request::Heartbeat(HeartbeatRequest { broker_id, addr, replicas })
+            Request::Heartbeat(HeartbeatRequest { broker_id, addr, incarnation, replicas })
         }
         ApiKey::Replicate => Request::Replicate(ReplicateRequest {
             topic: r.string("topic")?,
@@ -1433,6 +1437,7 @@ mod tests {
         roundtrip_req(Request::Heartbeat(HeartbeatRequest {
             broker_id: 1,
             addr: "127.0.0.1:9".into(),
+            incarnation: 42,
             replicas: vec![ReplicaReport { topic: "t".into(), partition: 0, log_end_offset: 5, high_watermark: 4 }],
         }));
         roundtrip_req(Request::Replicate(ReplicateRequest {

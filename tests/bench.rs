@@ -33,3 +33,26 @@ fn bench_measures_durable_inits() {
     assert!(v["grants_per_s"].as_f64().unwrap() > 0.0);
     assert!(v["p50_us"].as_u64().unwrap() <= v["max_us"].as_u64().unwrap());
 }
+
+#[test]
+fn bench_runs_transactional_producers() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args([
+            "--mode",
+            "fenced",
+            "--records",
+            "4000",
+            "--batch-records",
+            "100",
+            "--txn-batches",
+            "5",
+            "--producers",
+            "2",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["results"]["fenced"]["records"], 4000);
+}

@@ -67,6 +67,9 @@ struct Args {
     /// The brokers' fsync policy: always, never or interval-ms=N.
     #[arg(long, default_value = "never")]
     fsync: broker::server::FsyncPolicy,
+    /// Transactional producers: commit a transaction every N batches (0: idempotent only).
+    #[arg(long, default_value_t = 0)]
+    txn_batches: u64,
     /// Offered load in records/s over all producers (0: as fast as acknowledgements allow).
     #[arg(long, default_value_t = 0)]
     rate: u64,
@@ -94,9 +97,14 @@ struct BatchTemplate {
 }
 
 impl BatchTemplate {
-    fn new(record_bytes: usize, records: usize) -> BatchTemplate {
+    fn new(record_bytes: usize, records: usize, transactional: bool) -> BatchTemplate {
         let values: Vec<Bytes> = (0..records).map(|_| Bytes::from(vec![b'x'; record_bytes])).collect();
-        let b = build_batch(ProducerStamp { producer_id: 0, producer_epoch: 0, base_sequence: 0 }, false, 0, &values);
+        let b = build_batch(
+            ProducerStamp { producer_id: 0, producer_epoch: 0, base_sequence: 0 },
+            transactional,
+            0,
+            &values,
+        );
         BatchTemplate { bytes: b.to_vec(), records: records as i32 }
     }
 
@@ -123,10 +131,25 @@ struct Route {
     leader_epoch: i32,
 }
 
+/// Commit the open transaction of `tid`; returns the (producer id, epoch) to continue with.
+async fn commit(coordinator: &Connection, tid: &str, producer_id: i64, epoch: i16) -> Result<(i64, i16), String> {
+    let req = Request::EndTxn(protocol::EndTxnRequest {
+        transactional_id: tid.to_string(),
+        producer_id,
+        producer_epoch: epoch,
+        commit: true,
+    });
+    match coordinator.call(req).await {
+        Ok(Response::EndTxn(r)) if r.status.is_ok() => Ok((r.producer_id, r.producer_epoch)),
+        other => Err(format!("commit failed: {other:?}")),
+    }
+}
+
 async fn drive(
     args: &Args,
     routes: Vec<Vec<Route>>,
     ids: Vec<(i64, i16)>,
+    txns: Vec<Option<(Connection, String)>>,
     template: Arc<BatchTemplate>,
 ) -> Result<Figures, String> {
     let acks = if args.acks == "all" { ACKS_ALL } else { ACKS_LEADER };
@@ -135,7 +158,9 @@ async fn drive(
     let started = Instant::now();
     let mut tasks = Vec::new();
     for (p, routes) in routes.into_iter().enumerate() {
-        let (producer_id, epoch) = ids[p];
+        let (mut producer_id, mut epoch) = ids[p];
+        let txn = txns.get(p).cloned().flatten();
+        let txn_batches = args.txn_batches;
         let template = template.clone();
         let inflight = args.inflight;
         // With an offered rate, batch i of this producer is due at start + i * interval.
@@ -148,8 +173,20 @@ async fn drive(
             let mut window = FuturesOrdered::new();
             let mut sent = 0u64;
             let mut records = 0u64;
+            let mut committed_at: Vec<u64> = Vec::new();
             loop {
                 while sent < per_producer && window.len() < inflight {
+                    // A transaction boundary: every answer in, then commit, then a new epoch.
+                    if let Some((coordinator, tid)) = &txn {
+                        if sent > 0 && sent % txn_batches == 0 && !committed_at.contains(&sent) {
+                            if !window.is_empty() {
+                                break;
+                            }
+                            (producer_id, epoch) = commit(coordinator, tid, producer_id, epoch).await?;
+                            sequences.iter_mut().for_each(|s| *s = 0);
+                            committed_at.push(sent);
+                        }
+                    }
                     if let Some(interval) = interval {
                         let due = start + interval * sent as u32;
                         if due > Instant::now() {
@@ -177,7 +214,12 @@ async fn drive(
                     window.push_back(async move { (at, answer.await) });
                     sent += 1;
                 }
-                let Some((at, answer)) = window.next().await else { break };
+                let Some((at, answer)) = window.next().await else {
+                    if let Some((coordinator, tid)) = &txn {
+                        commit(coordinator, tid, producer_id, epoch).await?;
+                    }
+                    break;
+                };
                 match answer {
                     Ok(Response::Produce(r)) if r.status.is_ok() => {
                         hist.record(at.elapsed().as_micros() as u64).expect("in range");
@@ -235,7 +277,7 @@ async fn loopback(args: &Args, template: Arc<BatchTemplate>) -> Result<Figures, 
         routes.push((0..args.partitions).map(|_| Route { conn: conn.clone(), leader_epoch: 0 }).collect());
     }
     let ids = (0..args.producers).map(|p| (p as i64, 0)).collect();
-    let figures = drive(args, routes, ids, template).await;
+    let figures = drive(args, routes, ids, Vec::new(), template).await;
     let _ = stop.send(());
     let _ = server.await;
     figures
@@ -248,12 +290,18 @@ async fn cluster(args: &Args, template: Arc<BatchTemplate>, fencing: bool) -> Re
     c.create_topic_replicated("bench", args.partitions, args.replicas).await.map_err(|e| e.to_string())?;
     let mut routes = Vec::new();
     let mut ids = Vec::new();
+    let mut txns = Vec::new();
     let mut client = Client::new(&c.coordinator_addr, ClientConfig::default());
     for p in 0..args.producers {
         let producer = Producer::init(&c.coordinator_addr, ProducerConfig::transactional(format!("bench-{p}")))
             .await
             .map_err(|e| e.to_string())?;
         ids.push((producer.producer_id(), producer.epoch()));
+        txns.push(if args.txn_batches > 0 {
+            Some((Connection::connect(&c.coordinator_addr).await.map_err(|e| e.to_string())?, format!("bench-{p}")))
+        } else {
+            None
+        });
         let mut mine = Vec::new();
         let mut conns: std::collections::HashMap<String, Connection> = Default::default();
         for part in 0..args.partitions {
@@ -282,7 +330,7 @@ async fn cluster(args: &Args, template: Arc<BatchTemplate>, fencing: bool) -> Re
     // The broker learns its leaderships through heartbeats; one small write per partition
     // waits for that, outside the measurement.
     warm_up(&routes, &ids, args.record_bytes).await?;
-    let figures = drive(args, routes, ids, template).await;
+    let figures = drive(args, routes, ids, txns, template).await;
     c.shutdown().await;
     figures
 }
@@ -395,7 +443,7 @@ async fn main() -> std::process::ExitCode {
             }
         };
     }
-    let template = Arc::new(BatchTemplate::new(args.record_bytes, args.batch_records));
+    let template = Arc::new(BatchTemplate::new(args.record_bytes, args.batch_records, args.txn_batches > 0));
     let run = |m: &str| args.mode == "all" || args.mode == m;
     let mut results: Vec<(&str, Figures)> = Vec::new();
     let steps: [(&str, bool); 3] =

@@ -178,7 +178,7 @@ async fn drive(
                 while sent < per_producer && window.len() < inflight {
                     // A transaction boundary: every answer in, then commit, then a new epoch.
                     if let Some((coordinator, tid)) = &txn {
-                        if sent > 0 && sent % txn_batches == 0 && !committed_at.contains(&sent) {
+                        if sent > 0 && sent.is_multiple_of(txn_batches) && !committed_at.contains(&sent) {
                             if !window.is_empty() {
                                 break;
                             }

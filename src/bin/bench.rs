@@ -73,6 +73,10 @@ struct Args {
     /// Offered load in records/s over all producers (0: as fast as acknowledgements allow).
     #[arg(long, default_value_t = 0)]
     rate: u64,
+    /// Repeat the run this many times, alternating which of fenced and unfenced goes first, and
+    /// report per target the run with the median throughput and the median fenced/unfenced ratio.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -446,28 +450,49 @@ async fn main() -> std::process::ExitCode {
     let template = Arc::new(BatchTemplate::new(args.record_bytes, args.batch_records, args.txn_batches > 0));
     let run = |m: &str| args.mode == "all" || args.mode == m;
     let mut results: Vec<(&str, Figures)> = Vec::new();
-    let steps: [(&str, bool); 3] =
-        [("loopback", run("loopback")), ("fenced", run("fenced")), ("unfenced", run("unfenced"))];
-    for (name, wanted) in steps {
-        if !wanted {
-            continue;
-        }
-        let out = match name {
-            "loopback" => loopback(&args, template.clone()).await,
-            "fenced" => cluster(&args, template.clone(), true).await,
-            _ => cluster(&args, template.clone(), false).await,
-        };
-        match out {
-            Ok(f) => results.push((name, f)),
-            Err(e) => {
-                eprintln!("bench {name}: {e}");
-                return std::process::ExitCode::FAILURE;
+    let mut all: Vec<(&str, Figures)> = Vec::new();
+    let mut ratios: Vec<f64> = Vec::new();
+    for rep in 0..args.repeat.max(1) {
+        // Alternate which cluster runs first: order effects (page cache, allocator, CPU clocks)
+        // would otherwise pass for fencing overhead.
+        let order: [&str; 3] =
+            if rep % 2 == 0 { ["loopback", "fenced", "unfenced"] } else { ["loopback", "unfenced", "fenced"] };
+        let mut this: Vec<(&str, Figures)> = Vec::new();
+        for name in order {
+            if !run(name) {
+                continue;
+            }
+            let out = match name {
+                "loopback" => loopback(&args, template.clone()).await,
+                "fenced" => cluster(&args, template.clone(), true).await,
+                _ => cluster(&args, template.clone(), false).await,
+            };
+            match out {
+                Ok(f) => this.push((name, f)),
+                Err(e) => {
+                    eprintln!("bench {name}: {e}");
+                    return std::process::ExitCode::FAILURE;
+                }
             }
         }
+        let rate = |n: &str| this.iter().find(|(m, _)| *m == n).map(|(_, f)| f.records_per_s);
+        if let (Some(f), Some(u)) = (rate("fenced"), rate("unfenced")) {
+            ratios.push(f / u);
+        }
+        all.extend(this);
     }
+    // Per target, the run with the median throughput.
+    for name in ["loopback", "fenced", "unfenced"] {
+        let mut runs: Vec<Figures> = all.iter().filter(|(n, _)| *n == name).map(|(_, f)| f.clone()).collect();
+        runs.sort_by(|a, b| a.records_per_s.total_cmp(&b.records_per_s));
+        if !runs.is_empty() {
+            results.push((name, runs[runs.len() / 2].clone()));
+        }
+    }
+    ratios.sort_by(f64::total_cmp);
     let get = |n: &str| results.iter().find(|(m, _)| *m == n).map(|(_, f)| f.clone());
-    let (ceiling, fenced, unfenced) = (get("loopback"), get("fenced"), get("unfenced"));
-    let overhead = fenced.as_ref().zip(unfenced.as_ref()).map(|(f, u)| f.records_per_s / u.records_per_s);
+    let ceiling = get("loopback");
+    let overhead = (!ratios.is_empty()).then(|| ratios[ratios.len() / 2]);
     if args.json {
         let value = serde_json::json!({
             "config": {
@@ -478,6 +503,7 @@ async fn main() -> std::process::ExitCode {
             "results": results.iter().map(|(n, f)| (n.to_string(), serde_json::to_value(f).expect("plain struct"))).collect::<serde_json::Map<_, _>>(),
             "fraction_of_loopback": ceiling.as_ref().map(|c| results.iter().map(|(n, f)| (n.to_string(), serde_json::json!(f.records_per_s / c.records_per_s))).collect::<serde_json::Map<_, _>>()),
             "fenced_over_unfenced": overhead,
+            "fenced_over_unfenced_each_repeat": ratios,
         });
         println!("{}", serde_json::to_string_pretty(&value).expect("json serialises"));
     } else {
@@ -493,7 +519,12 @@ async fn main() -> std::process::ExitCode {
             println!("{}", row(name, f, ceiling.as_ref()));
         }
         if let Some(o) = overhead {
-            println!("fencing overhead: fenced throughput is {:.1}% of unfenced", 100.0 * o);
+            println!(
+                "fencing overhead: fenced throughput is {:.1}% of unfenced (median of {} paired runs: {})",
+                100.0 * o,
+                ratios.len(),
+                ratios.iter().map(|r| format!("{:.3}", r)).collect::<Vec<_>>().join(" ")
+            );
         }
     }
     std::process::ExitCode::SUCCESS

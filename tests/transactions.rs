@@ -211,7 +211,7 @@ async fn coordinator_killed_in_prepare_commit_finishes_the_commit_after_restart(
     let commit = tokio::spawn(async move { p.commit().await });
     let mut admin = producer::Admin::new(&addr, ClientConfig::default());
     let mut prepared = false;
-    for _ in 0..400 {
+    for _ in 0..1_500 {
         if let Ok(d) = admin.describe().await {
             if d.transactional_ids.iter().any(|t| t.state == "PrepareCommit") {
                 prepared = true;
@@ -233,7 +233,7 @@ async fn coordinator_killed_in_prepare_commit_finishes_the_commit_after_restart(
     );
     let mut admin = producer::Admin::new(&addr, ClientConfig::default());
     let mut complete = false;
-    for _ in 0..600 {
+    for _ in 0..1_500 {
         if let Ok(d) = admin.describe().await {
             if d.transactional_ids.iter().any(|t| t.state == "CompleteCommit") {
                 complete = true;

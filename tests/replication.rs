@@ -155,7 +155,8 @@ async fn without_leader_epoch_checks_a_stale_leader_makes_replicas_diverge() {
         p.send("t", 0, Bytes::from(format!("before-{i}"))).await.unwrap();
     }
     let mut admin = c.admin();
-    let old = describe(&mut admin).await.partitions[0].leader_id;
+    let before = describe(&mut admin).await;
+    let (old, old_epoch) = (before.partitions[0].leader_id, before.partitions[0].leader_epoch);
     c.switches[(old - 1) as usize].freeze();
     let d = until(&c, "a new leader", |d| d.partitions[0].leader_id != old && d.partitions[0].leader_id > 0).await;
     let new_leader = d.partitions[0].leader_id;
@@ -169,8 +170,24 @@ async fn without_leader_epoch_checks_a_stale_leader_makes_replicas_diverge() {
         committed_bytes(&c, new_leader, 6),
         "acks=all: in step before the wake"
     );
-    // Wake the old leader without letting it hear from the coordinator.
+    // Wake the old leader without letting it hear from the coordinator, and hand it a write
+    // at its old leader epoch: it appends it at offset 3 and pushes it to the followers.
+    let stale = Connection::connect(&c.broker_addrs[(old - 1) as usize]).await.unwrap();
+    let batch = build_batch(
+        ProducerStamp { producer_id: p.producer_id(), producer_epoch: p.epoch(), base_sequence: 3 },
+        false,
+        0,
+        &[Bytes::from_static(b"stale")],
+    );
+    let req = Request::Produce(ProduceRequest {
+        topic: "t".into(),
+        partition: 0,
+        leader_epoch: old_epoch,
+        acks: ACKS_ALL,
+        records: batch,
+    });
     c.switches[(old - 1) as usize].wake_without_heartbeats();
+    let _pending = tokio::spawn(async move { stale.call(req).await });
     let mut diverged = false;
     for _ in 0..200 {
         let leader_log = committed_bytes(&c, new_leader, 6);

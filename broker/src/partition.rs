@@ -329,7 +329,8 @@ impl Partition {
 
     /// The follower path: check the sender's leader epoch and that this log matches the
     /// leader's before `from_offset` (the batch before it has `prev_epoch`), cut any suffix that
-    /// does not, and append the leader's batches as they are. Returns the new log end.
+    /// does not, and append the leader's batches as they are. Returns the end of what this log
+    /// now holds in agreement with the leader (what the follower acknowledges).
     pub fn apply_replicated(&self, req: &ReplicateRequest, epoch_checks: bool) -> Result<i64, ReplicateError> {
         let ReplicateRequest { leader_epoch, leader_id, from_offset, prev_epoch, high_watermark, ref records, .. } =
             *req;
@@ -352,26 +353,39 @@ impl Partition {
                 return Err(ReplicateError::Mismatch { hint, diverging_epoch, log_end_offset: leo });
             }
         }
-        if from_offset < leo {
-            // Everything from here on is not in the leader's log (or is resent): cut it, and
-            // rebuild the producer state from what remains.
-            let end = g.log.truncate(from_offset)?;
-            g.durable_end = g.durable_end.min(end);
-            g.high_watermark = g.high_watermark.min(end);
-            g.truncations += 1;
-            let headers = g.log.headers()?;
-            (g.producers, g.txns) = rebuild(&headers, self.fencing);
-            tracing::info!(topic = %self.topic, partition = self.index, from = leo, to = end, "truncated a divergent suffix");
-        }
+        // Raft's rule, per batch: a batch this log already holds (same base offset, same leader
+        // epoch: a leader writes each offset once per epoch) is skipped; the first that
+        // conflicts cuts this log there. Never cut on the offset alone: a resent or reordered
+        // request must not remove batches a later request delivered and this replica acked.
+        let mut matched_end = from_offset;
         for item in BatchIter::new(records.clone()) {
             let (h, bytes) = item.map_err(|e| ReplicateError::Corrupt(e.to_string()))?;
             verify_crc(&bytes, &h).map_err(|e| ReplicateError::Corrupt(e.to_string()))?;
-            if h.base_offset != g.log.end_offset() {
+            if h.base_offset != matched_end {
                 return Err(ReplicateError::Corrupt(format!(
-                    "batch at offset {} where {} was due",
-                    h.base_offset,
-                    g.log.end_offset()
+                    "batch at offset {} where {matched_end} was due",
+                    h.base_offset
                 )));
+            }
+            let end = h.base_offset + i64::from(h.last_offset_delta) + 1;
+            let leo = g.log.end_offset();
+            if h.base_offset < leo {
+                let held = g.log.batch_start(h.base_offset) == h.base_offset
+                    && g.log.epoch_at(h.base_offset) == Some(h.partition_leader_epoch)
+                    && g.log.batch_start(end) == end.min(leo);
+                if held {
+                    matched_end = end;
+                    continue;
+                }
+                // Everything from here on is not in the leader's log: cut it, and rebuild the
+                // producer state from what remains.
+                let cut = g.log.truncate(h.base_offset)?;
+                g.durable_end = g.durable_end.min(cut);
+                g.high_watermark = g.high_watermark.min(cut);
+                g.truncations += 1;
+                let headers = g.log.headers()?;
+                (g.producers, g.txns) = rebuild(&headers, self.fencing);
+                tracing::info!(topic = %self.topic, partition = self.index, from = leo, to = cut, "truncated a divergent suffix");
             }
             g.producers.check_replicated(&h)?;
             let mut prefix = [0u8; 16];
@@ -380,12 +394,15 @@ impl Partition {
             g.producers.record(&h);
             let marker = if h.is_control() { marker_kind(&bytes) } else { None };
             g.txns.record(&h, marker);
+            matched_end = end;
         }
-        let leo = g.log.end_offset();
-        g.high_watermark = g.high_watermark.max(high_watermark.min(leo));
+        // What this replica now holds in agreement with the leader: the batches just sent and
+        // everything before them. Anything past it may still be a divergent suffix, so it is
+        // neither acknowledged nor counted in the high watermark.
+        g.high_watermark = g.high_watermark.max(high_watermark.min(matched_end));
         drop(g);
         self.bump();
-        Ok(leo)
+        Ok(matched_end)
     }
 
     /// What to send `follower` next, while leading at `leader_epoch` (`None` otherwise).
@@ -572,6 +589,12 @@ impl Partition {
         self.lock().producers.epoch_of(producer_id)
     }
 
+    /// Every batch header in the log, in offset order, with the marker kind of control batches
+    /// (the simulator compares replicas with them).
+    pub fn batch_headers(&self) -> Result<Vec<(BatchHeader, Option<MarkerKind>)>, LogError> {
+        self.lock().log.headers()
+    }
+
     /// (log end offset, high watermark).
     pub fn progress(&self) -> (i64, i64) {
         let g = self.lock();
@@ -726,5 +749,27 @@ mod tests {
         assert_eq!(follower.progress().0, 6);
         let theirs = follower.fetch_all_for_test();
         assert_eq!(theirs, leader.fetch_all_for_test(), "the logs converge");
+    }
+
+    /// Found by the simulator (seed 30): a resent or reordered push from the same leader,
+    /// starting below what the follower already holds and acknowledged, used to cut the log
+    /// at its `from_offset`, dropping committed batches the leader had counted.
+    #[test]
+    fn a_reordered_resend_does_not_cut_batches_the_follower_acked() {
+        let fd = tempfile::tempdir().unwrap();
+        let follower = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
+        follower.learn(1, 1, &[1, 2], &[1, 2], 0);
+        let log: Vec<Bytes> = (0..6).map(|o| stored(o, 1, &format!("v{o}"))).collect();
+        // The second push arrives first and is acknowledged up to 6...
+        assert_eq!(replicate(&follower, 1, 0, -1, &log).unwrap(), 6);
+        let all = follower.fetch_all_for_test();
+        // ...then the first, older push (offsets 0..2) arrives late.
+        assert_eq!(replicate(&follower, 1, 0, -1, &log[..2]).unwrap(), 2, "acknowledges what it carried");
+        assert_eq!(follower.progress().0, 6, "nothing the follower acknowledged is cut");
+        assert_eq!(follower.fetch_all_for_test(), all);
+        // A push that does conflict (a later epoch's batch at 4) still cuts there.
+        follower.learn(1, 2, &[1, 2], &[1, 2], 0);
+        assert_eq!(replicate(&follower, 2, 4, 1, &[stored(4, 2, "w4")]).unwrap(), 5);
+        assert_eq!(follower.progress().0, 5);
     }
 }

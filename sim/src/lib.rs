@@ -1,0 +1,935 @@
+//! Deterministic simulation of one partition on three brokers, a coordinator and producers
+//! sharing transactional ids, on virtual time, every fault drawn from one seeded PRNG.
+//!
+//! It drives the real rule types: [`coordinator::ProducerTable`] grants epochs, writes fence
+//! markers and verifies partitions; [`broker::partition::Partition`] (real logs in a temporary
+//! directory) runs the leader-epoch check, the producer gate and replication. The simulator is
+//! the network (delay, reordering, duplication, loss, partitions), the scheduler (paused
+//! producers and brokers: zombies and stale leaders) and the controller (leader elections,
+//! pushed to brokers as messages that can arrive late). After every step it checks:
+//!
+//! 1. no data batch carrying an epoch older than one the coordinator has finished granting
+//!    (the init answered) for its transactional id is appended by a leader and then committed;
+//! 2. every acknowledged record is in the final log exactly once, at the offset acknowledged;
+//! 3. replicas agree below their high watermarks: an offset once committed never changes;
+//! 4. leader epochs seen by each broker, and epochs granted per transactional id, never go
+//!    backwards;
+//!
+//! and, after the faults stop, that the replicas converge (liveness) within a bound.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::fmt::Write as _;
+
+use broker::partition::{AppendError, Appended, Partition, ReplicateError};
+use bytes::Bytes;
+use coordinator::entry::FenceTarget;
+use coordinator::table::{InitDecision, ProducerTable, RegisterDecision, TableConfig};
+use protocol::batch::{build_batch, build_marker, BatchHeader, MarkerKind, ProducerStamp};
+use protocol::ReplicateRequest;
+
+const TOPIC: &str = "sim";
+const BROKERS: [i32; 3] = [1, 2, 3];
+const COORD: usize = 0;
+
+/// A fence check switched off, to show the simulator catches what it prevents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutation {
+    /// The real build.
+    None,
+    /// The partition gate ignores producer epochs (zombie writes land).
+    NoProducerFencing,
+    /// Followers take replication from any sender at any leader epoch (stale leaders win).
+    NoLeaderEpochChecks,
+}
+
+impl Mutation {
+    /// Parse the command-line name.
+    pub fn parse(s: &str) -> Option<Mutation> {
+        match s {
+            "none" => Some(Mutation::None),
+            "no-producer-fencing" => Some(Mutation::NoProducerFencing),
+            "no-leader-epoch-checks" => Some(Mutation::NoLeaderEpochChecks),
+            _ => None,
+        }
+    }
+}
+
+/// What one seed did.
+#[derive(Debug, Default, Clone)]
+pub struct Outcome {
+    /// First invariant broken, if any.
+    pub violation: Option<String>,
+    /// Steps (events handled).
+    pub steps: u64,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<&'static str, u64>,
+    /// Records acknowledged to producers.
+    pub acked: u64,
+    /// Writes the fence refused (zombies stopped).
+    pub fenced: u64,
+    /// Leader elections.
+    pub elections: u64,
+    /// Trace (only with `verbose`).
+    pub trace: String,
+}
+
+/// Small, seedable, dependency-free PRNG (SplitMix64): the whole run follows from the seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, per_mille: u64) -> bool {
+        self.below(1000) < per_mille
+    }
+}
+
+/// Identity of a data batch: producer id, epoch, first sequence.
+type BatchId = (i64, i16, i32);
+
+#[derive(Debug, Clone)]
+enum Msg {
+    InitReq { prod: usize },
+    InitResp { prod: usize, granted: Option<(i64, i16)> },
+    Produce { prod: usize, batch: Bytes, header: BatchHeader, leader_epoch: i32 },
+    ProduceResp { prod: usize, batch: BatchId, result: ProduceResult },
+    Verify { broker: i32, producer_id: i64, epoch: i16 },
+    VerifyResp { producer_id: i64, epoch: i16, ok: bool },
+    Marker { tid: String, target: FenceTarget, leader_epoch: i32 },
+    MarkerResp { tid: String, epoch: i16, producer_id: i64, ok: bool },
+    Learn { leader: i32, leader_epoch: i32 },
+    Replicate { req: ReplicateRequest },
+    ReplicateResp { follower: i32, leader_epoch: i32, from_offset: i64, result: Result<i64, (i64, i32)> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProduceResult {
+    Acked { base_offset: i64 },
+    Fenced,
+    Retry,
+}
+
+#[derive(Debug, Clone)]
+enum Event {
+    Deliver { to: usize, from: usize, msg: Msg },
+    ProducerTick(usize),
+    BrokerTick(i32),
+    ControllerTick,
+}
+
+/// Host numbering: 0 coordinator, 1..=3 brokers, 10+ producers.
+fn producer_host(p: usize) -> usize {
+    10 + p
+}
+
+struct Producer {
+    tid: String,
+    ids: Option<(i64, i16)>,
+    init_outstanding: bool,
+    next_seq: i32,
+    inflight: Option<(Bytes, BatchHeader, u64)>,
+    leader: (i32, i32),
+    paused_until: u64,
+    dead_until: u64,
+}
+
+struct Pending {
+    prod: Option<(usize, BatchId)>,
+    marker: Option<(String, i16, i64)>,
+    end_offset: i64,
+    base_offset: i64,
+    leader_epoch: i32,
+}
+
+struct BrokerHost {
+    part: Partition,
+    pending: Vec<Pending>,
+    refused: HashSet<(i64, i16)>,
+    paused_until: u64,
+    last_leader_epoch: i32,
+    /// The partition's change counter when last checked: unchanged, nothing to re-check.
+    checked_version: Option<u64>,
+}
+
+struct PendingInit {
+    prod: usize,
+    producer_id: i64,
+    epoch: i16,
+    targets: Vec<(FenceTarget, u64)>,
+}
+
+/// Knobs of one run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Ticks with faults.
+    pub fault_ticks: u64,
+    /// Ticks after the faults for the cluster to converge.
+    pub settle_ticks: u64,
+    /// Producer instances (pairs share a transactional id).
+    pub producers: usize,
+    /// Which check is switched off.
+    pub mutation: Mutation,
+    /// Keep a readable trace.
+    pub verbose: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { fault_ticks: 3_000, settle_ticks: 3_000, producers: 4, mutation: Mutation::None, verbose: false }
+    }
+}
+
+struct Sim {
+    cfg: Config,
+    rng: Rng,
+    now: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    events: HashMap<usize, Event>,
+    next_event: usize,
+    table: ProducerTable,
+    owner: HashMap<i64, String>,
+    pending_inits: BTreeMap<String, PendingInit>,
+    finished_grant: HashMap<String, i16>,
+    brokers: BTreeMap<i32, BrokerHost>,
+    producers: Vec<Producer>,
+    leader: (i32, i32),
+    cut: HashSet<(usize, usize)>,
+    cut_until: u64,
+    zombie_appends: HashSet<(i64, i16, i32, i64, i32)>,
+    committed: BTreeMap<i64, (i64, i16, i32, i32)>,
+    acked: Vec<(BatchId, i64)>,
+    out: Outcome,
+    _dir: tempfile::TempDir,
+}
+
+/// Run one seed.
+pub fn run(seed: u64, cfg: Config) -> Outcome {
+    let dir = tempfile::tempdir().expect("a temporary directory for the simulated logs");
+    let fencing = cfg.mutation != Mutation::NoProducerFencing;
+    let mut brokers = BTreeMap::new();
+    for id in BROKERS {
+        let path = dir.path().join(format!("b{id}"));
+        std::fs::create_dir_all(&path).expect("broker directory");
+        let part = Partition::open(&path, TOPIC, 0, id, fencing).expect("open partition");
+        brokers.insert(
+            id,
+            BrokerHost {
+                part,
+                pending: Vec::new(),
+                refused: HashSet::new(),
+                paused_until: 0,
+                last_leader_epoch: -1,
+                checked_version: None,
+            },
+        );
+    }
+    let producers = (0..cfg.producers)
+        .map(|i| Producer {
+            tid: format!("tid-{}", i / 2),
+            ids: None,
+            init_outstanding: false,
+            next_seq: 0,
+            inflight: None,
+            leader: (-1, -1),
+            paused_until: 0,
+            dead_until: 0,
+        })
+        .collect();
+    let mut sim = Sim {
+        rng: Rng(seed ^ 0x5eed_f00d),
+        cfg,
+        now: 0,
+        seq: 0,
+        queue: BinaryHeap::new(),
+        events: HashMap::new(),
+        next_event: 0,
+        table: ProducerTable::new(TableConfig::default()),
+        owner: HashMap::new(),
+        pending_inits: BTreeMap::new(),
+        finished_grant: HashMap::new(),
+        brokers,
+        producers,
+        leader: (-1, 0),
+        cut: HashSet::new(),
+        cut_until: 0,
+        zombie_appends: HashSet::new(),
+        committed: BTreeMap::new(),
+        acked: Vec::new(),
+        out: Outcome::default(),
+        _dir: dir,
+    };
+    sim.elect();
+    sim.schedule(1, Event::ControllerTick);
+    for id in BROKERS {
+        sim.schedule(1, Event::BrokerTick(id));
+    }
+    for p in 0..sim.producers.len() {
+        sim.schedule(1 + p as u64, Event::ProducerTick(p));
+    }
+    let end = sim.cfg.fault_ticks + sim.cfg.settle_ticks;
+    while let Some(Reverse((at, _, id))) = sim.queue.pop() {
+        if at > end || sim.out.violation.is_some() {
+            break;
+        }
+        sim.now = at;
+        let ev = sim.events.remove(&id).expect("scheduled event");
+        sim.out.steps += 1;
+        sim.step(ev);
+    }
+    if sim.out.violation.is_none() {
+        sim.finish();
+    }
+    sim.out
+}
+
+impl Sim {
+    fn faulty(&self) -> bool {
+        self.now < self.cfg.fault_ticks
+    }
+
+    fn fault(&mut self, kind: &'static str) {
+        *self.out.faults.entry(kind).or_default() += 1;
+    }
+
+    fn trace(&mut self, line: impl FnOnce() -> String) {
+        if self.cfg.verbose {
+            let l = line();
+            let _ = writeln!(self.out.trace, "[{:>6}] {l}", self.now);
+        }
+    }
+
+    fn violate(&mut self, what: String) {
+        self.trace(|| format!("VIOLATION {what}"));
+        if self.out.violation.is_none() {
+            self.out.violation = Some(format!("tick {}: {what}", self.now));
+        }
+    }
+
+    fn schedule(&mut self, delay: u64, ev: Event) {
+        let id = self.next_event;
+        self.next_event += 1;
+        self.seq += 1;
+        self.events.insert(id, ev);
+        self.queue.push(Reverse((self.now + delay, self.seq, id)));
+    }
+
+    /// The network: delay (which reorders), loss, duplication, partitions.
+    fn send(&mut self, from: usize, to: usize, msg: Msg) {
+        let faulty = self.faulty();
+        if faulty && (self.cut.contains(&(from, to)) || self.cut.contains(&(to, from))) {
+            self.fault("dropped by partition");
+            return;
+        }
+        if faulty && self.rng.chance(30) {
+            self.fault("message lost");
+            return;
+        }
+        let delay = if faulty { 1 + self.rng.below(40) } else { 1 + self.rng.below(3) };
+        if faulty && self.rng.chance(20) {
+            self.fault("message duplicated");
+            let again = 1 + self.rng.below(80);
+            self.schedule(again, Event::Deliver { to, from, msg: msg.clone() });
+        }
+        self.schedule(delay, Event::Deliver { to, from, msg });
+    }
+
+    /// Pick a new leader (any replica: the ISR is all three, so each holds every committed
+    /// record) at the next epoch, and tell every broker.
+    fn elect(&mut self) {
+        let leader = BROKERS[self.rng.below(3) as usize];
+        self.leader = (leader, self.leader.1 + 1);
+        self.out.elections += 1;
+        let (l, e) = self.leader;
+        self.trace(|| format!("controller: broker {l} leads at epoch {e}"));
+        self.push_leadership();
+    }
+
+    fn push_leadership(&mut self) {
+        let (leader, leader_epoch) = self.leader;
+        for id in BROKERS {
+            self.send(COORD, id as usize, Msg::Learn { leader, leader_epoch });
+        }
+    }
+
+    fn step(&mut self, ev: Event) {
+        match ev {
+            Event::ControllerTick => self.controller_tick(),
+            Event::BrokerTick(id) => self.broker_tick(id),
+            Event::ProducerTick(p) => self.producer_tick(p),
+            Event::Deliver { to, from, msg } => {
+                if let Some(b) = self.brokers.get(&(to as i32)) {
+                    if b.paused_until > self.now {
+                        // What piled up while paused is read in some order after the pause:
+                        // a resumed leader may act before it reads that it was deposed.
+                        let wait = b.paused_until - self.now + self.rng.below(40);
+                        self.schedule(wait, Event::Deliver { to, from, msg });
+                        return;
+                    }
+                }
+                if to >= 10 && self.producers[to - 10].paused_until > self.now {
+                    let wait = self.producers[to - 10].paused_until - self.now;
+                    self.schedule(wait, Event::Deliver { to, from, msg });
+                    return;
+                }
+                self.deliver(to, from, msg);
+            }
+        }
+    }
+
+    fn controller_tick(&mut self) {
+        if self.faulty() {
+            if self.rng.chance(15) {
+                if self.rng.chance(500) {
+                    // The classic stale leader: the leader stalls (a long GC pause), the
+                    // controller gives up on it and elects another.
+                    let (id, _) = self.leader;
+                    let until = self.now + 100 + self.rng.below(400);
+                    self.brokers.get_mut(&id).expect("broker").paused_until = until;
+                    self.fault("leader paused");
+                    self.trace(|| format!("leader {id} paused until {until}"));
+                }
+                self.elect();
+            }
+            if self.now >= self.cut_until && !self.cut.is_empty() {
+                self.cut.clear();
+            }
+            if self.cut.is_empty() && self.rng.chance(8) {
+                let mut hosts: Vec<usize> = vec![COORD, 1, 2, 3];
+                hosts.extend((0..self.producers.len()).map(producer_host));
+                let a = hosts[self.rng.below(hosts.len() as u64) as usize];
+                let b = hosts[self.rng.below(hosts.len() as u64) as usize];
+                if a != b {
+                    self.cut.insert((a, b));
+                    self.cut_until = self.now + 50 + self.rng.below(300);
+                    self.fault("network partition");
+                    self.trace(|| format!("network: hosts {a} and {b} cut off"));
+                }
+            }
+            if self.rng.chance(6) {
+                let id = BROKERS[self.rng.below(3) as usize];
+                let until = self.now + 50 + self.rng.below(400);
+                self.brokers.get_mut(&id).expect("broker").paused_until = until;
+                self.fault("broker paused");
+                self.trace(|| format!("broker {id} paused until {until}"));
+            }
+            if self.rng.chance(10) {
+                let p = self.rng.below(self.producers.len() as u64) as usize;
+                let until = self.now + 100 + self.rng.below(600);
+                self.producers[p].paused_until = until;
+                self.fault("producer paused");
+                self.trace(|| format!("producer {p} paused until {until}"));
+            }
+        } else {
+            self.cut.clear();
+        }
+        // Leadership is re-sent: a broker that missed it learns it late (a stale leader
+        // until then).
+        if self.rng.chance(100) {
+            self.push_leadership();
+        }
+        // Fence markers not confirmed are re-sent to whoever leads now.
+        let (_, leader_epoch) = self.leader;
+        let leader = self.leader.0 as usize;
+        let now = self.now;
+        let mut resend = Vec::new();
+        for (tid, pi) in self.pending_inits.iter_mut() {
+            for (target, sent) in pi.targets.iter_mut() {
+                if now.saturating_sub(*sent) > 100 {
+                    *sent = now;
+                    resend.push(Msg::Marker { tid: tid.clone(), target: target.clone(), leader_epoch });
+                }
+            }
+        }
+        for m in resend {
+            self.send(COORD, leader, m);
+        }
+        self.schedule(10, Event::ControllerTick);
+    }
+
+    fn producer_tick(&mut self, p: usize) {
+        let next = 5 + self.rng.below(10);
+        self.schedule(next, Event::ProducerTick(p));
+        let writing = self.now < self.cfg.fault_ticks + self.cfg.settle_ticks / 3;
+        let pr = &self.producers[p];
+        if pr.paused_until > self.now || pr.dead_until > self.now {
+            return;
+        }
+        let Some((producer_id, epoch)) = pr.ids else {
+            if !pr.init_outstanding && writing {
+                self.producers[p].init_outstanding = true;
+                self.trace(|| format!("producer {p}: init"));
+                self.send(producer_host(p), COORD, Msg::InitReq { prod: p });
+            }
+            return;
+        };
+        if self.faulty() && self.rng.chance(3) {
+            // A restart: a second instance takes over the transactional id, fencing this one's
+            // sibling (and this one's old epoch).
+            self.fault("producer restarted");
+            let pr = &mut self.producers[p];
+            pr.ids = None;
+            pr.inflight = None;
+            pr.init_outstanding = false;
+            return;
+        }
+        let pr = &mut self.producers[p];
+        let resend = match &pr.inflight {
+            Some((_, _, sent)) => self.now.saturating_sub(*sent) > 120,
+            None => false,
+        };
+        if pr.inflight.is_none() && writing {
+            let stamp = ProducerStamp { producer_id, producer_epoch: epoch, base_sequence: pr.next_seq };
+            let value = Bytes::from(format!("{p}-{producer_id}-{epoch}-{}", pr.next_seq));
+            let batch = build_batch(stamp, false, self.now as i64, &[value]);
+            let header = BatchHeader::parse_prefix(&batch).expect("a batch we built parses");
+            pr.inflight = Some((batch, header, self.now));
+        } else if !resend {
+            return;
+        }
+        let pr = &mut self.producers[p];
+        let Some((batch, header, sent)) = pr.inflight.as_mut() else { return };
+        *sent = self.now;
+        if pr.leader.0 < 0 {
+            pr.leader = self.leader;
+        }
+        let (leader, leader_epoch) = pr.leader;
+        let msg = Msg::Produce { prod: p, batch: batch.clone(), header: *header, leader_epoch };
+        self.send(producer_host(p), leader as usize, msg);
+    }
+
+    fn broker_tick(&mut self, id: i32) {
+        self.schedule(5, Event::BrokerTick(id));
+        let b = &self.brokers[&id];
+        if b.paused_until > self.now {
+            return;
+        }
+        let l = b.part.leadership();
+        if !l.is_leader {
+            return;
+        }
+        for f in BROKERS.into_iter().filter(|f| *f != id) {
+            let work = self.brokers[&id].part.replication_work(f, l.leader_epoch, 16 * 1024);
+            match work {
+                Ok(Some(w)) => {
+                    let req = ReplicateRequest {
+                        topic: TOPIC.into(),
+                        partition: 0,
+                        leader_epoch: l.leader_epoch,
+                        leader_id: id,
+                        from_offset: w.from_offset,
+                        prev_epoch: w.prev_epoch,
+                        high_watermark: w.high_watermark,
+                        records: w.records,
+                    };
+                    self.send(id as usize, f as usize, Msg::Replicate { req });
+                }
+                Ok(None) => {}
+                Err(e) => self.violate(format!("broker {id} cannot read its own log: {e}")),
+            }
+        }
+    }
+
+    fn deliver(&mut self, to: usize, from: usize, msg: Msg) {
+        match msg {
+            Msg::InitReq { prod } => self.coord_init(prod),
+            Msg::InitResp { prod, granted } => {
+                let pr = &mut self.producers[prod];
+                pr.init_outstanding = false;
+                if let Some(ids) = granted {
+                    if pr.ids.is_none() {
+                        pr.ids = Some(ids);
+                        pr.next_seq = 0;
+                        pr.inflight = None;
+                        pr.leader = self.leader;
+                    }
+                }
+                self.trace(|| format!("producer {prod}: init answered {granted:?}"));
+            }
+            Msg::Produce { prod, batch, header, leader_epoch } => {
+                self.broker_produce(to as i32, prod, batch, header, leader_epoch)
+            }
+            Msg::ProduceResp { prod, batch, result } => self.producer_answer(prod, batch, result),
+            Msg::Verify { broker, producer_id, epoch } => {
+                let now = self.now;
+                let ok = matches!(
+                    self.table.handle_register(producer_id, epoch, TOPIC, 0, false, now),
+                    RegisterDecision::Accept { .. }
+                );
+                self.send(COORD, broker as usize, Msg::VerifyResp { producer_id, epoch, ok });
+            }
+            Msg::VerifyResp { producer_id, epoch, ok } => {
+                let b = self.brokers.get_mut(&(to as i32)).expect("broker");
+                if ok {
+                    b.part.mark_verified(producer_id, epoch, false);
+                } else {
+                    b.refused.insert((producer_id, epoch));
+                }
+            }
+            Msg::Marker { tid, target, leader_epoch } => self.broker_marker(to as i32, tid, target, leader_epoch),
+            Msg::MarkerResp { tid, epoch, producer_id, ok } => self.coord_marker_done(tid, epoch, producer_id, ok),
+            Msg::Learn { leader, leader_epoch } => {
+                let id = to as i32;
+                let now = self.now;
+                let b = self.brokers.get_mut(&id).expect("broker");
+                let change = b.part.learn(leader, leader_epoch, &BROKERS, &BROKERS, now);
+                if change.is_some() {
+                    self.trace(|| format!("broker {id}: learned leader {leader} at epoch {leader_epoch}"));
+                }
+                self.after_broker_step(id);
+            }
+            Msg::Replicate { req } => {
+                let id = to as i32;
+                let checks = self.cfg.mutation != Mutation::NoLeaderEpochChecks;
+                let b = &self.brokers[&id];
+                let result = match b.part.apply_replicated(&req, checks) {
+                    Ok(leo) => Some(Ok(leo)),
+                    Err(ReplicateError::Mismatch { hint, diverging_epoch, .. }) => Some(Err((hint, diverging_epoch))),
+                    Err(_) => None,
+                };
+                self.after_broker_step(id);
+                if let Some(result) = result {
+                    let resp = Msg::ReplicateResp {
+                        follower: id,
+                        leader_epoch: req.leader_epoch,
+                        from_offset: req.from_offset,
+                        result,
+                    };
+                    self.send(to, from, resp);
+                }
+            }
+            Msg::ReplicateResp { follower, leader_epoch, from_offset, result } => {
+                let id = to as i32;
+                let now = self.now;
+                let b = &self.brokers[&id];
+                match result {
+                    Ok(leo) => b.part.on_replica_ack(follower, leader_epoch, leo, now),
+                    Err((hint, diverging)) => {
+                        b.part.on_replica_mismatch(follower, leader_epoch, from_offset, hint, diverging)
+                    }
+                }
+                self.after_broker_step(id);
+            }
+        }
+    }
+
+    fn coord_init(&mut self, prod: usize) {
+        let tid = self.producers[prod].tid.clone();
+        match self.table.handle_init(Some(&tid), 60_000, None) {
+            InitDecision::Grant { producer_id, epoch, fence, .. } => {
+                self.owner.insert(producer_id, tid.clone());
+                self.trace(|| {
+                    format!("coordinator: '{tid}' granted pid {producer_id} epoch {epoch}, {} fences", fence.len())
+                });
+                if fence.is_empty() {
+                    self.finish_grant(&tid, prod, producer_id, epoch);
+                } else {
+                    let (leader, leader_epoch) = self.leader;
+                    let now = self.now;
+                    for t in &fence {
+                        let m = Msg::Marker { tid: tid.clone(), target: t.clone(), leader_epoch };
+                        self.send(COORD, leader as usize, m);
+                    }
+                    let targets = fence.into_iter().map(|t| (t, now)).collect();
+                    self.pending_inits.insert(tid, PendingInit { prod, producer_id, epoch, targets });
+                }
+            }
+            InitDecision::Refuse { .. } => {
+                self.send(COORD, producer_host(prod), Msg::InitResp { prod, granted: None });
+            }
+        }
+    }
+
+    fn finish_grant(&mut self, tid: &str, prod: usize, producer_id: i64, epoch: i16) {
+        if let Some(old) = self.finished_grant.get(tid) {
+            if *old >= epoch {
+                self.violate(format!("'{tid}' granted epoch {epoch} after epoch {old}"));
+            }
+        }
+        self.finished_grant.insert(tid.to_string(), epoch);
+        self.send(COORD, producer_host(prod), Msg::InitResp { prod, granted: Some((producer_id, epoch)) });
+    }
+
+    fn coord_marker_done(&mut self, tid: String, epoch: i16, producer_id: i64, ok: bool) {
+        if !ok {
+            return;
+        }
+        let Some(pi) = self.pending_inits.get_mut(&tid) else { return };
+        if pi.epoch != epoch {
+            return;
+        }
+        pi.targets.retain(|(t, _)| t.producer_id != producer_id);
+        if pi.targets.is_empty() {
+            let pi = self.pending_inits.remove(&tid).expect("pending init");
+            self.table.handle_fence_done(&tid, epoch);
+            self.finish_grant(&tid, pi.prod, pi.producer_id, pi.epoch);
+        }
+    }
+
+    fn broker_marker(&mut self, id: i32, tid: String, target: FenceTarget, leader_epoch: i32) {
+        let batch = build_marker(target.producer_id, target.marker_epoch, MarkerKind::Abort, 0, self.now as i64);
+        let header = BatchHeader::parse_prefix(&batch).expect("a marker we built parses");
+        let b = self.brokers.get_mut(&id).expect("broker");
+        match b.part.append(&batch, &header, leader_epoch) {
+            Ok(a) => {
+                let (base_offset, end_offset, leader_epoch) = a.parts();
+                b.pending.push(Pending {
+                    prod: None,
+                    marker: Some((tid, target.marker_epoch, target.producer_id)),
+                    end_offset,
+                    base_offset,
+                    leader_epoch,
+                });
+                let (pid, e) = (target.producer_id, target.marker_epoch);
+                self.trace(|| {
+                    format!("broker {id}: fence marker for producer id {pid} at epoch {e} at offset {base_offset}")
+                });
+            }
+            Err(_) => {
+                let resp =
+                    Msg::MarkerResp { tid, epoch: target.marker_epoch, producer_id: target.producer_id, ok: false };
+                self.send(id as usize, COORD, resp);
+            }
+        }
+        self.after_broker_step(id);
+    }
+
+    fn broker_produce(&mut self, id: i32, prod: usize, batch: Bytes, header: BatchHeader, leader_epoch: i32) {
+        let b = self.brokers.get_mut(&id).expect("broker");
+        let from = producer_host(prod);
+        let bid = (header.producer_id, header.producer_epoch, header.base_sequence);
+        if b.refused.contains(&(header.producer_id, header.producer_epoch)) {
+            self.out.fenced += 1;
+            self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Fenced });
+            return;
+        }
+        match b.part.append(&batch, &header, leader_epoch) {
+            Ok(a) => {
+                let (base_offset, end_offset, stored_epoch) = a.parts();
+                if let Appended::New { .. } = a {
+                    let tid = self.owner.get(&header.producer_id).cloned().unwrap_or_default();
+                    if let Some(&granted) = self.finished_grant.get(&tid) {
+                        if header.producer_epoch < granted {
+                            // Appended after the grant finished: a violation once committed.
+                            self.zombie_appends.insert((
+                                header.producer_id,
+                                header.producer_epoch,
+                                header.base_sequence,
+                                base_offset,
+                                stored_epoch,
+                            ));
+                            let e = header.producer_epoch;
+                            self.trace(|| {
+                                format!(
+                                    "broker {id}: zombie batch epoch {e} appended at {base_offset} (granted {granted})"
+                                )
+                            });
+                        }
+                    }
+                }
+                if let Appended::New { .. } = a {
+                    self.trace(|| {
+                        format!(
+                            "broker {id}: appended producer {prod} epoch {} seq {} at offset {base_offset}, leader epoch {stored_epoch}",
+                            bid.1, bid.2
+                        )
+                    });
+                }
+                let b = self.brokers.get_mut(&id).expect("broker");
+                b.pending.push(Pending {
+                    prod: Some((prod, bid)),
+                    marker: None,
+                    end_offset,
+                    base_offset,
+                    leader_epoch: stored_epoch,
+                });
+            }
+            Err(AppendError::NeedsVerification { producer_id, epoch }) => {
+                self.send(id as usize, COORD, Msg::Verify { broker: id, producer_id, epoch });
+                self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Retry });
+            }
+            Err(AppendError::Gate(g)) => {
+                let fenced = matches!(g, broker::producer_state::GateError::StaleEpoch { .. });
+                if fenced {
+                    self.out.fenced += 1;
+                    self.trace(|| format!("broker {id}: refused producer {prod}: {g}"));
+                }
+                let result = if fenced { ProduceResult::Fenced } else { ProduceResult::Retry };
+                self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result });
+            }
+            Err(_) => {
+                self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Retry });
+            }
+        }
+        self.after_broker_step(id);
+    }
+
+    fn producer_answer(&mut self, prod: usize, batch: BatchId, result: ProduceResult) {
+        let now = self.now;
+        let leader = self.leader;
+        let pr = &mut self.producers[prod];
+        let Some((_, header, _)) = pr.inflight.as_ref() else { return };
+        let id = (header.producer_id, header.producer_epoch, header.base_sequence);
+        if id != batch {
+            // An answer to an earlier batch (delayed or duplicated): already handled.
+            return;
+        }
+        match result {
+            ProduceResult::Acked { base_offset } => {
+                pr.inflight = None;
+                pr.next_seq += 1;
+                self.acked.push((id, base_offset));
+                self.out.acked += 1;
+                self.trace(|| {
+                    format!("producer {prod}: acknowledged epoch {} seq {} at offset {base_offset}", id.1, id.2)
+                });
+            }
+            ProduceResult::Fenced => {
+                pr.ids = None;
+                pr.inflight = None;
+                pr.dead_until = now + 200;
+                self.trace(|| format!("producer {prod}: fenced at epoch {}", id.1));
+            }
+            ProduceResult::Retry => {
+                // Metadata refresh; resend on the next tick.
+                pr.leader = leader;
+                if let Some((_, _, sent)) = pr.inflight.as_mut() {
+                    *sent = 0;
+                }
+            }
+        }
+    }
+
+    /// Answer what became committed, fail what lost leadership, and check the replica.
+    fn after_broker_step(&mut self, id: i32) {
+        let b = self.brokers.get_mut(&id).expect("broker");
+        let mut answers = Vec::new();
+        b.pending.retain(|p| match b.part.committed(p.end_offset, p.leader_epoch) {
+            Ok(true) => {
+                answers.push((p.prod, p.marker.clone(), Some(p.base_offset)));
+                false
+            }
+            Ok(false) => true,
+            Err(_) => {
+                answers.push((p.prod, p.marker.clone(), None));
+                false
+            }
+        });
+        for (prod, marker, offset) in answers {
+            if let Some((prod, batch)) = prod {
+                let result = match offset {
+                    Some(base_offset) => ProduceResult::Acked { base_offset },
+                    None => ProduceResult::Retry,
+                };
+                self.send(id as usize, producer_host(prod), Msg::ProduceResp { prod, batch, result });
+            }
+            if let Some((tid, epoch, producer_id)) = marker {
+                self.send(id as usize, COORD, Msg::MarkerResp { tid, epoch, producer_id, ok: offset.is_some() });
+            }
+        }
+        self.check_replica(id);
+    }
+
+    fn check_replica(&mut self, id: i32) {
+        let b = &self.brokers[&id];
+        let epoch = b.part.leadership().leader_epoch;
+        if epoch < b.last_leader_epoch {
+            let last = b.last_leader_epoch;
+            self.violate(format!("broker {id} leader epoch went back from {last} to {epoch}"));
+        }
+        self.brokers.get_mut(&id).expect("broker").last_leader_epoch = epoch;
+        let b = self.brokers.get_mut(&id).expect("broker");
+        let version = *b.part.subscribe().borrow();
+        if b.checked_version == Some(version) {
+            return;
+        }
+        b.checked_version = Some(version);
+        let b = &self.brokers[&id];
+        let (_, hw) = b.part.progress();
+        let headers = match b.part.batch_headers() {
+            Ok(h) => h,
+            Err(e) => return self.violate(format!("broker {id} cannot read its log: {e}")),
+        };
+        // Every replica is in the ISR, so once an offset is committed every replica that holds
+        // that offset holds the committed batch: a replica may lag, never disagree.
+        for (h, _) in &headers {
+            let seen = (h.producer_id, h.producer_epoch, h.base_sequence, h.partition_leader_epoch);
+            let key = (h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset, h.partition_leader_epoch);
+            if !h.is_control() && h.base_offset < hw && self.zombie_appends.contains(&key) {
+                let tid = self.owner.get(&h.producer_id).cloned().unwrap_or_default();
+                return self.violate(format!(
+                    "zombie write committed: '{tid}' producer {} epoch {} seq {} at offset {} on broker {id}, \
+                     appended after a newer epoch was granted",
+                    h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset
+                ));
+            }
+            match self.committed.get(&h.base_offset) {
+                Some(c) if *c != seen => {
+                    let c = *c;
+                    return self.violate(format!(
+                        "replicas disagree on a committed offset: offset {} committed {c:?}, broker {id} holds {seen:?}",
+                        h.base_offset
+                    ));
+                }
+                Some(_) => {}
+                None if h.base_offset < hw => {
+                    self.committed.insert(h.base_offset, seen);
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// After the settle phase: replicas converged, every acknowledged record present once.
+    fn finish(&mut self) {
+        let mut logs = Vec::new();
+        for (id, b) in &self.brokers {
+            let (leo, hw) = b.part.progress();
+            let headers: Vec<_> = match b.part.batch_headers() {
+                Ok(h) => h
+                    .into_iter()
+                    .map(|(h, _)| (h.base_offset, h.producer_id, h.producer_epoch, h.base_sequence))
+                    .collect(),
+                Err(e) => return self.violate(format!("broker {id} cannot read its log: {e}")),
+            };
+            logs.push((*id, leo, hw, headers));
+        }
+        let (leader, _) = self.leader;
+        let Some((_, leo, hw, log)) = logs.iter().find(|(id, ..)| *id == leader).cloned() else { return };
+        if hw != leo {
+            return self
+                .violate(format!("no convergence: leader {leader} has high watermark {hw} below its log end {leo}"));
+        }
+        for (id, l, h, other) in &logs {
+            if *l != leo || *h != hw || *other != log {
+                return self.violate(format!(
+                    "no convergence: broker {id} has log end {l}, high watermark {h}; leader {leader} has {leo}, {hw}"
+                ));
+            }
+        }
+        let mut count: HashMap<BatchId, Vec<i64>> = HashMap::new();
+        for (offset, pid, epoch, seq) in &log {
+            if *pid >= 0 && *seq >= 0 {
+                count.entry((*pid, *epoch, *seq)).or_default().push(*offset);
+            }
+        }
+        for (id, offset) in self.acked.clone() {
+            match count.get(&id).map(Vec::as_slice) {
+                None => return self.violate(format!("acknowledged record {id:?} at offset {offset} is lost")),
+                Some([o]) if *o == offset => {}
+                Some(found) => {
+                    return self.violate(format!("acknowledged record {id:?} at offset {offset} found at {found:?}"))
+                }
+            }
+        }
+    }
+}

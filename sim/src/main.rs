@@ -1,0 +1,82 @@
+//! `sim`: run many seeds of the deterministic simulation and print the failing ones, or
+//! replay one seed with a readable trace.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use clap::Parser;
+use sim::{run, Config, Mutation};
+
+#[derive(Parser, Debug)]
+#[command(name = "sim", about = "Deterministic simulation of epochfence's fencing under faults")]
+struct Args {
+    /// How many seeds to run (starting at --first-seed).
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// First seed of the range.
+    #[arg(long, default_value_t = 0)]
+    first_seed: u64,
+    /// Replay this one seed (overrides --seeds).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Print the trace of who did what at which tick (with --seed).
+    #[arg(long)]
+    verbose: bool,
+    /// Switch one fence check off: none, no-producer-fencing, no-leader-epoch-checks.
+    #[arg(long, default_value = "none")]
+    mutation: String,
+    /// Ticks with faults.
+    #[arg(long, default_value_t = 3_000)]
+    fault_ticks: u64,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let Some(mutation) = Mutation::parse(&args.mutation) else {
+        eprintln!(
+            "error: unknown mutation '{}'; use none, no-producer-fencing or no-leader-epoch-checks",
+            args.mutation
+        );
+        return ExitCode::from(2);
+    };
+    let cfg = Config { mutation, fault_ticks: args.fault_ticks, verbose: args.verbose, ..Config::default() };
+    let seeds: Vec<u64> = match args.seed {
+        Some(s) => vec![s],
+        None => (args.first_seed..args.first_seed + args.seeds).collect(),
+    };
+    let mut failing = Vec::new();
+    let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let (mut steps, mut acked, mut fenced, mut elections) = (0u64, 0u64, 0u64, 0u64);
+    for &seed in &seeds {
+        let out = run(seed, cfg.clone());
+        if args.verbose {
+            print!("{}", out.trace);
+        }
+        for (k, v) in &out.faults {
+            *faults.entry(k).or_default() += v;
+        }
+        steps += out.steps;
+        acked += out.acked;
+        fenced += out.fenced;
+        elections += out.elections;
+        if let Some(v) = out.violation {
+            println!("seed {seed} FAILED: {v}");
+            failing.push(seed);
+        }
+    }
+    println!(
+        "{} seeds, mutation {}: {} failed; {steps} steps, {acked} records acknowledged, {fenced} zombie writes \
+         refused, {elections} elections",
+        seeds.len(),
+        args.mutation,
+        failing.len()
+    );
+    let faults: Vec<String> = faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    println!("faults: {}", faults.join(", "));
+    if failing.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        println!("replay one with: cargo run -p sim --release -- --seed {} --verbose", failing[0]);
+        ExitCode::from(1)
+    }
+}

@@ -23,7 +23,7 @@ use std::fmt::Write as _;
 
 use broker::partition::{AppendError, Appended, Partition, ReplicateError};
 use bytes::Bytes;
-use coordinator::entry::FenceTarget;
+use coordinator::entry::{Entry, FenceTarget};
 use coordinator::table::{InitDecision, ProducerTable, RegisterDecision, TableConfig};
 use protocol::batch::{build_batch, build_marker, BatchHeader, MarkerKind, ProducerStamp};
 use protocol::ReplicateRequest;
@@ -134,7 +134,8 @@ fn producer_host(p: usize) -> usize {
 struct Producer {
     tid: String,
     ids: Option<(i64, i16)>,
-    init_outstanding: bool,
+    /// When the outstanding init was sent (it is retried if no answer comes).
+    init_sent: Option<u64>,
     next_seq: i32,
     inflight: Option<(Bytes, BatchHeader, u64)>,
     leader: (i32, i32),
@@ -152,6 +153,7 @@ struct Pending {
 
 struct BrokerHost {
     part: Partition,
+    dir: std::path::PathBuf,
     pending: Vec<Pending>,
     refused: HashSet<(i64, i16)>,
     paused_until: u64,
@@ -161,7 +163,8 @@ struct BrokerHost {
 }
 
 struct PendingInit {
-    prod: usize,
+    /// Who to answer (none for fences resumed after a coordinator restart).
+    prod: Option<usize>,
     producer_id: i64,
     epoch: i16,
     targets: Vec<(FenceTarget, u64)>,
@@ -197,6 +200,8 @@ struct Sim {
     events: HashMap<usize, Event>,
     next_event: usize,
     table: ProducerTable,
+    /// The coordinator's durable journal: every entry a decision returned, in order.
+    journal: Vec<Entry>,
     owner: HashMap<i64, String>,
     pending_inits: BTreeMap<String, PendingInit>,
     finished_grant: HashMap<String, i16>,
@@ -225,6 +230,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
             id,
             BrokerHost {
                 part,
+                dir: path,
                 pending: Vec::new(),
                 refused: HashSet::new(),
                 paused_until: 0,
@@ -237,7 +243,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         .map(|i| Producer {
             tid: format!("tid-{}", i / 2),
             ids: None,
-            init_outstanding: false,
+            init_sent: None,
             next_seq: 0,
             inflight: None,
             leader: (-1, -1),
@@ -254,6 +260,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         events: HashMap::new(),
         next_event: 0,
         table: ProducerTable::new(TableConfig::default()),
+        journal: Vec::new(),
         owner: HashMap::new(),
         pending_inits: BTreeMap::new(),
         finished_grant: HashMap::new(),
@@ -422,6 +429,13 @@ impl Sim {
                 self.fault("broker paused");
                 self.trace(|| format!("broker {id} paused until {until}"));
             }
+            if self.rng.chance(4) {
+                let id = BROKERS[self.rng.below(3) as usize];
+                self.restart_broker(id);
+            }
+            if self.rng.chance(3) {
+                self.restart_coordinator();
+            }
             if self.rng.chance(10) {
                 let p = self.rng.below(self.producers.len() as u64) as usize;
                 let until = self.now + 100 + self.rng.below(600);
@@ -456,6 +470,54 @@ impl Sim {
         self.schedule(10, Event::ControllerTick);
     }
 
+    /// A broker process crashes and restarts: everything in memory is gone (pending
+    /// acknowledgements, verifications, leadership); the partition reopens from its log.
+    fn restart_broker(&mut self, id: i32) {
+        let fencing = self.cfg.mutation != Mutation::NoProducerFencing;
+        let down = 20 + self.rng.below(100);
+        let b = self.brokers.get_mut(&id).expect("broker");
+        match Partition::open(&b.dir, TOPIC, 0, id, fencing) {
+            Ok(part) => b.part = part,
+            Err(e) => return self.violate(format!("broker {id} cannot reopen its log: {e}")),
+        }
+        b.pending.clear();
+        b.refused.clear();
+        b.checked_version = None;
+        // It knows no leadership until the controller tells it again.
+        b.last_leader_epoch = -1;
+        b.paused_until = self.now + down;
+        self.fault("broker crashed and restarted");
+        let back = self.now + down;
+        self.trace(|| format!("broker {id} crashed; back at {back}"));
+    }
+
+    /// The coordinator crashes and restarts: the table is rebuilt from its journal, and the
+    /// fences it had not confirmed are written again (nobody is waiting for their answer).
+    fn restart_coordinator(&mut self) {
+        let mut table = ProducerTable::new(TableConfig::default());
+        for entry in &self.journal {
+            table.apply(entry);
+        }
+        table.restart_clocks(self.now);
+        self.table = table;
+        self.pending_inits.clear();
+        self.fault("coordinator crashed and restarted");
+        let (leader, leader_epoch) = self.leader;
+        let now = self.now;
+        for (tid, epoch, _commit, targets) in self.table.pending_fences() {
+            let producer_id = self.table.current(&tid).map_or(-1, |(pid, _)| pid);
+            for t in &targets {
+                let m = Msg::Marker { tid: tid.clone(), target: t.clone(), leader_epoch };
+                self.send(COORD, leader as usize, m);
+            }
+            let targets = targets.into_iter().map(|t| (t, now)).collect();
+            self.pending_inits.insert(tid, PendingInit { prod: None, producer_id, epoch, targets });
+        }
+        let n = self.pending_inits.len();
+        let entries = self.journal.len();
+        self.trace(|| format!("coordinator crashed and restarted from {entries} journal entries, {n} fences resumed"));
+    }
+
     fn producer_tick(&mut self, p: usize) {
         let next = 5 + self.rng.below(10);
         self.schedule(next, Event::ProducerTick(p));
@@ -465,8 +527,9 @@ impl Sim {
             return;
         }
         let Some((producer_id, epoch)) = pr.ids else {
-            if !pr.init_outstanding && writing {
-                self.producers[p].init_outstanding = true;
+            let waiting = pr.init_sent.is_some_and(|t| self.now.saturating_sub(t) < 200);
+            if !waiting && writing {
+                self.producers[p].init_sent = Some(self.now);
                 self.trace(|| format!("producer {p}: init"));
                 self.send(producer_host(p), COORD, Msg::InitReq { prod: p });
             }
@@ -479,7 +542,7 @@ impl Sim {
             let pr = &mut self.producers[p];
             pr.ids = None;
             pr.inflight = None;
-            pr.init_outstanding = false;
+            pr.init_sent = None;
             return;
         }
         let pr = &mut self.producers[p];
@@ -544,7 +607,7 @@ impl Sim {
             Msg::InitReq { prod } => self.coord_init(prod),
             Msg::InitResp { prod, granted } => {
                 let pr = &mut self.producers[prod];
-                pr.init_outstanding = false;
+                pr.init_sent = None;
                 if let Some(ids) = granted {
                     if pr.ids.is_none() {
                         pr.ids = Some(ids);
@@ -561,10 +624,13 @@ impl Sim {
             Msg::ProduceResp { prod, batch, result } => self.producer_answer(prod, batch, result),
             Msg::Verify { broker, producer_id, epoch } => {
                 let now = self.now;
-                let ok = matches!(
-                    self.table.handle_register(producer_id, epoch, TOPIC, 0, false, now),
-                    RegisterDecision::Accept { .. }
-                );
+                let ok = match self.table.handle_register(producer_id, epoch, TOPIC, 0, false, now) {
+                    RegisterDecision::Accept { entries, .. } => {
+                        self.journal.extend(entries);
+                        true
+                    }
+                    RegisterDecision::Refuse { .. } => false,
+                };
                 self.send(COORD, broker as usize, Msg::VerifyResp { producer_id, epoch, ok });
             }
             Msg::VerifyResp { producer_id, epoch, ok } => {
@@ -625,13 +691,14 @@ impl Sim {
     fn coord_init(&mut self, prod: usize) {
         let tid = self.producers[prod].tid.clone();
         match self.table.handle_init(Some(&tid), 60_000, None) {
-            InitDecision::Grant { producer_id, epoch, fence, .. } => {
+            InitDecision::Grant { producer_id, epoch, fence, entries } => {
+                self.journal.extend(entries);
                 self.owner.insert(producer_id, tid.clone());
                 self.trace(|| {
                     format!("coordinator: '{tid}' granted pid {producer_id} epoch {epoch}, {} fences", fence.len())
                 });
                 if fence.is_empty() {
-                    self.finish_grant(&tid, prod, producer_id, epoch);
+                    self.finish_grant(&tid, Some(prod), producer_id, epoch);
                 } else {
                     let (leader, leader_epoch) = self.leader;
                     let now = self.now;
@@ -640,7 +707,7 @@ impl Sim {
                         self.send(COORD, leader as usize, m);
                     }
                     let targets = fence.into_iter().map(|t| (t, now)).collect();
-                    self.pending_inits.insert(tid, PendingInit { prod, producer_id, epoch, targets });
+                    self.pending_inits.insert(tid, PendingInit { prod: Some(prod), producer_id, epoch, targets });
                 }
             }
             InitDecision::Refuse { .. } => {
@@ -649,14 +716,16 @@ impl Sim {
         }
     }
 
-    fn finish_grant(&mut self, tid: &str, prod: usize, producer_id: i64, epoch: i16) {
+    fn finish_grant(&mut self, tid: &str, prod: Option<usize>, producer_id: i64, epoch: i16) {
         if let Some(old) = self.finished_grant.get(tid) {
             if *old >= epoch {
                 self.violate(format!("'{tid}' granted epoch {epoch} after epoch {old}"));
             }
         }
         self.finished_grant.insert(tid.to_string(), epoch);
-        self.send(COORD, producer_host(prod), Msg::InitResp { prod, granted: Some((producer_id, epoch)) });
+        if let Some(prod) = prod {
+            self.send(COORD, producer_host(prod), Msg::InitResp { prod, granted: Some((producer_id, epoch)) });
+        }
     }
 
     fn coord_marker_done(&mut self, tid: String, epoch: i16, producer_id: i64, ok: bool) {
@@ -670,7 +739,7 @@ impl Sim {
         pi.targets.retain(|(t, _)| t.producer_id != producer_id);
         if pi.targets.is_empty() {
             let pi = self.pending_inits.remove(&tid).expect("pending init");
-            self.table.handle_fence_done(&tid, epoch);
+            self.journal.extend(self.table.handle_fence_done(&tid, epoch));
             self.finish_grant(&tid, pi.prod, pi.producer_id, pi.epoch);
         }
     }

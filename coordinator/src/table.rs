@@ -505,13 +505,17 @@ impl ProducerTable {
     }
 
     /// Every bump whose markers are not confirmed yet, as `(transactional id, epoch, commit,
-    /// targets)`: after a restart the caller resumes writing them.
+    /// targets)`, in transactional id order: after a restart the caller resumes writing them.
     pub fn pending_fences(&self) -> Vec<(String, i16, bool, Vec<FenceTarget>)> {
-        self.by_tid
+        let mut pending: Vec<_> = self
+            .by_tid
             .iter()
             .filter(|(_, e)| !e.pending.is_empty())
             .map(|(t, e)| (t.clone(), e.epoch, e.pending_commit, e.pending.clone()))
-            .collect()
+            .collect();
+        // The same state resumes in the same order (the simulator replays a seed exactly).
+        pending.sort_by(|a, b| a.0.cmp(&b.0));
+        pending
     }
 
     /// A partition is to be written by `(producer_id, epoch)`: register it (durably, so a later

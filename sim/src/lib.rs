@@ -31,6 +31,7 @@ use protocol::ReplicateRequest;
 const TOPIC: &str = "sim";
 const BROKERS: [i32; 3] = [1, 2, 3];
 const COORD: usize = 0;
+const CONSUMER: usize = 9;
 
 /// A fence check switched off, to show the simulator catches what it prevents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +65,8 @@ pub struct Outcome {
     pub steps: u64,
     /// Faults injected, by kind.
     pub faults: BTreeMap<&'static str, u64>,
+    /// Batches the consumer read.
+    pub consumed: u64,
     /// Records acknowledged to producers.
     pub acked: u64,
     /// Writes the fence refused (zombies stopped).
@@ -107,6 +110,8 @@ enum Msg {
     Marker { tid: String, target: FenceTarget, leader_epoch: i32 },
     MarkerResp { tid: String, epoch: i16, producer_id: i64, ok: bool },
     Learn { leader: i32, leader_epoch: i32 },
+    Fetch { offset: i64, leader_epoch: i32 },
+    FetchResp { offset: i64, records: Option<Bytes> },
     Replicate { req: ReplicateRequest },
     ReplicateResp { follower: i32, leader_epoch: i32, from_offset: i64, result: Result<i64, (i64, i32)> },
 }
@@ -124,6 +129,7 @@ enum Event {
     ProducerTick(usize),
     BrokerTick(i32),
     ControllerTick,
+    ConsumerTick,
 }
 
 /// Host numbering: 0 coordinator, 1..=3 brokers, 10+ producers.
@@ -170,6 +176,13 @@ struct PendingInit {
     targets: Vec<(FenceTarget, u64)>,
 }
 
+/// A read_committed consumer reading the partition from offset 0.
+struct Consumer {
+    position: i64,
+    leader: (i32, i32),
+    sent: Option<u64>,
+}
+
 /// Knobs of one run.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -213,6 +226,8 @@ struct Sim {
     zombie_appends: HashSet<(i64, i16, i32, i64, i32)>,
     committed: BTreeMap<i64, (i64, i16, i32, i32)>,
     acked: Vec<(BatchId, i64)>,
+    consumer: Consumer,
+    consumer_paused_until: u64,
     out: Outcome,
     _dir: tempfile::TempDir,
 }
@@ -272,6 +287,8 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         zombie_appends: HashSet::new(),
         committed: BTreeMap::new(),
         acked: Vec::new(),
+        consumer: Consumer { position: 0, leader: (-1, -1), sent: None },
+        consumer_paused_until: 0,
         out: Outcome::default(),
         _dir: dir,
     };
@@ -283,6 +300,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
     for p in 0..sim.producers.len() {
         sim.schedule(1 + p as u64, Event::ProducerTick(p));
     }
+    sim.schedule(7, Event::ConsumerTick);
     let end = sim.cfg.fault_ticks + sim.cfg.settle_ticks;
     while let Some(Reverse((at, _, id))) = sim.queue.pop() {
         if at > end || sim.out.violation.is_some() {
@@ -373,6 +391,7 @@ impl Sim {
             Event::ControllerTick => self.controller_tick(),
             Event::BrokerTick(id) => self.broker_tick(id),
             Event::ProducerTick(p) => self.producer_tick(p),
+            Event::ConsumerTick => self.consumer_tick(),
             Event::Deliver { to, from, msg } => {
                 if let Some(b) = self.brokers.get(&(to as i32)) {
                     if b.paused_until > self.now {
@@ -382,6 +401,11 @@ impl Sim {
                         self.schedule(wait, Event::Deliver { to, from, msg });
                         return;
                     }
+                }
+                if to == CONSUMER && self.consumer_paused_until > self.now {
+                    let wait = self.consumer_paused_until - self.now;
+                    self.schedule(wait, Event::Deliver { to, from, msg });
+                    return;
                 }
                 if to >= 10 && self.producers[to - 10].paused_until > self.now {
                     let wait = self.producers[to - 10].paused_until - self.now;
@@ -518,6 +542,71 @@ impl Sim {
         self.trace(|| format!("coordinator crashed and restarted from {entries} journal entries, {n} fences resumed"));
     }
 
+    fn consumer_tick(&mut self) {
+        self.schedule(10, Event::ConsumerTick);
+        if self.consumer_paused_until > self.now {
+            return;
+        }
+        if self.faulty() && self.rng.chance(5) {
+            self.consumer_paused_until = self.now + 100 + self.rng.below(400);
+            self.fault("consumer paused");
+            return;
+        }
+        if self.consumer.sent.is_some_and(|t| self.now.saturating_sub(t) < 100) {
+            return;
+        }
+        if self.consumer.leader.0 < 0 {
+            self.consumer.leader = self.leader;
+        }
+        let (leader, leader_epoch) = self.consumer.leader;
+        self.consumer.sent = Some(self.now);
+        let offset = self.consumer.position;
+        self.send(CONSUMER, leader as usize, Msg::Fetch { offset, leader_epoch });
+    }
+
+    /// What the consumer read must be committed: every batch matches what the replicas
+    /// committed at that offset, and none is a zombie write.
+    fn consumer_answer(&mut self, offset: i64, records: Option<Bytes>) {
+        if offset != self.consumer.position {
+            return;
+        }
+        self.consumer.sent = None;
+        let Some(records) = records else {
+            self.consumer.leader = self.leader;
+            return;
+        };
+        for item in protocol::batch::BatchIter::new(records) {
+            let h = match item {
+                Ok((h, _)) => h,
+                Err(e) => return self.violate(format!("consumer got an unreadable batch at {offset}: {e}")),
+            };
+            if h.base_offset != self.consumer.position {
+                let want = self.consumer.position;
+                return self.violate(format!("consumer asked for {want} and got a batch at {}", h.base_offset));
+            }
+            let seen = (h.producer_id, h.producer_epoch, h.base_sequence, h.partition_leader_epoch);
+            let key = (h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset, h.partition_leader_epoch);
+            if !h.is_control() && self.zombie_appends.contains(&key) {
+                return self.violate(format!("consumer read a zombie write at offset {}: {seen:?}", h.base_offset));
+            }
+            match self.committed.get(&h.base_offset) {
+                Some(c) if *c != seen => {
+                    let c = *c;
+                    return self.violate(format!(
+                        "consumer read {seen:?} at offset {}, where {c:?} is committed",
+                        h.base_offset
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    self.committed.insert(h.base_offset, seen);
+                }
+            }
+            self.consumer.position = h.base_offset + i64::from(h.last_offset_delta) + 1;
+            self.out.consumed += 1;
+        }
+    }
+
     fn producer_tick(&mut self, p: usize) {
         let next = 5 + self.rng.below(10);
         self.schedule(next, Event::ProducerTick(p));
@@ -621,6 +710,13 @@ impl Sim {
             Msg::Produce { prod, batch, header, leader_epoch } => {
                 self.broker_produce(to as i32, prod, batch, header, leader_epoch)
             }
+            Msg::Fetch { offset, leader_epoch } => {
+                let b = &self.brokers[&(to as i32)];
+                let records =
+                    b.part.fetch(offset, 16 * 1024, leader_epoch, protocol::READ_COMMITTED).ok().map(|f| f.records);
+                self.send(to, from, Msg::FetchResp { offset, records });
+            }
+            Msg::FetchResp { offset, records } => self.consumer_answer(offset, records),
             Msg::ProduceResp { prod, batch, result } => self.producer_answer(prod, batch, result),
             Msg::Verify { broker, producer_id, epoch } => {
                 let now = self.now;
@@ -984,6 +1080,10 @@ impl Sim {
                     "no convergence: broker {id} has log end {l}, high watermark {h}; leader {leader} has {leo}, {hw}"
                 ));
             }
+        }
+        if self.consumer.position != hw {
+            let pos = self.consumer.position;
+            return self.violate(format!("no convergence: the consumer is at {pos}, the high watermark at {hw}"));
         }
         let mut count: HashMap<BatchId, Vec<i64>> = HashMap::new();
         for (offset, pid, epoch, seq) in &log {

@@ -46,7 +46,7 @@ fn main() -> ExitCode {
     };
     let mut failing = Vec::new();
     let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let (mut steps, mut acked, mut fenced, mut elections) = (0u64, 0u64, 0u64, 0u64);
+    let (mut steps, mut acked, mut fenced, mut elections, mut consumed) = (0u64, 0u64, 0u64, 0u64, 0u64);
     for &seed in &seeds {
         let out = run(seed, cfg.clone());
         if args.verbose {
@@ -59,6 +59,7 @@ fn main() -> ExitCode {
         acked += out.acked;
         fenced += out.fenced;
         elections += out.elections;
+        consumed += out.consumed;
         if let Some(v) = out.violation {
             println!("seed {seed} FAILED: {v}");
             failing.push(seed);
@@ -66,7 +67,7 @@ fn main() -> ExitCode {
     }
     println!(
         "{} seeds, mutation {}: {} failed; {steps} steps, {acked} records acknowledged, {fenced} zombie writes \
-         refused, {elections} elections",
+         refused, {elections} elections, {consumed} batches read by the consumer",
         seeds.len(),
         args.mutation,
         failing.len()

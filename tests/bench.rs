@@ -56,3 +56,21 @@ fn bench_runs_transactional_producers() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["results"]["fenced"]["records"], 4000);
 }
+
+#[test]
+fn bench_runs_for_a_duration_instead_of_a_count() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["--mode", "fenced", "--duration-ms", "300", "--batch-records", "100", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["config"]["duration_ms"], 300);
+    let r = &v["results"]["fenced"];
+    // It stops on time rather than after --records (1,000,000 by default)...
+    let seconds = r["seconds"].as_f64().unwrap();
+    assert!(seconds >= 0.3, "ran {seconds} s, less than the duration");
+    // ...and every record it sent was acknowledged in whole batches.
+    let records = r["records"].as_u64().unwrap();
+    assert!(records > 0 && records % 100 == 0, "{records}");
+}

@@ -43,6 +43,9 @@ struct Args {
     /// Records per target (over all producers).
     #[arg(long, default_value_t = 1_000_000)]
     records: u64,
+    /// Run each target for this long instead of a record count (0: use --records).
+    #[arg(long, default_value_t = 0)]
+    duration_ms: u64,
     /// Records per batch.
     #[arg(long, default_value_t = 500)]
     batch_records: usize,
@@ -158,8 +161,10 @@ async fn drive(
 ) -> Result<Figures, String> {
     let acks = if args.acks == "all" { ACKS_ALL } else { ACKS_LEADER };
     let batches_total = args.records.div_ceil(args.batch_records as u64);
-    let per_producer = batches_total.div_ceil(args.producers as u64);
     let started = Instant::now();
+    // With a duration, producers send until it is over rather than a fixed count.
+    let deadline = (args.duration_ms > 0).then(|| started + Duration::from_millis(args.duration_ms));
+    let per_producer = if deadline.is_some() { u64::MAX } else { batches_total.div_ceil(args.producers as u64) };
     let mut tasks = Vec::new();
     for (p, routes) in routes.into_iter().enumerate() {
         let (mut producer_id, mut epoch) = ids[p];
@@ -179,7 +184,7 @@ async fn drive(
             let mut records = 0u64;
             let mut committed_at: Vec<u64> = Vec::new();
             loop {
-                while sent < per_producer && window.len() < inflight {
+                while sent < per_producer && window.len() < inflight && deadline.is_none_or(|d| Instant::now() < d) {
                     // A transaction boundary: every answer in, then commit, then a new epoch.
                     if let Some((coordinator, tid)) = &txn {
                         if sent > 0 && sent.is_multiple_of(txn_batches) && !committed_at.contains(&sent) {
@@ -496,7 +501,7 @@ async fn main() -> std::process::ExitCode {
     if args.json {
         let value = serde_json::json!({
             "config": {
-                "record_bytes": args.record_bytes, "records": args.records, "batch_records": args.batch_records,
+                "record_bytes": args.record_bytes, "records": args.records, "duration_ms": args.duration_ms, "batch_records": args.batch_records,
                 "inflight": args.inflight, "producers": args.producers, "partitions": args.partitions,
                 "brokers": args.brokers, "replicas": args.replicas, "acks": args.acks, "fsync": format!("{:?}", args.fsync),
             },
@@ -507,9 +512,14 @@ async fn main() -> std::process::ExitCode {
         });
         println!("{}", serde_json::to_string_pretty(&value).expect("json serialises"));
     } else {
+        let amount = if args.duration_ms > 0 {
+            format!("{} ms of records", args.duration_ms)
+        } else {
+            format!("{} records", args.records)
+        };
         println!(
-            "{} records of {} bytes, {} per batch, {} in flight, {} producer(s), {} partition(s), {} broker(s), {} replica(s), acks={}, fsync={:?}",
-            args.records, args.record_bytes, args.batch_records, args.inflight, args.producers, args.partitions, args.brokers, args.replicas, args.acks, args.fsync
+            "{amount} of {} bytes, {} per batch, {} in flight, {} producer(s), {} partition(s), {} broker(s), {} replica(s), acks={}, fsync={:?}",
+            args.record_bytes, args.batch_records, args.inflight, args.producers, args.partitions, args.brokers, args.replicas, args.acks, args.fsync
         );
         println!(
             "{:<10} {:>12} {:>8} {:>8} {:>8} {:>9} {:>8} {:>12}",

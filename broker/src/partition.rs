@@ -379,13 +379,7 @@ impl Partition {
                 }
                 // Everything from here on is not in the leader's log: cut it, and rebuild the
                 // producer state from what remains.
-                let cut = g.log.truncate(h.base_offset)?;
-                g.durable_end = g.durable_end.min(cut);
-                g.high_watermark = g.high_watermark.min(cut);
-                g.truncations += 1;
-                let headers = g.log.headers()?;
-                (g.producers, g.txns) = rebuild(&headers, self.fencing);
-                tracing::info!(topic = %self.topic, partition = self.index, from = leo, to = cut, "truncated a divergent suffix");
+                self.cut_divergent(&mut g, h.base_offset)?;
             }
             g.producers.check_replicated(&h)?;
             let mut prefix = [0u8; 16];
@@ -396,6 +390,12 @@ impl Partition {
             g.txns.record(&h, marker);
             matched_end = end;
         }
+        if records.is_empty() && g.log.epoch_at(from_offset).is_some_and(|e| e < leader_epoch) {
+            // An empty push means the leader's log ended at `from_offset` when it was sent, and
+            // that leader only appends at its own epoch: a batch here from an earlier epoch is in
+            // no log that leads. Cut it, so the follower does not keep a longer, divergent log.
+            self.cut_divergent(&mut g, from_offset)?;
+        }
         // What this replica now holds in agreement with the leader: the batches just sent and
         // everything before them. Anything past it may still be a divergent suffix, so it is
         // neither acknowledged nor counted in the high watermark.
@@ -403,6 +403,20 @@ impl Partition {
         drop(g);
         self.bump();
         Ok(matched_end)
+    }
+
+    /// Cut a divergent suffix at `offset` (a batch boundary): clamp the durable end and high
+    /// watermark, and rebuild the producer state and transaction index from what remains.
+    fn cut_divergent(&self, g: &mut Inner, offset: i64) -> Result<(), LogError> {
+        let leo = g.log.end_offset();
+        let cut = g.log.truncate(offset)?;
+        g.durable_end = g.durable_end.min(cut);
+        g.high_watermark = g.high_watermark.min(cut);
+        g.truncations += 1;
+        let headers = g.log.headers()?;
+        (g.producers, g.txns) = rebuild(&headers, self.fencing);
+        tracing::info!(topic = %self.topic, partition = self.index, from = leo, to = cut, "truncated a divergent suffix");
+        Ok(())
     }
 
     /// What to send `follower` next, while leading at `leader_epoch` (`None` otherwise).
@@ -770,6 +784,26 @@ mod tests {
         // A push that does conflict (a later epoch's batch at 4) still cuts there.
         follower.learn(1, 2, &[1, 2], &[1, 2], 0);
         assert_eq!(replicate(&follower, 2, 4, 1, &[stored(4, 2, "w4")]).unwrap(), 5);
+        assert_eq!(follower.progress().0, 5);
+    }
+
+    /// An empty push says the leader's log ends at `from_offset`: a follower holding more
+    /// there from an earlier leader epoch cuts it (else its log stays longer than the
+    /// leader's); batches from the sender's own epoch stay (a reordered old push).
+    #[test]
+    fn an_empty_push_cuts_an_older_epochs_suffix_only() {
+        let fd = tempfile::tempdir().unwrap();
+        let follower = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
+        follower.learn(1, 1, &[1, 2], &[1, 2], 0);
+        let old: Vec<Bytes> = (0..5).map(|o| stored(o, 1, &format!("v{o}"))).collect();
+        assert_eq!(replicate(&follower, 1, 0, -1, &old).unwrap(), 5);
+        // Epoch 2's leader holds only offsets 0..3 and has nothing more to send.
+        follower.learn(1, 2, &[1, 2], &[1, 2], 0);
+        assert_eq!(replicate(&follower, 2, 3, 1, &[]).unwrap(), 3);
+        assert_eq!(follower.progress().0, 3, "the epoch-1 suffix the leader lacks is cut");
+        // Batches the epoch-2 leader sent stay when an older empty push of its arrives late.
+        assert_eq!(replicate(&follower, 2, 3, 1, &[stored(3, 2, "w3"), stored(4, 2, "w4")]).unwrap(), 5);
+        assert_eq!(replicate(&follower, 2, 3, 1, &[]).unwrap(), 3);
         assert_eq!(follower.progress().0, 5);
     }
 }

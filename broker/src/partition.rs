@@ -205,6 +205,8 @@ impl Partition {
     pub fn open(dir: &Path, topic: &str, index: i32, broker_id: i32, fencing: bool) -> Result<Partition, LogError> {
         let recovered = PartitionLog::open(dir)?;
         let (producers, txns) = rebuild(&recovered.headers, fencing);
+        let end = recovered.log.end_offset();
+        let latest_epoch = if end > 0 { recovered.log.epoch_at(end - 1).unwrap_or(-1) } else { -1 };
         tracing::info!(
             topic,
             partition = index,
@@ -217,7 +219,10 @@ impl Partition {
             log: recovered.log,
             producers,
             txns,
-            leadership: Leadership { is_leader: false, leader_id: -1, leader_epoch: -1 },
+            // The latest leader epoch in the log is a floor: a restarted replica never takes a
+            // leadership or replication from an older epoch than it has already stored (the
+            // role Kafka's leader-epoch checkpoint plays).
+            leadership: Leadership { is_leader: false, leader_id: -1, leader_epoch: latest_epoch },
             replicas: Vec::new(),
             replica_set: None,
             high_watermark: 0,
@@ -370,9 +375,10 @@ impl Partition {
             let end = h.base_offset + i64::from(h.last_offset_delta) + 1;
             let leo = g.log.end_offset();
             if h.base_offset < leo {
-                let held = g.log.batch_start(h.base_offset) == h.base_offset
-                    && g.log.epoch_at(h.base_offset) == Some(h.partition_leader_epoch)
-                    && g.log.batch_start(end) == end.min(leo);
+                let held = end <= leo
+                    && g.log.batch_start(h.base_offset) == h.base_offset
+                    && g.log.batch_start(end) == end
+                    && g.log.epoch_at(h.base_offset) == Some(h.partition_leader_epoch);
                 if held {
                     matched_end = end;
                     continue;
@@ -805,5 +811,34 @@ mod tests {
         assert_eq!(replicate(&follower, 2, 3, 1, &[stored(3, 2, "w3"), stored(4, 2, "w4")]).unwrap(), 5);
         assert_eq!(replicate(&follower, 2, 3, 1, &[]).unwrap(), 3);
         assert_eq!(follower.progress().0, 5);
+    }
+
+    /// Found by the simulator (seed 54639): a restarted replica knew no leader epoch and took
+    /// a delayed push from an older epoch over the batches of a newer one in its own log.
+    #[test]
+    fn a_reopened_replica_refuses_epochs_older_than_its_log() {
+        let fd = tempfile::tempdir().unwrap();
+        {
+            let follower = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
+            follower.learn(3, 2, &[1, 2, 3], &[1, 2, 3], 0);
+            let req = ReplicateRequest {
+                topic: "t".into(),
+                partition: 0,
+                leader_epoch: 2,
+                leader_id: 3,
+                from_offset: 0,
+                prev_epoch: -1,
+                high_watermark: 0,
+                records: stored(0, 2, "e2"),
+            };
+            assert_eq!(follower.apply_replicated(&req, true).unwrap(), 1);
+        }
+        let reopened = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
+        assert_eq!(reopened.leadership().leader_epoch, 2, "the log's latest epoch is the floor");
+        // A leadership from before the log's latest epoch is not learnt...
+        assert!(reopened.learn(1, 1, &[1, 2, 3], &[1, 2, 3], 0).is_none());
+        // ...and a push at it is refused rather than cutting the epoch-2 batch.
+        assert!(matches!(replicate(&reopened, 1, 0, -1, &[stored(0, 1, "e1")]), Err(ReplicateError::Leader(_))));
+        assert_eq!(reopened.progress().0, 1);
     }
 }

@@ -125,7 +125,14 @@ enum ProduceResult {
 
 #[derive(Debug, Clone)]
 enum Event {
-    Deliver { to: usize, from: usize, msg: Msg },
+    /// `incarnation`: the destination process's incarnation when sent; a message to a
+    /// process that has since crashed is lost with its connections.
+    Deliver {
+        to: usize,
+        from: usize,
+        incarnation: u64,
+        msg: Msg,
+    },
     ProducerTick(usize),
     BrokerTick(i32),
     ControllerTick,
@@ -222,6 +229,8 @@ struct Sim {
     producers: Vec<Producer>,
     leader: (i32, i32),
     cut: HashSet<(usize, usize)>,
+    /// Restarts per host (absent: 0).
+    incarnations: BTreeMap<usize, u64>,
     cut_until: u64,
     zombie_appends: HashSet<(i64, i16, i32, i64, i32)>,
     committed: BTreeMap<i64, (i64, i16, i32, i32)>,
@@ -283,6 +292,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         producers,
         leader: (-1, 0),
         cut: HashSet::new(),
+        incarnations: BTreeMap::new(),
         cut_until: 0,
         zombie_appends: HashSet::new(),
         committed: BTreeMap::new(),
@@ -360,12 +370,13 @@ impl Sim {
             return;
         }
         let delay = if faulty { 1 + self.rng.below(40) } else { 1 + self.rng.below(3) };
+        let incarnation = self.incarnations.get(&to).copied().unwrap_or(0);
         if faulty && self.rng.chance(20) {
             self.fault("message duplicated");
             let again = 1 + self.rng.below(80);
-            self.schedule(again, Event::Deliver { to, from, msg: msg.clone() });
+            self.schedule(again, Event::Deliver { to, from, incarnation, msg: msg.clone() });
         }
-        self.schedule(delay, Event::Deliver { to, from, msg });
+        self.schedule(delay, Event::Deliver { to, from, incarnation, msg });
     }
 
     /// Pick a new leader (any replica: the ISR is all three, so each holds every committed
@@ -392,24 +403,28 @@ impl Sim {
             Event::BrokerTick(id) => self.broker_tick(id),
             Event::ProducerTick(p) => self.producer_tick(p),
             Event::ConsumerTick => self.consumer_tick(),
-            Event::Deliver { to, from, msg } => {
+            Event::Deliver { to, from, incarnation, msg } => {
+                if self.incarnations.get(&to).copied().unwrap_or(0) != incarnation {
+                    self.fault("message lost with a crashed process");
+                    return;
+                }
                 if let Some(b) = self.brokers.get(&(to as i32)) {
                     if b.paused_until > self.now {
                         // What piled up while paused is read in some order after the pause:
                         // a resumed leader may act before it reads that it was deposed.
                         let wait = b.paused_until - self.now + self.rng.below(40);
-                        self.schedule(wait, Event::Deliver { to, from, msg });
+                        self.schedule(wait, Event::Deliver { to, from, incarnation, msg });
                         return;
                     }
                 }
                 if to == CONSUMER && self.consumer_paused_until > self.now {
                     let wait = self.consumer_paused_until - self.now;
-                    self.schedule(wait, Event::Deliver { to, from, msg });
+                    self.schedule(wait, Event::Deliver { to, from, incarnation, msg });
                     return;
                 }
                 if to >= 10 && self.producers[to - 10].paused_until > self.now {
                     let wait = self.producers[to - 10].paused_until - self.now;
-                    self.schedule(wait, Event::Deliver { to, from, msg });
+                    self.schedule(wait, Event::Deliver { to, from, incarnation, msg });
                     return;
                 }
                 self.deliver(to, from, msg);
@@ -510,6 +525,7 @@ impl Sim {
         // It knows no leadership until the controller tells it again.
         b.last_leader_epoch = -1;
         b.paused_until = self.now + down;
+        *self.incarnations.entry(id as usize).or_default() += 1;
         self.fault("broker crashed and restarted");
         let back = self.now + down;
         self.trace(|| format!("broker {id} crashed; back at {back}"));
@@ -525,6 +541,7 @@ impl Sim {
         table.restart_clocks(self.now);
         self.table = table;
         self.pending_inits.clear();
+        *self.incarnations.entry(COORD).or_default() += 1;
         self.fault("coordinator crashed and restarted");
         let (leader, leader_epoch) = self.leader;
         let now = self.now;
@@ -1019,7 +1036,15 @@ impl Sim {
         }
         b.checked_version = Some(version);
         let b = &self.brokers[&id];
-        let (_, hw) = b.part.progress();
+        let (leo, hw) = b.part.progress();
+        let l = b.part.leadership();
+        self.trace(|| {
+            format!(
+                "broker {id}: log end {leo}, high watermark {hw}, leader {} at epoch {}",
+                l.leader_id, l.leader_epoch
+            )
+        });
+        let b = &self.brokers[&id];
         let headers = match b.part.batch_headers() {
             Ok(h) => h,
             Err(e) => return self.violate(format!("broker {id} cannot read its log: {e}")),

@@ -2,6 +2,7 @@
 //! replay one seed with a readable trace.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -30,6 +31,15 @@ struct Args {
     fault_ticks: u64,
 }
 
+/// Print a line; a closed stdout (`sim ... | head`) ends the run quietly instead of panicking.
+macro_rules! say {
+    ($($t:tt)*) => {
+        if writeln!(std::io::stdout(), $($t)*).is_err() {
+            return ExitCode::from(1);
+        }
+    };
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let Some(mutation) = Mutation::parse(&args.mutation) else {
@@ -50,7 +60,9 @@ fn main() -> ExitCode {
     for &seed in &seeds {
         let out = run(seed, cfg.clone());
         if args.verbose {
-            print!("{}", out.trace);
+            if std::io::stdout().write_all(out.trace.as_bytes()).is_err() {
+                return ExitCode::from(1);
+            }
         }
         for (k, v) in &out.faults {
             *faults.entry(k).or_default() += v;
@@ -61,11 +73,11 @@ fn main() -> ExitCode {
         elections += out.elections;
         consumed += out.consumed;
         if let Some(v) = out.violation {
-            println!("seed {seed} FAILED: {v}");
+            say!("seed {seed} FAILED: {v}");
             failing.push(seed);
         }
     }
-    println!(
+    say!(
         "{} seeds, mutation {}: {} failed; {steps} steps, {acked} records acknowledged, {fenced} zombie writes \
          refused, {elections} elections, {consumed} batches read by the consumer",
         seeds.len(),
@@ -73,11 +85,11 @@ fn main() -> ExitCode {
         failing.len()
     );
     let faults: Vec<String> = faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    println!("faults: {}", faults.join(", "));
+    say!("faults: {}", faults.join(", "));
     if failing.is_empty() {
         ExitCode::SUCCESS
     } else {
-        println!("replay one with: cargo run -p sim --release -- --seed {} --verbose", failing[0]);
+        say!("replay one with: cargo run -p sim --release -- --seed {} --verbose", failing[0]);
         ExitCode::from(1)
     }
 }

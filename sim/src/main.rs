@@ -59,10 +59,8 @@ fn main() -> ExitCode {
     let (mut steps, mut acked, mut fenced, mut elections, mut consumed) = (0u64, 0u64, 0u64, 0u64, 0u64);
     for &seed in &seeds {
         let out = run(seed, cfg.clone());
-        if args.verbose {
-            if std::io::stdout().write_all(out.trace.as_bytes()).is_err() {
-                return ExitCode::from(1);
-            }
+        if args.verbose && std::io::stdout().write_all(out.trace.as_bytes()).is_err() {
+            return ExitCode::from(1);
         }
         for (k, v) in &out.faults {
             *faults.entry(k).or_default() += v;

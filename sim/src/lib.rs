@@ -1,21 +1,25 @@
-//! Deterministic simulation of one partition on three brokers, a coordinator and producers
-//! sharing transactional ids, on virtual time, every fault drawn from one seeded PRNG.
+//! Deterministic simulation of one partition on three brokers, a coordinator, producers
+//! sharing transactional ids and a consumer, on virtual time, every fault drawn from one seeded
+//! PRNG.
 //!
-//! It drives the real rule types: [`coordinator::ProducerTable`] grants epochs, writes fence
-//! markers and verifies partitions; [`broker::partition::Partition`] (real logs in a temporary
-//! directory) runs the leader-epoch check, the producer gate and replication. The simulator is
-//! the network (delay, reordering, duplication, loss, partitions), the scheduler (paused
-//! producers and brokers: zombies and stale leaders) and the controller (leader elections,
-//! pushed to brokers as messages that can arrive late). After every step it checks:
+//! It drives the real rule types: [`coordinator::table::ProducerTable`] grants epochs, writes
+//! fence markers, verifies partitions and is rebuilt from its journal after a crash;
+//! [`broker::partition::Partition`] (real logs in a temporary directory, reopened after a
+//! crash) runs the leader-epoch check, the producer gate, replication and fetch. The simulator
+//! is the network (delay, reordering, duplication, loss, partitions, messages lost with a
+//! crashed process), the scheduler (paused producers, brokers and consumer: zombies and stale
+//! leaders) and the controller (leader elections, pushed to brokers as messages that can arrive
+//! late). After every step it checks:
 //!
 //! 1. no data batch carrying an epoch older than one the coordinator has finished granting
 //!    (the init answered) for its transactional id is appended by a leader and then committed;
 //! 2. every acknowledged record is in the final log exactly once, at the offset acknowledged;
-//! 3. replicas agree below their high watermarks: an offset once committed never changes;
-//! 4. leader epochs seen by each broker, and epochs granted per transactional id, never go
-//!    backwards;
+//! 3. once an offset is committed, no replica holds a different batch there;
+//! 4. leader epochs seen by each broker (within one incarnation), and epochs granted per
+//!    transactional id, never go backwards;
+//! 5. what the consumer reads is what is committed there, never a zombie write;
 //!
-//! and, after the faults stop, that the replicas converge (liveness) within a bound.
+//! and, after the faults stop, that the replicas and the consumer converge (liveness).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};

@@ -22,6 +22,17 @@ fn committed_bytes(c: &LocalCluster, broker: i32, hw: i64) -> Vec<u8> {
     c.replica_bytes(broker, "t", 0, hw)
 }
 
+/// A produce of "stale" by `p` at sequence `seq`, addressed to a leader of `leader_epoch`.
+fn stale_produce(p: &Producer, seq: i32, leader_epoch: i32) -> Request {
+    let batch = build_batch(
+        ProducerStamp { producer_id: p.producer_id(), producer_epoch: p.epoch(), base_sequence: seq },
+        false,
+        0,
+        &[Bytes::from_static(b"stale")],
+    );
+    Request::Produce(ProduceRequest { topic: "t".into(), partition: 0, leader_epoch, acks: ACKS_ALL, records: batch })
+}
+
 async fn values(c: &LocalCluster) -> Vec<String> {
     let mut consumer = Consumer::new(&c.coordinator_addr, ClientConfig::default());
     consumer
@@ -86,19 +97,7 @@ async fn frozen_leader_wakes_fenced_by_epoch_and_converges() {
     // The old leader wakes and, before it hears from the coordinator, acts on what it knew:
     // it replicates (refused by epoch) and takes a produce at its old epoch (never acknowledged).
     let stale = Connection::connect(&c.broker_addrs[(old - 1) as usize]).await.unwrap();
-    let batch = build_batch(
-        ProducerStamp { producer_id: p.producer_id(), producer_epoch: p.epoch(), base_sequence: 5 },
-        false,
-        0,
-        &[Bytes::from_static(b"stale")],
-    );
-    let req = Request::Produce(ProduceRequest {
-        topic: "t".into(),
-        partition: 0,
-        leader_epoch: old_epoch,
-        acks: ACKS_ALL,
-        records: batch,
-    });
+    let req = stale_produce(&p, 5, old_epoch);
     c.switches[(old - 1) as usize].wake_without_heartbeats();
     let pending = tokio::spawn(async move { stale.call(req).await });
     let stats = c.switches[(old - 1) as usize].stats.clone();
@@ -173,19 +172,7 @@ async fn without_leader_epoch_checks_a_stale_leader_makes_replicas_diverge() {
     // Wake the old leader without letting it hear from the coordinator, and hand it a write
     // at its old leader epoch: it appends it at offset 3 and pushes it to the followers.
     let stale = Connection::connect(&c.broker_addrs[(old - 1) as usize]).await.unwrap();
-    let batch = build_batch(
-        ProducerStamp { producer_id: p.producer_id(), producer_epoch: p.epoch(), base_sequence: 3 },
-        false,
-        0,
-        &[Bytes::from_static(b"stale")],
-    );
-    let req = Request::Produce(ProduceRequest {
-        topic: "t".into(),
-        partition: 0,
-        leader_epoch: old_epoch,
-        acks: ACKS_ALL,
-        records: batch,
-    });
+    let req = stale_produce(&p, 3, old_epoch);
     c.switches[(old - 1) as usize].wake_without_heartbeats();
     let _pending = tokio::spawn(async move { stale.call(req).await });
     let mut diverged = false;

@@ -41,6 +41,21 @@ async fn txn_state(c: &LocalCluster, tid: &str) -> (String, i16) {
     (t.state.clone(), t.producer_epoch)
 }
 
+/// Whether some transactional id at the coordinator on `addr` reaches `state` within about
+/// 20 s (the coordinator may be down or restarting meanwhile: describe errors are retried).
+async fn reaches_state(addr: &str, state: &str) -> bool {
+    let mut admin = producer::Admin::new(addr, ClientConfig::default());
+    for _ in 0..1_500 {
+        if let Ok(d) = admin.describe().await {
+            if d.transactional_ids.iter().any(|t| t.state == state) {
+                return true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    false
+}
+
 #[tokio::test]
 async fn zombies_open_transaction_is_aborted_when_its_successor_inits() {
     let c = LocalCluster::start(LocalOptions::default()).await.unwrap();
@@ -209,18 +224,7 @@ async fn coordinator_killed_in_prepare_commit_finishes_the_commit_after_restart(
     // The broker stops: the commit is prepared (durably) but its marker cannot be written.
     signal(&b, "STOP");
     let commit = tokio::spawn(async move { p.commit().await });
-    let mut admin = producer::Admin::new(&addr, ClientConfig::default());
-    let mut prepared = false;
-    for _ in 0..1_500 {
-        if let Ok(d) = admin.describe().await {
-            if d.transactional_ids.iter().any(|t| t.state == "PrepareCommit") {
-                prepared = true;
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(prepared, "the coordinator reached PrepareCommit");
+    assert!(reaches_state(&addr, "PrepareCommit").await, "the coordinator reached PrepareCommit");
     coordinator.kill9();
     commit.abort();
     signal(&b, "CONT");
@@ -231,18 +235,7 @@ async fn coordinator_killed_in_prepare_commit_finishes_the_commit_after_restart(
         &["--listen", &addr, "--data-dir", data.to_str().unwrap()],
         &dir.path().join("coordinator-2.log"),
     );
-    let mut admin = producer::Admin::new(&addr, ClientConfig::default());
-    let mut complete = false;
-    for _ in 0..1_500 {
-        if let Ok(d) = admin.describe().await {
-            if d.transactional_ids.iter().any(|t| t.state == "CompleteCommit") {
-                complete = true;
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(complete, "the prepared commit completed after the restart");
+    assert!(reaches_state(&addr, "CompleteCommit").await, "the prepared commit completed after the restart");
     assert_eq!(committed(&addr, "t", 0).await, ["r0", "r1", "r2"], "committed exactly once");
     drop(b);
 }

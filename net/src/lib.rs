@@ -22,3 +22,11 @@ pub fn read_cluster_secret(path: &std::path::Path) -> Result<protocol::auth::Clu
     let raw = std::fs::read(path).map_err(|e| format!("cannot read cluster secret {}: {e}", path.display()))?;
     protocol::auth::ClusterSecret::new(raw.trim_ascii().to_vec()).map_err(|e| format!("{}: {e}", path.display()))
 }
+
+/// Log to stderr for a binary: `RUST_LOG` if set, else `default_level` ("info", "warn").
+pub fn init_logging(default_level: &str) {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_level.into()))
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -68,10 +68,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    net::init_logging("info");
     let args = Args::parse();
     let mut config = BrokerConfig::new(args.id, &args.data_dir, &args.coordinator);
     config.advertised_addr = args.advertise;

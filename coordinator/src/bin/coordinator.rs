@@ -58,10 +58,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    net::init_logging("info");
     let args = Args::parse();
     let mut config = CoordinatorConfig::new(&args.data_dir);
     config.cluster.broker_lease_ms = args.broker_lease_ms;

@@ -50,10 +50,7 @@ struct Line<'a> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    net::init_logging("warn");
     let args = Args::parse();
     let config = match ClientConfig::with_tls_ca(args.tls_ca.as_deref()) {
         Ok(c) => c,

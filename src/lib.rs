@@ -218,14 +218,21 @@ impl LocalCluster {
         }
     }
 
-    /// Path of broker `id`'s log file for `topic-partition`.
-    pub fn replica_log(&self, id: i32, topic: &str, partition: i32) -> PathBuf {
-        self.dir.path().join(format!("broker-{id}")).join(format!("{topic}-{partition}")).join(broker::log::LOG_FILE)
+    /// Broker `id`'s directory for `topic-partition`.
+    pub fn replica_dir(&self, id: i32, topic: &str, partition: i32) -> PathBuf {
+        self.dir.path().join(format!("broker-{id}")).join(format!("{topic}-{partition}"))
+    }
+
+    /// Every byte of a replica's log: its segment files, in offset order.
+    pub fn replica_log_bytes(&self, id: i32, topic: &str, partition: i32) -> bytes::Bytes {
+        let dir = self.replica_dir(id, topic, partition);
+        let files = broker::log::segment_files(&dir).unwrap_or_default();
+        files.iter().flat_map(|(_, path)| std::fs::read(path).unwrap_or_default()).collect::<Vec<u8>>().into()
     }
 
     /// The batches of a replica's log below `end_offset`, as raw bytes (empty if none).
     pub fn replica_bytes(&self, id: i32, topic: &str, partition: i32, end_offset: i64) -> Vec<u8> {
-        let raw = bytes::Bytes::from(std::fs::read(self.replica_log(id, topic, partition)).unwrap_or_default());
+        let raw = self.replica_log_bytes(id, topic, partition);
         let mut out = Vec::new();
         for item in protocol::batch::BatchIter::new(raw) {
             let Ok((h, b)) = item else { break };
@@ -238,7 +245,7 @@ impl LocalCluster {
 
     /// The data records of a replica's log, read from its file: (offset, value).
     pub fn replica_records(&self, id: i32, topic: &str, partition: i32) -> Vec<(i64, String)> {
-        let raw = bytes::Bytes::from(std::fs::read(self.replica_log(id, topic, partition)).unwrap_or_default());
+        let raw = self.replica_log_bytes(id, topic, partition);
         protocol::batch::BatchIter::new(raw)
             .map_while(Result::ok)
             .flat_map(|(_, b)| protocol::batch::decode_records(&b).unwrap_or_default())

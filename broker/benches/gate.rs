@@ -49,6 +49,7 @@ fn header_fast(pid: i64, seq: i32, offset: i64) -> BatchHeader {
         crc: 0,
         attributes: 0,
         last_offset_delta: 0,
+        max_timestamp: 0,
         producer_id: pid,
         producer_epoch: 0,
         base_sequence: seq,

@@ -2,7 +2,8 @@
 //!
 //! - [`producer_state`]: the per-partition producer gate (rules, no I/O).
 //! - [`leader`]: leader-epoch checks (rules, no I/O).
-//! - [`log`]: the partition log file and its recovery scan.
+//! - [`log`]: the partition log's segments, their indexes, recovery scan and retention.
+//! - [`snapshot`]: producer-state snapshots, so that recovery replays only the log's tail.
 //! - [`replication`]: the leader's follower progress, ISR wishes and high watermark (rules, no I/O).
 //! - [`partition`]: log + gate + leadership + replication state behind one lock: the one write path.
 //! - [`txn_index`]: open and aborted transactions, the last stable offset (rules, no I/O).
@@ -14,6 +15,7 @@ pub mod partition;
 pub mod producer_state;
 pub mod replication;
 pub mod server;
+pub mod snapshot;
 pub mod txn_index;
 
 pub use server::{run, BrokerConfig, BrokerError};

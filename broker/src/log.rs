@@ -1,10 +1,32 @@
-//! A partition's log: one append-only file of RecordBatch v2 bytes, as stored by the leader
-//! (base offset and partition leader epoch rewritten, every other byte as the producer sent it).
+//! A partition's log: segment files of RecordBatch v2 bytes, as stored by the leader (base
+//! offset and partition leader epoch rewritten, every other byte as the producer sent it).
 //!
-//! Opening a log scans it: every batch's length, CRC32C and offset continuity are checked. A
-//! torn or corrupt last batch is cut off (it was never acknowledged: acknowledgement follows the
-//! write); damage followed by intact data is corruption, and the log refuses to open rather
-//! than serve past it. Segments, snapshots and fsync policies are the durability issue's.
+//! Layout of a partition directory:
+//!
+//! ```text
+//! 00000000000000000000.log      a segment: the batches from offset 0
+//! 00000000000000000000.index    its offset index, written when the segment closed
+//! 00000000000000052113.log      the active segment (the last one): the only one written to
+//! 00000000000000052113.snapshot producer state as of offset 52113 (see the snapshot module)
+//! ```
+//!
+//! A segment closes (rolls) when the next batch would take it past `segment_bytes`: it is
+//! fdatasynced, its index is written and synced, and a new segment starts at the log end. A
+//! closed segment is therefore durable and never changes again, except when a follower cuts a
+//! divergent suffix into it (its index is then removed and it becomes the active segment).
+//!
+//! Opening a log loads each closed segment's index, checked by its CRC32C and against the
+//! segment's size, instead of reading the segment (as Kafka trusts segments below its recovery
+//! point); a closed segment without a valid index is scanned, and any damage in it is
+//! corruption. The active segment is always scanned: every batch's length, CRC32C and offset
+//! continuity are checked. A torn or corrupt last batch is cut off (it was never acknowledged:
+//! acknowledgement follows the write); damage followed by intact data is corruption, and the
+//! log refuses to open rather than serve past it.
+//!
+//! Retention deletes whole closed segments from the front, by total size and by age (the
+//! newest record timestamp in the segment), never past a bound the caller gives (the high
+//! watermark and the newest producer-state snapshot). Which segments go is decided by
+//! [`retention_cut`], a plain function of sizes, timestamps and `now`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{IoSlice, Read, Write};
@@ -12,12 +34,64 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::Bytes;
-use protocol::batch::{marker_kind, verify_crc, BatchHeader, BatchIter, MarkerKind};
+use bytes::{Buf, BufMut, Bytes};
+use protocol::batch::{crc32c, marker_kind, verify_crc, BatchHeader, BatchIter, MarkerKind};
 use thiserror::Error;
 
-/// The log file's name inside the partition directory.
-pub const LOG_FILE: &str = "00000000000000000000.log";
+/// Extension of segment files.
+pub const SEGMENT_SUFFIX: &str = "log";
+/// Extension of segment index files.
+pub const INDEX_SUFFIX: &str = "index";
+/// Default most bytes in one segment before it rolls.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 128 * 1024 * 1024;
+const INDEX_MAGIC: &[u8; 4] = b"EFIX";
+const INDEX_VERSION: u16 = 1;
+const INDEX_ENTRY_BYTES: usize = 28;
+const INDEX_HEADER_BYTES: usize = 4 + 2 + 8 + 8 + 4;
+
+/// `00000000000000000042.log`: the file name of the segment or snapshot starting at `offset`.
+pub fn offset_file_name(offset: i64, suffix: &str) -> String {
+    format!("{offset:020}.{suffix}")
+}
+
+/// The segment files in `dir`, in offset order.
+pub fn segment_files(dir: &Path) -> std::io::Result<Vec<(i64, PathBuf)>> {
+    offset_files(dir, SEGMENT_SUFFIX)
+}
+
+/// The files `<offset>.<suffix>` in `dir`, in offset order (other names are ignored).
+pub fn offset_files(dir: &Path, suffix: &str) -> std::io::Result<Vec<(i64, PathBuf)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let Some(stem) = name.strip_suffix(suffix).and_then(|s| s.strip_suffix('.')) else { continue };
+        if stem.len() == 20 {
+            if let Ok(offset) = stem.parse::<i64>() {
+                out.push((offset, path));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Segment size and retention settings of a partition log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogConfig {
+    /// A segment rolls when the next batch would take it past this many bytes.
+    pub segment_bytes: u64,
+    /// Delete the oldest closed segments while the log is bigger than this (none: keep all).
+    pub retention_bytes: Option<u64>,
+    /// Delete closed segments whose newest record is older than this (none: keep all).
+    pub retention_ms: Option<i64>,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { segment_bytes: SEGMENT_BYTES_DEFAULT, retention_bytes: None, retention_ms: None }
+    }
+}
 
 /// Log failures.
 #[derive(Debug, Error, Clone)]
@@ -52,117 +126,196 @@ pub enum LogError {
     },
 }
 
-#[derive(Debug, Clone, Copy)]
+fn io_error<'a>(path: &'a Path, op: &'static str) -> impl Fn(std::io::Error) -> LogError + 'a {
+    move |e| LogError::Io { path: path.display().to_string(), op, detail: e.to_string() }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct IndexEntry {
     base_offset: i64,
     last_offset: i64,
     leader_epoch: i32,
+    /// Byte position in the segment.
     pos: u64,
 }
 
-/// One partition's log file and its in-memory offset index.
+/// One segment file and its in-memory offset index (one entry per batch).
+#[derive(Debug)]
+struct Segment {
+    base_offset: i64,
+    path: PathBuf,
+    /// Read and append handle; reads are positional, so it is shared with readers.
+    file: Arc<File>,
+    size: u64,
+    /// Newest record timestamp in the segment (ms), for retention by age.
+    max_timestamp: i64,
+    index: Vec<IndexEntry>,
+}
+
+impl Segment {
+    fn end_offset(&self) -> i64 {
+        self.index.last().map_or(self.base_offset, |e| e.last_offset + 1)
+    }
+
+    fn index_path(&self) -> PathBuf {
+        self.path.with_extension(INDEX_SUFFIX)
+    }
+
+    /// Position of the batch holding `offset` (the segment's size past its end).
+    fn position(&self, offset: i64) -> (usize, u64) {
+        let i = self.index.partition_point(|e| e.last_offset < offset);
+        (i, self.index.get(i).map_or(self.size, |e| e.pos))
+    }
+}
+
+/// One partition's log: its segments, their offset indexes and the leader-epoch cache.
 #[derive(Debug)]
 pub struct PartitionLog {
-    path: PathBuf,
-    file: File,
-    reader: Arc<File>,
-    index: Vec<IndexEntry>,
+    dir: PathBuf,
+    config: LogConfig,
+    /// Never empty; the last one is the active segment.
+    segments: Vec<Segment>,
     /// The leader-epoch cache: (leader epoch, first offset of that epoch), ascending. It is
     /// derived from the batches (each carries the epoch it was appended under), so it is
-    /// persisted with the log by construction and rebuilt by the scan on open.
+    /// persisted with the log by construction and rebuilt from the indexes on open.
     epochs: Vec<(i32, i64)>,
     end_offset: i64,
-    size: u64,
     failed: Option<String>,
 }
 
-/// A log opened after a scan.
+/// A log opened after recovery.
 pub struct Recovered {
     /// The log.
     pub log: PartitionLog,
-    /// Header (and marker kind, for control batches) of every batch, in order, for rebuilding
-    /// producer state and the transaction index.
-    pub headers: Vec<(BatchHeader, Option<MarkerKind>)>,
     /// Bytes cut off a torn tail.
     pub truncated_bytes: u64,
+    /// Bytes read and checked by the scan (the active segment, and closed ones without index).
+    pub scanned_bytes: u64,
+}
+
+/// Bytes to read for a fetch or a replication push: whole batches of one segment.
+#[derive(Debug, Clone)]
+pub struct ReadRange {
+    /// The segment file (read positionally, outside the partition lock).
+    pub file: Arc<File>,
+    /// Byte position in it.
+    pub pos: u64,
+    /// Bytes.
+    pub len: usize,
+}
+
+impl ReadRange {
+    /// Read the bytes.
+    pub fn read(&self) -> std::io::Result<Bytes> {
+        read_at(&self.file, self.pos, self.len)
+    }
+}
+
+/// What retention needs to know of one segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentSummary {
+    /// Bytes in the segment.
+    pub bytes: u64,
+    /// Newest record timestamp in it (ms since the Unix epoch).
+    pub max_timestamp: i64,
+    /// The offset after its last batch.
+    pub end_offset: i64,
+}
+
+/// How many of the oldest segments retention deletes: a prefix of closed segments (the last,
+/// active, one always stays), each ending at or below `keep_below`, and each either taking the
+/// log past `retention_bytes` (what remains after deleting it is still at least that big, as in
+/// Kafka) or holding only records older than `retention_ms` before `now_ms`.
+pub fn retention_cut(segments: &[SegmentSummary], config: &LogConfig, now_ms: i64, keep_below: i64) -> usize {
+    let mut total: u64 = segments.iter().map(|s| s.bytes).sum();
+    let closed = segments.len().saturating_sub(1);
+    let mut n = 0;
+    for s in &segments[..closed] {
+        if s.end_offset > keep_below {
+            break;
+        }
+        let too_big = config.retention_bytes.is_some_and(|max| total - s.bytes >= max);
+        let too_old = config.retention_ms.is_some_and(|ms| s.max_timestamp < now_ms.saturating_sub(ms));
+        if !(too_big || too_old) {
+            break;
+        }
+        total -= s.bytes;
+        n += 1;
+    }
+    n
 }
 
 impl PartitionLog {
-    /// Open (or create) the log in `dir`, scanning and repairing its tail.
-    pub fn open(dir: &Path) -> Result<Recovered, LogError> {
-        let path = dir.join(LOG_FILE);
-        let err = |op: &'static str| {
-            let path = path.display().to_string();
-            move |e: std::io::Error| LogError::Io { path: path.clone(), op, detail: e.to_string() }
-        };
-        let created = !path.exists();
-        std::fs::create_dir_all(dir).map_err(err("create directory"))?;
-        let mut file = OpenOptions::new().read(true).append(true).create(true).open(&path).map_err(err("open"))?;
+    /// Open (or create) the log in `dir`, loading closed segments' indexes and scanning and
+    /// repairing the active segment.
+    pub fn open(dir: &Path, config: LogConfig) -> Result<Recovered, LogError> {
+        let created = !dir.exists();
+        std::fs::create_dir_all(dir).map_err(io_error(dir, "create directory"))?;
         if created {
-            // Make the new directory and file themselves durable, not only their contents.
-            for d in [Some(dir), dir.parent()].into_iter().flatten() {
-                if let Ok(d) = File::open(d) {
-                    let _ = d.sync_all();
+            // Make the new directory itself durable, not only what it will hold.
+            sync_dir(dir.parent().unwrap_or(dir));
+        }
+        remove_leftovers(dir)?;
+        let mut files = segment_files(dir).map_err(io_error(dir, "list"))?;
+        if files.is_empty() {
+            let path = dir.join(offset_file_name(0, SEGMENT_SUFFIX));
+            create_segment_file(&path)?;
+            sync_dir(dir);
+            files.push((0, path));
+        }
+        let last = files.len() - 1;
+        let mut segments: Vec<Segment> = Vec::with_capacity(files.len());
+        let (mut truncated_bytes, mut scanned_bytes) = (0, 0);
+        for (i, (base_offset, path)) in files.into_iter().enumerate() {
+            if let Some(due) = segments.last().map(Segment::end_offset) {
+                if base_offset != due {
+                    return Err(LogError::Corrupt {
+                        path: path.display().to_string(),
+                        pos: 0,
+                        detail: format!("the segment starts at offset {base_offset} where {due} was due"),
+                    });
                 }
             }
-        }
-        let mut raw = Vec::new();
-        file.read_to_end(&mut raw).map_err(err("read"))?;
-        let total = raw.len() as u64;
-        let mut headers = Vec::new();
-        let mut index = Vec::new();
-        let mut pos = 0u64;
-        let mut next_offset = 0i64;
-        for item in BatchIter::new(Bytes::from(raw)) {
-            let problem = match item {
-                Ok((h, bytes)) => match verify_crc(&bytes, &h) {
-                    Ok(()) if h.base_offset != next_offset => {
-                        Some(format!("batch at offset {} where {next_offset} was due", h.base_offset))
+            let file = OpenOptions::new().read(true).append(true).open(&path).map_err(io_error(&path, "open"))?;
+            let size = file.metadata().map_err(io_error(&path, "stat"))?.len();
+            let mut seg =
+                Segment { base_offset, path, file: Arc::new(file), size, max_timestamp: -1, index: Vec::new() };
+            if i == last || !load_index(&mut seg) {
+                let cut = scan(&mut seg, i == last)?;
+                truncated_bytes += cut;
+                scanned_bytes += seg.size + cut;
+                if i != last {
+                    if let Err(e) = write_index(&seg) {
+                        tracing::warn!(path = %seg.path.display(), error = %e, "could not rewrite a segment index");
                     }
-                    Ok(()) => {
-                        index.push(IndexEntry {
-                            base_offset: h.base_offset,
-                            last_offset: h.last_offset(),
-                            leader_epoch: h.partition_leader_epoch,
-                            pos,
-                        });
-                        headers.push((h, marker_kind(&bytes)));
-                        pos += bytes.len() as u64;
-                        next_offset = h.last_offset() + 1;
-                        None
-                    }
-                    Err(e) if pos + bytes.len() as u64 == total => {
-                        tracing::warn!(path = %path.display(), pos, error = %e, "cutting a corrupt last batch");
-                        break;
-                    }
-                    Err(e) => Some(e.to_string()),
-                },
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), pos, error = %e, "cutting a torn tail");
-                    break;
                 }
-            };
-            if let Some(detail) = problem {
-                return Err(LogError::Corrupt { path: path.display().to_string(), pos, detail });
             }
+            segments.push(seg);
         }
-        if pos < total {
-            file.set_len(pos).map_err(err("truncate"))?;
-            file.sync_all().map_err(err("sync"))?;
-        }
-        let reader = Arc::new(File::open(&path).map_err(err("open for reading"))?);
-        let mut log = PartitionLog {
-            path,
-            file,
-            reader,
-            index,
-            epochs: Vec::new(),
-            end_offset: next_offset,
-            size: pos,
-            failed: None,
-        };
+        let end_offset = segments.last().map_or(0, Segment::end_offset);
+        let mut log =
+            PartitionLog { dir: dir.to_path_buf(), config, segments, epochs: Vec::new(), end_offset, failed: None };
         log.rebuild_epochs();
-        Ok(Recovered { log, headers, truncated_bytes: total - pos })
+        Ok(Recovered { log, truncated_bytes, scanned_bytes })
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments.last().expect("a log has at least one segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments.last_mut().expect("a log has at least one segment")
+    }
+
+    fn segment_for(&self, offset: i64) -> Option<&Segment> {
+        let i = self.segments.partition_point(|s| s.base_offset <= offset);
+        self.segments.get(i.checked_sub(1)?)
+    }
+
+    fn failed_error(&self) -> Option<LogError> {
+        self.failed
+            .as_ref()
+            .map(|detail| LogError::Failed { path: self.dir.display().to_string(), detail: detail.clone() })
     }
 
     /// Whether an earlier failure stopped this log taking writes.
@@ -172,7 +325,7 @@ impl PartitionLog {
 
     /// Stop taking writes (an fdatasync failed).
     pub fn fail(&mut self, detail: String) {
-        tracing::error!(path = %self.path.display(), %detail, "log stops taking writes");
+        tracing::error!(path = %self.dir.display(), %detail, "log stops taking writes");
         self.failed.get_or_insert(detail);
     }
 
@@ -181,43 +334,104 @@ impl PartitionLog {
         self.end_offset
     }
 
-    /// Bytes in the log.
-    pub fn size_bytes(&self) -> u64 {
-        self.size
+    /// The first offset still in the log (above 0 once retention deleted segments).
+    pub fn start_offset(&self) -> i64 {
+        self.segments[0].base_offset
     }
 
-    /// Append one batch. `prefix` holds its first 16 bytes (base offset, length and leader
-    /// epoch as rewritten by the caller), `rest` the bytes after them as received, so the batch
-    /// is never copied. On a failed write the file is cut back to where it was.
+    /// Bytes in the log.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size).sum()
+    }
+
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// The settings the log was opened with.
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// The partition directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether a batch of `batch_bytes` must go to a new segment (see [`PartitionLog::roll`]).
+    pub fn should_roll(&self, batch_bytes: u64) -> bool {
+        let a = self.active();
+        a.size > 0 && a.size + batch_bytes > self.config.segment_bytes
+    }
+
+    /// Close the active segment (fdatasync it, write and sync its index) and start a new one
+    /// at the log end. Everything below the new segment is then durable.
+    pub fn roll(&mut self) -> Result<(), LogError> {
+        if let Some(e) = self.failed_error() {
+            return Err(e);
+        }
+        let active = self.active();
+        if let Err(e) = active.file.sync_data() {
+            let detail = format!("fdatasync of {} failed: {e}", active.path.display());
+            self.fail(detail.clone());
+            return Err(LogError::Io { path: self.dir.display().to_string(), op: "roll", detail });
+        }
+        if let Err(e) = write_index(active) {
+            // Only an optimisation: the segment is scanned on the next open instead.
+            tracing::warn!(path = %active.path.display(), error = %e, "could not write a segment index");
+        }
+        let base_offset = self.end_offset;
+        let path = self.dir.join(offset_file_name(base_offset, SEGMENT_SUFFIX));
+        let file = create_segment_file(&path)?;
+        sync_dir(&self.dir);
+        tracing::debug!(path = %path.display(), "rolled to a new segment");
+        self.segments.push(Segment {
+            base_offset,
+            path,
+            file: Arc::new(file),
+            size: 0,
+            max_timestamp: -1,
+            index: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Append one batch to the active segment. `prefix` holds its first 16 bytes (base offset,
+    /// length and leader epoch as rewritten by the caller), `rest` the bytes after them as
+    /// received, so the batch is never copied. On a failed write the file is cut back to where
+    /// it was.
     pub fn append(&mut self, prefix: &[u8; 16], rest: &[u8], header: &BatchHeader) -> Result<(), LogError> {
-        if let Some(detail) = &self.failed {
-            return Err(LogError::Failed { path: self.path.display().to_string(), detail: detail.clone() });
+        if let Some(e) = self.failed_error() {
+            return Err(e);
         }
-        if let Err(e) = write_all_two(&mut self.file, prefix, rest) {
+        let seg = self.active_mut();
+        if let Err(e) = write_all_two(&seg.file, prefix, rest) {
             let detail = e.to_string();
-            if let Err(undo) = self.file.set_len(self.size) {
-                self.failed =
-                    Some(format!("write failed ({detail}) and the partial batch could not be removed ({undo})"));
+            let path = seg.path.display().to_string();
+            if let Err(undo) = seg.file.set_len(seg.size) {
+                self.fail(format!("write failed ({detail}) and the partial batch could not be removed ({undo})"));
             }
-            return Err(LogError::Io { path: self.path.display().to_string(), op: "write", detail });
+            return Err(LogError::Io { path, op: "write", detail });
         }
-        self.index.push(IndexEntry {
+        seg.index.push(IndexEntry {
             base_offset: header.base_offset,
             last_offset: header.last_offset(),
             leader_epoch: header.partition_leader_epoch,
-            pos: self.size,
+            pos: seg.size,
         });
+        seg.size += (prefix.len() + rest.len()) as u64;
+        seg.max_timestamp = seg.max_timestamp.max(header.max_timestamp);
         if self.epochs.last().is_none_or(|(e, _)| *e != header.partition_leader_epoch) {
             self.epochs.push((header.partition_leader_epoch, header.base_offset));
         }
-        self.size += (prefix.len() + rest.len()) as u64;
         self.end_offset = header.last_offset() + 1;
         Ok(())
     }
 
     fn rebuild_epochs(&mut self) {
         self.epochs.clear();
-        for e in &self.index {
+        for e in self.segments.iter().flat_map(|s| &s.index) {
             if self.epochs.last().is_none_or(|(ep, _)| *ep != e.leader_epoch) {
                 self.epochs.push((e.leader_epoch, e.base_offset));
             }
@@ -231,18 +445,19 @@ impl PartitionLog {
 
     /// Leader epoch of the batch holding `offset`.
     pub fn epoch_at(&self, offset: i64) -> Option<i32> {
-        if offset < 0 || offset >= self.end_offset {
+        if offset >= self.end_offset {
             return None;
         }
-        let i = self.index.partition_point(|e| e.last_offset < offset);
-        self.index.get(i).map(|e| e.leader_epoch)
+        let seg = self.segment_for(offset)?;
+        let (i, _) = seg.position(offset);
+        seg.index.get(i).map(|e| e.leader_epoch)
     }
 
     /// First offset of the run of the epoch that holds `offset` (from the epoch cache).
     pub fn epoch_start(&self, offset: i64) -> i64 {
         let i = self.epochs.partition_point(|(_, start)| *start <= offset);
         if i == 0 {
-            0
+            self.start_offset()
         } else {
             self.epochs[i - 1].1
         }
@@ -260,84 +475,162 @@ impl PartitionLog {
         (self.epochs[i - 1].0, end)
     }
 
-    /// The first offset of the batch holding `offset` (the log end if `offset` is past it).
+    /// The first offset of the batch holding `offset` (the log end if `offset` is past it,
+    /// the log start if before it).
     pub fn batch_start(&self, offset: i64) -> i64 {
         if offset >= self.end_offset {
             return self.end_offset;
         }
-        let i = self.index.partition_point(|e| e.last_offset < offset.max(0));
-        self.index.get(i).map_or(self.end_offset, |e| e.base_offset)
+        let offset = offset.max(self.start_offset());
+        let Some(seg) = self.segment_for(offset) else { return self.end_offset };
+        let (i, _) = seg.position(offset);
+        seg.index.get(i).map_or(self.end_offset, |e| e.base_offset)
     }
 
     /// Cut the log back to `offset` (rounded down to a batch boundary); returns the new end.
+    /// Later segments are deleted newest first, so a crash midway leaves a shorter valid log.
     pub fn truncate(&mut self, offset: i64) -> Result<i64, LogError> {
         if offset >= self.end_offset {
             return Ok(self.end_offset);
         }
-        let keep = self.index.partition_point(|e| e.last_offset < offset);
-        let (pos, end) = match self.index.get(keep) {
-            Some(e) => (e.pos, e.base_offset),
-            None => (self.size, self.end_offset),
-        };
-        self.file.set_len(pos).map_err(|e| LogError::Io {
-            path: self.path.display().to_string(),
-            op: "truncate",
-            detail: e.to_string(),
-        })?;
-        self.index.truncate(keep);
-        self.size = pos;
-        self.end_offset = end;
-        self.rebuild_epochs();
-        Ok(end)
+        let offset = offset.max(self.start_offset());
+        let keep = self.segments.partition_point(|s| s.base_offset <= offset).max(1);
+        let result = (|| {
+            while self.segments.len() > keep {
+                let seg = self.segments.last().expect("more than `keep` segments");
+                remove_if_present(&seg.index_path())?;
+                remove_if_present(&seg.path)?;
+                self.segments.pop();
+            }
+            let seg = self.active_mut();
+            // It is the active segment now: it changes, so its index goes.
+            remove_if_present(&seg.index_path())?;
+            let (i, pos) = seg.position(offset);
+            seg.file.set_len(pos).map_err(io_error(&seg.path, "truncate"))?;
+            seg.index.truncate(i);
+            seg.size = pos;
+            Ok(seg.end_offset())
+        })();
+        match result {
+            Ok(end) => {
+                self.end_offset = end;
+                self.epochs.retain(|(_, start)| *start < end);
+                Ok(end)
+            }
+            Err(e) => {
+                self.fail(format!("truncation to offset {offset} failed midway: {e}"));
+                Err(e)
+            }
+        }
     }
 
-    /// Header and marker kind of every batch, read back from the file (after a truncation).
-    pub fn headers(&self) -> Result<Vec<(BatchHeader, Option<MarkerKind>)>, LogError> {
-        let bytes = read_at(&self.reader, 0, self.size as usize).map_err(|e| LogError::Io {
-            path: self.path.display().to_string(),
-            op: "read",
-            detail: e.to_string(),
-        })?;
-        let mut out = Vec::with_capacity(self.index.len());
-        for item in BatchIter::new(bytes) {
-            let (h, b) = item.map_err(|e| LogError::Corrupt {
-                path: self.path.display().to_string(),
-                pos: 0,
-                detail: e.to_string(),
-            })?;
-            out.push((h, marker_kind(&b)));
+    /// Delete everything and start an empty log at `offset` (a follower whose leader no
+    /// longer holds the offsets this log would need next).
+    pub fn reset_to(&mut self, offset: i64) -> Result<(), LogError> {
+        let path = self.dir.join(offset_file_name(offset, SEGMENT_SUFFIX));
+        let result = (|| {
+            while let Some(seg) = self.segments.pop() {
+                remove_if_present(&seg.index_path())?;
+                remove_if_present(&seg.path)?;
+            }
+            let file = create_segment_file(&path)?;
+            sync_dir(&self.dir);
+            Ok(file)
+        })();
+        match result {
+            Ok(file) => {
+                self.segments.push(Segment {
+                    base_offset: offset,
+                    path,
+                    file: Arc::new(file),
+                    size: 0,
+                    max_timestamp: -1,
+                    index: Vec::new(),
+                });
+                self.end_offset = offset;
+                self.epochs.clear();
+                Ok(())
+            }
+            Err(e) => {
+                self.fail(format!("reset to offset {offset} failed midway: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    /// Delete the closed segments retention allows (see [`retention_cut`]), none ending
+    /// above `keep_below`; returns how many went.
+    pub fn enforce_retention(&mut self, now_ms: i64, keep_below: i64) -> Result<usize, LogError> {
+        let summaries: Vec<SegmentSummary> = self
+            .segments
+            .iter()
+            .map(|s| SegmentSummary { bytes: s.size, max_timestamp: s.max_timestamp, end_offset: s.end_offset() })
+            .collect();
+        let n = retention_cut(&summaries, &self.config, now_ms, keep_below);
+        let mut deleted = 0;
+        let mut result = Ok(());
+        for seg in &self.segments[..n] {
+            // The index first: a segment without one is still a valid (scanned) segment.
+            if let Err(e) = remove_if_present(&seg.index_path()).and_then(|()| remove_if_present(&seg.path)) {
+                result = Err(e);
+                break;
+            }
+            deleted += 1;
+        }
+        if deleted > 0 {
+            self.segments.drain(..deleted);
+            self.rebuild_epochs();
+            tracing::info!(path = %self.dir.display(), segments = deleted, start_offset = self.start_offset(), "retention deleted segments");
+        }
+        result.map(|()| deleted)
+    }
+
+    /// Header and marker kind of every batch from `offset` (a batch boundary) to the end,
+    /// read back from the segments: for rebuilding producer state and the transaction index.
+    pub fn headers_from(&self, offset: i64) -> Result<Vec<(BatchHeader, Option<MarkerKind>)>, LogError> {
+        let mut out = Vec::new();
+        for seg in self.segments.iter().filter(|s| s.end_offset() > offset) {
+            let (_, pos) = seg.position(offset);
+            let bytes = read_at(&seg.file, pos, (seg.size - pos) as usize).map_err(io_error(&seg.path, "read"))?;
+            for item in BatchIter::new(bytes) {
+                let (h, b) = item.map_err(|e| LogError::Corrupt {
+                    path: seg.path.display().to_string(),
+                    pos,
+                    detail: e.to_string(),
+                })?;
+                out.push((h, marker_kind(&b)));
+            }
         }
         Ok(out)
     }
 
     /// Where to read whole batches from `offset`, at most `max_bytes` but at least one batch,
-    /// and only batches that end before `limit` (the high watermark for consumers):
-    /// `(file position, length)`, or `None` when there is nothing to read.
-    pub fn locate(&self, offset: i64, max_bytes: usize, limit: i64) -> Option<(u64, usize)> {
-        if offset >= self.end_offset || offset < 0 {
+    /// and only batches that end before `limit` (the high watermark for consumers), all from
+    /// one segment; `None` when there is nothing to read (or `offset` is outside the log).
+    pub fn locate(&self, offset: i64, max_bytes: usize, limit: i64) -> Option<ReadRange> {
+        if offset >= self.end_offset || offset < self.start_offset() {
             return None;
         }
-        let first = self.index.partition_point(|e| e.last_offset < offset);
-        if self.index.get(first)?.last_offset >= limit {
+        let seg = self.segment_for(offset)?;
+        let (first, start) = seg.position(offset);
+        if seg.index.get(first)?.last_offset >= limit {
             return None;
         }
-        let start = self.index.get(first)?.pos;
-        let end_of = |i: usize| self.index.get(i).map_or(self.size, |e| e.pos);
+        let end_of = |i: usize| seg.index.get(i).map_or(seg.size, |e| e.pos);
         // Batches first..upto are included; always at least the first one.
         let mut upto = first + 1;
-        while upto < self.index.len()
-            && self.index[upto].last_offset < limit
+        while upto < seg.index.len()
+            && seg.index[upto].last_offset < limit
             && (end_of(upto + 1) - start) as usize <= max_bytes
         {
             upto += 1;
         }
-        let end = end_of(upto);
-        Some((start, (end - start) as usize))
+        Some(ReadRange { file: seg.file.clone(), pos: start, len: (end_of(upto) - start) as usize })
     }
 
-    /// A handle for reading outside the partition lock.
-    pub fn reader(&self) -> Arc<File> {
-        self.reader.clone()
+    /// The active segment's file, to fdatasync (closed segments were synced when they rolled).
+    pub fn active_file(&self) -> Arc<File> {
+        self.active().file.clone()
     }
 }
 
@@ -348,7 +641,7 @@ pub fn read_at(file: &File, pos: u64, len: usize) -> std::io::Result<Bytes> {
     Ok(Bytes::from(buf))
 }
 
-fn write_all_two(file: &mut File, a: &[u8], b: &[u8]) -> std::io::Result<()> {
+fn write_all_two(mut file: &File, a: &[u8], b: &[u8]) -> std::io::Result<()> {
     let mut a = a;
     let mut b = b;
     while !a.is_empty() || !b.is_empty() {
@@ -363,109 +656,403 @@ fn write_all_two(file: &mut File, a: &[u8], b: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// fsync a directory, so that files created, renamed or removed in it stay so.
+pub fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+fn create_segment_file(path: &Path) -> Result<File, LogError> {
+    OpenOptions::new().read(true).append(true).create(true).open(path).map_err(io_error(path, "create"))
+}
+
+fn remove_if_present(path: &Path) -> Result<(), LogError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_error(path, "remove")(e)),
+        _ => Ok(()),
+    }
+}
+
+/// Remove what interrupted writes leave: temporary files, and indexes without a segment.
+fn remove_leftovers(dir: &Path) -> Result<(), LogError> {
+    let segments = segment_files(dir).map_err(io_error(dir, "list"))?;
+    for (offset, path) in offset_files(dir, INDEX_SUFFIX).map_err(io_error(dir, "list"))? {
+        if segments.binary_search_by_key(&offset, |(o, _)| *o).is_err() {
+            remove_if_present(&path)?;
+        }
+    }
+    for entry in std::fs::read_dir(dir).map_err(io_error(dir, "list"))? {
+        let path = entry.map_err(io_error(dir, "list"))?.path();
+        if path.extension().is_some_and(|e| e == "tmp") {
+            remove_if_present(&path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Read and check every batch of `seg`, building its index. With `repair_tail`, a torn or
+/// corrupt last batch is cut off; otherwise (a closed segment) it is corruption. Returns the
+/// bytes cut.
+fn scan(seg: &mut Segment, repair_tail: bool) -> Result<u64, LogError> {
+    let mut raw = Vec::with_capacity(seg.size as usize);
+    (&*seg.file).read_to_end(&mut raw).map_err(io_error(&seg.path, "read"))?;
+    let total = raw.len() as u64;
+    let corrupt = |pos: u64, detail: String| LogError::Corrupt { path: seg.path.display().to_string(), pos, detail };
+    let mut pos = 0u64;
+    let mut next_offset = seg.base_offset;
+    for item in BatchIter::new(Bytes::from(raw)) {
+        let damage = match item {
+            Ok((h, bytes)) => match verify_crc(&bytes, &h) {
+                Ok(()) if h.base_offset != next_offset => {
+                    return Err(corrupt(pos, format!("batch at offset {} where {next_offset} was due", h.base_offset)));
+                }
+                Ok(()) => {
+                    seg.index.push(IndexEntry {
+                        base_offset: h.base_offset,
+                        last_offset: h.last_offset(),
+                        leader_epoch: h.partition_leader_epoch,
+                        pos,
+                    });
+                    seg.max_timestamp = seg.max_timestamp.max(h.max_timestamp);
+                    pos += bytes.len() as u64;
+                    next_offset = h.last_offset() + 1;
+                    continue;
+                }
+                Err(e) if pos + bytes.len() as u64 == total => e.to_string(),
+                Err(e) => return Err(corrupt(pos, e.to_string())),
+            },
+            Err(e) => e.to_string(),
+        };
+        // A torn or corrupt last batch.
+        if !repair_tail {
+            return Err(corrupt(pos, format!("{damage} in a closed segment")));
+        }
+        tracing::warn!(path = %seg.path.display(), pos, error = %damage, "cutting a torn or corrupt tail");
+        break;
+    }
+    if pos < total {
+        seg.file.set_len(pos).map_err(io_error(&seg.path, "truncate"))?;
+        seg.file.sync_all().map_err(io_error(&seg.path, "sync"))?;
+    }
+    seg.size = pos;
+    Ok(total - pos)
+}
+
+/// Encode `seg`'s index: magic, version, segment size, newest timestamp, entry count, the
+/// entries (base offset, last offset, leader epoch, position), and a CRC32C of all of it.
+fn encode_index(seg: &Segment) -> Vec<u8> {
+    let mut out = Vec::with_capacity(INDEX_HEADER_BYTES + seg.index.len() * INDEX_ENTRY_BYTES + 4);
+    out.put_slice(INDEX_MAGIC);
+    out.put_u16(INDEX_VERSION);
+    out.put_u64(seg.size);
+    out.put_i64(seg.max_timestamp);
+    out.put_u32(seg.index.len() as u32);
+    for e in &seg.index {
+        out.put_i64(e.base_offset);
+        out.put_i64(e.last_offset);
+        out.put_i32(e.leader_epoch);
+        out.put_u64(e.pos);
+    }
+    let crc = crc32c(&out);
+    out.put_u32(crc);
+    out
+}
+
+fn write_index(seg: &Segment) -> std::io::Result<()> {
+    write_file_atomically(&seg.index_path(), &encode_index(seg))
+}
+
+/// Write `bytes` to `path` through a synced temporary file and a rename.
+pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Load `seg`'s index file if it is intact and describes the segment as it is on disk.
+fn load_index(seg: &mut Segment) -> bool {
+    let path = seg.index_path();
+    let Ok(raw) = std::fs::read(&path) else { return false };
+    match decode_index(&raw, seg.base_offset, seg.size) {
+        Ok((max_timestamp, index)) => {
+            seg.max_timestamp = max_timestamp;
+            seg.index = index;
+            true
+        }
+        Err(why) => {
+            tracing::warn!(path = %path.display(), why, "ignoring a segment index; scanning the segment");
+            false
+        }
+    }
+}
+
+fn decode_index(raw: &[u8], base_offset: i64, size: u64) -> Result<(i64, Vec<IndexEntry>), &'static str> {
+    if raw.len() < INDEX_HEADER_BYTES + 4 {
+        return Err("too short");
+    }
+    let (body, crc) = raw.split_at(raw.len() - 4);
+    if crc32c(body) != u32::from_be_bytes(crc.try_into().expect("4 bytes")) {
+        return Err("CRC mismatch");
+    }
+    let mut b = body;
+    if &b[..4] != INDEX_MAGIC {
+        return Err("bad magic");
+    }
+    b.advance(4);
+    if b.get_u16() != INDEX_VERSION {
+        return Err("unknown version");
+    }
+    if b.get_u64() != size {
+        return Err("written for a segment of another size");
+    }
+    let max_timestamp = b.get_i64();
+    let count = b.get_u32() as usize;
+    if b.remaining() != count * INDEX_ENTRY_BYTES {
+        return Err("entry count does not match the length");
+    }
+    let mut index = Vec::with_capacity(count);
+    let (mut next, mut next_pos) = (base_offset, 0);
+    for _ in 0..count {
+        let e = IndexEntry {
+            base_offset: b.get_i64(),
+            last_offset: b.get_i64(),
+            leader_epoch: b.get_i32(),
+            pos: b.get_u64(),
+        };
+        let pos_ok = if index.is_empty() { e.pos == 0 } else { e.pos >= next_pos && e.pos < size };
+        if e.base_offset != next || e.last_offset < e.base_offset || !pos_ok {
+            return Err("entries out of order");
+        }
+        next = e.last_offset + 1;
+        next_pos = e.pos + 1;
+        index.push(e);
+    }
+    if count == 0 && size > 0 {
+        return Err("no entries for a non-empty segment");
+    }
+    Ok((max_timestamp, index))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use protocol::batch::{build_batch, set_base_offset, ProducerStamp};
+    use protocol::batch::{build_batch, set_base_offset, set_partition_leader_epoch, ProducerStamp};
 
-    fn append(log: &mut PartitionLog, value: &str) -> i64 {
+    fn config(segment_bytes: u64) -> LogConfig {
+        LogConfig { segment_bytes, ..LogConfig::default() }
+    }
+
+    /// Append a batch of `value` at leader `epoch` with timestamp `ts`, rolling as a partition does.
+    fn append_at(log: &mut PartitionLog, value: &str, epoch: i32, ts: i64) -> i64 {
         let seq = log.end_offset() as i32;
         let b = build_batch(
             ProducerStamp { producer_id: 1, producer_epoch: 0, base_sequence: seq },
             false,
-            0,
+            ts,
             &[Bytes::from(value.to_string())],
         );
         let mut h = BatchHeader::parse(&b).unwrap();
         h.base_offset = log.end_offset();
+        h.partition_leader_epoch = epoch;
         let mut prefix = [0u8; 16];
         prefix.copy_from_slice(&b[..16]);
         set_base_offset(&mut prefix, h.base_offset);
+        set_partition_leader_epoch(&mut prefix, epoch);
+        if log.should_roll(b.len() as u64) {
+            log.roll().unwrap();
+        }
         log.append(&prefix, &b[16..], &h).unwrap();
         h.base_offset
+    }
+
+    fn append(log: &mut PartitionLog, value: &str) -> i64 {
+        append_at(log, value, 0, 0)
+    }
+
+    fn base_offsets(log: &PartitionLog, from: i64) -> Vec<i64> {
+        log.headers_from(from).unwrap().iter().map(|(h, _)| h.base_offset).collect()
     }
 
     #[test]
     fn appends_are_read_back_and_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = PartitionLog::open(dir.path()).unwrap().log;
+        let mut log = PartitionLog::open(dir.path(), LogConfig::default()).unwrap().log;
         for i in 0..5 {
             assert_eq!(append(&mut log, &format!("v{i}")), i);
         }
-        let (pos, len) = log.locate(2, 1, i64::MAX).unwrap();
-        let one = read_at(&log.reader(), pos, len).unwrap();
+        let one = log.locate(2, 1, i64::MAX).unwrap().read().unwrap();
         assert_eq!(BatchHeader::parse(&one).unwrap().base_offset, 2, "at least one whole batch");
-        let (_, all) = log.locate(0, usize::MAX, i64::MAX).unwrap();
-        assert_eq!(all as u64, log.size_bytes());
+        assert_eq!(log.locate(0, usize::MAX, i64::MAX).unwrap().len as u64, log.size_bytes());
         assert!(log.locate(5, 100, i64::MAX).is_none());
         drop(log);
-        let r = PartitionLog::open(dir.path()).unwrap();
+        let r = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
         assert_eq!(r.log.end_offset(), 5);
-        assert_eq!(r.headers.len(), 5);
+        assert_eq!(base_offsets(&r.log, 0), vec![0, 1, 2, 3, 4]);
+        assert_eq!(base_offsets(&r.log, 3), vec![3, 4]);
     }
 
     #[test]
-    fn truncation_and_the_epoch_cache() {
+    fn segments_roll_by_size_and_closed_ones_open_from_their_index() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = PartitionLog::open(dir.path()).unwrap().log;
-        for i in 0..6 {
-            let epoch = [0, 0, 2, 2, 2, 5][i];
-            let b = build_batch(
-                ProducerStamp { producer_id: 1, producer_epoch: 0, base_sequence: i as i32 },
-                false,
-                0,
-                &[Bytes::from(format!("v{i}"))],
-            );
-            let mut h = BatchHeader::parse(&b).unwrap();
-            h.base_offset = i as i64;
-            h.partition_leader_epoch = epoch;
-            let mut prefix = [0u8; 16];
-            prefix.copy_from_slice(&b[..16]);
-            set_base_offset(&mut prefix, h.base_offset);
-            protocol::batch::set_partition_leader_epoch(&mut prefix, epoch);
-            log.append(&prefix, &b[16..], &h).unwrap();
+        let mut log = PartitionLog::open(dir.path(), config(300)).unwrap().log;
+        for i in 0..20 {
+            append_at(&mut log, &format!("value-{i:03}"), (i / 7) as i32, 1000 + i);
         }
-        assert_eq!(log.epoch_cache(), &[(0, 0), (2, 2), (5, 5)]);
+        let segments = log.segment_count();
+        assert!(segments >= 4, "{segments} segments of at most 300 bytes");
+        assert_eq!(segment_files(dir.path()).unwrap().len(), segments);
+        assert_eq!(
+            offset_files(dir.path(), INDEX_SUFFIX).unwrap().len(),
+            segments - 1,
+            "every closed segment is indexed"
+        );
+        // A read stops at a segment boundary and the next one continues from there.
+        let first = log.locate(0, usize::MAX, i64::MAX).unwrap();
+        let next = BatchIter::new(first.read().unwrap()).count() as i64;
+        assert!(next < 20);
+        let second = log.locate(next, usize::MAX, i64::MAX).unwrap().read().unwrap();
+        assert_eq!(BatchHeader::parse_prefix(&second).unwrap().base_offset, next);
+        let cache = log.epoch_cache().to_vec();
+        let size = log.size_bytes();
+        drop(log);
+
+        let r = PartitionLog::open(dir.path(), config(300)).unwrap();
+        assert!(r.scanned_bytes < size / 2, "only the active segment is read: {} of {size}", r.scanned_bytes);
+        assert_eq!(r.log.end_offset(), 20);
+        assert_eq!(r.log.epoch_cache(), cache.as_slice());
+        assert_eq!(base_offsets(&r.log, 0), (0..20).collect::<Vec<_>>());
+        drop(r);
+
+        // A damaged index is ignored: the segment is scanned and the index rewritten.
+        let (_, index) = offset_files(dir.path(), INDEX_SUFFIX).unwrap()[1].clone();
+        let mut raw = std::fs::read(&index).unwrap();
+        raw[30] ^= 1;
+        std::fs::write(&index, &raw).unwrap();
+        let r = PartitionLog::open(dir.path(), config(300)).unwrap();
+        assert_eq!(base_offsets(&r.log, 0), (0..20).collect::<Vec<_>>());
+        assert!(r.scanned_bytes > 0);
+        assert_ne!(std::fs::read(&index).unwrap(), raw, "rewritten");
+        drop(r);
+
+        // Damage inside a closed segment without an index is corruption, not a tail to cut.
+        let (_, seg) = segment_files(dir.path()).unwrap()[1].clone();
+        std::fs::remove_file(seg.with_extension(INDEX_SUFFIX)).unwrap();
+        let len = std::fs::metadata(&seg).unwrap().len();
+        OpenOptions::new().write(true).open(&seg).unwrap().set_len(len - 3).unwrap();
+        assert!(matches!(PartitionLog::open(dir.path(), config(300)), Err(LogError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn truncation_across_segments_and_the_epoch_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), config(200)).unwrap().log;
+        for i in 0..12 {
+            append_at(&mut log, &format!("v{i}"), [0, 0, 2, 2, 2, 5, 5, 5, 5, 7, 7, 7][i], 0);
+        }
+        assert!(log.segment_count() > 3);
+        assert_eq!(log.epoch_cache(), &[(0, 0), (2, 2), (5, 5), (7, 9)]);
         assert_eq!(log.epoch_at(3), Some(2));
         assert_eq!(log.epoch_start(4), 2);
         assert_eq!(log.epoch_start(1), 0);
         assert_eq!(log.epoch_end(0), (0, 2));
         assert_eq!(log.epoch_end(1), (0, 2), "no epoch 1 here: epoch 0 is the largest at or below it");
         assert_eq!(log.epoch_end(3), (2, 5));
-        assert_eq!(log.epoch_end(9), (5, 6));
+        assert_eq!(log.epoch_end(9), (7, 12));
         assert_eq!(log.batch_start(4), 4);
-        assert_eq!(log.batch_start(99), 6);
-        assert_eq!(
-            log.locate(0, usize::MAX, 3).map(|(_, l)| l),
-            log.locate(0, usize::MAX, i64::MAX).map(|(_, l)| l / 2)
-        );
+        assert_eq!(log.batch_start(99), 12);
         assert_eq!(log.truncate(3).unwrap(), 3);
         assert_eq!(log.epoch_cache(), &[(0, 0), (2, 2)]);
-        assert_eq!(log.headers().unwrap().len(), 3);
+        assert_eq!(base_offsets(&log, 0), vec![0, 1, 2]);
+        assert_eq!(append(&mut log, "after"), 3);
         drop(log);
-        let r = PartitionLog::open(dir.path()).unwrap();
-        assert_eq!(r.log.end_offset(), 3);
-        assert_eq!(r.log.epoch_cache(), &[(0, 0), (2, 2)], "the cache is rebuilt from the log");
+        let r = PartitionLog::open(dir.path(), config(200)).unwrap();
+        assert_eq!(r.log.end_offset(), 4);
+        assert_eq!(r.log.epoch_cache(), &[(0, 0), (2, 2), (0, 3)], "the cache is rebuilt from the log");
     }
 
     #[test]
     fn torn_tail_is_cut_and_mid_log_damage_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = PartitionLog::open(dir.path()).unwrap().log;
+        let mut log = PartitionLog::open(dir.path(), LogConfig::default()).unwrap().log;
         for i in 0..3 {
             append(&mut log, &format!("value-{i}"));
         }
         let size = log.size_bytes();
         drop(log);
-        let path = dir.path().join(LOG_FILE);
+        let path = dir.path().join(offset_file_name(0, SEGMENT_SUFFIX));
         OpenOptions::new().write(true).open(&path).unwrap().set_len(size - 5).unwrap();
-        let r = PartitionLog::open(dir.path()).unwrap();
+        let r = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
         assert_eq!(r.log.end_offset(), 2);
         assert!(r.truncated_bytes > 0);
         drop(r);
         let mut raw = std::fs::read(&path).unwrap();
         raw[70] ^= 0xff; // inside the first batch's records
         std::fs::write(&path, &raw).unwrap();
-        assert!(matches!(PartitionLog::open(dir.path()), Err(LogError::Corrupt { pos: 0, .. })));
+        assert!(matches!(PartitionLog::open(dir.path(), LogConfig::default()), Err(LogError::Corrupt { pos: 0, .. })));
+    }
+
+    #[test]
+    fn a_gap_between_segments_is_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), config(150)).unwrap().log;
+        for i in 0..6 {
+            append(&mut log, &format!("value-{i}"));
+        }
+        drop(log);
+        let files = segment_files(dir.path()).unwrap();
+        assert!(files.len() >= 3);
+        std::fs::remove_file(&files[1].1).unwrap();
+        std::fs::remove_file(files[1].1.with_extension(INDEX_SUFFIX)).unwrap();
+        let err = PartitionLog::open(dir.path(), config(150)).err().unwrap();
+        assert!(err.to_string().contains("where"), "{err}");
+    }
+
+    #[test]
+    fn retention_cut_rules() {
+        let seg = |bytes, max_timestamp, end_offset| SegmentSummary { bytes, max_timestamp, end_offset };
+        let segs = [seg(100, 10, 10), seg(100, 20, 20), seg(100, 30, 30), seg(50, 40, 35)];
+        let none = LogConfig::default();
+        assert_eq!(retention_cut(&segs, &none, 1_000, i64::MAX), 0, "no retention set");
+        let bytes = LogConfig { retention_bytes: Some(150), ..none };
+        assert_eq!(retention_cut(&segs, &bytes, 0, i64::MAX), 2, "what remains stays at least 150 bytes");
+        assert_eq!(retention_cut(&segs, &bytes, 0, 15), 1, "never past keep_below");
+        let age = LogConfig { retention_ms: Some(100), ..none };
+        assert_eq!(retention_cut(&segs, &age, 125, i64::MAX), 2, "segments whose newest record is older than 25");
+        assert_eq!(retention_cut(&segs, &age, 1_000, i64::MAX), 3, "the active segment always stays");
+        assert_eq!(retention_cut(&segs[3..], &age, 1_000, i64::MAX), 0);
+    }
+
+    #[test]
+    fn retention_deletes_whole_segments_from_the_front() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig { segment_bytes: 200, retention_bytes: Some(300), retention_ms: None };
+        let mut log = PartitionLog::open(dir.path(), cfg).unwrap().log;
+        for i in 0..15 {
+            append_at(&mut log, &format!("v{i}"), i / 5, 0);
+        }
+        let before = log.segment_count();
+        assert_eq!(log.enforce_retention(0, 1).unwrap(), 0, "no segment ends at or below offset 1");
+        let deleted = log.enforce_retention(0, i64::MAX).unwrap();
+        assert!(deleted > 0 && log.segment_count() == before - deleted);
+        let start = log.start_offset();
+        assert!(start > 0);
+        assert!(log.size_bytes() >= 300);
+        assert!(log.locate(start - 1, usize::MAX, i64::MAX).is_none());
+        assert!(log.locate(start, usize::MAX, i64::MAX).is_some());
+        assert_eq!(base_offsets(&log, start), (start..15).collect::<Vec<_>>());
+        assert_eq!(log.epoch_cache().first().map(|(_, s)| *s), Some(start));
+        drop(log);
+        let r = PartitionLog::open(dir.path(), cfg).unwrap();
+        assert_eq!((r.log.start_offset(), r.log.end_offset()), (start, 15));
+        let mut log = r.log;
+        log.reset_to(40).unwrap();
+        assert_eq!((log.start_offset(), log.end_offset(), log.size_bytes()), (40, 40, 0));
+        assert_eq!(append(&mut log, "x"), 40);
+        drop(log);
+        let r = PartitionLog::open(dir.path(), cfg).unwrap();
+        assert_eq!((r.log.start_offset(), r.log.end_offset()), (40, 41));
     }
 }

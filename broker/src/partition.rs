@@ -14,9 +14,10 @@ use protocol::{AbortedTxn, ReplicateRequest, READ_COMMITTED};
 use tokio::sync::watch;
 
 use crate::leader::{LeaderEpochError, Leadership};
-use crate::log::{read_at, LogError, PartitionLog};
+use crate::log::{LogConfig, LogError, PartitionLog, ReadRange};
 use crate::producer_state::{Admit, GateError, ProducerStates};
 use crate::replication::ReplicaSet;
+use crate::snapshot;
 use crate::txn_index::TxnIndex;
 
 /// A successful append.
@@ -124,10 +125,12 @@ pub enum FetchError {
     #[error(transparent)]
     Leader(#[from] LeaderEpochError),
     /// Offset outside the log.
-    #[error("offset {offset} is outside the log [0, {end}]")]
+    #[error("offset {offset} is outside the log [{start}, {end}]; fetch from {start} (the oldest retained) or later")]
     OutOfRange {
         /// Asked.
         offset: i64,
+        /// Log start (the oldest offset retention kept).
+        start: i64,
         /// Log end.
         end: i64,
     },
@@ -145,6 +148,8 @@ pub struct ReplicationWork {
     pub prev_epoch: i32,
     /// Leader's high watermark.
     pub high_watermark: i64,
+    /// The leader's log start offset.
+    pub log_start_offset: i64,
     /// Batches from `from_offset` (possibly empty).
     pub records: Bytes,
     /// Leader's log end when the work was taken.
@@ -185,6 +190,55 @@ struct Inner {
     truncations: u64,
 }
 
+impl Inner {
+    /// Append one batch as stored (`prefix`: its first 16 bytes as rewritten, `rest`: the
+    /// others) and record it in the producer state and transaction index: the one place a batch
+    /// enters the log. A batch that would take the active segment past its size rolls the log
+    /// first, and the producer state as of the roll is snapshotted.
+    fn append_stored(
+        &mut self,
+        prefix: &[u8; 16],
+        rest: &[u8],
+        h: &BatchHeader,
+        marker: Option<MarkerKind>,
+    ) -> Result<(), LogError> {
+        if self.log.should_roll((prefix.len() + rest.len()) as u64) {
+            self.log.roll()?;
+            // The roll synced everything below the new segment.
+            self.durable_end = self.durable_end.max(self.log.end_offset());
+            self.snapshot();
+        }
+        self.log.append(prefix, rest, h)?;
+        self.producers.record(h);
+        self.txns.record(h, marker);
+        Ok(())
+    }
+
+    /// Snapshot the producer state as of the log end. Only an optimisation of recovery: a
+    /// failure is logged, and recovery replays more of the log instead.
+    fn snapshot(&self) {
+        if let Err(e) = snapshot::write(self.log.dir(), self.log.end_offset(), &self.producers, &self.txns) {
+            tracing::warn!(dir = %self.log.dir().display(), error = %e, "could not write a producer-state snapshot");
+        }
+    }
+
+    /// Rebuild the producer state and transaction index: from the newest intact snapshot
+    /// within the log, replaying the batches after it; or from the whole log.
+    fn recover_state(&mut self, fencing: bool) -> Result<Option<i64>, LogError> {
+        let (start, end) = (self.log.start_offset(), self.log.end_offset());
+        let (from, used, mut producers, mut txns) = match snapshot::load_newest(self.log.dir(), start, end, fencing) {
+            Some((offset, p, t)) => (offset, Some(offset), p, t),
+            None => (start, None, ProducerStates::new(fencing), TxnIndex::new()),
+        };
+        for (h, marker) in self.log.headers_from(from)? {
+            producers.record(&h);
+            txns.record(&h, marker);
+        }
+        (self.producers, self.txns) = (producers, txns);
+        Ok(used)
+    }
+}
+
 /// A partition replica hosted here.
 pub struct Partition {
     /// Topic.
@@ -201,24 +255,32 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// Open the replica's log in `dir`, rebuilding its producer state and epoch cache.
+    /// Open the replica's log in `dir` with the default [`LogConfig`].
     pub fn open(dir: &Path, topic: &str, index: i32, broker_id: i32, fencing: bool) -> Result<Partition, LogError> {
-        let recovered = PartitionLog::open(dir)?;
-        let (producers, txns) = rebuild(&recovered.headers, fencing);
+        Self::open_with(dir, LogConfig::default(), topic, index, broker_id, fencing)
+    }
+
+    /// Open the replica's log in `dir`, rebuilding its producer state (from the newest intact
+    /// snapshot and the batches after it) and its epoch cache.
+    pub fn open_with(
+        dir: &Path,
+        config: LogConfig,
+        topic: &str,
+        index: i32,
+        broker_id: i32,
+        fencing: bool,
+    ) -> Result<Partition, LogError> {
+        let recovered = PartitionLog::open(dir, config)?;
         let end = recovered.log.end_offset();
+        // A snapshot past the log end describes batches the log no longer has.
+        if let Err(e) = snapshot::remove_outside(dir, i64::MIN, end) {
+            tracing::warn!(dir = %dir.display(), error = %e, "could not remove stale snapshots");
+        }
         let latest_epoch = if end > 0 { recovered.log.epoch_at(end - 1).unwrap_or(-1) } else { -1 };
-        tracing::info!(
-            topic,
-            partition = index,
-            end_offset = recovered.log.end_offset(),
-            producers = producers.len(),
-            truncated_bytes = recovered.truncated_bytes,
-            "partition opened"
-        );
-        let inner = Inner {
+        let mut inner = Inner {
             log: recovered.log,
-            producers,
-            txns,
+            producers: ProducerStates::new(fencing),
+            txns: TxnIndex::new(),
             // The latest leader epoch in the log is a floor: a restarted replica never takes a
             // leadership or replication from an older epoch than it has already stored (the
             // role Kafka's leader-epoch checkpoint plays).
@@ -230,6 +292,19 @@ impl Partition {
             durable_end: 0,
             truncations: 0,
         };
+        let snapshot = inner.recover_state(fencing)?;
+        tracing::info!(
+            topic,
+            partition = index,
+            start_offset = inner.log.start_offset(),
+            end_offset = end,
+            segments = inner.log.segment_count(),
+            snapshot,
+            producers = inner.producers.len(),
+            scanned_bytes = recovered.scanned_bytes,
+            truncated_bytes = recovered.truncated_bytes,
+            "partition opened"
+        );
         let (progress, _) = watch::channel(0);
         Ok(Partition { topic: topic.to_string(), index, broker_id, fencing, inner: Mutex::new(inner), progress })
     }
@@ -277,10 +352,8 @@ impl Partition {
         set_base_offset(&mut prefix, base_offset);
         set_partition_leader_epoch(&mut prefix, leader_epoch);
         let stored = BatchHeader { base_offset, partition_leader_epoch: leader_epoch, ..*header };
-        g.log.append(&prefix, &batch[16..], &stored)?;
-        g.producers.record(&stored);
         let marker = if stored.is_control() { marker_kind(batch) } else { None };
-        g.txns.record(&stored, marker);
+        g.append_stored(&prefix, &batch[16..], &stored, marker)?;
         let leo = g.log.end_offset();
         if let Some(rs) = g.replica_set.as_mut() {
             if rs.on_leader_append(leo) {
@@ -297,7 +370,8 @@ impl Partition {
     pub fn sync_target(&self) -> Option<(i64, Arc<std::fs::File>, u64)> {
         let g = self.lock();
         let end = g.log.end_offset();
-        (end > g.durable_end && !g.log.has_failed()).then(|| (end, g.log.reader(), g.truncations))
+        // Only the active segment can hold unsynced bytes: a segment is synced when it rolls.
+        (end > g.durable_end && !g.log.has_failed()).then(|| (end, g.log.active_file(), g.truncations))
     }
 
     /// A sync taken at `generation` covering everything below `end` succeeded. Ignored if the
@@ -337,18 +411,35 @@ impl Partition {
     /// does not, and append the leader's batches as they are. Returns the end of what this log
     /// now holds in agreement with the leader (what the follower acknowledges).
     pub fn apply_replicated(&self, req: &ReplicateRequest, epoch_checks: bool) -> Result<i64, ReplicateError> {
-        let ReplicateRequest { leader_epoch, leader_id, from_offset, prev_epoch, high_watermark, ref records, .. } =
-            *req;
+        let ReplicateRequest {
+            leader_epoch,
+            leader_id,
+            from_offset,
+            prev_epoch,
+            high_watermark,
+            log_start_offset,
+            ref records,
+            ..
+        } = *req;
         let mut g = self.lock();
         g.leadership.check_replication(leader_epoch, leader_id, epoch_checks)?;
-        let leo = g.log.end_offset();
         if from_offset < 0 {
             return Err(ReplicateError::Corrupt(format!("from_offset {from_offset} is negative")));
         }
+        let own_start = g.log.start_offset();
+        // The leader holds nothing before `from_offset` (retention deleted it), so nothing here
+        // before it can be checked against the leader; or this log no longer holds what comes
+        // before it. Either way this replica starts over at `from_offset` (Kafka's
+        // truncate-fully-and-start-at): everything below it was committed when it was deleted.
+        let unverifiable = from_offset > 0 && from_offset == log_start_offset && from_offset != own_start;
+        if unverifiable || from_offset < own_start {
+            self.restart_log_at(&mut g, from_offset)?;
+        }
+        let leo = g.log.end_offset();
         if from_offset > leo {
             return Err(ReplicateError::Mismatch { hint: leo, diverging_epoch: -1, log_end_offset: leo });
         }
-        if from_offset > 0 {
+        if from_offset > g.log.start_offset() {
             let mine = g.log.epoch_at(from_offset - 1);
             if mine != Some(prev_epoch) {
                 // Report this replica's epoch there and where its run starts (the epoch cache);
@@ -390,10 +481,8 @@ impl Partition {
             g.producers.check_replicated(&h)?;
             let mut prefix = [0u8; 16];
             prefix.copy_from_slice(&bytes[..16]);
-            g.log.append(&prefix, &bytes[16..], &h)?;
-            g.producers.record(&h);
             let marker = if h.is_control() { marker_kind(&bytes) } else { None };
-            g.txns.record(&h, marker);
+            g.append_stored(&prefix, &bytes[16..], &h, marker)?;
             matched_end = end;
         }
         if records.is_empty() && g.log.epoch_at(from_offset).is_some_and(|e| e < leader_epoch) {
@@ -415,14 +504,90 @@ impl Partition {
     /// watermark, and rebuild the producer state and transaction index from what remains.
     fn cut_divergent(&self, g: &mut Inner, offset: i64) -> Result<(), LogError> {
         let leo = g.log.end_offset();
+        // Snapshots of the batches being cut go first, so none survives to describe them.
+        let keep = g.log.batch_start(offset);
+        snapshot::remove_outside(g.log.dir(), i64::MIN, keep).map_err(|e| LogError::Io {
+            path: g.log.dir().display().to_string(),
+            op: "remove snapshots",
+            detail: e.to_string(),
+        })?;
         let cut = g.log.truncate(offset)?;
         g.durable_end = g.durable_end.min(cut);
         g.high_watermark = g.high_watermark.min(cut);
         g.truncations += 1;
-        let headers = g.log.headers()?;
-        (g.producers, g.txns) = rebuild(&headers, self.fencing);
+        g.recover_state(self.fencing)?;
         tracing::info!(topic = %self.topic, partition = self.index, from = leo, to = cut, "truncated a divergent suffix");
         Ok(())
+    }
+
+    /// Drop the whole log and start an empty one at `offset`, with empty producer state.
+    fn restart_log_at(&self, g: &mut Inner, offset: i64) -> Result<(), LogError> {
+        let (start, leo) = (g.log.start_offset(), g.log.end_offset());
+        snapshot::remove_all(g.log.dir()).map_err(|e| LogError::Io {
+            path: g.log.dir().display().to_string(),
+            op: "remove snapshots",
+            detail: e.to_string(),
+        })?;
+        g.log.reset_to(offset)?;
+        g.durable_end = offset;
+        g.high_watermark = offset;
+        g.truncations += 1;
+        g.producers = ProducerStates::new(self.fencing);
+        g.txns = TxnIndex::new();
+        tracing::info!(
+            topic = %self.topic,
+            partition = self.index,
+            start,
+            end = leo,
+            new_start = offset,
+            "the leader's log starts past what this replica can match: starting over at its log start"
+        );
+        Ok(())
+    }
+
+    /// Retention: delete the closed segments the log's settings allow, keeping everything at or
+    /// above the high watermark and the newest producer-state snapshot (the state is recovered
+    /// from it, so its producers outlive the segments that carried them). `now_ms` is
+    /// wall-clock time in ms since the Unix epoch (record timestamps are too).
+    pub fn enforce_retention(&self, now_ms: i64) -> Result<usize, LogError> {
+        let mut g = self.lock();
+        let dir = g.log.dir().to_path_buf();
+        let io = |e: std::io::Error| LogError::Io {
+            path: dir.display().to_string(),
+            op: "snapshots",
+            detail: e.to_string(),
+        };
+        let newest_snapshot = snapshot::list(&dir).map_err(io)?.last().map_or(g.log.start_offset(), |(o, _)| *o);
+        let keep_below = g.high_watermark.min(newest_snapshot);
+        let deleted = g.log.enforce_retention(now_ms, keep_below)?;
+        if deleted > 0 {
+            let start = g.log.start_offset();
+            g.txns.forget_before(start);
+            snapshot::remove_outside(&dir, start, i64::MAX).map_err(io)?;
+        }
+        Ok(deleted)
+    }
+
+    /// A clean shutdown: sync the log and snapshot the producer state as of its end, so the
+    /// next open replays nothing.
+    pub fn checkpoint(&self) -> Result<(), LogError> {
+        let g = self.lock();
+        if g.log.has_failed() {
+            return Ok(());
+        }
+        g.log.active_file().sync_data().map_err(|e| LogError::Io {
+            path: g.log.dir().display().to_string(),
+            op: "sync",
+            detail: e.to_string(),
+        })?;
+        g.snapshot();
+        Ok(())
+    }
+
+    /// (log start offset, segments, bytes) of this replica's log.
+    pub fn log_shape(&self) -> (i64, usize, u64) {
+        let g = self.lock();
+        (g.log.start_offset(), g.log.segment_count(), g.log.size_bytes())
     }
 
     /// What to send `follower` next, while leading at `leader_epoch` (`None` otherwise).
@@ -432,22 +597,20 @@ impl Partition {
         leader_epoch: i32,
         max_bytes: usize,
     ) -> Result<Option<ReplicationWork>, FetchError> {
-        let (from_offset, prev_epoch, high_watermark, leader_leo, range, reader) = {
+        let (from_offset, prev_epoch, high_watermark, leader_leo, range, log_start_offset) = {
             let g = self.lock();
             if !g.leadership.is_leader || g.leadership.leader_epoch != leader_epoch {
                 return Ok(None);
             }
             let Some(f) = g.replica_set.as_ref().and_then(|rs| rs.follower(follower)) else { return Ok(None) };
-            let from = f.next_offset.min(g.log.end_offset());
+            // A follower behind this log's start starts over there (see `apply_replicated`).
+            let from = f.next_offset.min(g.log.end_offset()).max(g.log.start_offset());
             let prev_epoch = if from == 0 { -1 } else { g.log.epoch_at(from - 1).unwrap_or(-1) };
             let range = g.log.locate(from, max_bytes, i64::MAX);
-            (from, prev_epoch, g.high_watermark, g.log.end_offset(), range, g.log.reader())
+            (from, prev_epoch, g.high_watermark, g.log.end_offset(), range, g.log.start_offset())
         };
-        let records = match range {
-            None => Bytes::new(),
-            Some((pos, len)) => read_at(&reader, pos, len).map_err(|e| FetchError::Io(e.to_string()))?,
-        };
-        Ok(Some(ReplicationWork { from_offset, prev_epoch, high_watermark, records, leader_leo }))
+        let records = read_range(range)?;
+        Ok(Some(ReplicationWork { from_offset, prev_epoch, high_watermark, log_start_offset, records, leader_leo }))
     }
 
     /// A follower acknowledged up to `log_end_offset` at `leader_epoch`.
@@ -612,7 +775,8 @@ impl Partition {
     /// Every batch header in the log, in offset order, with the marker kind of control batches
     /// (the simulator compares replicas with them).
     pub fn batch_headers(&self) -> Result<Vec<(BatchHeader, Option<MarkerKind>)>, LogError> {
-        self.lock().log.headers()
+        let g = self.lock();
+        g.log.headers_from(g.log.start_offset())
     }
 
     /// (log end offset, high watermark).
@@ -630,24 +794,21 @@ impl Partition {
         request_leader_epoch: i32,
         isolation: i8,
     ) -> Result<Fetched, FetchError> {
-        let (range, reader, high_watermark, last_stable_offset, aborted, leader_epoch) = {
+        let (range, high_watermark, last_stable_offset, aborted, leader_epoch) = {
             let g = self.lock();
             g.leadership.check(request_leader_epoch)?;
-            let end = g.log.end_offset();
-            if offset < 0 || offset > end {
-                return Err(FetchError::OutOfRange { offset, end });
+            let (start, end) = (g.log.start_offset(), g.log.end_offset());
+            if offset < start || offset > end {
+                return Err(FetchError::OutOfRange { offset, start, end });
             }
             let hw = g.high_watermark;
             let lso = g.txns.last_stable_offset(hw);
             let committed = isolation == READ_COMMITTED;
             let limit = if committed { lso } else { hw };
             let aborted = if committed { g.txns.aborted_between(offset, limit) } else { Vec::new() };
-            (g.log.locate(offset, max_bytes, limit), g.log.reader(), hw, lso, aborted, g.leadership.leader_epoch)
+            (g.log.locate(offset, max_bytes, limit), hw, lso, aborted, g.leadership.leader_epoch)
         };
-        let records = match range {
-            None => Bytes::new(),
-            Some((pos, len)) => read_at(&reader, pos, len).map_err(|e| FetchError::Io(e.to_string()))?,
-        };
+        let records = read_range(range)?;
         Ok(Fetched { records, high_watermark, last_stable_offset, aborted, leader_epoch })
     }
 }
@@ -657,20 +818,20 @@ impl Partition {
     /// Every byte of the log (tests compare replicas with it).
     fn fetch_all_for_test(&self) -> Vec<u8> {
         let g = self.lock();
-        let range = g.log.locate(0, usize::MAX, i64::MAX);
-        range.map(|(pos, len)| read_at(&g.log.reader(), pos, len).unwrap().to_vec()).unwrap_or_default()
+        let mut out = Vec::new();
+        let mut offset = g.log.start_offset();
+        while let Some(range) = g.log.locate(offset, usize::MAX, i64::MAX) {
+            let bytes = range.read().unwrap();
+            offset = BatchIter::new(bytes.clone()).last().unwrap().unwrap().0.last_offset() + 1;
+            out.extend_from_slice(&bytes);
+        }
+        out
     }
 }
 
-/// Producer state and transaction index rebuilt from a log's batches.
-fn rebuild(headers: &[(BatchHeader, Option<MarkerKind>)], fencing: bool) -> (ProducerStates, TxnIndex) {
-    let mut producers = ProducerStates::new(fencing);
-    let mut txns = TxnIndex::new();
-    for (h, marker) in headers {
-        producers.record(h);
-        txns.record(h, *marker);
-    }
-    (producers, txns)
+/// Read a located range outside the partition lock (nothing located: no bytes).
+fn read_range(range: Option<ReadRange>) -> Result<Bytes, FetchError> {
+    range.map_or(Ok(Bytes::new()), |r| r.read().map_err(|e| FetchError::Io(e.to_string())))
 }
 
 /// Shared handle.
@@ -705,6 +866,7 @@ mod tests {
             from_offset: from,
             prev_epoch: prev,
             high_watermark: 0,
+            log_start_offset: 0,
             records,
         };
         p.apply_replicated(&req, true)
@@ -734,6 +896,7 @@ mod tests {
                 from_offset: 0,
                 prev_epoch: -1,
                 high_watermark: 0,
+                log_start_offset: 0,
                 records: Bytes::from(log.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()),
             };
             p.apply_replicated(&req, true).unwrap()
@@ -829,6 +992,7 @@ mod tests {
                 from_offset: 0,
                 prev_epoch: -1,
                 high_watermark: 0,
+                log_start_offset: 0,
                 records: stored(0, 2, "e2"),
             };
             assert_eq!(follower.apply_replicated(&req, true).unwrap(), 1);

@@ -13,7 +13,11 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use bytes::BufMut;
+
 use protocol::batch::{increment_sequence, BatchHeader};
+
+use crate::snapshot::{Malformed, Reader};
 
 /// Batches remembered per producer for duplicate detection (Kafka's 5 in-flight batches).
 pub const BATCHES_CACHED: usize = 5;
@@ -220,6 +224,63 @@ impl ProducerStates {
             last_seq: h.last_sequence(),
             base_offset: h.base_offset,
         });
+    }
+
+    /// Append this table to a snapshot: per producer id (ascending), its epoch, last marker
+    /// and cached batches. Entries that only hold a coordinator verification are left out: they
+    /// are not in the log, so a replay would not have them either.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut ids: Vec<(&i64, &ProducerEntry)> =
+            self.producers.iter().filter(|(_, e)| !e.batches.is_empty() || e.last_marker.is_some()).collect();
+        ids.sort_unstable_by_key(|(id, _)| **id);
+        out.put_u32(ids.len() as u32);
+        for (id, e) in ids {
+            out.put_i64(*id);
+            out.put_i16(e.epoch);
+            match e.last_marker {
+                Some((epoch, offset)) => {
+                    out.put_u8(1);
+                    out.put_i16(epoch);
+                    out.put_i64(offset);
+                }
+                None => out.put_u8(0),
+            }
+            out.put_u8(e.batches.len() as u8);
+            for b in &e.batches {
+                out.put_i32(b.first_seq);
+                out.put_i32(b.last_seq);
+                out.put_i64(b.base_offset);
+            }
+        }
+    }
+
+    /// Read a table written by [`ProducerStates::encode`].
+    pub fn decode(r: &mut Reader<'_>, fencing: bool) -> Result<Self, Malformed> {
+        const ENTRY_BYTES_MIN: usize = 8 + 2 + 1 + 1;
+        let n = r.count(ENTRY_BYTES_MIN)?;
+        let mut producers = HashMap::with_capacity(n);
+        for _ in 0..n {
+            let id = r.i64()?;
+            let epoch = r.i16()?;
+            let last_marker = match r.u8()? {
+                0 => None,
+                1 => Some((r.i16()?, r.i64()?)),
+                _ => return Err(Malformed("bad marker flag")),
+            };
+            let cached = r.u8()? as usize;
+            if cached > BATCHES_CACHED {
+                return Err(Malformed("more cached batches than a producer keeps"));
+            }
+            let mut batches = VecDeque::with_capacity(cached);
+            for _ in 0..cached {
+                batches.push_back(BatchMeta { first_seq: r.i32()?, last_seq: r.i32()?, base_offset: r.i64()? });
+            }
+            let entry = ProducerEntry { epoch, batches, verified_epoch: None, last_marker };
+            if producers.insert(id, entry).is_some() {
+                return Err(Malformed("a producer id twice"));
+            }
+        }
+        Ok(ProducerStates { producers, fencing })
     }
 
     /// The coordinator confirmed that `(producer_id, epoch)` is registered for this partition

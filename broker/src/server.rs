@@ -555,6 +555,7 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
                         from_offset: work.from_offset,
                         prev_epoch: work.prev_epoch,
                         high_watermark: work.high_watermark,
+                        log_start_offset: work.log_start_offset,
                         records: work.records.clone(),
                     });
                     conn.call_timeout(req, Duration::from_millis(shared.config.request_timeout_ms))

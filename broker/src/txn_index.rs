@@ -8,8 +8,12 @@
 
 use std::collections::BTreeMap;
 
+use bytes::BufMut;
+
 use protocol::batch::{BatchHeader, MarkerKind};
 use protocol::AbortedTxn;
+
+use crate::snapshot::{Malformed, Reader};
 
 /// One aborted transaction on this partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +58,40 @@ impl TxnIndex {
         } else if h.is_transactional() {
             self.open.entry(h.producer_id).or_insert(h.base_offset);
         }
+    }
+
+    /// Forget aborted transactions whose marker is below `offset` (retention deleted them).
+    pub fn forget_before(&mut self, offset: i64) {
+        self.aborted.retain(|a| a.marker_offset >= offset);
+    }
+
+    /// Append the open transactions and the aborted-transaction index to a snapshot.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.open.len() as u32);
+        for (pid, first) in &self.open {
+            out.put_i64(*pid);
+            out.put_i64(*first);
+        }
+        out.put_u32(self.aborted.len() as u32);
+        for a in &self.aborted {
+            out.put_i64(a.producer_id);
+            out.put_i64(a.first_offset);
+            out.put_i64(a.marker_offset);
+        }
+    }
+
+    /// Read an index written by [`TxnIndex::encode`].
+    pub fn decode(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+        let mut open = BTreeMap::new();
+        for _ in 0..r.count(16)? {
+            open.insert(r.i64()?, r.i64()?);
+        }
+        let n = r.count(24)?;
+        let mut aborted = Vec::with_capacity(n);
+        for _ in 0..n {
+            aborted.push(AbortedRange { producer_id: r.i64()?, first_offset: r.i64()?, marker_offset: r.i64()? });
+        }
+        Ok(TxnIndex { open, aborted })
     }
 
     /// First offset of the oldest open transaction.

@@ -103,6 +103,8 @@ pub struct BatchHeader {
     pub attributes: i16,
     /// Offset of the last record relative to `base_offset`.
     pub last_offset_delta: i32,
+    /// Largest record timestamp in the batch, in ms since the Unix epoch (as the producer set it).
+    pub max_timestamp: i64,
     /// Producer id, -1 for a producer without one.
     pub producer_id: i64,
     /// Producer epoch, -1 without a producer id.
@@ -146,6 +148,7 @@ impl BatchHeader {
             crc: u32::from_be_bytes(b[17..21].try_into().expect("4 bytes")),
             attributes: be_i16(b, 21),
             last_offset_delta: be_i32(b, 23),
+            max_timestamp: be_i64(b, 35),
             producer_id: be_i64(b, 43),
             producer_epoch: be_i16(b, 51),
             base_sequence: be_i32(b, 53),

@@ -520,6 +520,9 @@ pub struct ReplicateRequest {
     pub prev_epoch: i32,
     /// The leader's high watermark.
     pub high_watermark: i64,
+    /// The first offset the leader still holds (above 0 once retention deleted segments). When
+    /// `from_offset` equals it, the leader has nothing before it to compare with `prev_epoch`.
+    pub log_start_offset: i64,
     /// Whole batches as stored by the leader (may be empty).
     pub records: Bytes,
 }
@@ -887,6 +890,7 @@ pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
             b.put_i64(p.from_offset);
             b.put_i32(p.prev_epoch);
             b.put_i64(p.high_watermark);
+            b.put_i64(p.log_start_offset);
             b.put_blob(&p.records);
         }
         Request::AlterPartition(a) => {
@@ -1032,6 +1036,7 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
             from_offset: r.i64("from_offset")?,
             prev_epoch: r.i32("prev_epoch")?,
             high_watermark: r.i64("high_watermark")?,
+            log_start_offset: r.i64("log_start_offset")?,
             records: r.bytes("records")?,
         }),
         ApiKey::AlterPartition => Request::AlterPartition(AlterPartitionRequest {
@@ -1448,6 +1453,7 @@ mod tests {
             from_offset: 10,
             prev_epoch: 1,
             high_watermark: 9,
+            log_start_offset: 3,
             records: Bytes::from_static(b"batches"),
         }));
         roundtrip_req(Request::AlterPartition(AlterPartitionRequest {

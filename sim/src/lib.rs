@@ -702,6 +702,7 @@ impl Sim {
                         from_offset: w.from_offset,
                         prev_epoch: w.prev_epoch,
                         high_watermark: w.high_watermark,
+                        log_start_offset: w.log_start_offset,
                         records: w.records,
                     };
                     self.send(id as usize, f as usize, Msg::Replicate { req });

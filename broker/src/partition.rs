@@ -1005,4 +1005,222 @@ mod tests {
         assert!(matches!(replicate(&reopened, 1, 0, -1, &[stored(0, 1, "e1")]), Err(ReplicateError::Leader(_))));
         assert_eq!(reopened.progress().0, 1);
     }
+
+    /// A producer's batch (or, with `marker`, a transaction marker) as a leader of epoch 1
+    /// stored it at `offset`.
+    fn producer_batch(offset: i64, pid: i64, epoch: i16, seq: i32, txn: bool, marker: Option<MarkerKind>) -> Bytes {
+        let b = match marker {
+            Some(kind) => protocol::batch::build_marker(pid, epoch, kind, 0, 1_000),
+            None => build_batch(
+                ProducerStamp { producer_id: pid, producer_epoch: epoch, base_sequence: seq },
+                txn,
+                1_000,
+                &[Bytes::from(format!("p{pid}-e{epoch}-s{seq}"))],
+            ),
+        };
+        let mut m = b.to_vec();
+        set_base_offset(&mut m, offset);
+        set_partition_leader_epoch(&mut m, 1);
+        Bytes::from(m)
+    }
+
+    /// The producer state and transaction index, encoded (equal state, equal bytes).
+    fn state_of(p: &Partition) -> Vec<u8> {
+        let g = p.lock();
+        snapshot::encode(0, &g.producers, &g.txns)
+    }
+
+    /// The state a replay of the whole log gives.
+    fn replayed_state(p: &Partition) -> Vec<u8> {
+        let (mut producers, mut txns) = (ProducerStates::new(true), TxnIndex::new());
+        for (h, marker) in p.batch_headers().unwrap() {
+            producers.record(&h);
+            txns.record(&h, marker);
+        }
+        snapshot::encode(0, &producers, &txns)
+    }
+
+    /// Push `batches` (consecutive, from the follower's log end) as the leader of epoch 1.
+    fn push(p: &Partition, batches: &[Bytes], high_watermark: i64) -> i64 {
+        let from = p.progress().0;
+        let prev = if from == 0 { -1 } else { 1 };
+        let records = Bytes::from(batches.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>());
+        let req = ReplicateRequest {
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: 1,
+            leader_id: 1,
+            from_offset: from,
+            prev_epoch: prev,
+            high_watermark,
+            log_start_offset: 0,
+            records,
+        };
+        p.apply_replicated(&req, true).unwrap()
+    }
+
+    /// A workload with fences, open, committed and aborted transactions, spread over small
+    /// segments: producer 1 is fenced from epoch 0 to 1 early on (its zombie must stay fenced).
+    fn fencing_workload(p: &Partition) {
+        let mut next = 0i64;
+        let mut batch = |pid, epoch, seq, txn, marker| {
+            let b = producer_batch(next, pid, epoch, seq, txn, marker);
+            next += 1;
+            b
+        };
+        let mut batches = vec![
+            batch(1, 0, 0, false, None),
+            batch(1, 0, 1, false, None),
+            batch(1, 1, 0, false, Some(MarkerKind::Abort)),
+            batch(1, 1, 0, false, None),
+        ];
+        for round in 0..6 {
+            batches.push(batch(2, 0, round, false, None));
+            batches.push(batch(3, round as i16, 0, true, None));
+            let kind = if round % 2 == 0 { MarkerKind::Commit } else { MarkerKind::Abort };
+            batches.push(batch(3, round as i16, 0, false, Some(kind)));
+        }
+        batches.push(batch(4, 2, 0, true, None)); // left open
+        for b in batches {
+            push(p, &[b], 0);
+        }
+    }
+
+    fn small_segments() -> LogConfig {
+        LogConfig { segment_bytes: 400, ..LogConfig::default() }
+    }
+
+    fn snapshot_files(dir: &Path) -> Vec<std::path::PathBuf> {
+        snapshot::list(dir).unwrap().into_iter().map(|(_, p)| p).collect()
+    }
+
+    #[test]
+    fn recovery_from_snapshots_gives_the_state_of_a_full_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || Partition::open_with(dir.path(), small_segments(), "t", 0, 2, true).unwrap();
+        let p = open();
+        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        fencing_workload(&p);
+        let expected = state_of(&p);
+        assert_eq!(expected, replayed_state(&p));
+        let end = p.progress().0;
+        assert!(p.log_shape().1 > 3, "the workload spans several segments");
+        drop(p);
+        assert_eq!(snapshot_files(dir.path()).len(), snapshot::SNAPSHOTS_KEPT, "older snapshots are pruned");
+
+        // From the newest snapshot and the batches after it.
+        let p = open();
+        assert_eq!(state_of(&p), expected);
+        drop(p);
+
+        // The newest snapshot corrupt: the older one, and more of the log.
+        let newest = snapshot_files(dir.path()).pop().unwrap();
+        let mut raw = std::fs::read(&newest).unwrap();
+        raw[20] ^= 0x40;
+        std::fs::write(&newest, &raw).unwrap();
+        let p = open();
+        assert_eq!(state_of(&p), expected, "a corrupt snapshot is skipped");
+        drop(p);
+
+        // Every snapshot unusable (one cut short, one garbage): a full replay.
+        for path in snapshot_files(dir.path()) {
+            let raw = std::fs::read(&path).unwrap();
+            std::fs::write(&path, &raw[..raw.len() / 2]).unwrap();
+        }
+        let p = open();
+        assert_eq!(state_of(&p), expected, "a full replay when no snapshot is usable");
+
+        // The zombie fenced before the restarts is still fenced.
+        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        let zombie = producer_batch(end, 1, 0, 2, false, None);
+        assert!(matches!(
+            replicate(&p, 1, end, 1, &[zombie]),
+            Err(ReplicateError::Gate(GateError::StaleEpoch { producer_id: 1, current: 1, got: 0 }))
+        ));
+
+        // A clean shutdown's checkpoint leaves nothing to replay.
+        p.checkpoint().unwrap();
+        assert_eq!(snapshot::list(dir.path()).unwrap().last().map(|(o, _)| *o), Some(end));
+        drop(p);
+        assert_eq!(state_of(&open()), expected);
+    }
+
+    #[test]
+    fn a_cut_removes_the_snapshots_of_the_batches_it_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open_with(dir.path(), small_segments(), "t", 0, 2, true).unwrap();
+        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        fencing_workload(&p);
+        // Epoch 2's leader diverges at offset 3: the follower cuts everything from there.
+        p.learn(1, 2, &[1, 2], &[1, 2], 0);
+        let end = p.progress().0;
+        let other: Vec<Bytes> = (3..end + 10).map(|o| stored(o, 2, "other")).collect();
+        assert_eq!(replicate(&p, 2, 3, 1, &other[..1]).unwrap(), 4);
+        assert!(snapshot::list(dir.path()).unwrap().iter().all(|(o, _)| *o <= 3));
+        assert_eq!(state_of(&p), replayed_state(&p));
+        // The log grows past where the removed snapshots were: one left behind would be loaded.
+        assert_eq!(replicate(&p, 2, 4, 2, &other[1..]).unwrap(), end + 10);
+        drop(p);
+        let p = Partition::open_with(dir.path(), small_segments(), "t", 0, 2, true).unwrap();
+        assert_eq!(state_of(&p), replayed_state(&p));
+        assert_eq!(p.producer_epoch(1), Some(1), "the fence at offset 2 is below the cut and stays");
+    }
+
+    #[test]
+    fn retention_keeps_the_fencing_state_of_deleted_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig { segment_bytes: 400, retention_bytes: Some(800), retention_ms: None };
+        let p = Partition::open_with(dir.path(), config, "t", 0, 2, true).unwrap();
+        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        fencing_workload(&p);
+        let end = p.progress().0;
+        assert_eq!(p.enforce_retention(0).unwrap(), 0, "nothing below the high watermark (0) goes");
+        push(&p, &[], end);
+        let deleted = p.enforce_retention(0).unwrap();
+        let (start, _, bytes) = p.log_shape();
+        assert!(deleted > 0 && start > 3 && bytes >= 800, "{deleted} segments deleted, start {start}, {bytes} bytes");
+        assert!(snapshot::list(dir.path()).unwrap().iter().all(|(o, _)| *o >= start));
+        drop(p);
+        let p = Partition::open_with(dir.path(), config, "t", 0, 2, true).unwrap();
+        assert_eq!(p.log_shape().0, start);
+        assert_eq!(p.producer_epoch(1), Some(1), "producer 1's batches are gone; its fence is not");
+        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        let zombie = producer_batch(end, 1, 0, 2, false, None);
+        assert!(matches!(replicate(&p, 1, end, 1, &[zombie]), Err(ReplicateError::Gate(GateError::StaleEpoch { .. }))));
+    }
+
+    #[test]
+    fn a_follower_behind_the_leaders_log_start_starts_over_there() {
+        let fd = tempfile::tempdir().unwrap();
+        let follower = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
+        follower.learn(1, 1, &[1, 2], &[1, 2], 0);
+        let old: Vec<Bytes> = (0..3).map(|o| stored(o, 1, &format!("v{o}"))).collect();
+        assert_eq!(replicate(&follower, 1, 0, -1, &old).unwrap(), 3);
+        // The leader's log now starts at 10 (retention): it cannot vouch for anything before.
+        let kept: Vec<Bytes> = (10..12).map(|o| stored(o, 1, &format!("k{o}"))).collect();
+        let req = |from: i64, prev: i32, batches: &[Bytes]| ReplicateRequest {
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: 1,
+            leader_id: 1,
+            from_offset: from,
+            prev_epoch: prev,
+            high_watermark: 12,
+            log_start_offset: 10,
+            records: Bytes::from(batches.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()),
+        };
+        assert_eq!(follower.apply_replicated(&req(10, -1, &kept), true).unwrap(), 12);
+        assert_eq!(follower.log_shape().0, 10);
+        assert_eq!(follower.fetch_all_for_test(), kept.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>());
+        // From there on the usual checks apply.
+        assert!(matches!(
+            follower.apply_replicated(&req(12, 0, &[stored(12, 1, "x")]), true),
+            Err(ReplicateError::Mismatch { .. })
+        ));
+        assert_eq!(follower.apply_replicated(&req(12, 1, &[stored(12, 1, "x")]), true).unwrap(), 13);
+        drop(follower);
+        let reopened = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
+        assert_eq!(reopened.progress().0, 13);
+        assert_eq!(reopened.log_shape().0, 10);
+    }
 }

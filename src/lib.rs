@@ -57,6 +57,10 @@ pub struct LocalOptions {
     pub tls: bool,
     /// The brokers' fsync policy.
     pub fsync: broker::server::FsyncPolicy,
+    /// The brokers' segment size and retention.
+    pub log: broker::log::LogConfig,
+    /// How often the brokers run retention, in milliseconds.
+    pub retention_check_ms: u64,
 }
 
 impl Default for LocalOptions {
@@ -71,6 +75,8 @@ impl Default for LocalOptions {
             secured: true,
             tls: false,
             fsync: broker::server::FsyncPolicy::Always,
+            log: broker::log::LogConfig::default(),
+            retention_check_ms: 60_000,
         }
     }
 }
@@ -140,6 +146,8 @@ impl LocalCluster {
             config.heartbeat_ms = opts.heartbeat_ms;
             config.replica_lag_ms = opts.replica_lag_ms;
             config.fsync = opts.fsync;
+            config.log = opts.log;
+            config.retention_check_ms = opts.retention_check_ms;
             config.limits.cluster_secret = secret.clone();
             config.limits.tls = acceptor.clone();
             config.peer_tls = peer_tls.clone();

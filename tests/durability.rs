@@ -9,14 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{broker, coordinator, create_topic};
+use common::{broker_with, coordinator, create_topic};
 use producer::{ClientConfig, Consumer, Producer, ProducerConfig};
 
 #[tokio::test]
 async fn broker_killed_twenty_times_mid_stream_keeps_every_acknowledged_record_once() {
     let dir = tempfile::tempdir().unwrap();
     let c = coordinator(dir.path());
-    let mut b = broker(1, &c.addr, dir.path());
+    // Small segments, so that the crashes also land around rolls, index and snapshot writes.
+    let flags = ["--segment-bytes", "4096"];
+    let mut b = broker_with(1, &c.addr, dir.path(), &flags);
     create_topic(&c.addr, "t", 1);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -43,7 +45,7 @@ async fn broker_killed_twenty_times_mid_stream_keeps_every_acknowledged_record_o
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         tokio::time::sleep(Duration::from_millis(20 + (seed >> 33) % 150)).await;
         b.kill9();
-        b = broker(1, &c.addr, dir.path());
+        b = broker_with(1, &c.addr, dir.path(), &flags);
     }
     stop.store(true, Ordering::Relaxed);
     let acked = writer.await.unwrap();
@@ -59,4 +61,6 @@ async fn broker_killed_twenty_times_mid_stream_keeps_every_acknowledged_record_o
         .map(|r| (r.offset, String::from_utf8_lossy(&r.value).into_owned()))
         .collect();
     assert_eq!(log, acked, "the log holds exactly the acknowledged records, once each, in order");
+    let segments = broker::log::segment_files(&common::log_path(dir.path(), 1, "t", 0)).unwrap().len();
+    assert!(segments > 3, "the stream rolled segments ({segments})");
 }

@@ -178,6 +178,11 @@ impl ProducerStates {
                 // Same epoch, no data batch yet (only a marker at this epoch): start at 0.
                 None => 0,
             },
+            // A replicated batch of a producer this replica knows nothing of: its log starts
+            // past that producer's earlier batches (it started over at the leader's log start,
+            // as Kafka's followers do), and the leader checked the sequence. What it appends
+            // now starts this replica's record of the producer.
+            None if !verify => return Ok(Admit::Append),
             _ => 0,
         };
         if h.base_sequence != expected {
@@ -462,5 +467,18 @@ mod tests {
         let mut s = ProducerStates::new(false);
         s.record(&header(1, 4, 0, 1, 0));
         assert_eq!(s.check(&header(1, 3, 9, 1, 1)), Ok(Admit::Append));
+    }
+
+    #[test]
+    fn a_follower_takes_an_unknown_producer_mid_stream_the_leader_does_not() {
+        let s = ProducerStates::new(true);
+        let mid = header(7, 2, 40, 1, 100);
+        assert_eq!(s.check_replicated(&mid), Ok(()), "a replica that started over at the leader's log start");
+        let mut leader = ProducerStates::new(true);
+        leader.mark_verified(7, 2, false);
+        assert!(matches!(leader.check(&mid), Err(GateError::OutOfOrder { expected: 0, got: 40, .. })));
+        let mut known = ProducerStates::new(true);
+        known.record(&header(7, 2, 0, 1, 0));
+        assert!(known.check_replicated(&mid).is_err(), "a known producer's sequence is still checked");
     }
 }

@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
 use crate::leader::LeaderEpochError;
+use crate::log::LogConfig;
 use crate::partition::{AppendError, Appended, FetchError, Partition, PartitionRef, ReplicateError, RoleChange};
 use crate::producer_state::GateError;
 
@@ -85,6 +86,10 @@ pub struct BrokerConfig {
     pub batch_bytes_max: usize,
     /// When log writes are made durable.
     pub fsync: FsyncPolicy,
+    /// Segment size and retention of every partition log.
+    pub log: LogConfig,
+    /// How often retention runs, in milliseconds.
+    pub retention_check_ms: u64,
     /// Connection limits, the cluster secret and this listener's TLS certificate.
     pub limits: ServerLimits,
     /// Dial other members over TLS, trusting these CAs.
@@ -108,6 +113,8 @@ impl BrokerConfig {
             replication_bytes_max: 1024 * 1024,
             batch_bytes_max: 1024 * 1024,
             fsync: FsyncPolicy::Always,
+            log: LogConfig::default(),
+            retention_check_ms: 60_000,
             limits: ServerLimits::default(),
             peer_tls: None,
         }
@@ -296,6 +303,7 @@ pub async fn run_with(
     });
     let heartbeats = tokio::spawn(heartbeat_loop(shared.clone()));
     let flusher = tokio::spawn(flush_loop(shared.clone()));
+    let retention = tokio::spawn(retention_loop(shared.clone()));
     let handler_shared = shared.clone();
     let handler: net::Handler = Arc::new(move |req| {
         let shared = handler_shared.clone();
@@ -308,7 +316,47 @@ pub async fn run_with(
     let _ = stop_tx.send(true);
     let _ = heartbeats.await;
     let _ = flusher.await;
+    let _ = retention.await;
+    // A clean shutdown: sync every log and snapshot its producer state, so the next start
+    // replays nothing.
+    let parts: Vec<PartitionRef> = shared.partitions.iter().map(|p| p.clone()).collect();
+    let _ = tokio::task::spawn_blocking(move || {
+        for p in parts {
+            if let Err(e) = p.checkpoint() {
+                tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "no clean-shutdown checkpoint");
+            }
+        }
+    })
+    .await;
     Ok(())
+}
+
+/// Retention: every `retention_check_ms`, delete the closed segments each partition's log
+/// settings allow (nothing when neither `retention_bytes` nor `retention_ms` is set).
+async fn retention_loop(shared: Arc<Shared>) {
+    let config = shared.config.log;
+    if config.retention_bytes.is_none() && config.retention_ms.is_none() {
+        return;
+    }
+    let mut stop = shared.stop.clone();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(shared.config.retention_check_ms)) => {}
+            _ = stop.changed() => return,
+        }
+        let parts: Vec<PartitionRef> = shared.partitions.iter().map(|p| p.clone()).collect();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let _ = tokio::task::spawn_blocking(move || {
+            for p in parts {
+                if let Err(e) = p.enforce_retention(now_ms) {
+                    tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed");
+                }
+            }
+        })
+        .await;
+    }
 }
 
 /// The flusher: fdatasync every partition that has undurable writes, then tell the waiters.
@@ -455,7 +503,9 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
             Some(p) => p,
             None => {
                 let dir = shared.config.data_dir.join(format!("{}-{}", a.topic, a.partition));
-                match Partition::open(&dir, &a.topic, a.partition, shared.config.id, shared.config.fencing) {
+                let config = shared.config.log;
+                match Partition::open_with(&dir, config, &a.topic, a.partition, shared.config.id, shared.config.fencing)
+                {
                     Ok(p) => {
                         let p = Arc::new(p);
                         shared.partitions.insert(key, p.clone());

@@ -91,24 +91,26 @@ pub fn coordinator_with(dir: &Path, extra: &[&str]) -> Proc {
 
 /// Start broker `id` on an ephemeral port with its logs in `dir`.
 pub fn broker(id: i32, coordinator: &str, dir: &Path) -> Proc {
+    broker_with(id, coordinator, dir, &[])
+}
+
+/// [`broker`] with extra flags.
+pub fn broker_with(id: i32, coordinator: &str, dir: &Path, extra: &[&str]) -> Proc {
     let data = dir.join(format!("broker-{id}"));
     let id = id.to_string();
-    Proc::start(
-        "broker",
-        &[
-            "--id",
-            &id,
-            "--listen",
-            "127.0.0.1:0",
-            "--coordinator",
-            coordinator,
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--heartbeat-ms",
-            "50",
-        ],
-        &dir.join(format!("broker-{id}.log")),
-    )
+    let mut args = vec![
+        "--id",
+        &id,
+        "--listen",
+        "127.0.0.1:0",
+        "--coordinator",
+        coordinator,
+        "--data-dir",
+        data.to_str().unwrap(),
+    ];
+    args.extend_from_slice(&["--heartbeat-ms", "50"]);
+    args.extend_from_slice(extra);
+    Proc::start("broker", &args, &dir.join(format!("broker-{id}.log")))
 }
 
 /// Run a client binary to completion.
@@ -144,14 +146,16 @@ pub fn create_topic_replicated(bootstrap: &str, topic: &str, partitions: i32, re
     panic!("no broker registered in time");
 }
 
-/// Path of broker `id`'s log of `topic-partition` under `dir`.
+/// Broker `id`'s directory of `topic-partition` under `dir`.
 pub fn log_path(dir: &Path, id: i32, topic: &str, partition: i32) -> PathBuf {
-    dir.join(format!("broker-{id}")).join(format!("{topic}-{partition}")).join("00000000000000000000.log")
+    dir.join(format!("broker-{id}")).join(format!("{topic}-{partition}"))
 }
 
-/// The bytes of the batches below `end_offset` in a replica's log file.
-pub fn committed_bytes(path: &Path, end_offset: i64) -> Vec<u8> {
-    let raw = bytes::Bytes::from(std::fs::read(path).unwrap_or_default());
+/// The bytes of the batches below `end_offset` in a replica's log (its segment files in `dir`).
+pub fn committed_bytes(dir: &Path, end_offset: i64) -> Vec<u8> {
+    let files = broker::log::segment_files(dir).unwrap_or_default();
+    let raw: bytes::Bytes =
+        files.iter().flat_map(|(_, p)| std::fs::read(p).unwrap_or_default()).collect::<Vec<u8>>().into();
     let mut out = Vec::new();
     for item in protocol::batch::BatchIter::new(raw) {
         let Ok((h, b)) = item else { break };

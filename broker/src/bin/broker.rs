@@ -46,6 +46,20 @@ struct Args {
     /// `never` (rely on replication).
     #[arg(long, default_value = "always")]
     fsync: broker::server::FsyncPolicy,
+    /// A log segment rolls when the next batch would take it past this many bytes.
+    #[arg(long, default_value_t = broker::log::SEGMENT_BYTES_DEFAULT)]
+    segment_bytes: u64,
+    /// Delete a partition's oldest segments while its log stays at least this big without
+    /// them, in bytes (default: keep everything).
+    #[arg(long)]
+    retention_bytes: Option<u64>,
+    /// Delete segments whose newest record is older than this, in milliseconds (default: keep
+    /// everything).
+    #[arg(long)]
+    retention_ms: Option<i64>,
+    /// How often retention runs, in milliseconds.
+    #[arg(long, default_value_t = 60_000)]
+    retention_check_ms: u64,
     /// Largest record batch a producer may send, in bytes.
     #[arg(long, default_value_t = 1024 * 1024)]
     batch_bytes_max: usize,
@@ -76,6 +90,15 @@ async fn main() -> anyhow::Result<()> {
     config.fencing = !args.no_fencing;
     config.batch_bytes_max = args.batch_bytes_max;
     config.fsync = args.fsync;
+    if args.segment_bytes == 0 {
+        anyhow::bail!("--segment-bytes must be at least 1");
+    }
+    config.log = broker::log::LogConfig {
+        segment_bytes: args.segment_bytes,
+        retention_bytes: args.retention_bytes,
+        retention_ms: args.retention_ms,
+    };
+    config.retention_check_ms = args.retention_check_ms.max(1);
     config.limits.idle_ms = args.idle_ms;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.limits.tls = Some(net::tls::acceptor_from_files(cert, key)?);
@@ -92,8 +115,13 @@ async fn main() -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr()?;
     println!("broker {} listening on {addr}", args.id);
-    broker::run(listener, config, async {
-        let _ = tokio::signal::ctrl_c().await;
+    // SIGINT or SIGTERM: stop cleanly (logs synced, producer state snapshotted).
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    broker::run(listener, config, async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
     })
     .await?;
     Ok(())

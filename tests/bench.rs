@@ -74,3 +74,18 @@ fn bench_runs_for_a_duration_instead_of_a_count() {
     let records = r["records"].as_u64().unwrap();
     assert!(records > 0 && records.is_multiple_of(100), "{records}");
 }
+
+#[test]
+fn bench_measures_recovery() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["--mode", "recovery", "--log-mib", "6", "--segment-bytes", "1048576", "--producers", "10", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["log_bytes"].as_u64().unwrap() >= 6 << 20);
+    assert!(v["segments"].as_u64().unwrap() >= 6, "{v}");
+    for key in ["open_after_crash_s", "open_after_clean_shutdown_s", "open_full_scan_s"] {
+        assert!(v[key].as_f64().unwrap() > 0.0, "{key}: {v}");
+    }
+}

@@ -150,6 +150,9 @@ struct Segment {
     /// Newest record timestamp in the segment (ms), for retention by age.
     max_timestamp: i64,
     index: Vec<IndexEntry>,
+    /// An index file on disk describes this segment as it is (closed segments, and the active
+    /// one after a clean shutdown until its next append).
+    indexed: bool,
 }
 
 impl Segment {
@@ -278,15 +281,28 @@ impl PartitionLog {
             }
             let file = OpenOptions::new().read(true).append(true).open(&path).map_err(io_error(&path, "open"))?;
             let size = file.metadata().map_err(io_error(&path, "stat"))?.len();
-            let mut seg =
-                Segment { base_offset, path, file: Arc::new(file), size, max_timestamp: -1, index: Vec::new() };
-            if i == last || !load_index(&mut seg) {
+            let mut seg = Segment {
+                base_offset,
+                path,
+                file: Arc::new(file),
+                size,
+                max_timestamp: -1,
+                index: Vec::new(),
+                indexed: false,
+            };
+            // The active segment has a valid index only after a clean shutdown (written after
+            // its sync, and removed at its next append): then it is not scanned either.
+            seg.indexed = load_index(&mut seg, i != last);
+            if !seg.indexed {
                 let cut = scan(&mut seg, i == last)?;
                 truncated_bytes += cut;
                 scanned_bytes += seg.size + cut;
                 if i != last {
-                    if let Err(e) = write_index(&seg) {
-                        tracing::warn!(path = %seg.path.display(), error = %e, "could not rewrite a segment index");
+                    match write_index(&seg) {
+                        Ok(()) => seg.indexed = true,
+                        Err(e) => {
+                            tracing::warn!(path = %seg.path.display(), error = %e, "could not rewrite a segment index")
+                        }
                     }
                 }
             }
@@ -381,6 +397,7 @@ impl PartitionLog {
             // Only an optimisation: the segment is scanned on the next open instead.
             tracing::warn!(path = %active.path.display(), error = %e, "could not write a segment index");
         }
+        self.active_mut().indexed = true;
         let base_offset = self.end_offset;
         let path = self.dir.join(offset_file_name(base_offset, SEGMENT_SUFFIX));
         let file = create_segment_file(&path)?;
@@ -393,6 +410,7 @@ impl PartitionLog {
             size: 0,
             max_timestamp: -1,
             index: Vec::new(),
+            indexed: false,
         });
         Ok(())
     }
@@ -406,6 +424,11 @@ impl PartitionLog {
             return Err(e);
         }
         let seg = self.active_mut();
+        if seg.indexed {
+            // The clean-shutdown index of the active segment stops describing it now.
+            remove_if_present(&seg.index_path())?;
+            seg.indexed = false;
+        }
         if let Err(e) = write_all_two(&seg.file, prefix, rest) {
             let detail = e.to_string();
             let path = seg.path.display().to_string();
@@ -505,6 +528,7 @@ impl PartitionLog {
             let seg = self.active_mut();
             // It is the active segment now: it changes, so its index goes.
             remove_if_present(&seg.index_path())?;
+            seg.indexed = false;
             let (i, pos) = seg.position(offset);
             seg.file.set_len(pos).map_err(io_error(&seg.path, "truncate"))?;
             seg.index.truncate(i);
@@ -546,6 +570,7 @@ impl PartitionLog {
                     size: 0,
                     max_timestamp: -1,
                     index: Vec::new(),
+                    indexed: false,
                 });
                 self.end_offset = offset;
                 self.epochs.clear();
@@ -626,6 +651,20 @@ impl PartitionLog {
             upto += 1;
         }
         Some(ReadRange { file: seg.file.clone(), pos: start, len: (end_of(upto) - start) as usize })
+    }
+
+    /// A clean shutdown: fdatasync the active segment and write its index, so the next open
+    /// reads no segment at all.
+    pub fn checkpoint(&mut self) -> Result<(), LogError> {
+        if let Some(e) = self.failed_error() {
+            return Err(e);
+        }
+        let seg = self.active_mut();
+        seg.file.sync_data().map_err(io_error(&seg.path, "sync"))?;
+        write_index(seg).map_err(io_error(&seg.path, "write index"))?;
+        seg.indexed = true;
+        sync_dir(&self.dir);
+        Ok(())
     }
 
     /// The active segment's file, to fdatasync (closed segments were synced when they rolled).
@@ -773,9 +812,15 @@ pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Load `seg`'s index file if it is intact and describes the segment as it is on disk.
-fn load_index(seg: &mut Segment) -> bool {
+fn load_index(seg: &mut Segment, closed: bool) -> bool {
     let path = seg.index_path();
     let Ok(raw) = std::fs::read(&path) else { return false };
+    if !closed && decode_index(&raw, seg.base_offset, seg.size).is_err() {
+        // The active segment grew (or was cut) since its clean-shutdown index: expected after
+        // a crash; the scan below covers it.
+        let _ = std::fs::remove_file(&path);
+        return false;
+    }
     match decode_index(&raw, seg.base_offset, seg.size) {
         Ok((max_timestamp, index)) => {
             seg.max_timestamp = max_timestamp;
@@ -1054,5 +1099,27 @@ mod tests {
         drop(log);
         let r = PartitionLog::open(dir.path(), cfg).unwrap();
         assert_eq!((r.log.start_offset(), r.log.end_offset()), (40, 41));
+    }
+
+    #[test]
+    fn a_clean_shutdown_leaves_nothing_to_scan_and_the_next_append_undoes_that() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), config(300)).unwrap().log;
+        for i in 0..10 {
+            append(&mut log, &format!("value-{i}"));
+        }
+        log.checkpoint().unwrap();
+        drop(log);
+        let mut r = PartitionLog::open(dir.path(), config(300)).unwrap();
+        assert_eq!(r.scanned_bytes, 0, "every segment, the active one too, opens from its index");
+        assert_eq!(base_offsets(&r.log, 0), (0..10).collect::<Vec<_>>());
+        let active = segment_files(dir.path()).unwrap().pop().unwrap().1;
+        assert!(active.with_extension(INDEX_SUFFIX).exists());
+        append(&mut r.log, "after");
+        assert!(!active.with_extension(INDEX_SUFFIX).exists(), "the active segment's index goes at its next append");
+        drop(r);
+        let r = PartitionLog::open(dir.path(), config(300)).unwrap();
+        assert!(r.scanned_bytes > 0);
+        assert_eq!(r.log.end_offset(), 11);
     }
 }

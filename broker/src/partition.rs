@@ -568,18 +568,14 @@ impl Partition {
         Ok(deleted)
     }
 
-    /// A clean shutdown: sync the log and snapshot the producer state as of its end, so the
-    /// next open replays nothing.
+    /// A clean shutdown: sync the log, index its active segment and snapshot the producer
+    /// state as of its end, so the next open reads and replays nothing.
     pub fn checkpoint(&self) -> Result<(), LogError> {
-        let g = self.lock();
+        let mut g = self.lock();
         if g.log.has_failed() {
             return Ok(());
         }
-        g.log.active_file().sync_data().map_err(|e| LogError::Io {
-            path: g.log.dir().display().to_string(),
-            op: "sync",
-            detail: e.to_string(),
-        })?;
+        g.log.checkpoint()?;
         g.snapshot();
         Ok(())
     }

@@ -27,10 +27,26 @@ use protocol::{ProduceRequest, ProduceResponse, Request, Response, Status, ACKS_
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Producer throughput and latency against a loopback ceiling, with and without fencing")]
 struct Args {
-    /// Which targets to run: all (loopback, fenced, unfenced), one of them, or `inits`
-    /// (InitProducerId grants/s from `--clients` concurrent clients, each grant fsynced).
-    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced", "inits"])]
+    /// Which targets to run: all (loopback, fenced, unfenced), one of them, `inits`
+    /// (InitProducerId grants/s from `--clients` concurrent clients, each grant fsynced), or
+    /// `recovery` (how long a partition with `--log-mib` of log takes to open after a crash, after
+    /// a clean shutdown, and with no snapshots or indexes).
+    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced", "inits", "recovery"])]
     mode: String,
+    /// Log size for `--mode recovery`, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    log_mib: u64,
+    /// Segment size for `--mode recovery`, in bytes.
+    #[arg(long, default_value_t = broker::log::SEGMENT_BYTES_DEFAULT)]
+    segment_bytes: u64,
+    /// Directory for `--mode recovery`'s log, on the disk to measure (default: a temporary
+    /// directory under the system's).
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
+    /// `--mode recovery`: drop the page cache before each open (needs root), so the log is read
+    /// from disk.
+    #[arg(long)]
+    drop_caches: bool,
     /// Concurrent clients for `--mode inits`.
     #[arg(long, default_value_t = 64)]
     clients: usize,
@@ -440,9 +456,127 @@ async fn inits(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// Recovery time of one partition: write `--log-mib` of idempotent batches from `--producers`
+/// producers (as a follower does, through `apply_replicated`), then time `Partition::open`
+/// after a crash (no shutdown: snapshots from the rolls, the active segment scanned), after a
+/// clean shutdown (snapshot at the end), and with every snapshot and index removed (a full scan
+/// and replay, what a single-file log needed).
+fn recovery(args: &Args) -> Result<serde_json::Value, String> {
+    use broker::partition::Partition;
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let dir = args.data_dir.clone().unwrap_or_else(|| tmp.path().join("bench-0"));
+    let config = broker::log::LogConfig { segment_bytes: args.segment_bytes, ..Default::default() };
+    let open = || Partition::open_with(&dir, config, "bench", 0, 1, true).map_err(|e| e.to_string());
+    let producers = args.producers.max(1) as i64;
+    let template = BatchTemplate::new(args.record_bytes, args.batch_records, false);
+    let target = args.log_mib * 1024 * 1024;
+    let p = open()?;
+    p.learn(2, 1, &[1, 2], &[1, 2], 0);
+    let started = Instant::now();
+    let (mut offset, mut written, mut round) = (p.progress().0, 0u64, 0i32);
+    while written < target {
+        // About 1 MiB of batches per push, each producer in turn.
+        let mut chunk = Vec::with_capacity(1 << 21);
+        let from = offset;
+        while chunk.len() < 1 << 20 {
+            let pid = round as i64 % producers;
+            let seq = (round as i64 / producers) as i32 * template.records;
+            let mut b = template.stamp(pid, 0, seq).to_vec();
+            protocol::batch::set_base_offset(&mut b, offset);
+            protocol::batch::set_partition_leader_epoch(&mut b, 1);
+            offset += i64::from(template.records);
+            chunk.extend_from_slice(&b);
+            round += 1;
+        }
+        written += chunk.len() as u64;
+        let req = protocol::ReplicateRequest {
+            topic: "bench".into(),
+            partition: 0,
+            leader_epoch: 1,
+            leader_id: 2,
+            from_offset: from,
+            prev_epoch: if from == 0 { -1 } else { 1 },
+            high_watermark: from,
+            log_start_offset: 0,
+            records: Bytes::from(chunk),
+        };
+        p.apply_replicated(&req, true).map_err(|e| e.to_string())?;
+    }
+    let write_s = started.elapsed().as_secs_f64();
+    let (_, segments, bytes) = p.log_shape();
+    drop(p); // a crash: no checkpoint, the active segment unsynced
+    let drop_caches = || {
+        if args.drop_caches {
+            let synced = std::process::Command::new("sync").status().is_ok_and(|s| s.success());
+            std::fs::write("/proc/sys/vm/drop_caches", "3")
+                .map_err(|e| format!("--drop-caches: cannot write /proc/sys/vm/drop_caches: {e}"))
+                .and_then(|()| if synced { Ok(()) } else { Err("sync failed".into()) })
+        } else {
+            Ok(())
+        }
+    };
+    let timed_open = || -> Result<(f64, Partition), String> {
+        drop_caches()?;
+        let at = Instant::now();
+        let p = open()?;
+        Ok((at.elapsed().as_secs_f64(), p))
+    };
+    let (after_crash_s, p) = timed_open()?;
+    if p.progress().0 != offset || p.producer_epoch(producers - 1) != Some(0) {
+        return Err(format!("recovered log ends at {} where {offset} was written", p.progress().0));
+    }
+    p.checkpoint().map_err(|e| e.to_string())?;
+    drop(p);
+    let (after_clean_shutdown_s, p) = timed_open()?;
+    drop(p);
+    for entry in std::fs::read_dir(&dir).map_err(|e| e.to_string())? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_some_and(|e| e == "snapshot" || e == "index") {
+            std::fs::remove_file(&path).map_err(|e| e.to_string())?;
+        }
+    }
+    let (full_scan_s, p) = timed_open()?;
+    if p.progress().0 != offset {
+        return Err(format!("a full scan ends at {} where {offset} was written", p.progress().0));
+    }
+    Ok(serde_json::json!({
+        "log_bytes": bytes, "segments": segments, "segment_bytes": args.segment_bytes, "batches": round,
+        "producers": producers, "write_s": write_s, "cold_cache": args.drop_caches,
+        "open_after_crash_s": after_crash_s, "open_after_clean_shutdown_s": after_clean_shutdown_s,
+        "open_full_scan_s": full_scan_s,
+    }))
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if args.mode == "recovery" {
+        let a = args.clone();
+        return match tokio::task::spawn_blocking(move || recovery(&a)).await.map_err(|e| e.to_string()).and_then(|r| r)
+        {
+            Ok(v) if args.json => {
+                println!("{}", serde_json::to_string_pretty(&v).expect("json serialises"));
+                std::process::ExitCode::SUCCESS
+            }
+            Ok(v) => {
+                println!(
+                    "recovery of {:.0} MiB in {} segments ({} producers, {} cache): after a crash {:.3} s, after a clean shutdown {:.3} s, with no snapshots or indexes {:.3} s",
+                    v["log_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+                    v["segments"],
+                    v["producers"],
+                    if args.drop_caches { "cold" } else { "warm" },
+                    v["open_after_crash_s"].as_f64().unwrap_or(0.0),
+                    v["open_after_clean_shutdown_s"].as_f64().unwrap_or(0.0),
+                    v["open_full_scan_s"].as_f64().unwrap_or(0.0),
+                );
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("bench recovery: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     if args.mode == "inits" {
         return match inits(&args).await {
             Ok(()) => std::process::ExitCode::SUCCESS,

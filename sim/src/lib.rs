@@ -4,8 +4,9 @@
 //!
 //! It drives the real rule types: [`coordinator::table::ProducerTable`] grants epochs, writes
 //! fence markers, verifies partitions and is rebuilt from its journal after a crash;
-//! [`broker::partition::Partition`] (real logs in a temporary directory, reopened after a
-//! crash) runs the leader-epoch check, the producer gate, replication and fetch. The simulator
+//! [`broker::partition::Partition`] (real logs in a temporary directory, in 2 KiB segments so
+//! that runs roll many, reopened after a crash or, every other restart, after a clean stop:
+//! recovery goes through segment indexes and producer-state snapshots) runs the leader-epoch check, the producer gate, replication and fetch. The simulator
 //! is the network (delay, reordering, duplication, loss, partitions, messages lost with a
 //! crashed process), the scheduler (paused producers, brokers and consumer: zombies and stale
 //! leaders) and the controller (leader elections, pushed to brokers as messages that can arrive
@@ -36,6 +37,10 @@ const TOPIC: &str = "sim";
 const BROKERS: [i32; 3] = [1, 2, 3];
 const COORD: usize = 0;
 const CONSUMER: usize = 9;
+/// Small segments, so that runs roll many of them: crashes then land around rolls, segment
+/// indexes and producer-state snapshots, and recovery goes through them.
+const LOG: broker::log::LogConfig =
+    broker::log::LogConfig { segment_bytes: 2048, retention_bytes: None, retention_ms: None };
 
 /// A fence check switched off, to show the simulator catches what it prevents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,7 +258,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
     for id in BROKERS {
         let path = dir.path().join(format!("b{id}"));
         std::fs::create_dir_all(&path).expect("broker directory");
-        let part = Partition::open(&path, TOPIC, 0, id, fencing).expect("open partition");
+        let part = Partition::open_with(&path, LOG, TOPIC, 0, id, fencing).expect("open partition");
         brokers.insert(
             id,
             BrokerHost {
@@ -519,7 +524,15 @@ impl Sim {
         let fencing = self.cfg.mutation != Mutation::NoProducerFencing;
         let down = 20 + self.rng.below(100);
         let b = self.brokers.get_mut(&id).expect("broker");
-        match Partition::open(&b.dir, TOPIC, 0, id, fencing) {
+        // Every other restart of a broker follows a clean stop (log synced, active segment
+        // indexed, producer state snapshotted), the others a crash; no extra draw from the PRNG.
+        let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0);
+        if incarnation % 2 == 1 {
+            if let Err(e) = b.part.checkpoint() {
+                return self.violate(format!("broker {id} cannot checkpoint its log: {e}"));
+            }
+        }
+        match Partition::open_with(&b.dir, LOG, TOPIC, 0, id, fencing) {
             Ok(part) => b.part = part,
             Err(e) => return self.violate(format!("broker {id} cannot reopen its log: {e}")),
         }

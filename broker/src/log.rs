@@ -804,7 +804,9 @@ fn write_index(seg: &Segment) -> std::io::Result<()> {
 
 /// Write `bytes` to `path` through a synced temporary file and a rename.
 pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    // `<name>.<ext>.tmp`: an index and a snapshot of the same offset never share one.
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
+    let tmp = path.with_extension(format!("{ext}.tmp"));
     let mut f = File::create(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
@@ -1121,5 +1123,22 @@ mod tests {
         let r = PartitionLog::open(dir.path(), config(300)).unwrap();
         assert!(r.scanned_bytes > 0);
         assert_eq!(r.log.end_offset(), 11);
+    }
+
+    #[test]
+    fn leftovers_of_interrupted_writes_are_removed_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), config(150)).unwrap().log;
+        for i in 0..4 {
+            append(&mut log, &format!("value-{i}"));
+        }
+        drop(log);
+        let orphan = dir.path().join(offset_file_name(999, INDEX_SUFFIX));
+        let tmp = dir.path().join("00000000000000000002.snapshot.tmp");
+        std::fs::write(&orphan, b"index of a deleted segment").unwrap();
+        std::fs::write(&tmp, b"half a snapshot").unwrap();
+        let r = PartitionLog::open(dir.path(), config(150)).unwrap();
+        assert_eq!(r.log.end_offset(), 4);
+        assert!(!orphan.exists() && !tmp.exists());
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{broker_with, coordinator, create_topic};
+use common::{broker_with, coordinator, create_topic, Proc};
 use producer::{ClientConfig, Consumer, Producer, ProducerConfig};
 
 #[tokio::test]
@@ -63,4 +63,58 @@ async fn broker_killed_twenty_times_mid_stream_keeps_every_acknowledged_record_o
     assert_eq!(log, acked, "the log holds exactly the acknowledged records, once each, in order");
     let segments = broker::log::segment_files(&common::log_path(dir.path(), 1, "t", 0)).unwrap().len();
     assert!(segments > 3, "the stream rolled segments ({segments})");
+}
+
+/// The disk fills up under a broker (every file it writes is capped by RLIMIT_FSIZE, so a log
+/// write fails with EFBIG midway through a batch): produces fail with a storage error, every
+/// acknowledged record stays readable, nothing half-written is served, and once there is room
+/// again (a restart without the cap) the log takes writes after exactly the acknowledged records.
+#[tokio::test]
+async fn a_full_disk_fails_produces_cleanly_and_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = coordinator(dir.path());
+    let data = dir.path().join("broker-1");
+    let args = |data: &std::path::Path| -> Vec<String> {
+        ["--id", "1", "--listen", "127.0.0.1:0", "--coordinator", &c.addr, "--data-dir", data.to_str().unwrap()]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["--heartbeat-ms", "50"].map(String::from))
+            .collect()
+    };
+    let argv = args(&data);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut b = Proc::start_with_file_limit("broker", &argv, &dir.path().join("broker-1.log"), 256);
+    create_topic(&c.addr, "t", 1);
+
+    let mut config = ProducerConfig::idempotent();
+    config.delivery_timeout_ms = 1_500;
+    let mut p = Producer::init(&c.addr, config).await.unwrap();
+    let mut acked = Vec::new();
+    let error = loop {
+        let value = format!("{:0>1000}", acked.len());
+        match p.send("t", 0, Bytes::from(value.clone())).await {
+            Ok(m) => acked.push((m.base_offset, value)),
+            Err(e) => break e.to_string(),
+        }
+        assert!(acked.len() < 10_000, "the file-size cap never bit");
+    };
+    assert!(acked.len() > 10, "some records fit before the disk filled ({})", acked.len());
+    assert!(error.contains("KAFKA_STORAGE_ERROR") && error.contains("write failed"), "{error}");
+
+    // Reads go on, and serve exactly what was acknowledged.
+    let read = |records: Vec<protocol::batch::ConsumedRecord>| -> Vec<(i64, String)> {
+        records.into_iter().map(|r| (r.offset, String::from_utf8_lossy(&r.value).into_owned())).collect()
+    };
+    let mut consumer = Consumer::new(&c.addr, ClientConfig::default());
+    assert_eq!(read(consumer.read_to_end("t", 0, 0).await.unwrap()), acked);
+
+    // Room again: the restarted broker continues right after the acknowledged records.
+    b.kill9();
+    let _b = common::broker(1, &c.addr, dir.path());
+    let mut q = Producer::init(&c.addr, ProducerConfig::idempotent()).await.unwrap();
+    let m = q.send("t", 0, Bytes::from_static(b"after")).await.unwrap();
+    assert_eq!(m.base_offset, acked.len() as i64, "no gap and no leftover of the failed writes");
+    acked.push((m.base_offset, "after".into()));
+    let mut consumer = Consumer::new(&c.addr, ClientConfig::default());
+    assert_eq!(read(consumer.read_to_end("t", 0, 0).await.unwrap()), acked);
 }

@@ -43,9 +43,19 @@ pub struct Proc {
 impl Proc {
     /// Start `name args...`, wait for its "listening on ADDR" line, log stderr to `log`.
     pub fn start(name: &str, args: &[&str], log: &Path) -> Proc {
+        Self::spawn(name, Command::new(bin(name)).args(args), log)
+    }
+
+    /// [`Proc::start`] with every file the process writes limited to `blocks` of `ulimit -f`
+    /// (RLIMIT_FSIZE) and SIGXFSZ ignored: a write past it fails with EFBIG, as on a full disk.
+    pub fn start_with_file_limit(name: &str, args: &[&str], log: &Path, blocks: u32) -> Proc {
+        let script = format!("trap '' XFSZ; ulimit -f {blocks} && exec \"$0\" \"$@\"");
+        Self::spawn(name, Command::new("sh").arg("-c").arg(script).arg(bin(name)).args(args), log)
+    }
+
+    fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Proc {
         let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
-        let mut child = Command::new(bin(name))
-            .args(args)
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))
             .spawn()

@@ -1186,6 +1186,22 @@ mod tests {
     }
 
     #[test]
+    fn retention_by_age_deletes_segments_whose_newest_record_is_old() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig { segment_bytes: 400, retention_bytes: None, retention_ms: Some(60_000) };
+        let p = Partition::open_with(dir.path(), config, "t", 0, 2, true).unwrap();
+        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        fencing_workload(&p); // every record stamped 1,000 ms after the epoch
+        let end = p.progress().0;
+        push(&p, &[], end);
+        assert_eq!(p.enforce_retention(61_000).unwrap(), 0, "nothing older than a minute yet");
+        let segments = p.log_shape().1;
+        let deleted = p.enforce_retention(61_001).unwrap();
+        assert!(deleted > 0 && deleted < segments, "closed segments up to the newest snapshot go: {deleted}");
+        assert_eq!(p.producer_epoch(1), Some(1));
+    }
+
+    #[test]
     fn a_follower_behind_the_leaders_log_start_starts_over_there() {
         let fd = tempfile::tempdir().unwrap();
         let follower = Partition::open(fd.path(), "t", 0, 2, true).unwrap();

@@ -4,6 +4,8 @@
 //! - [`leader`]: leader-epoch checks (rules, no I/O).
 //! - [`log`]: the partition log's segments, their indexes, recovery scan and retention.
 //! - [`snapshot`]: producer-state snapshots, so that recovery replays only the log's tail.
+//! - [`storage`]: the file system under logs and snapshots, and an in-memory one that loses
+//!   unsynced writes (for the simulator and crash tests).
 //! - [`replication`]: the leader's follower progress, ISR wishes and high watermark (rules, no I/O).
 //! - [`partition`]: log + gate + leadership + replication state behind one lock: the one write path.
 //! - [`txn_index`]: open and aborted transactions, the last stable offset (rules, no I/O).
@@ -16,6 +18,7 @@ pub mod producer_state;
 pub mod replication;
 pub mod server;
 pub mod snapshot;
+pub mod storage;
 pub mod txn_index;
 
 pub use server::{run, BrokerConfig, BrokerError};

@@ -28,15 +28,14 @@
 //! watermark and the newest producer-state snapshot). Which segments go is decided by
 //! [`retention_cut`], a plain function of sizes, timestamps and `now`.
 
-use std::fs::{File, OpenOptions};
-use std::io::{IoSlice, Read, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes};
 use protocol::batch::{crc32c, marker_kind, verify_crc, BatchHeader, BatchIter, MarkerKind};
 use thiserror::Error;
+
+use crate::storage::{OsStorage, Storage, StoredFile};
 
 /// Extension of segment files.
 pub const SEGMENT_SUFFIX: &str = "log";
@@ -54,16 +53,15 @@ pub fn offset_file_name(offset: i64, suffix: &str) -> String {
     format!("{offset:020}.{suffix}")
 }
 
-/// The segment files in `dir`, in offset order.
+/// The segment files in `dir` (on the operating system's disk), in offset order.
 pub fn segment_files(dir: &Path) -> std::io::Result<Vec<(i64, PathBuf)>> {
-    offset_files(dir, SEGMENT_SUFFIX)
+    offset_files(&OsStorage, dir, SEGMENT_SUFFIX)
 }
 
 /// The files `<offset>.<suffix>` in `dir`, in offset order (other names are ignored).
-pub fn offset_files(dir: &Path, suffix: &str) -> std::io::Result<Vec<(i64, PathBuf)>> {
+pub fn offset_files(storage: &dyn Storage, dir: &Path, suffix: &str) -> std::io::Result<Vec<(i64, PathBuf)>> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
+    for path in storage.list(dir)? {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         let Some(stem) = name.strip_suffix(suffix).and_then(|s| s.strip_suffix('.')) else { continue };
         if stem.len() == 20 {
@@ -145,7 +143,7 @@ struct Segment {
     base_offset: i64,
     path: PathBuf,
     /// Read and append handle; reads are positional, so it is shared with readers.
-    file: Arc<File>,
+    file: Arc<dyn StoredFile>,
     size: u64,
     /// Newest record timestamp in the segment (ms), for retention by age.
     max_timestamp: i64,
@@ -174,6 +172,7 @@ impl Segment {
 /// One partition's log: its segments, their offset indexes and the leader-epoch cache.
 #[derive(Debug)]
 pub struct PartitionLog {
+    storage: Arc<dyn Storage>,
     dir: PathBuf,
     config: LogConfig,
     /// Never empty; the last one is the active segment.
@@ -200,7 +199,7 @@ pub struct Recovered {
 #[derive(Debug, Clone)]
 pub struct ReadRange {
     /// The segment file (read positionally, outside the partition lock).
-    pub file: Arc<File>,
+    pub file: Arc<dyn StoredFile>,
     /// Byte position in it.
     pub pos: u64,
     /// Bytes.
@@ -210,7 +209,7 @@ pub struct ReadRange {
 impl ReadRange {
     /// Read the bytes.
     pub fn read(&self) -> std::io::Result<Bytes> {
-        read_at(&self.file, self.pos, self.len)
+        self.file.read_at(self.pos, self.len)
     }
 }
 
@@ -252,18 +251,24 @@ impl PartitionLog {
     /// Open (or create) the log in `dir`, loading closed segments' indexes and scanning and
     /// repairing the active segment.
     pub fn open(dir: &Path, config: LogConfig) -> Result<Recovered, LogError> {
-        let created = !dir.exists();
-        std::fs::create_dir_all(dir).map_err(io_error(dir, "create directory"))?;
+        Self::open_in(Arc::new(OsStorage), dir, config)
+    }
+
+    /// [`PartitionLog::open`] on `storage`.
+    pub fn open_in(storage: Arc<dyn Storage>, dir: &Path, config: LogConfig) -> Result<Recovered, LogError> {
+        let st = storage.as_ref();
+        let created = !st.exists(dir);
+        st.create_dir_all(dir).map_err(io_error(dir, "create directory"))?;
         if created {
             // Make the new directory itself durable, not only what it will hold.
-            sync_dir(dir.parent().unwrap_or(dir));
+            st.sync_dir(dir.parent().unwrap_or(dir));
         }
-        remove_leftovers(dir)?;
-        let mut files = segment_files(dir).map_err(io_error(dir, "list"))?;
+        remove_leftovers(st, dir)?;
+        let mut files = offset_files(st, dir, SEGMENT_SUFFIX).map_err(io_error(dir, "list"))?;
         if files.is_empty() {
             let path = dir.join(offset_file_name(0, SEGMENT_SUFFIX));
-            create_segment_file(&path)?;
-            sync_dir(dir);
+            st.open(&path, true).map_err(io_error(&path, "create"))?;
+            st.sync_dir(dir);
             files.push((0, path));
         }
         let last = files.len() - 1;
@@ -279,26 +284,19 @@ impl PartitionLog {
                     });
                 }
             }
-            let file = OpenOptions::new().read(true).append(true).open(&path).map_err(io_error(&path, "open"))?;
-            let size = file.metadata().map_err(io_error(&path, "stat"))?.len();
-            let mut seg = Segment {
-                base_offset,
-                path,
-                file: Arc::new(file),
-                size,
-                max_timestamp: -1,
-                index: Vec::new(),
-                indexed: false,
-            };
+            let file = st.open(&path, false).map_err(io_error(&path, "open"))?;
+            let size = file.len().map_err(io_error(&path, "stat"))?;
+            let mut seg =
+                Segment { base_offset, path, file, size, max_timestamp: -1, index: Vec::new(), indexed: false };
             // The active segment has a valid index only after a clean shutdown (written after
             // its sync, and removed at its next append): then it is not scanned either.
-            seg.indexed = load_index(&mut seg, i != last);
+            seg.indexed = load_index(st, &mut seg, i != last);
             if !seg.indexed {
                 let cut = scan(&mut seg, i == last)?;
                 truncated_bytes += cut;
                 scanned_bytes += seg.size + cut;
                 if i != last {
-                    match write_index(&seg) {
+                    match write_index(st, &seg) {
                         Ok(()) => seg.indexed = true,
                         Err(e) => {
                             tracing::warn!(path = %seg.path.display(), error = %e, "could not rewrite a segment index")
@@ -309,8 +307,15 @@ impl PartitionLog {
             segments.push(seg);
         }
         let end_offset = segments.last().map_or(0, Segment::end_offset);
-        let mut log =
-            PartitionLog { dir: dir.to_path_buf(), config, segments, epochs: Vec::new(), end_offset, failed: None };
+        let mut log = PartitionLog {
+            storage,
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            epochs: Vec::new(),
+            end_offset,
+            failed: None,
+        };
         log.rebuild_epochs();
         Ok(Recovered { log, truncated_bytes, scanned_bytes })
     }
@@ -375,6 +380,11 @@ impl PartitionLog {
         &self.dir
     }
 
+    /// Where the log is stored.
+    pub fn storage(&self) -> &dyn Storage {
+        self.storage.as_ref()
+    }
+
     /// Whether a batch of `batch_bytes` must go to a new segment (see [`PartitionLog::roll`]).
     pub fn should_roll(&self, batch_bytes: u64) -> bool {
         let a = self.active();
@@ -393,20 +403,20 @@ impl PartitionLog {
             self.fail(detail.clone());
             return Err(LogError::Io { path: self.dir.display().to_string(), op: "roll", detail });
         }
-        if let Err(e) = write_index(active) {
+        if let Err(e) = write_index(self.storage.as_ref(), active) {
             // Only an optimisation: the segment is scanned on the next open instead.
             tracing::warn!(path = %active.path.display(), error = %e, "could not write a segment index");
         }
         self.active_mut().indexed = true;
         let base_offset = self.end_offset;
         let path = self.dir.join(offset_file_name(base_offset, SEGMENT_SUFFIX));
-        let file = create_segment_file(&path)?;
-        sync_dir(&self.dir);
+        let file = self.storage.open(&path, true).map_err(io_error(&path, "create"))?;
+        self.storage.sync_dir(&self.dir);
         tracing::debug!(path = %path.display(), "rolled to a new segment");
         self.segments.push(Segment {
             base_offset,
             path,
-            file: Arc::new(file),
+            file,
             size: 0,
             max_timestamp: -1,
             index: Vec::new(),
@@ -423,13 +433,14 @@ impl PartitionLog {
         if let Some(e) = self.failed_error() {
             return Err(e);
         }
+        let storage = self.storage.clone();
         let seg = self.active_mut();
         if seg.indexed {
             // The clean-shutdown index of the active segment stops describing it now.
-            remove_if_present(&seg.index_path())?;
+            remove_if_present(storage.as_ref(), &seg.index_path())?;
             seg.indexed = false;
         }
-        if let Err(e) = write_all_two(&seg.file, prefix, rest) {
+        if let Err(e) = seg.file.append(&[prefix, rest]) {
             let detail = e.to_string();
             let path = seg.path.display().to_string();
             if let Err(undo) = seg.file.set_len(seg.size) {
@@ -518,16 +529,18 @@ impl PartitionLog {
         }
         let offset = offset.max(self.start_offset());
         let keep = self.segments.partition_point(|s| s.base_offset <= offset).max(1);
+        let storage = self.storage.clone();
+        let st = storage.as_ref();
         let result = (|| {
             while self.segments.len() > keep {
                 let seg = self.segments.last().expect("more than `keep` segments");
-                remove_if_present(&seg.index_path())?;
-                remove_if_present(&seg.path)?;
+                remove_if_present(st, &seg.index_path())?;
+                remove_if_present(st, &seg.path)?;
                 self.segments.pop();
             }
             let seg = self.active_mut();
             // It is the active segment now: it changes, so its index goes.
-            remove_if_present(&seg.index_path())?;
+            remove_if_present(st, &seg.index_path())?;
             seg.indexed = false;
             let (i, pos) = seg.position(offset);
             seg.file.set_len(pos).map_err(io_error(&seg.path, "truncate"))?;
@@ -552,13 +565,15 @@ impl PartitionLog {
     /// longer holds the offsets this log would need next).
     pub fn reset_to(&mut self, offset: i64) -> Result<(), LogError> {
         let path = self.dir.join(offset_file_name(offset, SEGMENT_SUFFIX));
+        let storage = self.storage.clone();
+        let st = storage.as_ref();
         let result = (|| {
             while let Some(seg) = self.segments.pop() {
-                remove_if_present(&seg.index_path())?;
-                remove_if_present(&seg.path)?;
+                remove_if_present(st, &seg.index_path())?;
+                remove_if_present(st, &seg.path)?;
             }
-            let file = create_segment_file(&path)?;
-            sync_dir(&self.dir);
+            let file = st.open(&path, true).map_err(io_error(&path, "create"))?;
+            st.sync_dir(&self.dir);
             Ok(file)
         })();
         match result {
@@ -566,7 +581,7 @@ impl PartitionLog {
                 self.segments.push(Segment {
                     base_offset: offset,
                     path,
-                    file: Arc::new(file),
+                    file,
                     size: 0,
                     max_timestamp: -1,
                     index: Vec::new(),
@@ -596,7 +611,8 @@ impl PartitionLog {
         let mut result = Ok(());
         for seg in &self.segments[..n] {
             // The index first: a segment without one is still a valid (scanned) segment.
-            if let Err(e) = remove_if_present(&seg.index_path()).and_then(|()| remove_if_present(&seg.path)) {
+            let st = self.storage.as_ref();
+            if let Err(e) = remove_if_present(st, &seg.index_path()).and_then(|()| remove_if_present(st, &seg.path)) {
                 result = Err(e);
                 break;
             }
@@ -616,7 +632,7 @@ impl PartitionLog {
         let mut out = Vec::new();
         for seg in self.segments.iter().filter(|s| s.end_offset() > offset) {
             let (_, pos) = seg.position(offset);
-            let bytes = read_at(&seg.file, pos, (seg.size - pos) as usize).map_err(io_error(&seg.path, "read"))?;
+            let bytes = seg.file.read_at(pos, (seg.size - pos) as usize).map_err(io_error(&seg.path, "read"))?;
             for item in BatchIter::new(bytes) {
                 let (h, b) = item.map_err(|e| LogError::Corrupt {
                     path: seg.path.display().to_string(),
@@ -659,72 +675,39 @@ impl PartitionLog {
         if let Some(e) = self.failed_error() {
             return Err(e);
         }
+        let storage = self.storage.clone();
         let seg = self.active_mut();
         seg.file.sync_data().map_err(io_error(&seg.path, "sync"))?;
-        write_index(seg).map_err(io_error(&seg.path, "write index"))?;
+        write_index(storage.as_ref(), seg).map_err(io_error(&seg.path, "write index"))?;
         seg.indexed = true;
-        sync_dir(&self.dir);
+        storage.sync_dir(&self.dir);
         Ok(())
     }
 
     /// The active segment's file, to fdatasync (closed segments were synced when they rolled).
-    pub fn active_file(&self) -> Arc<File> {
+    pub fn active_file(&self) -> Arc<dyn StoredFile> {
         self.active().file.clone()
     }
 }
 
-/// Read `len` bytes at `pos` (positional read: no shared cursor, no lock).
-pub fn read_at(file: &File, pos: u64, len: usize) -> std::io::Result<Bytes> {
-    let mut buf = vec![0u8; len];
-    file.read_exact_at(&mut buf, pos)?;
-    Ok(Bytes::from(buf))
-}
-
-fn write_all_two(mut file: &File, a: &[u8], b: &[u8]) -> std::io::Result<()> {
-    let mut a = a;
-    let mut b = b;
-    while !a.is_empty() || !b.is_empty() {
-        let n = file.write_vectored(&[IoSlice::new(a), IoSlice::new(b)])?;
-        if n == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "wrote nothing"));
-        }
-        let from_a = n.min(a.len());
-        a = &a[from_a..];
-        b = &b[n - from_a..];
-    }
-    Ok(())
-}
-
-/// fsync a directory, so that files created, renamed or removed in it stay so.
-pub fn sync_dir(dir: &Path) {
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-}
-
-fn create_segment_file(path: &Path) -> Result<File, LogError> {
-    OpenOptions::new().read(true).append(true).create(true).open(path).map_err(io_error(path, "create"))
-}
-
-fn remove_if_present(path: &Path) -> Result<(), LogError> {
-    match std::fs::remove_file(path) {
+fn remove_if_present(storage: &dyn Storage, path: &Path) -> Result<(), LogError> {
+    match storage.remove(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_error(path, "remove")(e)),
         _ => Ok(()),
     }
 }
 
 /// Remove what interrupted writes leave: temporary files, and indexes without a segment.
-fn remove_leftovers(dir: &Path) -> Result<(), LogError> {
-    let segments = segment_files(dir).map_err(io_error(dir, "list"))?;
-    for (offset, path) in offset_files(dir, INDEX_SUFFIX).map_err(io_error(dir, "list"))? {
+fn remove_leftovers(storage: &dyn Storage, dir: &Path) -> Result<(), LogError> {
+    let segments = offset_files(storage, dir, SEGMENT_SUFFIX).map_err(io_error(dir, "list"))?;
+    for (offset, path) in offset_files(storage, dir, INDEX_SUFFIX).map_err(io_error(dir, "list"))? {
         if segments.binary_search_by_key(&offset, |(o, _)| *o).is_err() {
-            remove_if_present(&path)?;
+            remove_if_present(storage, &path)?;
         }
     }
-    for entry in std::fs::read_dir(dir).map_err(io_error(dir, "list"))? {
-        let path = entry.map_err(io_error(dir, "list"))?.path();
+    for path in storage.list(dir).map_err(io_error(dir, "list"))? {
         if path.extension().is_some_and(|e| e == "tmp") {
-            remove_if_present(&path)?;
+            remove_if_present(storage, &path)?;
         }
     }
     Ok(())
@@ -734,13 +717,12 @@ fn remove_leftovers(dir: &Path) -> Result<(), LogError> {
 /// corrupt last batch is cut off; otherwise (a closed segment) it is corruption. Returns the
 /// bytes cut.
 fn scan(seg: &mut Segment, repair_tail: bool) -> Result<u64, LogError> {
-    let mut raw = Vec::with_capacity(seg.size as usize);
-    (&*seg.file).read_to_end(&mut raw).map_err(io_error(&seg.path, "read"))?;
+    let raw = seg.file.read_at(0, seg.size as usize).map_err(io_error(&seg.path, "read"))?;
     let total = raw.len() as u64;
     let corrupt = |pos: u64, detail: String| LogError::Corrupt { path: seg.path.display().to_string(), pos, detail };
     let mut pos = 0u64;
     let mut next_offset = seg.base_offset;
-    for item in BatchIter::new(Bytes::from(raw)) {
+    for item in BatchIter::new(raw) {
         let damage = match item {
             Ok((h, bytes)) => match verify_crc(&bytes, &h) {
                 Ok(()) if h.base_offset != next_offset => {
@@ -772,7 +754,7 @@ fn scan(seg: &mut Segment, repair_tail: bool) -> Result<u64, LogError> {
     }
     if pos < total {
         seg.file.set_len(pos).map_err(io_error(&seg.path, "truncate"))?;
-        seg.file.sync_all().map_err(io_error(&seg.path, "sync"))?;
+        seg.file.sync_data().map_err(io_error(&seg.path, "sync"))?;
     }
     seg.size = pos;
     Ok(total - pos)
@@ -798,29 +780,18 @@ fn encode_index(seg: &Segment) -> Vec<u8> {
     out
 }
 
-fn write_index(seg: &Segment) -> std::io::Result<()> {
-    write_file_atomically(&seg.index_path(), &encode_index(seg))
-}
-
-/// Write `bytes` to `path` through a synced temporary file and a rename.
-pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    // `<name>.<ext>.tmp`: an index and a snapshot of the same offset never share one.
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
-    let tmp = path.with_extension(format!("{ext}.tmp"));
-    let mut f = File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+fn write_index(storage: &dyn Storage, seg: &Segment) -> std::io::Result<()> {
+    storage.write_file_atomically(&seg.index_path(), &encode_index(seg))
 }
 
 /// Load `seg`'s index file if it is intact and describes the segment as it is on disk.
-fn load_index(seg: &mut Segment, closed: bool) -> bool {
+fn load_index(storage: &dyn Storage, seg: &mut Segment, closed: bool) -> bool {
     let path = seg.index_path();
-    let Ok(raw) = std::fs::read(&path) else { return false };
+    let Ok(raw) = storage.read(&path) else { return false };
     if !closed && decode_index(&raw, seg.base_offset, seg.size).is_err() {
         // The active segment grew (or was cut) since its clean-shutdown index: expected after
         // a crash; the scan below covers it.
-        let _ = std::fs::remove_file(&path);
+        let _ = storage.remove(&path);
         return false;
     }
     match decode_index(&raw, seg.base_offset, seg.size) {
@@ -887,6 +858,7 @@ fn decode_index(raw: &[u8], base_offset: i64, size: u64) -> Result<(i64, Vec<Ind
 mod tests {
     use super::*;
     use protocol::batch::{build_batch, set_base_offset, set_partition_leader_epoch, ProducerStamp};
+    use std::fs::OpenOptions;
 
     fn config(segment_bytes: u64) -> LogConfig {
         LogConfig { segment_bytes, ..LogConfig::default() }
@@ -952,7 +924,7 @@ mod tests {
         assert!(segments >= 4, "{segments} segments of at most 300 bytes");
         assert_eq!(segment_files(dir.path()).unwrap().len(), segments);
         assert_eq!(
-            offset_files(dir.path(), INDEX_SUFFIX).unwrap().len(),
+            offset_files(&OsStorage, dir.path(), INDEX_SUFFIX).unwrap().len(),
             segments - 1,
             "every closed segment is indexed"
         );
@@ -974,7 +946,7 @@ mod tests {
         drop(r);
 
         // A damaged index is ignored: the segment is scanned and the index rewritten.
-        let (_, index) = offset_files(dir.path(), INDEX_SUFFIX).unwrap()[1].clone();
+        let (_, index) = offset_files(&OsStorage, dir.path(), INDEX_SUFFIX).unwrap()[1].clone();
         let mut raw = std::fs::read(&index).unwrap();
         raw[30] ^= 1;
         std::fs::write(&index, &raw).unwrap();

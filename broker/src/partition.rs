@@ -18,6 +18,7 @@ use crate::log::{LogConfig, LogError, PartitionLog, ReadRange};
 use crate::producer_state::{Admit, GateError, ProducerStates};
 use crate::replication::ReplicaSet;
 use crate::snapshot;
+use crate::storage::{OsStorage, Storage, StoredFile};
 use crate::txn_index::TxnIndex;
 
 /// A successful append.
@@ -188,9 +189,24 @@ struct Inner {
     /// Bumped by every truncation: a sync that started before one proves nothing about the
     /// bytes written after it.
     truncations: u64,
+    /// While leading, count only this replica's durable end in the high watermark (`--fsync
+    /// always`): then everything committed is on disk on every ISR member, since followers
+    /// acknowledge only what they synced.
+    sync_before_commit: bool,
 }
 
 impl Inner {
+    /// What the leader counts of its own log in the high watermark: its end, or with
+    /// `sync_before_commit` only the part of it on disk.
+    fn leader_end(&self) -> i64 {
+        let leo = self.log.end_offset();
+        if self.sync_before_commit {
+            self.durable_end.min(leo)
+        } else {
+            leo
+        }
+    }
+
     /// Append one batch as stored (`prefix`: its first 16 bytes as rewritten, `rest`: the
     /// others) and record it in the producer state and transaction index: the one place a batch
     /// enters the log. A batch that would take the active segment past its size rolls the log
@@ -217,7 +233,9 @@ impl Inner {
     /// Snapshot the producer state as of the log end. Only an optimisation of recovery: a
     /// failure is logged, and recovery replays more of the log instead.
     fn snapshot(&self) {
-        if let Err(e) = snapshot::write(self.log.dir(), self.log.end_offset(), &self.producers, &self.txns) {
+        if let Err(e) =
+            snapshot::write(self.log.storage(), self.log.dir(), self.log.end_offset(), &self.producers, &self.txns)
+        {
             tracing::warn!(dir = %self.log.dir().display(), error = %e, "could not write a producer-state snapshot");
         }
     }
@@ -226,10 +244,11 @@ impl Inner {
     /// within the log, replaying the batches after it; or from the whole log.
     fn recover_state(&mut self, fencing: bool) -> Result<Option<i64>, LogError> {
         let (start, end) = (self.log.start_offset(), self.log.end_offset());
-        let (from, used, mut producers, mut txns) = match snapshot::load_newest(self.log.dir(), start, end, fencing) {
-            Some((offset, p, t)) => (offset, Some(offset), p, t),
-            None => (start, None, ProducerStates::new(fencing), TxnIndex::new()),
-        };
+        let (from, used, mut producers, mut txns) =
+            match snapshot::load_newest(self.log.storage(), self.log.dir(), start, end, fencing) {
+                Some((offset, p, t)) => (offset, Some(offset), p, t),
+                None => (start, None, ProducerStates::new(fencing), TxnIndex::new()),
+            };
         for (h, marker) in self.log.headers_from(from)? {
             producers.record(&h);
             txns.record(&h, marker);
@@ -257,12 +276,13 @@ pub struct Partition {
 impl Partition {
     /// Open the replica's log in `dir` with the default [`LogConfig`].
     pub fn open(dir: &Path, topic: &str, index: i32, broker_id: i32, fencing: bool) -> Result<Partition, LogError> {
-        Self::open_with(dir, LogConfig::default(), topic, index, broker_id, fencing)
+        Self::open_with(Arc::new(OsStorage), dir, LogConfig::default(), topic, index, broker_id, fencing)
     }
 
     /// Open the replica's log in `dir`, rebuilding its producer state (from the newest intact
     /// snapshot and the batches after it) and its epoch cache.
     pub fn open_with(
+        storage: Arc<dyn Storage>,
         dir: &Path,
         config: LogConfig,
         topic: &str,
@@ -270,10 +290,10 @@ impl Partition {
         broker_id: i32,
         fencing: bool,
     ) -> Result<Partition, LogError> {
-        let recovered = PartitionLog::open(dir, config)?;
+        let recovered = PartitionLog::open_in(storage, dir, config)?;
         let end = recovered.log.end_offset();
         // A snapshot past the log end describes batches the log no longer has.
-        if let Err(e) = snapshot::remove_outside(dir, i64::MIN, end) {
+        if let Err(e) = snapshot::remove_outside(recovered.log.storage(), dir, i64::MIN, end) {
             tracing::warn!(dir = %dir.display(), error = %e, "could not remove stale snapshots");
         }
         let latest_epoch = if end > 0 { recovered.log.epoch_at(end - 1).unwrap_or(-1) } else { -1 };
@@ -288,11 +308,20 @@ impl Partition {
             replicas: Vec::new(),
             replica_set: None,
             high_watermark: 0,
-            // Nothing is known durable until the first sync, which covers what the scan found.
+            // Made durable below, once the log is recovered.
             durable_end: 0,
             truncations: 0,
+            sync_before_commit: false,
         };
         let snapshot = inner.recover_state(fencing)?;
+        // What the scan found may still sit unsynced in the page cache (a process crash):
+        // sync it now, so the log starts out durable to its end.
+        inner.log.active_file().sync_data().map_err(|e| LogError::Io {
+            path: dir.display().to_string(),
+            op: "sync on open",
+            detail: e.to_string(),
+        })?;
+        inner.durable_end = end;
         tracing::info!(
             topic,
             partition = index,
@@ -354,9 +383,9 @@ impl Partition {
         let stored = BatchHeader { base_offset, partition_leader_epoch: leader_epoch, ..*header };
         let marker = if stored.is_control() { marker_kind(batch) } else { None };
         g.append_stored(&prefix, &batch[16..], &stored, marker)?;
-        let leo = g.log.end_offset();
+        let (leo, leader_end) = (g.log.end_offset(), g.leader_end());
         if let Some(rs) = g.replica_set.as_mut() {
-            if rs.on_leader_append(leo) {
+            if rs.on_leader_append(leader_end) {
                 g.high_watermark = rs.high_watermark();
             }
         }
@@ -367,7 +396,7 @@ impl Partition {
 
     /// What a sync would cover, if anything is written but not yet durable: the log end, a
     /// handle to fsync, and the truncation generation to hand back to [`Partition::mark_durable`].
-    pub fn sync_target(&self) -> Option<(i64, Arc<std::fs::File>, u64)> {
+    pub fn sync_target(&self) -> Option<(i64, Arc<dyn StoredFile>, u64)> {
         let g = self.lock();
         let end = g.log.end_offset();
         // Only the active segment can hold unsynced bytes: a segment is synced when it rolls.
@@ -380,6 +409,12 @@ impl Partition {
         let mut g = self.lock();
         if generation == g.truncations && end > g.durable_end {
             g.durable_end = end.min(g.log.end_offset());
+            let leader_end = g.leader_end();
+            if let Some(rs) = g.replica_set.as_mut() {
+                if rs.on_leader_append(leader_end) {
+                    g.high_watermark = rs.high_watermark();
+                }
+            }
             drop(g);
             self.bump();
         }
@@ -391,6 +426,12 @@ impl Partition {
     pub fn storage_failed(&self, detail: String) {
         self.lock().log.fail(detail);
         self.bump();
+    }
+
+    /// Count only what is on disk of this replica's log in the high watermark while it leads
+    /// (`--fsync always`; see [`Inner`]'s `sync_before_commit`).
+    pub fn set_sync_before_commit(&self, on: bool) {
+        self.lock().sync_before_commit = on;
     }
 
     /// Whether everything below `end_offset` is on disk.
@@ -506,7 +547,7 @@ impl Partition {
         let leo = g.log.end_offset();
         // Snapshots of the batches being cut go first, so none survives to describe them.
         let keep = g.log.batch_start(offset);
-        snapshot::remove_outside(g.log.dir(), i64::MIN, keep).map_err(|e| LogError::Io {
+        snapshot::remove_outside(g.log.storage(), g.log.dir(), i64::MIN, keep).map_err(|e| LogError::Io {
             path: g.log.dir().display().to_string(),
             op: "remove snapshots",
             detail: e.to_string(),
@@ -523,7 +564,7 @@ impl Partition {
     /// Drop the whole log and start an empty one at `offset`, with empty producer state.
     fn restart_log_at(&self, g: &mut Inner, offset: i64) -> Result<(), LogError> {
         let (start, leo) = (g.log.start_offset(), g.log.end_offset());
-        snapshot::remove_all(g.log.dir()).map_err(|e| LogError::Io {
+        snapshot::remove_all(g.log.storage(), g.log.dir()).map_err(|e| LogError::Io {
             path: g.log.dir().display().to_string(),
             op: "remove snapshots",
             detail: e.to_string(),
@@ -557,13 +598,14 @@ impl Partition {
             op: "snapshots",
             detail: e.to_string(),
         };
-        let newest_snapshot = snapshot::list(&dir).map_err(io)?.last().map_or(g.log.start_offset(), |(o, _)| *o);
+        let newest_snapshot =
+            snapshot::list(g.log.storage(), &dir).map_err(io)?.last().map_or(g.log.start_offset(), |(o, _)| *o);
         let keep_below = g.high_watermark.min(newest_snapshot);
         let deleted = g.log.enforce_retention(now_ms, keep_below)?;
         if deleted > 0 {
             let start = g.log.start_offset();
             g.txns.forget_before(start);
-            snapshot::remove_outside(&dir, start, i64::MAX).map_err(io)?;
+            snapshot::remove_outside(g.log.storage(), &dir, start, i64::MAX).map_err(io)?;
         }
         Ok(deleted)
     }
@@ -615,8 +657,8 @@ impl Partition {
         if g.leadership.leader_epoch != leader_epoch || !g.leadership.is_leader {
             return;
         }
-        let leo = g.log.end_offset();
-        let moved = g.replica_set.as_mut().is_some_and(|rs| rs.on_ack(follower, log_end_offset, leo, now_ms));
+        let leader_end = g.leader_end();
+        let moved = g.replica_set.as_mut().is_some_and(|rs| rs.on_ack(follower, log_end_offset, leader_end, now_ms));
         if moved {
             g.high_watermark = g.replica_set.as_ref().map_or(g.high_watermark, |rs| rs.high_watermark());
             drop(g);
@@ -683,8 +725,8 @@ impl Partition {
         if g.leadership.leader_epoch != leader_epoch {
             return;
         }
-        let leo = g.log.end_offset();
-        let moved = g.replica_set.as_mut().is_some_and(|rs| rs.drop_proposal(leo));
+        let leader_end = g.leader_end();
+        let moved = g.replica_set.as_mut().is_some_and(|rs| rs.drop_proposal(leader_end));
         if moved {
             g.high_watermark = g.replica_set.as_ref().map_or(g.high_watermark, |rs| rs.high_watermark());
             drop(g);
@@ -698,9 +740,9 @@ impl Partition {
         if g.leadership.leader_epoch != leader_epoch {
             return;
         }
-        let leo = g.log.end_offset();
+        let leader_end = g.leader_end();
         if let Some(rs) = g.replica_set.as_mut() {
-            if rs.set_isr(isr, leo) {
+            if rs.set_isr(isr, leader_end) {
                 g.high_watermark = rs.high_watermark();
             }
         }
@@ -721,10 +763,10 @@ impl Partition {
         let is_leader = leader_id == self.broker_id;
         if !g.leadership.learn(is_leader, leader_id, leader_epoch) {
             // Same epoch: keep the ISR in step with the coordinator's record.
-            let leo = g.log.end_offset();
+            let leader_end = g.leader_end();
             let same_epoch = g.leadership.leader_epoch == leader_epoch;
             if let (true, Some(rs)) = (same_epoch, g.replica_set.as_mut()) {
-                if rs.isr() != isr && rs.set_isr(isr, leo) {
+                if rs.isr() != isr && rs.set_isr(isr, leader_end) {
                     let hw = rs.high_watermark();
                     g.high_watermark = hw;
                 }
@@ -733,9 +775,9 @@ impl Partition {
         }
         g.replicas = replicas.to_vec();
         let change = if is_leader {
-            let leo = g.log.end_offset();
             let hw = g.high_watermark;
-            let rs = ReplicaSet::new(self.broker_id, replicas, isr, leo, hw, now_ms);
+            let ends = (g.log.end_offset(), g.leader_end());
+            let rs = ReplicaSet::new(self.broker_id, replicas, isr, ends, hw, now_ms);
             g.high_watermark = rs.high_watermark();
             let followers = rs.follower_ids();
             g.replica_set = Some(rs);
@@ -1087,13 +1129,13 @@ mod tests {
     }
 
     fn snapshot_files(dir: &Path) -> Vec<std::path::PathBuf> {
-        snapshot::list(dir).unwrap().into_iter().map(|(_, p)| p).collect()
+        snapshot::list(&OsStorage, dir).unwrap().into_iter().map(|(_, p)| p).collect()
     }
 
     #[test]
     fn recovery_from_snapshots_gives_the_state_of_a_full_replay() {
         let dir = tempfile::tempdir().unwrap();
-        let open = || Partition::open_with(dir.path(), small_segments(), "t", 0, 2, true).unwrap();
+        let open = || Partition::open_with(Arc::new(OsStorage), dir.path(), small_segments(), "t", 0, 2, true).unwrap();
         let p = open();
         p.learn(1, 1, &[1, 2], &[1, 2], 0);
         fencing_workload(&p);
@@ -1136,7 +1178,7 @@ mod tests {
 
         // A clean shutdown's checkpoint leaves nothing to replay.
         p.checkpoint().unwrap();
-        assert_eq!(snapshot::list(dir.path()).unwrap().last().map(|(o, _)| *o), Some(end));
+        assert_eq!(snapshot::list(&OsStorage, dir.path()).unwrap().last().map(|(o, _)| *o), Some(end));
         drop(p);
         assert_eq!(state_of(&open()), expected);
     }
@@ -1144,7 +1186,7 @@ mod tests {
     #[test]
     fn a_cut_removes_the_snapshots_of_the_batches_it_drops() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open_with(dir.path(), small_segments(), "t", 0, 2, true).unwrap();
+        let p = Partition::open_with(Arc::new(OsStorage), dir.path(), small_segments(), "t", 0, 2, true).unwrap();
         p.learn(1, 1, &[1, 2], &[1, 2], 0);
         fencing_workload(&p);
         // Epoch 2's leader diverges at offset 3: the follower cuts everything from there.
@@ -1152,12 +1194,12 @@ mod tests {
         let end = p.progress().0;
         let other: Vec<Bytes> = (3..end + 10).map(|o| stored(o, 2, "other")).collect();
         assert_eq!(replicate(&p, 2, 3, 1, &other[..1]).unwrap(), 4);
-        assert!(snapshot::list(dir.path()).unwrap().iter().all(|(o, _)| *o <= 3));
+        assert!(snapshot::list(&OsStorage, dir.path()).unwrap().iter().all(|(o, _)| *o <= 3));
         assert_eq!(state_of(&p), replayed_state(&p));
         // The log grows past where the removed snapshots were: one left behind would be loaded.
         assert_eq!(replicate(&p, 2, 4, 2, &other[1..]).unwrap(), end + 10);
         drop(p);
-        let p = Partition::open_with(dir.path(), small_segments(), "t", 0, 2, true).unwrap();
+        let p = Partition::open_with(Arc::new(OsStorage), dir.path(), small_segments(), "t", 0, 2, true).unwrap();
         assert_eq!(state_of(&p), replayed_state(&p));
         assert_eq!(p.producer_epoch(1), Some(1), "the fence at offset 2 is below the cut and stays");
     }
@@ -1166,7 +1208,7 @@ mod tests {
     fn retention_keeps_the_fencing_state_of_deleted_segments() {
         let dir = tempfile::tempdir().unwrap();
         let config = LogConfig { segment_bytes: 400, retention_bytes: Some(800), retention_ms: None };
-        let p = Partition::open_with(dir.path(), config, "t", 0, 2, true).unwrap();
+        let p = Partition::open_with(Arc::new(OsStorage), dir.path(), config, "t", 0, 2, true).unwrap();
         p.learn(1, 1, &[1, 2], &[1, 2], 0);
         fencing_workload(&p);
         let end = p.progress().0;
@@ -1175,9 +1217,9 @@ mod tests {
         let deleted = p.enforce_retention(0).unwrap();
         let (start, _, bytes) = p.log_shape();
         assert!(deleted > 0 && start > 3 && bytes >= 800, "{deleted} segments deleted, start {start}, {bytes} bytes");
-        assert!(snapshot::list(dir.path()).unwrap().iter().all(|(o, _)| *o >= start));
+        assert!(snapshot::list(&OsStorage, dir.path()).unwrap().iter().all(|(o, _)| *o >= start));
         drop(p);
-        let p = Partition::open_with(dir.path(), config, "t", 0, 2, true).unwrap();
+        let p = Partition::open_with(Arc::new(OsStorage), dir.path(), config, "t", 0, 2, true).unwrap();
         assert_eq!(p.log_shape().0, start);
         assert_eq!(p.producer_epoch(1), Some(1), "producer 1's batches are gone; its fence is not");
         p.learn(1, 1, &[1, 2], &[1, 2], 0);
@@ -1189,7 +1231,7 @@ mod tests {
     fn retention_by_age_deletes_segments_whose_newest_record_is_old() {
         let dir = tempfile::tempdir().unwrap();
         let config = LogConfig { segment_bytes: 400, retention_bytes: None, retention_ms: Some(60_000) };
-        let p = Partition::open_with(dir.path(), config, "t", 0, 2, true).unwrap();
+        let p = Partition::open_with(Arc::new(OsStorage), dir.path(), config, "t", 0, 2, true).unwrap();
         p.learn(1, 1, &[1, 2], &[1, 2], 0);
         fencing_workload(&p); // every record stamped 1,000 ms after the epoch
         let end = p.progress().0;
@@ -1199,6 +1241,59 @@ mod tests {
         let deleted = p.enforce_retention(61_001).unwrap();
         assert!(deleted > 0 && deleted < segments, "closed segments up to the newest snapshot go: {deleted}");
         assert_eq!(p.producer_epoch(1), Some(1));
+    }
+
+    #[test]
+    fn with_sync_before_commit_the_leader_commits_only_what_it_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open(dir.path(), "t", 0, 1, true).unwrap();
+        p.set_sync_before_commit(true);
+        p.learn(1, 1, &[1], &[1], 0);
+        let b = producer_batch(0, -1, -1, -1, false, None);
+        let h = BatchHeader::parse(&b).unwrap();
+        let Appended::New { end_offset, leader_epoch, .. } = p.append(&b, &h, 1).unwrap() else { panic!() };
+        assert_eq!(p.committed(end_offset, leader_epoch), Ok(false), "appended, not yet on disk");
+        let (end, file, generation) = p.sync_target().unwrap();
+        file.sync_data().unwrap();
+        p.mark_durable(end, generation);
+        assert_eq!(p.committed(end_offset, leader_epoch), Ok(true));
+        // Without it (`--fsync interval-ms` and `never`) the append alone commits.
+        let q = Partition::open(tempfile::tempdir().unwrap().path(), "t", 0, 1, true).unwrap();
+        q.learn(1, 1, &[1], &[1], 0);
+        q.append(&b, &h, 1).unwrap();
+        assert_eq!(q.committed(end_offset, leader_epoch), Ok(true));
+    }
+
+    #[test]
+    fn a_power_loss_keeps_what_was_synced_and_the_matching_producer_state() {
+        let disk = Arc::new(crate::storage::MemStorage::new());
+        let dir = Path::new("/disk/t-0");
+        let open = || Partition::open_with(disk.clone(), dir, small_segments(), "t", 0, 2, true).unwrap();
+        let p = open();
+        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        fencing_workload(&p);
+        let (end, file, generation) = p.sync_target().unwrap();
+        file.sync_data().unwrap();
+        p.mark_durable(end, generation);
+        let synced = state_of(&p);
+        // More batches, never synced, then the power goes: a torn prefix of them survives.
+        for i in 0..5 {
+            push(&p, &[producer_batch(end + i, 2, 0, 6 + i as i32, false, None)], 0);
+        }
+        assert!(disk.unsynced_bytes() > 0);
+        drop(p);
+        disk.crash(|_, unsynced| unsynced / 3);
+        let p = open();
+        let recovered_end = p.progress().0;
+        assert!((end..end + 5).contains(&recovered_end), "{recovered_end}: the synced log and whole batches after it");
+        assert_eq!(state_of(&p), replayed_state(&p), "the producer state is the log's");
+        if recovered_end == end {
+            assert_eq!(state_of(&p), synced);
+        }
+        // The gate goes on from what survived: the next sequence of producer 2 is accepted.
+        let seq = 6 + (recovered_end - end) as i32;
+        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        push(&p, &[producer_batch(recovered_end, 2, 0, seq, false, None)], 0);
     }
 
     #[test]

@@ -33,12 +33,14 @@ pub struct ReplicaSet {
 
 impl ReplicaSet {
     /// A new leadership: followers are assumed to continue at the leader's log end (a wrong
-    /// guess is corrected by their first answer), and count as caught up now.
+    /// guess is corrected by their first answer), and count as caught up now. `leader_end` is
+    /// what the leader counts of its own log in the high watermark (its end, or only what is
+    /// on disk).
     pub fn new(
         leader_id: i32,
         replicas: &[i32],
         isr: &[i32],
-        leader_leo: i64,
+        (leader_leo, leader_end): (i64, i64),
         high_watermark: i64,
         now_ms: u64,
     ) -> Self {
@@ -48,7 +50,7 @@ impl ReplicaSet {
             .map(|r| (*r, FollowerProgress { log_end_offset: -1, next_offset: leader_leo, caught_up_at_ms: now_ms }))
             .collect();
         let mut s = ReplicaSet { leader_id, isr: isr.to_vec(), proposed: None, followers, high_watermark };
-        s.recompute(leader_leo);
+        s.recompute(leader_end);
         s
     }
 
@@ -159,7 +161,7 @@ mod tests {
 
     #[test]
     fn high_watermark_waits_for_every_isr_member() {
-        let mut r = ReplicaSet::new(1, &[1, 2, 3], &[1, 2, 3], 0, 0, 0);
+        let mut r = ReplicaSet::new(1, &[1, 2, 3], &[1, 2, 3], (0, 0), 0, 0);
         assert!(!r.on_leader_append(10));
         assert!(!r.on_ack(2, 10, 10, 1), "3 has not answered");
         assert!(r.on_ack(3, 7, 10, 1));
@@ -170,21 +172,21 @@ mod tests {
 
     #[test]
     fn high_watermark_never_goes_back() {
-        let mut r = ReplicaSet::new(1, &[1, 2], &[1, 2], 10, 10, 0);
+        let mut r = ReplicaSet::new(1, &[1, 2], &[1, 2], (10, 10), 10, 0);
         r.on_ack(2, 4, 10, 0);
         assert_eq!(r.high_watermark(), 10);
     }
 
     #[test]
     fn single_replica_commits_on_append() {
-        let mut r = ReplicaSet::new(1, &[1], &[1], 0, 0, 0);
+        let mut r = ReplicaSet::new(1, &[1], &[1], (0, 0), 0, 0);
         assert!(r.on_leader_append(3));
         assert_eq!(r.high_watermark(), 3);
     }
 
     #[test]
     fn lagging_follower_leaves_the_isr_and_returns_once_caught_up() {
-        let mut r = ReplicaSet::new(1, &[1, 2, 3], &[1, 2, 3], 0, 0, 0);
+        let mut r = ReplicaSet::new(1, &[1, 2, 3], &[1, 2, 3], (0, 0), 0, 0);
         r.on_leader_append(5);
         r.on_ack(2, 5, 5, 100);
         assert_eq!(r.wanted_isr(500, 1000), None);
@@ -199,7 +201,7 @@ mod tests {
 
     #[test]
     fn a_follower_being_added_holds_the_high_watermark_until_the_change_is_answered() {
-        let mut r = ReplicaSet::new(1, &[1, 2], &[1], 0, 0, 0);
+        let mut r = ReplicaSet::new(1, &[1, 2], &[1], (0, 0), 0, 0);
         r.on_ack(2, 3, 5, 10); // 2 is behind: it has 3 of the leader's 5
         r.on_leader_append(5);
         assert_eq!(r.high_watermark(), 5, "alone in the ISR, the leader commits its log");
@@ -214,7 +216,7 @@ mod tests {
 
     #[test]
     fn mismatch_moves_the_next_offset_back() {
-        let mut r = ReplicaSet::new(1, &[1, 2], &[1, 2], 10, 0, 0);
+        let mut r = ReplicaSet::new(1, &[1, 2], &[1, 2], (10, 10), 0, 0);
         r.on_mismatch(2, 4);
         assert_eq!(r.follower(2).unwrap().next_offset, 4);
         r.on_mismatch(2, 40);

@@ -25,6 +25,7 @@ use crate::leader::LeaderEpochError;
 use crate::log::LogConfig;
 use crate::partition::{AppendError, Appended, FetchError, Partition, PartitionRef, ReplicateError, RoleChange};
 use crate::producer_state::GateError;
+use crate::storage::{OsStorage, Storage, StoredFile};
 
 /// When a broker makes its log writes durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +89,8 @@ pub struct BrokerConfig {
     pub fsync: FsyncPolicy,
     /// Segment size and retention of every partition log.
     pub log: LogConfig,
+    /// Where partition logs are stored (the operating system's files).
+    pub storage: Arc<dyn Storage>,
     /// How often retention runs, in milliseconds.
     pub retention_check_ms: u64,
     /// Connection limits, the cluster secret and this listener's TLS certificate.
@@ -114,6 +117,7 @@ impl BrokerConfig {
             batch_bytes_max: 1024 * 1024,
             fsync: FsyncPolicy::Always,
             log: LogConfig::default(),
+            storage: Arc::new(OsStorage),
             retention_check_ms: 60_000,
             limits: ServerLimits::default(),
             peer_tls: None,
@@ -370,7 +374,7 @@ async fn flush_loop(shared: Arc<Shared>) {
         FsyncPolicy::Always => Duration::from_millis(1_000),
     };
     loop {
-        let targets: Vec<(PartitionRef, i64, Arc<std::fs::File>, u64)> = shared
+        let targets: Vec<(PartitionRef, i64, Arc<dyn StoredFile>, u64)> = shared
             .partitions
             .iter()
             .filter_map(|p| p.sync_target().map(|(end, file, generation)| (p.clone(), end, file, generation)))
@@ -504,9 +508,19 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
             None => {
                 let dir = shared.config.data_dir.join(format!("{}-{}", a.topic, a.partition));
                 let config = shared.config.log;
-                match Partition::open_with(&dir, config, &a.topic, a.partition, shared.config.id, shared.config.fencing)
-                {
+                match Partition::open_with(
+                    shared.config.storage.clone(),
+                    &dir,
+                    config,
+                    &a.topic,
+                    a.partition,
+                    shared.config.id,
+                    shared.config.fencing,
+                ) {
                     Ok(p) => {
+                        // Under `--fsync always` nothing is committed before it is on disk on
+                        // every ISR member, the leader included.
+                        p.set_sync_before_commit(shared.config.fsync == FsyncPolicy::Always);
                         let p = Arc::new(p);
                         shared.partitions.insert(key, p.clone());
                         p

@@ -19,8 +19,9 @@ use bytes::BufMut;
 use protocol::batch::crc32c;
 use thiserror::Error;
 
-use crate::log::{offset_file_name, offset_files, sync_dir, write_file_atomically};
+use crate::log::{offset_file_name, offset_files};
 use crate::producer_state::ProducerStates;
+use crate::storage::Storage;
 use crate::txn_index::TxnIndex;
 
 /// Extension of snapshot files.
@@ -131,42 +132,55 @@ pub fn decode(raw: &[u8], fencing: bool) -> Result<(i64, ProducerStates, TxnInde
 }
 
 /// The snapshot files in `dir`, oldest first.
-pub fn list(dir: &Path) -> std::io::Result<Vec<(i64, PathBuf)>> {
-    offset_files(dir, SNAPSHOT_SUFFIX)
+pub fn list(storage: &dyn Storage, dir: &Path) -> std::io::Result<Vec<(i64, PathBuf)>> {
+    offset_files(storage, dir, SNAPSHOT_SUFFIX)
 }
 
 /// Write a snapshot as of `offset` to `dir` (synced, then renamed into place), and delete all
 /// but the newest [`SNAPSHOTS_KEPT`].
-pub fn write(dir: &Path, offset: i64, producers: &ProducerStates, txns: &TxnIndex) -> std::io::Result<()> {
-    write_file_atomically(&dir.join(offset_file_name(offset, SNAPSHOT_SUFFIX)), &encode(offset, producers, txns))?;
-    let all = list(dir)?;
+pub fn write(
+    storage: &dyn Storage,
+    dir: &Path,
+    offset: i64,
+    producers: &ProducerStates,
+    txns: &TxnIndex,
+) -> std::io::Result<()> {
+    let path = dir.join(offset_file_name(offset, SNAPSHOT_SUFFIX));
+    storage.write_file_atomically(&path, &encode(offset, producers, txns))?;
+    let all = list(storage, dir)?;
     for (_, path) in &all[..all.len().saturating_sub(SNAPSHOTS_KEPT)] {
-        std::fs::remove_file(path)?;
+        storage.remove(path)?;
     }
-    sync_dir(dir);
+    storage.sync_dir(dir);
     Ok(())
 }
 
 /// Delete the snapshots as of offsets above `offset` (the log was cut below them) and, with
 /// `below`, those under it (retention deleted the log they would replay from).
-pub fn remove_outside(dir: &Path, below: i64, above: i64) -> std::io::Result<()> {
-    for (o, path) in list(dir)? {
+pub fn remove_outside(storage: &dyn Storage, dir: &Path, below: i64, above: i64) -> std::io::Result<()> {
+    for (o, path) in list(storage, dir)? {
         if o < below || o > above {
-            std::fs::remove_file(path)?;
+            storage.remove(&path)?;
         }
     }
     Ok(())
 }
 
 /// Delete every snapshot (the log starts over).
-pub fn remove_all(dir: &Path) -> std::io::Result<()> {
-    remove_outside(dir, i64::MAX, i64::MIN)
+pub fn remove_all(storage: &dyn Storage, dir: &Path) -> std::io::Result<()> {
+    remove_outside(storage, dir, i64::MAX, i64::MIN)
 }
 
 /// The newest usable snapshot in `dir` as of an offset in `from..=to`: corrupt ones are
 /// reported and skipped.
-pub fn load_newest(dir: &Path, from: i64, to: i64, fencing: bool) -> Option<(i64, ProducerStates, TxnIndex)> {
-    let files = match list(dir) {
+pub fn load_newest(
+    storage: &dyn Storage,
+    dir: &Path,
+    from: i64,
+    to: i64,
+    fencing: bool,
+) -> Option<(i64, ProducerStates, TxnIndex)> {
+    let files = match list(storage, dir) {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(dir = %dir.display(), error = %e, "cannot list producer-state snapshots");
@@ -174,7 +188,8 @@ pub fn load_newest(dir: &Path, from: i64, to: i64, fencing: bool) -> Option<(i64
         }
     };
     for (offset, path) in files.into_iter().rev().filter(|(o, _)| (from..=to).contains(o)) {
-        let decoded = std::fs::read(&path)
+        let decoded = storage
+            .read(&path)
             .map_err(|e| e.to_string())
             .and_then(|raw| decode(&raw, fencing).map_err(|e| e.to_string()));
         match decoded {

@@ -26,7 +26,10 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::fmt::Write as _;
 
+use std::sync::Arc;
+
 use broker::partition::{AppendError, Appended, Partition, ReplicateError};
+use broker::storage::{MemStorage, StoredFile};
 use bytes::Bytes;
 use coordinator::entry::{Entry, FenceTarget};
 use coordinator::table::{InitDecision, ProducerTable, RegisterDecision, TableConfig};
@@ -51,6 +54,10 @@ pub enum Mutation {
     NoProducerFencing,
     /// Followers take replication from any sender at any leader epoch (stale leaders win).
     NoLeaderEpochChecks,
+    /// Writes commit before they are on disk: followers acknowledge what they have not synced
+    /// and the leader counts its unsynced log in the high watermark (a power loss then loses
+    /// committed records).
+    UnsyncedCommits,
 }
 
 impl Mutation {
@@ -60,6 +67,7 @@ impl Mutation {
             "none" => Some(Mutation::None),
             "no-producer-fencing" => Some(Mutation::NoProducerFencing),
             "no-leader-epoch-checks" => Some(Mutation::NoLeaderEpochChecks),
+            "unsynced-commits" => Some(Mutation::UnsyncedCommits),
             _ => None,
         }
     }
@@ -144,6 +152,16 @@ enum Event {
     },
     ProducerTick(usize),
     BrokerTick(i32),
+    /// A broker's flusher looks for unsynced writes (every few ticks).
+    FlushStart(i32),
+    /// The fdatasync it started finishes (later on a slow disk); lost if the broker crashed.
+    FlushDone {
+        id: i32,
+        incarnation: u64,
+        end: i64,
+        generation: u64,
+        file: Arc<dyn StoredFile>,
+    },
     ControllerTick,
     ConsumerTick,
 }
@@ -175,8 +193,15 @@ struct Pending {
 
 struct BrokerHost {
     part: Partition,
+    /// Its disk: loses what was not synced when the broker loses power.
+    disk: Arc<MemStorage>,
     dir: std::path::PathBuf,
     pending: Vec<Pending>,
+    /// Replicate answers held until what they acknowledge is on disk (`--fsync always`):
+    /// (leader host, answer, end that must be durable).
+    unsynced_acks: Vec<(usize, Msg, i64)>,
+    /// An fdatasync is in flight.
+    flushing: bool,
     refused: HashSet<(i64, i16)>,
     paused_until: u64,
     last_leader_epoch: i32,
@@ -247,24 +272,26 @@ struct Sim {
     consumer: Consumer,
     consumer_paused_until: u64,
     out: Outcome,
-    _dir: tempfile::TempDir,
 }
 
 /// Run one seed.
 pub fn run(seed: u64, cfg: Config) -> Outcome {
-    let dir = tempfile::tempdir().expect("a temporary directory for the simulated logs");
     let fencing = cfg.mutation != Mutation::NoProducerFencing;
     let mut brokers = BTreeMap::new();
     for id in BROKERS {
-        let path = dir.path().join(format!("b{id}"));
-        std::fs::create_dir_all(&path).expect("broker directory");
-        let part = Partition::open_with(&path, LOG, TOPIC, 0, id, fencing).expect("open partition");
+        let path = std::path::PathBuf::from(format!("/sim/b{id}/{TOPIC}-0"));
+        let disk = Arc::new(MemStorage::new());
+        let part = Partition::open_with(disk.clone(), &path, LOG, TOPIC, 0, id, fencing).expect("open partition");
+        part.set_sync_before_commit(cfg.mutation != Mutation::UnsyncedCommits);
         brokers.insert(
             id,
             BrokerHost {
                 part,
+                disk,
                 dir: path,
                 pending: Vec::new(),
+                unsynced_acks: Vec::new(),
+                flushing: false,
                 refused: HashSet::new(),
                 paused_until: 0,
                 last_leader_epoch: -1,
@@ -309,12 +336,12 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         consumer: Consumer { position: 0, leader: (-1, -1), sent: None },
         consumer_paused_until: 0,
         out: Outcome::default(),
-        _dir: dir,
     };
     sim.elect();
     sim.schedule(1, Event::ControllerTick);
     for id in BROKERS {
         sim.schedule(1, Event::BrokerTick(id));
+        sim.schedule(2, Event::FlushStart(id));
     }
     for p in 0..sim.producers.len() {
         sim.schedule(1 + p as u64, Event::ProducerTick(p));
@@ -410,6 +437,19 @@ impl Sim {
         match ev {
             Event::ControllerTick => self.controller_tick(),
             Event::BrokerTick(id) => self.broker_tick(id),
+            Event::FlushStart(id) => self.flush_start(id),
+            Event::FlushDone { id, incarnation, end, generation, file } => {
+                if self.incarnations.get(&(id as usize)).copied().unwrap_or(0) != incarnation {
+                    return; // the broker crashed meanwhile: nobody waits for this sync
+                }
+                let paused_until = self.brokers[&id].paused_until;
+                if paused_until > self.now {
+                    let wait = paused_until - self.now;
+                    self.schedule(wait, Event::FlushDone { id, incarnation, end, generation, file });
+                    return;
+                }
+                self.flush_done(id, end, generation, file);
+            }
             Event::ProducerTick(p) => self.producer_tick(p),
             Event::ConsumerTick => self.consumer_tick(),
             Event::Deliver { to, from, incarnation, msg } => {
@@ -525,17 +565,35 @@ impl Sim {
         let down = 20 + self.rng.below(100);
         let b = self.brokers.get_mut(&id).expect("broker");
         // Every other restart of a broker follows a clean stop (log synced, active segment
-        // indexed, producer state snapshotted), the others a crash; no extra draw from the PRNG.
+        // indexed, producer state snapshotted); the others are a power loss: the disk keeps
+        // what was synced and a torn prefix of the rest.
         let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0);
+        let disk = b.disk.clone();
         if incarnation % 2 == 1 {
             if let Err(e) = b.part.checkpoint() {
                 return self.violate(format!("broker {id} cannot checkpoint its log: {e}"));
             }
+        } else {
+            let unsynced = disk.unsynced_bytes();
+            let rng = &mut self.rng;
+            disk.crash(|_, bytes| rng.below(bytes as u64 + 1) as usize);
+            self.fault("power loss");
+            if unsynced > 0 {
+                self.fault("power loss with unsynced writes");
+            }
+            let lost = unsynced - disk.unsynced_bytes();
+            self.trace(|| format!("broker {id} loses power with {unsynced} bytes unsynced ({lost} torn off)"));
         }
-        match Partition::open_with(&b.dir, LOG, TOPIC, 0, id, fencing) {
-            Ok(part) => b.part = part,
+        let b = self.brokers.get_mut(&id).expect("broker");
+        match Partition::open_with(disk, &b.dir, LOG, TOPIC, 0, id, fencing) {
+            Ok(part) => {
+                part.set_sync_before_commit(self.cfg.mutation != Mutation::UnsyncedCommits);
+                b.part = part;
+            }
             Err(e) => return self.violate(format!("broker {id} cannot reopen its log: {e}")),
         }
+        b.unsynced_acks.clear();
+        b.flushing = false;
         b.pending.clear();
         b.refused.clear();
         b.checked_version = None;
@@ -546,6 +604,11 @@ impl Sim {
         self.fault("broker crashed and restarted");
         let back = self.now + down;
         self.trace(|| format!("broker {id} crashed; back at {back}"));
+        // The coordinator sees the new incarnation: the leadership moves under a new leader
+        // epoch (possibly back to the same broker, as for a sole in-sync replica).
+        if self.leader.0 == id {
+            self.elect();
+        }
     }
 
     /// The coordinator crashes and restarts: the table is rebuilt from its journal, and the
@@ -693,6 +756,49 @@ impl Sim {
         self.send(producer_host(p), leader as usize, msg);
     }
 
+    /// The flusher: start an fdatasync of the unsynced writes, if any (one at a time).
+    fn flush_start(&mut self, id: i32) {
+        self.schedule(10, Event::FlushStart(id));
+        let b = &self.brokers[&id];
+        if b.paused_until > self.now || b.flushing {
+            return;
+        }
+        let Some((end, file, generation)) = b.part.sync_target() else { return };
+        let delay = if self.faulty() && self.rng.chance(30) {
+            self.fault("slow disk");
+            50 + self.rng.below(250)
+        } else {
+            1 + self.rng.below(10)
+        };
+        let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0);
+        self.brokers.get_mut(&id).expect("broker").flushing = true;
+        self.schedule(delay, Event::FlushDone { id, incarnation, end, generation, file });
+    }
+
+    /// The fdatasync finished: what it covered is durable; held answers that waited for it go.
+    fn flush_done(&mut self, id: i32, end: i64, generation: u64, file: Arc<dyn StoredFile>) {
+        let b = self.brokers.get_mut(&id).expect("broker");
+        b.flushing = false;
+        if let Err(e) = file.sync_data() {
+            return self.violate(format!("broker {id}: the simulated disk failed a sync: {e}"));
+        }
+        b.part.mark_durable(end, generation);
+        let mut ready = Vec::new();
+        let part = &b.part;
+        b.unsynced_acks.retain(|(to, msg, end)| {
+            if part.is_durable(*end) {
+                ready.push((*to, msg.clone()));
+                false
+            } else {
+                true
+            }
+        });
+        for (to, msg) in ready {
+            self.send(id as usize, to, msg);
+        }
+        self.after_broker_step(id);
+    }
+
     fn broker_tick(&mut self, id: i32) {
         self.schedule(5, Event::BrokerTick(id));
         let b = &self.brokers[&id];
@@ -801,7 +907,16 @@ impl Sim {
                         from_offset: req.from_offset,
                         result,
                     };
-                    self.send(to, from, resp);
+                    // A follower acknowledges only what is on disk (`--fsync always`).
+                    match result {
+                        Ok(leo)
+                            if self.cfg.mutation != Mutation::UnsyncedCommits
+                                && !self.brokers[&id].part.is_durable(leo) =>
+                        {
+                            self.brokers.get_mut(&id).expect("broker").unsynced_acks.push((from, resp, leo));
+                        }
+                        _ => self.send(to, from, resp),
+                    }
                 }
             }
             Msg::ReplicateResp { follower, leader_epoch, from_offset, result } => {

@@ -23,7 +23,7 @@ struct Args {
     /// Print the trace of who did what at which tick (with --seed).
     #[arg(long)]
     verbose: bool,
-    /// Switch one fence check off: none, no-producer-fencing, no-leader-epoch-checks.
+    /// Switch one check off: none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits.
     #[arg(long, default_value = "none")]
     mutation: String,
     /// Ticks with faults.
@@ -44,7 +44,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let Some(mutation) = Mutation::parse(&args.mutation) else {
         eprintln!(
-            "error: unknown mutation '{}'; use none, no-producer-fencing or no-leader-epoch-checks",
+            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks or unsynced-commits",
             args.mutation
         );
         return ExitCode::from(2);

@@ -466,7 +466,10 @@ fn recovery(args: &Args) -> Result<serde_json::Value, String> {
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let dir = args.data_dir.clone().unwrap_or_else(|| tmp.path().join("bench-0"));
     let config = broker::log::LogConfig { segment_bytes: args.segment_bytes, ..Default::default() };
-    let open = || Partition::open_with(&dir, config, "bench", 0, 1, true).map_err(|e| e.to_string());
+    let open = || {
+        Partition::open_with(std::sync::Arc::new(broker::storage::OsStorage), &dir, config, "bench", 0, 1, true)
+            .map_err(|e| e.to_string())
+    };
     let producers = args.producers.max(1) as i64;
     let template = BatchTemplate::new(args.record_bytes, args.batch_records, false);
     let target = args.log_mib * 1024 * 1024;

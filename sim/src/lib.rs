@@ -1,38 +1,41 @@
 //! Deterministic simulation of one partition on three brokers, a coordinator, producers
-//! sharing transactional ids and a consumer, on virtual time, every fault drawn from one seeded
-//! PRNG.
+//! sharing transactional ids (one pair idempotent, one pair transactional) and a read_committed
+//! consumer, on virtual time, every fault drawn from one seeded PRNG.
 //!
-//! It drives the real rule types: [`coordinator::table::ProducerTable`] grants epochs, writes
-//! fence markers, verifies partitions and is rebuilt from its journal after a crash;
-//! [`broker::partition::Partition`] (real logs in a temporary directory, in 2 KiB segments so
-//! that runs roll many, reopened after a crash or, every other restart, after a clean stop:
-//! recovery goes through segment indexes and producer-state snapshots) runs the leader-epoch check, the producer gate, replication and fetch. The simulator
-//! is the network (delay, reordering, duplication, loss, partitions, messages lost with a
-//! crashed process), the scheduler (paused producers, brokers and consumer: zombies and stale
+//! It drives the real rule types: [`coordinator::table::ProducerTable`] grants epochs, opens and
+//! ends transactions, writes fence, commit and abort markers, verifies partitions and is
+//! rebuilt from its journal after a crash; [`broker::partition::Partition`] runs the
+//! leader-epoch check, the producer gate, replication, the transaction index and fetch, on an
+//! in-memory disk ([`broker::storage::MemStorage`], 2 KiB segments so that runs roll many) that
+//! a power loss cuts back to what was synced plus a torn prefix of the rest; every other broker
+//! restart follows a clean stop instead. The simulator is the network (delay, reordering,
+//! duplication, loss, partitions, messages lost with a crashed process), the disks (flushes,
+//! slow ones), the scheduler (paused producers, brokers and consumer: zombies and stale
 //! leaders) and the controller (leader elections, pushed to brokers as messages that can arrive
 //! late). After every step it checks:
 //!
 //! 1. no data batch carrying an epoch older than one the coordinator has finished granting
-//!    (the init answered) for its transactional id is appended by a leader and then committed;
+//!    (an init, or an EndTxn's bump, answered) for its transactional id is appended by a leader
+//!    and then committed;
 //! 2. every acknowledged record is in the final log exactly once, at the offset acknowledged;
 //! 3. once an offset is committed, no replica holds a different batch there;
 //! 4. leader epochs seen by each broker (within one incarnation), and epochs granted per
 //!    transactional id, never go backwards;
-//! 5. what the consumer reads is what is committed there, never a zombie write;
+//! 5. what the consumer reads is what is committed there, never a zombie write, and, read
+//!    committed, never a record of a transaction the coordinator did not decide to commit;
 //!
 //! and, after the faults stop, that the replicas and the consumer converge (liveness).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::fmt::Write as _;
-
 use std::sync::Arc;
 
 use broker::partition::{AppendError, Appended, Partition, ReplicateError};
 use broker::storage::{MemStorage, StoredFile};
 use bytes::Bytes;
 use coordinator::entry::{Entry, FenceTarget};
-use coordinator::table::{InitDecision, ProducerTable, RegisterDecision, TableConfig};
+use coordinator::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, TableConfig};
 use protocol::batch::{build_batch, build_marker, BatchHeader, MarkerKind, ProducerStamp};
 use protocol::ReplicateRequest;
 
@@ -58,6 +61,9 @@ pub enum Mutation {
     /// and the leader counts its unsynced log in the high watermark (a power loss then loses
     /// committed records).
     UnsyncedCommits,
+    /// The partition answers read_committed fetches as read_uncommitted (no last stable
+    /// offset, no aborted transactions): open and aborted transactions reach the consumer.
+    ReadUncommitted,
 }
 
 impl Mutation {
@@ -68,6 +74,7 @@ impl Mutation {
             "no-producer-fencing" => Some(Mutation::NoProducerFencing),
             "no-leader-epoch-checks" => Some(Mutation::NoLeaderEpochChecks),
             "unsynced-commits" => Some(Mutation::UnsyncedCommits),
+            "read-uncommitted" => Some(Mutation::ReadUncommitted),
             _ => None,
         }
     }
@@ -90,6 +97,12 @@ pub struct Outcome {
     pub fenced: u64,
     /// Leader elections.
     pub elections: u64,
+    /// Transactions the coordinator decided to commit.
+    pub txns_committed: u64,
+    /// Transactions it decided to abort on EndTxn (fences of open ones not counted).
+    pub txns_aborted: u64,
+    /// Transactional records the consumer skipped as aborted.
+    pub aborted_skipped: u64,
     /// Trace (only with `verbose`).
     pub trace: String,
 }
@@ -122,13 +135,15 @@ enum Msg {
     InitResp { prod: usize, granted: Option<(i64, i16)> },
     Produce { prod: usize, batch: Bytes, header: BatchHeader, leader_epoch: i32 },
     ProduceResp { prod: usize, batch: BatchId, result: ProduceResult },
-    Verify { broker: i32, producer_id: i64, epoch: i16 },
-    VerifyResp { producer_id: i64, epoch: i16, ok: bool },
-    Marker { tid: String, target: FenceTarget, leader_epoch: i32 },
+    Verify { broker: i32, producer_id: i64, epoch: i16, transactional: bool },
+    VerifyResp { producer_id: i64, epoch: i16, transactional: bool, ok: bool },
+    Marker { tid: String, target: FenceTarget, leader_epoch: i32, commit: bool },
+    EndTxn { prod: usize, producer_id: i64, epoch: i16, commit: bool },
+    EndTxnResp { prod: usize, granted: Option<(i64, i16)> },
     MarkerResp { tid: String, epoch: i16, producer_id: i64, ok: bool },
     Learn { leader: i32, leader_epoch: i32 },
     Fetch { offset: i64, leader_epoch: i32 },
-    FetchResp { offset: i64, records: Option<Bytes> },
+    FetchResp { offset: i64, records: Option<Bytes>, aborted: Vec<protocol::AbortedTxn> },
     Replicate { req: ReplicateRequest },
     ReplicateResp { follower: i32, leader_epoch: i32, from_offset: i64, result: Result<i64, (i64, i32)> },
 }
@@ -173,6 +188,13 @@ fn producer_host(p: usize) -> usize {
 
 struct Producer {
     tid: String,
+    /// Writes in transactions (the producers of `tid-1`); the others are idempotent.
+    transactional: bool,
+    /// Batches acknowledged in the open transaction, and how many it is to hold.
+    txn_acked: u32,
+    txn_size: u32,
+    /// An EndTxn sent and not answered: (commit, when sent).
+    ending: Option<(bool, u64)>,
     ids: Option<(i64, i16)>,
     /// When the outstanding init was sent (it is retried if no answer comes).
     init_sent: Option<u64>,
@@ -212,6 +234,10 @@ struct BrokerHost {
 struct PendingInit {
     /// Who to answer (none for fences resumed after a coordinator restart).
     prod: Option<usize>,
+    /// The markers commit (an EndTxn that commits) or abort (an init's fence, an abort).
+    commit: bool,
+    /// An EndTxn's markers (answered with EndTxnResp), not an init's fence.
+    end: bool,
     producer_id: i64,
     epoch: i16,
     targets: Vec<(FenceTarget, u64)>,
@@ -269,6 +295,8 @@ struct Sim {
     zombie_appends: HashSet<(i64, i16, i32, i64, i32)>,
     committed: BTreeMap<i64, (i64, i16, i32, i32)>,
     acked: Vec<(BatchId, i64)>,
+    /// (producer id, epoch) of every transaction the coordinator decided to commit.
+    txn_committed: HashSet<(i64, i16)>,
     consumer: Consumer,
     consumer_paused_until: u64,
     out: Outcome,
@@ -302,6 +330,10 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
     let producers = (0..cfg.producers)
         .map(|i| Producer {
             tid: format!("tid-{}", i / 2),
+            transactional: i / 2 == 1,
+            txn_acked: 0,
+            txn_size: 1,
+            ending: None,
             ids: None,
             init_sent: None,
             next_seq: 0,
@@ -333,6 +365,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         zombie_appends: HashSet::new(),
         committed: BTreeMap::new(),
         acked: Vec::new(),
+        txn_committed: HashSet::new(),
         consumer: Consumer { position: 0, leader: (-1, -1), sent: None },
         consumer_paused_until: 0,
         out: Outcome::default(),
@@ -548,7 +581,12 @@ impl Sim {
             for (target, sent) in pi.targets.iter_mut() {
                 if now.saturating_sub(*sent) > 100 {
                     *sent = now;
-                    resend.push(Msg::Marker { tid: tid.clone(), target: target.clone(), leader_epoch });
+                    resend.push(Msg::Marker {
+                        tid: tid.clone(),
+                        target: target.clone(),
+                        leader_epoch,
+                        commit: pi.commit,
+                    });
                 }
             }
         }
@@ -625,14 +663,15 @@ impl Sim {
         self.fault("coordinator crashed and restarted");
         let (leader, leader_epoch) = self.leader;
         let now = self.now;
-        for (tid, epoch, _commit, targets) in self.table.pending_fences() {
+        for (tid, epoch, commit, targets) in self.table.pending_fences() {
             let producer_id = self.table.current(&tid).map_or(-1, |(pid, _)| pid);
             for t in &targets {
-                let m = Msg::Marker { tid: tid.clone(), target: t.clone(), leader_epoch };
+                let m = Msg::Marker { tid: tid.clone(), target: t.clone(), leader_epoch, commit };
                 self.send(COORD, leader as usize, m);
             }
             let targets = targets.into_iter().map(|t| (t, now)).collect();
-            self.pending_inits.insert(tid, PendingInit { prod: None, producer_id, epoch, targets });
+            let pi = PendingInit { prod: None, commit, end: commit, producer_id, epoch, targets };
+            self.pending_inits.insert(tid, pi);
         }
         let n = self.pending_inits.len();
         let entries = self.journal.len();
@@ -663,7 +702,7 @@ impl Sim {
 
     /// What the consumer read must be committed: every batch matches what the replicas
     /// committed at that offset, and none is a zombie write.
-    fn consumer_answer(&mut self, offset: i64, records: Option<Bytes>) {
+    fn consumer_answer(&mut self, offset: i64, records: Option<Bytes>, aborted: Vec<protocol::AbortedTxn>) {
         if offset != self.consumer.position {
             return;
         }
@@ -672,11 +711,36 @@ impl Sim {
             self.consumer.leader = self.leader;
             return;
         };
+        // read_committed as a Kafka consumer does it: a producer id is skipped from the first
+        // offset of one of its aborted transactions to its abort marker.
+        let mut aborted = aborted;
+        aborted.sort_by_key(|a| a.first_offset);
+        let mut aborted = aborted.into_iter().peekable();
+        let mut skipped: HashSet<i64> = HashSet::new();
         for item in protocol::batch::BatchIter::new(records) {
-            let h = match item {
-                Ok((h, _)) => h,
+            let (h, bytes) = match item {
+                Ok(hb) => hb,
                 Err(e) => return self.violate(format!("consumer got an unreadable batch at {offset}: {e}")),
             };
+            while let Some(a) = aborted.next_if(|a| a.first_offset <= h.base_offset) {
+                skipped.insert(a.producer_id);
+            }
+            if h.is_control() {
+                if protocol::batch::marker_kind(&bytes) == Some(MarkerKind::Abort) {
+                    skipped.remove(&h.producer_id);
+                }
+            } else if h.is_transactional() {
+                if skipped.contains(&h.producer_id) {
+                    self.out.aborted_skipped += 1;
+                } else if !self.txn_committed.contains(&(h.producer_id, h.producer_epoch)) {
+                    // Invariant 5: read_committed returns only committed transactions.
+                    let (pid, e) = (h.producer_id, h.producer_epoch);
+                    return self.violate(format!(
+                        "read_committed returned offset {} of producer id {pid} epoch {e}, a transaction not committed",
+                        h.base_offset
+                    ));
+                }
+            }
             if h.base_offset != self.consumer.position {
                 let want = self.consumer.position;
                 return self.violate(format!("consumer asked for {want} and got a batch at {}", h.base_offset));
@@ -714,7 +778,9 @@ impl Sim {
         }
         let Some((producer_id, epoch)) = pr.ids else {
             let waiting = pr.init_sent.is_some_and(|t| self.now.saturating_sub(t) < 200);
-            if !waiting && writing {
+            // A transactional producer inits after the writing too: its init aborts a
+            // transaction a previous instance left open, which would hold the LSO back.
+            if !waiting && (writing || pr.transactional) {
                 self.producers[p].init_sent = Some(self.now);
                 self.trace(|| format!("producer {p}: init"));
                 self.send(producer_host(p), COORD, Msg::InitReq { prod: p });
@@ -729,7 +795,29 @@ impl Sim {
             pr.ids = None;
             pr.inflight = None;
             pr.init_sent = None;
+            pr.ending = None;
+            pr.txn_acked = 0;
             return;
+        }
+        let pr = &mut self.producers[p];
+        if pr.transactional {
+            // End the transaction once it holds its batches (or the writing is over).
+            let due = pr.inflight.is_none() && (pr.txn_acked >= pr.txn_size || (!writing && pr.txn_acked > 0));
+            let resend_end = pr.ending.is_some_and(|(_, sent)| self.now.saturating_sub(sent) > 200);
+            if (due && pr.ending.is_none()) || resend_end {
+                let commit = match pr.ending {
+                    Some((commit, _)) => commit,
+                    None => !self.rng.chance(300),
+                };
+                let pr = &mut self.producers[p];
+                pr.ending = Some((commit, self.now));
+                self.trace(|| format!("producer {p}: EndTxn commit={commit} at epoch {epoch}"));
+                self.send(producer_host(p), COORD, Msg::EndTxn { prod: p, producer_id, epoch, commit });
+                return;
+            }
+            if pr.ending.is_some() {
+                return;
+            }
         }
         let pr = &mut self.producers[p];
         let resend = match &pr.inflight {
@@ -739,7 +827,7 @@ impl Sim {
         if pr.inflight.is_none() && writing {
             let stamp = ProducerStamp { producer_id, producer_epoch: epoch, base_sequence: pr.next_seq };
             let value = Bytes::from(format!("{p}-{producer_id}-{epoch}-{}", pr.next_seq));
-            let batch = build_batch(stamp, false, self.now as i64, &[value]);
+            let batch = build_batch(stamp, pr.transactional, self.now as i64, &[value]);
             let header = BatchHeader::parse_prefix(&batch).expect("a batch we built parses");
             pr.inflight = Some((batch, header, self.now));
         } else if !resend {
@@ -843,6 +931,8 @@ impl Sim {
                         pr.ids = Some(ids);
                         pr.next_seq = 0;
                         pr.inflight = None;
+                        pr.ending = None;
+                        pr.txn_acked = 0;
                         pr.leader = self.leader;
                     }
                 }
@@ -853,32 +943,58 @@ impl Sim {
             }
             Msg::Fetch { offset, leader_epoch } => {
                 let b = &self.brokers[&(to as i32)];
-                let records =
-                    b.part.fetch(offset, 16 * 1024, leader_epoch, protocol::READ_COMMITTED).ok().map(|f| f.records);
-                self.send(to, from, Msg::FetchResp { offset, records });
+                let isolation = match self.cfg.mutation {
+                    Mutation::ReadUncommitted => protocol::READ_UNCOMMITTED,
+                    _ => protocol::READ_COMMITTED,
+                };
+                let fetched = b.part.fetch(offset, 16 * 1024, leader_epoch, isolation).ok();
+                let aborted = fetched.as_ref().map(|f| f.aborted.clone()).unwrap_or_default();
+                let records = fetched.map(|f| f.records);
+                self.send(to, from, Msg::FetchResp { offset, records, aborted });
             }
-            Msg::FetchResp { offset, records } => self.consumer_answer(offset, records),
+            Msg::FetchResp { offset, records, aborted } => self.consumer_answer(offset, records, aborted),
+            Msg::EndTxn { prod, producer_id, epoch, commit } => self.coord_end(prod, producer_id, epoch, commit),
+            Msg::EndTxnResp { prod, granted } => {
+                let pr = &mut self.producers[prod];
+                if pr.ending.is_none() {
+                    return; // a duplicated or late answer
+                }
+                pr.ending = None;
+                pr.txn_acked = 0;
+                pr.txn_size = 1 + self.rng.below(3) as u32;
+                match granted {
+                    // Every end bumps the epoch (KIP-890): the next transaction starts at 0.
+                    Some(ids) => {
+                        pr.ids = Some(ids);
+                        pr.next_seq = 0;
+                    }
+                    None => pr.ids = None,
+                }
+                self.trace(|| format!("producer {prod}: transaction ended, continuing with {granted:?}"));
+            }
             Msg::ProduceResp { prod, batch, result } => self.producer_answer(prod, batch, result),
-            Msg::Verify { broker, producer_id, epoch } => {
+            Msg::Verify { broker, producer_id, epoch, transactional } => {
                 let now = self.now;
-                let ok = match self.table.handle_register(producer_id, epoch, TOPIC, 0, false, now) {
+                let ok = match self.table.handle_register(producer_id, epoch, TOPIC, 0, transactional, now) {
                     RegisterDecision::Accept { entries, .. } => {
                         self.journal.extend(entries);
                         true
                     }
                     RegisterDecision::Refuse { .. } => false,
                 };
-                self.send(COORD, broker as usize, Msg::VerifyResp { producer_id, epoch, ok });
+                self.send(COORD, broker as usize, Msg::VerifyResp { producer_id, epoch, transactional, ok });
             }
-            Msg::VerifyResp { producer_id, epoch, ok } => {
+            Msg::VerifyResp { producer_id, epoch, transactional, ok } => {
                 let b = self.brokers.get_mut(&(to as i32)).expect("broker");
                 if ok {
-                    b.part.mark_verified(producer_id, epoch, false);
+                    b.part.mark_verified(producer_id, epoch, transactional);
                 } else {
                     b.refused.insert((producer_id, epoch));
                 }
             }
-            Msg::Marker { tid, target, leader_epoch } => self.broker_marker(to as i32, tid, target, leader_epoch),
+            Msg::Marker { tid, target, leader_epoch, commit } => {
+                self.broker_marker(to as i32, tid, target, leader_epoch, commit)
+            }
             Msg::MarkerResp { tid, epoch, producer_id, ok } => self.coord_marker_done(tid, epoch, producer_id, ok),
             Msg::Learn { leader, leader_epoch } => {
                 let id = to as i32;
@@ -949,11 +1065,12 @@ impl Sim {
                     let (leader, leader_epoch) = self.leader;
                     let now = self.now;
                     for t in &fence {
-                        let m = Msg::Marker { tid: tid.clone(), target: t.clone(), leader_epoch };
+                        let m = Msg::Marker { tid: tid.clone(), target: t.clone(), leader_epoch, commit: false };
                         self.send(COORD, leader as usize, m);
                     }
                     let targets = fence.into_iter().map(|t| (t, now)).collect();
-                    self.pending_inits.insert(tid, PendingInit { prod: Some(prod), producer_id, epoch, targets });
+                    let pi = PendingInit { prod: Some(prod), commit: false, end: false, producer_id, epoch, targets };
+                    self.pending_inits.insert(tid, pi);
                 }
             }
             InitDecision::Refuse { .. } => {
@@ -974,6 +1091,58 @@ impl Sim {
         }
     }
 
+    /// EndTxn at the coordinator: commit or abort, write the markers, then answer the new epoch.
+    fn coord_end(&mut self, prod: usize, producer_id: i64, epoch: i16, commit: bool) {
+        let tid = self.producers[prod].tid.clone();
+        match self.table.handle_end_txn(&tid, producer_id, epoch, commit) {
+            EndDecision::Markers { producer_id: pid, epoch: new_epoch, commit, entries, markers } => {
+                self.journal.extend(entries);
+                if commit {
+                    // Decided (journaled): the transaction of this producer id and epoch commits.
+                    self.txn_committed.insert((producer_id, epoch));
+                    self.out.txns_committed += 1;
+                } else {
+                    self.out.txns_aborted += 1;
+                }
+                let what = if commit { "commits" } else { "aborts" };
+                self.trace(|| {
+                    format!("coordinator: '{tid}' {what} pid {producer_id} epoch {epoch}, next epoch {new_epoch}")
+                });
+                if markers.is_empty() {
+                    return self.finish_end(&tid, Some(prod), pid, new_epoch);
+                }
+                let (leader, leader_epoch) = self.leader;
+                for t in &markers {
+                    let m = Msg::Marker { tid: tid.clone(), target: t.clone(), leader_epoch, commit };
+                    self.send(COORD, leader as usize, m);
+                }
+                let now = self.now;
+                let targets = markers.into_iter().map(|t| (t, now)).collect();
+                let pi =
+                    PendingInit { prod: Some(prod), commit, end: true, producer_id: pid, epoch: new_epoch, targets };
+                self.pending_inits.insert(tid, pi);
+            }
+            EndDecision::Done { producer_id, epoch } => {
+                let granted = Some((producer_id, epoch));
+                self.send(COORD, producer_host(prod), Msg::EndTxnResp { prod, granted });
+            }
+            EndDecision::Refuse { .. } => {
+                self.send(COORD, producer_host(prod), Msg::EndTxnResp { prod, granted: None });
+            }
+        }
+    }
+
+    /// An EndTxn's markers are written: the epoch it bumped to is final (older ones are fenced
+    /// wherever the transaction wrote), and the producer continues with it.
+    fn finish_end(&mut self, tid: &str, prod: Option<usize>, producer_id: i64, epoch: i16) {
+        if self.finished_grant.get(tid).is_none_or(|old| *old < epoch) {
+            self.finished_grant.insert(tid.to_string(), epoch);
+        }
+        if let Some(prod) = prod {
+            self.send(COORD, producer_host(prod), Msg::EndTxnResp { prod, granted: Some((producer_id, epoch)) });
+        }
+    }
+
     fn coord_marker_done(&mut self, tid: String, epoch: i16, producer_id: i64, ok: bool) {
         if !ok {
             return;
@@ -986,12 +1155,17 @@ impl Sim {
         if pi.targets.is_empty() {
             let pi = self.pending_inits.remove(&tid).expect("pending init");
             self.journal.extend(self.table.handle_fence_done(&tid, epoch));
-            self.finish_grant(&tid, pi.prod, pi.producer_id, pi.epoch);
+            if pi.end {
+                self.finish_end(&tid, pi.prod, pi.producer_id, pi.epoch);
+            } else {
+                self.finish_grant(&tid, pi.prod, pi.producer_id, pi.epoch);
+            }
         }
     }
 
-    fn broker_marker(&mut self, id: i32, tid: String, target: FenceTarget, leader_epoch: i32) {
-        let batch = build_marker(target.producer_id, target.marker_epoch, MarkerKind::Abort, 0, self.now as i64);
+    fn broker_marker(&mut self, id: i32, tid: String, target: FenceTarget, leader_epoch: i32, commit: bool) {
+        let kind = if commit { MarkerKind::Commit } else { MarkerKind::Abort };
+        let batch = build_marker(target.producer_id, target.marker_epoch, kind, 0, self.now as i64);
         let header = BatchHeader::parse_prefix(&batch).expect("a marker we built parses");
         let b = self.brokers.get_mut(&id).expect("broker");
         match b.part.append(&batch, &header, leader_epoch) {
@@ -1069,7 +1243,8 @@ impl Sim {
                 });
             }
             Err(AppendError::NeedsVerification { producer_id, epoch }) => {
-                self.send(id as usize, COORD, Msg::Verify { broker: id, producer_id, epoch });
+                let transactional = header.is_transactional();
+                self.send(id as usize, COORD, Msg::Verify { broker: id, producer_id, epoch, transactional });
                 self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Retry });
             }
             Err(AppendError::Gate(g)) => {
@@ -1102,6 +1277,7 @@ impl Sim {
             ProduceResult::Acked { base_offset } => {
                 pr.inflight = None;
                 pr.next_seq += 1;
+                pr.txn_acked += u32::from(pr.transactional);
                 self.acked.push((id, base_offset));
                 self.out.acked += 1;
                 self.trace(|| {
@@ -1111,6 +1287,8 @@ impl Sim {
             ProduceResult::Fenced => {
                 pr.ids = None;
                 pr.inflight = None;
+                pr.ending = None;
+                pr.txn_acked = 0;
                 pr.dead_until = now + 200;
                 self.trace(|| format!("producer {prod}: fenced at epoch {}", id.1));
             }

@@ -23,7 +23,8 @@ struct Args {
     /// Print the trace of who did what at which tick (with --seed).
     #[arg(long)]
     verbose: bool,
-    /// Switch one check off: none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits.
+    /// Switch one check off: none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits,
+    /// read-uncommitted.
     #[arg(long, default_value = "none")]
     mutation: String,
     /// Ticks with faults.
@@ -44,7 +45,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let Some(mutation) = Mutation::parse(&args.mutation) else {
         eprintln!(
-            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks or unsynced-commits",
+            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits or read-uncommitted",
             args.mutation
         );
         return ExitCode::from(2);
@@ -57,6 +58,7 @@ fn main() -> ExitCode {
     let mut failing = Vec::new();
     let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
     let (mut steps, mut acked, mut fenced, mut elections, mut consumed) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut committed, mut aborted, mut skipped) = (0u64, 0u64, 0u64);
     for &seed in &seeds {
         let out = run(seed, cfg.clone());
         if args.verbose && std::io::stdout().write_all(out.trace.as_bytes()).is_err() {
@@ -70,6 +72,9 @@ fn main() -> ExitCode {
         fenced += out.fenced;
         elections += out.elections;
         consumed += out.consumed;
+        committed += out.txns_committed;
+        aborted += out.txns_aborted;
+        skipped += out.aborted_skipped;
         if let Some(v) = out.violation {
             say!("seed {seed} FAILED: {v}");
             failing.push(seed);
@@ -81,6 +86,10 @@ fn main() -> ExitCode {
         seeds.len(),
         args.mutation,
         failing.len()
+    );
+    say!(
+        "transactions: {committed} committed, {aborted} aborted on EndTxn; {skipped} aborted batches skipped by \
+         the read_committed consumer"
     );
     let faults: Vec<String> = faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
     say!("faults: {}", faults.join(", "));

@@ -18,6 +18,19 @@ fn clean(seeds: std::ops::Range<u64>) {
 }
 
 #[test]
+fn transactions_commit_and_abort_and_the_consumer_skips_the_aborted() {
+    let (mut committed, mut aborted, mut skipped) = (0, 0, 0);
+    for seed in 0..20 {
+        let out = run(seed, Config::default());
+        assert!(out.violation.is_none(), "seed {seed}: {}", out.violation.unwrap());
+        (committed, aborted, skipped) =
+            (committed + out.txns_committed, aborted + out.txns_aborted, skipped + out.aborted_skipped);
+    }
+    assert!(committed > 0 && aborted > 0, "{committed} committed, {aborted} aborted");
+    assert!(skipped > 0, "the consumer never had an aborted batch to skip: invariant 5 proves nothing");
+}
+
+#[test]
 fn the_real_build_breaks_no_invariant_first_half() {
     clean(0..SEEDS / 2);
 }
@@ -48,6 +61,12 @@ fn followers_that_ignore_leader_epochs_are_caught() {
 fn commits_before_the_disk_has_them_are_caught() {
     let (seed, v) = caught(Mutation::UnsyncedCommits).expect("a power loss takes committed records");
     assert!(v.contains("committed") || v.contains("lost"), "seed {seed}: {v}");
+}
+
+#[test]
+fn a_broker_serving_uncommitted_data_to_read_committed_is_caught() {
+    let (seed, v) = caught(Mutation::ReadUncommitted).expect("an open or aborted transaction is read");
+    assert!(v.contains("not committed"), "seed {seed}: {v}");
 }
 
 #[test]

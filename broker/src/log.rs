@@ -64,7 +64,7 @@ pub fn offset_files(storage: &dyn Storage, dir: &Path, suffix: &str) -> std::io:
     for path in storage.list(dir)? {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         let Some(stem) = name.strip_suffix(suffix).and_then(|s| s.strip_suffix('.')) else { continue };
-        if stem.len() == 20 {
+        if stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) {
             if let Ok(offset) = stem.parse::<i64>() {
                 out.push((offset, path));
             }
@@ -182,6 +182,9 @@ pub struct PartitionLog {
     /// persisted with the log by construction and rebuilt from the indexes on open.
     epochs: Vec<(i32, i64)>,
     end_offset: i64,
+    /// The leader epoch of the batch just before the log start, when known (kept from the last
+    /// segment retention deleted, or given by the leader a follower started over from).
+    epoch_before_start: Option<i32>,
     failed: Option<String>,
 }
 
@@ -290,7 +293,7 @@ impl PartitionLog {
                 Segment { base_offset, path, file, size, max_timestamp: -1, index: Vec::new(), indexed: false };
             // The active segment has a valid index only after a clean shutdown (written after
             // its sync, and removed at its next append): then it is not scanned either.
-            seg.indexed = load_index(st, &mut seg, i != last);
+            seg.indexed = load_index(st, &mut seg, i != last) && (i != last || last_batch_checks_out(&seg));
             if !seg.indexed {
                 let cut = scan(&mut seg, i == last)?;
                 truncated_bytes += cut;
@@ -314,6 +317,7 @@ impl PartitionLog {
             segments,
             epochs: Vec::new(),
             end_offset,
+            epoch_before_start: None,
             failed: None,
         };
         log.rebuild_epochs();
@@ -436,8 +440,10 @@ impl PartitionLog {
         let storage = self.storage.clone();
         let seg = self.active_mut();
         if seg.indexed {
-            // The clean-shutdown index of the active segment stops describing it now.
+            // The clean-shutdown index of the active segment stops describing it now (durably:
+            // it must not come back after a power loss to describe other bytes).
             remove_if_present(storage.as_ref(), &seg.index_path())?;
+            storage.sync_dir(seg.path.parent().unwrap_or(Path::new(".")));
             seg.indexed = false;
         }
         if let Err(e) = seg.file.append(&[prefix, rest]) {
@@ -477,10 +483,14 @@ impl PartitionLog {
         &self.epochs
     }
 
-    /// Leader epoch of the batch holding `offset`.
+    /// Leader epoch of the batch holding `offset` (for the offset just before the log start,
+    /// the epoch of the batch that ended there, when known).
     pub fn epoch_at(&self, offset: i64) -> Option<i32> {
         if offset >= self.end_offset {
             return None;
+        }
+        if offset == self.start_offset() - 1 {
+            return self.epoch_before_start;
         }
         let seg = self.segment_for(offset)?;
         let (i, _) = seg.position(offset);
@@ -538,12 +548,17 @@ impl PartitionLog {
                 remove_if_present(st, &seg.path)?;
                 self.segments.pop();
             }
+            let dir = self.dir.clone();
             let seg = self.active_mut();
             // It is the active segment now: it changes, so its index goes.
             remove_if_present(st, &seg.index_path())?;
             seg.indexed = false;
+            // The removals are durable before the cut: after a power loss neither a removed
+            // segment nor a stale index comes back to describe the bytes written after it.
+            st.sync_dir(&dir);
             let (i, pos) = seg.position(offset);
             seg.file.set_len(pos).map_err(io_error(&seg.path, "truncate"))?;
+            seg.file.sync_data().map_err(io_error(&seg.path, "sync"))?;
             seg.index.truncate(i);
             seg.size = pos;
             Ok(seg.end_offset())
@@ -563,7 +578,7 @@ impl PartitionLog {
 
     /// Delete everything and start an empty log at `offset` (a follower whose leader no
     /// longer holds the offsets this log would need next).
-    pub fn reset_to(&mut self, offset: i64) -> Result<(), LogError> {
+    pub fn reset_to(&mut self, offset: i64, epoch_before: Option<i32>) -> Result<(), LogError> {
         let path = self.dir.join(offset_file_name(offset, SEGMENT_SUFFIX));
         let storage = self.storage.clone();
         let st = storage.as_ref();
@@ -589,6 +604,7 @@ impl PartitionLog {
                 });
                 self.end_offset = offset;
                 self.epochs.clear();
+                self.epoch_before_start = epoch_before;
                 Ok(())
             }
             Err(e) => {
@@ -619,6 +635,10 @@ impl PartitionLog {
             deleted += 1;
         }
         if deleted > 0 {
+            self.storage.sync_dir(&self.dir);
+            // Remember the leader epoch just before the new start: a leader still vouches for
+            // the batch before the first one it sends a follower (`epoch_at(start - 1)`).
+            self.epoch_before_start = self.segments[deleted - 1].index.last().map(|e| e.leader_epoch);
             self.segments.drain(..deleted);
             self.rebuild_epochs();
             tracing::info!(path = %self.dir.display(), segments = deleted, start_offset = self.start_offset(), "retention deleted segments");
@@ -722,7 +742,7 @@ fn scan(seg: &mut Segment, repair_tail: bool) -> Result<u64, LogError> {
     let corrupt = |pos: u64, detail: String| LogError::Corrupt { path: seg.path.display().to_string(), pos, detail };
     let mut pos = 0u64;
     let mut next_offset = seg.base_offset;
-    for item in BatchIter::new(raw) {
+    for item in BatchIter::new(raw.clone()) {
         let damage = match item {
             Ok((h, bytes)) => match verify_crc(&bytes, &h) {
                 Ok(()) if h.base_offset != next_offset => {
@@ -743,7 +763,11 @@ fn scan(seg: &mut Segment, repair_tail: bool) -> Result<u64, LogError> {
                 Err(e) if pos + bytes.len() as u64 == total => e.to_string(),
                 Err(e) => return Err(corrupt(pos, e.to_string())),
             },
-            Err(e) => e.to_string(),
+            // A batch cut short, or a tail of zeros (what some file systems leave after a power
+            // loss), is a torn tail; any other damage with bytes after it is corruption.
+            Err(e @ protocol::batch::BatchError::Truncated { .. }) => e.to_string(),
+            Err(e) if raw[pos as usize..].iter().all(|b| *b == 0) => format!("{e} (a tail of zeros)"),
+            Err(e) => return Err(corrupt(pos, e.to_string())),
         };
         // A torn or corrupt last batch.
         if !repair_tail {
@@ -758,6 +782,19 @@ fn scan(seg: &mut Segment, repair_tail: bool) -> Result<u64, LogError> {
     }
     seg.size = pos;
     Ok(total - pos)
+}
+
+/// Whether the last batch an index lists is intact and ends the segment: checked before an
+/// active segment is trusted by its clean-shutdown index instead of a scan.
+fn last_batch_checks_out(seg: &Segment) -> bool {
+    let Some(last) = seg.index.last() else { return seg.size == 0 };
+    let Ok(bytes) = seg.file.read_at(last.pos, (seg.size - last.pos) as usize) else { return false };
+    match BatchHeader::parse(&bytes) {
+        Ok(h) => {
+            h.base_offset == last.base_offset && h.last_offset() == last.last_offset && verify_crc(&bytes, &h).is_ok()
+        }
+        Err(_) => false,
+    }
 }
 
 /// Encode `seg`'s index: magic, version, segment size, newest timestamp, entry count, the
@@ -844,7 +881,7 @@ fn decode_index(raw: &[u8], base_offset: i64, size: u64) -> Result<(i64, Vec<Ind
         if e.base_offset != next || e.last_offset < e.base_offset || !pos_ok {
             return Err("entries out of order");
         }
-        next = e.last_offset + 1;
+        next = e.last_offset.checked_add(1).ok_or("offset overflow")?;
         next_pos = e.pos + 1;
         index.push(e);
     }
@@ -1007,7 +1044,20 @@ mod tests {
         assert_eq!(r.log.end_offset(), 2);
         assert!(r.truncated_bytes > 0);
         drop(r);
-        let mut raw = std::fs::read(&path).unwrap();
+        // A tail of zeros (a file system's leftover after a power loss) is a torn tail too.
+        let intact = std::fs::read(&path).unwrap();
+        let mut zeros = intact.clone();
+        zeros.extend_from_slice(&[0u8; 100]);
+        std::fs::write(&path, &zeros).unwrap();
+        let r = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
+        assert_eq!((r.log.end_offset(), r.truncated_bytes), (2, 100));
+        drop(r);
+        // A damaged magic byte with intact batches after it is corruption, not a tail to cut.
+        let mut raw = intact.clone();
+        raw[16] = 7;
+        std::fs::write(&path, &raw).unwrap();
+        assert!(matches!(PartitionLog::open(dir.path(), LogConfig::default()), Err(LogError::Corrupt { pos: 0, .. })));
+        let mut raw = intact;
         raw[70] ^= 0xff; // inside the first batch's records
         std::fs::write(&path, &raw).unwrap();
         assert!(matches!(PartitionLog::open(dir.path(), LogConfig::default()), Err(LogError::Corrupt { pos: 0, .. })));
@@ -1067,7 +1117,8 @@ mod tests {
         let r = PartitionLog::open(dir.path(), cfg).unwrap();
         assert_eq!((r.log.start_offset(), r.log.end_offset()), (start, 15));
         let mut log = r.log;
-        log.reset_to(40).unwrap();
+        log.reset_to(40, Some(3)).unwrap();
+        assert_eq!(log.epoch_at(39), Some(3));
         assert_eq!((log.start_offset(), log.end_offset(), log.size_bytes()), (40, 40, 0));
         assert_eq!(append(&mut log, "x"), 40);
         drop(log);
@@ -1112,5 +1163,30 @@ mod tests {
         let r = PartitionLog::open(dir.path(), config(150)).unwrap();
         assert_eq!(r.log.end_offset(), 4);
         assert!(!orphan.exists() && !tmp.exists());
+    }
+
+    #[test]
+    fn a_cut_is_durable_before_what_follows_it() {
+        use crate::storage::MemStorage;
+        let disk = Arc::new(MemStorage::new());
+        let dir = Path::new("/disk/t-0");
+        let mut log = PartitionLog::open_in(disk.clone(), dir, config(200)).unwrap().log;
+        for i in 0..12 {
+            append_at(&mut log, &format!("v{i}"), 1, 0);
+        }
+        log.checkpoint().unwrap();
+        assert!(log.segment_count() > 3);
+        // A follower's cut into the second segment, then new batches from another leader epoch,
+        // synced (a follower acknowledges them), then the power goes.
+        assert_eq!(log.truncate(3).unwrap(), 3);
+        let segments = log.segment_count();
+        append_at(&mut log, "w3", 2, 0);
+        assert_eq!(log.segment_count(), segments, "no roll (and so no directory sync) since the cut");
+        log.active_file().sync_data().unwrap();
+        drop(log);
+        disk.crash(|_, _| 0);
+        let r = PartitionLog::open_in(disk, dir, config(200)).unwrap();
+        assert_eq!(r.log.end_offset(), 4, "the removed segments and indexes stay removed");
+        assert_eq!(r.log.epoch_cache(), &[(1, 0), (2, 3)]);
     }
 }

@@ -472,9 +472,10 @@ impl Partition {
         // before it can be checked against the leader; or this log no longer holds what comes
         // before it. Either way this replica starts over at `from_offset` (Kafka's
         // truncate-fully-and-start-at): everything below it was committed when it was deleted.
-        let unverifiable = from_offset > 0 && from_offset == log_start_offset && from_offset != own_start;
+        let unverifiable =
+            from_offset > 0 && from_offset == log_start_offset && prev_epoch < 0 && from_offset != own_start;
         if unverifiable || from_offset < own_start {
-            self.restart_log_at(&mut g, from_offset)?;
+            self.restart_log_at(&mut g, from_offset, (prev_epoch >= 0).then_some(prev_epoch))?;
         }
         let leo = g.log.end_offset();
         if from_offset > leo {
@@ -562,14 +563,14 @@ impl Partition {
     }
 
     /// Drop the whole log and start an empty one at `offset`, with empty producer state.
-    fn restart_log_at(&self, g: &mut Inner, offset: i64) -> Result<(), LogError> {
+    fn restart_log_at(&self, g: &mut Inner, offset: i64, epoch_before: Option<i32>) -> Result<(), LogError> {
         let (start, leo) = (g.log.start_offset(), g.log.end_offset());
         snapshot::remove_all(g.log.storage(), g.log.dir()).map_err(|e| LogError::Io {
             path: g.log.dir().display().to_string(),
             op: "remove snapshots",
             detail: e.to_string(),
         })?;
-        g.log.reset_to(offset)?;
+        g.log.reset_to(offset, epoch_before)?;
         g.durable_end = offset;
         g.high_watermark = offset;
         g.truncations += 1;
@@ -598,8 +599,11 @@ impl Partition {
             op: "snapshots",
             detail: e.to_string(),
         };
+        // The newest snapshot that loads, not merely the newest file: recovery must be able to
+        // start from it once the segments below it are gone.
+        let (start, end) = (g.log.start_offset(), g.log.end_offset());
         let newest_snapshot =
-            snapshot::list(g.log.storage(), &dir).map_err(io)?.last().map_or(g.log.start_offset(), |(o, _)| *o);
+            snapshot::load_newest(g.log.storage(), &dir, start, end, self.fencing).map_or(start, |(offset, ..)| offset);
         let keep_below = g.high_watermark.min(newest_snapshot);
         let deleted = g.log.enforce_retention(now_ms, keep_below)?;
         if deleted > 0 {
@@ -1329,5 +1333,32 @@ mod tests {
         let reopened = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
         assert_eq!(reopened.progress().0, 13);
         assert_eq!(reopened.log_shape().0, 10);
+
+        // A follower that holds everything up to the leader's start keeps its log when the
+        // leader still knows the epoch before its start.
+        let id = tempfile::tempdir().unwrap();
+        let in_step = Partition::open(id.path(), "t", 0, 3, true).unwrap();
+        in_step.learn(1, 1, &[1, 3], &[1, 3], 0);
+        let held: Vec<Bytes> = (0..10).map(|o| stored(o, 1, &format!("h{o}"))).collect();
+        assert_eq!(replicate(&in_step, 1, 0, -1, &held).unwrap(), 10);
+        assert_eq!(in_step.apply_replicated(&req(10, 1, &kept), true).unwrap(), 12);
+        assert_eq!(in_step.log_shape().0, 0, "not started over");
+        assert_eq!(in_step.progress().0, 12);
+    }
+
+    #[test]
+    fn retention_stops_at_the_newest_snapshot_that_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig { segment_bytes: 400, retention_bytes: Some(1), retention_ms: None };
+        let p = Partition::open_with(Arc::new(OsStorage), dir.path(), config, "t", 0, 2, true).unwrap();
+        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        fencing_workload(&p);
+        let end = p.progress().0;
+        push(&p, &[], end);
+        for path in snapshot_files(dir.path()) {
+            std::fs::write(&path, b"not a snapshot").unwrap();
+        }
+        assert_eq!(p.enforce_retention(0).unwrap(), 0, "no snapshot to recover the deleted producers from");
+        assert_eq!(p.log_shape().0, 0);
     }
 }

@@ -175,13 +175,17 @@ impl ProducerStates {
         let expected = match entry {
             Some(e) if e.epoch == h.producer_epoch => match e.batches.back() {
                 Some(b) => increment_sequence(b.last_seq, 1),
+                // A replicated batch of an epoch this replica holds no batch of (at most a
+                // verification from when it led): as for an unknown producer below.
+                None if !verify && e.last_marker.is_none() => return Ok(Admit::Append),
                 // Same epoch, no data batch yet (only a marker at this epoch): start at 0.
                 None => 0,
             },
-            // A replicated batch of a producer this replica knows nothing of: its log starts
-            // past that producer's earlier batches (it started over at the leader's log start,
-            // as Kafka's followers do), and the leader checked the sequence. What it appends
-            // now starts this replica's record of the producer.
+            // A replicated batch of a producer this replica has no batch of: its log may start
+            // past that producer's earlier batches (a replica that started over at the leader's
+            // log start, as Kafka's followers do), and the leader checked the sequence. What it
+            // appends now starts this replica's record of the producer. Epochs are still checked
+            // above for every producer it knows.
             None if !verify => return Ok(Admit::Append),
             _ => 0,
         };

@@ -159,12 +159,21 @@ pub fn tmp_path(path: &Path) -> PathBuf {
 
 /// An in-memory disk for the simulator and crash tests. Each file keeps how much of it is
 /// synced; [`MemStorage::crash`] (a power loss) keeps only that, plus whatever prefix of the
-/// unsynced rest the caller decides survived (a torn last write). Directory entries and
-/// `set_len` are durable at once (a simplification: the log syncs the directory after creating
-/// files and the file after cutting a torn tail anyway).
+/// unsynced rest the caller decides survived (a torn last write). Directory entries (files
+/// created, removed, renamed over) are durable once their directory is synced: a crash brings
+/// back the entries as of each directory's last sync. `set_len` is durable at once (a
+/// simplification: the log syncs the file after every cut).
 #[derive(Debug, Default)]
 pub struct MemStorage {
-    files: Mutex<BTreeMap<PathBuf, Arc<MemFile>>>,
+    state: Mutex<MemDirs>,
+}
+
+#[derive(Debug, Default)]
+struct MemDirs {
+    /// The entries as the running process sees them.
+    files: BTreeMap<PathBuf, Arc<MemFile>>,
+    /// The entries a crash comes back to: as of each directory's last sync.
+    durable: BTreeMap<PathBuf, Arc<MemFile>>,
 }
 
 /// A file of [`MemStorage`].
@@ -198,7 +207,9 @@ impl MemStorage {
     /// bytes of its unsynced tail (`torn` returns at most `unsynced`). Open handles keep
     /// pointing at the files (a restarted process opens them again anyway).
     pub fn crash(&self, mut torn: impl FnMut(&Path, usize) -> usize) {
-        for (path, file) in lock(&self.files).iter() {
+        let mut dirs = lock(&self.state);
+        dirs.files = dirs.durable.clone();
+        for (path, file) in dirs.files.iter() {
             let mut f = lock(&file.inner);
             let unsynced = f.data.len() - f.synced;
             let keep = f.synced + torn(path, unsynced).min(unsynced);
@@ -209,7 +220,8 @@ impl MemStorage {
 
     /// Bytes written to files but not synced, over all files.
     pub fn unsynced_bytes(&self) -> usize {
-        lock(&self.files)
+        lock(&self.state)
+            .files
             .values()
             .map(|f| {
                 let f = lock(&f.inner);
@@ -225,21 +237,21 @@ impl Storage for MemStorage {
     }
 
     fn exists(&self, path: &Path) -> bool {
-        let files = lock(&self.files);
-        files.contains_key(path) || files.keys().any(|p| p.starts_with(path))
+        let dirs = lock(&self.state);
+        dirs.files.contains_key(path) || dirs.files.keys().any(|p| p.starts_with(path))
     }
 
     fn list(&self, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-        Ok(lock(&self.files).keys().filter(|p| p.parent() == Some(dir)).cloned().collect())
+        Ok(lock(&self.state).files.keys().filter(|p| p.parent() == Some(dir)).cloned().collect())
     }
 
     fn open(&self, path: &Path, create: bool) -> std::io::Result<Arc<dyn StoredFile>> {
-        let mut files = lock(&self.files);
-        match files.get(path) {
+        let mut dirs = lock(&self.state);
+        match dirs.files.get(path) {
             Some(f) => Ok(f.clone()),
             None if create => {
                 let f = Arc::new(MemFile::default());
-                files.insert(path.to_path_buf(), f.clone());
+                dirs.files.insert(path.to_path_buf(), f.clone());
                 Ok(f)
             }
             None => Err(not_found(path)),
@@ -247,22 +259,28 @@ impl Storage for MemStorage {
     }
 
     fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
-        let f = lock(&self.files).get(path).cloned().ok_or_else(|| not_found(path))?;
+        let f = lock(&self.state).files.get(path).cloned().ok_or_else(|| not_found(path))?;
         let data = lock(&f.inner).data.clone();
         Ok(data)
     }
 
     fn write_file_atomically(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        // The new content is synced; the rename that puts it in place waits for `sync_dir`.
         let f = MemFile { inner: Mutex::new(MemFileInner { data: bytes.to_vec(), synced: bytes.len() }) };
-        lock(&self.files).insert(path.to_path_buf(), Arc::new(f));
+        lock(&self.state).files.insert(path.to_path_buf(), Arc::new(f));
         Ok(())
     }
 
     fn remove(&self, path: &Path) -> std::io::Result<()> {
-        lock(&self.files).remove(path).map(|_| ()).ok_or_else(|| not_found(path))
+        lock(&self.state).files.remove(path).map(|_| ()).ok_or_else(|| not_found(path))
     }
 
-    fn sync_dir(&self, _dir: &Path) {}
+    fn sync_dir(&self, dir: &Path) {
+        let mut dirs = lock(&self.state);
+        let MemDirs { files, durable } = &mut *dirs;
+        durable.retain(|p, _| p.parent() != Some(dir));
+        durable.extend(files.iter().filter(|(p, _)| p.parent() == Some(dir)).map(|(p, f)| (p.clone(), f.clone())));
+    }
 }
 
 impl StoredFile for MemFile {
@@ -308,6 +326,7 @@ mod tests {
     fn a_crash_keeps_what_was_synced_and_a_torn_prefix_of_the_rest() {
         let disk = MemStorage::new();
         let a = disk.open(Path::new("/d/a"), true).unwrap();
+        disk.sync_dir(Path::new("/d"));
         a.append(&[b"synced", b"-"]).unwrap();
         a.sync_data().unwrap();
         a.append(&[b"lost"]).unwrap();
@@ -315,9 +334,18 @@ mod tests {
         disk.crash(|_, unsynced| unsynced / 2);
         assert_eq!(disk.read(Path::new("/d/a")).unwrap(), b"synced-lo");
         disk.write_file_atomically(Path::new("/d/b"), b"whole").unwrap();
+        disk.sync_dir(Path::new("/d"));
         disk.crash(|_, _| 0);
         assert_eq!(disk.read(Path::new("/d/b")).unwrap(), b"whole", "written atomically means synced");
         assert_eq!(disk.list(Path::new("/d")).unwrap().len(), 2);
+        // Entries changed since the directory's last sync are back as they were.
+        disk.remove(Path::new("/d/a")).unwrap();
+        disk.open(Path::new("/d/c"), true).unwrap();
+        disk.write_file_atomically(Path::new("/d/b"), b"newer").unwrap();
+        disk.crash(|_, _| 0);
+        assert_eq!(disk.read(Path::new("/d/a")).unwrap(), b"synced-lo", "an unsynced removal is undone");
+        assert!(!disk.exists(Path::new("/d/c")), "an unsynced creation is undone");
+        assert_eq!(disk.read(Path::new("/d/b")).unwrap(), b"whole", "an unsynced rename is undone");
         assert!(a.read_at(7, 5).is_err(), "reads past the end fail");
     }
 

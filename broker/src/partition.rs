@@ -468,13 +468,16 @@ impl Partition {
             return Err(ReplicateError::Corrupt(format!("from_offset {from_offset} is negative")));
         }
         let own_start = g.log.start_offset();
-        // The leader holds nothing before `from_offset` (retention deleted it), so nothing here
-        // before it can be checked against the leader; or this log no longer holds what comes
-        // before it. Either way this replica starts over at `from_offset` (Kafka's
-        // truncate-fully-and-start-at): everything below it was committed when it was deleted.
-        let unverifiable =
-            from_offset > 0 && from_offset == log_start_offset && prev_epoch < 0 && from_offset != own_start;
-        if unverifiable || from_offset < own_start {
+        // The leader holds nothing before `from_offset` (retention deleted it) and this log ends
+        // before it, or the leader cannot say which epoch the batch before it had; or this log
+        // no longer holds what comes before it. Then this replica starts over at `from_offset`
+        // (Kafka's truncate-fully-and-start-at): everything below it was committed when the
+        // leader deleted it.
+        let at_leader_start = from_offset > 0 && from_offset == log_start_offset;
+        let unverifiable = at_leader_start && prev_epoch < 0 && from_offset != own_start;
+        // This log ends before the leader's start: the gap is gone from the leader.
+        let behind = at_leader_start && from_offset > g.log.end_offset();
+        if unverifiable || behind || from_offset < own_start {
             self.restart_log_at(&mut g, from_offset, (prev_epoch >= 0).then_some(prev_epoch))?;
         }
         let leo = g.log.end_offset();
@@ -1333,6 +1336,14 @@ mod tests {
         let reopened = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
         assert_eq!(reopened.progress().0, 13);
         assert_eq!(reopened.log_shape().0, 10);
+
+        // The same when the leader knows the epoch before its start: the gap is gone anyway.
+        let bd = tempfile::tempdir().unwrap();
+        let behind = Partition::open(bd.path(), "t", 0, 4, true).unwrap();
+        behind.learn(1, 1, &[1, 4], &[1, 4], 0);
+        assert_eq!(replicate(&behind, 1, 0, -1, &old).unwrap(), 3);
+        assert_eq!(behind.apply_replicated(&req(10, 1, &kept), true).unwrap(), 12);
+        assert_eq!(behind.log_shape().0, 10);
 
         // A follower that holds everything up to the leader's start keeps its log when the
         // leader still knows the epoch before its start.

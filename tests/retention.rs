@@ -38,7 +38,7 @@ async fn until_files(what: &str, ok: impl Fn() -> bool) {
 
 #[tokio::test]
 async fn retention_deletes_old_segments_and_a_frozen_follower_starts_over_at_the_leaders_start() {
-    let log = broker::log::LogConfig { segment_bytes: 1024, retention_bytes: Some(2048), retention_ms: None };
+    let log = broker::log::LogConfig { segment_bytes: 1024, retention_bytes: Some(2048), ..Default::default() };
     let opts = LocalOptions { brokers: 3, log, retention_check_ms: 20, replica_lag_ms: 300, ..Default::default() };
     let c = LocalCluster::start(opts).await.unwrap();
     c.create_topic_replicated("t", 1, 3).await.unwrap();

@@ -83,11 +83,20 @@ pub struct LogConfig {
     pub retention_bytes: Option<u64>,
     /// Delete closed segments whose newest record is older than this (none: keep all).
     pub retention_ms: Option<i64>,
+    /// fdatasync a segment when it closes, so closed segments are durable (`--fsync always`
+    /// and `interval-ms`). Off under `--fsync never`: a roll then costs no disk flush, and a
+    /// closed segment found torn on open (a power loss) ends the log there.
+    pub sync_on_roll: bool,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
-        LogConfig { segment_bytes: SEGMENT_BYTES_DEFAULT, retention_bytes: None, retention_ms: None }
+        LogConfig {
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            retention_bytes: None,
+            retention_ms: None,
+            sync_on_roll: true,
+        }
     }
 }
 
@@ -277,7 +286,8 @@ impl PartitionLog {
         let last = files.len() - 1;
         let mut segments: Vec<Segment> = Vec::with_capacity(files.len());
         let (mut truncated_bytes, mut scanned_bytes) = (0, 0);
-        for (i, (base_offset, path)) in files.into_iter().enumerate() {
+        let mut files = files.into_iter().enumerate();
+        while let Some((i, (base_offset, path))) = files.next() {
             if let Some(due) = segments.last().map(Segment::end_offset) {
                 if base_offset != due {
                     return Err(LogError::Corrupt {
@@ -295,9 +305,23 @@ impl PartitionLog {
             // its sync, and removed at its next append): then it is not scanned either.
             seg.indexed = load_index(st, &mut seg, i != last) && (i != last || last_batch_checks_out(&seg));
             if !seg.indexed {
-                let cut = scan(&mut seg, i == last)?;
+                // Closed segments were synced when they rolled: damage in one is corruption,
+                // unless rolls do not sync (`--fsync never`), where a power loss can tear one.
+                let cut = scan(&mut seg, i == last || !config.sync_on_roll)?;
                 truncated_bytes += cut;
                 scanned_bytes += seg.size + cut;
+                if cut > 0 && i != last {
+                    // The log ends in this torn segment: what follows it cannot follow it.
+                    for (_, (_, later)) in files.by_ref() {
+                        tracing::warn!(path = %later.display(), "removing a segment after a torn one");
+                        remove_if_present(st, &later.with_extension(INDEX_SUFFIX))?;
+                        remove_if_present(st, &later)?;
+                    }
+                    remove_if_present(st, &seg.index_path())?;
+                    st.sync_dir(dir);
+                    segments.push(seg);
+                    break;
+                }
                 if i != last {
                     match write_index(st, &seg) {
                         Ok(()) => seg.indexed = true,
@@ -395,14 +419,17 @@ impl PartitionLog {
         a.size > 0 && a.size + batch_bytes > self.config.segment_bytes
     }
 
-    /// Close the active segment (fdatasync it, write and sync its index) and start a new one
-    /// at the log end. Everything below the new segment is then durable.
+    /// Close the active segment (fdatasync it unless `sync_on_roll` is off, write its index)
+    /// and start a new one at the log end. With the sync, everything below the new segment is
+    /// then durable.
     pub fn roll(&mut self) -> Result<(), LogError> {
         if let Some(e) = self.failed_error() {
             return Err(e);
         }
         let active = self.active();
-        if let Err(e) = active.file.sync_data() {
+        if !self.config.sync_on_roll {
+            // No sync: the index still goes, checked against the segment's size on open.
+        } else if let Err(e) = active.file.sync_data() {
             let detail = format!("fdatasync of {} failed: {e}", active.path.display());
             self.fail(detail.clone());
             return Err(LogError::Io { path: self.dir.display().to_string(), op: "roll", detail });
@@ -1097,7 +1124,7 @@ mod tests {
     #[test]
     fn retention_deletes_whole_segments_from_the_front() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = LogConfig { segment_bytes: 200, retention_bytes: Some(300), retention_ms: None };
+        let cfg = LogConfig { segment_bytes: 200, retention_bytes: Some(300), ..LogConfig::default() };
         let mut log = PartitionLog::open(dir.path(), cfg).unwrap().log;
         for i in 0..15 {
             append_at(&mut log, &format!("v{i}"), i / 5, 0);
@@ -1188,5 +1215,38 @@ mod tests {
         let r = PartitionLog::open_in(disk, dir, config(200)).unwrap();
         assert_eq!(r.log.end_offset(), 4, "the removed segments and indexes stay removed");
         assert_eq!(r.log.epoch_cache(), &[(1, 0), (2, 3)]);
+    }
+
+    #[test]
+    fn without_syncs_at_rolls_a_torn_closed_segment_ends_the_log() {
+        use crate::storage::MemStorage;
+        let disk = Arc::new(MemStorage::new());
+        let dir = Path::new("/disk/t-0");
+        let cfg = LogConfig { sync_on_roll: false, ..config(200) };
+        let mut log = PartitionLog::open_in(disk.clone(), dir, cfg).unwrap().log;
+        for i in 0..12 {
+            append_at(&mut log, &format!("v{i}"), 1, 0);
+        }
+        assert!(log.segment_count() > 3);
+        drop(log);
+        // Nothing was synced: a power loss keeps a torn part of every segment.
+        disk.crash(|_, unsynced| unsynced * 2 / 3);
+        let r = PartitionLog::open_in(disk.clone(), dir, cfg).unwrap();
+        let end = r.log.end_offset();
+        assert!(end < 12 && r.truncated_bytes > 0, "the log ends in the first torn segment ({end})");
+        assert_eq!(base_offsets(&r.log, 0), (0..end).collect::<Vec<_>>());
+        assert_eq!(r.log.segment_count(), 1, "nothing after the torn segment is kept");
+        // With syncs at rolls the same damage to a closed segment is corruption.
+        let mut log = r.log;
+        for i in end..12 {
+            append_at(&mut log, &format!("v{i}"), 1, 0);
+        }
+        drop(log);
+        let first = offset_files(disk.as_ref(), dir, SEGMENT_SUFFIX).unwrap()[0].1.clone();
+        disk.remove(&first.with_extension(INDEX_SUFFIX)).unwrap();
+        let f = disk.open(&first, false).unwrap();
+        let len = f.len().unwrap();
+        f.set_len(len - 3).unwrap();
+        assert!(matches!(PartitionLog::open_in(disk, dir, config(200)), Err(LogError::Corrupt { .. })));
     }
 }

@@ -220,8 +220,10 @@ impl Inner {
     ) -> Result<(), LogError> {
         if self.log.should_roll((prefix.len() + rest.len()) as u64) {
             self.log.roll()?;
-            // The roll synced everything below the new segment.
-            self.durable_end = self.durable_end.max(self.log.end_offset());
+            if self.log.config().sync_on_roll {
+                // The roll synced everything below the new segment.
+                self.durable_end = self.durable_end.max(self.log.end_offset());
+            }
             self.snapshot();
         }
         self.log.append(prefix, rest, h)?;
@@ -1214,7 +1216,7 @@ mod tests {
     #[test]
     fn retention_keeps_the_fencing_state_of_deleted_segments() {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig { segment_bytes: 400, retention_bytes: Some(800), retention_ms: None };
+        let config = LogConfig { segment_bytes: 400, retention_bytes: Some(800), ..LogConfig::default() };
         let p = Partition::open_with(Arc::new(OsStorage), dir.path(), config, "t", 0, 2, true).unwrap();
         p.learn(1, 1, &[1, 2], &[1, 2], 0);
         fencing_workload(&p);
@@ -1237,7 +1239,7 @@ mod tests {
     #[test]
     fn retention_by_age_deletes_segments_whose_newest_record_is_old() {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig { segment_bytes: 400, retention_bytes: None, retention_ms: Some(60_000) };
+        let config = LogConfig { segment_bytes: 400, retention_ms: Some(60_000), ..LogConfig::default() };
         let p = Partition::open_with(Arc::new(OsStorage), dir.path(), config, "t", 0, 2, true).unwrap();
         p.learn(1, 1, &[1, 2], &[1, 2], 0);
         fencing_workload(&p); // every record stamped 1,000 ms after the epoch
@@ -1360,7 +1362,7 @@ mod tests {
     #[test]
     fn retention_stops_at_the_newest_snapshot_that_loads() {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig { segment_bytes: 400, retention_bytes: Some(1), retention_ms: None };
+        let config = LogConfig { segment_bytes: 400, retention_bytes: Some(1), ..LogConfig::default() };
         let p = Partition::open_with(Arc::new(OsStorage), dir.path(), config, "t", 0, 2, true).unwrap();
         p.learn(1, 1, &[1, 2], &[1, 2], 0);
         fencing_workload(&p);

@@ -507,7 +507,8 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
             Some(p) => p,
             None => {
                 let dir = shared.config.data_dir.join(format!("{}-{}", a.topic, a.partition));
-                let config = shared.config.log;
+                let mut config = shared.config.log;
+                config.sync_on_roll = shared.config.fsync != FsyncPolicy::Never;
                 match Partition::open_with(
                     shared.config.storage.clone(),
                     &dir,

@@ -46,7 +46,7 @@ const CONSUMER: usize = 9;
 /// Small segments, so that runs roll many of them: crashes then land around rolls, segment
 /// indexes and producer-state snapshots, and recovery goes through them.
 const LOG: broker::log::LogConfig =
-    broker::log::LogConfig { segment_bytes: 2048, retention_bytes: None, retention_ms: None };
+    broker::log::LogConfig { segment_bytes: 2048, retention_bytes: None, retention_ms: None, sync_on_roll: true };
 
 /// A fence check switched off, to show the simulator catches what it prevents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -97,6 +97,8 @@ async fn main() -> anyhow::Result<()> {
         segment_bytes: args.segment_bytes,
         retention_bytes: args.retention_bytes,
         retention_ms: args.retention_ms,
+        // Set per partition from `--fsync` (no sync at a roll under `never`).
+        sync_on_roll: true,
     };
     config.retention_check_ms = args.retention_check_ms.max(1);
     config.limits.idle_ms = args.idle_ms;

@@ -47,7 +47,7 @@ struct Args {
     #[arg(long, default_value = "always")]
     fsync: broker::server::FsyncPolicy,
     /// A log segment rolls when the next batch would take it past this many bytes.
-    #[arg(long, default_value_t = broker::log::SEGMENT_BYTES_DEFAULT)]
+    #[arg(long, default_value_t = broker::log::SEGMENT_BYTES_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
     segment_bytes: u64,
     /// Delete a partition's oldest segments while its log stays at least this big without
     /// them, in bytes (default: keep everything).
@@ -90,9 +90,6 @@ async fn main() -> anyhow::Result<()> {
     config.fencing = !args.no_fencing;
     config.batch_bytes_max = args.batch_bytes_max;
     config.fsync = args.fsync;
-    if args.segment_bytes == 0 {
-        anyhow::bail!("--segment-bytes must be at least 1");
-    }
     config.log = broker::log::LogConfig {
         segment_bytes: args.segment_bytes,
         retention_bytes: args.retention_bytes,

@@ -778,6 +778,9 @@ impl Partition {
                 if rs.isr() != isr && rs.set_isr(isr, leader_end) {
                     let hw = rs.high_watermark();
                     g.high_watermark = hw;
+                    // Wake whoever waits for the high watermark (acks=all answers, markers).
+                    drop(g);
+                    self.bump();
                 }
             }
             return None;

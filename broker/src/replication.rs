@@ -99,7 +99,9 @@ impl ReplicaSet {
     }
 
     /// A follower answered a Replicate: its log now ends at `log_end_offset`, equal to the
-    /// leader's up to there. Returns whether the high watermark moved.
+    /// leader's up to there. Returns whether the high watermark moved. `leader_leo` is what the
+    /// leader counts of its own log (its end, or under `--fsync always` its synced end): a
+    /// follower that reached it counts as caught up.
     pub fn on_ack(&mut self, follower: i32, log_end_offset: i64, leader_leo: i64, now_ms: u64) -> bool {
         let Some(f) = self.followers.get_mut(&follower) else { return false };
         f.log_end_offset = log_end_offset;

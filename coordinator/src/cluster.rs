@@ -99,10 +99,15 @@ impl Cluster {
     /// entries to persist before the heartbeat is answered.
     pub fn handle_incarnation(&mut self, now_ms: u64, broker_id: i32, incarnation: i64) -> Vec<Entry> {
         let previous = self.incarnations.insert(broker_id, incarnation);
-        if previous.is_none_or(|p| p == incarnation) {
+        if previous == Some(incarnation) {
             return Vec::new();
         }
-        let mut out = Vec::new();
+        // Journaled, so that a broker that restarts while the coordinator is down is still seen
+        // to have restarted when the coordinator is back.
+        let mut out = vec![Entry::BrokerIncarnation { broker_id, incarnation }];
+        if previous.is_none() {
+            return out;
+        }
         for (topic, ps) in &self.topics {
             for (i, p) in ps.iter().enumerate() {
                 if !p.isr.contains(&broker_id) {
@@ -435,6 +440,12 @@ impl Cluster {
     /// Topics and leaderships as journal entries (brokers and leases are not durable: they come
     /// back with the next heartbeats).
     pub fn snapshot(&self) -> Vec<Entry> {
+        let mut brokers: Vec<(&i32, &i64)> = self.incarnations.iter().collect();
+        brokers.sort_unstable();
+        let incarnations = brokers.into_iter().map(|(broker_id, incarnation)| Entry::BrokerIncarnation {
+            broker_id: *broker_id,
+            incarnation: *incarnation,
+        });
         self.topics
             .iter()
             .map(|(name, ps)| Entry::TopicSnapshot {
@@ -449,6 +460,7 @@ impl Cluster {
                     })
                     .collect(),
             })
+            .chain(incarnations)
             .collect()
     }
 
@@ -487,6 +499,9 @@ impl Cluster {
                     })
                     .collect();
                 self.topics.insert(name.clone(), ps);
+            }
+            Entry::BrokerIncarnation { broker_id, incarnation } => {
+                self.incarnations.insert(*broker_id, *incarnation);
             }
             Entry::IsrChanged { topic, partition, leader_epoch, isr } => {
                 if let Some(p) = self.topics.get_mut(topic).and_then(|ps| ps.get_mut(*partition as usize)) {
@@ -570,10 +585,10 @@ mod tests {
         let mut c = cluster(&[1, 2, 3]);
         c.handle_create_topic(0, "t", 1, 3).unwrap();
         let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
-        assert!(c.handle_incarnation(10, leader, 7).is_empty(), "first sight");
+        assert_eq!(c.handle_incarnation(10, leader, 7).len(), 1, "first sight: only recorded");
         assert!(c.handle_incarnation(10, leader, 7).is_empty(), "same process");
         let entries = c.handle_incarnation(20, leader, 8);
-        assert_eq!(entries.len(), 1);
+        assert_eq!(entries.len(), 2, "recorded, and the leadership moved");
         let (new_leader, new_epoch, _) = c.leader_of("t", 0).unwrap();
         assert_ne!(new_leader, leader);
         assert_eq!(new_epoch, epoch + 1);
@@ -585,7 +600,7 @@ mod tests {
         solo.handle_create_topic(0, "s", 1, 1).unwrap();
         let (_, epoch, _) = solo.leader_of("s", 0).unwrap();
         solo.handle_incarnation(0, 1, 1);
-        assert_eq!(solo.handle_incarnation(5, 1, 2).len(), 1);
+        assert_eq!(solo.handle_incarnation(5, 1, 2).len(), 2);
         assert_eq!(solo.leader_of("s", 0).unwrap().0, 1);
         assert_eq!(solo.leader_of("s", 0).unwrap().1, epoch + 1);
     }
@@ -660,5 +675,31 @@ mod tests {
             s.apply(&e);
         }
         assert_eq!(s.topics, c.topics, "a snapshot rebuilds the same topics");
+    }
+
+    /// Found in review: incarnations lived only in memory, so after a coordinator restart a
+    /// broker that had restarted meanwhile counted as first seen and kept its leadership at the
+    /// same epoch.
+    #[test]
+    fn a_broker_restart_is_recognised_across_a_coordinator_restart() {
+        let mut c = cluster(&[1]);
+        c.handle_create_topic(0, "s", 1, 1).unwrap();
+        let mut journal = c.snapshot();
+        journal.extend(c.handle_incarnation(0, 1, 1));
+        // The coordinator restarts from its journal; the broker restarts too.
+        let mut back = Cluster::new(ClusterConfig { broker_lease_ms: 100, ..Default::default() });
+        for e in &journal {
+            back.apply(e);
+        }
+        let (_, epoch, _) = back.leader_of("s", 0).unwrap();
+        assert!(back.handle_incarnation(5, 1, 1).is_empty(), "the same process is not a restart");
+        assert_eq!(back.handle_incarnation(6, 1, 2).len(), 2);
+        assert_eq!(back.leader_of("s", 0).unwrap().1, epoch + 1, "a new leader epoch");
+        // Snapshots carry the incarnations too.
+        let mut again = Cluster::new(ClusterConfig::default());
+        for e in back.snapshot() {
+            again.apply(&e);
+        }
+        assert!(again.handle_incarnation(7, 1, 2).is_empty());
     }
 }

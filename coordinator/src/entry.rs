@@ -89,6 +89,15 @@ pub enum Entry {
         /// The ISR from this epoch on.
         isr: Vec<i32>,
     },
+    /// A broker's heartbeat carried a process incarnation the coordinator had not recorded (a
+    /// broker start): kept across coordinator restarts, so a broker that restarted while the
+    /// coordinator was down is still recognised as restarted.
+    BrokerIncarnation {
+        /// Broker id.
+        broker_id: i32,
+        /// Its process incarnation.
+        incarnation: i64,
+    },
     /// The leader of `leader_epoch` changed the ISR.
     IsrChanged {
         /// Topic.
@@ -178,6 +187,7 @@ const END_TXN: i8 = 7;
 const TXN_SNAPSHOT: i8 = 8;
 const PRODUCER_IDS: i8 = 9;
 const TOPIC_SNAPSHOT: i8 = 10;
+const BROKER_INCARNATION: i8 = 11;
 
 impl Entry {
     /// Encode for the journal.
@@ -226,6 +236,11 @@ impl Entry {
                 b.put_i32(*leader_id);
                 b.put_i32(*leader_epoch);
                 b.put_i32_array(isr);
+            }
+            Entry::BrokerIncarnation { broker_id, incarnation } => {
+                b.put_i8(BROKER_INCARNATION);
+                b.put_i32(*broker_id);
+                b.put_i64(*incarnation);
             }
             Entry::IsrChanged { topic, partition, leader_epoch, isr } => {
                 b.put_i8(ISR_CHANGED);
@@ -421,6 +436,9 @@ impl Entry {
                 leader_epoch: r.i32("leader_epoch")?,
                 isr: r.i32_array("isr")?,
             },
+            BROKER_INCARNATION => {
+                Entry::BrokerIncarnation { broker_id: r.i32("broker_id")?, incarnation: r.i64("incarnation")? }
+            }
             ISR_CHANGED => Entry::IsrChanged {
                 topic: r.string("topic")?,
                 partition: r.i32("partition")?,
@@ -495,6 +513,7 @@ mod tests {
             Entry::TopicCreated { name: "t".into(), replicas: vec![vec![1, 2], vec![2, 1]] },
             Entry::LeaderChanged { topic: "t".into(), partition: 1, leader_id: 2, leader_epoch: 7, isr: vec![2] },
             Entry::IsrChanged { topic: "t".into(), partition: 1, leader_epoch: 7, isr: vec![2, 1] },
+            Entry::BrokerIncarnation { broker_id: 3, incarnation: 0x1234_5678_9abc },
             Entry::TxnSnapshot(TxnSnapshot {
                 transactional_id: "x".into(),
                 producer_id: 4,

@@ -707,6 +707,7 @@ impl ProducerTable {
             Entry::TopicCreated { .. }
             | Entry::LeaderChanged { .. }
             | Entry::IsrChanged { .. }
+            | Entry::BrokerIncarnation { .. }
             | Entry::TopicSnapshot { .. } => {}
         }
     }

@@ -131,21 +131,84 @@ type BatchId = (i64, i16, i32);
 
 #[derive(Debug, Clone)]
 enum Msg {
-    InitReq { prod: usize },
-    InitResp { prod: usize, granted: Option<(i64, i16)> },
-    Produce { prod: usize, batch: Bytes, header: BatchHeader, leader_epoch: i32 },
-    ProduceResp { prod: usize, batch: BatchId, result: ProduceResult },
-    Verify { broker: i32, producer_id: i64, epoch: i16, transactional: bool },
-    VerifyResp { producer_id: i64, epoch: i16, transactional: bool, ok: bool },
-    Marker { tid: String, target: FenceTarget, leader_epoch: i32, commit: bool },
-    EndTxn { prod: usize, producer_id: i64, epoch: i16, commit: bool },
-    EndTxnResp { prod: usize, granted: Option<(i64, i16)> },
-    MarkerResp { tid: String, epoch: i16, producer_id: i64, ok: bool },
-    Learn { leader: i32, leader_epoch: i32 },
-    Fetch { offset: i64, leader_epoch: i32 },
-    FetchResp { offset: i64, records: Option<Bytes>, aborted: Vec<protocol::AbortedTxn> },
-    Replicate { req: ReplicateRequest },
-    ReplicateResp { follower: i32, leader_epoch: i32, from_offset: i64, result: Result<i64, (i64, i32)> },
+    InitReq {
+        prod: usize,
+    },
+    InitResp {
+        prod: usize,
+        granted: Option<(i64, i16)>,
+    },
+    Produce {
+        prod: usize,
+        batch: Bytes,
+        header: BatchHeader,
+        leader_epoch: i32,
+    },
+    ProduceResp {
+        prod: usize,
+        batch: BatchId,
+        result: ProduceResult,
+    },
+    Verify {
+        broker: i32,
+        producer_id: i64,
+        epoch: i16,
+        transactional: bool,
+    },
+    VerifyResp {
+        producer_id: i64,
+        epoch: i16,
+        transactional: bool,
+        ok: bool,
+    },
+    Marker {
+        tid: String,
+        target: FenceTarget,
+        leader_epoch: i32,
+        commit: bool,
+    },
+    EndTxn {
+        prod: usize,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+    },
+    /// `for_epoch`: the epoch the EndTxn was sent with; `retry`: refused for now (markers still
+    /// being written), ask again.
+    EndTxnResp {
+        prod: usize,
+        for_epoch: i16,
+        granted: Option<(i64, i16)>,
+        retry: bool,
+    },
+    MarkerResp {
+        tid: String,
+        epoch: i16,
+        producer_id: i64,
+        ok: bool,
+    },
+    Learn {
+        leader: i32,
+        leader_epoch: i32,
+    },
+    Fetch {
+        offset: i64,
+        leader_epoch: i32,
+    },
+    FetchResp {
+        offset: i64,
+        records: Option<Bytes>,
+        aborted: Vec<protocol::AbortedTxn>,
+    },
+    Replicate {
+        req: ReplicateRequest,
+    },
+    ReplicateResp {
+        follower: i32,
+        leader_epoch: i32,
+        from_offset: i64,
+        result: Result<i64, (i64, i32)>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,6 +301,8 @@ struct PendingInit {
     commit: bool,
     /// An EndTxn's markers (answered with EndTxnResp), not an init's fence.
     end: bool,
+    /// The epoch the EndTxn was sent with (what its answer names).
+    asked_epoch: i16,
     producer_id: i64,
     epoch: i16,
     targets: Vec<(FenceTarget, u64)>,
@@ -670,7 +735,7 @@ impl Sim {
                 self.send(COORD, leader as usize, m);
             }
             let targets = targets.into_iter().map(|t| (t, now)).collect();
-            let pi = PendingInit { prod: None, commit, end: commit, producer_id, epoch, targets };
+            let pi = PendingInit { prod: None, commit, end: commit, asked_epoch: -1, producer_id, epoch, targets };
             self.pending_inits.insert(tid, pi);
         }
         let n = self.pending_inits.len();
@@ -731,6 +796,13 @@ impl Sim {
                 }
             } else if h.is_transactional() {
                 if skipped.contains(&h.producer_id) {
+                    if self.txn_committed.contains(&(h.producer_id, h.producer_epoch)) {
+                        let (pid, e) = (h.producer_id, h.producer_epoch);
+                        return self.violate(format!(
+                            "read_committed skipped offset {} of producer id {pid} epoch {e}, a committed transaction",
+                            h.base_offset
+                        ));
+                    }
                     self.out.aborted_skipped += 1;
                 } else if !self.txn_committed.contains(&(h.producer_id, h.producer_epoch)) {
                     // Invariant 5: read_committed returns only committed transactions.
@@ -954,10 +1026,13 @@ impl Sim {
             }
             Msg::FetchResp { offset, records, aborted } => self.consumer_answer(offset, records, aborted),
             Msg::EndTxn { prod, producer_id, epoch, commit } => self.coord_end(prod, producer_id, epoch, commit),
-            Msg::EndTxnResp { prod, granted } => {
+            Msg::EndTxnResp { prod, for_epoch, granted, retry } => {
                 let pr = &mut self.producers[prod];
-                if pr.ending.is_none() {
-                    return; // a duplicated or late answer
+                if pr.ending.is_none() || pr.ids.map(|(_, e)| e) != Some(for_epoch) {
+                    return; // a duplicated or late answer, or one to an earlier request
+                }
+                if retry {
+                    return; // the end is resent on a later tick
                 }
                 pr.ending = None;
                 pr.txn_acked = 0;
@@ -1069,7 +1144,15 @@ impl Sim {
                         self.send(COORD, leader as usize, m);
                     }
                     let targets = fence.into_iter().map(|t| (t, now)).collect();
-                    let pi = PendingInit { prod: Some(prod), commit: false, end: false, producer_id, epoch, targets };
+                    let pi = PendingInit {
+                        prod: Some(prod),
+                        commit: false,
+                        end: false,
+                        asked_epoch: -1,
+                        producer_id,
+                        epoch,
+                        targets,
+                    };
                     self.pending_inits.insert(tid, pi);
                 }
             }
@@ -1109,7 +1192,7 @@ impl Sim {
                     format!("coordinator: '{tid}' {what} pid {producer_id} epoch {epoch}, next epoch {new_epoch}")
                 });
                 if markers.is_empty() {
-                    return self.finish_end(&tid, Some(prod), pid, new_epoch);
+                    return self.finish_end(&tid, Some((prod, epoch)), pid, new_epoch);
                 }
                 let (leader, leader_epoch) = self.leader;
                 for t in &markers {
@@ -1118,28 +1201,42 @@ impl Sim {
                 }
                 let now = self.now;
                 let targets = markers.into_iter().map(|t| (t, now)).collect();
-                let pi =
-                    PendingInit { prod: Some(prod), commit, end: true, producer_id: pid, epoch: new_epoch, targets };
+                let pi = PendingInit {
+                    prod: Some(prod),
+                    commit,
+                    end: true,
+                    asked_epoch: epoch,
+                    producer_id: pid,
+                    epoch: new_epoch,
+                    targets,
+                };
                 self.pending_inits.insert(tid, pi);
             }
-            EndDecision::Done { producer_id, epoch } => {
-                let granted = Some((producer_id, epoch));
-                self.send(COORD, producer_host(prod), Msg::EndTxnResp { prod, granted });
+            EndDecision::Done { producer_id, epoch: now_epoch } => {
+                let granted = Some((producer_id, now_epoch));
+                let resp = Msg::EndTxnResp { prod, for_epoch: epoch, granted, retry: false };
+                self.send(COORD, producer_host(prod), resp);
             }
-            EndDecision::Refuse { .. } => {
-                self.send(COORD, producer_host(prod), Msg::EndTxnResp { prod, granted: None });
+            EndDecision::Refuse { status, .. } => {
+                let retry = status.code == protocol::ErrorCode::ConcurrentTransactions;
+                let resp = Msg::EndTxnResp { prod, for_epoch: epoch, granted: None, retry };
+                self.send(COORD, producer_host(prod), resp);
             }
         }
     }
 
     /// An EndTxn's markers are written: the epoch it bumped to is final (older ones are fenced
     /// wherever the transaction wrote), and the producer continues with it.
-    fn finish_end(&mut self, tid: &str, prod: Option<usize>, producer_id: i64, epoch: i16) {
-        if self.finished_grant.get(tid).is_none_or(|old| *old < epoch) {
-            self.finished_grant.insert(tid.to_string(), epoch);
+    fn finish_end(&mut self, tid: &str, asked: Option<(usize, i16)>, producer_id: i64, epoch: i16) {
+        if let Some(old) = self.finished_grant.get(tid) {
+            if *old >= epoch {
+                return self.violate(format!("'{tid}' ended a transaction into epoch {epoch} after epoch {old}"));
+            }
         }
-        if let Some(prod) = prod {
-            self.send(COORD, producer_host(prod), Msg::EndTxnResp { prod, granted: Some((producer_id, epoch)) });
+        self.finished_grant.insert(tid.to_string(), epoch);
+        if let Some((prod, for_epoch)) = asked {
+            let resp = Msg::EndTxnResp { prod, for_epoch, granted: Some((producer_id, epoch)), retry: false };
+            self.send(COORD, producer_host(prod), resp);
         }
     }
 
@@ -1156,7 +1253,7 @@ impl Sim {
             let pi = self.pending_inits.remove(&tid).expect("pending init");
             self.journal.extend(self.table.handle_fence_done(&tid, epoch));
             if pi.end {
-                self.finish_end(&tid, pi.prod, pi.producer_id, pi.epoch);
+                self.finish_end(&tid, pi.prod.map(|p| (p, pi.asked_epoch)), pi.producer_id, pi.epoch);
             } else {
                 self.finish_grant(&tid, pi.prod, pi.producer_id, pi.epoch);
             }

@@ -25,8 +25,11 @@ pub fn read_cluster_secret(path: &std::path::Path) -> Result<protocol::auth::Clu
 
 /// Log to stderr for a binary: `RUST_LOG` if set, else `default_level` ("info", "warn").
 pub fn init_logging(default_level: &str) {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_level.into()))
         .with_writer(std::io::stderr)
+        // Colours on a terminal only: a log redirected to a file stays plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }

@@ -190,7 +190,6 @@ pub struct PartitionLog {
     /// derived from the batches (each carries the epoch it was appended under), so it is
     /// persisted with the log by construction and rebuilt from the indexes on open.
     epochs: Vec<(i32, i64)>,
-    end_offset: i64,
     /// The leader epoch of the batch just before the log start, when known (kept from the last
     /// segment retention deleted, or given by the leader a follower started over from).
     epoch_before_start: Option<i32>,
@@ -333,14 +332,12 @@ impl PartitionLog {
             }
             segments.push(seg);
         }
-        let end_offset = segments.last().map_or(0, Segment::end_offset);
         let mut log = PartitionLog {
             storage,
             dir: dir.to_path_buf(),
             config,
             segments,
             epochs: Vec::new(),
-            end_offset,
             epoch_before_start: None,
             failed: None,
         };
@@ -380,7 +377,7 @@ impl PartitionLog {
 
     /// The offset the next batch gets.
     pub fn end_offset(&self) -> i64 {
-        self.end_offset
+        self.active().end_offset()
     }
 
     /// The first offset still in the log (above 0 once retention deleted segments).
@@ -439,7 +436,7 @@ impl PartitionLog {
             tracing::warn!(path = %active.path.display(), error = %e, "could not write a segment index");
         }
         self.active_mut().indexed = true;
-        let base_offset = self.end_offset;
+        let base_offset = self.end_offset();
         let path = self.dir.join(offset_file_name(base_offset, SEGMENT_SUFFIX));
         let file = self.storage.open(&path, true).map_err(io_error(&path, "create"))?;
         self.storage.sync_dir(&self.dir);
@@ -473,7 +470,7 @@ impl PartitionLog {
             storage.sync_dir(seg.path.parent().unwrap_or(Path::new(".")));
             seg.indexed = false;
         }
-        if let Err(e) = seg.file.append(&[prefix, rest]) {
+        if let Err(e) = seg.file.append(prefix, rest) {
             let detail = e.to_string();
             let path = seg.path.display().to_string();
             if let Err(undo) = seg.file.set_len(seg.size) {
@@ -492,7 +489,6 @@ impl PartitionLog {
         if self.epochs.last().is_none_or(|(e, _)| *e != header.partition_leader_epoch) {
             self.epochs.push((header.partition_leader_epoch, header.base_offset));
         }
-        self.end_offset = header.last_offset() + 1;
         Ok(())
     }
 
@@ -513,7 +509,7 @@ impl PartitionLog {
     /// Leader epoch of the batch holding `offset` (for the offset just before the log start,
     /// the epoch of the batch that ended there, when known).
     pub fn epoch_at(&self, offset: i64) -> Option<i32> {
-        if offset >= self.end_offset {
+        if offset >= self.end_offset() {
             return None;
         }
         if offset == self.start_offset() - 1 {
@@ -542,27 +538,27 @@ impl PartitionLog {
         if i == 0 {
             return (-1, 0);
         }
-        let end = self.epochs.get(i).map_or(self.end_offset, |(_, start)| *start);
+        let end = self.epochs.get(i).map_or(self.end_offset(), |(_, start)| *start);
         (self.epochs[i - 1].0, end)
     }
 
     /// The first offset of the batch holding `offset` (the log end if `offset` is past it,
     /// the log start if before it).
     pub fn batch_start(&self, offset: i64) -> i64 {
-        if offset >= self.end_offset {
-            return self.end_offset;
+        if offset >= self.end_offset() {
+            return self.end_offset();
         }
         let offset = offset.max(self.start_offset());
-        let Some(seg) = self.segment_for(offset) else { return self.end_offset };
+        let Some(seg) = self.segment_for(offset) else { return self.end_offset() };
         let (i, _) = seg.position(offset);
-        seg.index.get(i).map_or(self.end_offset, |e| e.base_offset)
+        seg.index.get(i).map_or(self.end_offset(), |e| e.base_offset)
     }
 
     /// Cut the log back to `offset` (rounded down to a batch boundary); returns the new end.
     /// Later segments are deleted newest first, so a crash midway leaves a shorter valid log.
     pub fn truncate(&mut self, offset: i64) -> Result<i64, LogError> {
-        if offset >= self.end_offset {
-            return Ok(self.end_offset);
+        if offset >= self.end_offset() {
+            return Ok(self.end_offset());
         }
         let offset = offset.max(self.start_offset());
         let keep = self.segments.partition_point(|s| s.base_offset <= offset).max(1);
@@ -592,7 +588,6 @@ impl PartitionLog {
         })();
         match result {
             Ok(end) => {
-                self.end_offset = end;
                 self.epochs.retain(|(_, start)| *start < end);
                 Ok(end)
             }
@@ -629,7 +624,6 @@ impl PartitionLog {
                     index: Vec::new(),
                     indexed: false,
                 });
-                self.end_offset = offset;
                 self.epochs.clear();
                 self.epoch_before_start = epoch_before;
                 Ok(())
@@ -696,7 +690,7 @@ impl PartitionLog {
     /// and only batches that end before `limit` (the high watermark for consumers), all from
     /// one segment; `None` when there is nothing to read (or `offset` is outside the log).
     pub fn locate(&self, offset: i64, max_bytes: usize, limit: i64) -> Option<ReadRange> {
-        if offset >= self.end_offset || offset < self.start_offset() {
+        if offset >= self.end_offset() || offset < self.start_offset() {
             return None;
         }
         let seg = self.segment_for(offset)?;

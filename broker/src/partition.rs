@@ -990,8 +990,7 @@ mod tests {
     #[test]
     fn a_reordered_resend_does_not_cut_batches_the_follower_acked() {
         let fd = tempfile::tempdir().unwrap();
-        let follower = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
-        follower.learn(1, 1, &[1, 2], &[1, 2], 0);
+        let follower = follower_of_leader_1(fd.path(), LogConfig::default());
         let log: Vec<Bytes> = (0..6).map(|o| stored(o, 1, &format!("v{o}"))).collect();
         // The second push arrives first and is acknowledged up to 6...
         assert_eq!(replicate(&follower, 1, 0, -1, &log).unwrap(), 6);
@@ -1012,8 +1011,7 @@ mod tests {
     #[test]
     fn an_empty_push_cuts_an_older_epochs_suffix_only() {
         let fd = tempfile::tempdir().unwrap();
-        let follower = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
-        follower.learn(1, 1, &[1, 2], &[1, 2], 0);
+        let follower = follower_of_leader_1(fd.path(), LogConfig::default());
         let old: Vec<Bytes> = (0..5).map(|o| stored(o, 1, &format!("v{o}"))).collect();
         assert_eq!(replicate(&follower, 1, 0, -1, &old).unwrap(), 5);
         // Epoch 2's leader holds only offsets 0..3 and has nothing more to send.
@@ -1136,6 +1134,13 @@ mod tests {
         }
     }
 
+    /// Broker 2's replica in `dir`, following broker 1 at leader epoch 1.
+    fn follower_of_leader_1(dir: &Path, config: LogConfig) -> Partition {
+        let p = Partition::open_with(Arc::new(OsStorage), dir, config, "t", 0, 2, true).unwrap();
+        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        p
+    }
+
     fn small_segments() -> LogConfig {
         LogConfig { segment_bytes: 400, ..LogConfig::default() }
     }
@@ -1198,8 +1203,7 @@ mod tests {
     #[test]
     fn a_cut_removes_the_snapshots_of_the_batches_it_drops() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open_with(Arc::new(OsStorage), dir.path(), small_segments(), "t", 0, 2, true).unwrap();
-        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        let p = follower_of_leader_1(dir.path(), small_segments());
         fencing_workload(&p);
         // Epoch 2's leader diverges at offset 3: the follower cuts everything from there.
         p.learn(1, 2, &[1, 2], &[1, 2], 0);
@@ -1220,8 +1224,7 @@ mod tests {
     fn retention_keeps_the_fencing_state_of_deleted_segments() {
         let dir = tempfile::tempdir().unwrap();
         let config = LogConfig { segment_bytes: 400, retention_bytes: Some(800), ..LogConfig::default() };
-        let p = Partition::open_with(Arc::new(OsStorage), dir.path(), config, "t", 0, 2, true).unwrap();
-        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        let p = follower_of_leader_1(dir.path(), config);
         fencing_workload(&p);
         let end = p.progress().0;
         assert_eq!(p.enforce_retention(0).unwrap(), 0, "nothing below the high watermark (0) goes");
@@ -1243,8 +1246,7 @@ mod tests {
     fn retention_by_age_deletes_segments_whose_newest_record_is_old() {
         let dir = tempfile::tempdir().unwrap();
         let config = LogConfig { segment_bytes: 400, retention_ms: Some(60_000), ..LogConfig::default() };
-        let p = Partition::open_with(Arc::new(OsStorage), dir.path(), config, "t", 0, 2, true).unwrap();
-        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        let p = follower_of_leader_1(dir.path(), config);
         fencing_workload(&p); // every record stamped 1,000 ms after the epoch
         let end = p.progress().0;
         push(&p, &[], end);
@@ -1311,8 +1313,7 @@ mod tests {
     #[test]
     fn a_follower_behind_the_leaders_log_start_starts_over_there() {
         let fd = tempfile::tempdir().unwrap();
-        let follower = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
-        follower.learn(1, 1, &[1, 2], &[1, 2], 0);
+        let follower = follower_of_leader_1(fd.path(), LogConfig::default());
         let old: Vec<Bytes> = (0..3).map(|o| stored(o, 1, &format!("v{o}"))).collect();
         assert_eq!(replicate(&follower, 1, 0, -1, &old).unwrap(), 3);
         // The leader's log now starts at 10 (retention): it cannot vouch for anything before.
@@ -1366,8 +1367,7 @@ mod tests {
     fn retention_stops_at_the_newest_snapshot_that_loads() {
         let dir = tempfile::tempdir().unwrap();
         let config = LogConfig { segment_bytes: 400, retention_bytes: Some(1), ..LogConfig::default() };
-        let p = Partition::open_with(Arc::new(OsStorage), dir.path(), config, "t", 0, 2, true).unwrap();
-        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        let p = follower_of_leader_1(dir.path(), config);
         fencing_workload(&p);
         let end = p.progress().0;
         push(&p, &[], end);

@@ -41,9 +41,9 @@ pub trait Storage: Send + Sync + Debug {
 
 /// One open file.
 pub trait StoredFile: Send + Sync + Debug {
-    /// Append `parts` at the end, in order. On an error part of them may have landed: the
+    /// Append `head` then `tail` at the end. On an error part of them may have landed: the
     /// caller cuts the file back with [`StoredFile::set_len`].
-    fn append(&self, parts: &[&[u8]]) -> std::io::Result<()>;
+    fn append(&self, head: &[u8], tail: &[u8]) -> std::io::Result<()>;
     /// `len` bytes at `pos`.
     fn read_at(&self, pos: u64, len: usize) -> std::io::Result<Bytes>;
     /// Bytes in the file.
@@ -110,23 +110,16 @@ impl Storage for OsStorage {
 }
 
 impl StoredFile for OsFile {
-    fn append(&self, parts: &[&[u8]]) -> std::io::Result<()> {
-        let mut parts: Vec<&[u8]> = parts.iter().copied().filter(|p| !p.is_empty()).collect();
-        while !parts.is_empty() {
-            let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
-            let mut n = (&self.0).write_vectored(&slices)?;
+    fn append(&self, head: &[u8], tail: &[u8]) -> std::io::Result<()> {
+        let mut slices = [IoSlice::new(head), IoSlice::new(tail)];
+        let mut bufs = &mut slices[..];
+        IoSlice::advance_slices(&mut bufs, 0);
+        while !bufs.is_empty() {
+            let n = (&self.0).write_vectored(bufs)?;
             if n == 0 {
                 return Err(std::io::Error::new(ErrorKind::WriteZero, "wrote nothing"));
             }
-            while n > 0 {
-                if n >= parts[0].len() {
-                    n -= parts[0].len();
-                    parts.remove(0);
-                } else {
-                    parts[0] = &parts[0][n..];
-                    n = 0;
-                }
-            }
+            IoSlice::advance_slices(&mut bufs, n);
         }
         Ok(())
     }
@@ -284,11 +277,10 @@ impl Storage for MemStorage {
 }
 
 impl StoredFile for MemFile {
-    fn append(&self, parts: &[&[u8]]) -> std::io::Result<()> {
+    fn append(&self, head: &[u8], tail: &[u8]) -> std::io::Result<()> {
         let mut f = lock(&self.inner);
-        for p in parts {
-            f.data.extend_from_slice(p);
-        }
+        f.data.extend_from_slice(head);
+        f.data.extend_from_slice(tail);
         Ok(())
     }
 
@@ -327,9 +319,9 @@ mod tests {
         let disk = MemStorage::new();
         let a = disk.open(Path::new("/d/a"), true).unwrap();
         disk.sync_dir(Path::new("/d"));
-        a.append(&[b"synced", b"-"]).unwrap();
+        a.append(b"synced", b"-").unwrap();
         a.sync_data().unwrap();
-        a.append(&[b"lost"]).unwrap();
+        a.append(b"lost", b"").unwrap();
         assert_eq!(disk.unsynced_bytes(), 4);
         disk.crash(|_, unsynced| unsynced / 2);
         assert_eq!(disk.read(Path::new("/d/a")).unwrap(), b"synced-lo");
@@ -350,11 +342,12 @@ mod tests {
     }
 
     #[test]
-    fn os_files_append_several_parts() {
+    fn os_files_append_both_parts() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let f = OsStorage.open(&path, true).unwrap();
-        f.append(&[b"ab", b"", b"cd"]).unwrap();
+        f.append(b"ab", b"").unwrap();
+        f.append(b"", b"cd").unwrap();
         assert_eq!(f.read_at(1, 3).unwrap(), Bytes::from_static(b"bcd"));
         OsStorage.write_file_atomically(&dir.path().join("g.snapshot"), b"x").unwrap();
         assert!(!tmp_path(&dir.path().join("g.snapshot")).exists());

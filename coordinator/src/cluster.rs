@@ -113,21 +113,17 @@ impl Cluster {
                 if !p.isr.contains(&broker_id) {
                     continue;
                 }
-                if p.isr.len() == 1 {
-                    out.push(Entry::LeaderChanged {
-                        topic: topic.clone(),
-                        partition: i as i32,
-                        leader_id: p.leader_id,
-                        leader_epoch: p.leader_epoch + 1,
-                        isr: p.isr.clone(),
-                    });
-                    continue;
-                }
-                let isr: Vec<i32> = p.isr.iter().copied().filter(|b| *b != broker_id).collect();
-                let leader_id = if p.leader_id == broker_id {
-                    isr.iter().copied().find(|b| self.alive(*b, now_ms)).unwrap_or(NO_LEADER)
+                let (leader_id, isr) = if p.isr.len() == 1 {
+                    // The sole in-sync replica keeps the leadership, at a new epoch.
+                    (p.leader_id, p.isr.clone())
                 } else {
-                    p.leader_id
+                    let isr: Vec<i32> = p.isr.iter().copied().filter(|b| *b != broker_id).collect();
+                    let leader_id = if p.leader_id == broker_id {
+                        isr.iter().copied().find(|b| self.alive(*b, now_ms)).unwrap_or(NO_LEADER)
+                    } else {
+                        p.leader_id
+                    };
+                    (leader_id, isr)
                 };
                 out.push(Entry::LeaderChanged {
                     topic: topic.clone(),

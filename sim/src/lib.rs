@@ -4,21 +4,27 @@
 //!
 //! It drives the real rule types: [`coordinator::table::ProducerTable`] grants epochs, opens and
 //! ends transactions, writes fence, commit and abort markers, verifies partitions and is
-//! rebuilt from its journal after a crash; [`broker::partition::Partition`] runs the
+//! rebuilt from its journal after a crash; [`coordinator::cluster::Cluster`] keeps the brokers'
+//! leases, moves leaderships when a lease expires or a broker restarts, and changes ISRs when
+//! a leader asks, all on the coordinator's own clock; [`broker::partition::Partition`] runs the
 //! leader-epoch check, the producer gate, replication, the transaction index and fetch, on an
 //! in-memory disk ([`broker::storage::MemStorage`], 2 KiB segments so that runs roll many) that
 //! a power loss cuts back to what was synced plus a torn prefix of the rest; every other broker
 //! restart follows a clean stop instead. The simulator is the network (delay, reordering,
 //! duplication, loss, partitions, messages lost with a crashed process), the disks (flushes,
-//! slow ones), the scheduler (paused producers, brokers and consumer: zombies and stale
-//! leaders) and the controller (leader elections, pushed to brokers as messages that can arrive
-//! late). After every step it checks:
+//! slow ones), the scheduler (paused producers, brokers, coordinator and consumer: zombies and
+//! stale leaders) and the clocks (each process has its own; it starts from 0 at every restart
+//! and can jump ahead, which expires leases early on the coordinator and makes followers look
+//! lagging on a leader). Brokers learn leaderships only from heartbeat answers, and leaders
+//! ask for ISR changes, one call at a time with a timeout, as the broker's heartbeat loop does.
+//! After every step it checks:
 //!
 //! 1. no data batch carrying an epoch older than one the coordinator has finished granting
 //!    (an init, or an EndTxn's bump, answered) for its transactional id is appended by a leader
 //!    and then committed;
 //! 2. every acknowledged record is in the final log exactly once, at the offset acknowledged;
-//! 3. once an offset is committed, no replica holds a different batch there;
+//! 3. once an offset is committed, no replica holds a different batch there below its own
+//!    high watermark;
 //! 4. leader epochs seen by each broker (within one incarnation), and epochs granted per
 //!    transactional id, never go backwards;
 //! 5. what the consumer reads is what is committed there, never a zombie write, and, read
@@ -34,15 +40,25 @@ use std::sync::Arc;
 use broker::partition::{AppendError, Appended, Partition, ReplicateError};
 use broker::storage::{MemStorage, StoredFile};
 use bytes::Bytes;
+use coordinator::cluster::{Cluster, ClusterConfig};
 use coordinator::entry::{Entry, FenceTarget};
 use coordinator::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, TableConfig};
 use protocol::batch::{build_batch, build_marker, BatchHeader, MarkerKind, ProducerStamp};
-use protocol::ReplicateRequest;
+use protocol::{Assignment, ReplicaReport, ReplicateRequest};
 
 const TOPIC: &str = "sim";
 const BROKERS: [i32; 3] = [1, 2, 3];
 const COORD: usize = 0;
 const CONSUMER: usize = 9;
+/// A broker heartbeats this often (in ticks, on its own clock's schedule).
+const HEARTBEAT_TICKS: u64 = 30;
+/// How long a heartbeat keeps a broker's lease, on the coordinator's clock.
+const LEASE_TICKS: u64 = 300;
+/// A follower not caught up for this long (on its leader's clock) leaves the ISR.
+const REPLICA_LAG_TICKS: u64 = 400;
+/// A request to the coordinator not answered within this many ticks is given up (its answer,
+/// if it ever comes, is dropped), as the broker's calls time out.
+const CALL_TIMEOUT_TICKS: u64 = 150;
 /// Small segments, so that runs roll many of them: crashes then land around rolls, segment
 /// indexes and producer-state snapshots, and recovery goes through them.
 const LOG: broker::log::LogConfig =
@@ -187,9 +203,30 @@ enum Msg {
         producer_id: i64,
         ok: bool,
     },
-    Learn {
-        leader: i32,
+    /// A broker's heartbeat: its process incarnation and its replica's progress.
+    Heartbeat {
+        broker: i32,
+        call: u64,
+        incarnation: i64,
+        report: ReplicaReport,
+    },
+    /// The coordinator's answer: the partition's leadership, replicas and ISR.
+    HeartbeatResp {
+        call: u64,
+        assignments: Vec<Assignment>,
+    },
+    /// A leader asks the coordinator to change the ISR under its leader epoch.
+    AlterIsr {
+        broker: i32,
+        call: u64,
         leader_epoch: i32,
+        isr: Vec<i32>,
+    },
+    AlterIsrResp {
+        call: u64,
+        leader_epoch: i32,
+        isr: Vec<i32>,
+        ok: bool,
     },
     Fetch {
         offset: i64,
@@ -242,6 +279,8 @@ enum Event {
     },
     ControllerTick,
     ConsumerTick,
+    /// A broker's heartbeat timer.
+    Heartbeat(i32),
 }
 
 /// Host numbering: 0 coordinator, 1..=3 brokers, 10+ producers.
@@ -292,6 +331,10 @@ struct BrokerHost {
     last_leader_epoch: i32,
     /// The partition's change counter when last checked: unchanged, nothing to re-check.
     checked_version: Option<u64>,
+    /// Calls to the coordinator awaiting an answer (one of each at a time, as the broker's
+    /// heartbeat loop makes them): (call number, sent at).
+    heartbeat_call: Option<(u64, u64)>,
+    alter_call: Option<(u64, u64)>,
 }
 
 struct PendingInit {
@@ -352,7 +395,13 @@ struct Sim {
     finished_grant: HashMap<String, i16>,
     brokers: BTreeMap<i32, BrokerHost>,
     producers: Vec<Producer>,
-    leader: (i32, i32),
+    /// The coordinator's cluster metadata: leases, leaderships, ISRs, incarnations.
+    cluster: Cluster,
+    /// Each process's clock: (sim time it started at, how far it jumped ahead since). A
+    /// restart starts the clock again from 0, as the servers' monotonic clocks do.
+    clocks: BTreeMap<usize, (u64, u64)>,
+    /// Calls made (numbers the answers are matched by).
+    calls: u64,
     cut: HashSet<(usize, usize)>,
     /// Restarts per host (absent: 0).
     incarnations: BTreeMap<usize, u64>,
@@ -364,7 +413,14 @@ struct Sim {
     txn_committed: HashSet<(i64, i16)>,
     consumer: Consumer,
     consumer_paused_until: u64,
+    /// The coordinator is paused (a long GC pause) until then: requests queue up and are read
+    /// in some order afterwards; its timers do not run.
+    coord_paused_until: u64,
     out: Outcome,
+}
+
+fn cluster_config() -> ClusterConfig {
+    ClusterConfig { broker_lease_ms: LEASE_TICKS, ..ClusterConfig::default() }
 }
 
 /// Run one seed.
@@ -389,6 +445,8 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
                 paused_until: 0,
                 last_leader_epoch: -1,
                 checked_version: None,
+                heartbeat_call: None,
+                alter_call: None,
             },
         );
     }
@@ -423,7 +481,9 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         finished_grant: HashMap::new(),
         brokers,
         producers,
-        leader: (-1, 0),
+        cluster: Cluster::new(cluster_config()),
+        clocks: BTreeMap::new(),
+        calls: 0,
         cut: HashSet::new(),
         incarnations: BTreeMap::new(),
         cut_until: 0,
@@ -433,12 +493,22 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         txn_committed: HashSet::new(),
         consumer: Consumer { position: 0, leader: (-1, -1), sent: None },
         consumer_paused_until: 0,
+        coord_paused_until: 0,
         out: Outcome::default(),
     };
-    sim.elect();
+    // The brokers register, then the topic is created: three replicas, the ISR all three.
+    for id in BROKERS {
+        sim.cluster.handle_heartbeat(0, id, &format!("b{id}"), &[]);
+    }
+    match sim.cluster.handle_create_topic(0, TOPIC, 1, 3) {
+        Ok(entry) => sim.journal.push(entry),
+        Err(status) => sim.violate(format!("the topic cannot be created: {status}")),
+    }
+    sim.out.elections += 1;
     sim.schedule(1, Event::ControllerTick);
     for id in BROKERS {
         sim.schedule(1, Event::BrokerTick(id));
+        sim.schedule(1, Event::Heartbeat(id));
         sim.schedule(2, Event::FlushStart(id));
     }
     for p in 0..sim.producers.len() {
@@ -513,21 +583,41 @@ impl Sim {
         self.schedule(delay, Event::Deliver { to, from, incarnation, msg });
     }
 
-    /// Pick a new leader (any replica: the ISR is all three, so each holds every committed
-    /// record) at the next epoch, and tell every broker.
-    fn elect(&mut self) {
-        let leader = BROKERS[self.rng.below(3) as usize];
-        self.leader = (leader, self.leader.1 + 1);
-        self.out.elections += 1;
-        let (l, e) = self.leader;
-        self.trace(|| format!("controller: broker {l} leads at epoch {e}"));
-        self.push_leadership();
+    /// A process's clock (what its `now_ms` reads).
+    fn clock(&self, host: usize) -> u64 {
+        let (started, jumped) = self.clocks.get(&host).copied().unwrap_or((0, 0));
+        self.now - started + jumped
     }
 
-    fn push_leadership(&mut self) {
-        let (leader, leader_epoch) = self.leader;
-        for id in BROKERS {
-            self.send(COORD, id as usize, Msg::Learn { leader, leader_epoch });
+    /// The partition's leader and leader epoch as the coordinator records them (what a
+    /// Metadata request answers); the leader is -1 while there is none.
+    fn leader(&self) -> (i32, i32) {
+        self.cluster.leader_of(TOPIC, 0).map_or((-1, -1), |(leader, epoch, _)| (leader, epoch))
+    }
+
+    fn next_call(&mut self) -> u64 {
+        self.calls += 1;
+        self.calls
+    }
+
+    /// Journal the coordinator's cluster decisions (leaderships, ISRs, incarnations).
+    fn journal_cluster(&mut self, entries: Vec<Entry>, why: &str) {
+        for e in &entries {
+            if let Entry::LeaderChanged { leader_id, leader_epoch, isr, .. } = e {
+                self.out.elections += 1;
+                let (l, le, isr) = (*leader_id, *leader_epoch, isr.clone());
+                self.trace(|| format!("coordinator: {why}: broker {l} leads at epoch {le}, ISR {isr:?}"));
+            }
+        }
+        self.journal.extend(entries);
+    }
+
+    /// Send a transaction marker to whoever leads now (if anyone: else it is resent later).
+    fn send_marker(&mut self, tid: &str, target: &FenceTarget, commit: bool) {
+        let (leader, leader_epoch) = self.leader();
+        if leader > 0 {
+            let m = Msg::Marker { tid: tid.to_string(), target: target.clone(), leader_epoch, commit };
+            self.send(COORD, leader as usize, m);
         }
     }
 
@@ -550,6 +640,7 @@ impl Sim {
             }
             Event::ProducerTick(p) => self.producer_tick(p),
             Event::ConsumerTick => self.consumer_tick(),
+            Event::Heartbeat(id) => self.heartbeat(id),
             Event::Deliver { to, from, incarnation, msg } => {
                 if self.incarnations.get(&to).copied().unwrap_or(0) != incarnation {
                     self.fault("message lost with a crashed process");
@@ -563,6 +654,11 @@ impl Sim {
                         self.schedule(wait, Event::Deliver { to, from, incarnation, msg });
                         return;
                     }
+                }
+                if to == COORD && self.coord_paused_until > self.now {
+                    let wait = self.coord_paused_until - self.now + self.rng.below(40);
+                    self.schedule(wait, Event::Deliver { to, from, incarnation, msg });
+                    return;
                 }
                 if to == CONSUMER && self.consumer_paused_until > self.now {
                     let wait = self.consumer_paused_until - self.now;
@@ -579,19 +675,27 @@ impl Sim {
         }
     }
 
+    /// The coordinator's timers and the fault injector.
     fn controller_tick(&mut self) {
         if self.faulty() {
-            if self.rng.chance(15) {
-                if self.rng.chance(500) {
-                    // The classic stale leader: the leader stalls (a long GC pause), the
-                    // controller gives up on it and elects another.
-                    let (id, _) = self.leader;
-                    let until = self.now + 100 + self.rng.below(400);
+            if self.rng.chance(5) {
+                // The classic stale leader: the leader stalls (a long GC pause), often past its
+                // lease, and the coordinator moves the leadership while it sleeps.
+                let (id, _) = self.leader();
+                if id > 0 {
+                    let until = self.now + 100 + self.rng.below(800);
                     self.brokers.get_mut(&id).expect("broker").paused_until = until;
                     self.fault("leader paused");
                     self.trace(|| format!("leader {id} paused until {until}"));
                 }
-                self.elect();
+            }
+            if self.rng.chance(8) {
+                // An operator asks for an election (`admin elect`): a new leader epoch.
+                let now = self.clock(COORD);
+                if let Ok(entry) = self.cluster.handle_elect_leader(now, TOPIC, 0) {
+                    self.fault("leader election asked");
+                    self.journal_cluster(vec![entry], "election asked");
+                }
             }
             if self.now >= self.cut_until && !self.cut.is_empty() {
                 self.cut.clear();
@@ -622,6 +726,21 @@ impl Sim {
             if self.rng.chance(3) {
                 self.restart_coordinator();
             }
+            if self.rng.chance(3) {
+                let until = self.now + 50 + self.rng.below(500);
+                self.coord_paused_until = self.coord_paused_until.max(until);
+                self.fault("coordinator paused");
+                self.trace(|| format!("coordinator paused until {until}"));
+            }
+            if self.rng.chance(5) {
+                // A clock jumps ahead (a VM resumed, a suspended host woke): on the coordinator
+                // every lease looks expired at once; on a leader every follower looks lagging.
+                let host = [COORD, 1, 2, 3][self.rng.below(4) as usize];
+                let jump = 50 + self.rng.below(600);
+                self.clocks.entry(host).or_default().1 += jump;
+                self.fault("clock jumped");
+                self.trace(|| format!("host {host}: clock jumps {jump} ahead"));
+            }
             if self.rng.chance(10) {
                 let p = self.rng.below(self.producers.len() as u64) as usize;
                 let until = self.now + 100 + self.rng.below(600);
@@ -632,33 +751,31 @@ impl Sim {
         } else {
             self.cut.clear();
         }
-        // Leadership is re-sent: a broker that missed it learns it late (a stale leader
-        // until then).
-        if self.rng.chance(100) {
-            self.push_leadership();
+        self.schedule(10, Event::ControllerTick);
+        if self.coord_paused_until > self.now {
+            return;
         }
-        // Fence markers not confirmed are re-sent to whoever leads now.
-        let (_, leader_epoch) = self.leader;
-        let leader = self.leader.0 as usize;
+        // The lease check, as the coordinator's tick loop runs it: only once a lease has passed
+        // since it started, so that the brokers have heartbeated meanwhile.
+        let now = self.clock(COORD);
+        if now >= LEASE_TICKS {
+            let entries = self.cluster.handle_tick(now);
+            self.journal_cluster(entries, "lease expired");
+        }
+        // Markers not confirmed are re-sent to whoever leads now.
         let now = self.now;
         let mut resend = Vec::new();
         for (tid, pi) in self.pending_inits.iter_mut() {
             for (target, sent) in pi.targets.iter_mut() {
                 if now.saturating_sub(*sent) > 100 {
                     *sent = now;
-                    resend.push(Msg::Marker {
-                        tid: tid.clone(),
-                        target: target.clone(),
-                        leader_epoch,
-                        commit: pi.commit,
-                    });
+                    resend.push((tid.clone(), target.clone(), pi.commit));
                 }
             }
         }
-        for m in resend {
-            self.send(COORD, leader, m);
+        for (tid, target, commit) in resend {
+            self.send_marker(&tid, &target, commit);
         }
-        self.schedule(10, Event::ControllerTick);
     }
 
     /// A broker process crashes and restarts: everything in memory is gone (pending
@@ -700,39 +817,44 @@ impl Sim {
         b.pending.clear();
         b.refused.clear();
         b.checked_version = None;
-        // It knows no leadership until the controller tells it again.
+        b.heartbeat_call = None;
+        b.alter_call = None;
+        // It knows no leadership until its first heartbeat is answered.
         b.last_leader_epoch = -1;
         b.paused_until = self.now + down;
         *self.incarnations.entry(id as usize).or_default() += 1;
+        // A new process: its clock starts again from 0.
+        self.clocks.insert(id as usize, (self.now + down, 0));
         self.fault("broker crashed and restarted");
         let back = self.now + down;
         self.trace(|| format!("broker {id} crashed; back at {back}"));
-        // The coordinator sees the new incarnation: the leadership moves under a new leader
-        // epoch (possibly back to the same broker, as for a sole in-sync replica).
-        if self.leader.0 == id {
-            self.elect();
-        }
+        // Its next heartbeat carries a new incarnation: the coordinator takes it out of the
+        // ISRs and moves its leaderships under a new leader epoch.
     }
 
     /// The coordinator crashes and restarts: the table is rebuilt from its journal, and the
     /// fences it had not confirmed are written again (nobody is waiting for their answer).
     fn restart_coordinator(&mut self) {
         let mut table = ProducerTable::new(TableConfig::default());
+        let mut cluster = Cluster::new(cluster_config());
         for entry in &self.journal {
             table.apply(entry);
+            cluster.apply(entry);
         }
-        table.restart_clocks(self.now);
+        // A new process: its clock starts again from 0, and no broker holds a lease yet.
+        self.clocks.insert(COORD, (self.now, 0));
+        self.coord_paused_until = 0;
+        table.restart_clocks(0);
         self.table = table;
+        self.cluster = cluster;
         self.pending_inits.clear();
         *self.incarnations.entry(COORD).or_default() += 1;
         self.fault("coordinator crashed and restarted");
-        let (leader, leader_epoch) = self.leader;
         let now = self.now;
         for (tid, epoch, commit, targets) in self.table.pending_fences() {
             let producer_id = self.table.current(&tid).map_or(-1, |(pid, _)| pid);
             for t in &targets {
-                let m = Msg::Marker { tid: tid.clone(), target: t.clone(), leader_epoch, commit };
-                self.send(COORD, leader as usize, m);
+                self.send_marker(&tid, t, commit);
             }
             let targets = targets.into_iter().map(|t| (t, now)).collect();
             let pi = PendingInit { prod: None, commit, end: commit, asked_epoch: -1, producer_id, epoch, targets };
@@ -757,9 +879,12 @@ impl Sim {
             return;
         }
         if self.consumer.leader.0 < 0 {
-            self.consumer.leader = self.leader;
+            self.consumer.leader = self.leader();
         }
         let (leader, leader_epoch) = self.consumer.leader;
+        if leader < 0 {
+            return; // no leader for now: ask the metadata again next time
+        }
         self.consumer.sent = Some(self.now);
         let offset = self.consumer.position;
         self.send(CONSUMER, leader as usize, Msg::Fetch { offset, leader_epoch });
@@ -773,7 +898,7 @@ impl Sim {
         }
         self.consumer.sent = None;
         let Some(records) = records else {
-            self.consumer.leader = self.leader;
+            self.consumer.leader = self.leader();
             return;
         };
         // read_committed as a Kafka consumer does it: a producer id is skipped from the first
@@ -905,13 +1030,17 @@ impl Sim {
         } else if !resend {
             return;
         }
+        let leader = self.leader();
         let pr = &mut self.producers[p];
         let Some((batch, header, sent)) = pr.inflight.as_mut() else { return };
         *sent = self.now;
         if pr.leader.0 < 0 {
-            pr.leader = self.leader;
+            pr.leader = leader;
         }
         let (leader, leader_epoch) = pr.leader;
+        if leader < 0 {
+            return;
+        }
         let msg = Msg::Produce { prod: p, batch: batch.clone(), header: *header, leader_epoch };
         self.send(producer_host(p), leader as usize, msg);
     }
@@ -992,6 +1121,50 @@ impl Sim {
         }
     }
 
+    /// The broker's heartbeat loop: heartbeat, then ask for the ISR its leaderships should
+    /// have; one call at a time, each given up on after a timeout.
+    fn heartbeat(&mut self, id: i32) {
+        self.schedule(HEARTBEAT_TICKS, Event::Heartbeat(id));
+        let b = &self.brokers[&id];
+        if b.paused_until > self.now {
+            return;
+        }
+        let waiting = |call: Option<(u64, u64)>| call.is_some_and(|(_, sent)| self.now - sent < CALL_TIMEOUT_TICKS);
+        if waiting(b.heartbeat_call) || waiting(b.alter_call) {
+            return;
+        }
+        if b.heartbeat_call.is_some() {
+            // The last heartbeat was never answered: the ISR round runs anyway.
+            self.brokers.get_mut(&id).expect("broker").heartbeat_call = None;
+            self.maintain_isr(id);
+            if self.brokers[&id].alter_call.is_some() {
+                return;
+            }
+        }
+        let (log_end_offset, high_watermark) = self.brokers[&id].part.progress();
+        let report = ReplicaReport { topic: TOPIC.into(), partition: 0, log_end_offset, high_watermark };
+        let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0) as i64;
+        let call = self.next_call();
+        self.brokers.get_mut(&id).expect("broker").heartbeat_call = Some((call, self.now));
+        self.send(id as usize, COORD, Msg::Heartbeat { broker: id, call, incarnation, report });
+    }
+
+    /// A leader whose followers fell behind (or caught up) asks the coordinator for the ISR it
+    /// wants, and counts the proposed members until the answer.
+    fn maintain_isr(&mut self, id: i32) {
+        let now = self.clock(id as usize);
+        let b = &self.brokers[&id];
+        if b.alter_call.is_some_and(|(_, sent)| self.now - sent < CALL_TIMEOUT_TICKS) {
+            return;
+        }
+        let Some((leader_epoch, isr)) = b.part.wanted_isr(now, REPLICA_LAG_TICKS) else { return };
+        b.part.propose_isr(leader_epoch, &isr);
+        let call = self.next_call();
+        self.brokers.get_mut(&id).expect("broker").alter_call = Some((call, self.now));
+        self.trace(|| format!("broker {id}: asks for ISR {isr:?} at leader epoch {leader_epoch}"));
+        self.send(id as usize, COORD, Msg::AlterIsr { broker: id, call, leader_epoch, isr });
+    }
+
     fn deliver(&mut self, to: usize, from: usize, msg: Msg) {
         match msg {
             Msg::InitReq { prod } => self.coord_init(prod),
@@ -1005,7 +1178,7 @@ impl Sim {
                         pr.inflight = None;
                         pr.ending = None;
                         pr.txn_acked = 0;
-                        pr.leader = self.leader;
+                        pr.leader = (-1, -1); // asks the metadata before its first write
                     }
                 }
                 self.trace(|| format!("producer {prod}: init answered {granted:?}"));
@@ -1049,7 +1222,7 @@ impl Sim {
             }
             Msg::ProduceResp { prod, batch, result } => self.producer_answer(prod, batch, result),
             Msg::Verify { broker, producer_id, epoch, transactional } => {
-                let now = self.now;
+                let now = self.clock(COORD);
                 let ok = match self.table.handle_register(producer_id, epoch, TOPIC, 0, transactional, now) {
                     RegisterDecision::Accept { entries, .. } => {
                         self.journal.extend(entries);
@@ -1071,13 +1244,52 @@ impl Sim {
                 self.broker_marker(to as i32, tid, target, leader_epoch, commit)
             }
             Msg::MarkerResp { tid, epoch, producer_id, ok } => self.coord_marker_done(tid, epoch, producer_id, ok),
-            Msg::Learn { leader, leader_epoch } => {
+            Msg::Heartbeat { broker, call, incarnation, report } => {
+                let now = self.clock(COORD);
+                let moved = self.cluster.handle_incarnation(now, broker, incarnation);
+                self.journal_cluster(moved, "broker restarted");
+                let (_, assignments, _) = self.cluster.handle_heartbeat(now, broker, &format!("b{broker}"), &[report]);
+                self.send(COORD, broker as usize, Msg::HeartbeatResp { call, assignments });
+            }
+            Msg::HeartbeatResp { call, assignments } => {
                 let id = to as i32;
-                let now = self.now;
-                let b = self.brokers.get_mut(&id).expect("broker");
-                let change = b.part.learn(leader, leader_epoch, &BROKERS, &BROKERS, now);
-                if change.is_some() {
-                    self.trace(|| format!("broker {id}: learned leader {leader} at epoch {leader_epoch}"));
+                if self.brokers[&id].heartbeat_call.map(|(c, _)| c) != Some(call) {
+                    return; // an answer to a call given up on
+                }
+                self.brokers.get_mut(&id).expect("broker").heartbeat_call = None;
+                let now = self.clock(to);
+                for a in assignments {
+                    let change = self.brokers[&id].part.learn(a.leader_id, a.leader_epoch, &a.replicas, &a.isr, now);
+                    if change.is_some() {
+                        let (l, e) = (a.leader_id, a.leader_epoch);
+                        self.trace(|| format!("broker {id}: learned leader {l} at epoch {e}, ISR {:?}", a.isr));
+                    }
+                }
+                self.after_broker_step(id);
+                self.maintain_isr(id);
+            }
+            Msg::AlterIsr { broker, call, leader_epoch, isr } => {
+                let ok = match self.cluster.handle_alter_partition(broker, TOPIC, 0, leader_epoch, &isr) {
+                    Ok(entry) => {
+                        self.trace(|| format!("coordinator: ISR {isr:?} at leader epoch {leader_epoch}"));
+                        self.journal.push(entry);
+                        true
+                    }
+                    Err(_) => false,
+                };
+                self.send(COORD, broker as usize, Msg::AlterIsrResp { call, leader_epoch, isr, ok });
+            }
+            Msg::AlterIsrResp { call, leader_epoch, isr, ok } => {
+                let id = to as i32;
+                if self.brokers[&id].alter_call.map(|(c, _)| c) != Some(call) {
+                    return;
+                }
+                self.brokers.get_mut(&id).expect("broker").alter_call = None;
+                let part = &self.brokers[&id].part;
+                if ok {
+                    part.set_isr(leader_epoch, &isr);
+                } else {
+                    part.drop_isr_proposal(leader_epoch);
                 }
                 self.after_broker_step(id);
             }
@@ -1112,7 +1324,7 @@ impl Sim {
             }
             Msg::ReplicateResp { follower, leader_epoch, from_offset, result } => {
                 let id = to as i32;
-                let now = self.now;
+                let now = self.clock(to);
                 let b = &self.brokers[&id];
                 match result {
                     Ok(leo) => b.part.on_replica_ack(follower, leader_epoch, leo, now),
@@ -1137,11 +1349,9 @@ impl Sim {
                 if fence.is_empty() {
                     self.finish_grant(&tid, Some(prod), producer_id, epoch);
                 } else {
-                    let (leader, leader_epoch) = self.leader;
                     let now = self.now;
                     for t in &fence {
-                        let m = Msg::Marker { tid: tid.clone(), target: t.clone(), leader_epoch, commit: false };
-                        self.send(COORD, leader as usize, m);
+                        self.send_marker(&tid, t, false);
                     }
                     let targets = fence.into_iter().map(|t| (t, now)).collect();
                     let pi = PendingInit {
@@ -1194,10 +1404,8 @@ impl Sim {
                 if markers.is_empty() {
                     return self.finish_end(&tid, Some((prod, epoch)), pid, new_epoch);
                 }
-                let (leader, leader_epoch) = self.leader;
                 for t in &markers {
-                    let m = Msg::Marker { tid: tid.clone(), target: t.clone(), leader_epoch, commit };
-                    self.send(COORD, leader as usize, m);
+                    self.send_marker(&tid, t, commit);
                 }
                 let now = self.now;
                 let targets = markers.into_iter().map(|t| (t, now)).collect();
@@ -1362,7 +1570,7 @@ impl Sim {
 
     fn producer_answer(&mut self, prod: usize, batch: BatchId, result: ProduceResult) {
         let now = self.now;
-        let leader = self.leader;
+        let leader = self.leader();
         let pr = &mut self.producers[prod];
         let Some((_, header, _)) = pr.inflight.as_ref() else { return };
         let id = (header.producer_id, header.producer_epoch, header.base_sequence);
@@ -1457,12 +1665,13 @@ impl Sim {
             Ok(h) => h,
             Err(e) => return self.violate(format!("broker {id} cannot read its log: {e}")),
         };
-        // Every replica is in the ISR, so once an offset is committed every replica that holds
-        // that offset holds the committed batch: a replica may lag, never disagree.
-        for (h, _) in &headers {
+        // Below its high watermark a replica's log is committed: every replica agrees there. (A
+        // replica outside the ISR may hold other, uncommitted batches above it, which it
+        // truncates once it follows the leader again.)
+        for (h, _) in headers.iter().filter(|(h, _)| h.base_offset < hw) {
             let seen = (h.producer_id, h.producer_epoch, h.base_sequence, h.partition_leader_epoch);
             let key = (h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset, h.partition_leader_epoch);
-            if !h.is_control() && h.base_offset < hw && self.zombie_appends.contains(&key) {
+            if !h.is_control() && self.zombie_appends.contains(&key) {
                 let tid = self.owner.get(&h.producer_id).cloned().unwrap_or_default();
                 return self.violate(format!(
                     "zombie write committed: '{tid}' producer {} epoch {} seq {} at offset {} on broker {id}, \
@@ -1479,10 +1688,9 @@ impl Sim {
                     ));
                 }
                 Some(_) => {}
-                None if h.base_offset < hw => {
+                None => {
                     self.committed.insert(h.base_offset, seen);
                 }
-                None => {}
             }
         }
     }
@@ -1501,7 +1709,7 @@ impl Sim {
             };
             logs.push((*id, leo, hw, headers));
         }
-        let (leader, _) = self.leader;
+        let (leader, _) = self.leader();
         let Some((_, leo, hw, log)) = logs.iter().find(|(id, ..)| *id == leader).cloned() else { return };
         if hw != leo {
             return self

@@ -104,6 +104,7 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
                 topic: "t".into(),
                 partition: 0,
                 leader_epoch: 0,
+                partition_epoch: 0,
                 isr: vec![1],
             }))
             .await,

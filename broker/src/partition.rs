@@ -10,7 +10,7 @@ use bytes::Bytes;
 use protocol::batch::{
     marker_kind, set_base_offset, set_partition_leader_epoch, verify_crc, BatchHeader, BatchIter, MarkerKind,
 };
-use protocol::{AbortedTxn, ReplicateRequest, READ_COMMITTED};
+use protocol::{AbortedTxn, AlterPartitionResponse, ReplicateRequest, READ_COMMITTED};
 use tokio::sync::watch;
 
 use crate::leader::{LeaderEpochError, Leadership};
@@ -710,11 +710,17 @@ impl Partition {
         }
     }
 
-    /// The ISR this leader should ask the coordinator for, with its leader epoch.
-    pub fn wanted_isr(&self, now_ms: u64, lag_ms: u64) -> Option<(i32, Vec<i32>)> {
+    /// The ISR this leader should ask the coordinator for, with its leader epoch and the
+    /// partition epoch the change is based on.
+    pub fn wanted_isr(&self, now_ms: u64, lag_ms: u64) -> Option<(i32, i32, Vec<i32>)> {
         let g = self.lock();
         let rs = g.replica_set.as_ref()?;
-        rs.wanted_isr(now_ms, lag_ms).map(|isr| (g.leadership.leader_epoch, isr))
+        rs.wanted_isr(now_ms, lag_ms).map(|isr| (g.leadership.leader_epoch, rs.partition_epoch(), isr))
+    }
+
+    /// As leader: the replicas the high watermark waits for (see [`ReplicaSet::counted`]).
+    pub fn counted_replicas(&self) -> Option<Vec<i32>> {
+        self.lock().replica_set.as_ref().map(ReplicaSet::counted)
     }
 
     /// `isr` is about to be asked of the coordinator under `leader_epoch`: count its members in
@@ -728,35 +734,28 @@ impl Partition {
         }
     }
 
-    /// The ISR change asked under `leader_epoch` was refused or not answered.
-    pub fn drop_isr_proposal(&self, leader_epoch: i32) {
+    /// The coordinator answered the ISR change asked under `leader_epoch` (an answer it made
+    /// durable first; the caller passes no other). A newer ISR is taken; a refusal of the
+    /// change at the very partition epoch it was based on drops the proposal. Anything else
+    /// (a newer leadership, an answer without state) leaves the proposal counted until the
+    /// next heartbeat or answer: a deposed leader must not commit with fewer replicas.
+    pub fn on_isr_answer(&self, leader_epoch: i32, answer: &AlterPartitionResponse) {
         let mut g = self.lock();
-        if g.leadership.leader_epoch != leader_epoch {
+        if g.leadership.leader_epoch != leader_epoch || answer.leader_epoch != leader_epoch {
             return;
         }
         let leader_end = g.leader_end();
-        let moved = g.replica_set.as_mut().is_some_and(|rs| rs.drop_proposal(leader_end));
+        let Some(rs) = g.replica_set.as_mut() else { return };
+        let (newer, mut moved) = rs.learn_isr(answer.partition_epoch, &answer.isr, leader_end);
+        if !newer && !answer.status.is_ok() && answer.partition_epoch == rs.partition_epoch() {
+            moved = rs.drop_proposal(leader_end);
+        }
         if moved {
-            g.high_watermark = g.replica_set.as_ref().map_or(g.high_watermark, |rs| rs.high_watermark());
+            g.high_watermark = rs.high_watermark();
             drop(g);
+            // Wake whoever waits for the high watermark (acks=all answers, markers).
             self.bump();
         }
-    }
-
-    /// The coordinator accepted `isr` for `leader_epoch`.
-    pub fn set_isr(&self, leader_epoch: i32, isr: &[i32]) {
-        let mut g = self.lock();
-        if g.leadership.leader_epoch != leader_epoch {
-            return;
-        }
-        let leader_end = g.leader_end();
-        if let Some(rs) = g.replica_set.as_mut() {
-            if rs.set_isr(isr, leader_end) {
-                g.high_watermark = rs.high_watermark();
-            }
-        }
-        drop(g);
-        self.bump();
     }
 
     /// Learn this partition's leadership from the coordinator.
@@ -764,6 +763,7 @@ impl Partition {
         &self,
         leader_id: i32,
         leader_epoch: i32,
+        partition_epoch: i32,
         replicas: &[i32],
         isr: &[i32],
         now_ms: u64,
@@ -771,11 +771,13 @@ impl Partition {
         let mut g = self.lock();
         let is_leader = leader_id == self.broker_id;
         if !g.leadership.learn(is_leader, leader_id, leader_epoch) {
-            // Same epoch: keep the ISR in step with the coordinator's record.
+            // Same epoch: keep the ISR in step with the coordinator's record, if this one is
+            // newer than the leader's (a heartbeat answered before a change was applied, and
+            // read after, must not undo it).
             let leader_end = g.leader_end();
             let same_epoch = g.leadership.leader_epoch == leader_epoch;
             if let (true, Some(rs)) = (same_epoch, g.replica_set.as_mut()) {
-                if rs.isr() != isr && rs.set_isr(isr, leader_end) {
+                if let (_, true) = rs.learn_isr(partition_epoch, isr, leader_end) {
                     let hw = rs.high_watermark();
                     g.high_watermark = hw;
                     // Wake whoever waits for the high watermark (acks=all answers, markers).
@@ -789,7 +791,7 @@ impl Partition {
         let change = if is_leader {
             let hw = g.high_watermark;
             let ends = (g.log.end_offset(), g.leader_end());
-            let rs = ReplicaSet::new(self.broker_id, replicas, isr, ends, hw, now_ms);
+            let rs = ReplicaSet::new(self.broker_id, replicas, (isr, partition_epoch), ends, hw, now_ms);
             g.high_watermark = rs.high_watermark();
             let followers = rs.follower_ids();
             g.replica_set = Some(rs);
@@ -935,8 +937,8 @@ mod tests {
         let mut follower_log = common.clone();
         follower_log.push(stored(4, 0, "x4"));
         // Load the two logs as they stand (as followers of a sender claiming epoch 1).
-        leader.learn(3, 1, &[1, 2], &[1, 2], 0);
-        follower.learn(3, 1, &[1, 2], &[1, 2], 0);
+        leader.learn(3, 1, 0, &[1, 2], &[1, 2], 0);
+        follower.learn(3, 1, 0, &[1, 2], &[1, 2], 0);
         let load = |p: &Partition, log: &[Bytes]| {
             let req = ReplicateRequest {
                 topic: "t".into(),
@@ -954,9 +956,9 @@ mod tests {
         assert_eq!(load(&leader, &leader_log), 6);
         assert_eq!(load(&follower, &follower_log), 5);
         // Broker 1 now leads at epoch 2; broker 2 follows.
-        let change = leader.learn(1, 2, &[1, 2], &[1, 2], 0);
+        let change = leader.learn(1, 2, 0, &[1, 2], &[1, 2], 0);
         assert!(matches!(change, Some(RoleChange::BecameLeader { .. })));
-        follower.learn(1, 2, &[1, 2], &[1, 2], 0);
+        follower.learn(1, 2, 0, &[1, 2], &[1, 2], 0);
         // Run the leader's replication against the follower until it succeeds.
         let mut rounds = 0;
         let mut lowest_from = i64::MAX;
@@ -1000,7 +1002,7 @@ mod tests {
         assert_eq!(follower.progress().0, 6, "nothing the follower acknowledged is cut");
         assert_eq!(follower.fetch_all_for_test(), all);
         // A push that does conflict (a later epoch's batch at 4) still cuts there.
-        follower.learn(1, 2, &[1, 2], &[1, 2], 0);
+        follower.learn(1, 2, 0, &[1, 2], &[1, 2], 0);
         assert_eq!(replicate(&follower, 2, 4, 1, &[stored(4, 2, "w4")]).unwrap(), 5);
         assert_eq!(follower.progress().0, 5);
     }
@@ -1015,7 +1017,7 @@ mod tests {
         let old: Vec<Bytes> = (0..5).map(|o| stored(o, 1, &format!("v{o}"))).collect();
         assert_eq!(replicate(&follower, 1, 0, -1, &old).unwrap(), 5);
         // Epoch 2's leader holds only offsets 0..3 and has nothing more to send.
-        follower.learn(1, 2, &[1, 2], &[1, 2], 0);
+        follower.learn(1, 2, 0, &[1, 2], &[1, 2], 0);
         assert_eq!(replicate(&follower, 2, 3, 1, &[]).unwrap(), 3);
         assert_eq!(follower.progress().0, 3, "the epoch-1 suffix the leader lacks is cut");
         // Batches the epoch-2 leader sent stay when an older empty push of its arrives late.
@@ -1031,7 +1033,7 @@ mod tests {
         let fd = tempfile::tempdir().unwrap();
         {
             let follower = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
-            follower.learn(3, 2, &[1, 2, 3], &[1, 2, 3], 0);
+            follower.learn(3, 2, 0, &[1, 2, 3], &[1, 2, 3], 0);
             let req = ReplicateRequest {
                 topic: "t".into(),
                 partition: 0,
@@ -1048,7 +1050,7 @@ mod tests {
         let reopened = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
         assert_eq!(reopened.leadership().leader_epoch, 2, "the log's latest epoch is the floor");
         // A leadership from before the log's latest epoch is not learnt...
-        assert!(reopened.learn(1, 1, &[1, 2, 3], &[1, 2, 3], 0).is_none());
+        assert!(reopened.learn(1, 1, 0, &[1, 2, 3], &[1, 2, 3], 0).is_none());
         // ...and a push at it is refused rather than cutting the epoch-2 batch.
         assert!(matches!(replicate(&reopened, 1, 0, -1, &[stored(0, 1, "e1")]), Err(ReplicateError::Leader(_))));
         assert_eq!(reopened.progress().0, 1);
@@ -1137,7 +1139,7 @@ mod tests {
     /// Broker 2's replica in `dir`, following broker 1 at leader epoch 1.
     fn follower_of_leader_1(dir: &Path, config: LogConfig) -> Partition {
         let p = Partition::open_with(Arc::new(OsStorage), dir, config, "t", 0, 2, true).unwrap();
-        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        p.learn(1, 1, 0, &[1, 2], &[1, 2], 0);
         p
     }
 
@@ -1154,7 +1156,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let open = || Partition::open_with(Arc::new(OsStorage), dir.path(), small_segments(), "t", 0, 2, true).unwrap();
         let p = open();
-        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        p.learn(1, 1, 0, &[1, 2], &[1, 2], 0);
         fencing_workload(&p);
         let expected = state_of(&p);
         assert_eq!(expected, replayed_state(&p));
@@ -1186,7 +1188,7 @@ mod tests {
         assert_eq!(state_of(&p), expected, "a full replay when no snapshot is usable");
 
         // The zombie fenced before the restarts is still fenced.
-        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        p.learn(1, 1, 0, &[1, 2], &[1, 2], 0);
         let zombie = producer_batch(end, 1, 0, 2, false, None);
         assert!(matches!(
             replicate(&p, 1, end, 1, &[zombie]),
@@ -1206,7 +1208,7 @@ mod tests {
         let p = follower_of_leader_1(dir.path(), small_segments());
         fencing_workload(&p);
         // Epoch 2's leader diverges at offset 3: the follower cuts everything from there.
-        p.learn(1, 2, &[1, 2], &[1, 2], 0);
+        p.learn(1, 2, 0, &[1, 2], &[1, 2], 0);
         let end = p.progress().0;
         let other: Vec<Bytes> = (3..end + 10).map(|o| stored(o, 2, "other")).collect();
         assert_eq!(replicate(&p, 2, 3, 1, &other[..1]).unwrap(), 4);
@@ -1237,7 +1239,7 @@ mod tests {
         let p = Partition::open_with(Arc::new(OsStorage), dir.path(), config, "t", 0, 2, true).unwrap();
         assert_eq!(p.log_shape().0, start);
         assert_eq!(p.producer_epoch(1), Some(1), "producer 1's batches are gone; its fence is not");
-        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        p.learn(1, 1, 0, &[1, 2], &[1, 2], 0);
         let zombie = producer_batch(end, 1, 0, 2, false, None);
         assert!(matches!(replicate(&p, 1, end, 1, &[zombie]), Err(ReplicateError::Gate(GateError::StaleEpoch { .. }))));
     }
@@ -1262,7 +1264,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = Partition::open(dir.path(), "t", 0, 1, true).unwrap();
         p.set_sync_before_commit(true);
-        p.learn(1, 1, &[1], &[1], 0);
+        p.learn(1, 1, 0, &[1], &[1], 0);
         let b = producer_batch(0, -1, -1, -1, false, None);
         let h = BatchHeader::parse(&b).unwrap();
         let Appended::New { end_offset, leader_epoch, .. } = p.append(&b, &h, 1).unwrap() else { panic!() };
@@ -1273,7 +1275,7 @@ mod tests {
         assert_eq!(p.committed(end_offset, leader_epoch), Ok(true));
         // Without it (`--fsync interval-ms` and `never`) the append alone commits.
         let q = Partition::open(tempfile::tempdir().unwrap().path(), "t", 0, 1, true).unwrap();
-        q.learn(1, 1, &[1], &[1], 0);
+        q.learn(1, 1, 0, &[1], &[1], 0);
         q.append(&b, &h, 1).unwrap();
         assert_eq!(q.committed(end_offset, leader_epoch), Ok(true));
     }
@@ -1284,7 +1286,7 @@ mod tests {
         let dir = Path::new("/disk/t-0");
         let open = || Partition::open_with(disk.clone(), dir, small_segments(), "t", 0, 2, true).unwrap();
         let p = open();
-        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        p.learn(1, 1, 0, &[1, 2], &[1, 2], 0);
         fencing_workload(&p);
         let (end, file, generation) = p.sync_target().unwrap();
         file.sync_data().unwrap();
@@ -1306,7 +1308,7 @@ mod tests {
         }
         // The gate goes on from what survived: the next sequence of producer 2 is accepted.
         let seq = 6 + (recovered_end - end) as i32;
-        p.learn(1, 1, &[1, 2], &[1, 2], 0);
+        p.learn(1, 1, 0, &[1, 2], &[1, 2], 0);
         push(&p, &[producer_batch(recovered_end, 2, 0, seq, false, None)], 0);
     }
 
@@ -1346,7 +1348,7 @@ mod tests {
         // The same when the leader knows the epoch before its start: the gap is gone anyway.
         let bd = tempfile::tempdir().unwrap();
         let behind = Partition::open(bd.path(), "t", 0, 4, true).unwrap();
-        behind.learn(1, 1, &[1, 4], &[1, 4], 0);
+        behind.learn(1, 1, 0, &[1, 4], &[1, 4], 0);
         assert_eq!(replicate(&behind, 1, 0, -1, &old).unwrap(), 3);
         assert_eq!(behind.apply_replicated(&req(10, 1, &kept), true).unwrap(), 12);
         assert_eq!(behind.log_shape().0, 10);
@@ -1355,7 +1357,7 @@ mod tests {
         // leader still knows the epoch before its start.
         let id = tempfile::tempdir().unwrap();
         let in_step = Partition::open(id.path(), "t", 0, 3, true).unwrap();
-        in_step.learn(1, 1, &[1, 3], &[1, 3], 0);
+        in_step.learn(1, 1, 0, &[1, 3], &[1, 3], 0);
         let held: Vec<Bytes> = (0..10).map(|o| stored(o, 1, &format!("h{o}"))).collect();
         assert_eq!(replicate(&in_step, 1, 0, -1, &held).unwrap(), 10);
         assert_eq!(in_step.apply_replicated(&req(10, 1, &kept), true).unwrap(), 12);

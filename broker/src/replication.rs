@@ -23,9 +23,14 @@ pub struct FollowerProgress {
 pub struct ReplicaSet {
     leader_id: i32,
     isr: Vec<i32>,
+    /// The coordinator's partition epoch of `isr`: an ISR is taken only from a newer one, so
+    /// an answer or heartbeat read late cannot undo a change this leader already counts on.
+    partition_epoch: i32,
     /// An ISR asked of the coordinator and not answered yet. Until it is, the high watermark
     /// counts its members too (KIP-841): a follower being added must not miss a record that
     /// becomes committed while the change is in flight, since it may be elected from the new ISR.
+    /// It is asked again until an answer settles it: the coordinator applies it at most once,
+    /// since it is based on `partition_epoch`.
     proposed: Option<Vec<i32>>,
     followers: BTreeMap<i32, FollowerProgress>,
     high_watermark: i64,
@@ -39,7 +44,7 @@ impl ReplicaSet {
     pub fn new(
         leader_id: i32,
         replicas: &[i32],
-        isr: &[i32],
+        (isr, partition_epoch): (&[i32], i32),
         (leader_leo, leader_end): (i64, i64),
         high_watermark: i64,
         now_ms: u64,
@@ -49,7 +54,8 @@ impl ReplicaSet {
             .filter(|r| **r != leader_id)
             .map(|r| (*r, FollowerProgress { log_end_offset: -1, next_offset: leader_leo, caught_up_at_ms: now_ms }))
             .collect();
-        let mut s = ReplicaSet { leader_id, isr: isr.to_vec(), proposed: None, followers, high_watermark };
+        let mut s =
+            ReplicaSet { leader_id, isr: isr.to_vec(), partition_epoch, proposed: None, followers, high_watermark };
         s.recompute(leader_end);
         s
     }
@@ -62,6 +68,21 @@ impl ReplicaSet {
     /// The ISR as this leader knows it.
     pub fn isr(&self) -> &[i32] {
         &self.isr
+    }
+
+    /// The replicas the high watermark waits for: the ISR and any proposed members. Every
+    /// replica the coordinator holds in sync must be among them, or a record could be
+    /// committed without a replica the coordinator may elect next.
+    pub fn counted(&self) -> Vec<i32> {
+        let mut ids: Vec<i32> = self.isr.iter().chain(self.proposed.iter().flatten()).copied().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// The partition epoch of [`ReplicaSet::isr`].
+    pub fn partition_epoch(&self) -> i32 {
+        self.partition_epoch
     }
 
     /// A follower's progress.
@@ -120,8 +141,12 @@ impl ReplicaSet {
     }
 
     /// The ISR this leader should ask for, if it differs: followers not caught up for
-    /// `lag_ms` leave, followers holding everything up to the high watermark come back.
+    /// `lag_ms` leave, followers holding everything up to the high watermark come back. A
+    /// proposal not settled yet is asked again as it is.
     pub fn wanted_isr(&self, now_ms: u64, lag_ms: u64) -> Option<Vec<i32>> {
+        if let Some(p) = &self.proposed {
+            return Some(p.clone());
+        }
         let mut wanted = vec![self.leader_id];
         for (id, f) in &self.followers {
             let in_isr = self.isr.contains(id);
@@ -149,11 +174,17 @@ impl ReplicaSet {
         self.recompute(leader_leo)
     }
 
-    /// The coordinator accepted a new ISR; returns whether the high watermark moved.
-    pub fn set_isr(&mut self, isr: &[i32], leader_leo: i64) -> bool {
+    /// The coordinator's ISR at `partition_epoch` (an answer to a change, or a heartbeat):
+    /// taken only if newer than the one held, which also settles any proposal (it was applied,
+    /// or can no longer be). Returns whether it was newer and whether the high watermark moved.
+    pub fn learn_isr(&mut self, partition_epoch: i32, isr: &[i32], leader_leo: i64) -> (bool, bool) {
+        if partition_epoch <= self.partition_epoch {
+            return (false, false);
+        }
         self.isr = isr.to_vec();
+        self.partition_epoch = partition_epoch;
         self.proposed = None;
-        self.recompute(leader_leo)
+        (true, self.recompute(leader_leo))
     }
 }
 
@@ -163,7 +194,7 @@ mod tests {
 
     #[test]
     fn high_watermark_waits_for_every_isr_member() {
-        let mut r = ReplicaSet::new(1, &[1, 2, 3], &[1, 2, 3], (0, 0), 0, 0);
+        let mut r = ReplicaSet::new(1, &[1, 2, 3], (&[1, 2, 3], 0), (0, 0), 0, 0);
         assert!(!r.on_leader_append(10));
         assert!(!r.on_ack(2, 10, 10, 1), "3 has not answered");
         assert!(r.on_ack(3, 7, 10, 1));
@@ -174,28 +205,28 @@ mod tests {
 
     #[test]
     fn high_watermark_never_goes_back() {
-        let mut r = ReplicaSet::new(1, &[1, 2], &[1, 2], (10, 10), 10, 0);
+        let mut r = ReplicaSet::new(1, &[1, 2], (&[1, 2], 0), (10, 10), 10, 0);
         r.on_ack(2, 4, 10, 0);
         assert_eq!(r.high_watermark(), 10);
     }
 
     #[test]
     fn single_replica_commits_on_append() {
-        let mut r = ReplicaSet::new(1, &[1], &[1], (0, 0), 0, 0);
+        let mut r = ReplicaSet::new(1, &[1], (&[1], 0), (0, 0), 0, 0);
         assert!(r.on_leader_append(3));
         assert_eq!(r.high_watermark(), 3);
     }
 
     #[test]
     fn lagging_follower_leaves_the_isr_and_returns_once_caught_up() {
-        let mut r = ReplicaSet::new(1, &[1, 2, 3], &[1, 2, 3], (0, 0), 0, 0);
+        let mut r = ReplicaSet::new(1, &[1, 2, 3], (&[1, 2, 3], 0), (0, 0), 0, 0);
         r.on_leader_append(5);
         r.on_ack(2, 5, 5, 100);
         assert_eq!(r.wanted_isr(500, 1000), None);
         assert_eq!(r.wanted_isr(1500, 1000), Some(vec![1]), "both lag");
         r.on_ack(2, 5, 5, 1400);
         assert_eq!(r.wanted_isr(1500, 1000), Some(vec![1, 2]));
-        assert!(r.set_isr(&[1, 2], 5), "dropping the laggard lets the high watermark move");
+        assert_eq!(r.learn_isr(1, &[1, 2], 5), (true, true), "dropping the laggard lets the high watermark move");
         assert_eq!(r.high_watermark(), 5);
         r.on_ack(3, 5, 5, 1600);
         assert_eq!(r.wanted_isr(1700, 1000), Some(vec![1, 2, 3]));
@@ -203,7 +234,7 @@ mod tests {
 
     #[test]
     fn a_follower_being_added_holds_the_high_watermark_until_the_change_is_answered() {
-        let mut r = ReplicaSet::new(1, &[1, 2], &[1], (0, 0), 0, 0);
+        let mut r = ReplicaSet::new(1, &[1, 2], (&[1], 0), (0, 0), 0, 0);
         r.on_ack(2, 3, 5, 10); // 2 is behind: it has 3 of the leader's 5
         r.on_leader_append(5);
         assert_eq!(r.high_watermark(), 5, "alone in the ISR, the leader commits its log");
@@ -216,9 +247,27 @@ mod tests {
         assert!(!r.drop_proposal(8));
     }
 
+    /// The simulator's find: a heartbeat answered before the coordinator applied this leader's
+    /// change, and read after, must not take the ISR back and drop the proposed follower.
+    #[test]
+    fn an_older_isr_read_late_does_not_undo_a_newer_one() {
+        let mut r = ReplicaSet::new(1, &[1, 2], (&[1], 3), (5, 5), 5, 0);
+        r.on_ack(2, 5, 5, 10);
+        r.propose_isr(&[1, 2]);
+        assert_eq!(r.wanted_isr(20, 1000), Some(vec![1, 2]), "asked again until settled");
+        assert_eq!(r.learn_isr(3, &[1], 5), (false, false), "the ISR it was based on: no news");
+        r.on_leader_append(8);
+        assert_eq!(r.high_watermark(), 5, "2 is still counted");
+        assert_eq!(r.learn_isr(4, &[1, 2], 8), (true, false));
+        assert_eq!(r.isr(), &[1, 2]);
+        assert_eq!(r.learn_isr(3, &[1], 8), (false, false), "an older ISR is ignored");
+        assert_eq!(r.isr(), &[1, 2]);
+        assert_eq!(r.partition_epoch(), 4);
+    }
+
     #[test]
     fn mismatch_moves_the_next_offset_back() {
-        let mut r = ReplicaSet::new(1, &[1, 2], &[1, 2], (10, 10), 0, 0);
+        let mut r = ReplicaSet::new(1, &[1, 2], (&[1, 2], 0), (10, 10), 0, 0);
         r.on_mismatch(2, 4);
         assert_eq!(r.follower(2).unwrap().next_offset, 4);
         r.on_mismatch(2, 40);

@@ -533,7 +533,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
                 }
             }
         };
-        match part.learn(a.leader_id, a.leader_epoch, &a.replicas, &a.isr, now) {
+        match part.learn(a.leader_id, a.leader_epoch, a.partition_epoch, &a.replicas, &a.isr, now) {
             Some(RoleChange::BecameLeader { leader_epoch, followers }) => {
                 tracing::info!(topic = %a.topic, partition = a.partition, leader_epoch, ?followers, "leading");
                 for f in followers {
@@ -553,12 +553,15 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
 /// caught-up ones back in), under the partition's leader epoch.
 async fn maintain_isr(shared: &Arc<Shared>) {
     let now = shared.now_ms();
-    let wanted: Vec<(PartitionRef, i32, Vec<i32>)> = shared
+    let wanted: Vec<(PartitionRef, i32, i32, Vec<i32>)> = shared
         .partitions
         .iter()
-        .filter_map(|p| p.wanted_isr(now, shared.config.replica_lag_ms).map(|(e, isr)| (p.clone(), e, isr)))
+        .filter_map(|p| {
+            let (leader_epoch, partition_epoch, isr) = p.wanted_isr(now, shared.config.replica_lag_ms)?;
+            Some((p.clone(), leader_epoch, partition_epoch, isr))
+        })
         .collect();
-    for (part, leader_epoch, isr) in wanted {
+    for (part, leader_epoch, partition_epoch, isr) in wanted {
         let Ok(conn) = coordinator(shared).await else { return };
         part.propose_isr(leader_epoch, &isr);
         let req = Request::AlterPartition(AlterPartitionRequest {
@@ -566,22 +569,23 @@ async fn maintain_isr(shared: &Arc<Shared>) {
             topic: part.topic.clone(),
             partition: part.index,
             leader_epoch,
+            partition_epoch,
             isr: isr.clone(),
         });
         match conn.call_timeout(req, Duration::from_millis(shared.config.verify_timeout_ms)).await {
-            Ok(Response::AlterPartition(r)) if r.status.is_ok() => {
-                tracing::info!(topic = %part.topic, partition = part.index, leader_epoch, ?isr, "ISR changed");
-                part.set_isr(leader_epoch, &isr);
-            }
             Ok(Response::AlterPartition(r)) => {
-                tracing::warn!(topic = %part.topic, partition = part.index, leader_epoch, status = %r.status, "ISR change refused");
-                part.drop_isr_proposal(leader_epoch);
-                if r.status.code == ErrorCode::FencedLeaderEpoch {
+                if r.status.is_ok() {
+                    tracing::info!(topic = %part.topic, partition = part.index, leader_epoch, partition_epoch = r.partition_epoch, ?isr, "ISR changed");
+                } else {
+                    tracing::warn!(topic = %part.topic, partition = part.index, leader_epoch, status = %r.status, "ISR change refused");
+                }
+                part.on_isr_answer(leader_epoch, &r);
+                if matches!(r.status.code, ErrorCode::FencedLeaderEpoch | ErrorCode::InvalidUpdateVersion) {
                     shared.refresh.notify_one();
                 }
             }
             // Not answered: the change may have been made. Keep counting the proposed members
-            // until an answer (the next round asks again) or a heartbeat settles it.
+            // and ask again next round; an answer or a heartbeat with a newer ISR settles it.
             other => tracing::debug!(?other, "ISR change not answered"),
         }
     }

@@ -9,8 +9,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use protocol::{
-    Assignment, BrokerInfo, BrokerState, ErrorCode, PartitionInfo, PartitionState, ReplicaProgress, ReplicaReport,
-    Status, TopicInfo,
+    AlterPartitionRequest, AlterPartitionResponse, Assignment, BrokerInfo, BrokerState, ErrorCode, PartitionInfo,
+    PartitionState, ReplicaProgress, ReplicaReport, Status, TopicInfo,
 };
 
 use crate::entry::{Entry, PartitionSnapshot};
@@ -53,6 +53,10 @@ struct Partition {
     replicas: Vec<i32>,
     leader_id: i32,
     leader_epoch: i32,
+    /// Moves on every leadership or ISR change (applied entry), so that a leader can tell a
+    /// newer ISR from an older one under one leader epoch, and a stale or repeated ISR change
+    /// is refused. Derived by replay; snapshots record it.
+    partition_epoch: i32,
     isr: Vec<i32>,
 }
 
@@ -168,6 +172,7 @@ impl Cluster {
                     partition: i as i32,
                     leader_id: p.leader_id,
                     leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
                     replicas: p.replicas.clone(),
                     isr: p.isr.clone(),
                 })
@@ -293,23 +298,28 @@ impl Cluster {
     }
 
     /// A leader asks to change the ISR. Refused with FENCED_LEADER_EPOCH unless it is the
-    /// leader of the current epoch: a stale leader cannot shrink the ISR to itself.
-    pub fn handle_alter_partition(
-        &mut self,
-        broker_id: i32,
-        topic: &str,
-        partition: i32,
-        leader_epoch: i32,
-        isr: &[i32],
-    ) -> Result<Entry, (Status, i32, Vec<i32>)> {
+    /// leader of the current epoch (a stale leader cannot shrink the ISR to itself), and with
+    /// INVALID_UPDATE_VERSION unless it is based on the current partition epoch: a change asked
+    /// before another one was applied, or a repeat of one already applied, must not undo what
+    /// the leader has since counted on (KIP-497). Returns the entry to persist before answering
+    /// (none when refused) and the answer, which carries the ISR in force and its epochs.
+    pub fn handle_alter_partition(&mut self, r: &AlterPartitionRequest) -> (Option<Entry>, AlterPartitionResponse) {
+        let (topic, partition, broker_id, leader_epoch, isr) =
+            (&r.topic, r.partition, r.broker_id, r.leader_epoch, &r.isr);
         let Some(p) = self.partition(topic, partition) else {
-            return Err((
-                Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist")),
-                -1,
-                Vec::new(),
-            ));
+            let status = Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist"));
+            return (None, AlterPartitionResponse { status, leader_epoch: -1, partition_epoch: -1, isr: Vec::new() });
         };
-        let refuse = |code, msg: String| Err((Status::new(code, msg), p.leader_epoch, p.isr.clone()));
+        let refuse = |code, msg: String| {
+            let status = Status::new(code, msg);
+            let resp = AlterPartitionResponse {
+                status,
+                leader_epoch: p.leader_epoch,
+                partition_epoch: p.partition_epoch,
+                isr: p.isr.clone(),
+            };
+            (None, resp)
+        };
         if leader_epoch < p.leader_epoch || (leader_epoch == p.leader_epoch && broker_id != p.leader_id) {
             return refuse(
                 ErrorCode::FencedLeaderEpoch,
@@ -326,6 +336,16 @@ impl Cluster {
                 format!("leader epoch {leader_epoch} of {topic}-{partition} was never granted"),
             );
         }
+        if r.partition_epoch != p.partition_epoch {
+            return refuse(
+                ErrorCode::InvalidUpdateVersion,
+                format!(
+                    "ISR change of {topic}-{partition} based on partition epoch {}, but the ISR is {:?} at partition \
+                     epoch {}: learn it and ask again",
+                    r.partition_epoch, p.isr, p.partition_epoch
+                ),
+            );
+        }
         let mut unique = isr.to_vec();
         unique.sort_unstable();
         unique.dedup();
@@ -337,7 +357,9 @@ impl Cluster {
         }
         let entry = Entry::IsrChanged { topic: topic.to_string(), partition, leader_epoch, isr: isr.to_vec() };
         self.apply(&entry);
-        Ok(entry)
+        let partition_epoch = self.partition(topic, partition).map_or(-1, |p| p.partition_epoch);
+        let resp = AlterPartitionResponse { status: Status::ok(), leader_epoch, partition_epoch, isr: isr.to_vec() };
+        (Some(entry), resp)
     }
 
     /// Metadata for `topics` (all if empty); unknown ones are created when asked and allowed.
@@ -393,6 +415,11 @@ impl Cluster {
     pub fn leader_of(&self, topic: &str, partition: i32) -> Option<(i32, i32, Option<String>)> {
         let p = self.partition(topic, partition)?;
         Some((p.leader_id, p.leader_epoch, self.brokers.get(&p.leader_id).map(|b| b.addr.clone())))
+    }
+
+    /// A partition's partition epoch.
+    pub fn partition_epoch(&self, topic: &str, partition: i32) -> Option<i32> {
+        self.partition(topic, partition).map(|p| p.partition_epoch)
     }
 
     /// Brokers and partitions for `admin describe`.
@@ -452,6 +479,7 @@ impl Cluster {
                         replicas: p.replicas.clone(),
                         leader_id: p.leader_id,
                         leader_epoch: p.leader_epoch,
+                        partition_epoch: p.partition_epoch,
                         isr: p.isr.clone(),
                     })
                     .collect(),
@@ -470,6 +498,7 @@ impl Cluster {
                         replicas: r.clone(),
                         leader_id: r.first().copied().unwrap_or(NO_LEADER),
                         leader_epoch: 0,
+                        partition_epoch: 0,
                         isr: r.clone(),
                     })
                     .collect();
@@ -480,6 +509,7 @@ impl Cluster {
                     if *leader_epoch > p.leader_epoch {
                         p.leader_id = *leader_id;
                         p.leader_epoch = *leader_epoch;
+                        p.partition_epoch += 1;
                         p.isr = isr.clone();
                     }
                 }
@@ -491,6 +521,7 @@ impl Cluster {
                         replicas: p.replicas.clone(),
                         leader_id: p.leader_id,
                         leader_epoch: p.leader_epoch,
+                        partition_epoch: p.partition_epoch,
                         isr: p.isr.clone(),
                     })
                     .collect();
@@ -502,6 +533,7 @@ impl Cluster {
             Entry::IsrChanged { topic, partition, leader_epoch, isr } => {
                 if let Some(p) = self.topics.get_mut(topic).and_then(|ps| ps.get_mut(*partition as usize)) {
                     if *leader_epoch == p.leader_epoch {
+                        p.partition_epoch += 1;
                         p.isr = isr.clone();
                     }
                 }
@@ -601,29 +633,81 @@ mod tests {
         assert_eq!(solo.leader_of("s", 0).unwrap().1, epoch + 1);
     }
 
+    fn alter(
+        c: &mut Cluster,
+        broker_id: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: &[i32],
+    ) -> AlterPartitionResponse {
+        let r = AlterPartitionRequest {
+            broker_id,
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch,
+            partition_epoch,
+            isr: isr.to_vec(),
+        };
+        let (entry, resp) = c.handle_alter_partition(&r);
+        assert_eq!(entry.is_some(), resp.status.is_ok(), "an entry exactly when accepted");
+        resp
+    }
+
     #[test]
     fn stale_leader_cannot_change_the_isr() {
         let mut c = cluster(&[1, 2, 3]);
         c.handle_create_topic(0, "t", 1, 3).unwrap();
         let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
         c.handle_elect_leader(10, "t", 0).unwrap();
-        let (status, current, isr) = c.handle_alter_partition(leader, "t", 0, epoch, &[leader]).unwrap_err();
-        assert_eq!(status.code, ErrorCode::FencedLeaderEpoch);
-        assert_eq!(current, epoch + 1);
-        assert_eq!(isr.len(), 3);
+        let r = alter(&mut c, leader, epoch, 1, &[leader]);
+        assert_eq!(r.status.code, ErrorCode::FencedLeaderEpoch);
+        assert_eq!((r.leader_epoch, r.partition_epoch, r.isr.len()), (epoch + 1, 1, 3));
         // The leader of the current epoch may.
-        c.handle_alter_partition(leader, "t", 0, epoch + 1, &[leader]).unwrap();
+        let r = alter(&mut c, leader, epoch + 1, 1, &[leader]);
+        assert!(r.status.is_ok(), "{}", r.status);
+        assert_eq!((r.partition_epoch, r.isr.clone()), (2, vec![leader]));
         assert_eq!(c.describe(10).1[0].isr, vec![leader]);
         // A follower at the current epoch may not, nor may an ISR without the leader.
         let other = (1..=3).find(|b| *b != leader).unwrap();
-        assert_eq!(
-            c.handle_alter_partition(other, "t", 0, epoch + 1, &[other]).unwrap_err().0.code,
-            ErrorCode::FencedLeaderEpoch
-        );
-        assert_eq!(
-            c.handle_alter_partition(leader, "t", 0, epoch + 1, &[other]).unwrap_err().0.code,
-            ErrorCode::InvalidRequest
-        );
+        assert_eq!(alter(&mut c, other, epoch + 1, 2, &[other]).status.code, ErrorCode::FencedLeaderEpoch);
+        assert_eq!(alter(&mut c, leader, epoch + 1, 2, &[other]).status.code, ErrorCode::InvalidRequest);
+    }
+
+    /// Found by the simulator: a leader asked to add a follower back; the coordinator was paused
+    /// and read that request only after the leader's next heartbeat, whose answer still showed
+    /// the old ISR. The leader took the old ISR, stopped counting the follower, and committed
+    /// without it, while the coordinator then added it: elected next, that follower lacked
+    /// committed records. With partition epochs, the leader takes only a newer ISR, and a
+    /// change based on an older one is refused.
+    #[test]
+    fn isr_changes_are_ordered_by_the_partition_epoch() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3).unwrap();
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        let hb = |c: &mut Cluster| c.handle_heartbeat(0, leader, "x", &[]).1[0].clone();
+        assert_eq!(hb(&mut c).partition_epoch, 0);
+        let shrink = alter(&mut c, leader, epoch, 0, &[leader]);
+        assert!(shrink.status.is_ok());
+        assert_eq!(hb(&mut c).partition_epoch, 1, "heartbeats carry the partition epoch");
+        // The same request again (a retry, a duplicate) is refused, with the ISR in force.
+        let again = alter(&mut c, leader, epoch, 0, &[leader]);
+        assert_eq!(again.status.code, ErrorCode::InvalidUpdateVersion);
+        assert!(again.status.message.contains("learn it and ask again"), "{}", again.status);
+        assert_eq!((again.partition_epoch, again.isr.clone()), (1, vec![leader]));
+        // A change based on the current epoch passes.
+        let others: Vec<i32> = (1..=3).filter(|b| *b != leader).collect();
+        let grow = alter(&mut c, leader, epoch, 1, &[leader, others[0]]);
+        assert!(grow.status.is_ok());
+        assert_eq!(grow.partition_epoch, 2);
+        // Leadership changes move it too, and it survives a snapshot and a replay.
+        c.handle_elect_leader(5, "t", 0).unwrap();
+        assert_eq!(hb(&mut c).partition_epoch, 3);
+        let mut replayed = Cluster::new(ClusterConfig::default());
+        for e in c.snapshot() {
+            replayed.apply(&Entry::decode(e.encode()).unwrap());
+        }
+        replayed.handle_heartbeat(0, leader, "x", &[]);
+        assert_eq!(replayed.handle_heartbeat(0, leader, "x", &[]).1[0].partition_epoch, 3);
     }
 
     #[test]

@@ -122,7 +122,7 @@ pub enum Entry {
     TopicSnapshot {
         /// Topic name.
         name: String,
-        /// Per partition: replicas, leader, leader epoch, ISR.
+        /// Per partition: replicas, leader, leader epoch, partition epoch, ISR.
         partitions: Vec<PartitionSnapshot>,
     },
     /// A topic was created; partition `i` has replicas `replicas[i]`, the first one leading at
@@ -173,6 +173,8 @@ pub struct PartitionSnapshot {
     pub leader_id: i32,
     /// Leader epoch.
     pub leader_epoch: i32,
+    /// Partition epoch (0 in snapshots written before it existed).
+    pub partition_epoch: i32,
     /// ISR.
     pub isr: Vec<i32>,
 }
@@ -188,6 +190,8 @@ const TXN_SNAPSHOT: i8 = 8;
 const PRODUCER_IDS: i8 = 9;
 const TOPIC_SNAPSHOT: i8 = 10;
 const BROKER_INCARNATION: i8 = 11;
+/// A topic snapshot with partition epochs ([`TOPIC_SNAPSHOT`] is read as epoch 0).
+const TOPIC_SNAPSHOT_EPOCHS: i8 = 12;
 
 impl Entry {
     /// Encode for the journal.
@@ -293,13 +297,14 @@ impl Entry {
                 }
             }
             Entry::TopicSnapshot { name, partitions } => {
-                b.put_i8(TOPIC_SNAPSHOT);
+                b.put_i8(TOPIC_SNAPSHOT_EPOCHS);
                 b.put_string(name);
                 b.put_i32(partitions.len() as i32);
                 for p in partitions {
                     b.put_i32_array(&p.replicas);
                     b.put_i32(p.leader_id);
                     b.put_i32(p.leader_epoch);
+                    b.put_i32(p.partition_epoch);
                     b.put_i32_array(&p.isr);
                 }
             }
@@ -318,7 +323,8 @@ impl Entry {
     /// Decode one journal payload.
     pub fn decode(payload: Bytes) -> Result<Entry, DecodeError> {
         let mut r = Reader::new(payload);
-        let e = match r.i8("tag")? {
+        let tag = r.i8("tag")?;
+        let e = match tag {
             GRANT => {
                 let transactional_id = r.nullable_string("transactional_id")?;
                 let producer_id = r.i64("producer_id")?;
@@ -415,7 +421,7 @@ impl Entry {
                 }
                 Entry::ProducerIds { next_producer_id, owners }
             }
-            TOPIC_SNAPSHOT => {
+            TOPIC_SNAPSHOT | TOPIC_SNAPSHOT_EPOCHS => {
                 let name = r.string("name")?;
                 let n = r.array_len("partitions", 16)?;
                 let mut partitions = Vec::with_capacity(n);
@@ -424,6 +430,7 @@ impl Entry {
                         replicas: r.i32_array("replicas")?,
                         leader_id: r.i32("leader_id")?,
                         leader_epoch: r.i32("leader_epoch")?,
+                        partition_epoch: if tag == TOPIC_SNAPSHOT_EPOCHS { r.i32("partition_epoch")? } else { 0 },
                         isr: r.i32_array("isr")?,
                     });
                 }
@@ -445,7 +452,7 @@ impl Entry {
                 leader_epoch: r.i32("leader_epoch")?,
                 isr: r.i32_array("isr")?,
             },
-            tag => return Err(DecodeError::InvalidValue { field: "tag", detail: format!("unknown entry tag {tag}") }),
+            _ => return Err(DecodeError::InvalidValue { field: "tag", detail: format!("unknown entry tag {tag}") }),
         };
         r.finish()?;
         Ok(e)
@@ -535,6 +542,7 @@ mod tests {
                     replicas: vec![1, 2],
                     leader_id: 2,
                     leader_epoch: 3,
+                    partition_epoch: 5,
                     isr: vec![2],
                 }],
             },
@@ -542,5 +550,23 @@ mod tests {
         for e in entries {
             assert_eq!(Entry::decode(e.encode()).unwrap(), e);
         }
+    }
+
+    #[test]
+    fn topic_snapshots_from_before_partition_epochs_still_load() {
+        let mut b = BytesMut::new();
+        b.put_i8(TOPIC_SNAPSHOT);
+        b.put_string("t");
+        b.put_i32(1);
+        b.put_i32_array(&[1, 2]);
+        b.put_i32(2);
+        b.put_i32(3);
+        b.put_i32_array(&[2]);
+        let want =
+            PartitionSnapshot { replicas: vec![1, 2], leader_id: 2, leader_epoch: 3, partition_epoch: 0, isr: vec![2] };
+        assert_eq!(
+            Entry::decode(b.freeze()).unwrap(),
+            Entry::TopicSnapshot { name: "t".into(), partitions: vec![want] }
+        );
     }
 }

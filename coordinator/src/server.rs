@@ -322,19 +322,19 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             Response::Heartbeat(HeartbeatResponse { status, lease_ms: lease_ms as i32, assignments, brokers })
         }
         Request::AlterPartition(r) => {
-            let outcome = {
+            let (rx, resp) = {
                 let mut st = shared.lock();
-                st.cluster
-                    .handle_alter_partition(r.broker_id, &r.topic, r.partition, r.leader_epoch, &r.isr)
-                    .map(|e| shared.persist(&[e]))
+                let (entry, resp) = st.cluster.handle_alter_partition(&r);
+                // A refusal waits too: the ISR and epochs it reports must be durable, since the
+                // leader acts on them.
+                (shared.persist(&entry.into_iter().collect::<Vec<_>>()), resp)
             };
-            Response::AlterPartition(match outcome {
-                Ok(rx) => AlterPartitionResponse {
-                    status: durable(rx).await.err().unwrap_or_else(Status::ok),
-                    leader_epoch: r.leader_epoch,
-                    isr: r.isr,
-                },
-                Err((status, leader_epoch, isr)) => AlterPartitionResponse { status, leader_epoch, isr },
+            Response::AlterPartition(match durable(rx).await {
+                Ok(()) => resp,
+                // Not known to be durable: no state to learn from this answer.
+                Err(status) => {
+                    AlterPartitionResponse { status, leader_epoch: -1, partition_epoch: -1, isr: Vec::new() }
+                }
             })
         }
         Request::Describe => {

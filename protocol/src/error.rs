@@ -105,6 +105,9 @@ error_codes! {
     UnknownLeaderEpoch = 75, "UNKNOWN_LEADER_EPOCH", true;
     /// The coordinator saw an epoch older than the current one on its own request.
     ProducerFenced = 90, "PRODUCER_FENCED", false;
+    /// An ISR change was based on a partition epoch that is no longer current: the ISR moved
+    /// since, or this very change was already applied. The leader learns the current ISR and asks again.
+    InvalidUpdateVersion = 95, "INVALID_UPDATE_VERSION", false;
 }
 
 impl std::fmt::Display for ErrorCode {

@@ -484,6 +484,9 @@ pub struct Assignment {
     pub leader_id: i32,
     /// Leader epoch.
     pub leader_epoch: i32,
+    /// Partition epoch (Kafka's KIP-497): moves on every leadership or ISR change, so a leader
+    /// can tell a newer ISR from an older one at the same leader epoch.
+    pub partition_epoch: i32,
     /// Every replica.
     pub replicas: Vec<i32>,
     /// In-sync replicas.
@@ -557,6 +560,9 @@ pub struct AlterPartitionRequest {
     pub partition: i32,
     /// The leader's epoch; a stale one is refused with FENCED_LEADER_EPOCH.
     pub leader_epoch: i32,
+    /// The partition epoch the change is based on; any other is refused with
+    /// INVALID_UPDATE_VERSION (the ISR moved since, or this request was already applied).
+    pub partition_epoch: i32,
     /// The new ISR; must hold the leader.
     pub isr: Vec<i32>,
 }
@@ -568,6 +574,8 @@ pub struct AlterPartitionResponse {
     pub status: Status,
     /// The partition's leader epoch.
     pub leader_epoch: i32,
+    /// The partition epoch of the ISR now in force.
+    pub partition_epoch: i32,
     /// The ISR now in force.
     pub isr: Vec<i32>,
 }
@@ -898,6 +906,7 @@ pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
             b.put_string(&a.topic);
             b.put_i32(a.partition);
             b.put_i32(a.leader_epoch);
+            b.put_i32(a.partition_epoch);
             b.put_i32_array(&a.isr);
         }
         Request::Describe => {}
@@ -1044,6 +1053,7 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
             topic: r.string("topic")?,
             partition: r.i32("partition")?,
             leader_epoch: r.i32("leader_epoch")?,
+            partition_epoch: r.i32("partition_epoch")?,
             isr: r.i32_array("isr")?,
         }),
         ApiKey::Describe => Request::Describe,
@@ -1125,6 +1135,7 @@ pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
                 b.put_i32(a.partition);
                 b.put_i32(a.leader_id);
                 b.put_i32(a.leader_epoch);
+                b.put_i32(a.partition_epoch);
                 b.put_i32_array(&a.replicas);
                 b.put_i32_array(&a.isr);
             }
@@ -1142,6 +1153,7 @@ pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
         }
         Response::AlterPartition(a) => {
             b.put_i32(a.leader_epoch);
+            b.put_i32(a.partition_epoch);
             b.put_i32_array(&a.isr);
         }
         Response::Describe(d) => {
@@ -1288,6 +1300,7 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
                     partition: r.i32("partition")?,
                     leader_id: r.i32("leader_id")?,
                     leader_epoch: r.i32("leader_epoch")?,
+                    partition_epoch: r.i32("partition_epoch")?,
                     replicas: r.i32_array("replicas")?,
                     isr: r.i32_array("isr")?,
                 });
@@ -1309,6 +1322,7 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
         ApiKey::AlterPartition => Response::AlterPartition(AlterPartitionResponse {
             status,
             leader_epoch: r.i32("leader_epoch")?,
+            partition_epoch: r.i32("partition_epoch")?,
             isr: r.i32_array("isr")?,
         }),
         ApiKey::Describe => {
@@ -1461,6 +1475,7 @@ mod tests {
             topic: "t".into(),
             partition: 0,
             leader_epoch: 2,
+            partition_epoch: 7,
             isr: vec![1, 3],
         }));
         roundtrip_req(Request::Describe);
@@ -1529,6 +1544,7 @@ mod tests {
                 partition: 0,
                 leader_id: 2,
                 leader_epoch: 0,
+                partition_epoch: 4,
                 replicas: vec![1, 2],
                 isr: vec![2],
             }],
@@ -1574,6 +1590,7 @@ mod tests {
         roundtrip_resp(Response::AlterPartition(AlterPartitionResponse {
             status: Status::ok(),
             leader_epoch: 2,
+            partition_epoch: 8,
             isr: vec![1],
         }));
     }

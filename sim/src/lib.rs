@@ -44,7 +44,7 @@ use coordinator::cluster::{Cluster, ClusterConfig};
 use coordinator::entry::{Entry, FenceTarget};
 use coordinator::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, TableConfig};
 use protocol::batch::{build_batch, build_marker, BatchHeader, MarkerKind, ProducerStamp};
-use protocol::{Assignment, ReplicaReport, ReplicateRequest};
+use protocol::{AlterPartitionRequest, AlterPartitionResponse, Assignment, ReplicaReport, ReplicateRequest};
 
 const TOPIC: &str = "sim";
 const BROKERS: [i32; 3] = [1, 2, 3];
@@ -80,6 +80,10 @@ pub enum Mutation {
     /// The partition answers read_committed fetches as read_uncommitted (no last stable
     /// offset, no aborted transactions): open and aborted transactions reach the consumer.
     ReadUncommitted,
+    /// ISR changes without partition epochs: the coordinator applies a change whatever ISR it
+    /// was based on, and leaders take every ISR they are told (the bug the simulator found: a
+    /// late heartbeat answer undid an ISR change, and a leader committed without a member).
+    UnversionedIsr,
 }
 
 impl Mutation {
@@ -91,6 +95,7 @@ impl Mutation {
             "no-leader-epoch-checks" => Some(Mutation::NoLeaderEpochChecks),
             "unsynced-commits" => Some(Mutation::UnsyncedCommits),
             "read-uncommitted" => Some(Mutation::ReadUncommitted),
+            "unversioned-isr" => Some(Mutation::UnversionedIsr),
             _ => None,
         }
     }
@@ -113,6 +118,8 @@ pub struct Outcome {
     pub fenced: u64,
     /// Leader elections.
     pub elections: u64,
+    /// The coordinator's cluster decisions, by kind (leaderships moved and why, ISR changes).
+    pub decisions: BTreeMap<&'static str, u64>,
     /// Transactions the coordinator decided to commit.
     pub txns_committed: u64,
     /// Transactions it decided to abort on EndTxn (fences of open ones not counted).
@@ -217,16 +224,13 @@ enum Msg {
     },
     /// A leader asks the coordinator to change the ISR under its leader epoch.
     AlterIsr {
-        broker: i32,
         call: u64,
-        leader_epoch: i32,
-        isr: Vec<i32>,
+        req: AlterPartitionRequest,
     },
     AlterIsrResp {
         call: u64,
         leader_epoch: i32,
-        isr: Vec<i32>,
-        ok: bool,
+        resp: AlterPartitionResponse,
     },
     Fetch {
         offset: i64,
@@ -601,10 +605,11 @@ impl Sim {
     }
 
     /// Journal the coordinator's cluster decisions (leaderships, ISRs, incarnations).
-    fn journal_cluster(&mut self, entries: Vec<Entry>, why: &str) {
+    fn journal_cluster(&mut self, entries: Vec<Entry>, why: &'static str) {
         for e in &entries {
             if let Entry::LeaderChanged { leader_id, leader_epoch, isr, .. } = e {
                 self.out.elections += 1;
+                *self.out.decisions.entry(why).or_default() += 1;
                 let (l, le, isr) = (*leader_id, *leader_epoch, isr.clone());
                 self.trace(|| format!("coordinator: {why}: broker {l} leads at epoch {le}, ISR {isr:?}"));
             }
@@ -694,7 +699,7 @@ impl Sim {
                 let now = self.clock(COORD);
                 if let Ok(entry) = self.cluster.handle_elect_leader(now, TOPIC, 0) {
                     self.fault("leader election asked");
-                    self.journal_cluster(vec![entry], "election asked");
+                    self.journal_cluster(vec![entry], "elected (asked)");
                 }
             }
             if self.now >= self.cut_until && !self.cut.is_empty() {
@@ -726,8 +731,8 @@ impl Sim {
             if self.rng.chance(3) {
                 self.restart_coordinator();
             }
-            if self.rng.chance(3) {
-                let until = self.now + 50 + self.rng.below(500);
+            if self.rng.chance(8) {
+                let until = self.now + 100 + self.rng.below(800);
                 self.coord_paused_until = self.coord_paused_until.max(until);
                 self.fault("coordinator paused");
                 self.trace(|| format!("coordinator paused until {until}"));
@@ -760,7 +765,7 @@ impl Sim {
         let now = self.clock(COORD);
         if now >= LEASE_TICKS {
             let entries = self.cluster.handle_tick(now);
-            self.journal_cluster(entries, "lease expired");
+            self.journal_cluster(entries, "elected (lease expired)");
         }
         // Markers not confirmed are re-sent to whoever leads now.
         let now = self.now;
@@ -1157,12 +1162,40 @@ impl Sim {
         if b.alter_call.is_some_and(|(_, sent)| self.now - sent < CALL_TIMEOUT_TICKS) {
             return;
         }
-        let Some((leader_epoch, isr)) = b.part.wanted_isr(now, REPLICA_LAG_TICKS) else { return };
+        let Some((leader_epoch, partition_epoch, isr)) = b.part.wanted_isr(now, REPLICA_LAG_TICKS) else { return };
         b.part.propose_isr(leader_epoch, &isr);
         let call = self.next_call();
         self.brokers.get_mut(&id).expect("broker").alter_call = Some((call, self.now));
-        self.trace(|| format!("broker {id}: asks for ISR {isr:?} at leader epoch {leader_epoch}"));
-        self.send(id as usize, COORD, Msg::AlterIsr { broker: id, call, leader_epoch, isr });
+        self.trace(|| {
+            format!(
+                "broker {id}: asks for ISR {isr:?} at leader epoch {leader_epoch}, partition epoch {partition_epoch}"
+            )
+        });
+        let req = AlterPartitionRequest {
+            broker_id: id,
+            topic: TOPIC.into(),
+            partition: 0,
+            leader_epoch,
+            partition_epoch,
+            isr,
+        };
+        self.send(id as usize, COORD, Msg::AlterIsr { call, req });
+    }
+
+    /// The `unversioned-isr` mutation's coordinator: the change applies whatever it was based on.
+    fn alter_isr_unversioned(&mut self, req: &AlterPartitionRequest) -> (Option<Entry>, AlterPartitionResponse) {
+        let mut req = req.clone();
+        req.partition_epoch = self.cluster.partition_epoch(TOPIC, 0).unwrap_or(-1);
+        self.cluster.handle_alter_partition(&req)
+    }
+
+    /// Under `unversioned-isr`, every ISR a broker is told looks newer than the one it has.
+    fn unversioned(&mut self, partition_epoch: i32) -> i32 {
+        if self.cfg.mutation == Mutation::UnversionedIsr {
+            1_000_000 + self.next_call() as i32
+        } else {
+            partition_epoch
+        }
     }
 
     fn deliver(&mut self, to: usize, from: usize, msg: Msg) {
@@ -1247,7 +1280,7 @@ impl Sim {
             Msg::Heartbeat { broker, call, incarnation, report } => {
                 let now = self.clock(COORD);
                 let moved = self.cluster.handle_incarnation(now, broker, incarnation);
-                self.journal_cluster(moved, "broker restarted");
+                self.journal_cluster(moved, "elected (broker restarted)");
                 let (_, assignments, _) = self.cluster.handle_heartbeat(now, broker, &format!("b{broker}"), &[report]);
                 self.send(COORD, broker as usize, Msg::HeartbeatResp { call, assignments });
             }
@@ -1258,8 +1291,10 @@ impl Sim {
                 }
                 self.brokers.get_mut(&id).expect("broker").heartbeat_call = None;
                 let now = self.clock(to);
-                for a in assignments {
-                    let change = self.brokers[&id].part.learn(a.leader_id, a.leader_epoch, &a.replicas, &a.isr, now);
+                for mut a in assignments {
+                    a.partition_epoch = self.unversioned(a.partition_epoch);
+                    let part = &self.brokers[&id].part;
+                    let change = part.learn(a.leader_id, a.leader_epoch, a.partition_epoch, &a.replicas, &a.isr, now);
                     if change.is_some() {
                         let (l, e) = (a.leader_id, a.leader_epoch);
                         self.trace(|| format!("broker {id}: learned leader {l} at epoch {e}, ISR {:?}", a.isr));
@@ -1268,29 +1303,37 @@ impl Sim {
                 self.after_broker_step(id);
                 self.maintain_isr(id);
             }
-            Msg::AlterIsr { broker, call, leader_epoch, isr } => {
-                let ok = match self.cluster.handle_alter_partition(broker, TOPIC, 0, leader_epoch, &isr) {
-                    Ok(entry) => {
-                        self.trace(|| format!("coordinator: ISR {isr:?} at leader epoch {leader_epoch}"));
-                        self.journal.push(entry);
-                        true
-                    }
-                    Err(_) => false,
+            Msg::AlterIsr { call, req } => {
+                let (entry, resp) = if self.cfg.mutation == Mutation::UnversionedIsr {
+                    self.alter_isr_unversioned(&req)
+                } else {
+                    self.cluster.handle_alter_partition(&req)
                 };
-                self.send(COORD, broker as usize, Msg::AlterIsrResp { call, leader_epoch, isr, ok });
+                let decision = match resp.status.code {
+                    _ if entry.is_some() => "ISR changed",
+                    protocol::ErrorCode::InvalidUpdateVersion => "ISR change refused: stale partition epoch",
+                    _ => "ISR change refused: other",
+                };
+                *self.out.decisions.entry(decision).or_default() += 1;
+                if let Some(entry) = entry {
+                    let (isr, pe) = (&resp.isr, resp.partition_epoch);
+                    self.trace(|| {
+                        format!("coordinator: ISR {isr:?} at leader epoch {}, partition epoch {pe}", req.leader_epoch)
+                    });
+                    self.journal.push(entry);
+                }
+                let leader_epoch = req.leader_epoch;
+                self.send(COORD, req.broker_id as usize, Msg::AlterIsrResp { call, leader_epoch, resp });
             }
-            Msg::AlterIsrResp { call, leader_epoch, isr, ok } => {
+            Msg::AlterIsrResp { call, leader_epoch, resp } => {
                 let id = to as i32;
                 if self.brokers[&id].alter_call.map(|(c, _)| c) != Some(call) {
                     return;
                 }
                 self.brokers.get_mut(&id).expect("broker").alter_call = None;
-                let part = &self.brokers[&id].part;
-                if ok {
-                    part.set_isr(leader_epoch, &isr);
-                } else {
-                    part.drop_isr_proposal(leader_epoch);
-                }
+                let mut resp = resp;
+                resp.partition_epoch = self.unversioned(resp.partition_epoch);
+                self.brokers[&id].part.on_isr_answer(leader_epoch, &resp);
                 self.after_broker_step(id);
             }
             Msg::Replicate { req } => {
@@ -1635,6 +1678,36 @@ impl Sim {
             }
         }
         self.check_replica(id);
+        self.check_isr_holds_committed();
+    }
+
+    /// What a leader has committed is on every replica the coordinator holds in sync, since
+    /// the coordinator elects the next leader from them.
+    fn check_isr_holds_committed(&mut self) {
+        let (leader, leader_epoch) = self.leader();
+        let Some(b) = self.brokers.get(&leader) else { return };
+        let l = b.part.leadership();
+        if !l.is_leader || l.leader_epoch != leader_epoch {
+            return;
+        }
+        let (_, hw) = b.part.progress();
+        let counted = b.part.counted_replicas().unwrap_or_default();
+        let isr = self.cluster.describe(0).1.into_iter().next().map(|p| p.isr).unwrap_or_default();
+        if let Some(m) = isr.iter().find(|m| !counted.contains(m)) {
+            return self.violate(format!(
+                "leader {leader} at epoch {leader_epoch} commits without broker {m}, which the coordinator holds in \
+                 sync (ISR {isr:?}); the leader waits for {counted:?}"
+            ));
+        }
+        for m in isr {
+            let (leo, _) = self.brokers[&m].part.progress();
+            if leo < hw {
+                return self.violate(format!(
+                    "leader {leader} at epoch {leader_epoch} has committed up to {hw}, but broker {m}, in sync at the \
+                     coordinator, holds only up to {leo}: electing it would lose committed records"
+                ));
+            }
+        }
     }
 
     fn check_replica(&mut self, id: i32) {

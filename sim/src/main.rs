@@ -24,7 +24,7 @@ struct Args {
     #[arg(long)]
     verbose: bool,
     /// Switch one check off: none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits,
-    /// read-uncommitted.
+    /// read-uncommitted, unversioned-isr.
     #[arg(long, default_value = "none")]
     mutation: String,
     /// Ticks with faults.
@@ -45,7 +45,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let Some(mutation) = Mutation::parse(&args.mutation) else {
         eprintln!(
-            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits or read-uncommitted",
+            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits, read-uncommitted or unversioned-isr",
             args.mutation
         );
         return ExitCode::from(2);
@@ -57,6 +57,7 @@ fn main() -> ExitCode {
     };
     let mut failing = Vec::new();
     let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut decisions: BTreeMap<&'static str, u64> = BTreeMap::new();
     let (mut steps, mut acked, mut fenced, mut elections, mut consumed) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut committed, mut aborted, mut skipped) = (0u64, 0u64, 0u64);
     for &seed in &seeds {
@@ -66,6 +67,9 @@ fn main() -> ExitCode {
         }
         for (k, v) in &out.faults {
             *faults.entry(k).or_default() += v;
+        }
+        for (k, v) in &out.decisions {
+            *decisions.entry(k).or_default() += v;
         }
         steps += out.steps;
         acked += out.acked;
@@ -91,6 +95,8 @@ fn main() -> ExitCode {
         "transactions: {committed} committed, {aborted} aborted on EndTxn; {skipped} aborted batches skipped by \
          the read_committed consumer"
     );
+    let decisions: Vec<String> = decisions.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    say!("coordinator: {}", decisions.join(", "));
     let faults: Vec<String> = faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
     say!("faults: {}", faults.join(", "));
     if failing.is_empty() {

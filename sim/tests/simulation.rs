@@ -70,6 +70,32 @@ fn a_broker_serving_uncommitted_data_to_read_committed_is_caught() {
 }
 
 #[test]
+fn isr_changes_without_partition_epochs_are_caught() {
+    let (seed, v) = caught(Mutation::UnversionedIsr).expect("a leader commits without an in-sync replica");
+    assert!(v.contains("which the coordinator holds in sync") || v.contains("lost"), "seed {seed}: {v}");
+}
+
+/// The coordinator's real rules run: leases expire (clock jumps and pauses included), restarts
+/// move leaderships, leaders change ISRs, and stale ISR changes are refused.
+#[test]
+fn leases_expire_and_isrs_change_under_the_coordinators_rules() {
+    let mut decisions = std::collections::BTreeMap::new();
+    let mut jumps = 0;
+    for seed in 0..30 {
+        let out = run(seed, Config::default());
+        assert!(out.violation.is_none(), "seed {seed}: {}", out.violation.unwrap());
+        for (k, v) in out.decisions {
+            *decisions.entry(k).or_insert(0) += v;
+        }
+        jumps += out.faults.get("clock jumped").copied().unwrap_or(0);
+    }
+    assert!(jumps > 0, "no clock ever jumped");
+    for kind in ["elected (lease expired)", "elected (broker restarted)", "ISR changed"] {
+        assert!(decisions.get(kind).copied().unwrap_or(0) > 0, "never {kind}: {decisions:?}");
+    }
+}
+
+#[test]
 fn power_losses_tear_unsynced_writes_in_the_real_build() {
     let mut torn = 0;
     for seed in 0..50 {

@@ -474,7 +474,7 @@ fn recovery(args: &Args) -> Result<serde_json::Value, String> {
     let template = BatchTemplate::new(args.record_bytes, args.batch_records, false);
     let target = args.log_mib * 1024 * 1024;
     let p = open()?;
-    p.learn(2, 1, &[1, 2], &[1, 2], 0);
+    p.learn(2, 1, 0, &[1, 2], &[1, 2], 0);
     let started = Instant::now();
     let (mut offset, mut written, mut round) = (p.progress().0, 0u64, 0i32);
     while written < target {

@@ -59,6 +59,9 @@ const REPLICA_LAG_TICKS: u64 = 400;
 /// A request to the coordinator not answered within this many ticks is given up (its answer,
 /// if it ever comes, is dropped), as the broker's calls time out.
 const CALL_TIMEOUT_TICKS: u64 = 150;
+/// The producers' transaction timeout: a producer paused inside a transaction for longer is
+/// aborted and fenced by the coordinator.
+const TXN_TIMEOUT_TICKS: u64 = 500;
 /// Small segments, so that runs roll many of them: crashes then land around rolls, segment
 /// indexes and producer-state snapshots, and recovery goes through them.
 const LOG: broker::log::LogConfig =
@@ -124,6 +127,8 @@ pub struct Outcome {
     pub txns_committed: u64,
     /// Transactions it decided to abort on EndTxn (fences of open ones not counted).
     pub txns_aborted: u64,
+    /// Transactions it aborted because they outlived their timeout.
+    pub txns_timed_out: u64,
     /// Transactional records the consumer skipped as aborted.
     pub aborted_skipped: u64,
     /// Trace (only with `verbose`).
@@ -764,6 +769,7 @@ impl Sim {
         // since it started, so that the brokers have heartbeated meanwhile.
         let now = self.clock(COORD);
         if now >= LEASE_TICKS {
+            self.coord_timeouts();
             let entries = self.cluster.handle_tick(now);
             self.journal_cluster(entries, "elected (lease expired)");
         }
@@ -1382,7 +1388,7 @@ impl Sim {
 
     fn coord_init(&mut self, prod: usize) {
         let tid = self.producers[prod].tid.clone();
-        match self.table.handle_init(Some(&tid), 60_000, None) {
+        match self.table.handle_init(Some(&tid), TXN_TIMEOUT_TICKS as i32, None) {
             InitDecision::Grant { producer_id, epoch, fence, entries } => {
                 self.journal.extend(entries);
                 self.owner.insert(producer_id, tid.clone());
@@ -1444,24 +1450,7 @@ impl Sim {
                 self.trace(|| {
                     format!("coordinator: '{tid}' {what} pid {producer_id} epoch {epoch}, next epoch {new_epoch}")
                 });
-                if markers.is_empty() {
-                    return self.finish_end(&tid, Some((prod, epoch)), pid, new_epoch);
-                }
-                for t in &markers {
-                    self.send_marker(&tid, t, commit);
-                }
-                let now = self.now;
-                let targets = markers.into_iter().map(|t| (t, now)).collect();
-                let pi = PendingInit {
-                    prod: Some(prod),
-                    commit,
-                    end: true,
-                    asked_epoch: epoch,
-                    producer_id: pid,
-                    epoch: new_epoch,
-                    targets,
-                };
-                self.pending_inits.insert(tid, pi);
+                self.write_end_markers(tid, Some((prod, epoch)), (pid, new_epoch), commit, markers);
             }
             EndDecision::Done { producer_id, epoch: now_epoch } => {
                 let granted = Some((producer_id, now_epoch));
@@ -1472,6 +1461,47 @@ impl Sim {
                 let retry = status.code == protocol::ErrorCode::ConcurrentTransactions;
                 let resp = Msg::EndTxnResp { prod, for_epoch: epoch, granted: None, retry };
                 self.send(COORD, producer_host(prod), resp);
+            }
+        }
+    }
+
+    /// Write a transaction's commit or abort markers; once all are confirmed the bump to
+    /// `next` (producer id, epoch) is final and `asked` (who sent the EndTxn, with its epoch),
+    /// if anyone, is answered.
+    fn write_end_markers(
+        &mut self,
+        tid: String,
+        asked: Option<(usize, i16)>,
+        (producer_id, epoch): (i64, i16),
+        commit: bool,
+        markers: Vec<FenceTarget>,
+    ) {
+        if markers.is_empty() {
+            return self.finish_end(&tid, asked, producer_id, epoch);
+        }
+        for t in &markers {
+            self.send_marker(&tid, t, commit);
+        }
+        let now = self.now;
+        let targets = markers.into_iter().map(|t| (t, now)).collect();
+        let (prod, asked_epoch) = match asked {
+            Some((p, e)) => (Some(p), e),
+            None => (None, -1),
+        };
+        let pi = PendingInit { prod, commit, end: true, asked_epoch, producer_id, epoch, targets };
+        self.pending_inits.insert(tid, pi);
+    }
+
+    /// The coordinator's transaction timer: abort every transaction open for longer than its
+    /// timeout, bumping the epoch so that its (slow, paused) producer is fenced.
+    fn coord_timeouts(&mut self) {
+        let now = self.clock(COORD);
+        for (tid, decision) in self.table.handle_timeouts(now) {
+            if let EndDecision::Markers { producer_id, epoch, entries, markers, .. } = decision {
+                self.journal.extend(entries);
+                self.out.txns_timed_out += 1;
+                self.trace(|| format!("coordinator: '{tid}' transaction timed out; aborting, next epoch {epoch}"));
+                self.write_end_markers(tid, None, (producer_id, epoch), false, markers);
             }
         }
     }

@@ -59,7 +59,7 @@ fn main() -> ExitCode {
     let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut decisions: BTreeMap<&'static str, u64> = BTreeMap::new();
     let (mut steps, mut acked, mut fenced, mut elections, mut consumed) = (0u64, 0u64, 0u64, 0u64, 0u64);
-    let (mut committed, mut aborted, mut skipped) = (0u64, 0u64, 0u64);
+    let (mut committed, mut aborted, mut timed_out, mut skipped) = (0u64, 0u64, 0u64, 0u64);
     for &seed in &seeds {
         let out = run(seed, cfg.clone());
         if args.verbose && std::io::stdout().write_all(out.trace.as_bytes()).is_err() {
@@ -78,6 +78,7 @@ fn main() -> ExitCode {
         consumed += out.consumed;
         committed += out.txns_committed;
         aborted += out.txns_aborted;
+        timed_out += out.txns_timed_out;
         skipped += out.aborted_skipped;
         if let Some(v) = out.violation {
             say!("seed {seed} FAILED: {v}");
@@ -92,8 +93,8 @@ fn main() -> ExitCode {
         failing.len()
     );
     say!(
-        "transactions: {committed} committed, {aborted} aborted on EndTxn; {skipped} aborted batches skipped by \
-         the read_committed consumer"
+        "transactions: {committed} committed, {aborted} aborted on EndTxn, {timed_out} aborted on timeout; \
+         {skipped} aborted batches skipped by the read_committed consumer"
     );
     let decisions: Vec<String> = decisions.iter().map(|(k, v)| format!("{k} {v}")).collect();
     say!("coordinator: {}", decisions.join(", "));

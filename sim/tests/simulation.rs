@@ -76,11 +76,11 @@ fn isr_changes_without_partition_epochs_are_caught() {
 }
 
 /// The coordinator's real rules run: leases expire (clock jumps and pauses included), restarts
-/// move leaderships, leaders change ISRs, and stale ISR changes are refused.
+/// move leaderships, leaders change ISRs, and transactions that outlive their timeout are aborted.
 #[test]
 fn leases_expire_and_isrs_change_under_the_coordinators_rules() {
     let mut decisions = std::collections::BTreeMap::new();
-    let mut jumps = 0;
+    let (mut jumps, mut timed_out) = (0, 0);
     for seed in 0..30 {
         let out = run(seed, Config::default());
         assert!(out.violation.is_none(), "seed {seed}: {}", out.violation.unwrap());
@@ -88,8 +88,10 @@ fn leases_expire_and_isrs_change_under_the_coordinators_rules() {
             *decisions.entry(k).or_insert(0) += v;
         }
         jumps += out.faults.get("clock jumped").copied().unwrap_or(0);
+        timed_out += out.txns_timed_out;
     }
     assert!(jumps > 0, "no clock ever jumped");
+    assert!(timed_out > 0, "no transaction ever timed out");
     for kind in ["elected (lease expired)", "elected (broker restarted)", "ISR changed"] {
         assert!(decisions.get(kind).copied().unwrap_or(0) > 0, "never {kind}: {decisions:?}");
     }

@@ -1,10 +1,11 @@
-//! Deterministic simulation of one partition on three brokers, a coordinator, producers
-//! sharing transactional ids (one pair idempotent, one pair transactional) and a read_committed
-//! consumer, on virtual time, every fault drawn from one seeded PRNG.
+//! Deterministic simulation of a topic's partitions (two by default) on three brokers, a
+//! coordinator, producers sharing transactional ids (one pair idempotent, one pair
+//! transactional, every batch to any partition, so transactions span them) and a
+//! read_committed consumer, on virtual time, every fault drawn from one seeded PRNG.
 //!
 //! It drives the real rule types: [`coordinator::table::ProducerTable`] grants epochs, opens and
-//! ends transactions, writes fence, commit and abort markers, verifies partitions and is
-//! rebuilt from its journal after a crash; [`coordinator::cluster::Cluster`] keeps the brokers'
+//! ends transactions (and aborts those that outlive their timeout), writes fence, commit and
+//! abort markers, verifies partitions and is rebuilt from its journal after a crash; [`coordinator::cluster::Cluster`] keeps the brokers'
 //! leases, moves leaderships when a lease expires or a broker restarts, and changes ISRs when
 //! a leader asks, all on the coordinator's own clock; [`broker::partition::Partition`] runs the
 //! leader-epoch check, the producer gate, replication, the transaction index and fetch, on an
@@ -129,6 +130,8 @@ pub struct Outcome {
     pub txns_aborted: u64,
     /// Transactions it aborted because they outlived their timeout.
     pub txns_timed_out: u64,
+    /// Transactions it decided to commit that span more than one partition.
+    pub txns_spanning: u64,
     /// Transactional records the consumer skipped as aborted.
     pub aborted_skipped: u64,
     /// Trace (only with `verbose`).
@@ -154,8 +157,11 @@ impl Rng {
     }
 }
 
-/// Identity of a data batch: producer id, epoch, first sequence.
-type BatchId = (i64, i16, i32);
+/// Identity of a data batch: partition, producer id, epoch, first sequence.
+type BatchId = (i32, i64, i16, i32);
+
+/// What the invariants know a batch by: producer id, epoch, first sequence, leader epoch.
+type Seen = (i64, i16, i32, i32);
 
 #[derive(Debug, Clone)]
 enum Msg {
@@ -168,6 +174,7 @@ enum Msg {
     },
     Produce {
         prod: usize,
+        partition: i32,
         batch: Bytes,
         header: BatchHeader,
         leader_epoch: i32,
@@ -179,11 +186,13 @@ enum Msg {
     },
     Verify {
         broker: i32,
+        partition: i32,
         producer_id: i64,
         epoch: i16,
         transactional: bool,
     },
     VerifyResp {
+        partition: i32,
         producer_id: i64,
         epoch: i16,
         transactional: bool,
@@ -213,16 +222,17 @@ enum Msg {
         tid: String,
         epoch: i16,
         producer_id: i64,
+        partition: i32,
         ok: bool,
     },
-    /// A broker's heartbeat: its process incarnation and its replica's progress.
+    /// A broker's heartbeat: its process incarnation and its replicas' progress.
     Heartbeat {
         broker: i32,
         call: u64,
         incarnation: i64,
-        report: ReplicaReport,
+        reports: Vec<ReplicaReport>,
     },
-    /// The coordinator's answer: the partition's leadership, replicas and ISR.
+    /// The coordinator's answer: each partition's leadership, replicas and ISR.
     HeartbeatResp {
         call: u64,
         assignments: Vec<Assignment>,
@@ -234,14 +244,17 @@ enum Msg {
     },
     AlterIsrResp {
         call: u64,
+        partition: i32,
         leader_epoch: i32,
         resp: AlterPartitionResponse,
     },
     Fetch {
+        partition: i32,
         offset: i64,
         leader_epoch: i32,
     },
     FetchResp {
+        partition: i32,
         offset: i64,
         records: Option<Bytes>,
         aborted: Vec<protocol::AbortedTxn>,
@@ -250,6 +263,7 @@ enum Msg {
         req: ReplicateRequest,
     },
     ReplicateResp {
+        partition: i32,
         follower: i32,
         leader_epoch: i32,
         from_offset: i64,
@@ -281,6 +295,7 @@ enum Event {
     /// The fdatasync it started finishes (later on a slow disk); lost if the broker crashed.
     FlushDone {
         id: i32,
+        partition: i32,
         incarnation: u64,
         end: i64,
         generation: u64,
@@ -309,9 +324,12 @@ struct Producer {
     ids: Option<(i64, i16)>,
     /// When the outstanding init was sent (it is retried if no answer comes).
     init_sent: Option<u64>,
-    next_seq: i32,
-    inflight: Option<(Bytes, BatchHeader, u64)>,
-    leader: (i32, i32),
+    /// Next sequence per partition.
+    next_seq: Vec<i32>,
+    /// The batch in flight: partition, batch, header, when sent.
+    inflight: Option<(i32, Bytes, BatchHeader, u64)>,
+    /// Whom it believes leads each partition, at which leader epoch.
+    leader: Vec<(i32, i32)>,
     paused_until: u64,
     dead_until: u64,
 }
@@ -324,10 +342,9 @@ struct Pending {
     leader_epoch: i32,
 }
 
-struct BrokerHost {
+/// One partition's replica on a broker.
+struct Replica {
     part: Partition,
-    /// Its disk: loses what was not synced when the broker loses power.
-    disk: Arc<MemStorage>,
     dir: std::path::PathBuf,
     pending: Vec<Pending>,
     /// Replicate answers held until what they acknowledge is on disk (`--fsync always`):
@@ -336,14 +353,22 @@ struct BrokerHost {
     /// An fdatasync is in flight.
     flushing: bool,
     refused: HashSet<(i64, i16)>,
-    paused_until: u64,
     last_leader_epoch: i32,
     /// The partition's change counter when last checked: unchanged, nothing to re-check.
     checked_version: Option<u64>,
-    /// Calls to the coordinator awaiting an answer (one of each at a time, as the broker's
-    /// heartbeat loop makes them): (call number, sent at).
-    heartbeat_call: Option<(u64, u64)>,
+    /// An ISR change asked of the coordinator and not answered: (call number, sent at).
     alter_call: Option<(u64, u64)>,
+}
+
+struct BrokerHost {
+    /// Its replicas, by partition index.
+    replicas: Vec<Replica>,
+    /// Its disk: loses what was not synced when the broker loses power.
+    disk: Arc<MemStorage>,
+    paused_until: u64,
+    /// The heartbeat awaiting an answer (one at a time, as the broker's heartbeat loop makes
+    /// it, each with a timeout): (call number, sent at).
+    heartbeat_call: Option<(u64, u64)>,
 }
 
 struct PendingInit {
@@ -360,7 +385,7 @@ struct PendingInit {
     targets: Vec<(FenceTarget, u64)>,
 }
 
-/// A read_committed consumer reading the partition from offset 0.
+/// A read_committed consumer's position in one partition, read from offset 0.
 struct Consumer {
     position: i64,
     leader: (i32, i32),
@@ -376,6 +401,8 @@ pub struct Config {
     pub settle_ticks: u64,
     /// Producer instances (pairs share a transactional id).
     pub producers: usize,
+    /// Partitions of the topic (every producer writes to any of them, transactions span them).
+    pub partitions: i32,
     /// Which check is switched off.
     pub mutation: Mutation,
     /// Keep a readable trace.
@@ -384,7 +411,14 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { fault_ticks: 3_000, settle_ticks: 3_000, producers: 4, mutation: Mutation::None, verbose: false }
+        Config {
+            fault_ticks: 3_000,
+            settle_ticks: 3_000,
+            producers: 4,
+            partitions: 2,
+            mutation: Mutation::None,
+            verbose: false,
+        }
     }
 }
 
@@ -415,12 +449,15 @@ struct Sim {
     /// Restarts per host (absent: 0).
     incarnations: BTreeMap<usize, u64>,
     cut_until: u64,
-    zombie_appends: HashSet<(i64, i16, i32, i64, i32)>,
-    committed: BTreeMap<i64, (i64, i16, i32, i32)>,
+    /// Zombie batches appended: (partition, base offset, what).
+    zombie_appends: HashSet<(i32, i64, Seen)>,
+    /// What is committed at each (partition, offset).
+    committed: BTreeMap<(i32, i64), Seen>,
     acked: Vec<(BatchId, i64)>,
     /// (producer id, epoch) of every transaction the coordinator decided to commit.
     txn_committed: HashSet<(i64, i16)>,
-    consumer: Consumer,
+    /// The consumer's position in each partition.
+    consumers: Vec<Consumer>,
     consumer_paused_until: u64,
     /// The coordinator is paused (a long GC pause) until then: requests queue up and are read
     /// in some order afterwards; its timers do not run.
@@ -432,32 +469,44 @@ fn cluster_config() -> ClusterConfig {
     ClusterConfig { broker_lease_ms: LEASE_TICKS, ..ClusterConfig::default() }
 }
 
+/// Open (or reopen, after a crash) one replica's log on a broker's disk.
+fn open_replica(
+    disk: &Arc<MemStorage>,
+    dir: &std::path::Path,
+    partition: i32,
+    broker_id: i32,
+    mutation: Mutation,
+) -> Result<Partition, broker::log::LogError> {
+    let fencing = mutation != Mutation::NoProducerFencing;
+    let part = Partition::open_with(disk.clone(), dir, LOG, TOPIC, partition, broker_id, fencing)?;
+    part.set_sync_before_commit(mutation != Mutation::UnsyncedCommits);
+    Ok(part)
+}
+
 /// Run one seed.
 pub fn run(seed: u64, cfg: Config) -> Outcome {
-    let fencing = cfg.mutation != Mutation::NoProducerFencing;
     let mut brokers = BTreeMap::new();
     for id in BROKERS {
-        let path = std::path::PathBuf::from(format!("/sim/b{id}/{TOPIC}-0"));
         let disk = Arc::new(MemStorage::new());
-        let part = Partition::open_with(disk.clone(), &path, LOG, TOPIC, 0, id, fencing).expect("open partition");
-        part.set_sync_before_commit(cfg.mutation != Mutation::UnsyncedCommits);
-        brokers.insert(
-            id,
-            BrokerHost {
-                part,
-                disk,
-                dir: path,
-                pending: Vec::new(),
-                unsynced_acks: Vec::new(),
-                flushing: false,
-                refused: HashSet::new(),
-                paused_until: 0,
-                last_leader_epoch: -1,
-                checked_version: None,
-                heartbeat_call: None,
-                alter_call: None,
-            },
-        );
+        let mut replicas = Vec::new();
+        for partition in 0..cfg.partitions {
+            let dir = std::path::PathBuf::from(format!("/sim/b{id}/{TOPIC}-{partition}"));
+            match open_replica(&disk, &dir, partition, id, cfg.mutation) {
+                Ok(part) => replicas.push(Replica {
+                    part,
+                    dir,
+                    pending: Vec::new(),
+                    unsynced_acks: Vec::new(),
+                    flushing: false,
+                    refused: HashSet::new(),
+                    last_leader_epoch: -1,
+                    checked_version: None,
+                    alter_call: None,
+                }),
+                Err(e) => panic!("a new partition on an empty disk opens: {e}"),
+            }
+        }
+        brokers.insert(id, BrokerHost { replicas, disk, paused_until: 0, heartbeat_call: None });
     }
     let producers = (0..cfg.producers)
         .map(|i| Producer {
@@ -468,9 +517,9 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
             ending: None,
             ids: None,
             init_sent: None,
-            next_seq: 0,
+            next_seq: vec![0; cfg.partitions as usize],
             inflight: None,
-            leader: (-1, -1),
+            leader: vec![(-1, -1); cfg.partitions as usize],
             paused_until: 0,
             dead_until: 0,
         })
@@ -500,20 +549,21 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         committed: BTreeMap::new(),
         acked: Vec::new(),
         txn_committed: HashSet::new(),
-        consumer: Consumer { position: 0, leader: (-1, -1), sent: None },
+        consumers: Vec::new(),
         consumer_paused_until: 0,
         coord_paused_until: 0,
         out: Outcome::default(),
     };
+    sim.consumers = (0..sim.cfg.partitions).map(|_| Consumer { position: 0, leader: (-1, -1), sent: None }).collect();
     // The brokers register, then the topic is created: three replicas, the ISR all three.
     for id in BROKERS {
         sim.cluster.handle_heartbeat(0, id, &format!("b{id}"), &[]);
     }
-    match sim.cluster.handle_create_topic(0, TOPIC, 1, 3) {
+    match sim.cluster.handle_create_topic(0, TOPIC, sim.cfg.partitions, 3) {
         Ok(entry) => sim.journal.push(entry),
         Err(status) => sim.violate(format!("the topic cannot be created: {status}")),
     }
-    sim.out.elections += 1;
+    sim.out.elections += sim.cfg.partitions as u64;
     sim.schedule(1, Event::ControllerTick);
     for id in BROKERS {
         sim.schedule(1, Event::BrokerTick(id));
@@ -598,10 +648,18 @@ impl Sim {
         self.now - started + jumped
     }
 
-    /// The partition's leader and leader epoch as the coordinator records them (what a
+    /// A partition's leader and leader epoch as the coordinator records them (what a
     /// Metadata request answers); the leader is -1 while there is none.
-    fn leader(&self) -> (i32, i32) {
-        self.cluster.leader_of(TOPIC, 0).map_or((-1, -1), |(leader, epoch, _)| (leader, epoch))
+    fn leader(&self, partition: i32) -> (i32, i32) {
+        self.cluster.leader_of(TOPIC, partition).map_or((-1, -1), |(leader, epoch, _)| (leader, epoch))
+    }
+
+    fn rep(&self, id: i32, partition: i32) -> &Replica {
+        &self.brokers[&id].replicas[partition as usize]
+    }
+
+    fn rep_mut(&mut self, id: i32, partition: i32) -> &mut Replica {
+        &mut self.brokers.get_mut(&id).expect("broker").replicas[partition as usize]
     }
 
     fn next_call(&mut self) -> u64 {
@@ -624,7 +682,7 @@ impl Sim {
 
     /// Send a transaction marker to whoever leads now (if anyone: else it is resent later).
     fn send_marker(&mut self, tid: &str, target: &FenceTarget, commit: bool) {
-        let (leader, leader_epoch) = self.leader();
+        let (leader, leader_epoch) = self.leader(target.partition);
         if leader > 0 {
             let m = Msg::Marker { tid: tid.to_string(), target: target.clone(), leader_epoch, commit };
             self.send(COORD, leader as usize, m);
@@ -636,17 +694,17 @@ impl Sim {
             Event::ControllerTick => self.controller_tick(),
             Event::BrokerTick(id) => self.broker_tick(id),
             Event::FlushStart(id) => self.flush_start(id),
-            Event::FlushDone { id, incarnation, end, generation, file } => {
+            Event::FlushDone { id, partition, incarnation, end, generation, file } => {
                 if self.incarnations.get(&(id as usize)).copied().unwrap_or(0) != incarnation {
                     return; // the broker crashed meanwhile: nobody waits for this sync
                 }
                 let paused_until = self.brokers[&id].paused_until;
                 if paused_until > self.now {
                     let wait = paused_until - self.now;
-                    self.schedule(wait, Event::FlushDone { id, incarnation, end, generation, file });
+                    self.schedule(wait, Event::FlushDone { id, partition, incarnation, end, generation, file });
                     return;
                 }
-                self.flush_done(id, end, generation, file);
+                self.flush_done(id, partition, end, generation, file);
             }
             Event::ProducerTick(p) => self.producer_tick(p),
             Event::ConsumerTick => self.consumer_tick(),
@@ -691,7 +749,8 @@ impl Sim {
             if self.rng.chance(5) {
                 // The classic stale leader: the leader stalls (a long GC pause), often past its
                 // lease, and the coordinator moves the leadership while it sleeps.
-                let (id, _) = self.leader();
+                let partition = self.rng.below(self.cfg.partitions as u64) as i32;
+                let (id, _) = self.leader(partition);
                 if id > 0 {
                     let until = self.now + 100 + self.rng.below(800);
                     self.brokers.get_mut(&id).expect("broker").paused_until = until;
@@ -702,7 +761,8 @@ impl Sim {
             if self.rng.chance(8) {
                 // An operator asks for an election (`admin elect`): a new leader epoch.
                 let now = self.clock(COORD);
-                if let Ok(entry) = self.cluster.handle_elect_leader(now, TOPIC, 0) {
+                let partition = self.rng.below(self.cfg.partitions as u64) as i32;
+                if let Ok(entry) = self.cluster.handle_elect_leader(now, TOPIC, partition) {
                     self.fault("leader election asked");
                     self.journal_cluster(vec![entry], "elected (asked)");
                 }
@@ -792,17 +852,17 @@ impl Sim {
     /// A broker process crashes and restarts: everything in memory is gone (pending
     /// acknowledgements, verifications, leadership); the partition reopens from its log.
     fn restart_broker(&mut self, id: i32) {
-        let fencing = self.cfg.mutation != Mutation::NoProducerFencing;
         let down = 20 + self.rng.below(100);
-        let b = self.brokers.get_mut(&id).expect("broker");
-        // Every other restart of a broker follows a clean stop (log synced, active segment
+        // Every other restart of a broker follows a clean stop (logs synced, active segments
         // indexed, producer state snapshotted); the others are a power loss: the disk keeps
         // what was synced and a torn prefix of the rest.
         let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0);
-        let disk = b.disk.clone();
+        let disk = self.brokers[&id].disk.clone();
         if incarnation % 2 == 1 {
-            if let Err(e) = b.part.checkpoint() {
-                return self.violate(format!("broker {id} cannot checkpoint its log: {e}"));
+            for r in &self.brokers[&id].replicas {
+                if let Err(e) = r.part.checkpoint() {
+                    return self.violate(format!("broker {id} cannot checkpoint its log: {e}"));
+                }
             }
         } else {
             let unsynced = disk.unsynced_bytes();
@@ -815,23 +875,23 @@ impl Sim {
             let lost = unsynced - disk.unsynced_bytes();
             self.trace(|| format!("broker {id} loses power with {unsynced} bytes unsynced ({lost} torn off)"));
         }
+        let mutation = self.cfg.mutation;
         let b = self.brokers.get_mut(&id).expect("broker");
-        match Partition::open_with(disk, &b.dir, LOG, TOPIC, 0, id, fencing) {
-            Ok(part) => {
-                part.set_sync_before_commit(self.cfg.mutation != Mutation::UnsyncedCommits);
-                b.part = part;
+        for (partition, r) in b.replicas.iter_mut().enumerate() {
+            match open_replica(&disk, &r.dir, partition as i32, id, mutation) {
+                Ok(part) => r.part = part,
+                Err(e) => return self.violate(format!("broker {id} cannot reopen its log: {e}")),
             }
-            Err(e) => return self.violate(format!("broker {id} cannot reopen its log: {e}")),
+            r.unsynced_acks.clear();
+            r.flushing = false;
+            r.pending.clear();
+            r.refused.clear();
+            r.checked_version = None;
+            r.alter_call = None;
+            // It knows no leadership until its first heartbeat is answered.
+            r.last_leader_epoch = -1;
         }
-        b.unsynced_acks.clear();
-        b.flushing = false;
-        b.pending.clear();
-        b.refused.clear();
-        b.checked_version = None;
         b.heartbeat_call = None;
-        b.alter_call = None;
-        // It knows no leadership until its first heartbeat is answered.
-        b.last_leader_epoch = -1;
         b.paused_until = self.now + down;
         *self.incarnations.entry(id as usize).or_default() += 1;
         // A new process: its clock starts again from 0.
@@ -886,30 +946,42 @@ impl Sim {
             self.fault("consumer paused");
             return;
         }
-        if self.consumer.sent.is_some_and(|t| self.now.saturating_sub(t) < 100) {
-            return;
+        for partition in 0..self.cfg.partitions {
+            let now = self.now;
+            let leader = self.leader(partition);
+            let c = &mut self.consumers[partition as usize];
+            if c.sent.is_some_and(|t| now.saturating_sub(t) < 100) {
+                continue;
+            }
+            if c.leader.0 < 0 {
+                c.leader = leader;
+            }
+            let (leader, leader_epoch) = c.leader;
+            if leader < 0 {
+                continue; // no leader for now: ask the metadata again next time
+            }
+            c.sent = Some(now);
+            let offset = c.position;
+            self.send(CONSUMER, leader as usize, Msg::Fetch { partition, offset, leader_epoch });
         }
-        if self.consumer.leader.0 < 0 {
-            self.consumer.leader = self.leader();
-        }
-        let (leader, leader_epoch) = self.consumer.leader;
-        if leader < 0 {
-            return; // no leader for now: ask the metadata again next time
-        }
-        self.consumer.sent = Some(self.now);
-        let offset = self.consumer.position;
-        self.send(CONSUMER, leader as usize, Msg::Fetch { offset, leader_epoch });
     }
 
     /// What the consumer read must be committed: every batch matches what the replicas
     /// committed at that offset, and none is a zombie write.
-    fn consumer_answer(&mut self, offset: i64, records: Option<Bytes>, aborted: Vec<protocol::AbortedTxn>) {
-        if offset != self.consumer.position {
+    fn consumer_answer(
+        &mut self,
+        partition: i32,
+        offset: i64,
+        records: Option<Bytes>,
+        aborted: Vec<protocol::AbortedTxn>,
+    ) {
+        let p = partition as usize;
+        if offset != self.consumers[p].position {
             return;
         }
-        self.consumer.sent = None;
+        self.consumers[p].sent = None;
         let Some(records) = records else {
-            self.consumer.leader = self.leader();
+            self.consumers[p].leader = self.leader(partition);
             return;
         };
         // read_committed as a Kafka consumer does it: a producer id is skipped from the first
@@ -921,7 +993,9 @@ impl Sim {
         for item in protocol::batch::BatchIter::new(records) {
             let (h, bytes) = match item {
                 Ok(hb) => hb,
-                Err(e) => return self.violate(format!("consumer got an unreadable batch at {offset}: {e}")),
+                Err(e) => {
+                    return self.violate(format!("consumer got an unreadable batch at {partition}/{offset}: {e}"))
+                }
             };
             while let Some(a) = aborted.next_if(|a| a.first_offset <= h.base_offset) {
                 skipped.insert(a.producer_id);
@@ -935,7 +1009,8 @@ impl Sim {
                     if self.txn_committed.contains(&(h.producer_id, h.producer_epoch)) {
                         let (pid, e) = (h.producer_id, h.producer_epoch);
                         return self.violate(format!(
-                            "read_committed skipped offset {} of producer id {pid} epoch {e}, a committed transaction",
+                            "read_committed skipped offset {partition}/{} of producer id {pid} epoch {e}, a committed \
+                             transaction",
                             h.base_offset
                         ));
                     }
@@ -944,34 +1019,38 @@ impl Sim {
                     // Invariant 5: read_committed returns only committed transactions.
                     let (pid, e) = (h.producer_id, h.producer_epoch);
                     return self.violate(format!(
-                        "read_committed returned offset {} of producer id {pid} epoch {e}, a transaction not committed",
+                        "read_committed returned offset {partition}/{} of producer id {pid} epoch {e}, a transaction \
+                         not committed",
                         h.base_offset
                     ));
                 }
             }
-            if h.base_offset != self.consumer.position {
-                let want = self.consumer.position;
-                return self.violate(format!("consumer asked for {want} and got a batch at {}", h.base_offset));
+            if h.base_offset != self.consumers[p].position {
+                let want = self.consumers[p].position;
+                return self
+                    .violate(format!("consumer asked for {partition}/{want} and got a batch at {}", h.base_offset));
             }
             let seen = (h.producer_id, h.producer_epoch, h.base_sequence, h.partition_leader_epoch);
-            let key = (h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset, h.partition_leader_epoch);
-            if !h.is_control() && self.zombie_appends.contains(&key) {
-                return self.violate(format!("consumer read a zombie write at offset {}: {seen:?}", h.base_offset));
+            if !h.is_control() && self.zombie_appends.contains(&(partition, h.base_offset, seen)) {
+                return self.violate(format!(
+                    "consumer read a zombie write at offset {partition}/{}: {seen:?}",
+                    h.base_offset
+                ));
             }
-            match self.committed.get(&h.base_offset) {
+            match self.committed.get(&(partition, h.base_offset)) {
                 Some(c) if *c != seen => {
                     let c = *c;
                     return self.violate(format!(
-                        "consumer read {seen:?} at offset {}, where {c:?} is committed",
+                        "consumer read {seen:?} at offset {partition}/{}, where {c:?} is committed",
                         h.base_offset
                     ));
                 }
                 Some(_) => {}
                 None => {
-                    self.committed.insert(h.base_offset, seen);
+                    self.committed.insert((partition, h.base_offset), seen);
                 }
             }
-            self.consumer.position = h.base_offset + i64::from(h.last_offset_delta) + 1;
+            self.consumers[p].position = h.base_offset + i64::from(h.last_offset_delta) + 1;
             self.out.consumed += 1;
         }
     }
@@ -1027,65 +1106,76 @@ impl Sim {
                 return;
             }
         }
-        let pr = &mut self.producers[p];
-        let resend = match &pr.inflight {
-            Some((_, _, sent)) => self.now.saturating_sub(*sent) > 120,
+        let resend = match &self.producers[p].inflight {
+            Some((.., sent)) => self.now.saturating_sub(*sent) > 120,
             None => false,
         };
-        if pr.inflight.is_none() && writing {
-            let stamp = ProducerStamp { producer_id, producer_epoch: epoch, base_sequence: pr.next_seq };
-            let value = Bytes::from(format!("{p}-{producer_id}-{epoch}-{}", pr.next_seq));
+        if self.producers[p].inflight.is_none() && writing {
+            // Each batch goes to any partition: a transaction may span them.
+            let partition = self.rng.below(self.cfg.partitions as u64) as i32;
+            let pr = &mut self.producers[p];
+            let seq = pr.next_seq[partition as usize];
+            let stamp = ProducerStamp { producer_id, producer_epoch: epoch, base_sequence: seq };
+            let value = Bytes::from(format!("{p}-{producer_id}-{epoch}-{partition}-{seq}"));
             let batch = build_batch(stamp, pr.transactional, self.now as i64, &[value]);
             let header = BatchHeader::parse_prefix(&batch).expect("a batch we built parses");
-            pr.inflight = Some((batch, header, self.now));
+            pr.inflight = Some((partition, batch, header, self.now));
         } else if !resend {
             return;
         }
-        let leader = self.leader();
+        let Some((partition, ..)) = self.producers[p].inflight else { return };
+        let leader = self.leader(partition);
         let pr = &mut self.producers[p];
-        let Some((batch, header, sent)) = pr.inflight.as_mut() else { return };
+        let Some((_, batch, header, sent)) = pr.inflight.as_mut() else { return };
         *sent = self.now;
-        if pr.leader.0 < 0 {
-            pr.leader = leader;
+        let known = &mut pr.leader[partition as usize];
+        if known.0 < 0 {
+            *known = leader;
         }
-        let (leader, leader_epoch) = pr.leader;
+        let (leader, leader_epoch) = *known;
         if leader < 0 {
             return;
         }
-        let msg = Msg::Produce { prod: p, batch: batch.clone(), header: *header, leader_epoch };
+        let msg = Msg::Produce { prod: p, partition, batch: batch.clone(), header: *header, leader_epoch };
         self.send(producer_host(p), leader as usize, msg);
     }
 
-    /// The flusher: start an fdatasync of the unsynced writes, if any (one at a time).
+    /// The flusher: start an fdatasync of each log's unsynced writes, if any (one at a time
+    /// per log).
     fn flush_start(&mut self, id: i32) {
         self.schedule(10, Event::FlushStart(id));
-        let b = &self.brokers[&id];
-        if b.paused_until > self.now || b.flushing {
+        if self.brokers[&id].paused_until > self.now {
             return;
         }
-        let Some((end, file, generation)) = b.part.sync_target() else { return };
-        let delay = if self.faulty() && self.rng.chance(30) {
-            self.fault("slow disk");
-            50 + self.rng.below(250)
-        } else {
-            1 + self.rng.below(10)
-        };
-        let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0);
-        self.brokers.get_mut(&id).expect("broker").flushing = true;
-        self.schedule(delay, Event::FlushDone { id, incarnation, end, generation, file });
+        for partition in 0..self.cfg.partitions {
+            let r = self.rep(id, partition);
+            if r.flushing {
+                continue;
+            }
+            let Some((end, file, generation)) = r.part.sync_target() else { continue };
+            let delay = if self.faulty() && self.rng.chance(30) {
+                self.fault("slow disk");
+                50 + self.rng.below(250)
+            } else {
+                1 + self.rng.below(10)
+            };
+            let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0);
+            self.rep_mut(id, partition).flushing = true;
+            self.schedule(delay, Event::FlushDone { id, partition, incarnation, end, generation, file });
+        }
     }
 
     /// The fdatasync finished: what it covered is durable; held answers that waited for it go.
-    fn flush_done(&mut self, id: i32, end: i64, generation: u64, file: Arc<dyn StoredFile>) {
-        let b = self.brokers.get_mut(&id).expect("broker");
-        b.flushing = false;
+    fn flush_done(&mut self, id: i32, partition: i32, end: i64, generation: u64, file: Arc<dyn StoredFile>) {
+        let r = self.rep_mut(id, partition);
+        r.flushing = false;
         if let Err(e) = file.sync_data() {
             return self.violate(format!("broker {id}: the simulated disk failed a sync: {e}"));
         }
-        b.part.mark_durable(end, generation);
+        r.part.mark_durable(end, generation);
         let mut ready = Vec::new();
-        let part = &b.part;
-        b.unsynced_acks.retain(|(to, msg, end)| {
+        let part = &r.part;
+        r.unsynced_acks.retain(|(to, msg, end)| {
             if part.is_durable(*end) {
                 ready.push((*to, msg.clone()));
                 false
@@ -1101,39 +1191,40 @@ impl Sim {
 
     fn broker_tick(&mut self, id: i32) {
         self.schedule(5, Event::BrokerTick(id));
-        let b = &self.brokers[&id];
-        if b.paused_until > self.now {
+        if self.brokers[&id].paused_until > self.now {
             return;
         }
-        let l = b.part.leadership();
-        if !l.is_leader {
-            return;
-        }
-        for f in BROKERS.into_iter().filter(|f| *f != id) {
-            let work = self.brokers[&id].part.replication_work(f, l.leader_epoch, 16 * 1024);
-            match work {
-                Ok(Some(w)) => {
-                    let req = ReplicateRequest {
-                        topic: TOPIC.into(),
-                        partition: 0,
-                        leader_epoch: l.leader_epoch,
-                        leader_id: id,
-                        from_offset: w.from_offset,
-                        prev_epoch: w.prev_epoch,
-                        high_watermark: w.high_watermark,
-                        log_start_offset: w.log_start_offset,
-                        records: w.records,
-                    };
-                    self.send(id as usize, f as usize, Msg::Replicate { req });
+        for partition in 0..self.cfg.partitions {
+            let l = self.rep(id, partition).part.leadership();
+            if !l.is_leader {
+                continue;
+            }
+            for f in BROKERS.into_iter().filter(|f| *f != id) {
+                let work = self.rep(id, partition).part.replication_work(f, l.leader_epoch, 16 * 1024);
+                match work {
+                    Ok(Some(w)) => {
+                        let req = ReplicateRequest {
+                            topic: TOPIC.into(),
+                            partition,
+                            leader_epoch: l.leader_epoch,
+                            leader_id: id,
+                            from_offset: w.from_offset,
+                            prev_epoch: w.prev_epoch,
+                            high_watermark: w.high_watermark,
+                            log_start_offset: w.log_start_offset,
+                            records: w.records,
+                        };
+                        self.send(id as usize, f as usize, Msg::Replicate { req });
+                    }
+                    Ok(None) => {}
+                    Err(e) => self.violate(format!("broker {id} cannot read its own log: {e}")),
                 }
-                Ok(None) => {}
-                Err(e) => self.violate(format!("broker {id} cannot read its own log: {e}")),
             }
         }
     }
 
     /// The broker's heartbeat loop: heartbeat, then ask for the ISR its leaderships should
-    /// have; one call at a time, each given up on after a timeout.
+    /// have; calls wait for their answer, each given up on after a timeout.
     fn heartbeat(&mut self, id: i32) {
         self.schedule(HEARTBEAT_TICKS, Event::Heartbeat(id));
         let b = &self.brokers[&id];
@@ -1141,57 +1232,66 @@ impl Sim {
             return;
         }
         let waiting = |call: Option<(u64, u64)>| call.is_some_and(|(_, sent)| self.now - sent < CALL_TIMEOUT_TICKS);
-        if waiting(b.heartbeat_call) || waiting(b.alter_call) {
+        if waiting(b.heartbeat_call) || b.replicas.iter().any(|r| waiting(r.alter_call)) {
             return;
         }
         if b.heartbeat_call.is_some() {
             // The last heartbeat was never answered: the ISR round runs anyway.
             self.brokers.get_mut(&id).expect("broker").heartbeat_call = None;
             self.maintain_isr(id);
-            if self.brokers[&id].alter_call.is_some() {
+            if self.brokers[&id].replicas.iter().any(|r| r.alter_call.is_some()) {
                 return;
             }
         }
-        let (log_end_offset, high_watermark) = self.brokers[&id].part.progress();
-        let report = ReplicaReport { topic: TOPIC.into(), partition: 0, log_end_offset, high_watermark };
+        let reports = (0..self.cfg.partitions)
+            .map(|partition| {
+                let (log_end_offset, high_watermark) = self.rep(id, partition).part.progress();
+                ReplicaReport { topic: TOPIC.into(), partition, log_end_offset, high_watermark }
+            })
+            .collect();
         let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0) as i64;
         let call = self.next_call();
         self.brokers.get_mut(&id).expect("broker").heartbeat_call = Some((call, self.now));
-        self.send(id as usize, COORD, Msg::Heartbeat { broker: id, call, incarnation, report });
+        self.send(id as usize, COORD, Msg::Heartbeat { broker: id, call, incarnation, reports });
     }
 
     /// A leader whose followers fell behind (or caught up) asks the coordinator for the ISR it
     /// wants, and counts the proposed members until the answer.
     fn maintain_isr(&mut self, id: i32) {
         let now = self.clock(id as usize);
-        let b = &self.brokers[&id];
-        if b.alter_call.is_some_and(|(_, sent)| self.now - sent < CALL_TIMEOUT_TICKS) {
-            return;
+        for partition in 0..self.cfg.partitions {
+            let r = self.rep(id, partition);
+            if r.alter_call.is_some_and(|(_, sent)| self.now - sent < CALL_TIMEOUT_TICKS) {
+                continue;
+            }
+            let Some((leader_epoch, partition_epoch, isr)) = r.part.wanted_isr(now, REPLICA_LAG_TICKS) else {
+                continue;
+            };
+            r.part.propose_isr(leader_epoch, &isr);
+            let call = self.next_call();
+            self.rep_mut(id, partition).alter_call = Some((call, self.now));
+            self.trace(|| {
+                format!(
+                    "broker {id}: asks for ISR {isr:?} of partition {partition} at leader epoch {leader_epoch}, \
+                     partition epoch {partition_epoch}"
+                )
+            });
+            let req = AlterPartitionRequest {
+                broker_id: id,
+                topic: TOPIC.into(),
+                partition,
+                leader_epoch,
+                partition_epoch,
+                isr,
+            };
+            self.send(id as usize, COORD, Msg::AlterIsr { call, req });
         }
-        let Some((leader_epoch, partition_epoch, isr)) = b.part.wanted_isr(now, REPLICA_LAG_TICKS) else { return };
-        b.part.propose_isr(leader_epoch, &isr);
-        let call = self.next_call();
-        self.brokers.get_mut(&id).expect("broker").alter_call = Some((call, self.now));
-        self.trace(|| {
-            format!(
-                "broker {id}: asks for ISR {isr:?} at leader epoch {leader_epoch}, partition epoch {partition_epoch}"
-            )
-        });
-        let req = AlterPartitionRequest {
-            broker_id: id,
-            topic: TOPIC.into(),
-            partition: 0,
-            leader_epoch,
-            partition_epoch,
-            isr,
-        };
-        self.send(id as usize, COORD, Msg::AlterIsr { call, req });
     }
 
     /// The `unversioned-isr` mutation's coordinator: the change applies whatever it was based on.
     fn alter_isr_unversioned(&mut self, req: &AlterPartitionRequest) -> (Option<Entry>, AlterPartitionResponse) {
         let mut req = req.clone();
-        req.partition_epoch = self.cluster.partition_epoch(TOPIC, 0).unwrap_or(-1);
+        req.partition_epoch = self.cluster.partition_epoch(TOPIC, req.partition).unwrap_or(-1);
         self.cluster.handle_alter_partition(&req)
     }
 
@@ -1213,30 +1313,32 @@ impl Sim {
                 if let Some(ids) = granted {
                     if pr.ids.is_none() {
                         pr.ids = Some(ids);
-                        pr.next_seq = 0;
+                        pr.next_seq.fill(0);
                         pr.inflight = None;
                         pr.ending = None;
                         pr.txn_acked = 0;
-                        pr.leader = (-1, -1); // asks the metadata before its first write
+                        pr.leader.fill((-1, -1)); // asks the metadata before its first write
                     }
                 }
                 self.trace(|| format!("producer {prod}: init answered {granted:?}"));
             }
-            Msg::Produce { prod, batch, header, leader_epoch } => {
-                self.broker_produce(to as i32, prod, batch, header, leader_epoch)
+            Msg::Produce { prod, partition, batch, header, leader_epoch } => {
+                self.broker_produce(to as i32, prod, partition, batch, header, leader_epoch)
             }
-            Msg::Fetch { offset, leader_epoch } => {
-                let b = &self.brokers[&(to as i32)];
+            Msg::Fetch { partition, offset, leader_epoch } => {
                 let isolation = match self.cfg.mutation {
                     Mutation::ReadUncommitted => protocol::READ_UNCOMMITTED,
                     _ => protocol::READ_COMMITTED,
                 };
-                let fetched = b.part.fetch(offset, 16 * 1024, leader_epoch, isolation).ok();
+                let fetched =
+                    self.rep(to as i32, partition).part.fetch(offset, 16 * 1024, leader_epoch, isolation).ok();
                 let aborted = fetched.as_ref().map(|f| f.aborted.clone()).unwrap_or_default();
                 let records = fetched.map(|f| f.records);
-                self.send(to, from, Msg::FetchResp { offset, records, aborted });
+                self.send(to, from, Msg::FetchResp { partition, offset, records, aborted });
             }
-            Msg::FetchResp { offset, records, aborted } => self.consumer_answer(offset, records, aborted),
+            Msg::FetchResp { partition, offset, records, aborted } => {
+                self.consumer_answer(partition, offset, records, aborted)
+            }
             Msg::EndTxn { prod, producer_id, epoch, commit } => self.coord_end(prod, producer_id, epoch, commit),
             Msg::EndTxnResp { prod, for_epoch, granted, retry } => {
                 let pr = &mut self.producers[prod];
@@ -1253,41 +1355,44 @@ impl Sim {
                     // Every end bumps the epoch (KIP-890): the next transaction starts at 0.
                     Some(ids) => {
                         pr.ids = Some(ids);
-                        pr.next_seq = 0;
+                        pr.next_seq.fill(0);
                     }
                     None => pr.ids = None,
                 }
                 self.trace(|| format!("producer {prod}: transaction ended, continuing with {granted:?}"));
             }
             Msg::ProduceResp { prod, batch, result } => self.producer_answer(prod, batch, result),
-            Msg::Verify { broker, producer_id, epoch, transactional } => {
+            Msg::Verify { broker, partition, producer_id, epoch, transactional } => {
                 let now = self.clock(COORD);
-                let ok = match self.table.handle_register(producer_id, epoch, TOPIC, 0, transactional, now) {
+                let ok = match self.table.handle_register(producer_id, epoch, TOPIC, partition, transactional, now) {
                     RegisterDecision::Accept { entries, .. } => {
                         self.journal.extend(entries);
                         true
                     }
                     RegisterDecision::Refuse { .. } => false,
                 };
-                self.send(COORD, broker as usize, Msg::VerifyResp { producer_id, epoch, transactional, ok });
+                let resp = Msg::VerifyResp { partition, producer_id, epoch, transactional, ok };
+                self.send(COORD, broker as usize, resp);
             }
-            Msg::VerifyResp { producer_id, epoch, transactional, ok } => {
-                let b = self.brokers.get_mut(&(to as i32)).expect("broker");
+            Msg::VerifyResp { partition, producer_id, epoch, transactional, ok } => {
+                let r = self.rep_mut(to as i32, partition);
                 if ok {
-                    b.part.mark_verified(producer_id, epoch, transactional);
+                    r.part.mark_verified(producer_id, epoch, transactional);
                 } else {
-                    b.refused.insert((producer_id, epoch));
+                    r.refused.insert((producer_id, epoch));
                 }
             }
             Msg::Marker { tid, target, leader_epoch, commit } => {
                 self.broker_marker(to as i32, tid, target, leader_epoch, commit)
             }
-            Msg::MarkerResp { tid, epoch, producer_id, ok } => self.coord_marker_done(tid, epoch, producer_id, ok),
-            Msg::Heartbeat { broker, call, incarnation, report } => {
+            Msg::MarkerResp { tid, epoch, producer_id, partition, ok } => {
+                self.coord_marker_done(tid, epoch, (producer_id, partition), ok)
+            }
+            Msg::Heartbeat { broker, call, incarnation, reports } => {
                 let now = self.clock(COORD);
                 let moved = self.cluster.handle_incarnation(now, broker, incarnation);
                 self.journal_cluster(moved, "elected (broker restarted)");
-                let (_, assignments, _) = self.cluster.handle_heartbeat(now, broker, &format!("b{broker}"), &[report]);
+                let (_, assignments, _) = self.cluster.handle_heartbeat(now, broker, &format!("b{broker}"), &reports);
                 self.send(COORD, broker as usize, Msg::HeartbeatResp { call, assignments });
             }
             Msg::HeartbeatResp { call, assignments } => {
@@ -1299,11 +1404,13 @@ impl Sim {
                 let now = self.clock(to);
                 for mut a in assignments {
                     a.partition_epoch = self.unversioned(a.partition_epoch);
-                    let part = &self.brokers[&id].part;
+                    let part = &self.rep(id, a.partition).part;
                     let change = part.learn(a.leader_id, a.leader_epoch, a.partition_epoch, &a.replicas, &a.isr, now);
                     if change.is_some() {
-                        let (l, e) = (a.leader_id, a.leader_epoch);
-                        self.trace(|| format!("broker {id}: learned leader {l} at epoch {e}, ISR {:?}", a.isr));
+                        let (l, e, p) = (a.leader_id, a.leader_epoch, a.partition);
+                        self.trace(|| {
+                            format!("broker {id}: learned partition {p}'s leader {l} at epoch {e}, ISR {:?}", a.isr)
+                        });
                     }
                 }
                 self.after_broker_step(id);
@@ -1328,25 +1435,25 @@ impl Sim {
                     });
                     self.journal.push(entry);
                 }
-                let leader_epoch = req.leader_epoch;
-                self.send(COORD, req.broker_id as usize, Msg::AlterIsrResp { call, leader_epoch, resp });
+                let (leader_epoch, partition) = (req.leader_epoch, req.partition);
+                self.send(COORD, req.broker_id as usize, Msg::AlterIsrResp { call, partition, leader_epoch, resp });
             }
-            Msg::AlterIsrResp { call, leader_epoch, resp } => {
+            Msg::AlterIsrResp { call, partition, leader_epoch, resp } => {
                 let id = to as i32;
-                if self.brokers[&id].alter_call.map(|(c, _)| c) != Some(call) {
+                if self.rep(id, partition).alter_call.map(|(c, _)| c) != Some(call) {
                     return;
                 }
-                self.brokers.get_mut(&id).expect("broker").alter_call = None;
+                self.rep_mut(id, partition).alter_call = None;
                 let mut resp = resp;
                 resp.partition_epoch = self.unversioned(resp.partition_epoch);
-                self.brokers[&id].part.on_isr_answer(leader_epoch, &resp);
+                self.rep(id, partition).part.on_isr_answer(leader_epoch, &resp);
                 self.after_broker_step(id);
             }
             Msg::Replicate { req } => {
                 let id = to as i32;
+                let partition = req.partition;
                 let checks = self.cfg.mutation != Mutation::NoLeaderEpochChecks;
-                let b = &self.brokers[&id];
-                let result = match b.part.apply_replicated(&req, checks) {
+                let result = match self.rep(id, partition).part.apply_replicated(&req, checks) {
                     Ok(leo) => Some(Ok(leo)),
                     Err(ReplicateError::Mismatch { hint, diverging_epoch, .. }) => Some(Err((hint, diverging_epoch))),
                     Err(_) => None,
@@ -1354,6 +1461,7 @@ impl Sim {
                 self.after_broker_step(id);
                 if let Some(result) = result {
                     let resp = Msg::ReplicateResp {
+                        partition,
                         follower: id,
                         leader_epoch: req.leader_epoch,
                         from_offset: req.from_offset,
@@ -1363,22 +1471,22 @@ impl Sim {
                     match result {
                         Ok(leo)
                             if self.cfg.mutation != Mutation::UnsyncedCommits
-                                && !self.brokers[&id].part.is_durable(leo) =>
+                                && !self.rep(id, partition).part.is_durable(leo) =>
                         {
-                            self.brokers.get_mut(&id).expect("broker").unsynced_acks.push((from, resp, leo));
+                            self.rep_mut(id, partition).unsynced_acks.push((from, resp, leo));
                         }
                         _ => self.send(to, from, resp),
                     }
                 }
             }
-            Msg::ReplicateResp { follower, leader_epoch, from_offset, result } => {
+            Msg::ReplicateResp { partition, follower, leader_epoch, from_offset, result } => {
                 let id = to as i32;
                 let now = self.clock(to);
-                let b = &self.brokers[&id];
+                let part = &self.rep(id, partition).part;
                 match result {
-                    Ok(leo) => b.part.on_replica_ack(follower, leader_epoch, leo, now),
+                    Ok(leo) => part.on_replica_ack(follower, leader_epoch, leo, now),
                     Err((hint, diverging)) => {
-                        b.part.on_replica_mismatch(follower, leader_epoch, from_offset, hint, diverging)
+                        part.on_replica_mismatch(follower, leader_epoch, from_offset, hint, diverging)
                     }
                 }
                 self.after_broker_step(id);
@@ -1443,6 +1551,8 @@ impl Sim {
                     // Decided (journaled): the transaction of this producer id and epoch commits.
                     self.txn_committed.insert((producer_id, epoch));
                     self.out.txns_committed += 1;
+                    let partitions: HashSet<i32> = markers.iter().map(|t| t.partition).collect();
+                    self.out.txns_spanning += u64::from(partitions.len() > 1);
                 } else {
                     self.out.txns_aborted += 1;
                 }
@@ -1521,7 +1631,7 @@ impl Sim {
         }
     }
 
-    fn coord_marker_done(&mut self, tid: String, epoch: i16, producer_id: i64, ok: bool) {
+    fn coord_marker_done(&mut self, tid: String, epoch: i16, (producer_id, partition): (i64, i32), ok: bool) {
         if !ok {
             return;
         }
@@ -1529,7 +1639,7 @@ impl Sim {
         if pi.epoch != epoch {
             return;
         }
-        pi.targets.retain(|(t, _)| t.producer_id != producer_id);
+        pi.targets.retain(|(t, _)| (t.producer_id, t.partition) != (producer_id, partition));
         if pi.targets.is_empty() {
             let pi = self.pending_inits.remove(&tid).expect("pending init");
             self.journal.extend(self.table.handle_fence_done(&tid, epoch));
@@ -1545,11 +1655,12 @@ impl Sim {
         let kind = if commit { MarkerKind::Commit } else { MarkerKind::Abort };
         let batch = build_marker(target.producer_id, target.marker_epoch, kind, 0, self.now as i64);
         let header = BatchHeader::parse_prefix(&batch).expect("a marker we built parses");
-        let b = self.brokers.get_mut(&id).expect("broker");
-        match b.part.append(&batch, &header, leader_epoch) {
+        let partition = target.partition;
+        let r = self.rep_mut(id, partition);
+        match r.part.append(&batch, &header, leader_epoch) {
             Ok(a) => {
                 let (base_offset, end_offset, leader_epoch) = a.parts();
-                b.pending.push(Pending {
+                r.pending.push(Pending {
                     prod: None,
                     marker: Some((tid, target.marker_epoch, target.producer_id)),
                     end_offset,
@@ -1558,28 +1669,38 @@ impl Sim {
                 });
                 let (pid, e) = (target.producer_id, target.marker_epoch);
                 self.trace(|| {
-                    format!("broker {id}: fence marker for producer id {pid} at epoch {e} at offset {base_offset}")
+                    format!(
+                        "broker {id}: marker for producer id {pid} at epoch {e} at offset {partition}/{base_offset}"
+                    )
                 });
             }
             Err(_) => {
-                let resp =
-                    Msg::MarkerResp { tid, epoch: target.marker_epoch, producer_id: target.producer_id, ok: false };
+                let (epoch, producer_id) = (target.marker_epoch, target.producer_id);
+                let resp = Msg::MarkerResp { tid, epoch, producer_id, partition, ok: false };
                 self.send(id as usize, COORD, resp);
             }
         }
         self.after_broker_step(id);
     }
 
-    fn broker_produce(&mut self, id: i32, prod: usize, batch: Bytes, header: BatchHeader, leader_epoch: i32) {
-        let b = self.brokers.get_mut(&id).expect("broker");
+    fn broker_produce(
+        &mut self,
+        id: i32,
+        prod: usize,
+        partition: i32,
+        batch: Bytes,
+        header: BatchHeader,
+        leader_epoch: i32,
+    ) {
         let from = producer_host(prod);
-        let bid = (header.producer_id, header.producer_epoch, header.base_sequence);
-        if b.refused.contains(&(header.producer_id, header.producer_epoch)) {
+        let bid = (partition, header.producer_id, header.producer_epoch, header.base_sequence);
+        let r = self.rep(id, partition);
+        if r.refused.contains(&(header.producer_id, header.producer_epoch)) {
             self.out.fenced += 1;
             self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Fenced });
             return;
         }
-        match b.part.append(&batch, &header, leader_epoch) {
+        match r.part.append(&batch, &header, leader_epoch) {
             Ok(a) => {
                 let (base_offset, end_offset, stored_epoch) = a.parts();
                 if let Appended::New { .. } = a {
@@ -1587,13 +1708,8 @@ impl Sim {
                     if let Some(&granted) = self.finished_grant.get(&tid) {
                         if header.producer_epoch < granted {
                             // Appended after the grant finished: a violation once committed.
-                            self.zombie_appends.insert((
-                                header.producer_id,
-                                header.producer_epoch,
-                                header.base_sequence,
-                                base_offset,
-                                stored_epoch,
-                            ));
+                            let seen = (header.producer_id, header.producer_epoch, header.base_sequence, stored_epoch);
+                            self.zombie_appends.insert((partition, base_offset, seen));
                             let e = header.producer_epoch;
                             self.trace(|| {
                                 format!(
@@ -1606,13 +1722,13 @@ impl Sim {
                 if let Appended::New { .. } = a {
                     self.trace(|| {
                         format!(
-                            "broker {id}: appended producer {prod} epoch {} seq {} at offset {base_offset}, leader epoch {stored_epoch}",
-                            bid.1, bid.2
+                            "broker {id}: appended producer {prod} epoch {} seq {} at offset {partition}/{base_offset}, \
+                             leader epoch {stored_epoch}",
+                            bid.2, bid.3
                         )
                     });
                 }
-                let b = self.brokers.get_mut(&id).expect("broker");
-                b.pending.push(Pending {
+                self.rep_mut(id, partition).pending.push(Pending {
                     prod: Some((prod, bid)),
                     marker: None,
                     end_offset,
@@ -1622,7 +1738,8 @@ impl Sim {
             }
             Err(AppendError::NeedsVerification { producer_id, epoch }) => {
                 let transactional = header.is_transactional();
-                self.send(id as usize, COORD, Msg::Verify { broker: id, producer_id, epoch, transactional });
+                let verify = Msg::Verify { broker: id, partition, producer_id, epoch, transactional };
+                self.send(id as usize, COORD, verify);
                 self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Retry });
             }
             Err(AppendError::Gate(g)) => {
@@ -1643,23 +1760,26 @@ impl Sim {
 
     fn producer_answer(&mut self, prod: usize, batch: BatchId, result: ProduceResult) {
         let now = self.now;
-        let leader = self.leader();
-        let pr = &mut self.producers[prod];
-        let Some((_, header, _)) = pr.inflight.as_ref() else { return };
-        let id = (header.producer_id, header.producer_epoch, header.base_sequence);
+        let Some((partition, _, header, _)) = self.producers[prod].inflight.as_ref() else { return };
+        let id = (*partition, header.producer_id, header.producer_epoch, header.base_sequence);
         if id != batch {
             // An answer to an earlier batch (delayed or duplicated): already handled.
             return;
         }
+        let leader = self.leader(id.0);
+        let pr = &mut self.producers[prod];
         match result {
             ProduceResult::Acked { base_offset } => {
                 pr.inflight = None;
-                pr.next_seq += 1;
+                pr.next_seq[id.0 as usize] += 1;
                 pr.txn_acked += u32::from(pr.transactional);
                 self.acked.push((id, base_offset));
                 self.out.acked += 1;
                 self.trace(|| {
-                    format!("producer {prod}: acknowledged epoch {} seq {} at offset {base_offset}", id.1, id.2)
+                    format!(
+                        "producer {prod}: acknowledged epoch {} seq {} at offset {}/{base_offset}",
+                        id.2, id.3, id.0
+                    )
                 });
             }
             ProduceResult::Fenced => {
@@ -1668,103 +1788,111 @@ impl Sim {
                 pr.ending = None;
                 pr.txn_acked = 0;
                 pr.dead_until = now + 200;
-                self.trace(|| format!("producer {prod}: fenced at epoch {}", id.1));
+                self.trace(|| format!("producer {prod}: fenced at epoch {}", id.2));
             }
             ProduceResult::Retry => {
                 // Metadata refresh; resend on the next tick.
-                pr.leader = leader;
-                if let Some((_, _, sent)) = pr.inflight.as_mut() {
+                pr.leader[id.0 as usize] = leader;
+                if let Some((.., sent)) = pr.inflight.as_mut() {
                     *sent = 0;
                 }
             }
         }
     }
 
-    /// Answer what became committed, fail what lost leadership, and check the replica.
+    /// Answer what became committed, fail what lost leadership, and check the replicas.
     fn after_broker_step(&mut self, id: i32) {
-        let b = self.brokers.get_mut(&id).expect("broker");
-        let mut answers = Vec::new();
-        b.pending.retain(|p| match b.part.committed(p.end_offset, p.leader_epoch) {
-            Ok(true) => {
-                answers.push((p.prod, p.marker.clone(), Some(p.base_offset)));
-                false
+        for partition in 0..self.cfg.partitions {
+            let r = self.rep_mut(id, partition);
+            let mut answers = Vec::new();
+            let part = &r.part;
+            r.pending.retain(|p| match part.committed(p.end_offset, p.leader_epoch) {
+                Ok(true) => {
+                    answers.push((p.prod, p.marker.clone(), Some(p.base_offset)));
+                    false
+                }
+                Ok(false) => true,
+                Err(_) => {
+                    answers.push((p.prod, p.marker.clone(), None));
+                    false
+                }
+            });
+            for (prod, marker, offset) in answers {
+                if let Some((prod, batch)) = prod {
+                    let result = match offset {
+                        Some(base_offset) => ProduceResult::Acked { base_offset },
+                        None => ProduceResult::Retry,
+                    };
+                    self.send(id as usize, producer_host(prod), Msg::ProduceResp { prod, batch, result });
+                }
+                if let Some((tid, epoch, producer_id)) = marker {
+                    let ok = offset.is_some();
+                    self.send(id as usize, COORD, Msg::MarkerResp { tid, epoch, producer_id, partition, ok });
+                }
             }
-            Ok(false) => true,
-            Err(_) => {
-                answers.push((p.prod, p.marker.clone(), None));
-                false
-            }
-        });
-        for (prod, marker, offset) in answers {
-            if let Some((prod, batch)) = prod {
-                let result = match offset {
-                    Some(base_offset) => ProduceResult::Acked { base_offset },
-                    None => ProduceResult::Retry,
-                };
-                self.send(id as usize, producer_host(prod), Msg::ProduceResp { prod, batch, result });
-            }
-            if let Some((tid, epoch, producer_id)) = marker {
-                self.send(id as usize, COORD, Msg::MarkerResp { tid, epoch, producer_id, ok: offset.is_some() });
-            }
+            self.check_replica(id, partition);
+            self.check_isr_holds_committed(partition);
         }
-        self.check_replica(id);
-        self.check_isr_holds_committed();
     }
 
     /// What a leader has committed is on every replica the coordinator holds in sync, since
     /// the coordinator elects the next leader from them.
-    fn check_isr_holds_committed(&mut self) {
-        let (leader, leader_epoch) = self.leader();
-        let Some(b) = self.brokers.get(&leader) else { return };
-        let l = b.part.leadership();
+    fn check_isr_holds_committed(&mut self, partition: i32) {
+        let (leader, leader_epoch) = self.leader(partition);
+        if leader < 0 {
+            return;
+        }
+        let part = &self.rep(leader, partition).part;
+        let l = part.leadership();
         if !l.is_leader || l.leader_epoch != leader_epoch {
             return;
         }
-        let (_, hw) = b.part.progress();
-        let counted = b.part.counted_replicas().unwrap_or_default();
-        let isr = self.cluster.describe(0).1.into_iter().next().map(|p| p.isr).unwrap_or_default();
+        let (_, hw) = part.progress();
+        let counted = part.counted_replicas().unwrap_or_default();
+        let isr = self.cluster.describe(0).1.into_iter().find(|p| p.partition == partition).map(|p| p.isr);
+        let isr = isr.unwrap_or_default();
         if let Some(m) = isr.iter().find(|m| !counted.contains(m)) {
             return self.violate(format!(
-                "leader {leader} at epoch {leader_epoch} commits without broker {m}, which the coordinator holds in \
-                 sync (ISR {isr:?}); the leader waits for {counted:?}"
+                "leader {leader} of partition {partition} at epoch {leader_epoch} commits without broker {m}, which \
+                 the coordinator holds in sync (ISR {isr:?}); the leader waits for {counted:?}"
             ));
         }
         for m in isr {
-            let (leo, _) = self.brokers[&m].part.progress();
+            let (leo, _) = self.rep(m, partition).part.progress();
             if leo < hw {
                 return self.violate(format!(
-                    "leader {leader} at epoch {leader_epoch} has committed up to {hw}, but broker {m}, in sync at the \
-                     coordinator, holds only up to {leo}: electing it would lose committed records"
+                    "leader {leader} of partition {partition} at epoch {leader_epoch} has committed up to {hw}, but \
+                     broker {m}, in sync at the coordinator, holds only up to {leo}: electing it would lose \
+                     committed records"
                 ));
             }
         }
     }
 
-    fn check_replica(&mut self, id: i32) {
-        let b = &self.brokers[&id];
-        let epoch = b.part.leadership().leader_epoch;
-        if epoch < b.last_leader_epoch {
-            let last = b.last_leader_epoch;
-            self.violate(format!("broker {id} leader epoch went back from {last} to {epoch}"));
+    fn check_replica(&mut self, id: i32, partition: i32) {
+        let r = self.rep(id, partition);
+        let epoch = r.part.leadership().leader_epoch;
+        if epoch < r.last_leader_epoch {
+            let last = r.last_leader_epoch;
+            self.violate(format!("broker {id} leader epoch of partition {partition} went back from {last} to {epoch}"));
         }
-        self.brokers.get_mut(&id).expect("broker").last_leader_epoch = epoch;
-        let b = self.brokers.get_mut(&id).expect("broker");
-        let version = *b.part.subscribe().borrow();
-        if b.checked_version == Some(version) {
+        let r = self.rep_mut(id, partition);
+        r.last_leader_epoch = epoch;
+        let version = *r.part.subscribe().borrow();
+        if r.checked_version == Some(version) {
             return;
         }
-        b.checked_version = Some(version);
-        let b = &self.brokers[&id];
-        let (leo, hw) = b.part.progress();
-        let l = b.part.leadership();
+        r.checked_version = Some(version);
+        let r = self.rep(id, partition);
+        let (leo, hw) = r.part.progress();
+        let l = r.part.leadership();
         self.trace(|| {
             format!(
-                "broker {id}: log end {leo}, high watermark {hw}, leader {} at epoch {}",
+                "broker {id}: partition {partition} log end {leo}, high watermark {hw}, leader {} at epoch {}",
                 l.leader_id, l.leader_epoch
             )
         });
-        let b = &self.brokers[&id];
-        let headers = match b.part.batch_headers() {
+        let headers = match self.rep(id, partition).part.batch_headers() {
             Ok(h) => h,
             Err(e) => return self.violate(format!("broker {id} cannot read its log: {e}")),
         };
@@ -1773,26 +1901,26 @@ impl Sim {
         // truncates once it follows the leader again.)
         for (h, _) in headers.iter().filter(|(h, _)| h.base_offset < hw) {
             let seen = (h.producer_id, h.producer_epoch, h.base_sequence, h.partition_leader_epoch);
-            let key = (h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset, h.partition_leader_epoch);
-            if !h.is_control() && self.zombie_appends.contains(&key) {
+            if !h.is_control() && self.zombie_appends.contains(&(partition, h.base_offset, seen)) {
                 let tid = self.owner.get(&h.producer_id).cloned().unwrap_or_default();
                 return self.violate(format!(
-                    "zombie write committed: '{tid}' producer {} epoch {} seq {} at offset {} on broker {id}, \
-                     appended after a newer epoch was granted",
+                    "zombie write committed: '{tid}' producer {} epoch {} seq {} at offset {partition}/{} on broker \
+                     {id}, appended after a newer epoch was granted",
                     h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset
                 ));
             }
-            match self.committed.get(&h.base_offset) {
+            match self.committed.get(&(partition, h.base_offset)) {
                 Some(c) if *c != seen => {
                     let c = *c;
                     return self.violate(format!(
-                        "replicas disagree on a committed offset: offset {} committed {c:?}, broker {id} holds {seen:?}",
+                        "replicas disagree on a committed offset: offset {partition}/{} committed {c:?}, broker {id} \
+                         holds {seen:?}",
                         h.base_offset
                     ));
                 }
                 Some(_) => {}
                 None => {
-                    self.committed.insert(h.base_offset, seen);
+                    self.committed.insert((partition, h.base_offset), seen);
                 }
             }
         }
@@ -1800,39 +1928,49 @@ impl Sim {
 
     /// After the settle phase: replicas converged, every acknowledged record present once.
     fn finish(&mut self) {
-        let mut logs = Vec::new();
-        for (id, b) in &self.brokers {
-            let (leo, hw) = b.part.progress();
-            let headers: Vec<_> = match b.part.batch_headers() {
-                Ok(h) => h
-                    .into_iter()
-                    .map(|(h, _)| (h.base_offset, h.producer_id, h.producer_epoch, h.base_sequence))
-                    .collect(),
-                Err(e) => return self.violate(format!("broker {id} cannot read its log: {e}")),
+        let mut count: HashMap<BatchId, Vec<i64>> = HashMap::new();
+        for partition in 0..self.cfg.partitions {
+            let mut logs = Vec::new();
+            for (id, b) in &self.brokers {
+                let part = &b.replicas[partition as usize].part;
+                let (leo, hw) = part.progress();
+                let headers: Vec<_> = match part.batch_headers() {
+                    Ok(h) => h
+                        .into_iter()
+                        .map(|(h, _)| (h.base_offset, h.producer_id, h.producer_epoch, h.base_sequence))
+                        .collect(),
+                    Err(e) => return self.violate(format!("broker {id} cannot read its log: {e}")),
+                };
+                logs.push((*id, leo, hw, headers));
+            }
+            let (leader, _) = self.leader(partition);
+            let Some((_, leo, hw, log)) = logs.iter().find(|(id, ..)| *id == leader).cloned() else {
+                return self.violate(format!("no convergence: partition {partition} has no leader"));
             };
-            logs.push((*id, leo, hw, headers));
-        }
-        let (leader, _) = self.leader();
-        let Some((_, leo, hw, log)) = logs.iter().find(|(id, ..)| *id == leader).cloned() else { return };
-        if hw != leo {
-            return self
-                .violate(format!("no convergence: leader {leader} has high watermark {hw} below its log end {leo}"));
-        }
-        for (id, l, h, other) in &logs {
-            if *l != leo || *h != hw || *other != log {
+            if hw != leo {
                 return self.violate(format!(
-                    "no convergence: broker {id} has log end {l}, high watermark {h}; leader {leader} has {leo}, {hw}"
+                    "no convergence: leader {leader} of partition {partition} has high watermark {hw} below its log \
+                     end {leo}"
                 ));
             }
-        }
-        if self.consumer.position != hw {
-            let pos = self.consumer.position;
-            return self.violate(format!("no convergence: the consumer is at {pos}, the high watermark at {hw}"));
-        }
-        let mut count: HashMap<BatchId, Vec<i64>> = HashMap::new();
-        for (offset, pid, epoch, seq) in &log {
-            if *pid >= 0 && *seq >= 0 {
-                count.entry((*pid, *epoch, *seq)).or_default().push(*offset);
+            for (id, l, h, other) in &logs {
+                if *l != leo || *h != hw || *other != log {
+                    return self.violate(format!(
+                        "no convergence: broker {id} has partition {partition} log end {l}, high watermark {h}; \
+                         leader {leader} has {leo}, {hw}"
+                    ));
+                }
+            }
+            let pos = self.consumers[partition as usize].position;
+            if pos != hw {
+                return self.violate(format!(
+                    "no convergence: the consumer is at {partition}/{pos}, the high watermark at {hw}"
+                ));
+            }
+            for (offset, pid, epoch, seq) in &log {
+                if *pid >= 0 && *seq >= 0 {
+                    count.entry((partition, *pid, *epoch, *seq)).or_default().push(*offset);
+                }
             }
         }
         for (id, offset) in self.acked.clone() {

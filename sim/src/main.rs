@@ -30,6 +30,9 @@ struct Args {
     /// Ticks with faults.
     #[arg(long, default_value_t = 3_000)]
     fault_ticks: u64,
+    /// Partitions of the simulated topic (1 to 16).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(i32).range(1..=16))]
+    partitions: i32,
 }
 
 /// Print a line; a closed stdout (`sim ... | head`) ends the run quietly instead of panicking.
@@ -50,7 +53,13 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    let cfg = Config { mutation, fault_ticks: args.fault_ticks, verbose: args.verbose, ..Config::default() };
+    let cfg = Config {
+        mutation,
+        fault_ticks: args.fault_ticks,
+        partitions: args.partitions,
+        verbose: args.verbose,
+        ..Config::default()
+    };
     let seeds: Vec<u64> = match args.seed {
         Some(s) => vec![s],
         None => (args.first_seed..args.first_seed + args.seeds).collect(),
@@ -59,7 +68,7 @@ fn main() -> ExitCode {
     let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut decisions: BTreeMap<&'static str, u64> = BTreeMap::new();
     let (mut steps, mut acked, mut fenced, mut elections, mut consumed) = (0u64, 0u64, 0u64, 0u64, 0u64);
-    let (mut committed, mut aborted, mut timed_out, mut skipped) = (0u64, 0u64, 0u64, 0u64);
+    let (mut committed, mut aborted, mut timed_out, mut skipped, mut spanning) = (0u64, 0u64, 0u64, 0u64, 0u64);
     for &seed in &seeds {
         let out = run(seed, cfg.clone());
         if args.verbose && std::io::stdout().write_all(out.trace.as_bytes()).is_err() {
@@ -79,6 +88,7 @@ fn main() -> ExitCode {
         committed += out.txns_committed;
         aborted += out.txns_aborted;
         timed_out += out.txns_timed_out;
+        spanning += out.txns_spanning;
         skipped += out.aborted_skipped;
         if let Some(v) = out.violation {
             say!("seed {seed} FAILED: {v}");
@@ -93,8 +103,8 @@ fn main() -> ExitCode {
         failing.len()
     );
     say!(
-        "transactions: {committed} committed, {aborted} aborted on EndTxn, {timed_out} aborted on timeout; \
-         {skipped} aborted batches skipped by the read_committed consumer"
+        "transactions: {committed} committed ({spanning} across partitions), {aborted} aborted on EndTxn, \
+         {timed_out} aborted on timeout; {skipped} aborted batches skipped by the read_committed consumer"
     );
     let decisions: Vec<String> = decisions.iter().map(|(k, v)| format!("{k} {v}")).collect();
     say!("coordinator: {}", decisions.join(", "));

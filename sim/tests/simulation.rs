@@ -18,15 +18,17 @@ fn clean(seeds: std::ops::Range<u64>) {
 }
 
 #[test]
-fn transactions_commit_and_abort_and_the_consumer_skips_the_aborted() {
-    let (mut committed, mut aborted, mut skipped) = (0, 0, 0);
+fn transactions_commit_and_abort_across_partitions_and_the_consumer_skips_the_aborted() {
+    let (mut committed, mut aborted, mut skipped, mut spanning) = (0, 0, 0, 0);
     for seed in 0..20 {
         let out = run(seed, Config::default());
         assert!(out.violation.is_none(), "seed {seed}: {}", out.violation.unwrap());
         (committed, aborted, skipped) =
             (committed + out.txns_committed, aborted + out.txns_aborted, skipped + out.aborted_skipped);
+        spanning += out.txns_spanning;
     }
     assert!(committed > 0 && aborted > 0, "{committed} committed, {aborted} aborted");
+    assert!(spanning > 0, "no committed transaction spanned two partitions");
     assert!(skipped > 0, "the consumer never had an aborted batch to skip: invariant 5 proves nothing");
 }
 

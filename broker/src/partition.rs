@@ -710,28 +710,23 @@ impl Partition {
         }
     }
 
-    /// The ISR this leader should ask the coordinator for, with its leader epoch and the
-    /// partition epoch the change is based on.
-    pub fn wanted_isr(&self, now_ms: u64, lag_ms: u64) -> Option<(i32, i32, Vec<i32>)> {
-        let g = self.lock();
-        let rs = g.replica_set.as_ref()?;
-        rs.wanted_isr(now_ms, lag_ms).map(|isr| (g.leadership.leader_epoch, rs.partition_epoch(), isr))
+    /// As leader: the ISR to ask the coordinator for now, if it should change, with the leader
+    /// epoch and the partition epoch the change is based on. From this call on, the high
+    /// watermark counts its members (KIP-841): choosing the members and counting them happen
+    /// under one lock, so nothing is committed in between that a member being added lacks.
+    /// Call it just before sending the change.
+    pub fn propose_isr(&self, now_ms: u64, lag_ms: u64) -> Option<(i32, i32, Vec<i32>)> {
+        let mut g = self.lock();
+        let leader_epoch = g.leadership.leader_epoch;
+        let rs = g.replica_set.as_mut()?;
+        let isr = rs.wanted_isr(now_ms, lag_ms)?;
+        rs.propose_isr(&isr);
+        Some((leader_epoch, rs.partition_epoch(), isr))
     }
 
     /// As leader: the replicas the high watermark waits for (see [`ReplicaSet::counted`]).
     pub fn counted_replicas(&self) -> Option<Vec<i32>> {
         self.lock().replica_set.as_ref().map(ReplicaSet::counted)
-    }
-
-    /// `isr` is about to be asked of the coordinator under `leader_epoch`: count its members in
-    /// the high watermark until the answer.
-    pub fn propose_isr(&self, leader_epoch: i32, isr: &[i32]) {
-        let mut g = self.lock();
-        if g.leadership.leader_epoch == leader_epoch {
-            if let Some(rs) = g.replica_set.as_mut() {
-                rs.propose_isr(isr);
-            }
-        }
     }
 
     /// The coordinator answered the ISR change asked under `leader_epoch` (an answer it made

@@ -552,18 +552,17 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
 /// Ask the coordinator for the ISR each led partition should have (lagging followers out,
 /// caught-up ones back in), under the partition's leader epoch.
 async fn maintain_isr(shared: &Arc<Shared>) {
-    let now = shared.now_ms();
-    let wanted: Vec<(PartitionRef, i32, i32, Vec<i32>)> = shared
-        .partitions
-        .iter()
-        .filter_map(|p| {
-            let (leader_epoch, partition_epoch, isr) = p.wanted_isr(now, shared.config.replica_lag_ms)?;
-            Some((p.clone(), leader_epoch, partition_epoch, isr))
-        })
-        .collect();
-    for (part, leader_epoch, partition_epoch, isr) in wanted {
+    let led: Vec<PartitionRef> =
+        shared.partitions.iter().filter(|p| p.leadership().is_leader).map(|p| p.clone()).collect();
+    for part in led {
+        // Chosen and counted just before the call (earlier calls may have taken seconds). A
+        // change not sent stays counted, and is asked again next round.
+        let Some((leader_epoch, partition_epoch, isr)) =
+            part.propose_isr(shared.now_ms(), shared.config.replica_lag_ms)
+        else {
+            continue;
+        };
         let Ok(conn) = coordinator(shared).await else { return };
-        part.propose_isr(leader_epoch, &isr);
         let req = Request::AlterPartition(AlterPartitionRequest {
             broker_id: shared.config.id,
             topic: part.topic.clone(),

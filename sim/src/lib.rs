@@ -758,7 +758,7 @@ impl Sim {
                     self.trace(|| format!("leader {id} paused until {until}"));
                 }
             }
-            if self.rng.chance(8) {
+            if self.rng.chance(8) && self.coord_paused_until <= self.now {
                 // An operator asks for an election (`admin elect`): a new leader epoch.
                 let now = self.clock(COORD);
                 let partition = self.rng.below(self.cfg.partitions as u64) as i32;
@@ -1259,15 +1259,18 @@ impl Sim {
     /// wants, and counts the proposed members until the answer.
     fn maintain_isr(&mut self, id: i32) {
         let now = self.clock(id as usize);
+        let at = self.now;
         for partition in 0..self.cfg.partitions {
-            let r = self.rep(id, partition);
-            if r.alter_call.is_some_and(|(_, sent)| self.now - sent < CALL_TIMEOUT_TICKS) {
-                continue;
+            let r = self.rep_mut(id, partition);
+            match r.alter_call {
+                Some((_, sent)) if at - sent < CALL_TIMEOUT_TICKS => continue,
+                // Given up on: its answer, if it ever comes, is dropped.
+                Some(_) => r.alter_call = None,
+                None => {}
             }
-            let Some((leader_epoch, partition_epoch, isr)) = r.part.wanted_isr(now, REPLICA_LAG_TICKS) else {
+            let Some((leader_epoch, partition_epoch, isr)) = r.part.propose_isr(now, REPLICA_LAG_TICKS) else {
                 continue;
             };
-            r.part.propose_isr(leader_epoch, &isr);
             let call = self.next_call();
             self.rep_mut(id, partition).alter_call = Some((call, self.now));
             self.trace(|| {
@@ -1858,12 +1861,14 @@ impl Sim {
             ));
         }
         for m in isr {
-            let (leo, _) = self.rep(m, partition).part.progress();
-            if leo < hw {
+            let part = &self.rep(m, partition).part;
+            let (leo, _) = part.progress();
+            // On disk, not only written: a power loss must not take it either.
+            if leo < hw || !part.is_durable(hw) {
                 return self.violate(format!(
                     "leader {leader} of partition {partition} at epoch {leader_epoch} has committed up to {hw}, but \
-                     broker {m}, in sync at the coordinator, holds only up to {leo}: electing it would lose \
-                     committed records"
+                     broker {m}, in sync at the coordinator, holds only up to {leo} or has not synced it: electing it \
+                     would lose committed records"
                 ));
             }
         }

@@ -94,7 +94,13 @@ fn leases_expire_and_isrs_change_under_the_coordinators_rules() {
     }
     assert!(jumps > 0, "no clock ever jumped");
     assert!(timed_out > 0, "no transaction ever timed out");
-    for kind in ["elected (lease expired)", "elected (broker restarted)", "ISR changed"] {
+    let kinds = [
+        "elected (lease expired)",
+        "elected (broker restarted)",
+        "ISR changed",
+        "ISR change refused: stale partition epoch",
+    ];
+    for kind in kinds {
         assert!(decisions.get(kind).copied().unwrap_or(0) > 0, "never {kind}: {decisions:?}");
     }
 }

@@ -1,12 +1,13 @@
 //! tokio-util codecs: a u32 length prefix (checked against `frame_bytes_max` before anything is
 //! allocated) around the pure message encoding of [`crate::messages`].
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 use thiserror::Error;
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec, LengthDelimitedCodecError};
 
 use crate::messages::{
-    decode_request, decode_response, encode_request, encode_response, BadRequest, Request, RequestHeader, Response,
+    decode_request, decode_response, encode_request_into, encode_response_into, request_size_hint, response_size_hint,
+    BadRequest, Request, RequestHeader, Response,
 };
 use crate::DecodeError;
 
@@ -50,6 +51,15 @@ fn map_frame_error(e: std::io::Error, src: &BytesMut, max: usize) -> CodecError 
     }
 }
 
+/// Write a length prefix and the body `body` writes after it, straight into `dst`.
+fn framed(dst: &mut BytesMut, body: impl FnOnce(&mut BytesMut)) {
+    let start = dst.len();
+    dst.extend_from_slice(&[0; LENGTH_PREFIX_BYTES]);
+    body(dst);
+    let len = (dst.len() - start - LENGTH_PREFIX_BYTES) as u32;
+    dst[start..start + LENGTH_PREFIX_BYTES].copy_from_slice(&len.to_be_bytes());
+}
+
 /// A request frame as the server sees it.
 pub type ServerItem = Result<(RequestHeader, Request), BadRequest>;
 
@@ -83,11 +93,9 @@ impl Encoder<(i32, Response)> for ServerCodec {
     type Error = CodecError;
 
     fn encode(&mut self, (correlation_id, resp): (i32, Response), dst: &mut BytesMut) -> Result<(), CodecError> {
-        let body = encode_response(correlation_id, &resp);
         // Responses may exceed the request limit (a large fetch); the length field is u32.
-        dst.reserve(LENGTH_PREFIX_BYTES + body.len());
-        dst.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        dst.extend_from_slice(&body);
+        dst.reserve(LENGTH_PREFIX_BYTES + response_size_hint(&resp));
+        framed(dst, |b| encode_response_into(correlation_id, &resp, b));
         Ok(())
     }
 }
@@ -122,10 +130,8 @@ impl Encoder<(i32, Request)> for ClientCodec {
     type Error = CodecError;
 
     fn encode(&mut self, (correlation_id, req): (i32, Request), dst: &mut BytesMut) -> Result<(), CodecError> {
-        let body: Bytes = encode_request(correlation_id, &req);
-        dst.reserve(LENGTH_PREFIX_BYTES + body.len());
-        dst.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        dst.extend_from_slice(&body);
+        dst.reserve(LENGTH_PREFIX_BYTES + request_size_hint(&req));
+        framed(dst, |b| encode_request_into(correlation_id, &req, b));
         Ok(())
     }
 }
@@ -166,6 +172,47 @@ mod tests {
         let (c, resp) = ClientCodec::new(1024).decode(&mut out).unwrap().unwrap();
         assert_eq!(c, 9);
         assert_eq!(resp.status().code, ErrorCode::InvalidRequest);
+    }
+
+    /// Frames are written straight into the write buffer, after whatever it already holds.
+    #[test]
+    fn frames_written_one_after_another_decode_one_by_one() {
+        use crate::messages::{FetchResponse, ProduceRequest};
+        let produce = |n: u8| {
+            Request::Produce(ProduceRequest {
+                topic: "t".into(),
+                partition: 1,
+                leader_epoch: 2,
+                acks: -1,
+                records: bytes::Bytes::from(vec![n; 300 * n as usize]),
+            })
+        };
+        let mut buf = BytesMut::new();
+        let mut client = ClientCodec::new(1 << 20);
+        for n in 1..=3 {
+            client.encode((n as i32, produce(n)), &mut buf).unwrap();
+        }
+        let mut server = ServerCodec::new(1 << 20);
+        for n in 1..=3 {
+            let (h, back) = server.decode(&mut buf).unwrap().unwrap().unwrap();
+            assert_eq!((h.correlation_id, back), (n as i32, produce(n)));
+        }
+        assert!(buf.is_empty());
+        let fetched = |n: u8| {
+            Response::Fetch(FetchResponse {
+                status: Status::ok(),
+                high_watermark: 7,
+                last_stable_offset: 7,
+                current_leader_epoch: 2,
+                aborted: Vec::new(),
+                records: bytes::Bytes::from(vec![n; 500]),
+            })
+        };
+        let mut out = BytesMut::new();
+        server.encode((1, fetched(1)), &mut out).unwrap();
+        server.encode((2, fetched(2)), &mut out).unwrap();
+        assert_eq!(client.decode(&mut out).unwrap().unwrap(), (1, fetched(1)));
+        assert_eq!(client.decode(&mut out).unwrap().unwrap(), (2, fetched(2)));
     }
 
     #[test]

@@ -805,11 +805,23 @@ impl Response {
 
 /// Encode a request frame body (without the length prefix).
 pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
-    let mut b = BytesMut::with_capacity(match req {
+    let mut b = BytesMut::with_capacity(request_size_hint(req));
+    encode_request_into(correlation_id, req, &mut b);
+    b.freeze()
+}
+
+/// About how many bytes a request's body takes (enough for every large field).
+pub fn request_size_hint(req: &Request) -> usize {
+    match req {
         Request::Produce(p) => 64 + p.topic.len() + p.records.len(),
         Request::Replicate(p) => 64 + p.topic.len() + p.records.len(),
         _ => 128,
-    });
+    }
+}
+
+/// Append a request frame body (without the length prefix) to `b`: the codec writes it
+/// straight into the connection's write buffer, so a batch is copied once on the way out.
+pub fn encode_request_into(correlation_id: i32, req: &Request, b: &mut BytesMut) {
     b.put_i16(req.api_key() as i16);
     b.put_i16(API_VERSION);
     b.put_i32(correlation_id);
@@ -911,7 +923,6 @@ pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
         }
         Request::Describe => {}
     }
-    b.freeze()
 }
 
 /// The header of a request frame.
@@ -1062,13 +1073,25 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
 
 /// Encode a response frame body (without the length prefix).
 pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
-    let mut b = BytesMut::with_capacity(match resp {
+    let mut b = BytesMut::with_capacity(response_size_hint(resp));
+    encode_response_into(correlation_id, resp, &mut b);
+    b.freeze()
+}
+
+/// About how many bytes a response's body takes (enough for every large field).
+pub fn response_size_hint(resp: &Response) -> usize {
+    match resp {
         Response::Fetch(f) => 64 + f.records.len(),
         _ => 128,
-    });
+    }
+}
+
+/// Append a response frame body (without the length prefix) to `b` (see
+/// [`encode_request_into`]).
+pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesMut) {
     b.put_i32(correlation_id);
     b.put_i16(resp.api_key());
-    resp.status().encode(&mut b);
+    resp.status().encode(b);
     match resp {
         Response::Produce(p) => {
             b.put_i64(p.base_offset);
@@ -1096,7 +1119,7 @@ pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
             b.put_i32(m.topics.len() as i32);
             for t in &m.topics {
                 b.put_string(&t.name);
-                t.status.encode(&mut b);
+                t.status.encode(b);
                 b.put_i32(t.partitions.len() as i32);
                 for p in &t.partitions {
                     b.put_i32(p.partition);
@@ -1192,7 +1215,6 @@ pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
             }
         }
     }
-    b.freeze()
 }
 
 /// Decode a response frame body (without the length prefix) into its correlation id and body.

@@ -730,8 +730,9 @@ impl Partition {
     }
 
     /// The coordinator answered the ISR change asked under `leader_epoch` (an answer it made
-    /// durable first; the caller passes no other). A newer ISR is taken; a refusal of the
-    /// change at the very partition epoch it was based on drops the proposal. Anything else
+    /// durable first; the caller passes no other). A newer ISR is taken, which settles the
+    /// change; a refusal reporting the partition epoch this leader holds (the change was
+    /// refused, not overtaken: in practice INVALID_REQUEST) drops the proposal. Anything else
     /// (a newer leadership, an answer without state) leaves the proposal counted until the
     /// next heartbeat or answer: a deposed leader must not commit with fewer replicas.
     pub fn on_isr_answer(&self, leader_epoch: i32, answer: &AlterPartitionResponse) {

@@ -327,7 +327,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 let (entry, resp) = st.cluster.handle_alter_partition(&r);
                 // A refusal waits too: the ISR and epochs it reports must be durable, since the
                 // leader acts on them.
-                (shared.persist(&entry.into_iter().collect::<Vec<_>>()), resp)
+                (shared.persist(entry.as_slice()), resp)
             };
             Response::AlterPartition(match durable(rx).await {
                 Ok(()) => resp,

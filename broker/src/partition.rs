@@ -454,6 +454,18 @@ impl Partition {
     /// does not, and append the leader's batches as they are. Returns the end of what this log
     /// now holds in agreement with the leader (what the follower acknowledges).
     pub fn apply_replicated(&self, req: &ReplicateRequest, epoch_checks: bool) -> Result<i64, ReplicateError> {
+        self.apply_replicated_at(req, epoch_checks).map(|(end, _)| end)
+    }
+
+    /// [`Partition::apply_replicated`], also returning the log's cut generation right after it,
+    /// for [`Partition::durable_at`]: an acknowledgement held until its end is on disk must be
+    /// dropped if the log is cut meanwhile, since the bytes then below that end may be another
+    /// leader's.
+    pub fn apply_replicated_at(
+        &self,
+        req: &ReplicateRequest,
+        epoch_checks: bool,
+    ) -> Result<(i64, u64), ReplicateError> {
         let ReplicateRequest {
             leader_epoch,
             leader_id,
@@ -542,9 +554,19 @@ impl Partition {
         // everything before them. Anything past it may still be a divergent suffix, so it is
         // neither acknowledged nor counted in the high watermark.
         g.high_watermark = g.high_watermark.max(high_watermark.min(matched_end));
+        let generation = g.truncations;
         drop(g);
         self.bump();
-        Ok(matched_end)
+        Ok((matched_end, generation))
+    }
+
+    /// Whether everything below `end_offset` is on disk, for an acknowledgement of what was
+    /// applied at cut generation `generation` ([`Partition::apply_replicated_at`]). `None`: the
+    /// log was cut since, so the offsets below `end_offset` may now hold other batches; the
+    /// acknowledgement must not be sent.
+    pub fn durable_at(&self, end_offset: i64, generation: u64) -> Option<bool> {
+        let g = self.lock();
+        (g.truncations == generation).then_some(g.durable_end >= end_offset)
     }
 
     /// Cut a divergent suffix at `offset` (a batch boundary): clamp the durable end and high
@@ -905,6 +927,16 @@ mod tests {
     }
 
     fn replicate(p: &Partition, epoch: i32, from: i64, prev: i32, batches: &[Bytes]) -> Result<i64, ReplicateError> {
+        replicate_at(p, epoch, from, prev, batches).map(|(end, _)| end)
+    }
+
+    fn replicate_at(
+        p: &Partition,
+        epoch: i32,
+        from: i64,
+        prev: i32,
+        batches: &[Bytes],
+    ) -> Result<(i64, u64), ReplicateError> {
         let records = Bytes::from(batches.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>());
         let req = ReplicateRequest {
             topic: "t".into(),
@@ -917,7 +949,29 @@ mod tests {
             log_start_offset: 0,
             records,
         };
-        p.apply_replicated(&req, true)
+        p.apply_replicated_at(&req, true)
+    }
+
+    /// An answer held until the disk has it must not outlive a cut: once a newer leader's push
+    /// rewrote the offsets it covers, it would acknowledge that leader's batches as the old ones.
+    #[test]
+    fn a_cut_voids_an_acknowledgement_waiting_for_the_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = Partition::open(dir.path(), "t", 0, 2, true).unwrap();
+        f.learn(1, 1, 0, &[1, 2], &[1, 2], 0);
+        let old: Vec<Bytes> = (0..3).map(|o| stored(o, 1, &format!("v{o}"))).collect();
+        let (end, generation) = replicate_at(&f, 1, 0, -1, &old).unwrap();
+        assert_eq!(end, 3);
+        assert_eq!(f.durable_at(end, generation), Some(false), "written, not yet synced");
+        // Epoch 2's leader holds other batches from offset 1: the follower cuts there and takes them.
+        f.learn(1, 2, 0, &[1, 2], &[1, 2], 0);
+        let new: Vec<Bytes> = (1..3).map(|o| stored(o, 2, &format!("w{o}"))).collect();
+        assert_eq!(replicate(&f, 2, 1, 1, &new).unwrap(), 3);
+        let (sync_end, file, g) = f.sync_target().unwrap();
+        file.sync_data().unwrap();
+        f.mark_durable(sync_end, g);
+        assert!(f.is_durable(end), "offsets 0..3 are on disk, epoch 2's at 1 and 2");
+        assert_eq!(f.durable_at(end, generation), None, "the epoch-1 answer must not acknowledge them");
     }
 
     #[test]

@@ -396,13 +396,38 @@ async fn flush_loop(shared: Arc<Shared>) {
 
 /// With `--fsync always`, wait until everything below `end_offset` is on disk.
 async fn wait_durable(shared: &Shared, part: &Partition, end_offset: i64) -> Result<(), Status> {
+    wait_durable_at(shared, part, end_offset, None).await
+}
+
+/// [`wait_durable`] for what a follower applied at cut generation `generation`: refused if the
+/// log is cut meanwhile (a newer leader's push), since the offsets below `end_offset` may then
+/// hold that leader's batches, not the ones this answer would acknowledge.
+async fn wait_durable_at(
+    shared: &Shared,
+    part: &Partition,
+    end_offset: i64,
+    generation: Option<u64>,
+) -> Result<(), Status> {
     if shared.config.fsync != FsyncPolicy::Always {
         return Ok(());
     }
     let mut progress = part.subscribe();
     let deadline = tokio::time::Instant::now() + Duration::from_millis(shared.config.request_timeout_ms);
     loop {
-        if part.is_durable(end_offset) {
+        let durable = match generation {
+            None => part.is_durable(end_offset),
+            Some(g) => part.durable_at(end_offset, g).ok_or_else(|| {
+                Status::new(
+                    ErrorCode::NotLeaderOrFollower,
+                    format!(
+                        "{}-{}: the log was cut below offset {end_offset} while this acknowledgement waited for \
+                         the disk (a newer leader's push); resend",
+                        part.topic, part.index
+                    ),
+                )
+            })?,
+        };
+        if durable {
             return Ok(());
         }
         shared.flush.notify_one();
@@ -820,6 +845,19 @@ async fn produce(shared: &Shared, r: ProduceRequest) -> ProduceResponse {
                 if let Err(status) = wait_durable(shared, &part, end_offset).await {
                     return produce_error(status, header.producer_epoch, epoch);
                 }
+                let now = part.leadership();
+                if !now.is_leader || now.leader_epoch != epoch {
+                    // Deposed while the write went to disk: the new leader may cut it.
+                    let status = Status::new(
+                        ErrorCode::NotLeaderOrFollower,
+                        format!(
+                            "{}-{}: this broker stopped leading at epoch {epoch} before the batch at offset \
+                             {base_offset} was acknowledged; retry with the current leader",
+                            r.topic, r.partition
+                        ),
+                    );
+                    return produce_error(status, header.producer_epoch, now.leader_epoch);
+                }
                 if r.acks == ACKS_ALL {
                     if let Err(status) = wait_committed(shared, &part, end_offset, epoch).await {
                         return produce_error(status, header.producer_epoch, epoch);
@@ -971,9 +1009,10 @@ async fn replicate(shared: &Shared, r: ReplicateRequest) -> ReplicateResponse {
         Err(s) => return answer(s, -1, -1, -1),
     };
     let epoch = part.leadership().leader_epoch;
-    match part.apply_replicated(&r, shared.config.leader_epoch_checks) {
-        // A follower confirms only what it has made durable (with --fsync always).
-        Ok(leo) => match wait_durable(shared, &part, leo).await {
+    match part.apply_replicated_at(&r, shared.config.leader_epoch_checks) {
+        // A follower confirms only what it has made durable (with --fsync always), and only if
+        // its log was not cut meanwhile.
+        Ok((leo, generation)) => match wait_durable_at(shared, &part, leo, Some(generation)).await {
             Ok(()) => answer(Status::ok(), leo, -1, epoch),
             Err(status) => answer(status, -1, -1, epoch),
         },

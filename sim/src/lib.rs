@@ -122,7 +122,8 @@ pub struct Outcome {
     pub fenced: u64,
     /// Leader elections.
     pub elections: u64,
-    /// The coordinator's cluster decisions, by kind (leaderships moved and why, ISR changes).
+    /// Decisions of the real code worth counting, by kind: the coordinator's (leaderships moved
+    /// and why, ISR changes) and the brokers' (held answers voided by a cut).
     pub decisions: BTreeMap<&'static str, u64>,
     /// Transactions the coordinator decided to commit.
     pub txns_committed: u64,
@@ -348,8 +349,9 @@ struct Replica {
     dir: std::path::PathBuf,
     pending: Vec<Pending>,
     /// Replicate answers held until what they acknowledge is on disk (`--fsync always`):
-    /// (leader host, answer, end that must be durable).
-    unsynced_acks: Vec<(usize, Msg, i64)>,
+    /// (leader host, answer, end that must be durable, the log's cut generation when applied;
+    /// dropped if the log is cut meanwhile, as the broker does).
+    unsynced_acks: Vec<(usize, Msg, i64, u64)>,
     /// An fdatasync is in flight.
     flushing: bool,
     refused: HashSet<(i64, i16)>,
@@ -1173,16 +1175,23 @@ impl Sim {
             return self.violate(format!("broker {id}: the simulated disk failed a sync: {e}"));
         }
         r.part.mark_durable(end, generation);
-        let mut ready = Vec::new();
+        let (mut ready, mut voided) = (Vec::new(), 0);
         let part = &r.part;
-        r.unsynced_acks.retain(|(to, msg, end)| {
-            if part.is_durable(*end) {
+        r.unsynced_acks.retain(|(to, msg, end, generation)| match part.durable_at(*end, *generation) {
+            Some(true) => {
                 ready.push((*to, msg.clone()));
                 false
-            } else {
-                true
+            }
+            Some(false) => true,
+            None => {
+                voided += 1; // cut meanwhile: not sent, the leader resends
+                false
             }
         });
+        if voided > 0 {
+            *self.out.decisions.entry("held Replicate answers voided by a cut").or_default() += voided;
+            self.trace(|| format!("broker {id}: {voided} held answers of partition {partition} voided by a cut"));
+        }
         for (to, msg) in ready {
             self.send(id as usize, to, msg);
         }
@@ -1456,8 +1465,12 @@ impl Sim {
                 let id = to as i32;
                 let partition = req.partition;
                 let checks = self.cfg.mutation != Mutation::NoLeaderEpochChecks;
-                let result = match self.rep(id, partition).part.apply_replicated(&req, checks) {
-                    Ok(leo) => Some(Ok(leo)),
+                let mut generation = 0;
+                let result = match self.rep(id, partition).part.apply_replicated_at(&req, checks) {
+                    Ok((leo, g)) => {
+                        generation = g;
+                        Some(Ok(leo))
+                    }
                     Err(ReplicateError::Mismatch { hint, diverging_epoch, .. }) => Some(Err((hint, diverging_epoch))),
                     Err(_) => None,
                 };
@@ -1476,7 +1489,7 @@ impl Sim {
                             if self.cfg.mutation != Mutation::UnsyncedCommits
                                 && !self.rep(id, partition).part.is_durable(leo) =>
                         {
-                            self.rep_mut(id, partition).unsynced_acks.push((from, resp, leo));
+                            self.rep_mut(id, partition).unsynced_acks.push((from, resp, leo, generation));
                         }
                         _ => self.send(to, from, resp),
                     }

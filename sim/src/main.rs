@@ -107,7 +107,7 @@ fn main() -> ExitCode {
          {timed_out} aborted on timeout; {skipped} aborted batches skipped by the read_committed consumer"
     );
     let decisions: Vec<String> = decisions.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    say!("coordinator: {}", decisions.join(", "));
+    say!("decisions: {}", decisions.join(", "));
     let faults: Vec<String> = faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
     say!("faults: {}", faults.join(", "));
     if failing.is_empty() {

@@ -78,7 +78,8 @@ fn isr_changes_without_partition_epochs_are_caught() {
 }
 
 /// The coordinator's real rules run: leases expire (clock jumps and pauses included), restarts
-/// move leaderships, leaders change ISRs, and transactions that outlive their timeout are aborted.
+/// move leaderships, leaders change ISRs, and transactions that outlive their timeout are
+/// aborted; and followers drop answers their log was cut under.
 #[test]
 fn leases_expire_and_isrs_change_under_the_coordinators_rules() {
     let mut decisions = std::collections::BTreeMap::new();
@@ -99,6 +100,7 @@ fn leases_expire_and_isrs_change_under_the_coordinators_rules() {
         "elected (broker restarted)",
         "ISR changed",
         "ISR change refused: stale partition epoch",
+        "held Replicate answers voided by a cut",
     ];
     for kind in kinds {
         assert!(decisions.get(kind).copied().unwrap_or(0) > 0, "never {kind}: {decisions:?}");

@@ -12,6 +12,13 @@ use bytes::Bytes;
 use common::{broker_with, coordinator, create_topic, Proc};
 use producer::{ClientConfig, Consumer, Producer, ProducerConfig};
 
+/// Every record of `t-0` from offset 0 to the end, as (offset, value), read at `addr`.
+async fn log_of_t0(addr: &str) -> Vec<(i64, String)> {
+    let mut consumer = Consumer::new(addr, ClientConfig::default());
+    let records = consumer.read_to_end("t", 0, 0).await.unwrap();
+    records.into_iter().map(|r| (r.offset, String::from_utf8_lossy(&r.value).into_owned())).collect()
+}
+
 #[tokio::test]
 async fn broker_killed_twenty_times_mid_stream_keeps_every_acknowledged_record_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -52,14 +59,7 @@ async fn broker_killed_twenty_times_mid_stream_keeps_every_acknowledged_record_o
     assert!(acked.len() > 20, "the stream made progress through the crashes ({} records)", acked.len());
 
     // Everything in the log is exactly the acknowledged records, at their acknowledged offsets.
-    let mut consumer = Consumer::new(&c.addr, ClientConfig::default());
-    let log: Vec<(i64, String)> = consumer
-        .read_to_end("t", 0, 0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.offset, String::from_utf8_lossy(&r.value).into_owned()))
-        .collect();
+    let log = log_of_t0(&c.addr).await;
     assert_eq!(log, acked, "the log holds exactly the acknowledged records, once each, in order");
     let segments = broker::log::segment_files(&common::log_path(dir.path(), 1, "t", 0)).unwrap().len();
     assert!(segments > 3, "the stream rolled segments ({segments})");
@@ -102,11 +102,7 @@ async fn a_full_disk_fails_produces_cleanly_and_loses_nothing_acknowledged() {
     assert!(error.contains("KAFKA_STORAGE_ERROR") && error.contains("write failed"), "{error}");
 
     // Reads go on, and serve exactly what was acknowledged.
-    let read = |records: Vec<protocol::batch::ConsumedRecord>| -> Vec<(i64, String)> {
-        records.into_iter().map(|r| (r.offset, String::from_utf8_lossy(&r.value).into_owned())).collect()
-    };
-    let mut consumer = Consumer::new(&c.addr, ClientConfig::default());
-    assert_eq!(read(consumer.read_to_end("t", 0, 0).await.unwrap()), acked);
+    assert_eq!(log_of_t0(&c.addr).await, acked);
 
     // Room again: the restarted broker continues right after the acknowledged records.
     b.kill9();
@@ -115,8 +111,7 @@ async fn a_full_disk_fails_produces_cleanly_and_loses_nothing_acknowledged() {
     let m = q.send("t", 0, Bytes::from_static(b"after")).await.unwrap();
     assert_eq!(m.base_offset, acked.len() as i64, "no gap and no leftover of the failed writes");
     acked.push((m.base_offset, "after".into()));
-    let mut consumer = Consumer::new(&c.addr, ClientConfig::default());
-    assert_eq!(read(consumer.read_to_end("t", 0, 0).await.unwrap()), acked);
+    assert_eq!(log_of_t0(&c.addr).await, acked);
 }
 
 /// SIGTERM stops a broker cleanly: every log synced, the active segment indexed and the
@@ -149,14 +144,7 @@ async fn a_clean_stop_leaves_nothing_to_recover() {
     assert!(part.join(broker::log::offset_file_name(end, "snapshot")).exists(), "a snapshot at the log end");
 
     let _b = broker_with(1, &c.addr, dir.path(), &flags);
-    let mut consumer = Consumer::new(&c.addr, ClientConfig::default());
-    let log: Vec<(i64, String)> = consumer
-        .read_to_end("t", 0, 0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.offset, String::from_utf8_lossy(&r.value).into_owned()))
-        .collect();
+    let log = log_of_t0(&c.addr).await;
     assert_eq!(log, acked);
     let broker_log = std::fs::read_to_string(dir.path().join("broker-1.log")).unwrap();
     let opened: Vec<&str> = broker_log.lines().filter(|l| l.contains("partition opened")).collect();

@@ -845,22 +845,24 @@ async fn produce(shared: &Shared, r: ProduceRequest) -> ProduceResponse {
                 if let Err(status) = wait_durable(shared, &part, end_offset).await {
                     return produce_error(status, header.producer_epoch, epoch);
                 }
-                let now = part.leadership();
-                if !now.is_leader || now.leader_epoch != epoch {
-                    // Deposed while the write went to disk: the new leader may cut it.
-                    let status = Status::new(
-                        ErrorCode::NotLeaderOrFollower,
-                        format!(
-                            "{}-{}: this broker stopped leading at epoch {epoch} before the batch at offset \
-                             {base_offset} was acknowledged; retry with the current leader",
-                            r.topic, r.partition
-                        ),
-                    );
-                    return produce_error(status, header.producer_epoch, now.leader_epoch);
-                }
                 if r.acks == ACKS_ALL {
+                    // Also refuses if leadership moved, during the disk wait too.
                     if let Err(status) = wait_committed(shared, &part, end_offset, epoch).await {
                         return produce_error(status, header.producer_epoch, epoch);
+                    }
+                } else if shared.config.fsync == FsyncPolicy::Always {
+                    let now = part.leadership();
+                    if !now.is_leader || now.leader_epoch != epoch {
+                        // Deposed while the write went to disk: the new leader may cut it.
+                        let status = Status::new(
+                            ErrorCode::NotLeaderOrFollower,
+                            format!(
+                                "{}-{}: this broker stopped leading at epoch {epoch} before the batch at offset \
+                                 {base_offset} was on disk; retry with the current leader",
+                                r.topic, r.partition
+                            ),
+                        );
+                        return produce_error(status, header.producer_epoch, now.leader_epoch);
                     }
                 }
                 if matches!(appended, Appended::Duplicate { .. }) {

@@ -417,9 +417,9 @@ impl Cluster {
         Some((p.leader_id, p.leader_epoch, self.brokers.get(&p.leader_id).map(|b| b.addr.clone())))
     }
 
-    /// A partition's partition epoch.
-    pub fn partition_epoch(&self, topic: &str, partition: i32) -> Option<i32> {
-        self.partition(topic, partition).map(|p| p.partition_epoch)
+    /// A partition's ISR and its partition epoch.
+    pub fn isr_of(&self, topic: &str, partition: i32) -> Option<(&[i32], i32)> {
+        self.partition(topic, partition).map(|p| (p.isr.as_slice(), p.partition_epoch))
     }
 
     /// Brokers and partitions for `admin describe`.

@@ -1303,7 +1303,7 @@ impl Sim {
     /// The `unversioned-isr` mutation's coordinator: the change applies whatever it was based on.
     fn alter_isr_unversioned(&mut self, req: &AlterPartitionRequest) -> (Option<Entry>, AlterPartitionResponse) {
         let mut req = req.clone();
-        req.partition_epoch = self.cluster.partition_epoch(TOPIC, req.partition).unwrap_or(-1);
+        req.partition_epoch = self.cluster.isr_of(TOPIC, req.partition).map_or(-1, |(_, epoch)| epoch);
         self.cluster.handle_alter_partition(&req)
     }
 
@@ -1865,8 +1865,7 @@ impl Sim {
         }
         let (_, hw) = part.progress();
         let counted = part.counted_replicas().unwrap_or_default();
-        let isr = self.cluster.describe(0).1.into_iter().find(|p| p.partition == partition).map(|p| p.isr);
-        let isr = isr.unwrap_or_default();
+        let isr = self.cluster.isr_of(TOPIC, partition).map(|(isr, _)| isr.to_vec()).unwrap_or_default();
         if let Some(m) = isr.iter().find(|m| !counted.contains(m)) {
             return self.violate(format!(
                 "leader {leader} of partition {partition} at epoch {leader_epoch} commits without broker {m}, which \

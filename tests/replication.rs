@@ -8,7 +8,7 @@ use epochfence::{LocalCluster, LocalOptions};
 use net::Connection;
 use producer::{Admin, ClientConfig, Consumer, Producer, ProducerConfig};
 use protocol::batch::{build_batch, ProducerStamp};
-use protocol::{DescribeResponse, ErrorCode, ProduceRequest, Request, Response, ACKS_ALL};
+use protocol::{DescribeResponse, ErrorCode, ProduceRequest, Request, Response, ACKS_ALL, ACKS_LEADER};
 
 async fn describe(admin: &mut Admin) -> DescribeResponse {
     admin.describe().await.unwrap()
@@ -186,5 +186,73 @@ async fn without_leader_epoch_checks_a_stale_leader_makes_replicas_diverge() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(diverged, "without epoch checks the stale leader rewrote a follower's acknowledged records");
+    c.shutdown().await;
+}
+
+/// A produce of one record `value` by `p` at sequence `seq`, with `acks`.
+fn produce_at(p: &Producer, seq: i32, value: &str, acks: i8) -> Request {
+    let batch = build_batch(
+        ProducerStamp { producer_id: p.producer_id(), producer_epoch: p.epoch(), base_sequence: seq },
+        false,
+        0,
+        &[Bytes::from(value.to_string())],
+    );
+    Request::Produce(ProduceRequest { topic: "t".into(), partition: 0, leader_epoch: -1, acks, records: batch })
+}
+
+fn produced(answer: Result<Response, net::NetError>) -> protocol::ProduceResponse {
+    match answer.unwrap() {
+        Response::Produce(r) => r,
+        other => panic!("wrong answer {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn pipelined_acks_all_batches_are_appended_while_earlier_ones_wait_for_the_replicas() {
+    // Long lease and lag: the frozen follower stays in the ISR, so nothing commits until it wakes.
+    let opts = LocalOptions { brokers: 2, broker_lease_ms: 60_000, replica_lag_ms: 60_000, ..Default::default() };
+    let c = LocalCluster::start(opts).await.unwrap();
+    c.create_topic_replicated("t", 1, 2).await.unwrap();
+    let mut p = Producer::init(&c.coordinator_addr, ProducerConfig::transactional("pipe")).await.unwrap();
+    // The producer's first batch (it needs the coordinator's verification) goes through whole.
+    p.send("t", 0, Bytes::from_static(b"v0")).await.unwrap();
+    let d = until(&c, "both replicas in sync at 1", |d| {
+        let p = &d.partitions[0];
+        p.isr.len() == 2 && p.progress.iter().all(|g| g.log_end_offset == 1)
+    })
+    .await;
+    let leader = d.partitions[0].leader_id;
+    let follower = 3 - leader;
+    c.switches[(follower - 1) as usize].freeze();
+
+    // Two acks=all batches pipelined on one connection: neither can commit while the follower
+    // sleeps, yet both must be in the leader's log.
+    let conn = Connection::connect(&c.broker_addrs[(leader - 1) as usize]).await.unwrap();
+    let first = conn.submit(produce_at(&p, 1, "v1", ACKS_ALL)).await.unwrap();
+    let second = conn.submit(produce_at(&p, 2, "v2", ACKS_ALL)).await.unwrap();
+    // The proof: the next sequence, sent with acks=1 on another connection, is accepted only
+    // once both are appended (before, it is out of order). A broker that handled the first
+    // connection's requests one whole request at a time would refuse it until the follower woke.
+    let probe = Connection::connect(&c.broker_addrs[(leader - 1) as usize]).await.unwrap();
+    let mut accepted = None;
+    for _ in 0..1_000 {
+        let r = produced(probe.call(produce_at(&p, 3, "v3", ACKS_LEADER)).await);
+        match r.status.code {
+            ErrorCode::None => {
+                accepted = Some(r);
+                break;
+            }
+            ErrorCode::OutOfOrderSequenceNumber => tokio::time::sleep(Duration::from_millis(10)).await,
+            _ => panic!("probe refused: {}", r.status),
+        }
+    }
+    let accepted = accepted.expect("the pipelined batches were appended while the first waited for the follower");
+    assert_eq!(accepted.base_offset, 3);
+
+    c.switches[(follower - 1) as usize].thaw();
+    let (first, second) = (produced(first.await), produced(second.await));
+    assert!(first.status.is_ok() && second.status.is_ok(), "{} / {}", first.status, second.status);
+    assert_eq!((first.base_offset, second.base_offset), (1, 2), "answered in order, at the offsets sent");
+    assert_eq!(values(&c).await, ["v0", "v1", "v2", "v3"]);
     c.shutdown().await;
 }

@@ -310,10 +310,16 @@ pub async fn run_with(
     let retention = tokio::spawn(retention_loop(shared.clone()));
     let handler_shared = shared.clone();
     let handler: net::Handler = Arc::new(move |req| {
+        if !*handler_shared.control.paused.borrow() {
+            return handle(&handler_shared, req);
+        }
+        // Paused (a test's freeze): the request waits, and the connection's later ones behind it.
         let shared = handler_shared.clone();
-        Box::pin(async move {
+        net::Handled::serial(async move {
             shared.running().await;
-            handle(&shared, req).await
+            match handle(&shared, req) {
+                net::Handled::Applied(answer) | net::Handled::Serial(answer) => answer.await,
+            }
         })
     });
     net::serve(listener, handler, config.limits.clone(), shutdown).await;
@@ -705,16 +711,20 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
     }
 }
 
-async fn handle(shared: &Arc<Shared>, req: Request) -> Response {
+/// Start a request in arrival order; see [`net::Handled`].
+fn handle(shared: &Arc<Shared>, req: Request) -> net::Handled {
     match req {
-        Request::Produce(r) => Response::Produce(produce(shared, r).await),
-        Request::Fetch(r) => Response::Fetch(fetch(shared, r)),
-        Request::WriteMarker(r) => Response::WriteMarker(write_marker(shared, r).await),
-        Request::Replicate(r) => Response::Replicate(replicate(shared, r).await),
-        other => Response::Error(Status::new(
+        Request::Produce(r) => produce(shared, r),
+        Request::Fetch(r) => net::Handled::answer(Response::Fetch(fetch(shared, r))),
+        Request::WriteMarker(r) => {
+            let shared = shared.clone();
+            net::Handled::serial(async move { Response::WriteMarker(write_marker(&shared, r).await) })
+        }
+        Request::Replicate(r) => replicate(shared, r),
+        other => net::Handled::answer(Response::Error(Status::new(
             ErrorCode::InvalidRequest,
             format!("a broker does not serve {:?}; send it to the coordinator", other.api_key()),
-        )),
+        ))),
     }
 }
 
@@ -803,117 +813,175 @@ async fn wait_committed(shared: &Shared, part: &Partition, end_offset: i64, lead
     }
 }
 
-async fn produce(shared: &Shared, r: ProduceRequest) -> ProduceResponse {
+/// A produce request that passed the checks that need no partition state.
+struct Checked {
+    r: ProduceRequest,
+    header: BatchHeader,
+    part: PartitionRef,
+}
+
+/// What one append attempt came to.
+enum Attempt {
+    Appended(Appended),
+    /// The gate wants the coordinator to confirm `(producer_id, epoch)` first.
+    Verify {
+        producer_id: i64,
+        epoch: i16,
+        leader_epoch: i32,
+    },
+    Answer(ProduceResponse),
+}
+
+/// A produce request's checks and its append, in the order requests arrived. What is left (the
+/// wait for the disk and the replicas) runs beside the connection's later requests, so a
+/// producer's pipelined batches wait for one fdatasync and one replication round together.
+/// Only a batch that needs the coordinator's verification first is handled serially.
+fn produce(shared: &Arc<Shared>, r: ProduceRequest) -> net::Handled {
+    let checked = match check_produce(shared, r) {
+        Ok(c) => c,
+        Err(answer) => return net::Handled::answer(Response::Produce(answer)),
+    };
+    let shared = shared.clone();
+    match attempt(&shared, &checked) {
+        Attempt::Appended(appended) => net::Handled::Applied(Box::pin(async move {
+            Response::Produce(finish_produce(&shared, &checked, appended).await)
+        })),
+        Attempt::Answer(answer) => net::Handled::answer(Response::Produce(answer)),
+        Attempt::Verify { producer_id, epoch, leader_epoch } => net::Handled::serial(async move {
+            Response::Produce(verify_and_produce(&shared, &checked, producer_id, epoch, leader_epoch).await)
+        }),
+    }
+}
+
+fn check_produce(shared: &Shared, r: ProduceRequest) -> Result<Checked, ProduceResponse> {
     if r.acks != ACKS_ALL && r.acks != ACKS_LEADER {
-        return produce_error(
+        return Err(produce_error(
             Status::new(ErrorCode::InvalidRequiredAcks, format!("acks {} is not -1 (all) or 1 (leader)", r.acks)),
             -1,
             -1,
-        );
+        ));
     }
     if r.records.len() > shared.config.batch_bytes_max {
-        return produce_error(
+        return Err(produce_error(
             Status::new(
                 ErrorCode::MessageTooLarge,
                 format!("batch of {} bytes exceeds batch_bytes_max {}", r.records.len(), shared.config.batch_bytes_max),
             ),
             -1,
             -1,
-        );
+        ));
     }
     let header = match BatchHeader::parse(&r.records).and_then(|h| verify_crc(&r.records, &h).map(|_| h)) {
         Ok(h) if h.is_control() => {
-            return produce_error(
+            return Err(produce_error(
                 Status::new(ErrorCode::InvalidRequest, "control batches are written by the coordinator only"),
                 -1,
                 -1,
-            )
+            ))
         }
         Ok(h) => h,
-        Err(e) => return produce_error(batch_status(&e), -1, -1),
+        Err(e) => return Err(produce_error(batch_status(&e), -1, -1)),
     };
-    let part = match partition(shared, &r.topic, r.partition) {
-        Ok(p) => p,
-        Err(s) => return produce_error(s, -1, -1),
-    };
-    // At most one verification round: after it the gate decides with the coordinator's answer.
-    for _ in 0..2 {
-        let leader_epoch = part.leadership().leader_epoch;
-        match part.append(&r.records, &header, r.leader_epoch) {
-            Ok(appended) => {
-                let (base_offset, end_offset, epoch) = appended.parts();
-                if let Err(status) = wait_durable(shared, &part, end_offset).await {
-                    return produce_error(status, header.producer_epoch, epoch);
-                }
-                if r.acks == ACKS_ALL {
-                    // Also refuses if leadership moved, during the disk wait too.
-                    if let Err(status) = wait_committed(shared, &part, end_offset, epoch).await {
-                        return produce_error(status, header.producer_epoch, epoch);
-                    }
-                } else if shared.config.fsync == FsyncPolicy::Always {
-                    let now = part.leadership();
-                    if !now.is_leader || now.leader_epoch != epoch {
-                        // Deposed while the write went to disk: the new leader may cut it.
-                        let status = Status::new(
-                            ErrorCode::NotLeaderOrFollower,
-                            format!(
-                                "{}-{}: this broker stopped leading at epoch {epoch} before the batch at offset \
-                                 {base_offset} was on disk; retry with the current leader",
-                                r.topic, r.partition
-                            ),
-                        );
-                        return produce_error(status, header.producer_epoch, now.leader_epoch);
-                    }
-                }
-                if matches!(appended, Appended::Duplicate { .. }) {
-                    tracing::debug!(topic = %r.topic, partition = r.partition, base_offset, "duplicate batch answered with its original offset");
-                }
-                return ProduceResponse {
-                    status: Status::ok(),
-                    base_offset,
-                    log_end_offset: end_offset,
-                    current_producer_epoch: header.producer_epoch,
-                    current_leader_epoch: epoch,
-                };
-            }
-            Err(AppendError::NeedsVerification { producer_id, epoch }) => {
-                let transactional = header.is_transactional();
-                if let Err((status, current)) =
-                    verify(shared, producer_id, epoch, &r.topic, r.partition, transactional).await
-                {
-                    return produce_error(status, current, leader_epoch);
-                }
-                part.mark_verified(producer_id, epoch, transactional);
-            }
-            Err(AppendError::Leader(e)) => return produce_error(leader_status(shared, &r.topic, r.partition, &e), -1, leader_epoch),
-            Err(AppendError::Gate(GateError::StaleEpoch { producer_id, current, got })) => {
-                return produce_error(
-                    Status::new(
-                        ErrorCode::InvalidProducerEpoch,
-                        format!(
-                            "fenced: {}-{} holds epoch {current} for producer id {producer_id}, this batch carries epoch {got}; \
-                             the producer's epoch was bumped (a newer instance, or the end or timeout of its \
-                             transaction), so stop this producer",
-                            r.topic, r.partition
-                        ),
-                    ),
-                    current,
-                    leader_epoch,
-                )
-            }
-            Err(AppendError::Gate(e @ GateError::OutOfOrder { .. })) => {
-                return produce_error(Status::new(ErrorCode::OutOfOrderSequenceNumber, e.to_string()), header.producer_epoch, leader_epoch)
-            }
-            Err(AppendError::Storage(e)) => {
-                return produce_error(Status::new(ErrorCode::KafkaStorageError, e.to_string()), -1, leader_epoch)
-            }
+    let part = partition(shared, &r.topic, r.partition).map_err(|s| produce_error(s, -1, -1))?;
+    Ok(Checked { r, header, part })
+}
+
+/// Offer the batch to the partition's gate and log.
+fn attempt(shared: &Shared, c: &Checked) -> Attempt {
+    let (r, header) = (&c.r, &c.header);
+    let leader_epoch = c.part.leadership().leader_epoch;
+    match c.part.append(&r.records, header, r.leader_epoch) {
+        Ok(appended) => Attempt::Appended(appended),
+        Err(AppendError::NeedsVerification { producer_id, epoch }) => Attempt::Verify { producer_id, epoch, leader_epoch },
+        Err(AppendError::Leader(e)) => {
+            Attempt::Answer(produce_error(leader_status(shared, &r.topic, r.partition, &e), -1, leader_epoch))
+        }
+        Err(AppendError::Gate(GateError::StaleEpoch { producer_id, current, got })) => Attempt::Answer(produce_error(
+            Status::new(
+                ErrorCode::InvalidProducerEpoch,
+                format!(
+                    "fenced: {}-{} holds epoch {current} for producer id {producer_id}, this batch carries epoch {got}; \
+                     the producer's epoch was bumped (a newer instance, or the end or timeout of its \
+                     transaction), so stop this producer",
+                    r.topic, r.partition
+                ),
+            ),
+            current,
+            leader_epoch,
+        )),
+        Err(AppendError::Gate(e @ GateError::OutOfOrder { .. })) => Attempt::Answer(produce_error(
+            Status::new(ErrorCode::OutOfOrderSequenceNumber, e.to_string()),
+            header.producer_epoch,
+            leader_epoch,
+        )),
+        Err(AppendError::Storage(e)) => {
+            Attempt::Answer(produce_error(Status::new(ErrorCode::KafkaStorageError, e.to_string()), -1, leader_epoch))
         }
     }
-    produce_error(
-        Status::new(ErrorCode::CoordinatorNotAvailable, "producer verification did not settle; retry"),
-        -1,
-        -1,
-    )
+}
+
+/// Ask the coordinator, then offer the batch once more: after one verification round the gate
+/// decides with the coordinator's answer.
+async fn verify_and_produce(
+    shared: &Shared,
+    c: &Checked,
+    producer_id: i64,
+    epoch: i16,
+    leader_epoch: i32,
+) -> ProduceResponse {
+    let transactional = c.header.is_transactional();
+    if let Err((status, current)) = verify(shared, producer_id, epoch, &c.r.topic, c.r.partition, transactional).await {
+        return produce_error(status, current, leader_epoch);
+    }
+    c.part.mark_verified(producer_id, epoch, transactional);
+    match attempt(shared, c) {
+        Attempt::Appended(appended) => finish_produce(shared, c, appended).await,
+        Attempt::Answer(answer) => answer,
+        Attempt::Verify { .. } => produce_error(
+            Status::new(ErrorCode::CoordinatorNotAvailable, "producer verification did not settle; retry"),
+            -1,
+            -1,
+        ),
+    }
+}
+
+/// Wait until the appended batch is as durable as the request asked, then answer.
+async fn finish_produce(shared: &Shared, c: &Checked, appended: Appended) -> ProduceResponse {
+    let (r, header, part) = (&c.r, &c.header, &c.part);
+    let (base_offset, end_offset, epoch) = appended.parts();
+    if let Err(status) = wait_durable(shared, part, end_offset).await {
+        return produce_error(status, header.producer_epoch, epoch);
+    }
+    if r.acks == ACKS_ALL {
+        // Also refuses if leadership moved, during the disk wait too.
+        if let Err(status) = wait_committed(shared, part, end_offset, epoch).await {
+            return produce_error(status, header.producer_epoch, epoch);
+        }
+    } else if shared.config.fsync == FsyncPolicy::Always {
+        let now = part.leadership();
+        if !now.is_leader || now.leader_epoch != epoch {
+            // Deposed while the write went to disk: the new leader may cut it.
+            let status = Status::new(
+                ErrorCode::NotLeaderOrFollower,
+                format!(
+                    "{}-{}: this broker stopped leading at epoch {epoch} before the batch at offset \
+                     {base_offset} was on disk; retry with the current leader",
+                    r.topic, r.partition
+                ),
+            );
+            return produce_error(status, header.producer_epoch, now.leader_epoch);
+        }
+    }
+    if matches!(appended, Appended::Duplicate { .. }) {
+        tracing::debug!(topic = %r.topic, partition = r.partition, base_offset, "duplicate batch answered with its original offset");
+    }
+    ProduceResponse {
+        status: Status::ok(),
+        base_offset,
+        log_end_offset: end_offset,
+        current_producer_epoch: header.producer_epoch,
+        current_leader_epoch: epoch,
+    }
 }
 
 /// Ask the coordinator to register `topic-partition` under `(producer_id, epoch)`.
@@ -997,7 +1065,8 @@ fn fetch(shared: &Shared, r: FetchRequest) -> FetchResponse {
     }
 }
 
-async fn replicate(shared: &Shared, r: ReplicateRequest) -> ReplicateResponse {
+/// Apply a leader's push in arrival order; the wait for the disk runs beside later requests.
+fn replicate(shared: &Arc<Shared>, r: ReplicateRequest) -> net::Handled {
     let answer_diverged = |diverging_epoch, status, leo, hint, epoch| ReplicateResponse {
         status,
         log_end_offset: leo,
@@ -1005,19 +1074,24 @@ async fn replicate(shared: &Shared, r: ReplicateRequest) -> ReplicateResponse {
         diverging_epoch,
         current_leader_epoch: epoch,
     };
-    let answer = |status, leo, hint, epoch| answer_diverged(-1, status, leo, hint, epoch);
+    let answer = move |status, leo, hint, epoch| answer_diverged(-1, status, leo, hint, epoch);
     let part = match partition(shared, &r.topic, r.partition) {
         Ok(p) => p,
-        Err(s) => return answer(s, -1, -1, -1),
+        Err(s) => return net::Handled::answer(Response::Replicate(answer(s, -1, -1, -1))),
     };
     let epoch = part.leadership().leader_epoch;
-    match part.apply_replicated_at(&r, shared.config.leader_epoch_checks) {
+    let refused = match part.apply_replicated_at(&r, shared.config.leader_epoch_checks) {
         // A follower confirms only what it has made durable (with --fsync always), and only if
         // its log was not cut meanwhile.
-        Ok((leo, generation)) => match wait_durable_at(shared, &part, leo, Some(generation)).await {
-            Ok(()) => answer(Status::ok(), leo, -1, epoch),
-            Err(status) => answer(status, -1, -1, epoch),
-        },
+        Ok((leo, generation)) => {
+            let shared = shared.clone();
+            return net::Handled::Applied(Box::pin(async move {
+                Response::Replicate(match wait_durable_at(&shared, &part, leo, Some(generation)).await {
+                    Ok(()) => answer(Status::ok(), leo, -1, epoch),
+                    Err(status) => answer(status, -1, -1, epoch),
+                })
+            }));
+        }
         Err(ReplicateError::Mismatch { hint, diverging_epoch, log_end_offset }) => answer_diverged(
             diverging_epoch,
             Status::new(
@@ -1045,7 +1119,8 @@ async fn replicate(shared: &Shared, r: ReplicateRequest) -> ReplicateResponse {
         Err(e @ ReplicateError::Storage(_)) => {
             answer(Status::new(ErrorCode::KafkaStorageError, e.to_string()), -1, -1, epoch)
         }
-    }
+    };
+    net::Handled::answer(Response::Replicate(refused))
 }
 
 async fn write_marker(shared: &Shared, r: WriteMarkerRequest) -> WriteMarkerResponse {

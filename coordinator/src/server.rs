@@ -163,7 +163,9 @@ pub async fn run(
     let handler_shared = shared.clone();
     let handler: net::Handler = Arc::new(move |req| {
         let shared = handler_shared.clone();
-        Box::pin(async move { handle(shared, req).await })
+        // One request of a connection at a time: a client's InitProducerId, AddPartitions and
+        // EndTxn are decided in the order it sent them.
+        net::Handled::serial(async move { handle(shared, req).await })
     });
     net::serve(listener, handler, config.limits.clone(), shutdown).await;
     Ok(())

@@ -8,7 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use std::collections::VecDeque;
 
-use futures::{SinkExt, StreamExt};
+use futures::stream::FuturesOrdered;
+use futures::{FutureExt, SinkExt, StreamExt};
 use protocol::auth::{ClusterSecret, NONCE_BYTES};
 use protocol::codec::{CodecError, ServerCodec, FRAME_BYTES_MAX_DEFAULT};
 use protocol::{AuthBeginResponse, AuthProveResponse, ErrorCode, Request, Response, Status};
@@ -20,8 +21,32 @@ use tokio_util::codec::Framed;
 /// A boxed response future.
 pub type ResponseFuture = Pin<Box<dyn Future<Output = Response> + Send + 'static>>;
 
+/// What a handler made of one request. The server calls the handler for a connection's requests
+/// one at a time, in the order they arrived, and writes the answers in that order.
+pub enum Handled {
+    /// Everything the request changes was done inside the handler call. The future only waits
+    /// (for the disk, for replicas) and runs beside the connection's later requests, whose
+    /// handler calls go ahead meanwhile: a pipelining producer's batches wait together.
+    Applied(ResponseFuture),
+    /// The request still has work to do in order: the connection's later requests are not handed
+    /// to the handler until this future has finished and every earlier answer was written.
+    Serial(ResponseFuture),
+}
+
+impl Handled {
+    /// A request answered at once.
+    pub fn answer(resp: Response) -> Handled {
+        Handled::Applied(Box::pin(std::future::ready(resp)))
+    }
+
+    /// A request that must finish before the connection's next one starts.
+    pub fn serial(fut: impl Future<Output = Response> + Send + 'static) -> Handled {
+        Handled::Serial(Box::pin(fut))
+    }
+}
+
 /// Turns a request into its response; shared by every connection.
-pub type Handler = Arc<dyn Fn(Request) -> ResponseFuture + Send + Sync>;
+pub type Handler = Arc<dyn Fn(Request) -> Handled + Send + Sync>;
 
 /// Limits of one server; every one has a default and a unit.
 #[derive(Clone)]
@@ -232,35 +257,109 @@ fn gate(limits: &ServerLimits, peer: &mut Peer, req: &Request) -> Option<(Respon
 
 type Pending = Pin<Box<dyn Future<Output = (i32, Response)> + Send>>;
 
-/// A connection's requests, handled strictly one after another in arrival order.
-#[derive(Default)]
-struct InOrder {
-    queue: VecDeque<Pending>,
+/// A connection's requests between the socket and their answers.
+///
+/// Requests are handed to the handler in arrival order. An [`Handled::Applied`] request's
+/// future runs beside later ones; after a [`Handled::Serial`] one, later requests wait in
+/// `deferred` until its answer is out. Answers leave in arrival order either way.
+struct InFlight {
+    /// Started requests, polled together, yielded in the order they started.
+    running: FuturesOrdered<Pending>,
+    /// For each entry of `running`, in order: whether it was serial.
+    serial: VecDeque<bool>,
+    /// How many of `running` are serial.
+    serials: usize,
+    /// Read but not started yet: a serial request ahead of them has not finished. `Err` is an
+    /// answer already decided (an undecodable frame), kept in its place in the order.
+    deferred: VecDeque<(i32, Result<Request, Status>)>,
+    request_timeout: Duration,
 }
 
-impl InOrder {
-    fn push_back(&mut self, fut: impl Future<Output = (i32, Response)> + Send + 'static) {
-        self.queue.push_back(Box::pin(fut));
+impl InFlight {
+    fn new(request_timeout: Duration) -> InFlight {
+        InFlight {
+            running: FuturesOrdered::new(),
+            serial: VecDeque::new(),
+            serials: 0,
+            deferred: VecDeque::new(),
+            request_timeout,
+        }
     }
 
     fn len(&self) -> usize {
-        self.queue.len()
+        self.running.len() + self.deferred.len()
     }
 
     fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.len() == 0
     }
 
-    /// Drive the oldest request to its answer. Cancel-safe: the request keeps its progress.
+    /// Take a request (or a decided answer) in arrival order: start it now, or defer it behind a
+    /// serial request still running. Returns whether the connection must close after it.
+    fn push(
+        &mut self,
+        correlation_id: i32,
+        req: Result<Request, Status>,
+        handler: &Handler,
+        limits: &ServerLimits,
+        peer: &mut Peer,
+    ) -> bool {
+        if self.serials > 0 || !self.deferred.is_empty() {
+            self.deferred.push_back((correlation_id, req));
+            return false;
+        }
+        self.start(correlation_id, req, handler, limits, peer)
+    }
+
+    fn start(
+        &mut self,
+        correlation_id: i32,
+        req: Result<Request, Status>,
+        handler: &Handler,
+        limits: &ServerLimits,
+        peer: &mut Peer,
+    ) -> bool {
+        let (handled, close) = match req {
+            Err(status) => (Handled::answer(Response::Error(status)), false),
+            Ok(req) => match gate(limits, peer, &req) {
+                Some((resp, close)) => (Handled::answer(resp), close),
+                None => (handler(req), false),
+            },
+        };
+        let (fut, serial) = match handled {
+            Handled::Applied(f) => (f, false),
+            Handled::Serial(f) => (f, true),
+        };
+        self.running.push_back(Box::pin(tagged(correlation_id, fut, self.request_timeout)));
+        self.serial.push_back(serial);
+        self.serials += usize::from(serial);
+        close
+    }
+
+    /// The next answer in order, once it is ready. Cancel-safe: requests keep their progress.
     async fn next(&mut self) -> Option<(i32, Response)> {
-        let out = self.queue.front_mut()?.await;
-        self.queue.pop_front();
+        let out = self.running.next().await?;
+        if self.serial.pop_front() == Some(true) {
+            self.serials -= 1;
+        }
         Some(out)
     }
-}
 
-fn error_reply(status: Status) -> ResponseFuture {
-    Box::pin(async move { Response::Error(status) })
+    /// The next answer in order if it is ready now, without waiting.
+    fn next_ready(&mut self) -> Option<(i32, Response)> {
+        self.next().now_or_never().flatten()
+    }
+
+    /// Start deferred requests until one of them is serial. Returns whether the connection must
+    /// close after them.
+    fn resume(&mut self, handler: &Handler, limits: &ServerLimits, peer: &mut Peer) -> bool {
+        let mut close = false;
+        while self.serials == 0 {
+            let Some((correlation_id, req)) = self.deferred.pop_front() else { break };
+            close |= self.start(correlation_id, req, handler, limits, peer);
+        }
+        close
+    }
 }
 
 async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
@@ -270,8 +369,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut framed = Framed::new(stream, ServerCodec::new(limits.frame_bytes_max));
-    let mut inflight = InOrder::default();
-    let request_timeout = Duration::from_millis(limits.request_timeout_ms);
+    let mut inflight = InFlight::new(Duration::from_millis(limits.request_timeout_ms));
     let mut peer = Peer::default();
     // After a request that cannot be decoded we answer it, finish what is in flight and close.
     let mut closing = false;
@@ -284,8 +382,19 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
         }
         tokio::select! {
             biased;
-            Some((correlation_id, resp)) = inflight.next(), if !inflight.is_empty() => {
-                if framed.send((correlation_id, resp)).await.is_err() {
+            Some(answer) = inflight.next(), if !inflight.running.is_empty() => {
+                // Every answer ready now goes out in one write.
+                let mut answer = Some(answer);
+                let mut failed = false;
+                while let Some(a) = answer.take() {
+                    if framed.feed(a).await.is_err() {
+                        failed = true;
+                        break;
+                    }
+                    closing |= inflight.resume(&handler, limits, &mut peer);
+                    answer = inflight.next_ready();
+                }
+                if failed || framed.flush().await.is_err() {
                     break;
                 }
                 idle_timer.as_mut().reset(tokio::time::Instant::now() + idle);
@@ -295,21 +404,13 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                 match item {
                     None => closing = true,
                     Some(Ok(Ok((header, req)))) => {
-                        let fut = match gate(limits, &mut peer, &req) {
-                            Some((resp, close)) => {
-                                closing |= close;
-                                Box::pin(async move { resp })
-                            }
-                            None => handler(req),
-                        };
-                        inflight.push_back(tagged(header.correlation_id, fut, request_timeout));
+                        closing |= inflight.push(header.correlation_id, Ok(req), &handler, limits, &mut peer);
                     }
                     Some(Ok(Err(bad))) => {
                         let correlation_id = bad.header.map_or(-1, |h| h.correlation_id);
                         tracing::info!(error = %bad.error, correlation_id, "undecodable request; answering and closing");
                         let status = Status::new(bad.error.error_code(), format!("{}; closing the connection", bad.error));
-                        let fut = error_reply(status);
-                        inflight.push_back(tagged(correlation_id, fut, request_timeout));
+                        inflight.push(correlation_id, Err(status), &handler, limits, &mut peer);
                         closing = true;
                     }
                     Some(Err(CodecError::FrameTooLarge { len, max })) => {
@@ -318,8 +419,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                             ErrorCode::MessageTooLarge,
                             format!("frame of {len} bytes exceeds frame_bytes_max {max}; closing the connection"),
                         );
-                        let fut = error_reply(status);
-                        inflight.push_back(tagged(-1, fut, request_timeout));
+                        inflight.push(-1, Err(status), &handler, limits, &mut peer);
                         closing = true;
                     }
                     Some(Err(e)) => {
@@ -334,5 +434,113 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
             }
             _ = stop.changed() => break,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::FetchRequest;
+    use std::sync::Mutex;
+    use tokio::sync::oneshot;
+
+    fn fetch(partition: i32) -> Request {
+        Request::Fetch(FetchRequest {
+            topic: "t".into(),
+            partition,
+            leader_epoch: -1,
+            offset: 0,
+            max_bytes: 1,
+            isolation: 0,
+        })
+    }
+
+    /// An answer that names the partition asked.
+    fn answer(partition: i32) -> Response {
+        Response::Error(Status::new(ErrorCode::None, partition.to_string()))
+    }
+
+    /// A handler that records each call's partition and holds the answer to partition 0 until
+    /// `release` fires; `serial` says how it hands that request back.
+    fn holding(serial: bool) -> (Handler, Arc<Mutex<Vec<i32>>>, oneshot::Sender<()>) {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let (release, released) = oneshot::channel::<()>();
+        let released = Arc::new(Mutex::new(Some(released)));
+        let seen = calls.clone();
+        let handler: Handler = Arc::new(move |req| {
+            let Request::Fetch(f) = req else { panic!("only fetches here") };
+            seen.lock().unwrap().push(f.partition);
+            if f.partition != 0 {
+                return Handled::answer(answer(f.partition));
+            }
+            let released = released.lock().unwrap().take().expect("partition 0 asked once");
+            let fut = async move {
+                let _ = released.await;
+                answer(0)
+            };
+            if serial {
+                Handled::serial(fut)
+            } else {
+                Handled::Applied(Box::pin(fut))
+            }
+        });
+        (handler, calls, release)
+    }
+
+    async fn answers(inflight: &mut InFlight, n: usize) -> Vec<(i32, String)> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let (id, resp) = inflight.next().await.expect("an answer is due");
+            let Response::Error(s) = resp else { panic!("wrong answer") };
+            out.push((id, s.message));
+        }
+        out
+    }
+
+    fn want(pairs: &[(i32, &str)]) -> Vec<(i32, String)> {
+        pairs.iter().map(|(id, m)| (*id, m.to_string())).collect()
+    }
+
+    #[tokio::test]
+    async fn applied_requests_let_later_ones_start_and_answers_keep_their_order() {
+        let (handler, calls, release) = holding(false);
+        let limits = ServerLimits::default();
+        let mut peer = Peer::default();
+        let mut inflight = InFlight::new(Duration::from_secs(60));
+        for (id, p) in [(10, 0), (11, 1), (12, 2)] {
+            inflight.push(id, Ok(fetch(p)), &handler, &limits, &mut peer);
+        }
+        // Request 0 is still waiting, yet 1 and 2 were handed to the handler already.
+        assert_eq!(*calls.lock().unwrap(), [0, 1, 2]);
+        assert!(inflight.next_ready().is_none(), "answer 0 is not ready, and 1 may not overtake it");
+        release.send(()).unwrap();
+        assert_eq!(answers(&mut inflight, 3).await, want(&[(10, "0"), (11, "1"), (12, "2")]));
+        assert!(inflight.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_serial_request_holds_back_later_ones_until_it_finishes() {
+        let (handler, calls, release) = holding(true);
+        let limits = ServerLimits::default();
+        let mut peer = Peer::default();
+        let mut inflight = InFlight::new(Duration::from_secs(60));
+        for (id, p) in [(10, 0), (11, 1), (12, 2)] {
+            inflight.push(id, Ok(fetch(p)), &handler, &limits, &mut peer);
+        }
+        let bad = Status::new(ErrorCode::InvalidRequest, "undecodable");
+        inflight.push(13, Err(bad), &handler, &limits, &mut peer);
+        assert_eq!(*calls.lock().unwrap(), [0], "1 and 2 wait for the serial request");
+        assert_eq!(inflight.len(), 4);
+        assert!(inflight.next_ready().is_none());
+        release.send(()).unwrap();
+        assert_eq!(answers(&mut inflight, 1).await, want(&[(10, "0")]));
+        // As the server loop does after each answer.
+        inflight.resume(&handler, &limits, &mut peer);
+        assert_eq!(*calls.lock().unwrap(), [0, 1, 2]);
+        assert_eq!(answers(&mut inflight, 2).await, want(&[(11, "1"), (12, "2")]));
+        let (id, resp) = inflight.next().await.expect("the decided answer keeps its place");
+        assert_eq!(id, 13);
+        assert!(matches!(resp, Response::Error(s) if s.code == ErrorCode::InvalidRequest));
+        assert!(inflight.is_empty());
     }
 }

@@ -282,15 +282,13 @@ async fn loopback(args: &Args, template: Arc<BatchTemplate>) -> Result<Figures, 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?.to_string();
     let handler: net::Handler = Arc::new(|_req| {
-        Box::pin(async {
-            Response::Produce(ProduceResponse {
-                status: Status::ok(),
-                base_offset: 0,
-                log_end_offset: 0,
-                current_producer_epoch: 0,
-                current_leader_epoch: 0,
-            })
-        })
+        net::Handled::answer(Response::Produce(ProduceResponse {
+            status: Status::ok(),
+            base_offset: 0,
+            log_end_offset: 0,
+            current_producer_epoch: 0,
+            current_leader_epoch: 0,
+        }))
     });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(net::serve(listener, handler, ServerLimits::default(), async {

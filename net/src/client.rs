@@ -238,26 +238,13 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
                     open = false;
                     continue;
                 };
-                // Every call queued now goes out in one write.
-                let mut call = Some((req, done));
-                let mut failed = None;
-                while let Some((req, done)) = call.take() {
-                    let id = next_id;
-                    next_id = next_id.wrapping_add(1) & i32::MAX;
-                    if let Err(e) = framed.feed((id, req)).await {
-                        let _ = done.send(Err(NetError::Closed { addr: addr.clone(), detail: e.to_string() }));
-                        failed = Some(e.to_string());
-                        break;
-                    }
-                    pending.push_back((id, done));
-                    call = rx.try_recv().ok();
-                }
-                if let Some(e) = failed {
-                    break e;
-                }
-                if let Err(e) = framed.flush().await {
+                let id = next_id;
+                next_id = next_id.wrapping_add(1) & i32::MAX;
+                if let Err(e) = framed.send((id, req)).await {
+                    let _ = done.send(Err(NetError::Closed { addr: addr.clone(), detail: e.to_string() }));
                     break e.to_string();
                 }
+                pending.push_back((id, done));
             }
             frame = framed.next(), if !pending.is_empty() => {
                 match frame {

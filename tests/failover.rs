@@ -187,7 +187,9 @@ async fn sigstopped_leader_is_fenced_by_epoch_after_sigcont_and_converges() {
     // Once caught up, its log equals the new leader's byte for byte up to the high watermark.
     let d = until(&mut admin, "the old leader in sync", |d| {
         let p = &d.partitions[0];
-        p.isr.len() == 3 && p.progress.iter().all(|g| g.log_end_offset == 10 && g.high_watermark == 10)
+        p.isr.len() == 3
+            && p.progress.len() == 3
+            && p.progress.iter().all(|g| g.log_end_offset == 10 && g.high_watermark == 10)
     })
     .await;
     let new = d.partitions[0].leader_id;

@@ -126,7 +126,9 @@ async fn frozen_leader_wakes_fenced_by_epoch_and_converges() {
     // It becomes a follower, cuts its stale batch, and converges on the new leader's log.
     let d = until(&c, "the old leader back in sync", |d| {
         let p = &d.partitions[0];
-        p.isr.contains(&old) && p.progress.iter().all(|g| g.log_end_offset == 10 && g.high_watermark == 10)
+        p.isr.contains(&old)
+            && p.progress.len() == 3
+            && p.progress.iter().all(|g| g.log_end_offset == 10 && g.high_watermark == 10)
     })
     .await;
     let new_leader = d.partitions[0].leader_id;
@@ -218,7 +220,7 @@ async fn pipelined_acks_all_batches_are_appended_while_earlier_ones_wait_for_the
     p.send("t", 0, Bytes::from_static(b"v0")).await.unwrap();
     let d = until(&c, "both replicas in sync at 1", |d| {
         let p = &d.partitions[0];
-        p.isr.len() == 2 && p.progress.iter().all(|g| g.log_end_offset == 1)
+        p.isr.len() == 2 && p.progress.len() == 2 && p.progress.iter().all(|g| g.log_end_offset == 1)
     })
     .await;
     let leader = d.partitions[0].leader_id;
@@ -253,6 +255,12 @@ async fn pipelined_acks_all_batches_are_appended_while_earlier_ones_wait_for_the
     let (first, second) = (produced(first.await), produced(second.await));
     assert!(first.status.is_ok() && second.status.is_ok(), "{} / {}", first.status, second.status);
     assert_eq!((first.base_offset, second.base_offset), (1, 2), "answered in order, at the offsets sent");
+    // The probe was acks=1: it is committed once the follower has it too.
+    until(&c, "every replica at 4", |d| {
+        let p = &d.partitions[0];
+        p.progress.len() == 2 && p.progress.iter().all(|g| g.log_end_offset == 4 && g.high_watermark == 4)
+    })
+    .await;
     assert_eq!(values(&c).await, ["v0", "v1", "v2", "v3"]);
     c.shutdown().await;
 }

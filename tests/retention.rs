@@ -89,7 +89,9 @@ async fn retention_deletes_old_segments_and_a_frozen_follower_starts_over_at_the
     c.switches[(frozen - 1) as usize].thaw();
     c.wait_for("the frozen follower back in sync", Duration::from_secs(20), |d| {
         let part = &d.partitions[0];
-        part.isr.contains(&frozen) && part.progress.iter().all(|g| g.log_end_offset == end && g.high_watermark == end)
+        part.isr.contains(&frozen)
+            && part.progress.len() == 3
+            && part.progress.iter().all(|g| g.log_end_offset == end && g.high_watermark == end)
     })
     .await
     .unwrap();

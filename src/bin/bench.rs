@@ -24,6 +24,12 @@ use producer::{Client, ClientConfig, Producer, ProducerConfig};
 use protocol::batch::{build_batch, ProducerStamp};
 use protocol::{ProduceRequest, ProduceResponse, Request, Response, Status, ACKS_ALL, ACKS_LEADER};
 
+/// glibc's allocator hands large freed buffers back to the kernel and faults them in again on
+/// the next frame (worst when one thread frees what another allocated), which slowed and
+/// scattered the figures; mimalloc keeps them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Producer throughput and latency against a loopback ceiling, with and without fencing")]
 struct Args {

@@ -3,6 +3,11 @@
 use broker::BrokerConfig;
 use clap::Parser;
 
+/// mimalloc rather than glibc's allocator: glibc hands large freed buffers (request frames)
+/// back to the kernel and faults them in again for the next one.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// An epochfence broker: leads partitions, fences zombie producers and stale leader epochs.
 #[derive(Parser, Debug)]
 #[command(version)]

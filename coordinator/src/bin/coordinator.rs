@@ -3,6 +3,11 @@
 use clap::Parser;
 use coordinator::CoordinatorConfig;
 
+/// mimalloc rather than glibc's allocator: glibc hands large freed buffers (request frames)
+/// back to the kernel and faults them in again for the next one.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The epochfence transaction coordinator: grants producer ids and epochs (fencing earlier
 /// instances), and keeps brokers, topics and partition leaders.
 #[derive(Parser, Debug)]

@@ -87,7 +87,14 @@ pub struct LogConfig {
     /// and `interval-ms`). Off under `--fsync never`: a roll then costs no disk flush, and a
     /// closed segment found torn on open (a power loss) ends the log there.
     pub sync_on_roll: bool,
+    /// Reserve the active segment's disk blocks this many bytes ahead of its end (at most up
+    /// to `segment_bytes`), so that appends skip the file system's per-page block allocation;
+    /// 0 turns it off. The file's length is not changed.
+    pub preallocate_bytes: u64,
 }
+
+/// Default of [`LogConfig::preallocate_bytes`]: 4 MiB.
+pub const PREALLOCATE_BYTES_DEFAULT: u64 = 4 * 1024 * 1024;
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -96,6 +103,7 @@ impl Default for LogConfig {
             retention_bytes: None,
             retention_ms: None,
             sync_on_roll: true,
+            preallocate_bytes: PREALLOCATE_BYTES_DEFAULT,
         }
     }
 }
@@ -160,6 +168,9 @@ struct Segment {
     /// An index file on disk describes this segment as it is (closed segments, and the active
     /// one after a clean shutdown until its next append).
     indexed: bool,
+    /// Disk blocks are reserved up to here (see [`LogConfig::preallocate_bytes`]); `u64::MAX`
+    /// once the file system refused, so that it is not asked again.
+    reserved: u64,
 }
 
 impl Segment {
@@ -298,8 +309,16 @@ impl PartitionLog {
             }
             let file = st.open(&path, false).map_err(io_error(&path, "open"))?;
             let size = file.len().map_err(io_error(&path, "stat"))?;
-            let mut seg =
-                Segment { base_offset, path, file, size, max_timestamp: -1, index: Vec::new(), indexed: false };
+            let mut seg = Segment {
+                base_offset,
+                path,
+                file,
+                size,
+                max_timestamp: -1,
+                index: Vec::new(),
+                indexed: false,
+                reserved: 0,
+            };
             // The active segment has a valid index only after a clean shutdown (written after
             // its sync, and removed at its next append): then it is not scanned either.
             seg.indexed = load_index(st, &mut seg, i != last) && (i != last || last_batch_checks_out(&seg));
@@ -449,6 +468,7 @@ impl PartitionLog {
             max_timestamp: -1,
             index: Vec::new(),
             indexed: false,
+            reserved: 0,
         });
         Ok(())
     }
@@ -462,6 +482,7 @@ impl PartitionLog {
             return Err(e);
         }
         let storage = self.storage.clone();
+        let (preallocate_bytes, segment_bytes) = (self.config.preallocate_bytes, self.config.segment_bytes);
         let seg = self.active_mut();
         if seg.indexed {
             // The clean-shutdown index of the active segment stops describing it now (durably:
@@ -470,9 +491,22 @@ impl PartitionLog {
             storage.sync_dir(seg.path.parent().unwrap_or(Path::new(".")));
             seg.indexed = false;
         }
+        let end = seg.size + (prefix.len() + rest.len()) as u64;
+        if end > seg.reserved && preallocate_bytes > 0 {
+            // Only a hint: a file system that cannot reserve blocks still takes the writes.
+            let to = (end + preallocate_bytes).min(segment_bytes.max(end));
+            match seg.file.preallocate(seg.size, to) {
+                Ok(()) => seg.reserved = to,
+                Err(e) => {
+                    tracing::debug!(path = %seg.path.display(), error = %e, "cannot preallocate; appending without");
+                    seg.reserved = u64::MAX;
+                }
+            }
+        }
         if let Err(e) = seg.file.append(prefix, rest) {
             let detail = e.to_string();
             let path = seg.path.display().to_string();
+            seg.reserved = seg.reserved.min(seg.size);
             if let Err(undo) = seg.file.set_len(seg.size) {
                 self.fail(format!("write failed ({detail}) and the partial batch could not be removed ({undo})"));
             }
@@ -584,6 +618,8 @@ impl PartitionLog {
             seg.file.sync_data().map_err(io_error(&seg.path, "sync"))?;
             seg.index.truncate(i);
             seg.size = pos;
+            // The cut freed the blocks reserved past it too.
+            seg.reserved = seg.reserved.min(pos);
             Ok(seg.end_offset())
         })();
         match result {
@@ -623,6 +659,7 @@ impl PartitionLog {
                     max_timestamp: -1,
                     index: Vec::new(),
                     indexed: false,
+                    reserved: 0,
                 });
                 self.epochs.clear();
                 self.epoch_before_start = epoch_before;
@@ -951,6 +988,32 @@ mod tests {
 
     fn base_offsets(log: &PartitionLog, from: i64) -> Vec<i64> {
         log.headers_from(from).unwrap().iter().map(|(h, _)| h.base_offset).collect()
+    }
+
+    #[test]
+    fn preallocation_reserves_blocks_ahead_but_not_length() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig { segment_bytes: 1 << 20, preallocate_bytes: 256 << 10, ..LogConfig::default() };
+        let mut log = PartitionLog::open(dir.path(), cfg).unwrap().log;
+        for i in 0..3 {
+            append(&mut log, &format!("v{i}"));
+        }
+        let seg = segment_files(dir.path()).unwrap()[0].1.clone();
+        let meta = std::fs::metadata(&seg).unwrap();
+        assert_eq!(meta.len(), log.size_bytes(), "the file's length is the end of the data");
+        // Where the file system reserves blocks (ext4, xfs, tmpfs), they are there ahead.
+        let probe = std::fs::File::create(dir.path().join("probe")).unwrap();
+        if rustix::fs::fallocate(&probe, rustix::fs::FallocateFlags::KEEP_SIZE, 0, 4096).is_ok() {
+            assert!(meta.blocks() * 512 >= 256 << 10, "{} bytes of blocks reserved", meta.blocks() * 512);
+        }
+        // A cut frees what was reserved past it; the log goes on and reopens as written.
+        assert_eq!(log.truncate(1).unwrap(), 1);
+        append(&mut log, "after");
+        drop(log);
+        let r = PartitionLog::open(dir.path(), cfg).unwrap();
+        assert_eq!(base_offsets(&r.log, 0), vec![0, 1]);
+        assert_eq!(std::fs::metadata(&seg).unwrap().len(), r.log.size_bytes());
     }
 
     #[test]

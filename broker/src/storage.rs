@@ -56,6 +56,13 @@ pub trait StoredFile: Send + Sync + Debug {
     fn set_len(&self, len: u64) -> std::io::Result<()>;
     /// Make every byte written so far durable (fdatasync).
     fn sync_data(&self) -> std::io::Result<()>;
+    /// Reserve disk blocks for bytes `from..to` ahead of the end without changing the file's
+    /// length: a hint, so that later appends skip the file system's block allocation. The
+    /// default does nothing.
+    fn preallocate(&self, from: u64, to: u64) -> std::io::Result<()> {
+        let _ = (from, to);
+        Ok(())
+    }
 }
 
 /// The operating system's file system.
@@ -140,6 +147,12 @@ impl StoredFile for OsFile {
 
     fn sync_data(&self) -> std::io::Result<()> {
         self.0.sync_data()
+    }
+
+    fn preallocate(&self, from: u64, to: u64) -> std::io::Result<()> {
+        // KEEP_SIZE: the length, and so what recovery reads, stays the end of the data.
+        rustix::fs::fallocate(&self.0, rustix::fs::FallocateFlags::KEEP_SIZE, from, to.saturating_sub(from))?;
+        Ok(())
     }
 }
 

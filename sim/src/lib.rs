@@ -65,8 +65,14 @@ const CALL_TIMEOUT_TICKS: u64 = 150;
 const TXN_TIMEOUT_TICKS: u64 = 500;
 /// Small segments, so that runs roll many of them: crashes then land around rolls, segment
 /// indexes and producer-state snapshots, and recovery goes through them.
-const LOG: broker::log::LogConfig =
-    broker::log::LogConfig { segment_bytes: 2048, retention_bytes: None, retention_ms: None, sync_on_roll: true };
+const LOG: broker::log::LogConfig = broker::log::LogConfig {
+    segment_bytes: 2048,
+    retention_bytes: None,
+    retention_ms: None,
+    sync_on_roll: true,
+    // The simulated disk keeps no blocks; preallocation is a hint it ignores.
+    preallocate_bytes: 0,
+};
 
 /// A fence check switched off, to show the simulator catches what it prevents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -45,6 +45,10 @@ struct Args {
     /// Segment size for `--mode recovery`, in bytes.
     #[arg(long, default_value_t = broker::log::SEGMENT_BYTES_DEFAULT)]
     segment_bytes: u64,
+    /// The brokers' disk-block reservation ahead of each active segment's end, in bytes (0:
+    /// off), as the broker's `--preallocate-bytes`.
+    #[arg(long, default_value_t = broker::log::PREALLOCATE_BYTES_DEFAULT)]
+    preallocate_bytes: u64,
     /// Directory for `--mode recovery`'s log, on the disk to measure (default: a temporary
     /// directory under the system's).
     #[arg(long)]
@@ -314,7 +318,9 @@ async fn loopback(args: &Args, template: Arc<BatchTemplate>) -> Result<Figures, 
 
 /// The real broker, with producer fencing on or off.
 async fn cluster(args: &Args, template: Arc<BatchTemplate>, fencing: bool) -> Result<Figures, String> {
-    let opts = LocalOptions { brokers: args.brokers, fencing, fsync: args.fsync, secured: false, ..Default::default() };
+    let log = broker::log::LogConfig { preallocate_bytes: args.preallocate_bytes, ..Default::default() };
+    let opts =
+        LocalOptions { brokers: args.brokers, fencing, fsync: args.fsync, secured: false, log, ..Default::default() };
     let c = LocalCluster::start(opts).await.map_err(|e| e.to_string())?;
     c.create_topic_replicated("bench", args.partitions, args.replicas).await.map_err(|e| e.to_string())?;
     let mut routes = Vec::new();

@@ -54,6 +54,10 @@ struct Args {
     /// A log segment rolls when the next batch would take it past this many bytes.
     #[arg(long, default_value_t = broker::log::SEGMENT_BYTES_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
     segment_bytes: u64,
+    /// Reserve each active segment's disk blocks this many bytes ahead of its end (0: off):
+    /// appends then skip the file system's block allocation. The file's length is unchanged.
+    #[arg(long, default_value_t = broker::log::PREALLOCATE_BYTES_DEFAULT)]
+    preallocate_bytes: u64,
     /// Delete a partition's oldest segments while its log stays at least this big without
     /// them, in bytes (default: keep everything).
     #[arg(long)]
@@ -101,6 +105,7 @@ async fn main() -> anyhow::Result<()> {
         retention_ms: args.retention_ms,
         // Set per partition from `--fsync` (no sync at a roll under `never`).
         sync_on_roll: true,
+        preallocate_bytes: args.preallocate_bytes,
     };
     config.retention_check_ms = args.retention_check_ms.max(1);
     config.limits.idle_ms = args.idle_ms;

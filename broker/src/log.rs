@@ -168,12 +168,22 @@ struct Segment {
     /// An index file on disk describes this segment as it is (closed segments, and the active
     /// one after a clean shutdown until its next append).
     indexed: bool,
-    /// Disk blocks are reserved up to here (see [`LogConfig::preallocate_bytes`]); `u64::MAX`
-    /// once the file system refused, so that it is not asked again.
+    /// Disk blocks are reserved up to here (see [`LogConfig::preallocate_bytes`]);
+    /// [`RESERVE_REFUSED`] once the file system refused, so that it is not asked again.
     reserved: u64,
 }
 
+/// [`Segment::reserved`] once the file system refused to reserve blocks.
+const RESERVE_REFUSED: u64 = u64::MAX;
+
 impl Segment {
+    /// The file was cut (or set) to `len`, which frees the blocks reserved past it.
+    fn forget_reserved_past(&mut self, len: u64) {
+        if self.reserved != RESERVE_REFUSED {
+            self.reserved = self.reserved.min(len);
+        }
+    }
+
     fn end_offset(&self) -> i64 {
         self.index.last().map_or(self.base_offset, |e| e.last_offset + 1)
     }
@@ -450,6 +460,13 @@ impl PartitionLog {
             self.fail(detail.clone());
             return Err(LogError::Io { path: self.dir.display().to_string(), op: "roll", detail });
         }
+        if active.reserved > active.size && active.reserved != RESERVE_REFUSED {
+            // Give back the blocks reserved past the end (a truncation to the same length
+            // frees them), so that a closed segment holds only its own.
+            if let Err(e) = active.file.set_len(active.size) {
+                tracing::debug!(path = %active.path.display(), error = %e, "could not free the blocks reserved past a closed segment");
+            }
+        }
         if let Err(e) = write_index(self.storage.as_ref(), active) {
             // Only an optimisation: the segment is scanned on the next open instead.
             tracing::warn!(path = %active.path.display(), error = %e, "could not write a segment index");
@@ -494,19 +511,19 @@ impl PartitionLog {
         let end = seg.size + (prefix.len() + rest.len()) as u64;
         if end > seg.reserved && preallocate_bytes > 0 {
             // Only a hint: a file system that cannot reserve blocks still takes the writes.
-            let to = (end + preallocate_bytes).min(segment_bytes.max(end));
+            let to = end.saturating_add(preallocate_bytes).min(segment_bytes.max(end));
             match seg.file.preallocate(seg.size, to) {
                 Ok(()) => seg.reserved = to,
                 Err(e) => {
                     tracing::debug!(path = %seg.path.display(), error = %e, "cannot preallocate; appending without");
-                    seg.reserved = u64::MAX;
+                    seg.reserved = RESERVE_REFUSED;
                 }
             }
         }
         if let Err(e) = seg.file.append(prefix, rest) {
             let detail = e.to_string();
             let path = seg.path.display().to_string();
-            seg.reserved = seg.reserved.min(seg.size);
+            seg.forget_reserved_past(seg.size);
             if let Err(undo) = seg.file.set_len(seg.size) {
                 self.fail(format!("write failed ({detail}) and the partial batch could not be removed ({undo})"));
             }
@@ -618,8 +635,7 @@ impl PartitionLog {
             seg.file.sync_data().map_err(io_error(&seg.path, "sync"))?;
             seg.index.truncate(i);
             seg.size = pos;
-            // The cut freed the blocks reserved past it too.
-            seg.reserved = seg.reserved.min(pos);
+            seg.forget_reserved_past(pos);
             Ok(seg.end_offset())
         })();
         match result {
@@ -1014,6 +1030,26 @@ mod tests {
         let r = PartitionLog::open(dir.path(), cfg).unwrap();
         assert_eq!(base_offsets(&r.log, 0), vec![0, 1]);
         assert_eq!(std::fs::metadata(&seg).unwrap().len(), r.log.size_bytes());
+    }
+
+    #[test]
+    fn a_roll_gives_back_the_blocks_reserved_past_the_end() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let probe = std::fs::File::create(dir.path().join("probe")).unwrap();
+        if rustix::fs::fallocate(&probe, rustix::fs::FallocateFlags::KEEP_SIZE, 0, 4096).is_err() {
+            return; // this file system reserves nothing, so there is nothing to give back
+        }
+        let cfg = LogConfig { segment_bytes: 1 << 20, preallocate_bytes: 512 << 10, ..LogConfig::default() };
+        let mut log = PartitionLog::open(dir.path(), cfg).unwrap().log;
+        append(&mut log, "v0");
+        let first = segment_files(dir.path()).unwrap()[0].1.clone();
+        assert!(std::fs::metadata(&first).unwrap().blocks() * 512 >= 512 << 10, "reserved while active");
+        log.roll().unwrap();
+        append(&mut log, "v1");
+        let closed = std::fs::metadata(&first).unwrap();
+        assert_eq!(closed.len(), log.segments[0].size);
+        assert!(closed.blocks() * 512 < 64 << 10, "a closed segment keeps {} bytes of blocks", closed.blocks() * 512);
     }
 
     #[test]

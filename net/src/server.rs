@@ -53,9 +53,9 @@ pub type Handler = Arc<dyn Fn(Request) -> Handled + Send + Sync>;
 pub struct ServerLimits {
     /// Largest request frame, in bytes, checked from the length prefix before allocating.
     pub frame_bytes_max: usize,
-    /// Requests one connection may have queued (pipelined) at once. They are handled one at a
-    /// time, in arrival order, as Kafka brokers do: a pipelining producer's batches are appended
-    /// in the order it sent them.
+    /// Requests one connection may have queued (pipelined) at once. They are started one at a
+    /// time, in arrival order, and answered in that order: a pipelining producer's batches are
+    /// appended in the order it sent them (see [`Handled`] for what may overlap).
     pub inflight_requests_max: usize,
     /// Connections served at once; further ones get an error frame and are closed.
     pub connections_max: usize,
@@ -351,12 +351,22 @@ impl InFlight {
     }
 
     /// Start deferred requests until one of them is serial. Returns whether the connection must
-    /// close after them.
+    /// close after them: then the requests still deferred are answered with an error, not run
+    /// (they were read only because the one that closes it had not been started yet).
     fn resume(&mut self, handler: &Handler, limits: &ServerLimits, peer: &mut Peer) -> bool {
         let mut close = false;
-        while self.serials == 0 {
+        while self.serials == 0 && !close {
             let Some((correlation_id, req)) = self.deferred.pop_front() else { break };
-            close |= self.start(correlation_id, req, handler, limits, peer);
+            close = self.start(correlation_id, req, handler, limits, peer);
+        }
+        if close {
+            for (correlation_id, _) in std::mem::take(&mut self.deferred) {
+                let status = Status::new(
+                    ErrorCode::ClusterAuthorizationFailed,
+                    "not handled: an earlier request on this connection failed its membership proof; reconnect",
+                );
+                self.start(correlation_id, Err(status), handler, limits, peer);
+            }
         }
         close
     }
@@ -542,5 +552,50 @@ mod tests {
         assert_eq!(id, 13);
         assert!(matches!(resp, Response::Error(s) if s.code == ErrorCode::InvalidRequest));
         assert!(inflight.is_empty());
+    }
+
+    #[tokio::test]
+    async fn requests_read_behind_a_failed_membership_proof_are_answered_but_not_run() {
+        use protocol::codec::ClientCodec;
+        use protocol::AuthProveRequest;
+        let (handler, calls, release) = holding(true);
+        let limits =
+            ServerLimits { cluster_secret: Some(ClusterSecret::new(vec![7; 32]).unwrap()), ..ServerLimits::default() };
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (_stop_tx, stop) = watch::channel(false);
+        let served = tokio::spawn(async move { serve_connection(server, handler, &limits, stop).await });
+        let mut framed = Framed::new(client, ClientCodec::new(FRAME_BYTES_MAX_DEFAULT));
+        let prove = Request::AuthProve(AuthProveRequest {
+            member: "intruder".into(),
+            client_nonce: Bytes::from_static(&[0; NONCE_BYTES]),
+            proof: Bytes::from_static(&[0; 32]),
+        });
+        // A holds the connection (serial); the proof, without a challenge first, fails.
+        for (id, req) in [(1, fetch(0)), (2, fetch(1)), (3, prove), (4, fetch(2))] {
+            framed.send((id, req)).await.unwrap();
+        }
+        // Let the server read all four while A waits (this test runs on one thread).
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(*calls.lock().unwrap(), [0], "requests behind the serial one wait");
+        release.send(()).unwrap();
+        let mut got = Vec::new();
+        while let Some(frame) = framed.next().await {
+            let (id, resp) = frame.unwrap();
+            got.push((id, resp.status().code));
+        }
+        served.await.unwrap();
+        assert_eq!(
+            got,
+            [
+                (1, ErrorCode::None),
+                (2, ErrorCode::None),
+                (3, ErrorCode::SaslAuthenticationFailed),
+                (4, ErrorCode::ClusterAuthorizationFailed)
+            ],
+            "every answer, in order, then the connection closes"
+        );
+        assert_eq!(*calls.lock().unwrap(), [0, 1], "the request after the failed proof never ran");
     }
 }

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use net::{ClientTls, Connection, Dialer, ServerLimits};
 use protocol::{
-    AddPartitionResponse, AlterPartitionResponse, DescribeResponse, ElectLeaderResponse, EndTxnRequest, EndTxnResponse,
-    ErrorCode, HeartbeatResponse, InitProducerIdResponse, MetadataResponse, Request, Response, Status,
-    TransactionalState, WriteMarkerRequest,
+    AddPartitionRequest, AddPartitionResponse, AlterPartitionResponse, DescribeResponse, ElectLeaderResponse,
+    EndTxnRequest, EndTxnResponse, ErrorCode, HeartbeatResponse, InitProducerIdResponse, MetadataResponse, Request,
+    Response, Status, TransactionalState, WriteMarkerRequest,
 };
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -160,14 +160,7 @@ pub async fn run(
     if config.limits.cluster_secret.is_none() {
         tracing::warn!("no cluster secret: broker heartbeats and ISR changes are accepted from anyone who can connect");
     }
-    let handler_shared = shared.clone();
-    let handler: net::Handler = Arc::new(move |req| {
-        let shared = handler_shared.clone();
-        // One request of a connection at a time: a client's InitProducerId, AddPartitions and
-        // EndTxn are decided in the order it sent them.
-        net::Handled::serial(async move { handle(shared, req).await })
-    });
-    net::serve(listener, handler, config.limits.clone(), shutdown).await;
+    net::serve(listener, handler(shared), config.limits.clone(), shutdown).await;
     Ok(())
 }
 
@@ -211,6 +204,61 @@ pub fn recover(config: &CoordinatorConfig) -> Result<Recovered, CoordinatorError
     Ok(Recovered { journal, table, cluster, replayed })
 }
 
+/// How the coordinator's requests meet the connection loop (see [`net::Handled`]).
+fn handler(shared: Arc<Shared>) -> net::Handler {
+    Arc::new(move |req| match req {
+        // Decided at once, in order; only the wait for the journal overlaps the connection's
+        // next requests, so a broker's verifications (all on its one connection) share flushes.
+        Request::AddPartition(r) => add_partition(&shared, r),
+        // The rest one request of a connection at a time: a client's InitProducerId and EndTxn
+        // are decided, made durable and answered in the order it sent them.
+        req => {
+            let shared = shared.clone();
+            net::Handled::serial(async move { handle(shared, req).await })
+        }
+    })
+}
+
+/// AddPartitionsToTxn: the register decision is made now, under the lock, in the order the
+/// connection's requests arrived; an acceptance is answered once its journal entry is durable.
+fn add_partition(shared: &Arc<Shared>, r: AddPartitionRequest) -> net::Handled {
+    let (decision, rx) = {
+        let mut st = shared.lock();
+        let d = if st.cluster.leader_of(&r.topic, r.partition).is_none() {
+            // A registration is a promise to fence that partition later: only real ones.
+            RegisterDecision::Refuse {
+                status: Status::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("{}-{} does not exist", r.topic, r.partition),
+                ),
+                epoch: -1,
+            }
+        } else {
+            let now = shared.now_ms();
+            st.table.handle_register(r.producer_id, r.producer_epoch, &r.topic, r.partition, r.transactional, now)
+        };
+        let rx = match &d {
+            RegisterDecision::Accept { entries, .. } => Some(shared.persist(entries)),
+            RegisterDecision::Refuse { .. } => None,
+        };
+        (d, rx)
+    };
+    match decision {
+        RegisterDecision::Accept { epoch, .. } => {
+            let rx = rx.expect("accept persists");
+            net::Handled::Applied(Box::pin(async move {
+                Response::AddPartition(match durable(rx).await {
+                    Ok(()) => AddPartitionResponse { status: Status::ok(), current_epoch: epoch },
+                    Err(status) => AddPartitionResponse { status, current_epoch: epoch },
+                })
+            }))
+        }
+        RegisterDecision::Refuse { status, epoch } => {
+            net::Handled::answer(Response::AddPartition(AddPartitionResponse { status, current_epoch: epoch }))
+        }
+    }
+}
+
 async fn handle(shared: Arc<Shared>, req: Request) -> Response {
     match req {
         Request::InitProducerId(r) => {
@@ -219,43 +267,9 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 init(&shared, r.transactional_id.as_deref(), r.transaction_timeout_ms, current).await,
             )
         }
-        Request::AddPartition(r) => {
-            let (decision, rx) = {
-                let mut st = shared.lock();
-                let d = if st.cluster.leader_of(&r.topic, r.partition).is_none() {
-                    // A registration is a promise to fence that partition later: only real ones.
-                    RegisterDecision::Refuse {
-                        status: Status::new(
-                            ErrorCode::UnknownTopicOrPartition,
-                            format!("{}-{} does not exist", r.topic, r.partition),
-                        ),
-                        epoch: -1,
-                    }
-                } else {
-                    let now = shared.now_ms();
-                    st.table.handle_register(
-                        r.producer_id,
-                        r.producer_epoch,
-                        &r.topic,
-                        r.partition,
-                        r.transactional,
-                        now,
-                    )
-                };
-                let rx = match &d {
-                    RegisterDecision::Accept { entries, .. } => Some(shared.persist(entries)),
-                    RegisterDecision::Refuse { .. } => None,
-                };
-                (d, rx)
-            };
-            Response::AddPartition(match decision {
-                RegisterDecision::Accept { epoch, .. } => match durable(rx.expect("accept persists")).await {
-                    Ok(()) => AddPartitionResponse { status: Status::ok(), current_epoch: epoch },
-                    Err(status) => AddPartitionResponse { status, current_epoch: epoch },
-                },
-                RegisterDecision::Refuse { status, epoch } => AddPartitionResponse { status, current_epoch: epoch },
-            })
-        }
+        Request::AddPartition(r) => match add_partition(&shared, r) {
+            net::Handled::Applied(answer) | net::Handled::Serial(answer) => answer.await,
+        },
         Request::Metadata(r) => {
             let ((brokers, topics, _), rx) = {
                 let mut st = shared.lock();
@@ -604,5 +618,61 @@ async fn write_marker_until_done(shared: &Shared, t: &FenceTarget, commit: bool)
                 backoff = (backoff * 2).min(Duration::from_millis(500));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::InitProducerIdRequest;
+
+    #[tokio::test]
+    async fn registrations_are_decided_in_the_handler_call_and_only_wait_for_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = CoordinatorConfig::new(dir.path());
+        let Recovered { journal, mut table, mut cluster, .. } = recover(&config).unwrap();
+        cluster.handle_heartbeat(0, 1, "127.0.0.1:1", &[]);
+        let topic = cluster.handle_create_topic(0, "t", 2, 1).unwrap();
+        cluster.apply(&topic);
+        let InitDecision::Grant { producer_id, epoch, entries, .. } = table.handle_init(Some("tid"), 60_000, None)
+        else {
+            panic!("a new transactional id is granted")
+        };
+        entries.iter().for_each(|e| table.apply(e));
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State { table, cluster }),
+            journal,
+            since_snapshot: std::sync::atomic::AtomicU64::new(0),
+            started: Instant::now(),
+            peers: Mutex::new(HashMap::new()),
+            config,
+        });
+        let handle = handler(shared.clone());
+        let add = |partition| {
+            Request::AddPartition(AddPartitionRequest {
+                producer_id,
+                producer_epoch: epoch,
+                topic: "t".into(),
+                partition,
+                transactional: true,
+            })
+        };
+        let (net::Handled::Applied(first), net::Handled::Applied(second)) = (handle(add(0)), handle(add(1))) else {
+            panic!("an accepted registration only waits for the journal, beside later requests")
+        };
+        // Both decided in the handler calls, before either answer was awaited.
+        let registered = shared.lock().table.describe(0)[0].partitions.clone();
+        assert_eq!(registered, ["t-0", "t-1"]);
+        for answer in [second.await, first.await] {
+            let Response::AddPartition(r) = answer else { panic!("wrong answer") };
+            assert!(r.status.is_ok(), "{}", r.status);
+        }
+        let init = Request::InitProducerId(InitProducerIdRequest {
+            transactional_id: Some("tid".into()),
+            transaction_timeout_ms: 60_000,
+            producer_id: -1,
+            producer_epoch: -1,
+        });
+        assert!(matches!(handle(init), net::Handled::Serial(_)), "inits stay one at a time");
     }
 }

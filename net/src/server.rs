@@ -511,15 +511,30 @@ mod tests {
         pairs.iter().map(|(id, m)| (*id, m.to_string())).collect()
     }
 
-    #[tokio::test]
-    async fn applied_requests_let_later_ones_start_and_answers_keep_their_order() {
-        let (handler, calls, release) = holding(false);
-        let limits = ServerLimits::default();
-        let mut peer = Peer::default();
+    /// A connection's in-flight requests after fetches of partitions 0, 1 and 2 (correlation
+    /// ids 10, 11, 12) were pushed to a [`holding`] handler.
+    struct ThreeFetches {
+        inflight: InFlight,
+        handler: Handler,
+        calls: Arc<Mutex<Vec<i32>>>,
+        release: oneshot::Sender<()>,
+        limits: ServerLimits,
+        peer: Peer,
+    }
+
+    fn three_fetches(serial: bool) -> ThreeFetches {
+        let (handler, calls, release) = holding(serial);
+        let (limits, mut peer) = (ServerLimits::default(), Peer::default());
         let mut inflight = InFlight::new(Duration::from_secs(60));
         for (id, p) in [(10, 0), (11, 1), (12, 2)] {
             inflight.push(id, Ok(fetch(p)), &handler, &limits, &mut peer);
         }
+        ThreeFetches { inflight, handler, calls, release, limits, peer }
+    }
+
+    #[tokio::test]
+    async fn applied_requests_let_later_ones_start_and_answers_keep_their_order() {
+        let ThreeFetches { mut inflight, calls, release, .. } = three_fetches(false);
         // Request 0 is still waiting, yet 1 and 2 were handed to the handler already.
         assert_eq!(*calls.lock().unwrap(), [0, 1, 2]);
         assert!(inflight.next_ready().is_none(), "answer 0 is not ready, and 1 may not overtake it");
@@ -530,13 +545,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_serial_request_holds_back_later_ones_until_it_finishes() {
-        let (handler, calls, release) = holding(true);
-        let limits = ServerLimits::default();
-        let mut peer = Peer::default();
-        let mut inflight = InFlight::new(Duration::from_secs(60));
-        for (id, p) in [(10, 0), (11, 1), (12, 2)] {
-            inflight.push(id, Ok(fetch(p)), &handler, &limits, &mut peer);
-        }
+        let ThreeFetches { mut inflight, handler, calls, release, limits, mut peer } = three_fetches(true);
         let bad = Status::new(ErrorCode::InvalidRequest, "undecodable");
         inflight.push(13, Err(bad), &handler, &limits, &mut peer);
         assert_eq!(*calls.lock().unwrap(), [0], "1 and 2 wait for the serial request");

@@ -89,3 +89,19 @@ fn bench_measures_recovery() {
         assert!(v[key].as_f64().unwrap() > 0.0, "{key}: {v}");
     }
 }
+
+#[test]
+fn bench_pairs_acks_all_with_acks_leader() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["--mode", "replication", "--records", "20000", "--batch-records", "100", "--repeat", "2", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for side in ["acks_leader", "acks_all_3_replicas"] {
+        assert_eq!(v[side]["records"], 20000, "{side}: every record acknowledged");
+    }
+    let each = v["all_over_leader_each_repeat"].as_array().unwrap();
+    assert_eq!(each.len(), 2, "one ratio per pair");
+    assert!(each.iter().all(|r| r.as_f64().unwrap() > 0.0));
+}

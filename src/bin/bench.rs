@@ -36,8 +36,9 @@ struct Args {
     /// Which targets to run: all (loopback, fenced, unfenced), one of them, `inits`
     /// (InitProducerId grants/s from `--clients` concurrent clients, each grant fsynced), or
     /// `recovery` (how long a partition with `--log-mib` of log takes to open after a crash, after
-    /// a clean shutdown, and with no snapshots or indexes).
-    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced", "inits", "recovery"])]
+    /// a clean shutdown, and with no snapshots or indexes), or `replication` (acks=all on 3
+    /// brokers with 3 replicas against acks=leader on 1, fenced, alternating, as paired ratios).
+    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced", "inits", "recovery", "replication"])]
     mode: String,
     /// Log size for `--mode recovery`, in MiB.
     #[arg(long, default_value_t = 1024)]
@@ -560,6 +561,69 @@ fn recovery(args: &Args) -> Result<serde_json::Value, String> {
     }))
 }
 
+/// The cost of replication as a ratio: the same load against one broker with acks=leader and
+/// against three brokers holding three replicas with acks=all, fenced, `--repeat` times with
+/// the order alternating; reports each side's median run and the median of the paired ratios.
+async fn replication(args: &Args, template: Arc<BatchTemplate>) -> Result<(), String> {
+    let leader = Args { brokers: 1, replicas: 1, acks: "leader".into(), ..args.clone() };
+    let all = Args { brokers: 3, replicas: 3, acks: "all".into(), ..args.clone() };
+    let (mut leaders, mut alls, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for rep in 0..args.repeat.max(1) {
+        let (l, a) = if rep % 2 == 0 {
+            let l = cluster(&leader, template.clone(), true).await?;
+            (l, cluster(&all, template.clone(), true).await?)
+        } else {
+            let a = cluster(&all, template.clone(), true).await?;
+            (cluster(&leader, template.clone(), true).await?, a)
+        };
+        ratios.push(a.records_per_s / l.records_per_s);
+        leaders.push(l);
+        alls.push(a);
+    }
+    let median = |runs: &mut Vec<Figures>| {
+        runs.sort_by(|a, b| a.records_per_s.total_cmp(&b.records_per_s));
+        runs[runs.len() / 2].clone()
+    };
+    let (l, a) = (median(&mut leaders), median(&mut alls));
+    ratios.sort_by(f64::total_cmp);
+    let ratio = ratios[ratios.len() / 2];
+    if args.json {
+        let value = serde_json::json!({
+            "config": {
+                "record_bytes": args.record_bytes, "records": args.records, "batch_records": args.batch_records,
+                "inflight": args.inflight, "producers": args.producers, "partitions": args.partitions, "fsync": format!("{:?}", args.fsync),
+            },
+            "acks_leader": l, "acks_all_3_replicas": a,
+            "all_over_leader": ratio, "all_over_leader_each_repeat": ratios,
+        });
+        println!("{}", serde_json::to_string_pretty(&value).expect("json serialises"));
+    } else {
+        println!(
+            "{} records of {} bytes, {} per batch, {} in flight, {} producer(s), {} partition(s), fenced, fsync={:?}",
+            args.records,
+            args.record_bytes,
+            args.batch_records,
+            args.inflight,
+            args.producers,
+            args.partitions,
+            args.fsync
+        );
+        println!(
+            "{:<10} {:>12} {:>8} {:>8} {:>8} {:>9} {:>8} {:>12}",
+            "target", "records/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "max_us", ""
+        );
+        println!("{}", row("leader", &l, None));
+        println!("{}", row("all (3)", &a, None));
+        println!(
+            "replication: acks=all with 3 replicas is {:.1}% of acks=leader (median of {} paired runs: {})",
+            100.0 * ratio,
+            ratios.len(),
+            ratios.iter().map(|r| format!("{:.3}", r)).collect::<Vec<_>>().join(" ")
+        );
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
@@ -600,6 +664,15 @@ async fn main() -> std::process::ExitCode {
         };
     }
     let template = Arc::new(BatchTemplate::new(args.record_bytes, args.batch_records, args.txn_batches > 0));
+    if args.mode == "replication" {
+        return match replication(&args, template).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench replication: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let run = |m: &str| args.mode == "all" || args.mode == m;
     let mut results: Vec<(&str, Figures)> = Vec::new();
     let mut all: Vec<(&str, Figures)> = Vec::new();

@@ -8,6 +8,10 @@
 //! - `fenced`: an in-process cluster with producer fencing on (the real broker);
 //! - `unfenced`: the same cluster with fencing off, so the gate's cost is a ratio.
 //!
+//! Other modes: `replication` (acks=all on three replicas against acks=leader on one broker,
+//! alternating, as paired ratios), `inits` (durable InitProducerId grants per second) and
+//! `recovery` (how fast a partition reopens).
+//!
 //! `cargo run --release --bin bench -- --help`; docs/BENCHMARKS.md records runs.
 
 use std::sync::Arc;

@@ -411,6 +411,56 @@ pub struct ConsumedRecord {
     pub value: Bytes,
 }
 
+/// Byte position of the batch's first timestamp, which each record's timestamp delta is added to.
+const FIRST_TIMESTAMP_AT: usize = 27;
+
+/// `kafka_protocol`'s unsigned varint: up to `max_bytes` bytes of 7 bits, low first; stops
+/// after the last byte allowed whatever its continuation bit (as that decoder does).
+fn uvarint(b: &[u8], max_bytes: usize) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for i in 0..max_bytes {
+        let byte = u64::from(*b.get(i)?);
+        value |= (byte & 0x7F) << (i * 7);
+        if byte < 0x80 {
+            return Some((value, i + 1));
+        }
+    }
+    Some((value, max_bytes))
+}
+
+fn zigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// The record decoder (`kafka_protocol`) adds every record's offset and timestamp deltas to the
+/// batch's base offset and first timestamp unchecked, which panics on overflow where overflow
+/// checks are on (debug builds, the fuzzers) and wraps elsewhere. Refuse such a batch first.
+/// Records that do not parse are left to the decoder, which refuses them with an error.
+fn check_record_deltas(batch: &[u8], h: &BatchHeader) -> Result<(), BatchError> {
+    // Offset deltas are i32: the base offset must leave room for any of them.
+    if h.base_offset.checked_add(i64::from(i32::MIN)).is_none()
+        || h.base_offset.checked_add(i64::from(i32::MAX)).is_none()
+    {
+        return Err(BatchError::InvalidField { field: "base_offset", value: h.base_offset });
+    }
+    let first_timestamp = be_i64(batch, FIRST_TIMESTAMP_AT);
+    let mut rest = &batch[BATCH_HEADER_BYTES..h.total_bytes()];
+    for _ in 0..h.record_count {
+        // Record length (a 32-bit varint), then the record: attributes, timestamp delta, ...
+        let Some((len, n)) = uvarint(rest, 5) else { break };
+        let Ok(len) = usize::try_from(zigzag(len & 0xFFFF_FFFF) as i32) else { break };
+        let Some(record) = rest.get(n..n + len) else { break };
+        if let Some((delta, _)) = record.get(1..).and_then(|r| uvarint(r, 10)) {
+            let delta = zigzag(delta);
+            if first_timestamp.checked_add(delta).is_none() {
+                return Err(BatchError::InvalidField { field: "timestamp_delta", value: delta });
+            }
+        }
+        rest = &rest[n + len..];
+    }
+    Ok(())
+}
+
 /// Decode the data records of one batch. Control batches yield no records.
 pub fn decode_records(batch: &Bytes) -> Result<Vec<ConsumedRecord>, BatchError> {
     let header = BatchHeader::parse(batch)?;
@@ -418,6 +468,7 @@ pub fn decode_records(batch: &Bytes) -> Result<Vec<ConsumedRecord>, BatchError> 
     if header.is_control() {
         return Ok(Vec::new());
     }
+    check_record_deltas(batch, &header)?;
     let mut buf = batch.clone();
     let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| BatchError::Records(e.to_string()))?;
     Ok(set
@@ -499,6 +550,29 @@ mod tests {
         assert!(matches!(BatchHeader::parse(&m), Err(BatchError::InvalidField { field: "record_count", .. })));
         assert!(marker_kind(&Bytes::from(m.clone())).is_none());
         assert!(decode_records(&Bytes::from(m)).is_err());
+    }
+
+    #[test]
+    fn record_deltas_that_would_overflow_are_refused_before_decoding() {
+        // Found by the record_batch fuzz target: a base offset near i64::MIN plus a record's
+        // offset delta overflowed inside the record decoder (a panic with overflow checks on).
+        let b = build_batch(stamp(), false, i64::MAX, &[Bytes::from_static(b"a"), Bytes::from_static(b"b")]);
+        assert_eq!(decode_records(&b).unwrap().len(), 2, "the unpatched batch decodes");
+        for base in [i64::MAX - 1, i64::MIN + 1] {
+            let mut m = b.to_vec();
+            set_base_offset(&mut m, base); // outside the CRC
+            let err = decode_records(&Bytes::from(m)).unwrap_err();
+            assert!(matches!(err, BatchError::InvalidField { field: "base_offset", .. }), "{err}");
+        }
+        // The first record's timestamp delta (after its length and attributes) from 0 to 1, on a
+        // batch whose first timestamp is i64::MAX; the CRC made again so that only this is wrong.
+        let mut m = b.to_vec();
+        assert_eq!(m[BATCH_HEADER_BYTES + 2], 0, "timestamp delta 0");
+        m[BATCH_HEADER_BYTES + 2] = 2; // zigzag(1)
+        let crc = crc32c::crc32c(&m[CRC_START..]);
+        m[CRC_START - 4..CRC_START].copy_from_slice(&crc.to_be_bytes());
+        let err = decode_records(&Bytes::from(m)).unwrap_err();
+        assert!(matches!(err, BatchError::InvalidField { field: "timestamp_delta", value: 1 }), "{err}");
     }
 
     #[test]

@@ -889,8 +889,10 @@ fn check_produce(shared: &Shared, r: ProduceRequest) -> Result<Checked, ProduceR
 /// Offer the batch to the partition's gate and log.
 fn attempt(shared: &Shared, c: &Checked) -> Attempt {
     let (r, header) = (&c.r, &c.header);
-    let leader_epoch = c.part.leadership().leader_epoch;
-    match c.part.append(&r.records, header, r.leader_epoch) {
+    let appended = c.part.append(&r.records, header, r.leader_epoch);
+    // Only a refusal reports the leader epoch; an append carries its own.
+    let leader_epoch = if appended.is_ok() { -1 } else { c.part.leadership().leader_epoch };
+    match appended {
         Ok(appended) => Attempt::Appended(appended),
         Err(AppendError::NeedsVerification { producer_id, epoch }) => Attempt::Verify { producer_id, epoch, leader_epoch },
         Err(AppendError::Leader(e)) => {

@@ -255,34 +255,37 @@ fn gate(limits: &ServerLimits, peer: &mut Peer, req: &Request) -> Option<(Respon
     }
 }
 
-type Pending = Pin<Box<dyn Future<Output = (i32, Response)> + Send>>;
+/// A started request's answer with its correlation id, and whether the request was serial.
+type Pending = Pin<Box<dyn Future<Output = ((i32, Response), bool)> + Send>>;
 
 /// A connection's requests between the socket and their answers.
 ///
 /// Requests are handed to the handler in arrival order. An [`Handled::Applied`] request's
 /// future runs beside later ones; after a [`Handled::Serial`] one, later requests wait in
 /// `deferred` until its answer is out. Answers leave in arrival order either way.
-struct InFlight {
+struct InFlight<'a> {
+    handler: Handler,
+    limits: &'a ServerLimits,
+    /// What the connection's peer has proved (see [`gate`]).
+    peer: Peer,
     /// Started requests, polled together, yielded in the order they started.
     running: FuturesOrdered<Pending>,
-    /// For each entry of `running`, in order: whether it was serial.
-    serial: VecDeque<bool>,
     /// How many of `running` are serial.
     serials: usize,
     /// Read but not started yet: a serial request ahead of them has not finished. `Err` is an
     /// answer already decided (an undecodable frame), kept in its place in the order.
     deferred: VecDeque<(i32, Result<Request, Status>)>,
-    request_timeout: Duration,
 }
 
-impl InFlight {
-    fn new(request_timeout: Duration) -> InFlight {
+impl<'a> InFlight<'a> {
+    fn new(handler: Handler, limits: &'a ServerLimits) -> InFlight<'a> {
         InFlight {
+            handler,
+            limits,
+            peer: Peer::default(),
             running: FuturesOrdered::new(),
-            serial: VecDeque::new(),
             serials: 0,
             deferred: VecDeque::new(),
-            request_timeout,
         }
     }
 
@@ -296,53 +299,37 @@ impl InFlight {
 
     /// Take a request (or a decided answer) in arrival order: start it now, or defer it behind a
     /// serial request still running. Returns whether the connection must close after it.
-    fn push(
-        &mut self,
-        correlation_id: i32,
-        req: Result<Request, Status>,
-        handler: &Handler,
-        limits: &ServerLimits,
-        peer: &mut Peer,
-    ) -> bool {
+    fn push(&mut self, correlation_id: i32, req: Result<Request, Status>) -> bool {
         if self.serials > 0 || !self.deferred.is_empty() {
             self.deferred.push_back((correlation_id, req));
             return false;
         }
-        self.start(correlation_id, req, handler, limits, peer)
+        self.start(correlation_id, req)
     }
 
-    fn start(
-        &mut self,
-        correlation_id: i32,
-        req: Result<Request, Status>,
-        handler: &Handler,
-        limits: &ServerLimits,
-        peer: &mut Peer,
-    ) -> bool {
+    fn start(&mut self, correlation_id: i32, req: Result<Request, Status>) -> bool {
         let (handled, close) = match req {
             Err(status) => (Handled::answer(Response::Error(status)), false),
-            Ok(req) => match gate(limits, peer, &req) {
+            Ok(req) => match gate(self.limits, &mut self.peer, &req) {
                 Some((resp, close)) => (Handled::answer(resp), close),
-                None => (handler(req), false),
+                None => ((self.handler)(req), false),
             },
         };
         let (fut, serial) = match handled {
             Handled::Applied(f) => (f, false),
             Handled::Serial(f) => (f, true),
         };
-        self.running.push_back(Box::pin(tagged(correlation_id, fut, self.request_timeout)));
-        self.serial.push_back(serial);
+        let timeout = Duration::from_millis(self.limits.request_timeout_ms);
+        self.running.push_back(Box::pin(tagged(correlation_id, fut, timeout).map(move |answer| (answer, serial))));
         self.serials += usize::from(serial);
         close
     }
 
     /// The next answer in order, once it is ready. Cancel-safe: requests keep their progress.
     async fn next(&mut self) -> Option<(i32, Response)> {
-        let out = self.running.next().await?;
-        if self.serial.pop_front() == Some(true) {
-            self.serials -= 1;
-        }
-        Some(out)
+        let (answer, serial) = self.running.next().await?;
+        self.serials -= usize::from(serial);
+        Some(answer)
     }
 
     /// The next answer in order if it is ready now, without waiting.
@@ -353,11 +340,11 @@ impl InFlight {
     /// Start deferred requests until one of them is serial. Returns whether the connection must
     /// close after them: then the requests still deferred are answered with an error, not run
     /// (they were read only because the one that closes it had not been started yet).
-    fn resume(&mut self, handler: &Handler, limits: &ServerLimits, peer: &mut Peer) -> bool {
+    fn resume(&mut self) -> bool {
         let mut close = false;
         while self.serials == 0 && !close {
             let Some((correlation_id, req)) = self.deferred.pop_front() else { break };
-            close = self.start(correlation_id, req, handler, limits, peer);
+            close = self.start(correlation_id, req);
         }
         if close {
             for (correlation_id, _) in std::mem::take(&mut self.deferred) {
@@ -365,7 +352,7 @@ impl InFlight {
                     ErrorCode::ClusterAuthorizationFailed,
                     "not handled: an earlier request on this connection failed its membership proof; reconnect",
                 );
-                self.start(correlation_id, Err(status), handler, limits, peer);
+                self.start(correlation_id, Err(status));
             }
         }
         close
@@ -379,8 +366,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut framed = Framed::new(stream, ServerCodec::new(limits.frame_bytes_max));
-    let mut inflight = InFlight::new(Duration::from_millis(limits.request_timeout_ms));
-    let mut peer = Peer::default();
+    let mut inflight = InFlight::new(handler, limits);
     // After a request that cannot be decoded we answer it, finish what is in flight and close.
     let mut closing = false;
     let idle = Duration::from_millis(limits.idle_ms);
@@ -401,7 +387,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                         failed = true;
                         break;
                     }
-                    closing |= inflight.resume(&handler, limits, &mut peer);
+                    closing |= inflight.resume();
                     answer = inflight.next_ready();
                 }
                 if failed || framed.flush().await.is_err() {
@@ -414,13 +400,13 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                 match item {
                     None => closing = true,
                     Some(Ok(Ok((header, req)))) => {
-                        closing |= inflight.push(header.correlation_id, Ok(req), &handler, limits, &mut peer);
+                        closing |= inflight.push(header.correlation_id, Ok(req));
                     }
                     Some(Ok(Err(bad))) => {
                         let correlation_id = bad.header.map_or(-1, |h| h.correlation_id);
                         tracing::info!(error = %bad.error, correlation_id, "undecodable request; answering and closing");
                         let status = Status::new(bad.error.error_code(), format!("{}; closing the connection", bad.error));
-                        inflight.push(correlation_id, Err(status), &handler, limits, &mut peer);
+                        inflight.push(correlation_id, Err(status));
                         closing = true;
                     }
                     Some(Err(CodecError::FrameTooLarge { len, max })) => {
@@ -429,7 +415,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                             ErrorCode::MessageTooLarge,
                             format!("frame of {len} bytes exceeds frame_bytes_max {max}; closing the connection"),
                         );
-                        inflight.push(-1, Err(status), &handler, limits, &mut peer);
+                        inflight.push(-1, Err(status));
                         closing = true;
                     }
                     Some(Err(e)) => {
@@ -470,9 +456,12 @@ mod tests {
         Response::Error(Status::new(ErrorCode::None, partition.to_string()))
     }
 
+    /// The partitions a [`holding`] handler was called with, in order.
+    type Calls = Arc<Mutex<Vec<i32>>>;
+
     /// A handler that records each call's partition and holds the answer to partition 0 until
     /// `release` fires; `serial` says how it hands that request back.
-    fn holding(serial: bool) -> (Handler, Arc<Mutex<Vec<i32>>>, oneshot::Sender<()>) {
+    fn holding(serial: bool) -> (Handler, Calls, oneshot::Sender<()>) {
         let calls = Arc::new(Mutex::new(Vec::new()));
         let (release, released) = oneshot::channel::<()>();
         let released = Arc::new(Mutex::new(Some(released)));
@@ -497,7 +486,7 @@ mod tests {
         (handler, calls, release)
     }
 
-    async fn answers(inflight: &mut InFlight, n: usize) -> Vec<(i32, String)> {
+    async fn answers(inflight: &mut InFlight<'_>, n: usize) -> Vec<(i32, String)> {
         let mut out = Vec::new();
         for _ in 0..n {
             let (id, resp) = inflight.next().await.expect("an answer is due");
@@ -512,29 +501,20 @@ mod tests {
     }
 
     /// A connection's in-flight requests after fetches of partitions 0, 1 and 2 (correlation
-    /// ids 10, 11, 12) were pushed to a [`holding`] handler.
-    struct ThreeFetches {
-        inflight: InFlight,
-        handler: Handler,
-        calls: Arc<Mutex<Vec<i32>>>,
-        release: oneshot::Sender<()>,
-        limits: ServerLimits,
-        peer: Peer,
-    }
-
-    fn three_fetches(serial: bool) -> ThreeFetches {
+    /// ids 10, 11, 12) were pushed to a [`holding`] handler; its calls and its release.
+    fn three_fetches(serial: bool, limits: &ServerLimits) -> (InFlight<'_>, Calls, oneshot::Sender<()>) {
         let (handler, calls, release) = holding(serial);
-        let (limits, mut peer) = (ServerLimits::default(), Peer::default());
-        let mut inflight = InFlight::new(Duration::from_secs(60));
+        let mut inflight = InFlight::new(handler, limits);
         for (id, p) in [(10, 0), (11, 1), (12, 2)] {
-            inflight.push(id, Ok(fetch(p)), &handler, &limits, &mut peer);
+            inflight.push(id, Ok(fetch(p)));
         }
-        ThreeFetches { inflight, handler, calls, release, limits, peer }
+        (inflight, calls, release)
     }
 
     #[tokio::test]
     async fn applied_requests_let_later_ones_start_and_answers_keep_their_order() {
-        let ThreeFetches { mut inflight, calls, release, .. } = three_fetches(false);
+        let limits = ServerLimits::default();
+        let (mut inflight, calls, release) = three_fetches(false, &limits);
         // Request 0 is still waiting, yet 1 and 2 were handed to the handler already.
         assert_eq!(*calls.lock().unwrap(), [0, 1, 2]);
         assert!(inflight.next_ready().is_none(), "answer 0 is not ready, and 1 may not overtake it");
@@ -545,16 +525,17 @@ mod tests {
 
     #[tokio::test]
     async fn a_serial_request_holds_back_later_ones_until_it_finishes() {
-        let ThreeFetches { mut inflight, handler, calls, release, limits, mut peer } = three_fetches(true);
+        let limits = ServerLimits::default();
+        let (mut inflight, calls, release) = three_fetches(true, &limits);
         let bad = Status::new(ErrorCode::InvalidRequest, "undecodable");
-        inflight.push(13, Err(bad), &handler, &limits, &mut peer);
+        inflight.push(13, Err(bad));
         assert_eq!(*calls.lock().unwrap(), [0], "1 and 2 wait for the serial request");
         assert_eq!(inflight.len(), 4);
         assert!(inflight.next_ready().is_none());
         release.send(()).unwrap();
         assert_eq!(answers(&mut inflight, 1).await, want(&[(10, "0")]));
         // As the server loop does after each answer.
-        inflight.resume(&handler, &limits, &mut peer);
+        inflight.resume();
         assert_eq!(*calls.lock().unwrap(), [0, 1, 2]);
         assert_eq!(answers(&mut inflight, 2).await, want(&[(11, "1"), (12, "2")]));
         let (id, resp) = inflight.next().await.expect("the decided answer keeps its place");

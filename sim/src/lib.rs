@@ -5,9 +5,10 @@
 //!
 //! It drives the real rule types: [`coordinator::table::ProducerTable`] grants epochs, opens and
 //! ends transactions (and aborts those that outlive their timeout), writes fence, commit and
-//! abort markers, verifies partitions and is rebuilt from its journal after a crash; [`coordinator::cluster::Cluster`] keeps the brokers'
-//! leases, moves leaderships when a lease expires or a broker restarts, and changes ISRs when
-//! a leader asks, all on the coordinator's own clock; [`broker::partition::Partition`] runs the
+//! abort markers, verifies partitions and is rebuilt from its journal after a crash;
+//! [`coordinator::cluster::Cluster`] keeps the brokers' leases, moves leaderships when a lease
+//! expires or a broker restarts, and changes ISRs when a leader asks, all on the coordinator's
+//! own clock; [`broker::partition::Partition`] runs the
 //! leader-epoch check, the producer gate, replication, the transaction index and fetch, on an
 //! in-memory disk ([`broker::storage::MemStorage`], 2 KiB segments so that runs roll many) that
 //! a power loss cuts back to what was synced plus a torn prefix of the rest; every other broker

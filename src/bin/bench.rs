@@ -565,6 +565,18 @@ fn recovery(args: &Args) -> Result<serde_json::Value, String> {
     }))
 }
 
+/// The run with the median throughput, if any.
+fn median_run(mut runs: Vec<Figures>) -> Option<Figures> {
+    runs.sort_by(|a, b| a.records_per_s.total_cmp(&b.records_per_s));
+    runs.get(runs.len() / 2).cloned()
+}
+
+/// Sort `ratios` (so that they print in order) and return the middle one, if any.
+fn median_ratio(ratios: &mut [f64]) -> Option<f64> {
+    ratios.sort_by(f64::total_cmp);
+    ratios.get(ratios.len() / 2).copied()
+}
+
 /// The cost of replication as a ratio: the same load against one broker with acks=leader and
 /// against three brokers holding three replicas with acks=all, fenced, `--repeat` times with
 /// the order alternating; reports each side's median run and the median of the paired ratios.
@@ -584,13 +596,9 @@ async fn replication(args: &Args, template: Arc<BatchTemplate>) -> Result<(), St
         leaders.push(l);
         alls.push(a);
     }
-    let median = |runs: &mut Vec<Figures>| {
-        runs.sort_by(|a, b| a.records_per_s.total_cmp(&b.records_per_s));
-        runs[runs.len() / 2].clone()
-    };
-    let (l, a) = (median(&mut leaders), median(&mut alls));
-    ratios.sort_by(f64::total_cmp);
-    let ratio = ratios[ratios.len() / 2];
+    let runs_made = "at least one run";
+    let (l, a) = (median_run(leaders).expect(runs_made), median_run(alls).expect(runs_made));
+    let ratio = median_ratio(&mut ratios).expect(runs_made);
     if args.json {
         let value = serde_json::json!({
             "config": {
@@ -712,16 +720,14 @@ async fn main() -> std::process::ExitCode {
     }
     // Per target, the run with the median throughput.
     for name in ["loopback", "fenced", "unfenced"] {
-        let mut runs: Vec<Figures> = all.iter().filter(|(n, _)| *n == name).map(|(_, f)| f.clone()).collect();
-        runs.sort_by(|a, b| a.records_per_s.total_cmp(&b.records_per_s));
-        if !runs.is_empty() {
-            results.push((name, runs[runs.len() / 2].clone()));
+        let runs: Vec<Figures> = all.iter().filter(|(n, _)| *n == name).map(|(_, f)| f.clone()).collect();
+        if let Some(median) = median_run(runs) {
+            results.push((name, median));
         }
     }
-    ratios.sort_by(f64::total_cmp);
     let get = |n: &str| results.iter().find(|(m, _)| *m == n).map(|(_, f)| f.clone());
     let ceiling = get("loopback");
-    let overhead = (!ratios.is_empty()).then(|| ratios[ratios.len() / 2]);
+    let overhead = median_ratio(&mut ratios);
     if args.json {
         let value = serde_json::json!({
             "config": {

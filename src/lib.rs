@@ -61,6 +61,8 @@ pub struct LocalOptions {
     pub log: broker::log::LogConfig,
     /// How often the brokers run retention, in milliseconds.
     pub retention_check_ms: u64,
+    /// Replicate requests in flight to one follower for one partition.
+    pub replication_inflight_max: usize,
 }
 
 impl Default for LocalOptions {
@@ -77,6 +79,7 @@ impl Default for LocalOptions {
             fsync: broker::server::FsyncPolicy::Always,
             log: broker::log::LogConfig::default(),
             retention_check_ms: 60_000,
+            replication_inflight_max: broker::server::REPLICATION_INFLIGHT_MAX_DEFAULT,
         }
     }
 }
@@ -148,6 +151,7 @@ impl LocalCluster {
             config.fsync = opts.fsync;
             config.log = opts.log;
             config.retention_check_ms = opts.retention_check_ms;
+            config.replication_inflight_max = opts.replication_inflight_max;
             config.limits.cluster_secret = secret.clone();
             config.limits.tls = acceptor.clone();
             config.peer_tls = peer_tls.clone();

@@ -1,6 +1,7 @@
 //! Replication over real TCP with three in-process brokers: acks=all, convergence, and a
 //! frozen (paused) leader that wakes after its replacement was elected.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -262,5 +263,52 @@ async fn pipelined_acks_all_batches_are_appended_while_earlier_ones_wait_for_the
     })
     .await;
     assert_eq!(values(&c).await, ["v0", "v1", "v2", "v3"]);
+    c.shutdown().await;
+}
+
+/// Raft's pipelined AppendEntries: a batch appended while an earlier Replicate is unanswered
+/// goes to the follower at once instead of waiting for that answer. With the follower frozen
+/// nothing is answered, so each append must still send a request of its own; a leader that
+/// waited for answers would send nothing more until the follower woke.
+#[tokio::test]
+async fn batches_are_replicated_while_earlier_replicate_requests_are_unanswered() {
+    let opts = LocalOptions { brokers: 2, broker_lease_ms: 60_000, replica_lag_ms: 60_000, ..Default::default() };
+    assert!(opts.replication_inflight_max >= 3, "one empty request, then one per batch");
+    let c = LocalCluster::start(opts).await.unwrap();
+    c.create_topic_replicated("t", 1, 2).await.unwrap();
+    let mut p = Producer::init(&c.coordinator_addr, ProducerConfig::transactional("pipe")).await.unwrap();
+    p.send("t", 0, Bytes::from_static(b"v0")).await.unwrap();
+    let d = until(&c, "both replicas in sync at 1", |d| {
+        let p = &d.partitions[0];
+        p.isr.len() == 2 && p.progress.len() == 2 && p.progress.iter().all(|g| g.log_end_offset == 1)
+    })
+    .await;
+    let leader = d.partitions[0].leader_id;
+    let follower = 3 - leader;
+    c.switches[(follower - 1) as usize].freeze();
+    let sent = &c.switches[(leader - 1) as usize].stats.replicate_requests_sent;
+
+    let conn = Connection::connect(&c.broker_addrs[(leader - 1) as usize]).await.unwrap();
+    for (seq, value) in [(1, "v1"), (2, "v2")] {
+        let before = sent.load(Ordering::Relaxed);
+        let r = produced(conn.call(produce_at(&p, seq, value, ACKS_LEADER)).await);
+        assert!(r.status.is_ok(), "{}", r.status);
+        // At most one request without batches was in flight when the follower froze (the
+        // leader sends those only when nothing else is), so each batch gets a request of its own.
+        let mut waited = 0;
+        while sent.load(Ordering::Relaxed) == before {
+            waited += 1;
+            assert!(waited < 1_000, "batch {seq} was not sent while earlier requests were unanswered");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    c.switches[(follower - 1) as usize].thaw();
+    until(&c, "every replica at 3", |d| {
+        let p = &d.partitions[0];
+        p.progress.len() == 2 && p.progress.iter().all(|g| g.log_end_offset == 3 && g.high_watermark == 3)
+    })
+    .await;
+    assert_eq!(values(&c).await, ["v0", "v1", "v2"]);
     c.shutdown().await;
 }

@@ -236,6 +236,8 @@ pub struct ReadRange {
     pub pos: u64,
     /// Bytes.
     pub len: usize,
+    /// The offset after the last batch in it.
+    pub end_offset: i64,
 }
 
 impl ReadRange {
@@ -760,7 +762,12 @@ impl PartitionLog {
         {
             upto += 1;
         }
-        Some(ReadRange { file: seg.file.clone(), pos: start, len: (end_of(upto) - start) as usize })
+        Some(ReadRange {
+            file: seg.file.clone(),
+            pos: start,
+            len: (end_of(upto) - start) as usize,
+            end_offset: seg.index[upto - 1].last_offset + 1,
+        })
     }
 
     /// A clean shutdown: fdatasync the active segment and write its index, so the next open

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use crate::leader::{LeaderEpochError, Leadership};
 use crate::log::{LogConfig, LogError, PartitionLog, ReadRange};
 use crate::producer_state::{Admit, GateError, ProducerStates};
-use crate::replication::ReplicaSet;
+use crate::replication::{ReplicaSet, Sent};
 use crate::snapshot;
 use crate::storage::{OsStorage, Storage, StoredFile};
 use crate::txn_index::TxnIndex;
@@ -153,8 +153,10 @@ pub struct ReplicationWork {
     pub log_start_offset: i64,
     /// Batches from `from_offset` (possibly empty).
     pub records: Bytes,
-    /// Leader's log end when the work was taken.
-    pub leader_leo: i64,
+    /// The offset after the last batch in `records` (`from_offset` if none).
+    pub end_offset: i64,
+    /// The leader's log end when the work was taken, and when: hand it back with the answer.
+    pub sent: Sent,
 }
 
 /// What changed when this replica learnt a leadership.
@@ -659,12 +661,16 @@ impl Partition {
         (g.log.start_offset(), g.log.segment_count(), g.log.size_bytes())
     }
 
-    /// What to send `follower` next, while leading at `leader_epoch` (`None` otherwise).
+    /// What to send `follower` next, while leading at `leader_epoch` (`None` otherwise): at
+    /// most `max_bytes` (but at least one batch) from `from`, or from where the replica set's
+    /// bookkeeping says when `from` is `None`. `from` is for pipelined requests, which start
+    /// where the one before them ended. `now_ms` is when the work is taken.
     pub fn replication_work(
         &self,
         follower: i32,
         leader_epoch: i32,
-        max_bytes: usize,
+        (from, max_bytes): (Option<i64>, usize),
+        now_ms: u64,
     ) -> Result<Option<ReplicationWork>, FetchError> {
         let (from_offset, prev_epoch, high_watermark, leader_leo, range, log_start_offset) = {
             let g = self.lock();
@@ -673,23 +679,33 @@ impl Partition {
             }
             let Some(f) = g.replica_set.as_ref().and_then(|rs| rs.follower(follower)) else { return Ok(None) };
             // A follower behind this log's start starts over there (see `apply_replicated`).
-            let from = f.next_offset.min(g.log.end_offset()).max(g.log.start_offset());
+            let from = from.unwrap_or(f.next_offset).min(g.log.end_offset()).max(g.log.start_offset());
             let prev_epoch = if from == 0 { -1 } else { g.log.epoch_at(from - 1).unwrap_or(-1) };
             let range = g.log.locate(from, max_bytes, i64::MAX);
             (from, prev_epoch, g.high_watermark, g.log.end_offset(), range, g.log.start_offset())
         };
+        let end_offset = range.as_ref().map_or(from_offset, |r| r.end_offset);
         let records = read_range(range)?;
-        Ok(Some(ReplicationWork { from_offset, prev_epoch, high_watermark, log_start_offset, records, leader_leo }))
+        Ok(Some(ReplicationWork {
+            from_offset,
+            prev_epoch,
+            high_watermark,
+            log_start_offset,
+            records,
+            end_offset,
+            sent: Sent { leader_leo, at_ms: now_ms },
+        }))
     }
 
-    /// A follower acknowledged up to `log_end_offset` at `leader_epoch`.
-    pub fn on_replica_ack(&self, follower: i32, leader_epoch: i32, log_end_offset: i64, now_ms: u64) {
+    /// A follower acknowledged up to `log_end_offset` at `leader_epoch`, answering a request
+    /// taken as `sent` ([`ReplicationWork::sent`]).
+    pub fn on_replica_ack(&self, follower: i32, leader_epoch: i32, log_end_offset: i64, sent: Sent) {
         let mut g = self.lock();
         if g.leadership.leader_epoch != leader_epoch || !g.leadership.is_leader {
             return;
         }
         let leader_end = g.leader_end();
-        let moved = g.replica_set.as_mut().is_some_and(|rs| rs.on_ack(follower, log_end_offset, leader_end, now_ms));
+        let moved = g.replica_set.as_mut().is_some_and(|rs| rs.on_ack(follower, log_end_offset, leader_end, sent));
         if moved {
             g.high_watermark = g.replica_set.as_ref().map_or(g.high_watermark, |rs| rs.high_watermark());
             drop(g);
@@ -1015,13 +1031,13 @@ mod tests {
         loop {
             rounds += 1;
             assert!(rounds < 10, "replication did not converge");
-            let w = leader.replication_work(2, 2, usize::MAX).unwrap().unwrap();
+            let w = leader.replication_work(2, 2, (None, usize::MAX), 0).unwrap().unwrap();
             lowest_from = lowest_from.min(w.from_offset);
             let batches: Vec<Bytes> =
                 protocol::batch::BatchIter::new(w.records.clone()).map(|i| i.unwrap().1).collect();
             match replicate(&follower, 2, w.from_offset, w.prev_epoch, &batches) {
                 Ok(leo) => {
-                    leader.on_replica_ack(2, 2, leo, 0);
+                    leader.on_replica_ack(2, 2, leo, w.sent);
                     break;
                 }
                 Err(ReplicateError::Mismatch { hint, diverging_epoch, .. }) => {

@@ -18,6 +18,17 @@ pub struct FollowerProgress {
     pub caught_up_at_ms: u64,
 }
 
+/// What a Replicate request was taken against: the leader's log end then, and when (ms). A
+/// follower that acknowledges that end was caught up at that time, however much the leader
+/// appended while the request travelled (Kafka's `lastCaughtUpTimeMs` rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// The leader's log end offset when the request was taken.
+    pub leader_leo: i64,
+    /// When it was taken, in ms.
+    pub at_ms: u64,
+}
+
 /// The leader's view of its replicas for one leader epoch.
 #[derive(Debug, Clone)]
 pub struct ReplicaSet {
@@ -119,16 +130,18 @@ impl ReplicaSet {
         self.recompute(leader_leo)
     }
 
-    /// A follower answered a Replicate: its log now ends at `log_end_offset`, equal to the
-    /// leader's up to there. Returns whether the high watermark moved. `leader_leo` is what the
-    /// leader counts of its own log (its end, or under `--fsync always` its synced end): a
-    /// follower that reached it counts as caught up.
-    pub fn on_ack(&mut self, follower: i32, log_end_offset: i64, leader_leo: i64, now_ms: u64) -> bool {
+    /// A follower answered a Replicate taken as `sent`: its log now ends at `log_end_offset`,
+    /// equal to the leader's up to there. Returns whether the high watermark moved.
+    /// `leader_leo` is what the leader counts of its own log now (its end, or under `--fsync
+    /// always` its synced end). A follower that reached the leader's end as of `sent` was
+    /// caught up then: measured against the end at the answer instead, a follower under a
+    /// steady stream of appends would never count as caught up and would leave the ISR.
+    pub fn on_ack(&mut self, follower: i32, log_end_offset: i64, leader_leo: i64, sent: Sent) -> bool {
         let Some(f) = self.followers.get_mut(&follower) else { return false };
         f.log_end_offset = log_end_offset;
         f.next_offset = log_end_offset;
-        if log_end_offset >= leader_leo {
-            f.caught_up_at_ms = now_ms;
+        if log_end_offset >= sent.leader_leo {
+            f.caught_up_at_ms = f.caught_up_at_ms.max(sent.at_ms);
         }
         self.recompute(leader_leo)
     }
@@ -192,21 +205,25 @@ impl ReplicaSet {
 mod tests {
     use super::*;
 
+    fn sent(leader_leo: i64, at_ms: u64) -> Sent {
+        Sent { leader_leo, at_ms }
+    }
+
     #[test]
     fn high_watermark_waits_for_every_isr_member() {
         let mut r = ReplicaSet::new(1, &[1, 2, 3], (&[1, 2, 3], 0), (0, 0), 0, 0);
         assert!(!r.on_leader_append(10));
-        assert!(!r.on_ack(2, 10, 10, 1), "3 has not answered");
-        assert!(r.on_ack(3, 7, 10, 1));
+        assert!(!r.on_ack(2, 10, 10, sent(10, 1)), "3 has not answered");
+        assert!(r.on_ack(3, 7, 10, sent(10, 1)));
         assert_eq!(r.high_watermark(), 7);
-        assert!(r.on_ack(3, 10, 10, 2));
+        assert!(r.on_ack(3, 10, 10, sent(10, 2)));
         assert_eq!(r.high_watermark(), 10);
     }
 
     #[test]
     fn high_watermark_never_goes_back() {
         let mut r = ReplicaSet::new(1, &[1, 2], (&[1, 2], 0), (10, 10), 10, 0);
-        r.on_ack(2, 4, 10, 0);
+        r.on_ack(2, 4, 10, sent(10, 0));
         assert_eq!(r.high_watermark(), 10);
     }
 
@@ -221,28 +238,28 @@ mod tests {
     fn lagging_follower_leaves_the_isr_and_returns_once_caught_up() {
         let mut r = ReplicaSet::new(1, &[1, 2, 3], (&[1, 2, 3], 0), (0, 0), 0, 0);
         r.on_leader_append(5);
-        r.on_ack(2, 5, 5, 100);
+        r.on_ack(2, 5, 5, sent(5, 100));
         assert_eq!(r.wanted_isr(500, 1000), None);
         assert_eq!(r.wanted_isr(1500, 1000), Some(vec![1]), "both lag");
-        r.on_ack(2, 5, 5, 1400);
+        r.on_ack(2, 5, 5, sent(5, 1400));
         assert_eq!(r.wanted_isr(1500, 1000), Some(vec![1, 2]));
         assert_eq!(r.learn_isr(1, &[1, 2], 5), (true, true), "dropping the laggard lets the high watermark move");
         assert_eq!(r.high_watermark(), 5);
-        r.on_ack(3, 5, 5, 1600);
+        r.on_ack(3, 5, 5, sent(5, 1600));
         assert_eq!(r.wanted_isr(1700, 1000), Some(vec![1, 2, 3]));
     }
 
     #[test]
     fn a_follower_being_added_holds_the_high_watermark_until_the_change_is_answered() {
         let mut r = ReplicaSet::new(1, &[1, 2], (&[1], 0), (0, 0), 0, 0);
-        r.on_ack(2, 3, 5, 10); // 2 is behind: it has 3 of the leader's 5
+        r.on_ack(2, 3, 5, sent(5, 10)); // 2 is behind: it has 3 of the leader's 5
         r.on_leader_append(5);
         assert_eq!(r.high_watermark(), 5, "alone in the ISR, the leader commits its log");
-        r.on_ack(2, 5, 5, 20);
+        r.on_ack(2, 5, 5, sent(5, 20));
         r.propose_isr(&[1, 2]);
         r.on_leader_append(8);
         assert_eq!(r.high_watermark(), 5, "2 does not have 5..8 yet and may be in the ISR already");
-        r.on_ack(2, 8, 8, 30);
+        r.on_ack(2, 8, 8, sent(8, 30));
         assert_eq!(r.high_watermark(), 8);
         assert!(!r.drop_proposal(8));
     }
@@ -252,7 +269,7 @@ mod tests {
     #[test]
     fn an_older_isr_read_late_does_not_undo_a_newer_one() {
         let mut r = ReplicaSet::new(1, &[1, 2], (&[1], 3), (5, 5), 5, 0);
-        r.on_ack(2, 5, 5, 10);
+        r.on_ack(2, 5, 5, sent(5, 10));
         r.propose_isr(&[1, 2]);
         assert_eq!(r.wanted_isr(20, 1000), Some(vec![1, 2]), "asked again until settled");
         assert_eq!(r.learn_isr(3, &[1], 5), (false, false), "the ISR it was based on: no news");
@@ -263,6 +280,27 @@ mod tests {
         assert_eq!(r.learn_isr(3, &[1], 8), (false, false), "an older ISR is ignored");
         assert_eq!(r.isr(), &[1, 2]);
         assert_eq!(r.partition_epoch(), 4);
+    }
+
+    /// Under a steady stream of appends the leader's end has always moved on by the time an
+    /// answer arrives. A follower that keeps acknowledging everything it was sent is caught up
+    /// as of each send, and stays in the ISR.
+    #[test]
+    fn a_follower_that_keeps_up_with_a_stream_of_appends_stays_in_sync() {
+        let mut r = ReplicaSet::new(1, &[1, 2], (&[1, 2], 0), (0, 0), 0, 0);
+        let mut leo = 0;
+        for t in 1..=100u64 {
+            let taken = sent(leo, t * 100);
+            leo += 10; // appended while the request travelled
+            r.on_leader_append(leo);
+            r.on_ack(2, taken.leader_leo, leo, taken);
+        }
+        assert_eq!(r.follower(2).unwrap().caught_up_at_ms, 100 * 100);
+        assert_eq!(r.wanted_isr(100 * 100 + 500, 1000), None, "2 stays");
+        let taken = sent(leo, 20_000);
+        r.on_ack(2, leo - 1, leo, taken);
+        assert_eq!(r.follower(2).unwrap().caught_up_at_ms, 100 * 100, "short of the end it was sent: not caught up");
+        assert_eq!(r.wanted_isr(20_000, 1000), Some(vec![1]));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dashmap::DashMap;
+use futures::StreamExt;
 use net::{ClientTls, Connection, Dialer, ServerLimits};
 use protocol::batch::{build_marker, verify_crc, BatchError, BatchHeader, MarkerKind};
 use protocol::{
@@ -25,6 +26,7 @@ use crate::leader::LeaderEpochError;
 use crate::log::LogConfig;
 use crate::partition::{AppendError, Appended, FetchError, Partition, PartitionRef, ReplicateError, RoleChange};
 use crate::producer_state::GateError;
+use crate::replication::Sent;
 use crate::storage::{OsStorage, Storage, StoredFile};
 
 /// When a broker makes its log writes durable.
@@ -83,6 +85,9 @@ pub struct BrokerConfig {
     pub replica_lag_ms: u64,
     /// Most bytes one Replicate request carries.
     pub replication_bytes_max: usize,
+    /// Most Replicate requests in flight to one follower for one partition (1: each waits for
+    /// the answer to the one before). A batch appended while others travel goes out at once.
+    pub replication_inflight_max: usize,
     /// Largest record batch a producer may send, in bytes.
     pub batch_bytes_max: usize,
     /// When log writes are made durable.
@@ -114,6 +119,7 @@ impl BrokerConfig {
             request_timeout_ms: 30_000,
             replica_lag_ms: 10_000,
             replication_bytes_max: 1024 * 1024,
+            replication_inflight_max: REPLICATION_INFLIGHT_MAX_DEFAULT,
             batch_bytes_max: 1024 * 1024,
             fsync: FsyncPolicy::Always,
             log: LogConfig::default(),
@@ -147,6 +153,8 @@ pub const FETCH_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// Counters a test or demonstration can read.
 #[derive(Debug, Default)]
 pub struct BrokerStats {
+    /// Replicate requests this broker sent as a leader.
+    pub replicate_requests_sent: AtomicU64,
     /// Replicate requests this broker sent that a follower refused by leader epoch.
     pub replication_refused_by_epoch: AtomicU64,
     /// Replicate requests this broker received and refused by leader epoch.
@@ -621,92 +629,178 @@ async fn maintain_isr(shared: &Arc<Shared>) {
     }
 }
 
+/// Default of [`BrokerConfig::replication_inflight_max`].
+pub const REPLICATION_INFLIGHT_MAX_DEFAULT: usize = 4;
+
+/// A Replicate request in flight: where it started, what it was taken against, and its answer.
+type ReplicateCall = std::pin::Pin<Box<dyn std::future::Future<Output = (i64, Sent, Result<Response, String>)> + Send>>;
+
 /// Push the log to one follower for as long as this broker leads at `leader_epoch`.
+///
+/// Up to `replication_inflight_max` requests travel at once on the follower's connection
+/// (Raft's pipelined AppendEntries): each starts where the one before it ended, the follower
+/// applies them in order, and their answers are taken in order. The follower checks every
+/// request against its own log (the batch before it must carry the same epoch), so a request
+/// sent behind one that fails cannot land out of place; the leader forgets every request
+/// behind a failed or refused one and resends from what the replica set's bookkeeping says.
 async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, leader_epoch: i32) {
     let mut progress = part.subscribe();
     let idle = Duration::from_millis(shared.config.heartbeat_ms);
+    let inflight_max = shared.config.replication_inflight_max.max(1);
     let mut backoff = Duration::from_millis(10);
+    let mut inflight: futures::stream::FuturesOrdered<ReplicateCall> = Default::default();
+    // Where the next request starts: where the last one in flight ends (`None`: none in
+    // flight, ask the bookkeeping).
+    let mut cursor: Option<i64> = None;
+    // The high watermark the last request carried: one is sent with no batches when it moved
+    // and nothing else is in flight to carry it, and after `idle` to keep the follower's
+    // caught-up time fresh.
+    let mut sent_hw = -1;
+    let mut ping = true;
     loop {
         if *shared.stop.borrow() {
             return;
         }
         shared.running().await;
-        let work = match part.replication_work(follower, leader_epoch, shared.config.replication_bytes_max) {
-            Ok(Some(w)) => w,
-            Ok(None) => return, // no longer the leader of this epoch
-            Err(e) => {
-                tracing::warn!(topic = %part.topic, partition = part.index, error = %e, "cannot read for replication");
-                tokio::time::sleep(backoff).await;
-                continue;
-            }
-        };
-        let addr = shared.broker_addrs.lock().unwrap_or_else(|p| p.into_inner()).get(&follower).cloned();
-        let outcome = match addr {
-            None => Err("follower address unknown".to_string()),
-            Some(addr) => match peer(&shared, &addr).await {
-                Err(e) => Err(e.to_string()),
-                Ok(conn) => {
-                    let req = Request::Replicate(ReplicateRequest {
-                        topic: part.topic.clone(),
-                        partition: part.index,
-                        leader_epoch,
-                        leader_id: shared.config.id,
-                        from_offset: work.from_offset,
-                        prev_epoch: work.prev_epoch,
-                        high_watermark: work.high_watermark,
-                        log_start_offset: work.log_start_offset,
-                        records: work.records.clone(),
-                    });
-                    conn.call_timeout(req, Duration::from_millis(shared.config.request_timeout_ms))
-                        .await
-                        .map_err(|e| e.to_string())
-                }
-            },
-        };
-        let mut caught_up = false;
         let mut failed = false;
-        match outcome {
-            Ok(Response::Replicate(r)) if r.status.is_ok() => {
-                part.on_replica_ack(follower, leader_epoch, r.log_end_offset, shared.now_ms());
-                backoff = Duration::from_millis(10);
-                caught_up = r.log_end_offset >= work.leader_leo;
+        while inflight.len() < inflight_max {
+            let work = match part.replication_work(
+                follower,
+                leader_epoch,
+                (cursor, shared.config.replication_bytes_max),
+                shared.now_ms(),
+            ) {
+                Ok(Some(w)) => w,
+                Ok(None) => return, // no longer the leader of this epoch
+                Err(e) => {
+                    tracing::warn!(topic = %part.topic, partition = part.index, error = %e, "cannot read for replication");
+                    failed = true;
+                    break;
+                }
+            };
+            let worth_sending =
+                !work.records.is_empty() || (inflight.is_empty() && (ping || work.high_watermark > sent_hw));
+            if !worth_sending {
+                break;
             }
-            Ok(Response::Replicate(r)) if r.status.code == ErrorCode::OffsetOutOfRange => {
-                tracing::info!(topic = %part.topic, partition = part.index, follower, hint = r.hint_offset, "follower diverges; resending from the hint");
-                part.on_replica_mismatch(follower, leader_epoch, work.from_offset, r.hint_offset, r.diverging_epoch);
-            }
-            Ok(Response::Replicate(r)) if r.status.code == ErrorCode::FencedLeaderEpoch => {
-                shared.control.stats.replication_refused_by_epoch.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    topic = %part.topic,
-                    partition = part.index,
-                    follower,
-                    our_epoch = leader_epoch,
-                    their_epoch = r.current_leader_epoch,
-                    "replication refused: the follower knows a newer leader epoch; this broker is a stale leader"
-                );
-                shared.refresh.notify_one();
-                failed = true;
-            }
-            Ok(other) => {
-                tracing::debug!(follower, status = %other.status(), "replication not accepted yet");
-                failed = true;
-            }
-            Err(e) => {
-                tracing::debug!(follower, error = %e, "replication failed; retrying");
-                failed = true;
+            let (from, sent, hw, end) = (work.from_offset, work.sent, work.high_watermark, work.end_offset);
+            let req = Request::Replicate(ReplicateRequest {
+                topic: part.topic.clone(),
+                partition: part.index,
+                leader_epoch,
+                leader_id: shared.config.id,
+                from_offset: work.from_offset,
+                prev_epoch: work.prev_epoch,
+                high_watermark: work.high_watermark,
+                log_start_offset: work.log_start_offset,
+                records: work.records,
+            });
+            // Queued on the connection here, in order; only the answer is awaited later.
+            let addr = shared.broker_addrs.lock().unwrap_or_else(|p| p.into_inner()).get(&follower).cloned();
+            let answer = match addr {
+                None => Err("follower address unknown".to_string()),
+                Some(addr) => match peer(&shared, &addr).await {
+                    Err(e) => Err(e.to_string()),
+                    Ok(conn) => conn.submit(req).await.map_err(|e| e.to_string()),
+                },
+            };
+            let answer = match answer {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::debug!(follower, error = %e, "cannot reach the follower; retrying");
+                    failed = true;
+                    break;
+                }
+            };
+            shared.control.stats.replicate_requests_sent.fetch_add(1, Ordering::Relaxed);
+            ping = false;
+            sent_hw = hw;
+            cursor = Some(end);
+            let timeout = Duration::from_millis(shared.config.request_timeout_ms);
+            inflight.push_back(Box::pin(async move {
+                let outcome = match tokio::time::timeout(timeout, answer).await {
+                    Ok(r) => r.map_err(|e| e.to_string()),
+                    Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
+                };
+                (from, sent, outcome)
+            }));
+        }
+        if !failed {
+            tokio::select! {
+                Some((from, sent, outcome)) = inflight.next() => {
+                    match on_replicate_answer(&shared, &part, (follower, leader_epoch), (from, sent), outcome) {
+                        ReplicateOutcome::Applied => backoff = Duration::from_millis(10),
+                        // Every request behind it was based on it: forget them all.
+                        ReplicateOutcome::Diverged => inflight = Default::default(),
+                        ReplicateOutcome::Failed => failed = true,
+                    }
+                }
+                _ = progress.changed(), if inflight.len() < inflight_max => {}
+                _ = tokio::time::sleep(idle), if inflight.is_empty() => ping = true,
             }
         }
-        if caught_up {
-            // Nothing new: wake on the next append, or ping after `idle` to carry the high
-            // watermark and keep the follower's caught-up time fresh.
-            tokio::select! {
-                _ = progress.changed() => {}
-                _ = tokio::time::sleep(idle) => {}
-            }
-        } else if failed {
+        if failed {
+            inflight = Default::default();
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+        if inflight.is_empty() {
+            cursor = None;
+        }
+    }
+}
+
+/// What one Replicate answer means for the requests behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplicateOutcome {
+    /// Applied: the ones behind it stand.
+    Applied,
+    /// The follower's log does not match where it started: resend from the bookkeeping,
+    /// which moved back.
+    Diverged,
+    /// Refused or not answered: resend from the bookkeeping after a back-off.
+    Failed,
+}
+
+/// Take one Replicate answer, for the request that started at `from_offset` and was taken as
+/// `sent`.
+fn on_replicate_answer(
+    shared: &Shared,
+    part: &Partition,
+    (follower, leader_epoch): (i32, i32),
+    (from_offset, sent): (i64, Sent),
+    outcome: Result<Response, String>,
+) -> ReplicateOutcome {
+    match outcome {
+        Ok(Response::Replicate(r)) if r.status.is_ok() => {
+            part.on_replica_ack(follower, leader_epoch, r.log_end_offset, sent);
+            ReplicateOutcome::Applied
+        }
+        Ok(Response::Replicate(r)) if r.status.code == ErrorCode::OffsetOutOfRange => {
+            tracing::info!(topic = %part.topic, partition = part.index, follower, hint = r.hint_offset, "follower diverges; resending from the hint");
+            part.on_replica_mismatch(follower, leader_epoch, from_offset, r.hint_offset, r.diverging_epoch);
+            ReplicateOutcome::Diverged
+        }
+        Ok(Response::Replicate(r)) if r.status.code == ErrorCode::FencedLeaderEpoch => {
+            shared.control.stats.replication_refused_by_epoch.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                topic = %part.topic,
+                partition = part.index,
+                follower,
+                our_epoch = leader_epoch,
+                their_epoch = r.current_leader_epoch,
+                "replication refused: the follower knows a newer leader epoch; this broker is a stale leader"
+            );
+            shared.refresh.notify_one();
+            ReplicateOutcome::Failed
+        }
+        Ok(other) => {
+            tracing::debug!(follower, status = %other.status(), "replication not accepted yet");
+            ReplicateOutcome::Failed
+        }
+        Err(e) => {
+            tracing::debug!(follower, error = %e, "replication failed; retrying");
+            ReplicateOutcome::Failed
         }
     }
 }

@@ -40,6 +40,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use broker::partition::{AppendError, Appended, Partition, ReplicateError};
+use broker::replication::Sent;
 use broker::storage::{MemStorage, StoredFile};
 use bytes::Bytes;
 use coordinator::cluster::{Cluster, ClusterConfig};
@@ -269,12 +270,14 @@ enum Msg {
     },
     Replicate {
         req: ReplicateRequest,
+        sent: Sent,
     },
     ReplicateResp {
         partition: i32,
         follower: i32,
         leader_epoch: i32,
         from_offset: i64,
+        sent: Sent,
         result: Result<i64, (i64, i32)>,
     },
 }
@@ -1216,7 +1219,8 @@ impl Sim {
                 continue;
             }
             for f in BROKERS.into_iter().filter(|f| *f != id) {
-                let work = self.rep(id, partition).part.replication_work(f, l.leader_epoch, 16 * 1024);
+                let now = self.clock(id as usize);
+                let work = self.rep(id, partition).part.replication_work(f, l.leader_epoch, (None, 16 * 1024), now);
                 match work {
                     Ok(Some(w)) => {
                         let req = ReplicateRequest {
@@ -1230,7 +1234,7 @@ impl Sim {
                             log_start_offset: w.log_start_offset,
                             records: w.records,
                         };
-                        self.send(id as usize, f as usize, Msg::Replicate { req });
+                        self.send(id as usize, f as usize, Msg::Replicate { req, sent: w.sent });
                     }
                     Ok(None) => {}
                     Err(e) => self.violate(format!("broker {id} cannot read its own log: {e}")),
@@ -1468,7 +1472,7 @@ impl Sim {
                 self.rep(id, partition).part.on_isr_answer(leader_epoch, &resp);
                 self.after_broker_step(id);
             }
-            Msg::Replicate { req } => {
+            Msg::Replicate { req, sent } => {
                 let id = to as i32;
                 let partition = req.partition;
                 let checks = self.cfg.mutation != Mutation::NoLeaderEpochChecks;
@@ -1488,6 +1492,7 @@ impl Sim {
                         follower: id,
                         leader_epoch: req.leader_epoch,
                         from_offset: req.from_offset,
+                        sent,
                         result,
                     };
                     // A follower acknowledges only what is on disk (`--fsync always`).
@@ -1502,12 +1507,11 @@ impl Sim {
                     }
                 }
             }
-            Msg::ReplicateResp { partition, follower, leader_epoch, from_offset, result } => {
+            Msg::ReplicateResp { partition, follower, leader_epoch, from_offset, sent, result } => {
                 let id = to as i32;
-                let now = self.clock(to);
                 let part = &self.rep(id, partition).part;
                 match result {
-                    Ok(leo) => part.on_replica_ack(follower, leader_epoch, leo, now),
+                    Ok(leo) => part.on_replica_ack(follower, leader_epoch, leo, sent),
                     Err((hint, diverging)) => {
                         part.on_replica_mismatch(follower, leader_epoch, from_offset, hint, diverging)
                     }

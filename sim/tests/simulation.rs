@@ -100,8 +100,11 @@ fn leases_expire_and_isrs_change_under_the_coordinators_rules() {
         "elected (broker restarted)",
         "ISR changed",
         "ISR change refused: stale partition epoch",
-        "held Replicate answers voided by a cut",
     ];
+    // Not "held Replicate answers voided by a cut": a follower's log cut while its sync is
+    // pending takes a rare alignment (a few seeds in a thousand), so 30 seeds see it only by
+    // luck. `a_cut_voids_an_acknowledgement_waiting_for_the_disk` (broker/src/partition.rs) pins
+    // the rule; the long runs in docs/TESTING.md count the simulator's voided answers.
     for kind in kinds {
         assert!(decisions.get(kind).copied().unwrap_or(0) > 0, "never {kind}: {decisions:?}");
     }

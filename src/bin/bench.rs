@@ -54,6 +54,10 @@ struct Args {
     /// off), as the broker's `--preallocate-bytes`.
     #[arg(long, default_value_t = broker::log::PREALLOCATE_BYTES_DEFAULT)]
     preallocate_bytes: u64,
+    /// Replicate requests in flight to one follower for one partition, as the broker's
+    /// `--replication-inflight-max`.
+    #[arg(long, default_value_t = broker::server::REPLICATION_INFLIGHT_MAX_DEFAULT as u64, value_parser = clap::value_parser!(u64).range(1..1025))]
+    replication_inflight_max: u64,
     /// Directory for `--mode recovery`'s log, on the disk to measure (default: a temporary
     /// directory under the system's).
     #[arg(long)]
@@ -324,8 +328,15 @@ async fn loopback(args: &Args, template: Arc<BatchTemplate>) -> Result<Figures, 
 /// The real broker, with producer fencing on or off.
 async fn cluster(args: &Args, template: Arc<BatchTemplate>, fencing: bool) -> Result<Figures, String> {
     let log = broker::log::LogConfig { preallocate_bytes: args.preallocate_bytes, ..Default::default() };
-    let opts =
-        LocalOptions { brokers: args.brokers, fencing, fsync: args.fsync, secured: false, log, ..Default::default() };
+    let opts = LocalOptions {
+        brokers: args.brokers,
+        fencing,
+        fsync: args.fsync,
+        secured: false,
+        log,
+        replication_inflight_max: args.replication_inflight_max as usize,
+        ..Default::default()
+    };
     let c = LocalCluster::start(opts).await.map_err(|e| e.to_string())?;
     c.create_topic_replicated("bench", args.partitions, args.replicas).await.map_err(|e| e.to_string())?;
     let mut routes = Vec::new();

@@ -84,6 +84,10 @@ struct Args {
     /// Dial the other members over TLS, trusting the CA certificates in this PEM file.
     #[arg(long)]
     tls_ca: Option<std::path::PathBuf>,
+    /// Most Replicate requests in flight to one follower for one partition (1: each waits for
+    /// the answer to the one before).
+    #[arg(long, default_value_t = broker::server::REPLICATION_INFLIGHT_MAX_DEFAULT as u64, value_parser = clap::value_parser!(u64).range(1..1025))]
+    replication_inflight_max: u64,
     /// DANGER: turn producer fencing off (demonstrations and overhead measurements only).
     #[arg(long)]
     no_fencing: bool,
@@ -117,6 +121,7 @@ async fn main() -> anyhow::Result<()> {
         args.cluster_secret_file.as_deref().map(net::read_cluster_secret).transpose().map_err(anyhow::Error::msg)?;
     config.request_timeout_ms = args.request_timeout_ms;
     config.replica_lag_ms = args.replica_lag_ms;
+    config.replication_inflight_max = args.replication_inflight_max as usize;
     config.limits.frame_bytes_max = args.frame_bytes_max;
     config.limits.connections_max = args.connections_max;
     let listener = tokio::net::TcpListener::bind(&args.listen)

@@ -51,6 +51,9 @@ use protocol::{AlterPartitionRequest, AlterPartitionResponse, Assignment, Replic
 
 const TOPIC: &str = "sim";
 const BROKERS: [i32; 3] = [1, 2, 3];
+/// Replicate requests a leader sends one follower per tick, each behind the one before (the
+/// broker's `replication_inflight_max`).
+const REPLICATE_PIPELINE: usize = 3;
 const COORD: usize = 0;
 const CONSUMER: usize = 9;
 /// A broker heartbeats this often (in ticks, on its own clock's schedule).
@@ -1219,25 +1222,39 @@ impl Sim {
                 continue;
             }
             for f in BROKERS.into_iter().filter(|f| *f != id) {
-                let now = self.clock(id as usize);
-                let work = self.rep(id, partition).part.replication_work(f, l.leader_epoch, (None, 16 * 1024), now);
-                match work {
-                    Ok(Some(w)) => {
-                        let req = ReplicateRequest {
-                            topic: TOPIC.into(),
-                            partition,
-                            leader_epoch: l.leader_epoch,
-                            leader_id: id,
-                            from_offset: w.from_offset,
-                            prev_epoch: w.prev_epoch,
-                            high_watermark: w.high_watermark,
-                            log_start_offset: w.log_start_offset,
-                            records: w.records,
-                        };
-                        self.send(id as usize, f as usize, Msg::Replicate { req, sent: w.sent });
+                // Like the broker's replication loop, a few requests back to back, unanswered:
+                // the first from the bookkeeping, each other one where the one before ended,
+                // while the one before carried batches.
+                let mut from = None;
+                for _ in 0..REPLICATE_PIPELINE {
+                    let now = self.clock(id as usize);
+                    let work = self.rep(id, partition).part.replication_work(f, l.leader_epoch, (from, 16 * 1024), now);
+                    match work {
+                        Ok(Some(w)) => {
+                            let more = !w.records.is_empty();
+                            from = Some(w.end_offset);
+                            let req = ReplicateRequest {
+                                topic: TOPIC.into(),
+                                partition,
+                                leader_epoch: l.leader_epoch,
+                                leader_id: id,
+                                from_offset: w.from_offset,
+                                prev_epoch: w.prev_epoch,
+                                high_watermark: w.high_watermark,
+                                log_start_offset: w.log_start_offset,
+                                records: w.records,
+                            };
+                            self.send(id as usize, f as usize, Msg::Replicate { req, sent: w.sent });
+                            if !more {
+                                break;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            self.violate(format!("broker {id} cannot read its own log: {e}"));
+                            break;
+                        }
                     }
-                    Ok(None) => {}
-                    Err(e) => self.violate(format!("broker {id} cannot read its own log: {e}")),
                 }
             }
         }

@@ -235,7 +235,12 @@ async fn coordinator_killed_in_prepare_commit_finishes_the_commit_after_restart(
         &["--listen", &addr, "--data-dir", data.to_str().unwrap()],
         &dir.path().join("coordinator-2.log"),
     );
-    assert!(reaches_state(&addr, "CompleteCommit").await, "the prepared commit completed after the restart");
+    let logs = ["coordinator.log", "coordinator-2.log", "broker-1.log"].map(|f| dir.path().join(f));
+    assert!(
+        reaches_state(&addr, "CompleteCommit").await,
+        "the prepared commit completed after the restart; logs:{}",
+        common::log_tails(&logs.each_ref().map(|p| p.as_path()), 40)
+    );
     assert_eq!(committed(&addr, "t", 0).await, ["r0", "r1", "r2"], "committed exactly once");
     drop(b);
 }

@@ -181,3 +181,19 @@ pub fn signal(proc: &Proc, sig: &str) {
     let status = Command::new("kill").args([format!("-{sig}"), proc.child.id().to_string()]).status().expect("kill");
     assert!(status.success(), "kill -{sig} failed");
 }
+
+/// The last `lines` lines of each log file, headed by its name: for a failing test's message,
+/// since the files go with the test's temporary directory.
+pub fn log_tails(logs: &[&Path], lines: usize) -> String {
+    let mut out = String::new();
+    for log in logs {
+        let text = std::fs::read_to_string(log).unwrap_or_else(|e| format!("(cannot read: {e})"));
+        let all: Vec<&str> = text.lines().collect();
+        out.push_str(&format!("\n--- {} (last {} lines)\n", log.display(), lines.min(all.len())));
+        for line in &all[all.len().saturating_sub(lines)..] {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}

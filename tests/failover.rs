@@ -217,8 +217,10 @@ async fn follower_down_through_two_leadership_changes_truncates_and_converges() 
     signal(c.proc(y), "STOP");
     signal(c.proc(z), "STOP");
     let mut lone = Producer::init(&c.addr(), producer_config("lone", ACKS_LEADER)).await.unwrap();
-    // X sends up to this many Replicate requests to each stopped follower before it waits for
-    // an answer, each carrying what was new then: the records after those never leave X.
+    // X sends at most `replication_inflight_max` Replicate requests to each stopped follower
+    // before it waits for an answer, each carrying what was new when it was sent (one record
+    // each here, as the producer waits for every acknowledgement): two more records than that
+    // and some never leave X.
     let lone_sent = broker::server::REPLICATION_INFLIGHT_MAX_DEFAULT + 2;
     for i in 0..lone_sent {
         lone.send("t", 0, Bytes::from(format!("divergent-{i}"))).await.unwrap();

@@ -310,5 +310,9 @@ async fn batches_are_replicated_while_earlier_replicate_requests_are_unanswered(
     })
     .await;
     assert_eq!(values(&c).await, ["v0", "v1", "v2"]);
+    // Each pipelined request started where the one before it ended: the follower never had to
+    // say that a request did not continue its log.
+    let diverged = c.switches[(leader - 1) as usize].stats.replicate_answers_diverged.load(Ordering::Relaxed);
+    assert_eq!(diverged, 0, "a pipelined request started somewhere the follower's log does not end");
     c.shutdown().await;
 }

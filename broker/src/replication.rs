@@ -296,6 +296,12 @@ mod tests {
             r.on_ack(2, taken.leader_leo, leo, taken);
         }
         assert_eq!(r.follower(2).unwrap().caught_up_at_ms, 100 * 100);
+        r.on_ack(2, leo - 10, leo, sent(leo - 10, 50));
+        assert_eq!(
+            r.follower(2).unwrap().caught_up_at_ms,
+            100 * 100,
+            "an older request's answer does not move it back"
+        );
         assert_eq!(r.wanted_isr(100 * 100 + 500, 1000), None, "2 stays");
         let taken = sent(leo, 20_000);
         r.on_ack(2, leo - 1, leo, taken);

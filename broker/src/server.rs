@@ -155,6 +155,9 @@ pub const FETCH_BYTES_MAX: usize = 8 * 1024 * 1024;
 pub struct BrokerStats {
     /// Replicate requests this broker sent as a leader.
     pub replicate_requests_sent: AtomicU64,
+    /// Replicate answers this broker received as a leader saying the follower's log does not
+    /// match where the request started (OFFSET_OUT_OF_RANGE).
+    pub replicate_answers_diverged: AtomicU64,
     /// Replicate requests this broker sent that a follower refused by leader epoch.
     pub replication_refused_by_epoch: AtomicU64,
     /// Replicate requests this broker received and refused by leader epoch.
@@ -695,13 +698,20 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
                 log_start_offset: work.log_start_offset,
                 records: work.records,
             });
-            // Queued on the connection here, in order; only the answer is awaited later.
+            // Queued on the connection here, in order; only the answer is awaited later. The
+            // deadline covers the queueing too: a follower that stopped reading fills the queue.
+            let timeout = Duration::from_millis(shared.config.request_timeout_ms);
             let addr = shared.broker_addrs.lock().unwrap_or_else(|p| p.into_inner()).get(&follower).cloned();
+            let deadline = tokio::time::Instant::now() + timeout;
             let answer = match addr {
                 None => Err("follower address unknown".to_string()),
-                Some(addr) => match peer(&shared, &addr).await {
-                    Err(e) => Err(e.to_string()),
-                    Ok(conn) => conn.submit(req).await.map_err(|e| e.to_string()),
+                Some(addr) => match tokio::time::timeout_at(deadline, peer(&shared, &addr)).await {
+                    Err(_) => Err(format!("no connection within {} ms", timeout.as_millis())),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Ok(Ok(conn)) => match tokio::time::timeout_at(deadline, conn.submit(req)).await {
+                        Err(_) => Err(format!("not queued within {} ms", timeout.as_millis())),
+                        Ok(r) => r.map_err(|e| e.to_string()),
+                    },
                 },
             };
             let answer = match answer {
@@ -716,16 +726,18 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
             ping = false;
             sent_hw = hw;
             cursor = Some(end);
-            let timeout = Duration::from_millis(shared.config.request_timeout_ms);
             inflight.push_back(Box::pin(async move {
-                let outcome = match tokio::time::timeout(timeout, answer).await {
+                let outcome = match tokio::time::timeout_at(deadline, answer).await {
                     Ok(r) => r.map_err(|e| e.to_string()),
                     Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
                 };
                 (from, sent, outcome)
             }));
         }
-        if !failed {
+        // A request that could not be sent leaves those in flight to be answered; the back-off
+        // comes once none is left.
+        if !failed || !inflight.is_empty() {
+            failed = false;
             tokio::select! {
                 Some((from, sent, outcome)) = inflight.next() => {
                     match on_replicate_answer(&shared, &part, (follower, leader_epoch), (from, sent), outcome) {
@@ -740,7 +752,10 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
             }
         }
         if failed {
+            // Every request behind the failed one was based on it. Whatever it carried (the high
+            // watermark too) goes again after the back-off.
             inflight = Default::default();
+            ping = true;
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_millis(500));
         }
@@ -777,6 +792,7 @@ fn on_replicate_answer(
             ReplicateOutcome::Applied
         }
         Ok(Response::Replicate(r)) if r.status.code == ErrorCode::OffsetOutOfRange => {
+            shared.control.stats.replicate_answers_diverged.fetch_add(1, Ordering::Relaxed);
             tracing::info!(topic = %part.topic, partition = part.index, follower, hint = r.hint_offset, "follower diverges; resending from the hint");
             part.on_replica_mismatch(follower, leader_epoch, from_offset, r.hint_offset, r.diverging_epoch);
             ReplicateOutcome::Diverged

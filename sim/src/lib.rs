@@ -1222,7 +1222,8 @@ impl Sim {
                 continue;
             }
             for f in BROKERS.into_iter().filter(|f| *f != id) {
-                // Like the broker's replication loop, a few requests back to back, unanswered:
+                // A few requests back to back, unanswered, as the broker's pipelined loop sends
+                // them (this over-approximates it: a new round every tick, no in-flight limit):
                 // the first from the bookkeeping, each other one where the one before ended,
                 // while the one before carried batches.
                 let mut from = None;

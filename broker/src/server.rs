@@ -648,6 +648,7 @@ type ReplicateCall = std::pin::Pin<Box<dyn std::future::Future<Output = (i64, Se
 /// behind a failed or refused one and resends from what the replica set's bookkeeping says.
 async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, leader_epoch: i32) {
     let mut progress = part.subscribe();
+    let mut stop = shared.stop.clone();
     let idle = Duration::from_millis(shared.config.heartbeat_ms);
     let inflight_max = shared.config.replication_inflight_max.max(1);
     let mut backoff = Duration::from_millis(10);
@@ -749,6 +750,8 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
                 }
                 _ = progress.changed(), if inflight.len() < inflight_max => {}
                 _ = tokio::time::sleep(idle), if inflight.is_empty() => ping = true,
+                // Not left waiting for a follower that does not answer.
+                _ = stop.changed() => return,
             }
         }
         if failed {

@@ -105,3 +105,23 @@ fn bench_pairs_acks_all_with_acks_leader() {
     assert_eq!(each.len(), 2, "one ratio per pair");
     assert!(each.iter().all(|r| r.as_f64().unwrap() > 0.0));
 }
+
+#[test]
+fn bench_lingers_at_an_offered_rate() {
+    // 20,000 records/s for 2 ms: 40 more records arrive after a batch's first one.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["--records", "4000", "--rate", "20000", "--linger-ms", "2", "--mode", "fenced", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["config"]["batch_records"], 41, "a batch holds what arrives while it lingers");
+    let r = &v["results"]["fenced"];
+    assert!(r["records"].as_u64().unwrap() >= 4000);
+    // A batch's first record waited 2 ms for its last one: every latency includes that wait.
+    let p50 = r["p50_us"].as_u64().unwrap();
+    assert!(p50 >= 2000, "latency counts from a batch's first record: p50 {p50} µs");
+    // A linger without a rate means nothing: refused.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench")).args(["--linger-ms", "2"]).output().unwrap();
+    assert!(!out.status.success(), "--linger-ms needs --rate");
+}

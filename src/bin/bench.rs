@@ -111,6 +111,13 @@ struct Args {
     /// Offered load in records/s over all producers (0: as fast as acknowledgements allow).
     #[arg(long, default_value_t = 0)]
     rate: u64,
+    /// With `--rate`: how long a batch waits for more records before it goes anyway, in ms
+    /// (Kafka's `linger.ms`). Records arrive evenly at the rate, so each batch holds what
+    /// arrives in that time (at most `--batch-records`), and latency counts from the arrival of
+    /// a batch's first record, the wait included (as if each batch went when its linger ran
+    /// out). Without it a batch waits until it is full and latency counts from its send.
+    #[arg(long, requires = "rate")]
+    linger_ms: Option<u64>,
     /// Repeat the run this many times, alternating which of fenced and unfenced goes first, and
     /// report per target the run with the median throughput and the median fenced/unfenced ratio.
     #[arg(long, default_value_t = 1)]
@@ -130,6 +137,14 @@ struct Figures {
     p99_us: u64,
     p999_us: u64,
     max_us: u64,
+}
+
+/// Records in a batch that lingers `linger_ms` for records arriving evenly at `--rate` over all
+/// producers: those that arrive meanwhile, its first one included, at most `--batch-records`.
+fn lingered_batch_records(args: &Args, linger_ms: u64) -> usize {
+    let per_producer = args.rate as f64 / args.producers.max(1) as f64;
+    let arrived = (per_producer * linger_ms as f64 / 1000.0).floor() as usize + 1;
+    arrived.clamp(1, args.batch_records.max(1))
 }
 
 /// A template batch whose producer fields, sequence and CRC are patched per send.
@@ -196,6 +211,13 @@ async fn drive(
 ) -> Result<Figures, String> {
     let acks = if args.acks == "all" { ACKS_ALL } else { ACKS_LEADER };
     let batches_total = args.records.div_ceil(args.batch_records as u64);
+    // With a linger, how long a batch's first record waited for its last one.
+    let filling = match (args.linger_ms, args.rate) {
+        (Some(_), rate) if rate > 0 => {
+            Duration::from_secs_f64((template.records - 1) as f64 * args.producers as f64 / rate as f64)
+        }
+        _ => Duration::ZERO,
+    };
     let started = Instant::now();
     // With a duration, producers send until it is over rather than a fixed count.
     let deadline = (args.duration_ms > 0).then(|| started + Duration::from_millis(args.duration_ms));
@@ -231,8 +253,7 @@ async fn drive(
                             committed_at.push(sent);
                         }
                     }
-                    if let Some(interval) = interval {
-                        let due = start + interval * sent as u32;
+                    if let Some(due) = interval.map(|interval| start + interval * sent as u32) {
                         if due > Instant::now() {
                             if window.is_empty() {
                                 tokio::time::sleep_until(due.into()).await;
@@ -252,7 +273,11 @@ async fn drive(
                         acks,
                         records: batch,
                     });
-                    let at = Instant::now();
+                    // Latency counts from the send; with a linger, from when the batch's first
+                    // record arrived had the batch gone when its linger ran out (this tool's
+                    // timer wakes up to a millisecond late, which is not the broker's doing).
+                    let now = Instant::now();
+                    let at = now.checked_sub(filling).unwrap_or(now);
                     // Queue it now, so batches go out in sequence order; await answers later.
                     let answer = route.conn.submit(req).await.map_err(|e| format!("produce failed: {e}"))?;
                     window.push_back(async move { (at, answer.await) });
@@ -649,7 +674,10 @@ async fn replication(args: &Args, template: Arc<BatchTemplate>) -> Result<(), St
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if let Some(linger_ms) = args.linger_ms {
+        args.batch_records = lingered_batch_records(&args, linger_ms);
+    }
     if args.mode == "recovery" {
         let a = args.clone();
         return match tokio::task::spawn_blocking(move || recovery(&a)).await.map_err(|e| e.to_string()).and_then(|r| r)
@@ -743,6 +771,7 @@ async fn main() -> std::process::ExitCode {
         let value = serde_json::json!({
             "config": {
                 "record_bytes": args.record_bytes, "records": args.records, "duration_ms": args.duration_ms, "batch_records": args.batch_records,
+                "rate": args.rate, "linger_ms": args.linger_ms,
                 "inflight": args.inflight, "producers": args.producers, "partitions": args.partitions,
                 "brokers": args.brokers, "replicas": args.replicas, "acks": args.acks, "fsync": format!("{:?}", args.fsync),
             },
@@ -758,8 +787,9 @@ async fn main() -> std::process::ExitCode {
         } else {
             format!("{} records", args.records)
         };
+        let linger = args.linger_ms.map(|l| format!(" (linger {l} ms at {} records/s)", args.rate)).unwrap_or_default();
         println!(
-            "{amount} of {} bytes, {} per batch, {} in flight, {} producer(s), {} partition(s), {} broker(s), {} replica(s), acks={}, fsync={:?}",
+            "{amount} of {} bytes, {} per batch{linger}, {} in flight, {} producer(s), {} partition(s), {} broker(s), {} replica(s), acks={}, fsync={:?}",
             args.record_bytes, args.batch_records, args.inflight, args.producers, args.partitions, args.brokers, args.replicas, args.acks, args.fsync
         );
         println!(

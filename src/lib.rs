@@ -3,6 +3,7 @@
 //! The same servers run as the `coordinator` and `broker` binaries.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use broker::server::{run_with, BrokerSwitch};
@@ -63,6 +64,9 @@ pub struct LocalOptions {
     pub retention_check_ms: u64,
     /// Replicate requests in flight to one follower for one partition.
     pub replication_inflight_max: usize,
+    /// Where the brokers keep their logs (default: the operating system's files). Tests wrap it
+    /// to make a disk slow or failing.
+    pub storage: Option<Arc<dyn broker::storage::Storage>>,
 }
 
 impl Default for LocalOptions {
@@ -80,6 +84,7 @@ impl Default for LocalOptions {
             log: broker::log::LogConfig::default(),
             retention_check_ms: 60_000,
             replication_inflight_max: broker::server::REPLICATION_INFLIGHT_MAX_DEFAULT,
+            storage: None,
         }
     }
 }
@@ -152,6 +157,9 @@ impl LocalCluster {
             config.log = opts.log;
             config.retention_check_ms = opts.retention_check_ms;
             config.replication_inflight_max = opts.replication_inflight_max;
+            if let Some(storage) = &opts.storage {
+                config.storage = storage.clone();
+            }
             config.limits.cluster_secret = secret.clone();
             config.limits.tls = acceptor.clone();
             config.peer_tls = peer_tls.clone();

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use broker::storage::{OsStorage, Storage, StoredFile};
 use bytes::Bytes;
 use epochfence::{LocalCluster, LocalOptions};
 use net::Connection;
@@ -314,5 +315,154 @@ async fn batches_are_replicated_while_earlier_replicate_requests_are_unanswered(
     // say that a request did not continue its log.
     let diverged = c.switches[(leader - 1) as usize].stats.replicate_answers_diverged.load(Ordering::Relaxed);
     assert_eq!(diverged, 0, "a pipelined request started somewhere the follower's log does not end");
+    c.shutdown().await;
+}
+
+/// A disk whose fdatasync of the files under one directory waits until released, the other
+/// calls going straight to the operating system's files.
+#[derive(Debug, Default)]
+struct SlowDisk {
+    held: std::sync::Mutex<Option<std::path::PathBuf>>,
+    released: std::sync::Condvar,
+}
+
+impl SlowDisk {
+    fn hold(&self, dir: std::path::PathBuf) {
+        *self.held.lock().unwrap() = Some(dir);
+    }
+
+    fn release(&self) {
+        *self.held.lock().unwrap() = None;
+        self.released.notify_all();
+    }
+
+    fn wait(&self, path: &std::path::Path) {
+        let mut held = self.held.lock().unwrap();
+        while held.as_ref().is_some_and(|d| path.starts_with(d)) {
+            held = self.released.wait(held).unwrap();
+        }
+    }
+}
+
+#[derive(Debug)]
+struct SlowStorage(std::sync::Arc<SlowDisk>);
+
+#[derive(Debug)]
+struct SlowFile {
+    file: std::sync::Arc<dyn StoredFile>,
+    path: std::path::PathBuf,
+    disk: std::sync::Arc<SlowDisk>,
+}
+
+impl Storage for SlowStorage {
+    fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        OsStorage.create_dir_all(dir)
+    }
+    fn exists(&self, path: &std::path::Path) -> bool {
+        OsStorage.exists(path)
+    }
+    fn list(&self, dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+        OsStorage.list(dir)
+    }
+    fn open(&self, path: &std::path::Path, create: bool) -> std::io::Result<std::sync::Arc<dyn StoredFile>> {
+        let file = OsStorage.open(path, create)?;
+        Ok(std::sync::Arc::new(SlowFile { file, path: path.to_path_buf(), disk: self.0.clone() }))
+    }
+    fn read(&self, path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+        OsStorage.read(path)
+    }
+    fn write_file_atomically(&self, path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+        OsStorage.write_file_atomically(path, bytes)
+    }
+    fn remove(&self, path: &std::path::Path) -> std::io::Result<()> {
+        OsStorage.remove(path)
+    }
+    fn sync_dir(&self, dir: &std::path::Path) {
+        OsStorage.sync_dir(dir)
+    }
+}
+
+impl StoredFile for SlowFile {
+    fn append(&self, head: &[u8], tail: &[u8]) -> std::io::Result<()> {
+        self.file.append(head, tail)
+    }
+    fn read_at(&self, pos: u64, len: usize) -> std::io::Result<Bytes> {
+        self.file.read_at(pos, len)
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        self.file.len()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.file.set_len(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.disk.wait(&self.path);
+        self.file.sync_data()
+    }
+}
+
+/// `--fsync always` with acks=1: the leader answers once the batch is on its disk. If it was
+/// deposed while the write went to disk, the new leader may already have cut the batch, so the
+/// old one must not acknowledge it: NOT_LEADER_OR_FOLLOWER, and the producer retries at the
+/// new leader.
+#[tokio::test]
+async fn a_leader_deposed_while_an_acks_1_batch_goes_to_disk_does_not_acknowledge_it() {
+    let disk = std::sync::Arc::new(SlowDisk::default());
+    let storage: std::sync::Arc<dyn Storage> = std::sync::Arc::new(SlowStorage(disk.clone()));
+    let opts = LocalOptions { brokers: 2, broker_lease_ms: 400, storage: Some(storage), ..Default::default() };
+    assert_eq!(opts.fsync, broker::server::FsyncPolicy::Always);
+    let c = LocalCluster::start(opts).await.unwrap();
+    c.create_topic_replicated("t", 1, 2).await.unwrap();
+    let mut p = Producer::init(&c.coordinator_addr, ProducerConfig::transactional("slow")).await.unwrap();
+    p.send("t", 0, Bytes::from_static(b"v0")).await.unwrap();
+    let d = until(&c, "both replicas in sync at 1", |d| {
+        let p = &d.partitions[0];
+        p.isr.len() == 2 && p.progress.len() == 2 && p.progress.iter().all(|g| g.log_end_offset == 1)
+    })
+    .await;
+    let leader = d.partitions[0].leader_id;
+    let follower = 3 - leader;
+
+    // The leader's disk stalls; an acks=1 batch is appended and waits for it.
+    disk.hold(c.dir.path().join(format!("broker-{leader}")));
+    let conn = Connection::connect(&c.broker_addrs[(leader - 1) as usize]).await.unwrap();
+    let mut answer = Box::pin(conn.submit(produce_at(&p, 1, "v1", ACKS_LEADER)).await.unwrap());
+    until(&c, "the follower holds v1", |d| {
+        d.partitions[0].progress.iter().any(|g| g.broker_id == follower && g.log_end_offset == 2)
+    })
+    .await;
+    assert!(futures::FutureExt::now_or_never(&mut answer).is_none(), "answered before its disk had the batch");
+
+    // Its heartbeats stop: its lease runs out and the follower is elected.
+    c.switches[(leader - 1) as usize].freeze();
+    c.switches[(leader - 1) as usize].wake_without_heartbeats();
+    until(&c, "the follower elected", |d| d.partitions[0].leader_id == follower).await;
+    c.switches[(leader - 1) as usize].thaw();
+    // The old leader learns it from its next heartbeat: it then refuses reads as a leader.
+    let probe = Connection::connect(&c.broker_addrs[(leader - 1) as usize]).await.unwrap();
+    let mut learnt = false;
+    for _ in 0..1_000 {
+        let fetch = protocol::FetchRequest {
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: -1,
+            offset: 0,
+            max_bytes: 1024,
+            isolation: protocol::READ_UNCOMMITTED,
+        };
+        match probe.call(Request::Fetch(fetch)).await.unwrap() {
+            Response::Fetch(f) if f.status.code == ErrorCode::NotLeaderOrFollower => {
+                learnt = true;
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    assert!(learnt, "the old leader learnt it was deposed");
+
+    // Now its disk has the batch, but it no longer leads.
+    disk.release();
+    let r = produced(answer.await);
+    assert_eq!(r.status.code, ErrorCode::NotLeaderOrFollower, "a deposed leader acknowledged: {}", r.status);
     c.shutdown().await;
 }

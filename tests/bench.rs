@@ -1,13 +1,15 @@
 //! A quick smoke run of the bench tool: it reports sane numbers (not a performance test).
 
+/// Run the bench tool with `args` (which end in `--json`); its JSON report, once it succeeded.
+fn bench_json(args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench")).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
 fn bench_reports_sane_numbers_for_every_target() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(["--records", "20000", "--batch-records", "100", "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = bench_json(&["--records", "20000", "--batch-records", "100", "--json"]);
     for target in ["loopback", "fenced", "unfenced"] {
         let r = &v["results"][target];
         assert_eq!(r["records"], 20000, "{target}: every record acknowledged");
@@ -23,12 +25,7 @@ fn bench_reports_sane_numbers_for_every_target() {
 
 #[test]
 fn bench_measures_durable_inits() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(["--mode", "inits", "--clients", "4", "--inits-per-client", "10", "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = bench_json(&["--mode", "inits", "--clients", "4", "--inits-per-client", "10", "--json"]);
     assert_eq!(v["grants"], 40.0);
     assert!(v["grants_per_s"].as_f64().unwrap() > 0.0);
     assert!(v["p50_us"].as_u64().unwrap() <= v["max_us"].as_u64().unwrap());
@@ -36,35 +33,25 @@ fn bench_measures_durable_inits() {
 
 #[test]
 fn bench_runs_transactional_producers() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args([
-            "--mode",
-            "fenced",
-            "--records",
-            "4000",
-            "--batch-records",
-            "100",
-            "--txn-batches",
-            "5",
-            "--producers",
-            "2",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = bench_json(&[
+        "--mode",
+        "fenced",
+        "--records",
+        "4000",
+        "--batch-records",
+        "100",
+        "--txn-batches",
+        "5",
+        "--producers",
+        "2",
+        "--json",
+    ]);
     assert_eq!(v["results"]["fenced"]["records"], 4000);
 }
 
 #[test]
 fn bench_runs_for_a_duration_instead_of_a_count() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(["--mode", "fenced", "--duration-ms", "300", "--batch-records", "100", "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = bench_json(&["--mode", "fenced", "--duration-ms", "300", "--batch-records", "100", "--json"]);
     assert_eq!(v["config"]["duration_ms"], 300);
     let r = &v["results"]["fenced"];
     // It stops on time rather than after --records (1,000,000 by default)...
@@ -77,12 +64,17 @@ fn bench_runs_for_a_duration_instead_of_a_count() {
 
 #[test]
 fn bench_measures_recovery() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(["--mode", "recovery", "--log-mib", "6", "--segment-bytes", "1048576", "--producers", "10", "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = bench_json(&[
+        "--mode",
+        "recovery",
+        "--log-mib",
+        "6",
+        "--segment-bytes",
+        "1048576",
+        "--producers",
+        "10",
+        "--json",
+    ]);
     assert!(v["log_bytes"].as_u64().unwrap() >= 6 << 20);
     assert!(v["segments"].as_u64().unwrap() >= 6, "{v}");
     for key in ["open_after_crash_s", "open_after_clean_shutdown_s", "open_full_scan_s"] {
@@ -92,12 +84,17 @@ fn bench_measures_recovery() {
 
 #[test]
 fn bench_pairs_acks_all_with_acks_leader() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(["--mode", "replication", "--records", "20000", "--batch-records", "100", "--repeat", "2", "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = bench_json(&[
+        "--mode",
+        "replication",
+        "--records",
+        "20000",
+        "--batch-records",
+        "100",
+        "--repeat",
+        "2",
+        "--json",
+    ]);
     for side in ["acks_leader", "acks_all_3_replicas"] {
         assert_eq!(v[side]["records"], 20000, "{side}: every record acknowledged");
     }
@@ -109,12 +106,7 @@ fn bench_pairs_acks_all_with_acks_leader() {
 #[test]
 fn bench_lingers_at_an_offered_rate() {
     // 20,000 records/s for 2 ms: 40 more records arrive after a batch's first one.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(["--records", "4000", "--rate", "20000", "--linger-ms", "2", "--mode", "fenced", "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = bench_json(&["--records", "4000", "--rate", "20000", "--linger-ms", "2", "--mode", "fenced", "--json"]);
     assert_eq!(v["config"]["batch_records"], 41, "a batch holds what arrives while it lingers");
     let r = &v["results"]["fenced"];
     assert!(r["records"].as_u64().unwrap() >= 4000);

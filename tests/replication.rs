@@ -211,14 +211,14 @@ fn produced(answer: Result<Response, net::NetError>) -> protocol::ProduceRespons
     }
 }
 
-#[tokio::test]
-async fn pipelined_acks_all_batches_are_appended_while_earlier_ones_wait_for_the_replicas() {
-    // Long lease and lag: the frozen follower stays in the ISR, so nothing commits until it wakes.
-    let opts = LocalOptions { brokers: 2, broker_lease_ms: 60_000, replica_lag_ms: 60_000, ..Default::default() };
+/// Two brokers, topic `t` with one partition on both, and a producer for `tid` whose first
+/// batch ("v0", which needs the coordinator's verification, so it goes through whole) both
+/// replicas hold: the cluster, the producer, the leader and the follower.
+async fn two_replicas_in_sync(opts: LocalOptions, tid: &str) -> (LocalCluster, Producer, i32, i32) {
+    assert_eq!(opts.brokers, 2);
     let c = LocalCluster::start(opts).await.unwrap();
     c.create_topic_replicated("t", 1, 2).await.unwrap();
-    let mut p = Producer::init(&c.coordinator_addr, ProducerConfig::transactional("pipe")).await.unwrap();
-    // The producer's first batch (it needs the coordinator's verification) goes through whole.
+    let mut p = Producer::init(&c.coordinator_addr, ProducerConfig::transactional(tid)).await.unwrap();
     p.send("t", 0, Bytes::from_static(b"v0")).await.unwrap();
     let d = until(&c, "both replicas in sync at 1", |d| {
         let p = &d.partitions[0];
@@ -226,7 +226,14 @@ async fn pipelined_acks_all_batches_are_appended_while_earlier_ones_wait_for_the
     })
     .await;
     let leader = d.partitions[0].leader_id;
-    let follower = 3 - leader;
+    (c, p, leader, 3 - leader)
+}
+
+#[tokio::test]
+async fn pipelined_acks_all_batches_are_appended_while_earlier_ones_wait_for_the_replicas() {
+    // Long lease and lag: the frozen follower stays in the ISR, so nothing commits until it wakes.
+    let opts = LocalOptions { brokers: 2, broker_lease_ms: 60_000, replica_lag_ms: 60_000, ..Default::default() };
+    let (c, p, leader, follower) = two_replicas_in_sync(opts, "pipe").await;
     c.switches[(follower - 1) as usize].freeze();
 
     // Two acks=all batches pipelined on one connection: neither can commit while the follower
@@ -275,17 +282,7 @@ async fn pipelined_acks_all_batches_are_appended_while_earlier_ones_wait_for_the
 async fn batches_are_replicated_while_earlier_replicate_requests_are_unanswered() {
     let opts = LocalOptions { brokers: 2, broker_lease_ms: 60_000, replica_lag_ms: 60_000, ..Default::default() };
     assert!(opts.replication_inflight_max >= 3, "one empty request, then one per batch");
-    let c = LocalCluster::start(opts).await.unwrap();
-    c.create_topic_replicated("t", 1, 2).await.unwrap();
-    let mut p = Producer::init(&c.coordinator_addr, ProducerConfig::transactional("pipe")).await.unwrap();
-    p.send("t", 0, Bytes::from_static(b"v0")).await.unwrap();
-    let d = until(&c, "both replicas in sync at 1", |d| {
-        let p = &d.partitions[0];
-        p.isr.len() == 2 && p.progress.len() == 2 && p.progress.iter().all(|g| g.log_end_offset == 1)
-    })
-    .await;
-    let leader = d.partitions[0].leader_id;
-    let follower = 3 - leader;
+    let (c, p, leader, follower) = two_replicas_in_sync(opts, "pipe").await;
     c.switches[(follower - 1) as usize].freeze();
     let sent = &c.switches[(leader - 1) as usize].stats.replicate_requests_sent;
 
@@ -411,17 +408,7 @@ async fn a_leader_deposed_while_an_acks_1_batch_goes_to_disk_does_not_acknowledg
     let storage: std::sync::Arc<dyn Storage> = std::sync::Arc::new(SlowStorage(disk.clone()));
     let opts = LocalOptions { brokers: 2, broker_lease_ms: 400, storage: Some(storage), ..Default::default() };
     assert_eq!(opts.fsync, broker::server::FsyncPolicy::Always);
-    let c = LocalCluster::start(opts).await.unwrap();
-    c.create_topic_replicated("t", 1, 2).await.unwrap();
-    let mut p = Producer::init(&c.coordinator_addr, ProducerConfig::transactional("slow")).await.unwrap();
-    p.send("t", 0, Bytes::from_static(b"v0")).await.unwrap();
-    let d = until(&c, "both replicas in sync at 1", |d| {
-        let p = &d.partitions[0];
-        p.isr.len() == 2 && p.progress.len() == 2 && p.progress.iter().all(|g| g.log_end_offset == 1)
-    })
-    .await;
-    let leader = d.partitions[0].leader_id;
-    let follower = 3 - leader;
+    let (c, p, leader, follower) = two_replicas_in_sync(opts, "slow").await;
 
     // The leader's disk stalls; an acks=1 batch is appended and waits for it.
     disk.hold(c.dir.path().join(format!("broker-{leader}")));

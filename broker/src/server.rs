@@ -699,23 +699,10 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
                 log_start_offset: work.log_start_offset,
                 records: work.records,
             });
-            // Queued on the connection here, in order; only the answer is awaited later. The
-            // deadline covers the queueing too: a follower that stopped reading fills the queue.
+            // Queued on the connection here, in order; only the answer is awaited later.
             let timeout = Duration::from_millis(shared.config.request_timeout_ms);
-            let addr = shared.broker_addrs.lock().unwrap_or_else(|p| p.into_inner()).get(&follower).cloned();
             let deadline = tokio::time::Instant::now() + timeout;
-            let answer = match addr {
-                None => Err("follower address unknown".to_string()),
-                Some(addr) => match tokio::time::timeout_at(deadline, peer(&shared, &addr)).await {
-                    Err(_) => Err(format!("no connection within {} ms", timeout.as_millis())),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Ok(Ok(conn)) => match tokio::time::timeout_at(deadline, conn.submit(req)).await {
-                        Err(_) => Err(format!("not queued within {} ms", timeout.as_millis())),
-                        Ok(r) => r.map_err(|e| e.to_string()),
-                    },
-                },
-            };
-            let answer = match answer {
+            let answer = match queue_to_follower(&shared, follower, req, deadline).await {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::debug!(follower, error = %e, "cannot reach the follower; retrying");
@@ -766,6 +753,28 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
             cursor = None;
         }
     }
+}
+
+/// Queue `req` on the connection to `follower` by `deadline` (connecting if need be) and
+/// return its answer, to await later. The deadline covers the queueing: a follower that stopped
+/// reading fills the connection's queue.
+async fn queue_to_follower(
+    shared: &Shared,
+    follower: i32,
+    req: Request,
+    deadline: tokio::time::Instant,
+) -> Result<impl std::future::Future<Output = Result<Response, net::NetError>>, String> {
+    let addr = shared.broker_addrs.lock().unwrap_or_else(|p| p.into_inner()).get(&follower).cloned();
+    let addr = addr.ok_or("follower address unknown")?;
+    let late = |what: &str| format!("{what} before the deadline of {} ms", shared.config.request_timeout_ms);
+    let conn = tokio::time::timeout_at(deadline, peer(shared, &addr))
+        .await
+        .map_err(|_| late("no connection"))?
+        .map_err(|e| e.to_string())?;
+    tokio::time::timeout_at(deadline, conn.submit(req))
+        .await
+        .map_err(|_| late("not queued"))?
+        .map_err(|e| e.to_string())
 }
 
 /// What one Replicate answer means for the requests behind it.

@@ -117,3 +117,22 @@ fn bench_lingers_at_an_offered_rate() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_bench")).args(["--linger-ms", "2"]).output().unwrap();
     assert!(!out.status.success(), "--linger-ms needs --rate");
 }
+
+#[test]
+fn bench_runs_the_producers_on_threads_of_their_own() {
+    let v = bench_json(&[
+        "--records",
+        "20000",
+        "--batch-records",
+        "100",
+        "--producers",
+        "2",
+        "--client-threads",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(v["config"]["client_threads"], 2);
+    for target in ["loopback", "fenced", "unfenced"] {
+        assert_eq!(v["results"][target]["records"], 20000, "{target}: every record acknowledged");
+    }
+}

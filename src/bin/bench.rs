@@ -87,6 +87,12 @@ struct Args {
     /// Batches each producer keeps in flight (pipelined on its connection).
     #[arg(long, default_value_t = 8)]
     inflight: usize,
+    /// Run the producers on a runtime of their own with this many threads, apart from the
+    /// brokers' (as kafka-producer-perf-test is a process apart); 0: on the brokers' runtime.
+    /// On this VM a client thread of its own makes round trips slower (a cross-thread wake-up
+    /// per answer) and large batches no faster: docs/BENCHMARKS.md, "A client thread of its own".
+    #[arg(long, default_value_t = 0)]
+    client_threads: usize,
     /// Concurrent producers.
     #[arg(long, default_value_t = 1)]
     producers: usize,
@@ -321,6 +327,36 @@ async fn drive(
     })
 }
 
+/// Runs the producers' side of a measurement: with `threads` > 0 on a runtime of its own, on
+/// threads of its own (one thread: a current-thread runtime), as kafka-producer-perf-test is a
+/// process apart from the brokers; with 0 on the brokers' runtime, where the scheduler puts a
+/// client task and the server task it talks to on one worker thread or on two by chance.
+async fn on_client<T: Send + 'static>(
+    threads: usize,
+    work: impl std::future::Future<Output = Result<T, String>> + Send + 'static,
+) -> Result<T, String> {
+    if threads == 0 {
+        return work.await;
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("bench-client".into())
+        .spawn(move || {
+            let runtime = if threads == 1 {
+                tokio::runtime::Builder::new_current_thread().enable_all().build()
+            } else {
+                tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()
+            };
+            let out = match runtime {
+                Ok(runtime) => runtime.block_on(work),
+                Err(e) => Err(format!("client runtime: {e}")),
+            };
+            let _ = tx.send(out);
+        })
+        .map_err(|e| format!("client thread: {e}"))?;
+    rx.await.map_err(|_| "the client thread panicked".to_string())?
+}
+
 /// The ceiling: a server with the same framing that acknowledges every produce at once.
 async fn loopback(args: &Args, template: Arc<BatchTemplate>) -> Result<Figures, String> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
@@ -338,13 +374,18 @@ async fn loopback(args: &Args, template: Arc<BatchTemplate>) -> Result<Figures, 
     let server = tokio::spawn(net::serve(listener, handler, ServerLimits::default(), async {
         let _ = stopped.await;
     }));
-    let mut routes = Vec::new();
-    for _ in 0..args.producers {
-        let conn = Connection::connect(&addr).await.map_err(|e| e.to_string())?;
-        routes.push((0..args.partitions).map(|_| Route { conn: conn.clone(), leader_epoch: 0 }).collect());
-    }
-    let ids = (0..args.producers).map(|p| (p as i64, 0)).collect();
-    let figures = drive(args, routes, ids, Vec::new(), template).await;
+    let client_args = args.clone();
+    let figures = on_client(args.client_threads, async move {
+        let args = &client_args;
+        let mut routes = Vec::new();
+        for _ in 0..args.producers {
+            let conn = Connection::connect(&addr).await.map_err(|e| e.to_string())?;
+            routes.push((0..args.partitions).map(|_| Route { conn: conn.clone(), leader_epoch: 0 }).collect());
+        }
+        let ids = (0..args.producers).map(|p| (p as i64, 0)).collect();
+        drive(args, routes, ids, Vec::new(), template).await
+    })
+    .await;
     let _ = stop.send(());
     let _ = server.await;
     figures
@@ -364,49 +405,55 @@ async fn cluster(args: &Args, template: Arc<BatchTemplate>, fencing: bool) -> Re
     };
     let c = LocalCluster::start(opts).await.map_err(|e| e.to_string())?;
     c.create_topic_replicated("bench", args.partitions, args.replicas).await.map_err(|e| e.to_string())?;
-    let mut routes = Vec::new();
-    let mut ids = Vec::new();
-    let mut txns = Vec::new();
-    let mut client = Client::new(&c.coordinator_addr, ClientConfig::default());
-    for p in 0..args.producers {
-        let producer = Producer::init(&c.coordinator_addr, ProducerConfig::transactional(format!("bench-{p}")))
-            .await
-            .map_err(|e| e.to_string())?;
-        ids.push((producer.producer_id(), producer.epoch()));
-        txns.push(if args.txn_batches > 0 {
-            Some((Connection::connect(&c.coordinator_addr).await.map_err(|e| e.to_string())?, format!("bench-{p}")))
-        } else {
-            None
-        });
-        let mut mine = Vec::new();
-        let mut conns: std::collections::HashMap<String, Connection> = Default::default();
-        for part in 0..args.partitions {
-            let leader = loop {
-                // Leaders are learnt through heartbeats: wait (bounded) until each partition has one.
-                match client.leader_or_refresh("bench", part).await {
-                    Ok(l) if l.broker_id > 0 => break l,
-                    _ => {
-                        client.invalidate("bench");
-                        tokio::time::sleep(Duration::from_millis(20)).await;
+    let coordinator = c.coordinator_addr.clone();
+    let client_args = args.clone();
+    let figures = on_client(args.client_threads, async move {
+        let args = &client_args;
+        let mut routes = Vec::new();
+        let mut ids = Vec::new();
+        let mut txns = Vec::new();
+        let mut client = Client::new(&coordinator, ClientConfig::default());
+        for p in 0..args.producers {
+            let producer = Producer::init(&coordinator, ProducerConfig::transactional(format!("bench-{p}")))
+                .await
+                .map_err(|e| e.to_string())?;
+            ids.push((producer.producer_id(), producer.epoch()));
+            txns.push(if args.txn_batches > 0 {
+                Some((Connection::connect(&coordinator).await.map_err(|e| e.to_string())?, format!("bench-{p}")))
+            } else {
+                None
+            });
+            let mut mine = Vec::new();
+            let mut conns: std::collections::HashMap<String, Connection> = Default::default();
+            for part in 0..args.partitions {
+                let leader = loop {
+                    // Leaders are learnt through heartbeats: wait (bounded) until each partition has one.
+                    match client.leader_or_refresh("bench", part).await {
+                        Ok(l) if l.broker_id > 0 => break l,
+                        _ => {
+                            client.invalidate("bench");
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
                     }
-                }
-            };
-            let conn = match conns.get(&leader.addr) {
-                Some(c) => c.clone(),
-                None => {
-                    let c = Connection::connect(&leader.addr).await.map_err(|e| e.to_string())?;
-                    conns.insert(leader.addr.clone(), c.clone());
-                    c
-                }
-            };
-            mine.push(Route { conn, leader_epoch: leader.leader_epoch });
+                };
+                let conn = match conns.get(&leader.addr) {
+                    Some(c) => c.clone(),
+                    None => {
+                        let c = Connection::connect(&leader.addr).await.map_err(|e| e.to_string())?;
+                        conns.insert(leader.addr.clone(), c.clone());
+                        c
+                    }
+                };
+                mine.push(Route { conn, leader_epoch: leader.leader_epoch });
+            }
+            routes.push(mine);
         }
-        routes.push(mine);
-    }
-    // The broker learns its leaderships through heartbeats; one small write per partition
-    // waits for that, outside the measurement.
-    warm_up(&routes, &ids, args.record_bytes).await?;
-    let figures = drive(args, routes, ids, txns, template).await;
+        // The broker learns its leaderships through heartbeats; one small write per partition
+        // waits for that, outside the measurement.
+        warm_up(&routes, &ids, args.record_bytes).await?;
+        drive(args, routes, ids, txns, template).await
+    })
+    .await;
     c.shutdown().await;
     figures
 }
@@ -639,7 +686,7 @@ async fn replication(args: &Args, template: Arc<BatchTemplate>) -> Result<(), St
         let value = serde_json::json!({
             "config": {
                 "record_bytes": args.record_bytes, "records": args.records, "batch_records": args.batch_records,
-                "inflight": args.inflight, "producers": args.producers, "partitions": args.partitions, "fsync": format!("{:?}", args.fsync),
+                "inflight": args.inflight, "producers": args.producers, "partitions": args.partitions, "client_threads": args.client_threads, "fsync": format!("{:?}", args.fsync),
             },
             "acks_leader": l, "acks_all_3_replicas": a,
             "all_over_leader": ratio, "all_over_leader_each_repeat": ratios,
@@ -772,7 +819,7 @@ async fn main() -> std::process::ExitCode {
             "config": {
                 "record_bytes": args.record_bytes, "records": args.records, "duration_ms": args.duration_ms, "batch_records": args.batch_records,
                 "rate": args.rate, "linger_ms": args.linger_ms,
-                "inflight": args.inflight, "producers": args.producers, "partitions": args.partitions,
+                "inflight": args.inflight, "producers": args.producers, "partitions": args.partitions, "client_threads": args.client_threads,
                 "brokers": args.brokers, "replicas": args.replicas, "acks": args.acks, "fsync": format!("{:?}", args.fsync),
             },
             "results": results.iter().map(|(n, f)| (n.to_string(), serde_json::to_value(f).expect("plain struct"))).collect::<serde_json::Map<_, _>>(),

@@ -380,8 +380,8 @@ impl Storage for SlowStorage {
 }
 
 impl StoredFile for SlowFile {
-    fn append(&self, head: &[u8], tail: &[u8]) -> std::io::Result<()> {
-        self.file.append(head, tail)
+    fn append(&self, pieces: &[&[u8]]) -> std::io::Result<()> {
+        self.file.append(pieces)
     }
     fn read_at(&self, pos: u64, len: usize) -> std::io::Result<Bytes> {
         self.file.read_at(pos, len)

@@ -443,8 +443,15 @@ impl PartitionLog {
 
     /// Whether a batch of `batch_bytes` must go to a new segment (see [`PartitionLog::roll`]).
     pub fn should_roll(&self, batch_bytes: u64) -> bool {
-        let a = self.active();
-        a.size > 0 && a.size + batch_bytes > self.config.segment_bytes
+        self.should_roll_after(0, batch_bytes)
+    }
+
+    /// Whether a batch of `batch_bytes` must go to a new segment once `pending_bytes` more
+    /// (batches to be written before it) are in the active one. A batch never waits for an
+    /// empty segment.
+    pub fn should_roll_after(&self, pending_bytes: u64, batch_bytes: u64) -> bool {
+        let size = self.active().size + pending_bytes;
+        size > 0 && size + batch_bytes > self.config.segment_bytes
     }
 
     /// Close the active segment (fdatasync it unless `sync_on_roll` is off, write its index)
@@ -497,6 +504,13 @@ impl PartitionLog {
     /// received, so the batch is never copied. On a failed write the file is cut back to where
     /// it was.
     pub fn append(&mut self, prefix: &[u8; 16], rest: &[u8], header: &BatchHeader) -> Result<(), LogError> {
+        self.append_many(&[(prefix, rest, header)])
+    }
+
+    /// Append consecutive batches to the active segment in one vectored write, each as
+    /// [`PartitionLog::append`] takes it. All or none: on a failed write the file is cut back
+    /// to where it was and none of them is in the log.
+    pub fn append_many(&mut self, batches: &[(&[u8; 16], &[u8], &BatchHeader)]) -> Result<(), LogError> {
         if let Some(e) = self.failed_error() {
             return Err(e);
         }
@@ -510,7 +524,8 @@ impl PartitionLog {
             storage.sync_dir(seg.path.parent().unwrap_or(Path::new(".")));
             seg.indexed = false;
         }
-        let end = seg.size + (prefix.len() + rest.len()) as u64;
+        let bytes: u64 = batches.iter().map(|(prefix, rest, _)| (prefix.len() + rest.len()) as u64).sum();
+        let end = seg.size + bytes;
         if end > seg.reserved && preallocate_bytes > 0 {
             // Only a hint: a file system that cannot reserve blocks still takes the writes.
             let to = end.saturating_add(preallocate_bytes).min(segment_bytes.max(end));
@@ -522,25 +537,29 @@ impl PartitionLog {
                 }
             }
         }
-        if let Err(e) = seg.file.append(prefix, rest) {
+        let pieces: Vec<&[u8]> = batches.iter().flat_map(|(prefix, rest, _)| [&prefix[..], rest]).collect();
+        if let Err(e) = seg.file.append(&pieces) {
             let detail = e.to_string();
             let path = seg.path.display().to_string();
             seg.forget_reserved_past(seg.size);
             if let Err(undo) = seg.file.set_len(seg.size) {
-                self.fail(format!("write failed ({detail}) and the partial batch could not be removed ({undo})"));
+                self.fail(format!("write failed ({detail}) and the partial batches could not be removed ({undo})"));
             }
             return Err(LogError::Io { path, op: "write", detail });
         }
-        seg.index.push(IndexEntry {
-            base_offset: header.base_offset,
-            last_offset: header.last_offset(),
-            leader_epoch: header.partition_leader_epoch,
-            pos: seg.size,
-        });
-        seg.size += (prefix.len() + rest.len()) as u64;
-        seg.max_timestamp = seg.max_timestamp.max(header.max_timestamp);
-        if self.epochs.last().is_none_or(|(e, _)| *e != header.partition_leader_epoch) {
-            self.epochs.push((header.partition_leader_epoch, header.base_offset));
+        for (prefix, rest, header) in batches {
+            let seg = self.active_mut();
+            seg.index.push(IndexEntry {
+                base_offset: header.base_offset,
+                last_offset: header.last_offset(),
+                leader_epoch: header.partition_leader_epoch,
+                pos: seg.size,
+            });
+            seg.size += (prefix.len() + rest.len()) as u64;
+            seg.max_timestamp = seg.max_timestamp.max(header.max_timestamp);
+            if self.epochs.last().is_none_or(|(e, _)| *e != header.partition_leader_epoch) {
+                self.epochs.push((header.partition_leader_epoch, header.base_offset));
+            }
         }
         Ok(())
     }

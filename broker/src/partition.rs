@@ -15,11 +15,11 @@ use tokio::sync::watch;
 
 use crate::leader::{LeaderEpochError, Leadership};
 use crate::log::{LogConfig, LogError, PartitionLog, ReadRange};
-use crate::producer_state::{Admit, GateError, ProducerStates};
+use crate::producer_state::{Admit, GateError, ProducerStates, SavedProducer};
 use crate::replication::{ReplicaSet, Sent};
 use crate::snapshot;
 use crate::storage::{OsStorage, Storage, StoredFile};
-use crate::txn_index::TxnIndex;
+use crate::txn_index::{SavedTxn, TxnIndex};
 
 /// A successful append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +42,54 @@ pub enum Appended {
         /// The leader epoch now.
         leader_epoch: i32,
     },
+}
+
+/// A batch offered to [`Partition::append_group`], as [`Partition::append`] takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Offer<'a> {
+    /// One CRC-checked batch.
+    pub batch: &'a Bytes,
+    /// Its parsed header.
+    pub header: &'a BatchHeader,
+    /// The leader epoch the request carries.
+    pub leader_epoch: i32,
+}
+
+/// Batches admitted and recorded in the producer state, not written yet: what one
+/// [`Partition::append_group`] or one Replicate request writes in one go.
+#[derive(Default)]
+struct Chunk {
+    batches: Vec<Staged>,
+    bytes: u64,
+    /// Answers (of an [`Partition::append_group`]) that stand or fall with the write: the
+    /// batches', and those of retries of them.
+    members: Vec<usize>,
+    /// The producer state and transaction index entries of the batches' producers before them.
+    saved: Vec<(SavedProducer, SavedTxn)>,
+}
+
+/// One batch of a [`Chunk`].
+struct Staged {
+    /// Its answer's index, for [`Partition::append_group`].
+    answer: Option<usize>,
+    /// Its first 16 bytes as stored (base offset and leader epoch set).
+    prefix: [u8; 16],
+    /// The whole batch as received.
+    batch: Bytes,
+    /// Its header as stored.
+    header: BatchHeader,
+}
+
+impl Chunk {
+    /// The offset the next admitted batch gets.
+    fn next_offset(&self, log: &PartitionLog) -> i64 {
+        self.batches.last().map_or(log.end_offset(), |b| b.header.last_offset() + 1)
+    }
+
+    /// Offset of its first batch, if it has one.
+    fn base_offset(&self) -> Option<i64> {
+        self.batches.first().map(|b| b.header.base_offset)
+    }
 }
 
 impl Appended {
@@ -209,18 +257,10 @@ impl Inner {
         }
     }
 
-    /// Append one batch as stored (`prefix`: its first 16 bytes as rewritten, `rest`: the
-    /// others) and record it in the producer state and transaction index: the one place a batch
-    /// enters the log. A batch that would take the active segment past its size rolls the log
-    /// first, and the producer state as of the roll is snapshotted.
-    fn append_stored(
-        &mut self,
-        prefix: &[u8; 16],
-        rest: &[u8],
-        h: &BatchHeader,
-        marker: Option<MarkerKind>,
-    ) -> Result<(), LogError> {
-        if self.log.should_roll((prefix.len() + rest.len()) as u64) {
+    /// Roll the log if `bytes` more would take the active segment past its size, and snapshot
+    /// the producer state as of the roll (so it must hold exactly what is written).
+    fn roll_for(&mut self, bytes: u64) -> Result<(), LogError> {
+        if self.log.should_roll(bytes) {
             self.log.roll()?;
             if self.log.config().sync_on_roll {
                 // The roll synced everything below the new segment.
@@ -228,10 +268,61 @@ impl Inner {
             }
             self.snapshot();
         }
-        self.log.append(prefix, rest, h)?;
-        self.producers.record(h);
-        self.txns.record(h, marker);
         Ok(())
+    }
+
+    /// Admit a batch to `chunk` (the one way a batch enters the log: staged, then written by
+    /// [`Inner::write_chunk`]): record it in the producer state and transaction index now (so
+    /// that a later batch of the same producer is checked against it), remembering what they
+    /// held before, to put back if the write fails. The caller has rolled the log first if the
+    /// chunk was empty and the batch needs it (see [`Inner::roll_for`]).
+    fn stage(&mut self, chunk: &mut Chunk, answer: Option<usize>, prefix: [u8; 16], batch: Bytes, header: BatchHeader) {
+        let marker = if header.is_control() { marker_kind(&batch) } else { None };
+        let producer_id = header.producer_id;
+        if producer_id >= 0 && !chunk.saved.iter().any(|(p, _)| p.producer_id() == producer_id) {
+            chunk.saved.push((self.producers.save(producer_id), self.txns.save(producer_id)));
+        }
+        self.producers.record(&header);
+        self.txns.record(&header, marker);
+        chunk.bytes += batch.len() as u64;
+        chunk.members.extend(answer);
+        chunk.batches.push(Staged { answer, prefix, batch, header });
+    }
+
+    /// Write the batches `chunk` admitted in one vectored write and answer them; if it fails,
+    /// put their producers' state back and answer them (and retries of them) with the error.
+    fn write_chunk(
+        &mut self,
+        chunk: &mut Chunk,
+        answers: &mut [Option<Result<Appended, AppendError>>],
+    ) -> Result<(), LogError> {
+        let Chunk { batches, saved, members, .. } = std::mem::take(chunk);
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let pieces: Vec<(&[u8; 16], &[u8], &BatchHeader)> =
+            batches.iter().map(|b| (&b.prefix, &b.batch[16..], &b.header)).collect();
+        let written = self.log.append_many(&pieces);
+        match &written {
+            Ok(()) => {
+                for b in &batches {
+                    let Some(i) = b.answer else { continue };
+                    let (base_offset, end_offset) = (b.header.base_offset, b.header.last_offset() + 1);
+                    let leader_epoch = b.header.partition_leader_epoch;
+                    answers[i] = Some(Ok(Appended::New { base_offset, end_offset, leader_epoch }));
+                }
+            }
+            Err(e) => {
+                for (producer, txn) in saved.into_iter().rev() {
+                    self.producers.restore(producer);
+                    self.txns.restore(txn);
+                }
+                for i in members {
+                    answers[i] = Some(Err(AppendError::Storage(e.clone())));
+                }
+            }
+        }
+        written
     }
 
     /// Snapshot the producer state as of the log end. Only an optimisation of recovery: a
@@ -356,46 +447,104 @@ impl Partition {
     }
 
     /// Leader epoch check, producer gate, append: one step under the lock. Client batches and
-    /// coordinator markers come through here. `batch` is one CRC-checked batch.
+    /// coordinator markers come through here (as a group of one, [`Partition::append_group`]).
+    /// `batch` is one CRC-checked batch.
     pub fn append(
         &self,
         batch: &Bytes,
         header: &BatchHeader,
         request_leader_epoch: i32,
     ) -> Result<Appended, AppendError> {
+        let offer = Offer { batch, header, leader_epoch: request_leader_epoch };
+        self.append_group(std::slice::from_ref(&offer)).pop().expect("one answer for one batch")
+    }
+
+    /// [`Partition::append`] for consecutive batches, in order, in one step under the lock:
+    /// each passes the leader-epoch check and the producer gate as if appended alone (a
+    /// batch's sequence may follow one earlier in the group), and those admitted go to the log
+    /// in one vectored write (more where the active segment rolls in between). A failed write
+    /// fails every batch it carried and every one after it, and the producer state is put back
+    /// as it was before them.
+    ///
+    /// One answer per batch, up to and including the first that needs the coordinator's
+    /// verification ([`AppendError::NeedsVerification`]): the batches after it are not looked
+    /// at, since they must wait for that answer.
+    pub fn append_group(&self, offers: &[Offer<'_>]) -> Vec<Result<Appended, AppendError>> {
         let mut g = self.lock();
-        g.leadership.check(request_leader_epoch)?;
-        let leader_epoch = g.leadership.leader_epoch;
-        match g.producers.check(header)? {
-            Admit::Duplicate { base_offset } => {
-                let end_offset = base_offset + i64::from(header.last_offset_delta) + 1;
-                return Ok(Appended::Duplicate { base_offset, end_offset, leader_epoch });
+        let mut answers: Vec<Option<Result<Appended, AppendError>>> = Vec::with_capacity(offers.len());
+        let mut chunk = Chunk::default();
+        let mut failed: Option<LogError> = None;
+        for offer in offers {
+            if let Some(e) = &failed {
+                answers.push(Some(Err(AppendError::Storage(e.clone()))));
+                continue;
             }
-            Admit::NeedsVerification => {
-                return Err(AppendError::NeedsVerification {
-                    producer_id: header.producer_id,
-                    epoch: header.producer_epoch,
-                })
+            if let Err(e) = g.leadership.check(offer.leader_epoch) {
+                answers.push(Some(Err(e.into())));
+                continue;
             }
-            Admit::Append => {}
+            let leader_epoch = g.leadership.leader_epoch;
+            let header = offer.header;
+            match g.producers.check(header) {
+                Err(e) => {
+                    answers.push(Some(Err(e.into())));
+                    continue;
+                }
+                Ok(Admit::Duplicate { base_offset }) => {
+                    let end_offset = base_offset + i64::from(header.last_offset_delta) + 1;
+                    // A retry of a batch earlier in this group stands or falls with its write.
+                    if base_offset >= chunk.base_offset().unwrap_or(i64::MAX) {
+                        chunk.members.push(answers.len());
+                    }
+                    answers.push(Some(Ok(Appended::Duplicate { base_offset, end_offset, leader_epoch })));
+                    continue;
+                }
+                Ok(Admit::NeedsVerification) => {
+                    answers.push(Some(Err(AppendError::NeedsVerification {
+                        producer_id: header.producer_id,
+                        epoch: header.producer_epoch,
+                    })));
+                    break;
+                }
+                Ok(Admit::Append) => {}
+            }
+            let bytes = offer.batch.len() as u64;
+            if !chunk.batches.is_empty() && g.log.should_roll_after(chunk.bytes, bytes) {
+                if let Err(e) = g.write_chunk(&mut chunk, &mut answers) {
+                    failed = Some(e.clone());
+                    answers.push(Some(Err(AppendError::Storage(e))));
+                    continue;
+                }
+            }
+            if chunk.batches.is_empty() {
+                if let Err(e) = g.roll_for(bytes) {
+                    failed = Some(e.clone());
+                    answers.push(Some(Err(AppendError::Storage(e))));
+                    continue;
+                }
+            }
+            let base_offset = chunk.next_offset(&g.log);
+            let mut prefix = [0u8; 16];
+            prefix.copy_from_slice(&offer.batch[..16]);
+            set_base_offset(&mut prefix, base_offset);
+            set_partition_leader_epoch(&mut prefix, leader_epoch);
+            let stored = BatchHeader { base_offset, partition_leader_epoch: leader_epoch, ..*header };
+            g.stage(&mut chunk, Some(answers.len()), prefix, offer.batch.clone(), stored);
+            answers.push(None);
         }
-        let base_offset = g.log.end_offset();
-        let mut prefix = [0u8; 16];
-        prefix.copy_from_slice(&batch[..16]);
-        set_base_offset(&mut prefix, base_offset);
-        set_partition_leader_epoch(&mut prefix, leader_epoch);
-        let stored = BatchHeader { base_offset, partition_leader_epoch: leader_epoch, ..*header };
-        let marker = if stored.is_control() { marker_kind(batch) } else { None };
-        g.append_stored(&prefix, &batch[16..], &stored, marker)?;
-        let (leo, leader_end) = (g.log.end_offset(), g.leader_end());
-        if let Some(rs) = g.replica_set.as_mut() {
-            if rs.on_leader_append(leader_end) {
-                g.high_watermark = rs.high_watermark();
+        let _ = g.write_chunk(&mut chunk, &mut answers); // a failure is in the answers
+        let appended = answers.iter().any(|a| matches!(a, Some(Ok(Appended::New { .. }))));
+        if appended {
+            let leader_end = g.leader_end();
+            if let Some(rs) = g.replica_set.as_mut() {
+                if rs.on_leader_append(leader_end) {
+                    g.high_watermark = rs.high_watermark();
+                }
             }
+            drop(g);
+            self.bump();
         }
-        drop(g);
-        self.bump();
-        Ok(Appended::New { base_offset, end_offset: leo, leader_epoch })
+        answers.into_iter().map(|a| a.expect("every batch taken is answered")).collect()
     }
 
     /// What a sync would cover, if anything is written but not yet durable: the log end, a
@@ -514,38 +663,14 @@ impl Partition {
         // epoch: a leader writes each offset once per epoch) is skipped; the first that
         // conflicts cuts this log there. Never cut on the offset alone: a resent or reordered
         // request must not remove batches a later request delivered and this replica acked.
+        // The batches to append go to the log together, in one write (more where the segment
+        // rolls); what comes before a refused batch is still written.
         let mut matched_end = from_offset;
-        for item in BatchIter::new(records.clone()) {
-            let (h, bytes) = item.map_err(|e| ReplicateError::Corrupt(e.to_string()))?;
-            verify_crc(&bytes, &h).map_err(|e| ReplicateError::Corrupt(e.to_string()))?;
-            if h.base_offset != matched_end {
-                return Err(ReplicateError::Corrupt(format!(
-                    "batch at offset {} where {matched_end} was due",
-                    h.base_offset
-                )));
-            }
-            let end = h.base_offset + i64::from(h.last_offset_delta) + 1;
-            let leo = g.log.end_offset();
-            if h.base_offset < leo {
-                let held = end <= leo
-                    && g.log.batch_start(h.base_offset) == h.base_offset
-                    && g.log.batch_start(end) == end
-                    && g.log.epoch_at(h.base_offset) == Some(h.partition_leader_epoch);
-                if held {
-                    matched_end = end;
-                    continue;
-                }
-                // Everything from here on is not in the leader's log: cut it, and rebuild the
-                // producer state from what remains.
-                self.cut_divergent(&mut g, h.base_offset)?;
-            }
-            g.producers.check_replicated(&h)?;
-            let mut prefix = [0u8; 16];
-            prefix.copy_from_slice(&bytes[..16]);
-            let marker = if h.is_control() { marker_kind(&bytes) } else { None };
-            g.append_stored(&prefix, &bytes[16..], &h, marker)?;
-            matched_end = end;
-        }
+        let mut chunk = Chunk::default();
+        let applied = self.stage_replicated(&mut g, records, &mut matched_end, &mut chunk);
+        let written = g.write_chunk(&mut chunk, &mut []);
+        applied?;
+        written?;
         if records.is_empty() && g.log.epoch_at(from_offset).is_some_and(|e| e < leader_epoch) {
             // An empty push means the leader's log ended at `from_offset` when it was sent, and
             // that leader only appends at its own epoch: a batch here from an earlier epoch is in
@@ -560,6 +685,58 @@ impl Partition {
         drop(g);
         self.bump();
         Ok((matched_end, generation))
+    }
+
+    /// [`Partition::apply_replicated_at`]'s batches, checked and staged in `chunk` in order
+    /// (written when it fills a segment); `matched_end` follows the last one this log holds or
+    /// has staged.
+    fn stage_replicated(
+        &self,
+        g: &mut Inner,
+        records: &Bytes,
+        matched_end: &mut i64,
+        chunk: &mut Chunk,
+    ) -> Result<(), ReplicateError> {
+        for item in BatchIter::new(records.clone()) {
+            let (h, bytes) = item.map_err(|e| ReplicateError::Corrupt(e.to_string()))?;
+            verify_crc(&bytes, &h).map_err(|e| ReplicateError::Corrupt(e.to_string()))?;
+            if h.base_offset != *matched_end {
+                return Err(ReplicateError::Corrupt(format!(
+                    "batch at offset {} where {matched_end} was due",
+                    h.base_offset
+                )));
+            }
+            let end = h.base_offset + i64::from(h.last_offset_delta) + 1;
+            // Staged batches end at `matched_end`, so only a batch before anything staged can
+            // be one this log already holds.
+            let leo = chunk.next_offset(&g.log);
+            if h.base_offset < leo {
+                let held = end <= leo
+                    && g.log.batch_start(h.base_offset) == h.base_offset
+                    && g.log.batch_start(end) == end
+                    && g.log.epoch_at(h.base_offset) == Some(h.partition_leader_epoch);
+                if held {
+                    *matched_end = end;
+                    continue;
+                }
+                // Everything from here on is not in the leader's log: cut it, and rebuild the
+                // producer state from what remains.
+                self.cut_divergent(g, h.base_offset)?;
+            }
+            g.producers.check_replicated(&h)?;
+            let size = bytes.len() as u64;
+            if !chunk.batches.is_empty() && g.log.should_roll_after(chunk.bytes, size) {
+                g.write_chunk(chunk, &mut [])?;
+            }
+            if chunk.batches.is_empty() {
+                g.roll_for(size)?;
+            }
+            let mut prefix = [0u8; 16];
+            prefix.copy_from_slice(&bytes[..16]);
+            g.stage(chunk, None, prefix, bytes, h);
+            *matched_end = end;
+        }
+        Ok(())
     }
 
     /// Whether everything below `end_offset` is on disk, for an acknowledgement of what was
@@ -1158,21 +1335,23 @@ mod tests {
 
     /// Push `batches` (consecutive, from the follower's log end) as the leader of epoch 1.
     fn push(p: &Partition, batches: &[Bytes], high_watermark: i64) -> i64 {
-        let from = p.progress().0;
-        let prev = if from == 0 { -1 } else { 1 };
-        let records = Bytes::from(batches.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>());
-        let req = ReplicateRequest {
+        let req = ReplicateRequest { high_watermark, ..replicate_request(p.progress().0, batches) };
+        p.apply_replicated(&req, true).unwrap()
+    }
+
+    /// Broker 1's Replicate at epoch 1 of `batches` from `from`.
+    fn replicate_request(from: i64, batches: &[Bytes]) -> ReplicateRequest {
+        ReplicateRequest {
             topic: "t".into(),
             partition: 0,
             leader_epoch: 1,
             leader_id: 1,
             from_offset: from,
-            prev_epoch: prev,
-            high_watermark,
+            prev_epoch: if from == 0 { -1 } else { 1 },
+            high_watermark: 0,
             log_start_offset: 0,
-            records,
-        };
-        p.apply_replicated(&req, true).unwrap()
+            records: Bytes::from(batches.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()),
+        }
     }
 
     /// A workload with fences, open, committed and aborted transactions, spread over small
@@ -1444,5 +1623,196 @@ mod tests {
         }
         assert_eq!(p.enforce_retention(0).unwrap(), 0, "no snapshot to recover the deleted producers from");
         assert_eq!(p.log_shape().0, 0);
+    }
+
+    /// A disk (in memory) that counts log writes and fails them while `fail` is set.
+    #[derive(Debug, Default)]
+    struct CountingDisk {
+        disk: crate::storage::MemStorage,
+        writes: Arc<std::sync::atomic::AtomicUsize>,
+        fail: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    #[derive(Debug)]
+    struct CountingFile {
+        file: Arc<dyn StoredFile>,
+        writes: Arc<std::sync::atomic::AtomicUsize>,
+        fail: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Storage for CountingDisk {
+        fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+            self.disk.create_dir_all(dir)
+        }
+        fn exists(&self, path: &Path) -> bool {
+            self.disk.exists(path)
+        }
+        fn list(&self, dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+            self.disk.list(dir)
+        }
+        fn open(&self, path: &Path, create: bool) -> std::io::Result<Arc<dyn StoredFile>> {
+            let file = self.disk.open(path, create)?;
+            Ok(Arc::new(CountingFile { file, writes: self.writes.clone(), fail: self.fail.clone() }))
+        }
+        fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+            self.disk.read(path)
+        }
+        fn write_file_atomically(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+            self.disk.write_file_atomically(path, bytes)
+        }
+        fn remove(&self, path: &Path) -> std::io::Result<()> {
+            self.disk.remove(path)
+        }
+        fn sync_dir(&self, dir: &Path) {
+            self.disk.sync_dir(dir)
+        }
+    }
+
+    impl StoredFile for CountingFile {
+        fn append(&self, pieces: &[&[u8]]) -> std::io::Result<()> {
+            self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+                // Part of it lands, as on a disk that fills up midway.
+                self.file.append(&pieces[..1])?;
+                return Err(std::io::Error::other("disk full (test)"));
+            }
+            self.file.append(pieces)
+        }
+        fn read_at(&self, pos: u64, len: usize) -> std::io::Result<Bytes> {
+            self.file.read_at(pos, len)
+        }
+        fn len(&self) -> std::io::Result<u64> {
+            self.file.len()
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.file.set_len(len)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            self.file.sync_data()
+        }
+    }
+
+    /// Broker 1 leading at epoch 1 on a [`CountingDisk`], producer 7 (epoch 0) verified.
+    fn counted_leader(config: LogConfig) -> (Partition, Arc<CountingDisk>) {
+        let disk = Arc::new(CountingDisk::default());
+        let p = Partition::open_with(disk.clone(), Path::new("/disk/t-0"), config, "t", 0, 1, true).unwrap();
+        p.learn(1, 1, 0, &[1], &[1], 0);
+        p.mark_verified(7, 0, false);
+        (p, disk)
+    }
+
+    fn offer_all(p: &Partition, batches: &[Bytes]) -> Vec<Result<Appended, AppendError>> {
+        let headers: Vec<BatchHeader> = batches.iter().map(|b| BatchHeader::parse(b).unwrap()).collect();
+        let offers: Vec<Offer<'_>> =
+            batches.iter().zip(&headers).map(|(batch, header)| Offer { batch, header, leader_epoch: 1 }).collect();
+        p.append_group(&offers)
+    }
+
+    /// The appends of `answers` (`None` for a refusal).
+    fn oks(answers: &[Result<Appended, AppendError>]) -> Vec<Option<Appended>> {
+        answers.iter().map(|a| a.as_ref().ok().copied()).collect()
+    }
+
+    fn new_at(base_offset: i64) -> Appended {
+        Appended::New { base_offset, end_offset: base_offset + 1, leader_epoch: 1 }
+    }
+
+    #[test]
+    fn a_group_is_checked_batch_by_batch_and_written_in_one_write() {
+        let (p, disk) = counted_leader(LogConfig::default());
+        let writes = || disk.writes.load(std::sync::atomic::Ordering::SeqCst);
+        let b = |seq| producer_batch(0, 7, 0, seq, false, None);
+        let before = writes();
+        // Each batch's sequence follows the one before it in the group; a retry of one in the
+        // group gets its offset; a gap is refused, as if each were appended alone.
+        let answers = offer_all(&p, &[b(0), b(1), b(2), b(1), b(5), b(3)]);
+        let duplicate = Appended::Duplicate { base_offset: 1, end_offset: 2, leader_epoch: 1 };
+        assert_eq!(
+            oks(&answers),
+            [Some(new_at(0)), Some(new_at(1)), Some(new_at(2)), Some(duplicate), None, Some(new_at(3))]
+        );
+        assert!(matches!(answers[4], Err(AppendError::Gate(GateError::OutOfOrder { expected: 3, got: 5, .. }))));
+        assert_eq!(writes() - before, 1, "four batches, one write");
+        assert_eq!(p.progress().0, 4);
+        // The same bytes as appending them one by one.
+        let (q, _) = counted_leader(LogConfig::default());
+        for seq in 0..4 {
+            q.append(&b(seq), &BatchHeader::parse(&b(seq)).unwrap(), 1).unwrap();
+        }
+        assert_eq!(p.fetch_all_for_test(), q.fetch_all_for_test());
+    }
+
+    #[test]
+    fn a_failed_group_write_appends_none_of_it_and_puts_the_producer_state_back() {
+        let (p, disk) = counted_leader(LogConfig::default());
+        let b = |seq| producer_batch(0, 7, 0, seq, false, None);
+        assert_eq!(oks(&offer_all(&p, &[b(0)])), [Some(new_at(0))]);
+        disk.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+        let answers = offer_all(&p, &[b(1), b(2), b(1)]);
+        assert!(answers.iter().all(|a| matches!(a, Err(AppendError::Storage(_)))), "{answers:?}");
+        assert_eq!(p.progress().0, 1, "nothing of the group is in the log");
+        disk.fail.store(false, std::sync::atomic::Ordering::SeqCst);
+        // Had the state kept the failed batches, 1 would be a duplicate and 2 out of order.
+        assert_eq!(oks(&offer_all(&p, &[b(1), b(2)])), [Some(new_at(1)), Some(new_at(2))]);
+        let mut expected = Vec::new();
+        for (offset, seq) in (0..3).zip(0..3) {
+            expected.extend_from_slice(&producer_batch(offset, 7, 0, seq, false, None));
+        }
+        assert_eq!(p.fetch_all_for_test(), expected, "the partial write was cut off");
+    }
+
+    #[test]
+    fn a_group_stops_at_a_batch_that_needs_verification() {
+        let (p, _) = counted_leader(LogConfig::default());
+        let answers = offer_all(
+            &p,
+            &[
+                producer_batch(0, 7, 0, 0, false, None),
+                producer_batch(0, 8, 0, 0, true, None), // producer 8: not verified here yet
+                producer_batch(0, 7, 0, 1, false, None),
+            ],
+        );
+        assert_eq!(answers.len(), 2, "nothing after the batch that waits: {answers:?}");
+        assert_eq!(oks(&answers[..1]), [Some(new_at(0))]);
+        assert!(matches!(answers[1], Err(AppendError::NeedsVerification { producer_id: 8, epoch: 0 })));
+        assert_eq!(p.progress().0, 1);
+    }
+
+    #[test]
+    fn a_group_that_fills_the_segment_rolls_between_its_batches() {
+        let (p, disk) = counted_leader(small_segments());
+        let batches: Vec<Bytes> = (0..12).map(|seq| producer_batch(0, 7, 0, seq, false, None)).collect();
+        let answers = offer_all(&p, &batches);
+        assert_eq!(oks(&answers), (0..12).map(|o| Some(new_at(o))).collect::<Vec<_>>());
+        let segments = p.log_shape().1;
+        assert!(segments > 1, "400-byte segments");
+        assert_eq!(disk.writes.load(std::sync::atomic::Ordering::SeqCst), segments, "one write per segment");
+        // Reopened from its snapshots and log, it holds the same producer state.
+        drop(p);
+        let q = Partition::open_with(disk.clone(), Path::new("/disk/t-0"), small_segments(), "t", 0, 1, true).unwrap();
+        q.learn(1, 1, 0, &[1], &[1], 0);
+        q.mark_verified(7, 0, false);
+        let duplicate = Appended::Duplicate { base_offset: 11, end_offset: 12, leader_epoch: 1 };
+        assert_eq!(oks(&offer_all(&q, &[batches[11].clone()])), [Some(duplicate)]);
+        assert_eq!(oks(&offer_all(&q, &[producer_batch(0, 7, 0, 12, false, None)])), [Some(new_at(12))]);
+    }
+
+    #[test]
+    fn a_follower_writes_a_replicate_requests_batches_in_one_write() {
+        let disk = Arc::new(CountingDisk::default());
+        let p =
+            Partition::open_with(disk.clone(), Path::new("/disk/t-0"), LogConfig::default(), "t", 0, 2, true).unwrap();
+        p.learn(1, 1, 0, &[1, 2], &[1, 2], 0); // broker 2 follows broker 1
+        let before = disk.writes.load(std::sync::atomic::Ordering::SeqCst);
+        let batches: Vec<Bytes> = (0..5).map(|o| producer_batch(o, 7, 0, o as i32, false, None)).collect();
+        assert_eq!(push(&p, &batches, 0), 5);
+        assert_eq!(disk.writes.load(std::sync::atomic::Ordering::SeqCst) - before, 1);
+        // A failed write acknowledges nothing and leaves the state as it was.
+        disk.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+        let more: Vec<Bytes> = (5..8).map(|o| producer_batch(o, 7, 0, o as i32, false, None)).collect();
+        assert!(p.apply_replicated(&replicate_request(5, &more), true).is_err());
+        assert_eq!(p.progress().0, 5);
+        disk.fail.store(false, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(p.apply_replicated(&replicate_request(5, &more), true).unwrap(), 8);
     }
 }

@@ -84,6 +84,20 @@ pub enum GateError {
     },
 }
 
+/// One producer id's entry as it was ([`ProducerStates::save`]).
+#[derive(Debug, Clone)]
+pub struct SavedProducer {
+    producer_id: i64,
+    entry: Option<ProducerEntry>,
+}
+
+impl SavedProducer {
+    /// Whose entry it is.
+    pub fn producer_id(&self) -> i64 {
+        self.producer_id
+    }
+}
+
 /// The producer table of one partition.
 #[derive(Debug, Clone)]
 pub struct ProducerStates {
@@ -198,6 +212,24 @@ impl ProducerStates {
             });
         }
         Ok(Admit::Append)
+    }
+
+    /// What the table holds for `producer_id`, to put back with [`ProducerStates::restore`]
+    /// if batches recorded after this are not written after all.
+    pub fn save(&self, producer_id: i64) -> SavedProducer {
+        SavedProducer { producer_id, entry: self.producers.get(&producer_id).cloned() }
+    }
+
+    /// Put back what [`ProducerStates::save`] saw.
+    pub fn restore(&mut self, saved: SavedProducer) {
+        match saved.entry {
+            Some(entry) => {
+                self.producers.insert(saved.producer_id, entry);
+            }
+            None => {
+                self.producers.remove(&saved.producer_id);
+            }
+        }
     }
 
     /// Record an appended batch (after [`ProducerStates::check`] said `Append`, or while

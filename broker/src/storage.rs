@@ -40,9 +40,10 @@ pub trait Storage: Send + Sync + Debug {
 
 /// One open file.
 pub trait StoredFile: Send + Sync + Debug {
-    /// Append `head` then `tail` at the end. On an error part of them may have landed: the
-    /// caller cuts the file back with [`StoredFile::set_len`].
-    fn append(&self, head: &[u8], tail: &[u8]) -> std::io::Result<()>;
+    /// Append `pieces`, in order, at the end (one vectored write where the file allows). On
+    /// an error part of them may have landed: the caller cuts the file back with
+    /// [`StoredFile::set_len`].
+    fn append(&self, pieces: &[&[u8]]) -> std::io::Result<()>;
     /// `len` bytes at `pos`.
     fn read_at(&self, pos: u64, len: usize) -> std::io::Result<Bytes>;
     /// Bytes in the file.
@@ -116,8 +117,8 @@ impl Storage for OsStorage {
 }
 
 impl StoredFile for OsFile {
-    fn append(&self, head: &[u8], tail: &[u8]) -> std::io::Result<()> {
-        let mut slices = [IoSlice::new(head), IoSlice::new(tail)];
+    fn append(&self, pieces: &[&[u8]]) -> std::io::Result<()> {
+        let mut slices: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
         let mut bufs = &mut slices[..];
         IoSlice::advance_slices(&mut bufs, 0);
         while !bufs.is_empty() {
@@ -304,10 +305,11 @@ impl Storage for MemStorage {
 }
 
 impl StoredFile for MemFile {
-    fn append(&self, head: &[u8], tail: &[u8]) -> std::io::Result<()> {
+    fn append(&self, pieces: &[&[u8]]) -> std::io::Result<()> {
         let mut f = lock(&self.inner);
-        f.data.extend_from_slice(head);
-        f.data.extend_from_slice(tail);
+        for piece in pieces {
+            f.data.extend_from_slice(piece);
+        }
         Ok(())
     }
 
@@ -346,9 +348,9 @@ mod tests {
         let disk = MemStorage::new();
         let a = disk.open(Path::new("/d/a"), true).unwrap();
         disk.sync_dir(Path::new("/d"));
-        a.append(b"synced", b"-").unwrap();
+        a.append(&[b"synced", b"-"]).unwrap();
         a.sync_data().unwrap();
-        a.append(b"lost", b"").unwrap();
+        a.append(&[b"lost", b""]).unwrap();
         assert_eq!(disk.unsynced_bytes(), 4);
         disk.crash(|_, unsynced| unsynced / 2);
         assert_eq!(disk.read(Path::new("/d/a")).unwrap(), b"synced-lo");
@@ -373,8 +375,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let f = OsStorage.open(&path, true).unwrap();
-        f.append(b"ab", b"").unwrap();
-        f.append(b"", b"cd").unwrap();
+        f.append(&[b"ab", b""]).unwrap();
+        f.append(&[b"", b"cd"]).unwrap();
         assert_eq!(f.read_at(1, 3).unwrap(), Bytes::from_static(b"bcd"));
         assert_eq!(f.read_at(4, 0).unwrap(), Bytes::new());
         let past = f.read_at(2, 3).unwrap_err();

@@ -26,6 +26,15 @@ pub struct AbortedRange {
     pub marker_offset: i64,
 }
 
+/// One producer id's open transaction and the aborted list's length as they were
+/// ([`TxnIndex::save`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SavedTxn {
+    producer_id: i64,
+    open: Option<i64>,
+    aborted_len: usize,
+}
+
 /// Open and aborted transactions of a partition.
 #[derive(Debug, Clone, Default)]
 pub struct TxnIndex {
@@ -58,6 +67,26 @@ impl TxnIndex {
         } else if h.is_transactional() {
             self.open.entry(h.producer_id).or_insert(h.base_offset);
         }
+    }
+
+    /// What the index holds for `producer_id`, to put back with [`TxnIndex::restore`] if
+    /// batches recorded after this are not written after all.
+    pub fn save(&self, producer_id: i64) -> SavedTxn {
+        SavedTxn { producer_id, open: self.open.get(&producer_id).copied(), aborted_len: self.aborted.len() }
+    }
+
+    /// Put back what [`TxnIndex::save`] saw. Restores taken in one round go back in reverse
+    /// order of their saves.
+    pub fn restore(&mut self, saved: SavedTxn) {
+        match saved.open {
+            Some(first_offset) => {
+                self.open.insert(saved.producer_id, first_offset);
+            }
+            None => {
+                self.open.remove(&saved.producer_id);
+            }
+        }
+        self.aborted.truncate(saved.aborted_len);
     }
 
     /// Forget aborted transactions whose marker is below `offset` (retention deleted them).

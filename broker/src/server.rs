@@ -2,7 +2,7 @@
 //! file moves requests to them, asks the coordinator to verify producers and to change ISRs,
 //! replicates to followers, and heartbeats.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,7 +24,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::leader::LeaderEpochError;
 use crate::log::LogConfig;
-use crate::partition::{AppendError, Appended, FetchError, Partition, PartitionRef, ReplicateError, RoleChange};
+use crate::partition::{AppendError, Appended, FetchError, Offer, Partition, PartitionRef, ReplicateError, RoleChange};
 use crate::producer_state::GateError;
 use crate::replication::Sent;
 use crate::storage::{OsStorage, Storage, StoredFile};
@@ -333,7 +333,14 @@ pub async fn run_with(
             }
         })
     });
-    net::serve(listener, handler, config.limits.clone(), shutdown).await;
+    let group_shared = shared.clone();
+    let group: net::GroupHandler = Arc::new(move |requests| {
+        if *group_shared.control.paused.borrow() {
+            return Vec::new(); // each alone, through `handler`
+        }
+        handle_group(&group_shared, requests)
+    });
+    net::serve_grouped(listener, handler, Some(group), config.limits.clone(), shutdown).await;
     let _ = stop_tx.send(true);
     let _ = heartbeats.await;
     let _ = flusher.await;
@@ -833,6 +840,40 @@ fn on_replicate_answer(
     }
 }
 
+/// Start requests one read brought in, in arrival order (see [`net::GroupHandler`]): produce
+/// requests to one partition in a row are appended together.
+fn handle_group(shared: &Arc<Shared>, requests: &mut VecDeque<Request>) -> Vec<net::Handled> {
+    let mut handled = Vec::new();
+    while let Some(req) = requests.pop_front() {
+        let Request::Produce(first) = req else {
+            let h = handle(shared, req);
+            let serial = matches!(h, net::Handled::Serial(_));
+            handled.push(h);
+            if serial {
+                break;
+            }
+            continue;
+        };
+        let mut run = vec![first];
+        while let Some(Request::Produce(next)) = requests.front() {
+            if next.topic != run[0].topic || next.partition != run[0].partition {
+                break;
+            }
+            let Some(Request::Produce(next)) = requests.pop_front() else { break };
+            run.push(next);
+        }
+        let (started, behind) = produce_group(shared, run);
+        handled.extend(started);
+        if !behind.is_empty() || matches!(handled.last(), Some(net::Handled::Serial(_))) {
+            for r in behind.into_iter().rev() {
+                requests.push_front(r);
+            }
+            break;
+        }
+    }
+    handled
+}
+
 /// Start a request in arrival order; see [`net::Handled`].
 fn handle(shared: &Arc<Shared>, req: Request) -> net::Handled {
     match req {
@@ -959,23 +1000,78 @@ enum Attempt {
 /// producer's pipelined batches wait for one fdatasync and one replication round together.
 /// Only a batch that needs the coordinator's verification first is handled serially.
 fn produce(shared: &Arc<Shared>, r: ProduceRequest) -> net::Handled {
-    let checked = match check_produce(shared, r) {
-        Ok(c) => c,
-        Err(answer) => return net::Handled::answer(Response::Produce(answer)),
-    };
-    let shared = shared.clone();
-    match attempt(&shared, &checked) {
-        Attempt::Appended(appended) => net::Handled::Applied(Box::pin(async move {
-            Response::Produce(finish_produce(&shared, &checked, appended).await)
-        })),
-        Attempt::Answer(answer) => net::Handled::answer(Response::Produce(answer)),
-        Attempt::Verify { producer_id, epoch, leader_epoch } => net::Handled::serial(async move {
-            Response::Produce(verify_and_produce(&shared, &checked, producer_id, epoch, leader_epoch).await)
-        }),
+    match check_produce(shared, r) {
+        Checking::Passed(checked) => {
+            let appended = checked.part.append(&checked.r.records, &checked.header, checked.r.leader_epoch);
+            started(shared, checked, appended)
+        }
+        Checking::Refused(_, answer) => net::Handled::answer(Response::Produce(answer)),
     }
 }
 
-fn check_produce(shared: &Shared, r: ProduceRequest) -> Result<Checked, ProduceResponse> {
+/// Produce requests to one partition that one read brought in, in arrival order: checked one
+/// by one, appended together ([`Partition::append_group`]: one gate, one write). Returns what
+/// was started, and the requests behind the first one that needs the coordinator's
+/// verification, which wait for it.
+fn produce_group(shared: &Arc<Shared>, run: Vec<ProduceRequest>) -> (Vec<net::Handled>, Vec<Request>) {
+    let checks: Vec<Checking> = run.into_iter().map(|r| check_produce(shared, r)).collect();
+    let checked: Vec<&Checked> = checks
+        .iter()
+        .filter_map(|c| match c {
+            Checking::Passed(c) => Some(c),
+            Checking::Refused(..) => None,
+        })
+        .collect();
+    // All to one partition (looked up once per request, by name).
+    let appended = match checked.first() {
+        Some(first) => {
+            let offers: Vec<Offer<'_>> = checked
+                .iter()
+                .map(|c| Offer { batch: &c.r.records, header: &c.header, leader_epoch: c.r.leader_epoch })
+                .collect();
+            first.part.append_group(&offers)
+        }
+        None => Vec::new(),
+    };
+    let mut appended = appended.into_iter();
+    let (mut handled, mut behind) = (Vec::new(), Vec::new());
+    let mut waiting = false;
+    for check in checks {
+        match check {
+            Checking::Passed(c) if waiting => behind.push(Request::Produce(c.r)),
+            Checking::Refused(r, _) if waiting => behind.push(Request::Produce(r)),
+            Checking::Passed(c) => match appended.next() {
+                Some(result) => {
+                    waiting = matches!(result, Err(AppendError::NeedsVerification { .. }));
+                    handled.push(started(shared, c, result));
+                }
+                None => {
+                    waiting = true;
+                    behind.push(Request::Produce(c.r));
+                }
+            },
+            Checking::Refused(_, answer) => handled.push(net::Handled::answer(Response::Produce(answer))),
+        }
+    }
+    (handled, behind)
+}
+
+/// A produce request after the checks that need no partition state.
+enum Checking {
+    Passed(Checked),
+    /// With its answer.
+    Refused(ProduceRequest, ProduceResponse),
+}
+
+/// The checks that need no partition state.
+fn check_produce(shared: &Shared, r: ProduceRequest) -> Checking {
+    match check_produce_ref(shared, &r) {
+        Ok((header, part)) => Checking::Passed(Checked { r, header, part }),
+        Err(answer) => Checking::Refused(r, answer),
+    }
+}
+
+fn check_produce_ref(shared: &Shared, r: &ProduceRequest) -> Result<(BatchHeader, PartitionRef), ProduceResponse> {
     if r.acks != ACKS_ALL && r.acks != ACKS_LEADER {
         return Err(produce_error(
             Status::new(ErrorCode::InvalidRequiredAcks, format!("acks {} is not -1 (all) or 1 (leader)", r.acks)),
@@ -1005,13 +1101,27 @@ fn check_produce(shared: &Shared, r: ProduceRequest) -> Result<Checked, ProduceR
         Err(e) => return Err(produce_error(batch_status(&e), -1, -1)),
     };
     let part = partition(shared, &r.topic, r.partition).map_err(|s| produce_error(s, -1, -1))?;
-    Ok(Checked { r, header, part })
+    Ok((header, part))
 }
 
-/// Offer the batch to the partition's gate and log.
-fn attempt(shared: &Shared, c: &Checked) -> Attempt {
+/// What the partition's gate and log made of a checked request, started: the wait for the
+/// disk and the replicas, the coordinator's verification first, or an answer now.
+fn started(shared: &Arc<Shared>, checked: Checked, appended: Result<Appended, AppendError>) -> net::Handled {
+    let shared = shared.clone();
+    match attempt(&shared, &checked, appended) {
+        Attempt::Appended(appended) => net::Handled::Applied(Box::pin(async move {
+            Response::Produce(finish_produce(&shared, &checked, appended).await)
+        })),
+        Attempt::Answer(answer) => net::Handled::answer(Response::Produce(answer)),
+        Attempt::Verify { producer_id, epoch, leader_epoch } => net::Handled::serial(async move {
+            Response::Produce(verify_and_produce(&shared, &checked, producer_id, epoch, leader_epoch).await)
+        }),
+    }
+}
+
+/// What the partition's gate and log said to the batch, as an answer or the next step.
+fn attempt(shared: &Shared, c: &Checked, appended: Result<Appended, AppendError>) -> Attempt {
     let (r, header) = (&c.r, &c.header);
-    let appended = c.part.append(&r.records, header, r.leader_epoch);
     // Only a refusal reports the leader epoch; an append carries its own.
     let leader_epoch = if appended.is_ok() { -1 } else { c.part.leadership().leader_epoch };
     match appended {
@@ -1058,7 +1168,7 @@ async fn verify_and_produce(
         return produce_error(status, current, leader_epoch);
     }
     c.part.mark_verified(producer_id, epoch, transactional);
-    match attempt(shared, c) {
+    match attempt(shared, c, c.part.append(&c.r.records, &c.header, c.r.leader_epoch)) {
         Attempt::Appended(appended) => finish_produce(shared, c, appended).await,
         Attempt::Answer(answer) => answer,
         Attempt::Verify { .. } => produce_error(

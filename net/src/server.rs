@@ -48,6 +48,13 @@ impl Handled {
 /// Turns a request into its response; shared by every connection.
 pub type Handler = Arc<dyn Fn(Request) -> Handled + Send + Sync>;
 
+/// Starts requests that one connection's reads brought in together, in arrival order: takes
+/// from the front of the queue each request it starts and returns their [`Handled`]s in the
+/// same order, stopping after the first [`Handled::Serial`] one (the requests left behind it
+/// are started when it has finished). Lets a handler do together what the requests share (a
+/// partition's log writes them in one go). Given to [`serve_grouped`].
+pub type GroupHandler = Arc<dyn Fn(&mut VecDeque<Request>) -> Vec<Handled> + Send + Sync>;
+
 /// Limits of one server; every one has a default and a unit.
 #[derive(Clone)]
 pub struct ServerLimits {
@@ -59,6 +66,10 @@ pub struct ServerLimits {
     pub inflight_requests_max: usize,
     /// Connections served at once; further ones get an error frame and are closed.
     pub connections_max: usize,
+    /// Room, in bytes, a connection's read buffer keeps for what its peer has sent: one read
+    /// from the socket takes up to this much, so pipelined requests arrive together (and a
+    /// [`GroupHandler`] starts them together).
+    pub read_buffer_bytes: usize,
     /// A connection with nothing in flight that sends no complete frame for this long is closed.
     pub idle_ms: u64,
     /// A request not answered within this long is answered REQUEST_TIMED_OUT.
@@ -77,6 +88,7 @@ impl std::fmt::Debug for ServerLimits {
             .field("frame_bytes_max", &self.frame_bytes_max)
             .field("inflight_requests_max", &self.inflight_requests_max)
             .field("connections_max", &self.connections_max)
+            .field("read_buffer_bytes", &self.read_buffer_bytes)
             .field("idle_ms", &self.idle_ms)
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("cluster_secret", &self.cluster_secret)
@@ -84,6 +96,9 @@ impl std::fmt::Debug for ServerLimits {
             .finish()
     }
 }
+
+/// Default [`ServerLimits::read_buffer_bytes`]: several 55 KB batches.
+pub const READ_BUFFER_BYTES_DEFAULT: usize = 256 * 1024;
 
 /// How long a TLS handshake may take before the connection is dropped.
 pub const TLS_HANDSHAKE_MS: u64 = 10_000;
@@ -94,6 +109,7 @@ impl Default for ServerLimits {
             frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
             inflight_requests_max: 1024,
             connections_max: 1024,
+            read_buffer_bytes: READ_BUFFER_BYTES_DEFAULT,
             idle_ms: 10 * 60 * 1000,
             request_timeout_ms: 60_000,
             cluster_secret: None,
@@ -104,6 +120,18 @@ impl Default for ServerLimits {
 
 /// Accept connections on `listener` and serve each with `handler` until `shutdown` resolves.
 pub async fn serve(listener: TcpListener, handler: Handler, limits: ServerLimits, shutdown: impl Future<Output = ()>) {
+    serve_grouped(listener, handler, None, limits, shutdown).await
+}
+
+/// [`serve`], starting the requests one read brings in together with `group` (each alone
+/// with `handler` otherwise).
+pub async fn serve_grouped(
+    listener: TcpListener,
+    handler: Handler,
+    group: Option<GroupHandler>,
+    limits: ServerLimits,
+    shutdown: impl Future<Output = ()>,
+) {
     let permits = Arc::new(Semaphore::new(limits.connections_max));
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
@@ -123,12 +151,13 @@ pub async fn serve(listener: TcpListener, handler: Handler, limits: ServerLimits
                 let _ = stream.set_nodelay(true);
                 let permit = permits.clone().try_acquire_owned();
                 let handler = handler.clone();
+                let group = group.clone();
                 let limits = limits.clone();
                 let stop = stop_rx.clone();
                 tokio::spawn(async move {
                     match limits.tls.clone() {
                         None => match permit {
-                            Ok(_permit) => serve_connection(stream, handler, &limits, stop).await,
+                            Ok(_permit) => serve_connection(stream, handler, group, &limits, stop).await,
                             Err(_) => refuse_connection(stream, &limits).await,
                         },
                         Some(acceptor) => {
@@ -145,7 +174,7 @@ pub async fn serve(listener: TcpListener, handler: Handler, limits: ServerLimits
                                 }
                             };
                             match permit {
-                                Ok(_permit) => serve_connection(tls, handler, &limits, stop).await,
+                                Ok(_permit) => serve_connection(tls, handler, group, &limits, stop).await,
                                 Err(_) => refuse_connection(tls, &limits).await,
                             }
                         }
@@ -255,6 +284,21 @@ fn gate(limits: &ServerLimits, peer: &mut Peer, req: &Request) -> Option<(Respon
     }
 }
 
+/// Whether [`gate`] would answer `req` itself (a membership step, or an internal request from a
+/// peer that proved nothing), without changing anything.
+fn gated(limits: &ServerLimits, peer: &Peer, req: &Request) -> bool {
+    matches!(req, Request::AuthBegin(_) | Request::AuthProve(_))
+        || (limits.cluster_secret.is_some() && req.is_internal() && peer.member.is_none())
+}
+
+/// The answer to a request read behind one that closes the connection.
+fn not_handled() -> Status {
+    Status::new(
+        ErrorCode::ClusterAuthorizationFailed,
+        "not handled: an earlier request on this connection failed its membership proof; reconnect",
+    )
+}
+
 /// A started request's answer with its correlation id, and whether the request was serial.
 type Pending = Pin<Box<dyn Future<Output = ((i32, Response), bool)> + Send>>;
 
@@ -265,6 +309,7 @@ type Pending = Pin<Box<dyn Future<Output = ((i32, Response), bool)> + Send>>;
 /// `deferred` until its answer is out. Answers leave in arrival order either way.
 struct InFlight<'a> {
     handler: Handler,
+    group: Option<GroupHandler>,
     limits: &'a ServerLimits,
     /// What the connection's peer has proved (see [`gate`]).
     peer: Peer,
@@ -278,9 +323,10 @@ struct InFlight<'a> {
 }
 
 impl<'a> InFlight<'a> {
-    fn new(handler: Handler, limits: &'a ServerLimits) -> InFlight<'a> {
+    fn new(handler: Handler, group: Option<GroupHandler>, limits: &'a ServerLimits) -> InFlight<'a> {
         InFlight {
             handler,
+            group,
             limits,
             peer: Peer::default(),
             running: FuturesOrdered::new(),
@@ -307,6 +353,58 @@ impl<'a> InFlight<'a> {
         self.start(correlation_id, req)
     }
 
+    /// Take requests read together, in arrival order, as [`InFlight::push`] takes each; with a
+    /// group handler, each run of them that the membership gate lets through is started
+    /// together. Returns whether the connection must close after them.
+    fn push_all(&mut self, items: Vec<(i32, Result<Request, Status>)>) -> bool {
+        let Some(group) = self.group.clone().filter(|_| items.len() > 1) else {
+            let mut close = false;
+            for (correlation_id, req) in items {
+                if close {
+                    self.start(correlation_id, Err(not_handled()));
+                } else {
+                    close = self.push(correlation_id, req);
+                }
+            }
+            return close;
+        };
+        let mut close = false;
+        let mut items = items.into_iter().peekable();
+        while let Some((correlation_id, req)) = items.next() {
+            if close {
+                self.start(correlation_id, Err(not_handled()));
+                continue;
+            }
+            let passes = |peer: &Peer, r: &Result<Request, Status>| matches!(r, Ok(r) if !gated(self.limits, peer, r));
+            if self.serials > 0 || !self.deferred.is_empty() || !passes(&self.peer, &req) {
+                close = self.push(correlation_id, req);
+                continue;
+            }
+            let (mut run, mut ids) = (VecDeque::new(), vec![correlation_id]);
+            run.extend(req.ok());
+            while let Some((id, r)) = items.next_if(|(_, r)| passes(&self.peer, r)) {
+                ids.push(id);
+                run.extend(r.ok());
+            }
+            let mut ids = ids.into_iter();
+            let handled = group(&mut run);
+            if handled.is_empty() {
+                // A group handler that started nothing: the first one goes alone, so the
+                // connection never stalls.
+                if let (Some(id), Some(r)) = (ids.next(), run.pop_front()) {
+                    let handled = (self.handler)(r);
+                    self.start_handled(id, handled);
+                }
+            }
+            for handled in handled {
+                let Some(id) = ids.next() else { break };
+                self.start_handled(id, handled);
+            }
+            self.deferred.extend(ids.zip(run.into_iter().map(Ok)));
+        }
+        close
+    }
+
     fn start(&mut self, correlation_id: i32, req: Result<Request, Status>) -> bool {
         let (handled, close) = match req {
             Err(status) => (Handled::answer(Response::Error(status)), false),
@@ -315,6 +413,11 @@ impl<'a> InFlight<'a> {
                 None => ((self.handler)(req), false),
             },
         };
+        self.start_handled(correlation_id, handled);
+        close
+    }
+
+    fn start_handled(&mut self, correlation_id: i32, handled: Handled) {
         let (fut, serial) = match handled {
             Handled::Applied(f) => (f, false),
             Handled::Serial(f) => (f, true),
@@ -322,7 +425,6 @@ impl<'a> InFlight<'a> {
         let timeout = Duration::from_millis(self.limits.request_timeout_ms);
         self.running.push_back(Box::pin(tagged(correlation_id, fut, timeout).map(move |answer| (answer, serial))));
         self.serials += usize::from(serial);
-        close
     }
 
     /// The next answer in order, once it is ready. Cancel-safe: requests keep their progress.
@@ -348,11 +450,7 @@ impl<'a> InFlight<'a> {
         }
         if close {
             for (correlation_id, _) in std::mem::take(&mut self.deferred) {
-                let status = Status::new(
-                    ErrorCode::ClusterAuthorizationFailed,
-                    "not handled: an earlier request on this connection failed its membership proof; reconnect",
-                );
-                self.start(correlation_id, Err(status));
+                self.start(correlation_id, Err(not_handled()));
             }
         }
         close
@@ -362,11 +460,12 @@ impl<'a> InFlight<'a> {
 async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
     handler: Handler,
+    group: Option<GroupHandler>,
     limits: &ServerLimits,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut framed = Framed::new(stream, ServerCodec::new(limits.frame_bytes_max));
-    let mut inflight = InFlight::new(handler, limits);
+    let mut inflight = InFlight::new(handler, group, limits);
     // After a request that cannot be decoded we answer it, finish what is in flight and close.
     let mut closing = false;
     let idle = Duration::from_millis(limits.idle_ms);
@@ -397,19 +496,37 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
             }
             item = framed.next(), if !closing && inflight.len() < limits.inflight_requests_max => {
                 idle_timer.as_mut().reset(tokio::time::Instant::now() + idle);
+                // The requests already read behind this one are taken with it.
+                let mut requests = Vec::new();
+                let mut item = Some(item);
+                while let Some(Some(Ok(Ok((header, req))))) = item {
+                    requests.push((header.correlation_id, Ok(req)));
+                    let room = inflight.len() + requests.len() < limits.inflight_requests_max;
+                    item = (room && protocol::codec::frame_buffered(framed.read_buffer()))
+                        .then(|| framed.next().now_or_never())
+                        .flatten();
+                }
+                if !requests.is_empty() {
+                    closing |= inflight.push_all(requests);
+                }
+                // A peer that pipelines (it has more requests in flight, or more of its bytes
+                // are here already) gets room to have several requests taken in one read.
+                let pipelining = inflight.len() > 1 || !framed.read_buffer().is_empty();
+                let buffer = framed.read_buffer_mut();
+                if pipelining && buffer.capacity() - buffer.len() < limits.read_buffer_bytes / 2 {
+                    buffer.reserve(limits.read_buffer_bytes);
+                }
                 match item {
-                    None => closing = true,
-                    Some(Ok(Ok((header, req)))) => {
-                        closing |= inflight.push(header.correlation_id, Ok(req));
-                    }
-                    Some(Ok(Err(bad))) => {
+                    None | Some(Some(Ok(Ok(_)))) => {}
+                    Some(None) => closing = true,
+                    Some(Some(Ok(Err(bad)))) => {
                         let correlation_id = bad.header.map_or(-1, |h| h.correlation_id);
                         tracing::info!(error = %bad.error, correlation_id, "undecodable request; answering and closing");
                         let status = Status::new(bad.error.error_code(), format!("{}; closing the connection", bad.error));
                         inflight.push(correlation_id, Err(status));
                         closing = true;
                     }
-                    Some(Err(CodecError::FrameTooLarge { len, max })) => {
+                    Some(Some(Err(CodecError::FrameTooLarge { len, max }))) => {
                         tracing::info!(len, max, "oversized frame; answering and closing");
                         let status = Status::new(
                             ErrorCode::MessageTooLarge,
@@ -418,7 +535,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                         inflight.push(-1, Err(status));
                         closing = true;
                     }
-                    Some(Err(e)) => {
+                    Some(Some(Err(e))) => {
                         tracing::debug!(error = %e, "connection error");
                         break;
                     }
@@ -504,11 +621,85 @@ mod tests {
     /// ids 10, 11, 12) were pushed to a [`holding`] handler; its calls and its release.
     fn three_fetches(serial: bool, limits: &ServerLimits) -> (InFlight<'_>, Calls, oneshot::Sender<()>) {
         let (handler, calls, release) = holding(serial);
-        let mut inflight = InFlight::new(handler, limits);
+        let mut inflight = InFlight::new(handler, None, limits);
         for (id, p) in [(10, 0), (11, 1), (12, 2)] {
             inflight.push(id, Ok(fetch(p)));
         }
         (inflight, calls, release)
+    }
+
+    /// A group handler that records the partitions of each call's requests and takes them up
+    /// to and including partition 0's, which it starts serial and holds until `release` fires.
+    fn grouping() -> (GroupHandler, Arc<Mutex<Vec<Vec<i32>>>>, oneshot::Sender<()>) {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let (release, released) = oneshot::channel::<()>();
+        let released = Arc::new(Mutex::new(Some(released)));
+        let seen = calls.clone();
+        let group: GroupHandler = Arc::new(move |requests: &mut VecDeque<Request>| {
+            let mut taken = Vec::new();
+            let mut handled = Vec::new();
+            while let Some(Request::Fetch(f)) = requests.pop_front() {
+                taken.push(f.partition);
+                if f.partition == 0 {
+                    let released = released.lock().unwrap().take().expect("partition 0 asked once");
+                    handled.push(Handled::serial(async move {
+                        let _ = released.await;
+                        answer(0)
+                    }));
+                    break;
+                }
+                handled.push(Handled::answer(answer(f.partition)));
+            }
+            seen.lock().unwrap().push(taken);
+            handled
+        });
+        (group, calls, release)
+    }
+
+    #[tokio::test]
+    async fn requests_read_together_are_started_together_up_to_a_serial_one() {
+        let limits = ServerLimits::default();
+        let (handler, single_calls, _) = holding(false);
+        let (group, group_calls, release) = grouping();
+        let mut inflight = InFlight::new(handler, Some(group), &limits);
+        let requests = [(10, 1), (11, 2), (12, 0), (13, 3), (14, 4)];
+        inflight.push_all(requests.iter().map(|(id, p)| (*id, Ok(fetch(*p)))).collect());
+        assert_eq!(*group_calls.lock().unwrap(), [vec![1, 2, 0]], "one call, up to the serial request");
+        assert!(single_calls.lock().unwrap().is_empty(), "3 and 4 wait behind it");
+        assert_eq!(inflight.len(), 5);
+        assert_eq!(answers(&mut inflight, 2).await, want(&[(10, "1"), (11, "2")]));
+        release.send(()).unwrap();
+        assert_eq!(answers(&mut inflight, 1).await, want(&[(12, "0")]));
+        inflight.resume();
+        assert_eq!(*single_calls.lock().unwrap(), [3, 4]);
+        assert_eq!(answers(&mut inflight, 2).await, want(&[(13, "3"), (14, "4")]));
+        assert!(inflight.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_connection_hands_the_requests_one_read_brings_to_the_group_handler() {
+        use protocol::codec::ClientCodec;
+        let (handler, _, _) = holding(false);
+        let (group, group_calls, _release) = grouping();
+        let limits = ServerLimits::default();
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (_stop_tx, stop) = watch::channel(false);
+        let served = tokio::spawn(async move { serve_connection(server, handler, Some(group), &limits, stop).await });
+        let mut framed = Framed::new(client, ClientCodec::new(FRAME_BYTES_MAX_DEFAULT));
+        // Three requests in one write: the server reads them at once.
+        for (id, p) in [(1, 1), (2, 2), (3, 3)] {
+            framed.feed((id, fetch(p))).await.unwrap();
+        }
+        framed.flush().await.unwrap();
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            let (id, resp) = framed.next().await.unwrap().unwrap();
+            got.push((id, resp.status().message.clone()));
+        }
+        assert_eq!(got, want(&[(1, "1"), (2, "2"), (3, "3")]));
+        assert_eq!(*group_calls.lock().unwrap(), [vec![1, 2, 3]]);
+        drop(framed);
+        served.await.unwrap();
     }
 
     #[tokio::test]
@@ -553,7 +744,7 @@ mod tests {
             ServerLimits { cluster_secret: Some(ClusterSecret::new(vec![7; 32]).unwrap()), ..ServerLimits::default() };
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop_tx, stop) = watch::channel(false);
-        let served = tokio::spawn(async move { serve_connection(server, handler, &limits, stop).await });
+        let served = tokio::spawn(async move { serve_connection(server, handler, None, &limits, stop).await });
         let mut framed = Framed::new(client, ClientCodec::new(FRAME_BYTES_MAX_DEFAULT));
         let prove = Request::AuthProve(AuthProveRequest {
             member: "intruder".into(),

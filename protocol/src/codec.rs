@@ -38,6 +38,13 @@ fn length_codec(frame_bytes_max: usize) -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder().length_field_type::<u32>().max_frame_length(frame_bytes_max).new_codec()
 }
 
+/// Whether `src` (a connection's read buffer, between frames) starts with a whole frame, so
+/// that decoding the next one needs no read from the socket.
+pub fn frame_buffered(src: &[u8]) -> bool {
+    src.len() >= LENGTH_PREFIX_BYTES
+        && src.len() - LENGTH_PREFIX_BYTES >= (&src[..LENGTH_PREFIX_BYTES]).get_u32() as usize
+}
+
 /// Map the length codec's error: its "frame too big" (raised before it consumes or reserves
 /// anything, so the prefix is still in `src`) becomes [`CodecError::FrameTooLarge`].
 fn map_frame_error(e: std::io::Error, src: &BytesMut, max: usize) -> CodecError {

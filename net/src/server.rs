@@ -12,7 +12,7 @@ use futures::stream::FuturesOrdered;
 use futures::{FutureExt, SinkExt, StreamExt};
 use protocol::auth::{ClusterSecret, NONCE_BYTES};
 use protocol::codec::{CodecError, ServerCodec, FRAME_BYTES_MAX_DEFAULT};
-use protocol::{AuthBeginResponse, AuthProveResponse, ErrorCode, Request, Response, Status};
+use protocol::{request_size_hint, AuthBeginResponse, AuthProveResponse, ErrorCode, Request, Response, Status};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
@@ -66,9 +66,10 @@ pub struct ServerLimits {
     pub inflight_requests_max: usize,
     /// Connections served at once; further ones get an error frame and are closed.
     pub connections_max: usize,
-    /// Room, in bytes, a connection's read buffer keeps for what its peer has sent: one read
-    /// from the socket takes up to this much, so pipelined requests arrive together (and a
-    /// [`GroupHandler`] starts them together).
+    /// Room, in bytes, a connection's read buffer keeps for what its peer has sent, once the
+    /// peer has pipelined requests or sent one of [`READ_AHEAD_REQUEST_BYTES`] or more: one
+    /// read from the socket takes up to this much, so pipelined requests arrive together (and a
+    /// [`GroupHandler`] starts them together). Other connections read a frame at a time.
     pub read_buffer_bytes: usize,
     /// A connection with nothing in flight that sends no complete frame for this long is closed.
     pub idle_ms: u64,
@@ -99,6 +100,10 @@ impl std::fmt::Debug for ServerLimits {
 
 /// Default [`ServerLimits::read_buffer_bytes`]: several 55 KB batches.
 pub const READ_BUFFER_BYTES_DEFAULT: usize = 256 * 1024;
+
+/// A request at least this large (a batch of records) gives its connection room for
+/// [`ServerLimits::read_buffer_bytes`], as pipelining does.
+pub const READ_AHEAD_REQUEST_BYTES: usize = 16 * 1024;
 
 /// How long a TLS handshake may take before the connection is dropped.
 pub const TLS_HANDSHAKE_MS: u64 = 10_000;
@@ -471,6 +476,8 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     let idle = Duration::from_millis(limits.idle_ms);
     let idle_timer = tokio::time::sleep(idle);
     tokio::pin!(idle_timer);
+    // Whether this connection keeps room for `read_buffer_bytes` in its read buffer.
+    let mut read_ahead = false;
     loop {
         if closing && inflight.is_empty() {
             break;
@@ -506,14 +513,19 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                         .then(|| framed.next().now_or_never())
                         .flatten();
                 }
+                let large = requests.iter().any(|(_, r)| r.as_ref().is_ok_and(|r| request_size_hint(r) >= READ_AHEAD_REQUEST_BYTES));
                 if !requests.is_empty() {
                     closing |= inflight.push_all(requests);
                 }
                 // A peer that pipelines (it has more requests in flight, or more of its bytes
-                // are here already) gets room to have several requests taken in one read.
-                let pipelining = inflight.len() > 1 || !framed.read_buffer().is_empty();
+                // are here already) or sends large requests gets room, from then on, to have
+                // several requests taken in one read.
+                read_ahead = read_ahead
+                    || inflight.len() > 1
+                    || !framed.read_buffer().is_empty()
+                    || large;
                 let buffer = framed.read_buffer_mut();
-                if pipelining && buffer.capacity() - buffer.len() < limits.read_buffer_bytes / 2 {
+                if read_ahead && buffer.capacity() - buffer.len() < limits.read_buffer_bytes / 2 {
                     buffer.reserve(limits.read_buffer_bytes);
                 }
                 match item {

@@ -70,8 +70,6 @@ struct Chunk {
 
 /// One batch of a [`Chunk`].
 struct Staged {
-    /// Its answer's index, for [`Partition::append_group`].
-    answer: Option<usize>,
     /// Its first 16 bytes as stored (base offset and leader epoch set).
     prefix: [u8; 16],
     /// The whole batch as received.
@@ -275,7 +273,8 @@ impl Inner {
     /// [`Inner::write_chunk`]): record it in the producer state and transaction index now (so
     /// that a later batch of the same producer is checked against it), remembering what they
     /// held before, to put back if the write fails. The caller has rolled the log first if the
-    /// chunk was empty and the batch needs it (see [`Inner::roll_for`]).
+    /// chunk was empty and the batch needs it (see [`Inner::roll_for`]). `answer`: the index of
+    /// its answer in an [`Partition::append_group`].
     fn stage(&mut self, chunk: &mut Chunk, answer: Option<usize>, prefix: [u8; 16], batch: Bytes, header: BatchHeader) {
         let marker = if header.is_control() { marker_kind(&batch) } else { None };
         let producer_id = header.producer_id;
@@ -286,15 +285,15 @@ impl Inner {
         self.txns.record(&header, marker);
         chunk.bytes += batch.len() as u64;
         chunk.members.extend(answer);
-        chunk.batches.push(Staged { answer, prefix, batch, header });
+        chunk.batches.push(Staged { prefix, batch, header });
     }
 
-    /// Write the batches `chunk` admitted in one vectored write and answer them; if it fails,
-    /// put their producers' state back and answer them (and retries of them) with the error.
+    /// Write the batches `chunk` admitted in one vectored write; if it fails, put their
+    /// producers' state back and answer them (and retries of them) with the error instead.
     fn write_chunk(
         &mut self,
         chunk: &mut Chunk,
-        answers: &mut [Option<Result<Appended, AppendError>>],
+        answers: &mut [Result<Appended, AppendError>],
     ) -> Result<(), LogError> {
         let Chunk { batches, saved, members, .. } = std::mem::take(chunk);
         if batches.is_empty() {
@@ -303,23 +302,13 @@ impl Inner {
         let pieces: Vec<(&[u8; 16], &[u8], &BatchHeader)> =
             batches.iter().map(|b| (&b.prefix, &b.batch[16..], &b.header)).collect();
         let written = self.log.append_many(&pieces);
-        match &written {
-            Ok(()) => {
-                for b in &batches {
-                    let Some(i) = b.answer else { continue };
-                    let (base_offset, end_offset) = (b.header.base_offset, b.header.last_offset() + 1);
-                    let leader_epoch = b.header.partition_leader_epoch;
-                    answers[i] = Some(Ok(Appended::New { base_offset, end_offset, leader_epoch }));
-                }
+        if let Err(e) = &written {
+            for (producer, txn) in saved.into_iter().rev() {
+                self.producers.restore(producer);
+                self.txns.restore(txn);
             }
-            Err(e) => {
-                for (producer, txn) in saved.into_iter().rev() {
-                    self.producers.restore(producer);
-                    self.txns.restore(txn);
-                }
-                for i in members {
-                    answers[i] = Some(Err(AppendError::Storage(e.clone())));
-                }
+            for i in members {
+                answers[i] = Err(AppendError::Storage(e.clone()));
             }
         }
         written
@@ -471,23 +460,23 @@ impl Partition {
     /// at, since they must wait for that answer.
     pub fn append_group(&self, offers: &[Offer<'_>]) -> Vec<Result<Appended, AppendError>> {
         let mut g = self.lock();
-        let mut answers: Vec<Option<Result<Appended, AppendError>>> = Vec::with_capacity(offers.len());
+        let mut answers: Vec<Result<Appended, AppendError>> = Vec::with_capacity(offers.len());
         let mut chunk = Chunk::default();
         let mut failed: Option<LogError> = None;
         for offer in offers {
             if let Some(e) = &failed {
-                answers.push(Some(Err(AppendError::Storage(e.clone()))));
+                answers.push(Err(AppendError::Storage(e.clone())));
                 continue;
             }
             if let Err(e) = g.leadership.check(offer.leader_epoch) {
-                answers.push(Some(Err(e.into())));
+                answers.push(Err(e.into()));
                 continue;
             }
             let leader_epoch = g.leadership.leader_epoch;
             let header = offer.header;
             match g.producers.check(header) {
                 Err(e) => {
-                    answers.push(Some(Err(e.into())));
+                    answers.push(Err(e.into()));
                     continue;
                 }
                 Ok(Admit::Duplicate { base_offset }) => {
@@ -496,14 +485,14 @@ impl Partition {
                     if base_offset >= chunk.base_offset().unwrap_or(i64::MAX) {
                         chunk.members.push(answers.len());
                     }
-                    answers.push(Some(Ok(Appended::Duplicate { base_offset, end_offset, leader_epoch })));
+                    answers.push(Ok(Appended::Duplicate { base_offset, end_offset, leader_epoch }));
                     continue;
                 }
                 Ok(Admit::NeedsVerification) => {
-                    answers.push(Some(Err(AppendError::NeedsVerification {
+                    answers.push(Err(AppendError::NeedsVerification {
                         producer_id: header.producer_id,
                         epoch: header.producer_epoch,
-                    })));
+                    }));
                     break;
                 }
                 Ok(Admit::Append) => {}
@@ -512,14 +501,14 @@ impl Partition {
             if !chunk.batches.is_empty() && g.log.should_roll_after(chunk.bytes, bytes) {
                 if let Err(e) = g.write_chunk(&mut chunk, &mut answers) {
                     failed = Some(e.clone());
-                    answers.push(Some(Err(AppendError::Storage(e))));
+                    answers.push(Err(AppendError::Storage(e)));
                     continue;
                 }
             }
             if chunk.batches.is_empty() {
                 if let Err(e) = g.roll_for(bytes) {
                     failed = Some(e.clone());
-                    answers.push(Some(Err(AppendError::Storage(e))));
+                    answers.push(Err(AppendError::Storage(e)));
                     continue;
                 }
             }
@@ -530,10 +519,12 @@ impl Partition {
             set_partition_leader_epoch(&mut prefix, leader_epoch);
             let stored = BatchHeader { base_offset, partition_leader_epoch: leader_epoch, ..*header };
             g.stage(&mut chunk, Some(answers.len()), prefix, offer.batch.clone(), stored);
-            answers.push(None);
+            // Stands if the chunk's write succeeds (`write_chunk` answers the error otherwise).
+            let end_offset = stored.last_offset() + 1;
+            answers.push(Ok(Appended::New { base_offset, end_offset, leader_epoch }));
         }
         let _ = g.write_chunk(&mut chunk, &mut answers); // a failure is in the answers
-        let appended = answers.iter().any(|a| matches!(a, Some(Ok(Appended::New { .. }))));
+        let appended = answers.iter().any(|a| matches!(a, Ok(Appended::New { .. })));
         if appended {
             let leader_end = g.leader_end();
             if let Some(rs) = g.replica_set.as_mut() {
@@ -544,7 +535,7 @@ impl Partition {
             drop(g);
             self.bump();
         }
-        answers.into_iter().map(|a| a.expect("every batch taken is answered")).collect()
+        answers
     }
 
     /// What a sync would cover, if anything is written but not yet durable: the log end, a

@@ -3,6 +3,7 @@
 //! admits are a single step. Every write to the log (produce, marker, replication, truncation)
 //! goes through a method here.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -62,10 +63,12 @@ struct Chunk {
     batches: Vec<Staged>,
     bytes: u64,
     /// Answers (of an [`Partition::append_group`]) that stand or fall with the write: the
-    /// batches', and those of retries of them.
+    /// batches', and those decided while they were staged (see [`decided`]).
     members: Vec<usize>,
     /// The producer state and transaction index entries of the batches' producers before them.
     saved: Vec<(SavedProducer, SavedTxn)>,
+    /// The producer ids in `saved`.
+    saved_ids: HashSet<i64>,
 }
 
 /// One batch of a [`Chunk`].
@@ -83,11 +86,16 @@ impl Chunk {
     fn next_offset(&self, log: &PartitionLog) -> i64 {
         self.batches.last().map_or(log.end_offset(), |b| b.header.last_offset() + 1)
     }
+}
 
-    /// Offset of its first batch, if it has one.
-    fn base_offset(&self) -> Option<i64> {
-        self.batches.first().map(|b| b.header.base_offset)
+/// Answer a batch of an [`Partition::append_group`] that is not staged. An answer decided while
+/// batches are staged was decided against the state they recorded (a retry of one of them, a
+/// sequence that follows them): it stands or falls with their write.
+fn decided(answers: &mut Vec<Result<Appended, AppendError>>, chunk: &mut Chunk, answer: Result<Appended, AppendError>) {
+    if !chunk.batches.is_empty() {
+        chunk.members.push(answers.len());
     }
+    answers.push(answer);
 }
 
 impl Appended {
@@ -278,7 +286,7 @@ impl Inner {
     fn stage(&mut self, chunk: &mut Chunk, answer: Option<usize>, prefix: [u8; 16], batch: Bytes, header: BatchHeader) {
         let marker = if header.is_control() { marker_kind(&batch) } else { None };
         let producer_id = header.producer_id;
-        if producer_id >= 0 && !chunk.saved.iter().any(|(p, _)| p.producer_id() == producer_id) {
+        if producer_id >= 0 && chunk.saved_ids.insert(producer_id) {
             chunk.saved.push((self.producers.save(producer_id), self.txns.save(producer_id)));
         }
         self.producers.record(&header);
@@ -469,30 +477,28 @@ impl Partition {
                 continue;
             }
             if let Err(e) = g.leadership.check(offer.leader_epoch) {
-                answers.push(Err(e.into()));
+                decided(&mut answers, &mut chunk, Err(e.into()));
                 continue;
             }
             let leader_epoch = g.leadership.leader_epoch;
             let header = offer.header;
             match g.producers.check(header) {
                 Err(e) => {
-                    answers.push(Err(e.into()));
+                    decided(&mut answers, &mut chunk, Err(e.into()));
                     continue;
                 }
                 Ok(Admit::Duplicate { base_offset }) => {
                     let end_offset = base_offset + i64::from(header.last_offset_delta) + 1;
-                    // A retry of a batch earlier in this group stands or falls with its write.
-                    if base_offset >= chunk.base_offset().unwrap_or(i64::MAX) {
-                        chunk.members.push(answers.len());
-                    }
-                    answers.push(Ok(Appended::Duplicate { base_offset, end_offset, leader_epoch }));
+                    decided(
+                        &mut answers,
+                        &mut chunk,
+                        Ok(Appended::Duplicate { base_offset, end_offset, leader_epoch }),
+                    );
                     continue;
                 }
                 Ok(Admit::NeedsVerification) => {
-                    answers.push(Err(AppendError::NeedsVerification {
-                        producer_id: header.producer_id,
-                        epoch: header.producer_epoch,
-                    }));
+                    let (producer_id, epoch) = (header.producer_id, header.producer_epoch);
+                    decided(&mut answers, &mut chunk, Err(AppendError::NeedsVerification { producer_id, epoch }));
                     break;
                 }
                 Ok(Admit::Append) => {}
@@ -1739,7 +1745,9 @@ mod tests {
         let b = |seq| producer_batch(0, 7, 0, seq, false, None);
         assert_eq!(oks(&offer_all(&p, &[b(0)])), [Some(new_at(0))]);
         disk.fail.store(true, std::sync::atomic::Ordering::SeqCst);
-        let answers = offer_all(&p, &[b(1), b(2), b(1)]);
+        // A retry of a staged batch and a gap after them were judged against the staged
+        // batches: they fail with the write too, not as a duplicate or "expected 3".
+        let answers = offer_all(&p, &[b(1), b(2), b(1), b(9)]);
         assert!(answers.iter().all(|a| matches!(a, Err(AppendError::Storage(_)))), "{answers:?}");
         assert_eq!(p.progress().0, 1, "nothing of the group is in the log");
         disk.fail.store(false, std::sync::atomic::Ordering::SeqCst);

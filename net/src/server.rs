@@ -642,7 +642,10 @@ mod tests {
 
     /// A group handler that records the partitions of each call's requests and takes them up
     /// to and including partition 0's, which it starts serial and holds until `release` fires.
-    fn grouping() -> (GroupHandler, Arc<Mutex<Vec<Vec<i32>>>>, oneshot::Sender<()>) {
+    /// The partitions of each call of a [`grouping`] handler, in order.
+    type GroupCalls = Arc<Mutex<Vec<Vec<i32>>>>;
+
+    fn grouping() -> (GroupHandler, GroupCalls, oneshot::Sender<()>) {
         let calls = Arc::new(Mutex::new(Vec::new()));
         let (release, released) = oneshot::channel::<()>();
         let released = Arc::new(Mutex::new(Some(released)));

@@ -321,6 +321,8 @@ async fn batches_are_replicated_while_earlier_replicate_requests_are_unanswered(
 struct SlowDisk {
     held: std::sync::Mutex<Option<std::path::PathBuf>>,
     released: std::sync::Condvar,
+    /// The file of every log write, in order.
+    writes: std::sync::Mutex<Vec<std::path::PathBuf>>,
 }
 
 impl SlowDisk {
@@ -331,6 +333,11 @@ impl SlowDisk {
     fn release(&self) {
         *self.held.lock().unwrap() = None;
         self.released.notify_all();
+    }
+
+    /// How many log writes went to files under `dir`.
+    fn writes_under(&self, dir: &std::path::Path) -> usize {
+        self.writes.lock().unwrap().iter().filter(|p| p.starts_with(dir)).count()
     }
 
     fn wait(&self, path: &std::path::Path) {
@@ -381,6 +388,7 @@ impl Storage for SlowStorage {
 
 impl StoredFile for SlowFile {
     fn append(&self, pieces: &[&[u8]]) -> std::io::Result<()> {
+        self.disk.writes.lock().unwrap().push(self.path.clone());
         self.file.append(pieces)
     }
     fn read_at(&self, pos: u64, len: usize) -> std::io::Result<Bytes> {
@@ -451,5 +459,41 @@ async fn a_leader_deposed_while_an_acks_1_batch_goes_to_disk_does_not_acknowledg
     disk.release();
     let r = produced(answer.await);
     assert_eq!(r.status.code, ErrorCode::NotLeaderOrFollower, "a deposed leader acknowledged: {}", r.status);
+    c.shutdown().await;
+}
+
+/// Pipelined produce requests that reach the leader in one read are appended as a group: each
+/// passes the gate in turn, all land in order, and the leader's log takes them in one write
+/// (the follower, in one write per Replicate).
+#[tokio::test]
+async fn batches_that_arrive_together_are_appended_in_one_write() {
+    use futures::StreamExt;
+    use tokio::io::AsyncWriteExt;
+    use tokio_util::codec::{Encoder, FramedRead};
+    let disk = std::sync::Arc::new(SlowDisk::default());
+    let storage: std::sync::Arc<dyn Storage> = std::sync::Arc::new(SlowStorage(disk.clone()));
+    let opts = LocalOptions { brokers: 2, storage: Some(storage), ..Default::default() };
+    // "v0" went through alone: the producer is verified on the partition.
+    let (c, p, leader, _) = two_replicas_in_sync(opts, "group").await;
+    let leader_dir = c.dir.path().join(format!("broker-{leader}"));
+    let before = disk.writes_under(&leader_dir);
+
+    // Eight batches, sequences 1..=8, in one write to the socket.
+    let mut codec = protocol::codec::ClientCodec::new(1 << 20);
+    let mut frames = bytes::BytesMut::new();
+    for seq in 1..=8 {
+        codec.encode((seq, produce_at(&p, seq, &format!("v{seq}"), ACKS_ALL)), &mut frames).unwrap();
+    }
+    let mut socket = tokio::net::TcpStream::connect(&c.broker_addrs[(leader - 1) as usize]).await.unwrap();
+    socket.write_all(&frames).await.unwrap();
+    let mut answers = FramedRead::new(socket, protocol::codec::ClientCodec::new(1 << 20));
+    for seq in 1..=8 {
+        let (id, resp) = answers.next().await.unwrap().unwrap();
+        let Response::Produce(r) = resp else { panic!("wrong answer {resp:?}") };
+        assert_eq!((id, r.status.code, r.base_offset), (seq, ErrorCode::None, i64::from(seq)), "{r:?}");
+    }
+    let writes = disk.writes_under(&leader_dir) - before;
+    assert!(writes <= 2, "8 batches that arrived together took {writes} writes on the leader");
+    assert_eq!(values(&c).await, (0..=8).map(|s| format!("v{s}")).collect::<Vec<_>>());
     c.shutdown().await;
 }

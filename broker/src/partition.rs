@@ -263,6 +263,17 @@ impl Inner {
         }
     }
 
+    /// The leader's own log moved on (an append, or a sync under `sync_before_commit`): move
+    /// the high watermark if the replica set now allows it.
+    fn on_leader_progress(&mut self) {
+        let leader_end = self.leader_end();
+        if let Some(rs) = self.replica_set.as_mut() {
+            if rs.on_leader_append(leader_end) {
+                self.high_watermark = rs.high_watermark();
+            }
+        }
+    }
+
     /// Roll the log if `bytes` more would take the active segment past its size, and snapshot
     /// the producer state as of the roll (so it must hold exactly what is written).
     fn roll_for(&mut self, bytes: u64) -> Result<(), LogError> {
@@ -532,12 +543,7 @@ impl Partition {
         let _ = g.write_chunk(&mut chunk, &mut answers); // a failure is in the answers
         let appended = answers.iter().any(|a| matches!(a, Ok(Appended::New { .. })));
         if appended {
-            let leader_end = g.leader_end();
-            if let Some(rs) = g.replica_set.as_mut() {
-                if rs.on_leader_append(leader_end) {
-                    g.high_watermark = rs.high_watermark();
-                }
-            }
+            g.on_leader_progress();
             drop(g);
             self.bump();
         }
@@ -559,12 +565,7 @@ impl Partition {
         let mut g = self.lock();
         if generation == g.truncations && end > g.durable_end {
             g.durable_end = end.min(g.log.end_offset());
-            let leader_end = g.leader_end();
-            if let Some(rs) = g.replica_set.as_mut() {
-                if rs.on_leader_append(leader_end) {
-                    g.high_watermark = rs.high_watermark();
-                }
-            }
+            g.on_leader_progress();
             drop(g);
             self.bump();
         }

@@ -864,7 +864,8 @@ fn handle_group(shared: &Arc<Shared>, requests: &mut VecDeque<Request>) -> Vec<n
         }
         let (started, behind) = produce_group(shared, run);
         handled.extend(started);
-        if !behind.is_empty() || matches!(handled.last(), Some(net::Handled::Serial(_))) {
+        // Only a batch that waits for verification is serial, and what is behind it waits too.
+        if matches!(handled.last(), Some(net::Handled::Serial(_))) {
             for r in behind.into_iter().rev() {
                 requests.push_front(r);
             }

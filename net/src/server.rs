@@ -71,6 +71,11 @@ pub struct ServerLimits {
     /// read from the socket takes up to this much, so pipelined requests arrive together (and a
     /// [`GroupHandler`] starts them together). Other connections read a frame at a time.
     pub read_buffer_bytes: usize,
+    /// A connection that has read no frame and written no answer for this long gives back the
+    /// room it holds beyond [`BUFFER_BYTES_KEPT`]: its read buffer's `read_buffer_bytes` (until
+    /// its peer pipelines again) and a write buffer that grew for a large answer, each once
+    /// empty. So a quiet connection holds what a new one does, however busy it was.
+    pub buffer_release_ms: u64,
     /// A connection with nothing in flight that sends no complete frame for this long is closed.
     pub idle_ms: u64,
     /// A request not answered within this long is answered REQUEST_TIMED_OUT.
@@ -90,6 +95,7 @@ impl std::fmt::Debug for ServerLimits {
             .field("inflight_requests_max", &self.inflight_requests_max)
             .field("connections_max", &self.connections_max)
             .field("read_buffer_bytes", &self.read_buffer_bytes)
+            .field("buffer_release_ms", &self.buffer_release_ms)
             .field("idle_ms", &self.idle_ms)
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("cluster_secret", &self.cluster_secret)
@@ -100,6 +106,13 @@ impl std::fmt::Debug for ServerLimits {
 
 /// Default [`ServerLimits::read_buffer_bytes`]: several 55 KB batches.
 pub const READ_BUFFER_BYTES_DEFAULT: usize = 256 * 1024;
+
+/// What a connection's read and write buffers start with, in bytes, and keep once
+/// [`ServerLimits::buffer_release_ms`] passes quietly (as tokio-util's `Framed` starts).
+pub const BUFFER_BYTES_KEPT: usize = 8 * 1024;
+
+/// Default [`ServerLimits::buffer_release_ms`].
+pub const BUFFER_RELEASE_MS_DEFAULT: u64 = 1_000;
 
 /// A request at least this large (a batch of records) gives its connection room for
 /// [`ServerLimits::read_buffer_bytes`], as pipelining does.
@@ -115,6 +128,7 @@ impl Default for ServerLimits {
             inflight_requests_max: 1024,
             connections_max: 1024,
             read_buffer_bytes: READ_BUFFER_BYTES_DEFAULT,
+            buffer_release_ms: BUFFER_RELEASE_MS_DEFAULT,
             idle_ms: 10 * 60 * 1000,
             request_timeout_ms: 60_000,
             cluster_secret: None,
@@ -162,7 +176,9 @@ pub async fn serve_grouped(
                 tokio::spawn(async move {
                     match limits.tls.clone() {
                         None => match permit {
-                            Ok(_permit) => serve_connection(stream, handler, group, &limits, stop).await,
+                            Ok(_permit) => {
+                                serve_connection(stream, handler, group, &limits, stop).await;
+                            }
                             Err(_) => refuse_connection(stream, &limits).await,
                         },
                         Some(acceptor) => {
@@ -179,7 +195,9 @@ pub async fn serve_grouped(
                                 }
                             };
                             match permit {
-                                Ok(_permit) => serve_connection(tls, handler, group, &limits, stop).await,
+                                Ok(_permit) => {
+                                    serve_connection(tls, handler, group, &limits, stop).await;
+                                }
                                 Err(_) => refuse_connection(tls, &limits).await,
                             }
                         }
@@ -462,13 +480,21 @@ impl<'a> InFlight<'a> {
     }
 }
 
+/// How a served connection went, for tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Served {
+    /// Times a quiet spell gave back buffer room ([`ServerLimits::buffer_release_ms`]).
+    buffer_releases: u32,
+}
+
 async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
     handler: Handler,
     group: Option<GroupHandler>,
     limits: &ServerLimits,
     mut stop: watch::Receiver<bool>,
-) {
+) -> Served {
+    let mut served = Served::default();
     let mut framed = Framed::new(stream, ServerCodec::new(limits.frame_bytes_max));
     let mut inflight = InFlight::new(handler, group, limits);
     // After a request that cannot be decoded we answer it, finish what is in flight and close.
@@ -478,6 +504,11 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     tokio::pin!(idle_timer);
     // Whether this connection keeps room for `read_buffer_bytes` in its read buffer.
     let mut read_ahead = false;
+    // Whether an answer made the write buffer grow past what it keeps.
+    let mut write_grown = false;
+    let quiet = Duration::from_millis(limits.buffer_release_ms);
+    let quiet_timer = tokio::time::sleep(quiet);
+    tokio::pin!(quiet_timer);
     loop {
         if closing && inflight.is_empty() {
             break;
@@ -493,16 +524,23 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                         failed = true;
                         break;
                     }
+                    // The buffer's allocation is at least what it holds now (after a flush its
+                    // `capacity` no longer shows it).
+                    write_grown |= framed.write_buffer().len() > BUFFER_BYTES_KEPT;
                     closing |= inflight.resume();
                     answer = inflight.next_ready();
                 }
                 if failed || framed.flush().await.is_err() {
                     break;
                 }
-                idle_timer.as_mut().reset(tokio::time::Instant::now() + idle);
+                let now = tokio::time::Instant::now();
+                idle_timer.as_mut().reset(now + idle);
+                quiet_timer.as_mut().reset(now + quiet);
             }
             item = framed.next(), if !closing && inflight.len() < limits.inflight_requests_max => {
-                idle_timer.as_mut().reset(tokio::time::Instant::now() + idle);
+                let now = tokio::time::Instant::now();
+                idle_timer.as_mut().reset(now + idle);
+                quiet_timer.as_mut().reset(now + quiet);
                 // The requests already read behind this one are taken with it.
                 let mut requests = Vec::new();
                 let mut item = Some(item);
@@ -553,6 +591,19 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                     }
                 }
             }
+            // Produce records are slices of the read buffer: what requests still in flight
+            // hold of it is freed when they are answered.
+            _ = &mut quiet_timer, if holds_room(&framed, read_ahead, write_grown) => {
+                if read_ahead && framed.read_buffer().is_empty() {
+                    *framed.read_buffer_mut() = bytes::BytesMut::with_capacity(BUFFER_BYTES_KEPT);
+                    read_ahead = false;
+                }
+                if write_grown && framed.write_buffer().is_empty() {
+                    *framed.write_buffer_mut() = bytes::BytesMut::with_capacity(BUFFER_BYTES_KEPT);
+                    write_grown = false;
+                }
+                served.buffer_releases += 1;
+            }
             _ = &mut idle_timer, if inflight.is_empty() => {
                 tracing::info!(idle_ms = limits.idle_ms, "closing idle connection");
                 break;
@@ -560,6 +611,14 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
             _ = stop.changed() => break,
         }
     }
+    served
+}
+
+/// Whether a connection holds buffer room that [`ServerLimits::buffer_release_ms`] of quiet
+/// gives back: read-ahead room, or a write buffer grown past [`BUFFER_BYTES_KEPT`], with
+/// nothing in it.
+fn holds_room<S, C>(framed: &Framed<S, C>, read_ahead: bool, write_grown: bool) -> bool {
+    (read_ahead && framed.read_buffer().is_empty()) || (write_grown && framed.write_buffer().is_empty())
 }
 
 #[cfg(test)]
@@ -715,6 +774,52 @@ mod tests {
         assert_eq!(*group_calls.lock().unwrap(), [vec![1, 2, 3]]);
         drop(framed);
         served.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_connection_gives_back_its_read_ahead_room_and_a_grown_write_buffer() {
+        use protocol::codec::ClientCodec;
+        // Answers a fetch of partition p with p bytes of records.
+        let handler: Handler = Arc::new(|req| {
+            let Request::Fetch(f) = req else { panic!("only fetches here") };
+            Handled::answer(Response::Fetch(protocol::FetchResponse {
+                status: Status::ok(),
+                high_watermark: 0,
+                last_stable_offset: 0,
+                current_leader_epoch: 0,
+                aborted: Vec::new(),
+                records: Bytes::from(vec![0; f.partition as usize]),
+            }))
+        });
+        let limits = ServerLimits { buffer_release_ms: 1_000, ..ServerLimits::default() };
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (_stop_tx, stop) = watch::channel(false);
+        let served = tokio::spawn(async move { serve_connection(server, handler, None, &limits, stop).await });
+        let mut framed = Framed::new(client, ClientCodec::new(FRAME_BYTES_MAX_DEFAULT));
+        let mut call = async |partitions: &[i32]| {
+            for (id, p) in partitions.iter().enumerate() {
+                framed.feed((id as i32, fetch(*p))).await.unwrap();
+            }
+            framed.flush().await.unwrap();
+            for p in partitions {
+                let (_, resp) = framed.next().await.unwrap().unwrap();
+                let Response::Fetch(f) = resp else { panic!("a fetch answer") };
+                assert_eq!(f.records.len(), *p as usize);
+            }
+        };
+        let quiet = || tokio::time::sleep(Duration::from_millis(1_500));
+        // Pipelined requests give the connection read-ahead room; a quiet spell takes it back.
+        call(&[1, 2, 3]).await;
+        quiet().await;
+        // A 20 KB answer grows the write buffer; a quiet spell takes that back too.
+        call(&[20_000]).await;
+        quiet().await;
+        // Small requests one at a time hold nothing to give back.
+        call(&[4]).await;
+        quiet().await;
+        call(&[5]).await;
+        drop(framed);
+        assert_eq!(served.await.unwrap(), Served { buffer_releases: 2 });
     }
 
     #[tokio::test]

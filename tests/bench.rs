@@ -17,6 +17,10 @@ fn bench_reports_sane_numbers_for_every_target() {
         let (p50, p99, max) =
             (r["p50_us"].as_u64().unwrap(), r["p99_us"].as_u64().unwrap(), r["max_us"].as_u64().unwrap());
         assert!(p50 <= p99 && p99 <= max, "{target}: percentiles in order");
+        // The machine's CPU over the run: a share of all cores (absent if the run was shorter
+        // than /proc/stat's tick).
+        let cpu = &r["cpu_busy_pct"];
+        assert!(cpu.is_null() || (0.0..=100.0).contains(&cpu.as_f64().unwrap()), "{target}: cpu {cpu}");
         let fraction = v["fraction_of_loopback"][target].as_f64().unwrap();
         assert!(fraction > 0.0, "{target}: {fraction}");
     }

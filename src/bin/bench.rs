@@ -143,6 +143,43 @@ struct Figures {
     p99_us: u64,
     p999_us: u64,
     max_us: u64,
+    /// The machine's CPU busy over the run, of all its cores, kernel threads (softirq, writeback)
+    /// included: near 100 a run is bound by CPU, well below it by waiting. `None` where
+    /// `/proc/stat` cannot be read or the run was shorter than its tick.
+    cpu_busy_pct: Option<f64>,
+}
+
+/// Jiffies the machine's cores spent busy and in all, from `/proc/stat`'s first line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CpuTimes {
+    busy: u64,
+    total: u64,
+}
+
+impl CpuTimes {
+    /// Parse `/proc/stat`: busy is user, nice, system, irq and softirq; the total adds idle,
+    /// iowait and steal (time the hypervisor gave to others).
+    fn parse(stat: &str) -> Option<CpuTimes> {
+        let line = stat.lines().next()?;
+        let mut fields = line.split_whitespace();
+        if fields.next()? != "cpu" {
+            return None;
+        }
+        let v: Vec<u64> = fields.take(8).map(|f| f.parse().ok()).collect::<Option<_>>()?;
+        let [user, nice, system, idle, iowait, irq, softirq, steal] = v.try_into().ok()?;
+        let busy = user + nice + system + irq + softirq;
+        Some(CpuTimes { busy, total: busy + idle + iowait + steal })
+    }
+
+    fn now() -> Option<CpuTimes> {
+        CpuTimes::parse(&std::fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// Percent busy between `self` and `later`.
+    fn busy_pct(self, later: CpuTimes) -> Option<f64> {
+        let total = later.total.checked_sub(self.total).filter(|t| *t > 0)?;
+        Some(100.0 * later.busy.saturating_sub(self.busy) as f64 / total as f64)
+    }
 }
 
 /// Records in a batch that lingers `linger_ms` for records arriving evenly at `--rate` over all
@@ -225,6 +262,7 @@ async fn drive(
         _ => Duration::ZERO,
     };
     let started = Instant::now();
+    let cpu_before = CpuTimes::now();
     // With a duration, producers send until it is over rather than a fixed count.
     let deadline = (args.duration_ms > 0).then(|| started + Duration::from_millis(args.duration_ms));
     let per_producer = if deadline.is_some() { u64::MAX } else { batches_total.div_ceil(args.producers as u64) };
@@ -315,6 +353,7 @@ async fn drive(
         records += r;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let cpu_busy_pct = cpu_before.zip(CpuTimes::now()).and_then(|(before, after)| before.busy_pct(after));
     Ok(Figures {
         records,
         seconds,
@@ -324,6 +363,7 @@ async fn drive(
         p99_us: hist.value_at_quantile(0.99),
         p999_us: hist.value_at_quantile(0.999),
         max_us: hist.max(),
+        cpu_busy_pct,
     })
 }
 
@@ -489,9 +529,10 @@ async fn warm_up(routes: &[Vec<Route>], ids: &[(i64, i16)], record_bytes: usize)
 
 fn row(name: &str, f: &Figures, ceiling: Option<&Figures>) -> String {
     let vs = ceiling.map_or("-".to_string(), |c| format!("{:.1}%", 100.0 * f.records_per_s / c.records_per_s));
+    let cpu = f.cpu_busy_pct.map_or("-".to_string(), |c| format!("{c:.0}"));
     format!(
-        "{name:<10} {:>12.0} {:>8.1} {:>8} {:>8} {:>9} {:>8} {:>12}",
-        f.records_per_s, f.mb_per_s, f.p50_us, f.p99_us, f.p999_us, f.max_us, vs
+        "{name:<10} {:>12.0} {:>8.1} {:>8} {:>8} {:>9} {:>8} {:>5} {:>12}",
+        f.records_per_s, f.mb_per_s, f.p50_us, f.p99_us, f.p999_us, f.max_us, cpu, vs
     )
 }
 
@@ -704,8 +745,8 @@ async fn replication(args: &Args, template: Arc<BatchTemplate>) -> Result<(), St
             args.fsync
         );
         println!(
-            "{:<10} {:>12} {:>8} {:>8} {:>8} {:>9} {:>8} {:>12}",
-            "target", "records/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "max_us", ""
+            "{:<10} {:>12} {:>8} {:>8} {:>8} {:>9} {:>8} {:>5} {:>12}",
+            "target", "records/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "max_us", "cpu%", ""
         );
         println!("{}", row("leader", &l, None));
         println!("{}", row("all (3)", &a, None));
@@ -840,8 +881,8 @@ async fn main() -> std::process::ExitCode {
             args.record_bytes, args.batch_records, args.inflight, args.producers, args.partitions, args.brokers, args.replicas, args.acks, args.fsync
         );
         println!(
-            "{:<10} {:>12} {:>8} {:>8} {:>8} {:>9} {:>8} {:>12}",
-            "target", "records/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "max_us", "of loopback"
+            "{:<10} {:>12} {:>8} {:>8} {:>8} {:>9} {:>8} {:>5} {:>12}",
+            "target", "records/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "max_us", "cpu%", "of loopback"
         );
         for (name, f) in &results {
             println!("{}", row(name, f, ceiling.as_ref()));
@@ -856,4 +897,21 @@ async fn main() -> std::process::ExitCode {
         }
     }
     std::process::ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CpuTimes;
+
+    #[test]
+    fn cpu_busy_counts_user_system_and_interrupts_against_everything_including_iowait_and_steal() {
+        let before = CpuTimes::parse("cpu  100 0 50 800 10 5 5 30 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n").unwrap();
+        assert_eq!(before, CpuTimes { busy: 160, total: 1000 });
+        // 60 busy (40 user, 10 system, 10 softirq) of 200: 30%.
+        let after = CpuTimes::parse("cpu  140 0 60 900 20 5 15 60 0 0\n").unwrap();
+        assert_eq!(before.busy_pct(after), Some(30.0));
+        assert_eq!(before.busy_pct(before), None, "no tick passed");
+        assert_eq!(CpuTimes::parse("intr 1 2 3\n"), None);
+        assert_eq!(CpuTimes::parse("cpu 1 2\n"), None, "too few fields");
+    }
 }

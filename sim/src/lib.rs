@@ -39,7 +39,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use broker::partition::{AppendError, Appended, Partition, ReplicateError};
+use broker::partition::{AppendError, Appended, Offer, Partition, ReplicateError};
 use broker::replication::Sent;
 use broker::storage::{MemStorage, StoredFile};
 use bytes::Bytes;
@@ -319,6 +319,13 @@ enum Event {
     ConsumerTick,
     /// A broker's heartbeat timer.
     Heartbeat(i32),
+    /// A broker appends the produce requests in a partition's inbox, as one group; lost if
+    /// the broker crashed.
+    ProduceGroup {
+        id: i32,
+        partition: i32,
+        incarnation: u64,
+    },
 }
 
 /// Host numbering: 0 coordinator, 1..=3 brokers, 10+ producers.
@@ -373,7 +380,14 @@ struct Replica {
     checked_version: Option<u64>,
     /// An ISR change asked of the coordinator and not answered: (call number, sent at).
     alter_call: Option<(u64, u64)>,
+    /// Produce requests read and not appended yet: those that arrive within a tick or two are
+    /// appended together, as one read from a connection hands the broker several
+    /// (`Partition::append_group`). Lost with the process.
+    inbox: Vec<Inbound>,
 }
+
+/// A produce request a broker has read: (producer, batch, header, the leader epoch it carries).
+type Inbound = (usize, Bytes, BatchHeader, i32);
 
 struct BrokerHost {
     /// Its replicas, by partition index.
@@ -517,6 +531,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
                     last_leader_epoch: -1,
                     checked_version: None,
                     alter_call: None,
+                    inbox: Vec::new(),
                 }),
                 Err(e) => panic!("a new partition on an empty disk opens: {e}"),
             }
@@ -721,6 +736,18 @@ impl Sim {
                 }
                 self.flush_done(id, partition, end, generation, file);
             }
+            Event::ProduceGroup { id, partition, incarnation } => {
+                if self.incarnations.get(&(id as usize)).copied().unwrap_or(0) != incarnation {
+                    return; // the broker crashed meanwhile, and its inbox with it
+                }
+                let paused_until = self.brokers[&id].paused_until;
+                if paused_until > self.now {
+                    self.schedule(paused_until - self.now, Event::ProduceGroup { id, partition, incarnation });
+                    return;
+                }
+                let inbox = std::mem::take(&mut self.rep_mut(id, partition).inbox);
+                self.broker_produce_group(id, partition, inbox);
+            }
             Event::ProducerTick(p) => self.producer_tick(p),
             Event::ConsumerTick => self.consumer_tick(),
             Event::Heartbeat(id) => self.heartbeat(id),
@@ -903,6 +930,7 @@ impl Sim {
             r.refused.clear();
             r.checked_version = None;
             r.alter_call = None;
+            r.inbox.clear();
             // It knows no leadership until its first heartbeat is answered.
             r.last_leader_epoch = -1;
         }
@@ -1364,7 +1392,15 @@ impl Sim {
                 self.trace(|| format!("producer {prod}: init answered {granted:?}"));
             }
             Msg::Produce { prod, partition, batch, header, leader_epoch } => {
-                self.broker_produce(to as i32, prod, partition, batch, header, leader_epoch)
+                // Appended with whatever else arrives for the partition in the next tick or two.
+                let id = to as i32;
+                let inbox = &mut self.rep_mut(id, partition).inbox;
+                inbox.push((prod, batch, header, leader_epoch));
+                if inbox.len() == 1 {
+                    let incarnation = self.incarnations.get(&to).copied().unwrap_or(0);
+                    let wait = self.rng.below(3);
+                    self.schedule(wait, Event::ProduceGroup { id, partition, incarnation });
+                }
             }
             Msg::Fetch { partition, offset, leader_epoch } => {
                 let isolation = match self.cfg.mutation {
@@ -1728,24 +1764,69 @@ impl Sim {
         self.after_broker_step(id);
     }
 
-    fn broker_produce(
+    /// Append the produce requests a broker read for one partition, as one group.
+    fn broker_produce_group(&mut self, id: i32, partition: i32, inbox: Vec<Inbound>) {
+        let mut admitted = Vec::new();
+        for (prod, batch, header, leader_epoch) in inbox {
+            // A producer id and epoch the coordinator refused to verify is fenced here.
+            if self.rep(id, partition).refused.contains(&(header.producer_id, header.producer_epoch)) {
+                self.out.fenced += 1;
+                let bid = (partition, header.producer_id, header.producer_epoch, header.base_sequence);
+                self.send(
+                    id as usize,
+                    producer_host(prod),
+                    Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Fenced },
+                );
+            } else {
+                admitted.push((prod, batch, header, leader_epoch));
+            }
+        }
+        if admitted.len() > 1 {
+            self.fault("produce requests appended as a group");
+            // A zombie and the instance that fenced it, checked against each other in one group.
+            let mixed = admitted.iter().any(|(_, _, a, _)| {
+                admitted
+                    .iter()
+                    .any(|(_, _, b, _)| a.producer_id == b.producer_id && a.producer_epoch != b.producer_epoch)
+            });
+            if mixed {
+                self.fault("produce group with two epochs of one producer id");
+            }
+            // A duplicated request: the second is a retry of one staged just before it.
+            let twice = admitted.iter().enumerate().any(|(i, (_, _, a, _))| {
+                admitted[..i].iter().any(|(_, _, b, _)| {
+                    (a.producer_id, a.producer_epoch, a.base_sequence)
+                        == (b.producer_id, b.producer_epoch, b.base_sequence)
+                })
+            });
+            if twice {
+                self.fault("produce group with one batch twice");
+            }
+        }
+        let offers: Vec<Offer<'_>> = admitted
+            .iter()
+            .map(|(_, batch, header, leader_epoch)| Offer { batch, header, leader_epoch: *leader_epoch })
+            .collect();
+        let answers = self.rep(id, partition).part.append_group(&offers);
+        drop(offers);
+        for ((prod, _, header, _), answer) in admitted.into_iter().zip(answers) {
+            self.broker_produced(id, prod, partition, header, answer);
+        }
+        self.after_broker_step(id);
+    }
+
+    /// One produce request's answer from its group.
+    fn broker_produced(
         &mut self,
         id: i32,
         prod: usize,
         partition: i32,
-        batch: Bytes,
         header: BatchHeader,
-        leader_epoch: i32,
+        answer: Result<Appended, AppendError>,
     ) {
         let from = producer_host(prod);
         let bid = (partition, header.producer_id, header.producer_epoch, header.base_sequence);
-        let r = self.rep(id, partition);
-        if r.refused.contains(&(header.producer_id, header.producer_epoch)) {
-            self.out.fenced += 1;
-            self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Fenced });
-            return;
-        }
-        match r.part.append(&batch, &header, leader_epoch) {
+        match answer {
             Ok(a) => {
                 let (base_offset, end_offset, stored_epoch) = a.parts();
                 if let Appended::New { .. } = a {
@@ -1800,7 +1881,6 @@ impl Sim {
                 self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Retry });
             }
         }
-        self.after_broker_step(id);
     }
 
     fn producer_answer(&mut self, prod: usize, batch: BatchId, result: ProduceResult) {

@@ -111,6 +111,27 @@ fn leases_expire_and_isrs_change_under_the_coordinators_rules() {
 }
 
 #[test]
+fn leaders_append_produce_requests_in_groups_with_zombies_and_duplicates_among_them() {
+    let mut faults = std::collections::BTreeMap::new();
+    for seed in 0..30 {
+        let out = run(seed, Config::default());
+        assert!(out.violation.is_none(), "seed {seed}: {}", out.violation.unwrap());
+        for (k, v) in out.faults {
+            *faults.entry(k).or_insert(0) += v;
+        }
+    }
+    // A group's batches are checked one after another against the state the earlier ones
+    // staged: a zombie beside the instance that fenced it, and a retry beside the original.
+    for kind in [
+        "produce requests appended as a group",
+        "produce group with two epochs of one producer id",
+        "produce group with one batch twice",
+    ] {
+        assert!(faults.get(kind).copied().unwrap_or(0) > 0, "never {kind}: {faults:?}");
+    }
+}
+
+#[test]
 fn power_losses_tear_unsynced_writes_in_the_real_build() {
     let mut torn = 0;
     for seed in 0..50 {

@@ -73,7 +73,7 @@ pub struct ServerLimits {
     pub read_buffer_bytes: usize,
     /// A connection that has read no frame and written no answer for this long gives back the
     /// room it holds beyond [`BUFFER_BYTES_KEPT`]: its read buffer's `read_buffer_bytes` (until
-    /// its peer pipelines again) and a write buffer that grew for a large answer, each once
+    /// its peer pipelines again) and a write buffer that answers grew past it, each once
     /// empty. So a quiet connection holds what a new one does, however busy it was.
     pub buffer_release_ms: u64,
     /// A connection with nothing in flight that sends no complete frame for this long is closed.
@@ -483,8 +483,12 @@ impl<'a> InFlight<'a> {
 /// How a served connection went, for tests.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Served {
-    /// Times a quiet spell gave back buffer room ([`ServerLimits::buffer_release_ms`]).
-    buffer_releases: u32,
+    /// Times a quiet spell gave back read-ahead room ([`ServerLimits::buffer_release_ms`]).
+    read_buffer_releases: u32,
+    /// Times a quiet spell gave back a grown write buffer.
+    write_buffer_releases: u32,
+    /// The read buffer's room right after the last read-side release.
+    read_capacity_released_to: usize,
 }
 
 async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
@@ -597,12 +601,14 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                 if read_ahead && framed.read_buffer().is_empty() {
                     *framed.read_buffer_mut() = bytes::BytesMut::with_capacity(BUFFER_BYTES_KEPT);
                     read_ahead = false;
+                    served.read_buffer_releases += 1;
+                    served.read_capacity_released_to = framed.read_buffer().capacity();
                 }
                 if write_grown && framed.write_buffer().is_empty() {
                     *framed.write_buffer_mut() = bytes::BytesMut::with_capacity(BUFFER_BYTES_KEPT);
                     write_grown = false;
+                    served.write_buffer_releases += 1;
                 }
-                served.buffer_releases += 1;
             }
             _ = &mut idle_timer, if inflight.is_empty() => {
                 tracing::info!(idle_ms = limits.idle_ms, "closing idle connection");
@@ -819,7 +825,9 @@ mod tests {
         quiet().await;
         call(&[5]).await;
         drop(framed);
-        assert_eq!(served.await.unwrap(), Served { buffer_releases: 2 });
+        let served = served.await.unwrap();
+        assert_eq!((served.read_buffer_releases, served.write_buffer_releases), (1, 1));
+        assert!(served.read_capacity_released_to <= BUFFER_BYTES_KEPT, "{served:?}");
     }
 
     #[tokio::test]

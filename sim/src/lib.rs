@@ -65,6 +65,9 @@ const REPLICA_LAG_TICKS: u64 = 400;
 /// A request to the coordinator not answered within this many ticks is given up (its answer,
 /// if it ever comes, is dropped), as the broker's calls time out.
 const CALL_TIMEOUT_TICKS: u64 = 150;
+/// A produce request waits up to this many ticks for others to the same partition on the same
+/// broker, to be appended with them as one group (as one read hands a broker several).
+const PRODUCE_GROUP_WAIT_TICKS_MAX: u64 = 2;
 /// The producers' transaction timeout: a producer paused inside a transaction for longer is
 /// aborted and fenced by the coordinator.
 const TXN_TIMEOUT_TICKS: u64 = 500;
@@ -1398,7 +1401,7 @@ impl Sim {
                 inbox.push((prod, batch, header, leader_epoch));
                 if inbox.len() == 1 {
                     let incarnation = self.incarnations.get(&to).copied().unwrap_or(0);
-                    let wait = self.rng.below(3);
+                    let wait = self.rng.below(PRODUCE_GROUP_WAIT_TICKS_MAX + 1);
                     self.schedule(wait, Event::ProduceGroup { id, partition, incarnation });
                 }
             }
@@ -1781,38 +1784,50 @@ impl Sim {
                 admitted.push((prod, batch, header, leader_epoch));
             }
         }
-        if admitted.len() > 1 {
-            self.fault("produce requests appended as a group");
-            // A zombie and the instance that fenced it, checked against each other in one group.
-            let mixed = admitted.iter().any(|(_, _, a, _)| {
-                admitted
-                    .iter()
-                    .any(|(_, _, b, _)| a.producer_id == b.producer_id && a.producer_epoch != b.producer_epoch)
-            });
-            if mixed {
-                self.fault("produce group with two epochs of one producer id");
-            }
-            // A duplicated request: the second is a retry of one staged just before it.
-            let twice = admitted.iter().enumerate().any(|(i, (_, _, a, _))| {
-                admitted[..i].iter().any(|(_, _, b, _)| {
-                    (a.producer_id, a.producer_epoch, a.base_sequence)
-                        == (b.producer_id, b.producer_epoch, b.base_sequence)
-                })
-            });
-            if twice {
-                self.fault("produce group with one batch twice");
-            }
-        }
         let offers: Vec<Offer<'_>> = admitted
             .iter()
             .map(|(_, batch, header, leader_epoch)| Offer { batch, header, leader_epoch: *leader_epoch })
             .collect();
         let answers = self.rep(id, partition).part.append_group(&offers);
         drop(offers);
+        // A group stops at a batch that needs the coordinator's verification; the broker starts
+        // the requests behind it once that is answered. Here they go back to the inbox.
+        let later = admitted.split_off(answers.len());
+        if !later.is_empty() {
+            self.rep_mut(id, partition).inbox.splice(0..0, later);
+            let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0);
+            let wait = self.rng.below(PRODUCE_GROUP_WAIT_TICKS_MAX + 1);
+            self.schedule(wait, Event::ProduceGroup { id, partition, incarnation });
+        }
+        self.count_group(&admitted);
         for ((prod, _, header, _), answer) in admitted.into_iter().zip(answers) {
             self.broker_produced(id, prod, partition, header, answer);
         }
         self.after_broker_step(id);
+    }
+
+    /// Count what a group's batches checked against each other (those the partition looked at).
+    fn count_group(&mut self, group: &[Inbound]) {
+        if group.len() < 2 {
+            return;
+        }
+        self.fault("produce requests appended as a group");
+        // A zombie and the instance that fenced it, checked one after the other.
+        let mixed = group.iter().any(|(_, _, a, _)| {
+            group.iter().any(|(_, _, b, _)| a.producer_id == b.producer_id && a.producer_epoch != b.producer_epoch)
+        });
+        if mixed {
+            self.fault("produce group with two epochs of one producer id");
+        }
+        // A duplicated request checked after its original.
+        let twice = group.iter().enumerate().any(|(i, (_, _, a, _))| {
+            group[..i].iter().any(|(_, _, b, _)| {
+                (a.producer_id, a.producer_epoch, a.base_sequence) == (b.producer_id, b.producer_epoch, b.base_sequence)
+            })
+        });
+        if twice {
+            self.fault("produce group with one batch twice");
+        }
     }
 
     /// One produce request's answer from its group.

@@ -167,18 +167,20 @@ impl CpuTimes {
         }
         let v: Vec<u64> = fields.take(8).map(|f| f.parse().ok()).collect::<Option<_>>()?;
         let [user, nice, system, idle, iowait, irq, softirq, steal] = v.try_into().ok()?;
-        let busy = user + nice + system + irq + softirq;
-        Some(CpuTimes { busy, total: busy + idle + iowait + steal })
+        let sum = |xs: &[u64]| xs.iter().try_fold(0u64, |a, x| a.checked_add(*x));
+        let busy = sum(&[user, nice, system, irq, softirq])?;
+        Some(CpuTimes { busy, total: sum(&[busy, idle, iowait, steal])? })
     }
 
     fn now() -> Option<CpuTimes> {
         CpuTimes::parse(&std::fs::read_to_string("/proc/stat").ok()?)
     }
 
-    /// Percent busy between `self` and `later`.
+    /// Percent busy between `self` and `later`, at most 100 (a kernel's iowait count may go
+    /// backwards between two reads).
     fn busy_pct(self, later: CpuTimes) -> Option<f64> {
         let total = later.total.checked_sub(self.total).filter(|t| *t > 0)?;
-        Some(100.0 * later.busy.saturating_sub(self.busy) as f64 / total as f64)
+        Some((100.0 * later.busy.saturating_sub(self.busy) as f64 / total as f64).min(100.0))
     }
 }
 
@@ -913,5 +915,9 @@ mod tests {
         assert_eq!(before.busy_pct(before), None, "no tick passed");
         assert_eq!(CpuTimes::parse("intr 1 2 3\n"), None);
         assert_eq!(CpuTimes::parse("cpu 1 2\n"), None, "too few fields");
+        assert_eq!(CpuTimes::parse(&format!("cpu {} 1 0 0 0 0 0 0\n", u64::MAX)), None, "overflow");
+        // iowait went backwards: the total moved less than the busy time.
+        let later = CpuTimes { busy: before.busy + 50, total: before.total + 40 };
+        assert_eq!(before.busy_pct(later), Some(100.0));
     }
 }

@@ -190,6 +190,12 @@ impl ReplicaSet {
     /// The coordinator's ISR at `partition_epoch` (an answer to a change, or a heartbeat):
     /// taken only if newer than the one held, which also settles any proposal (it was applied,
     /// or can no longer be). Returns whether it was newer and whether the high watermark moved.
+    ///
+    /// A follower it leaves out is forgotten as far as it acknowledged: only an answer taken
+    /// from now on can bring it back (Kafka's KIP-903 case). The coordinator takes a broker out
+    /// of every ISR when it restarts; under `--fsync never` the restarted log may have lost
+    /// what the old process acknowledged, and an ISR built on those old acknowledgements could
+    /// elect it and lose committed records.
     pub fn learn_isr(&mut self, partition_epoch: i32, isr: &[i32], leader_leo: i64) -> (bool, bool) {
         if partition_epoch <= self.partition_epoch {
             return (false, false);
@@ -197,6 +203,11 @@ impl ReplicaSet {
         self.isr = isr.to_vec();
         self.partition_epoch = partition_epoch;
         self.proposed = None;
+        for (id, f) in self.followers.iter_mut() {
+            if !self.isr.contains(id) {
+                f.log_end_offset = -1;
+            }
+        }
         (true, self.recompute(leader_leo))
     }
 }
@@ -307,6 +318,25 @@ mod tests {
         r.on_ack(2, leo - 1, leo, taken);
         assert_eq!(r.follower(2).unwrap().caught_up_at_ms, 100 * 100, "short of the end it was sent: not caught up");
         assert_eq!(r.wanted_isr(20_000, 1000), Some(vec![1]));
+    }
+
+    /// KIP-903's case: broker 3 acknowledged up to 10, then restarted and lost its unsynced
+    /// tail (`--fsync never`), and the coordinator took it out of the ISR. Its acknowledgement
+    /// from before must not bring it back; only answers since can.
+    #[test]
+    fn a_follower_taken_out_of_the_isr_comes_back_only_on_answers_given_since() {
+        let mut r = ReplicaSet::new(1, &[1, 2, 3], (&[1, 2, 3], 0), (0, 0), 0, 0);
+        r.on_leader_append(10);
+        r.on_ack(2, 10, 10, sent(10, 100));
+        r.on_ack(3, 10, 10, sent(10, 100));
+        assert_eq!(r.high_watermark(), 10);
+        assert_eq!(r.learn_isr(1, &[1, 2], 10), (true, false));
+        assert_eq!(r.follower(3).unwrap().log_end_offset, -1);
+        assert_eq!(r.wanted_isr(200, 1000), None, "3 stays out: nothing it said since");
+        r.on_ack(3, 4, 10, sent(10, 300)); // it lost 4..10 and is catching up
+        assert_eq!(r.wanted_isr(300, 1000), None);
+        r.on_ack(3, 10, 10, sent(10, 400));
+        assert_eq!(r.wanted_isr(400, 1000), Some(vec![1, 2, 3]), "back once it holds the committed records");
     }
 
     #[test]

@@ -1,0 +1,397 @@
+//! The brokers: ticks, flushes, heartbeats and ISR changes, markers and produce groups,
+//! driving the real `broker::partition::Partition`.
+
+use super::*;
+
+impl Sim {
+    /// The flusher: start an fdatasync of each log's unsynced writes, if any (one at a time
+    /// per log).
+    pub(crate) fn flush_start(&mut self, id: i32) {
+        self.schedule(10, Event::FlushStart(id));
+        if self.brokers[&id].paused_until > self.now {
+            return;
+        }
+        for partition in 0..self.cfg.partitions {
+            let r = self.rep(id, partition);
+            if r.flushing {
+                continue;
+            }
+            let Some((end, file, generation)) = r.part.sync_target() else { continue };
+            let delay = if self.faulty() && self.rng.chance(30) {
+                self.fault("slow disk");
+                50 + self.rng.below(250)
+            } else {
+                1 + self.rng.below(10)
+            };
+            let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0);
+            self.rep_mut(id, partition).flushing = true;
+            self.schedule(delay, Event::FlushDone { id, partition, incarnation, end, generation, file });
+        }
+    }
+
+    /// The fdatasync finished: what it covered is durable; held answers that waited for it go.
+    pub(crate) fn flush_done(&mut self, id: i32, partition: i32, end: i64, generation: u64, file: Arc<dyn StoredFile>) {
+        let r = self.rep_mut(id, partition);
+        r.flushing = false;
+        if let Err(e) = file.sync_data() {
+            return self.violate(format!("broker {id}: the simulated disk failed a sync: {e}"));
+        }
+        r.part.mark_durable(end, generation);
+        let (mut ready, mut voided) = (Vec::new(), 0);
+        let part = &r.part;
+        r.unsynced_acks.retain(|(to, msg, end, generation)| match part.durable_at(*end, *generation) {
+            Some(true) => {
+                ready.push((*to, msg.clone()));
+                false
+            }
+            Some(false) => true,
+            None => {
+                voided += 1; // cut meanwhile: not sent, the leader resends
+                false
+            }
+        });
+        if voided > 0 {
+            *self.out.decisions.entry("held Replicate answers voided by a cut").or_default() += voided;
+            self.trace(|| format!("broker {id}: {voided} held answers of partition {partition} voided by a cut"));
+        }
+        for (to, msg) in ready {
+            self.send(id as usize, to, msg);
+        }
+        self.after_broker_step(id);
+    }
+
+    pub(crate) fn broker_tick(&mut self, id: i32) {
+        self.schedule(5, Event::BrokerTick(id));
+        if self.brokers[&id].paused_until > self.now {
+            return;
+        }
+        for partition in 0..self.cfg.partitions {
+            let l = self.rep(id, partition).part.leadership();
+            if !l.is_leader {
+                continue;
+            }
+            for f in BROKERS.into_iter().filter(|f| *f != id) {
+                // A few requests back to back, unanswered, as the broker's pipelined loop sends
+                // them (this over-approximates it: a new round every tick, no in-flight limit):
+                // the first from the bookkeeping, each other one where the one before ended,
+                // while the one before carried batches.
+                let mut from = None;
+                for _ in 0..REPLICATE_PIPELINE {
+                    let now = self.clock(id as usize);
+                    let work = self.rep(id, partition).part.replication_work(f, l.leader_epoch, (from, 16 * 1024), now);
+                    match work {
+                        Ok(Some(w)) => {
+                            let more = !w.records.is_empty();
+                            from = Some(w.end_offset);
+                            let req = ReplicateRequest {
+                                topic: TOPIC.into(),
+                                partition,
+                                leader_epoch: l.leader_epoch,
+                                leader_id: id,
+                                from_offset: w.from_offset,
+                                prev_epoch: w.prev_epoch,
+                                high_watermark: w.high_watermark,
+                                log_start_offset: w.log_start_offset,
+                                records: w.records,
+                            };
+                            self.send(id as usize, f as usize, Msg::Replicate { req, sent: w.sent });
+                            if !more {
+                                break;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            self.violate(format!("broker {id} cannot read its own log: {e}"));
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The broker's heartbeat loop: heartbeat, then ask for the ISR its leaderships should
+    /// have; calls wait for their answer, each given up on after a timeout.
+    pub(crate) fn heartbeat(&mut self, id: i32) {
+        self.schedule(HEARTBEAT_TICKS, Event::Heartbeat(id));
+        let b = &self.brokers[&id];
+        if b.paused_until > self.now {
+            return;
+        }
+        let waiting = |call: Option<(u64, u64)>| call.is_some_and(|(_, sent)| self.now - sent < CALL_TIMEOUT_TICKS);
+        if waiting(b.heartbeat_call) || b.replicas.iter().any(|r| waiting(r.alter_call)) {
+            return;
+        }
+        if b.heartbeat_call.is_some() {
+            // The last heartbeat was never answered: the ISR round runs anyway.
+            self.brokers.get_mut(&id).expect("broker").heartbeat_call = None;
+            self.maintain_isr(id);
+            if self.brokers[&id].replicas.iter().any(|r| r.alter_call.is_some()) {
+                return;
+            }
+        }
+        let reports = (0..self.cfg.partitions)
+            .map(|partition| {
+                let (log_end_offset, high_watermark) = self.rep(id, partition).part.progress();
+                ReplicaReport { topic: TOPIC.into(), partition, log_end_offset, high_watermark }
+            })
+            .collect();
+        let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0) as i64;
+        let call = self.next_call();
+        self.brokers.get_mut(&id).expect("broker").heartbeat_call = Some((call, self.now));
+        self.send(id as usize, COORD, Msg::Heartbeat { broker: id, call, incarnation, reports });
+    }
+
+    /// A leader whose followers fell behind (or caught up) asks the coordinator for the ISR it
+    /// wants, and counts the proposed members until the answer.
+    pub(crate) fn maintain_isr(&mut self, id: i32) {
+        let now = self.clock(id as usize);
+        let at = self.now;
+        for partition in 0..self.cfg.partitions {
+            let r = self.rep_mut(id, partition);
+            match r.alter_call {
+                Some((_, sent)) if at - sent < CALL_TIMEOUT_TICKS => continue,
+                // Given up on: its answer, if it ever comes, is dropped.
+                Some(_) => r.alter_call = None,
+                None => {}
+            }
+            let Some((leader_epoch, partition_epoch, isr)) = r.part.propose_isr(now, REPLICA_LAG_TICKS) else {
+                continue;
+            };
+            let call = self.next_call();
+            self.rep_mut(id, partition).alter_call = Some((call, self.now));
+            self.trace(|| {
+                format!(
+                    "broker {id}: asks for ISR {isr:?} of partition {partition} at leader epoch {leader_epoch}, \
+                     partition epoch {partition_epoch}"
+                )
+            });
+            let req = AlterPartitionRequest {
+                broker_id: id,
+                topic: TOPIC.into(),
+                partition,
+                leader_epoch,
+                partition_epoch,
+                isr,
+            };
+            self.send(id as usize, COORD, Msg::AlterIsr { call, req });
+        }
+    }
+
+    /// The `unversioned-isr` mutation's coordinator: the change applies whatever it was based on.
+    pub(crate) fn alter_isr_unversioned(
+        &mut self,
+        req: &AlterPartitionRequest,
+    ) -> (Option<Entry>, AlterPartitionResponse) {
+        let mut req = req.clone();
+        req.partition_epoch = self.cluster.isr_of(TOPIC, req.partition).map_or(-1, |(_, epoch)| epoch);
+        self.cluster.handle_alter_partition(&req)
+    }
+
+    /// Under `unversioned-isr`, every ISR a broker is told looks newer than the one it has.
+    pub(crate) fn unversioned(&mut self, partition_epoch: i32) -> i32 {
+        if self.cfg.mutation == Mutation::UnversionedIsr {
+            1_000_000 + self.next_call() as i32
+        } else {
+            partition_epoch
+        }
+    }
+
+    pub(crate) fn broker_marker(&mut self, id: i32, tid: String, target: FenceTarget, leader_epoch: i32, commit: bool) {
+        let kind = if commit { MarkerKind::Commit } else { MarkerKind::Abort };
+        let batch = build_marker(target.producer_id, target.marker_epoch, kind, 0, self.now as i64);
+        let header = BatchHeader::parse_prefix(&batch).expect("a marker we built parses");
+        let partition = target.partition;
+        let r = self.rep_mut(id, partition);
+        match r.part.append(&batch, &header, leader_epoch) {
+            Ok(a) => {
+                let (base_offset, end_offset, leader_epoch) = a.parts();
+                r.pending.push(Pending {
+                    prod: None,
+                    marker: Some((tid, target.marker_epoch, target.producer_id)),
+                    end_offset,
+                    base_offset,
+                    leader_epoch,
+                });
+                let (pid, e) = (target.producer_id, target.marker_epoch);
+                self.trace(|| {
+                    format!(
+                        "broker {id}: marker for producer id {pid} at epoch {e} at offset {partition}/{base_offset}"
+                    )
+                });
+            }
+            Err(_) => {
+                let (epoch, producer_id) = (target.marker_epoch, target.producer_id);
+                let resp = Msg::MarkerResp { tid, epoch, producer_id, partition, ok: false };
+                self.send(id as usize, COORD, resp);
+            }
+        }
+        self.after_broker_step(id);
+    }
+
+    /// Append the produce requests a broker read for one partition, as one group.
+    pub(crate) fn broker_produce_group(&mut self, id: i32, partition: i32, inbox: Vec<Inbound>) {
+        let mut admitted = Vec::new();
+        for (prod, batch, header, leader_epoch) in inbox {
+            // A producer id and epoch the coordinator refused to verify is fenced here.
+            if self.rep(id, partition).refused.contains(&(header.producer_id, header.producer_epoch)) {
+                self.out.fenced += 1;
+                let bid = (partition, header.producer_id, header.producer_epoch, header.base_sequence);
+                self.send(
+                    id as usize,
+                    producer_host(prod),
+                    Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Fenced },
+                );
+            } else {
+                admitted.push((prod, batch, header, leader_epoch));
+            }
+        }
+        let offers: Vec<Offer<'_>> = admitted
+            .iter()
+            .map(|(_, batch, header, leader_epoch)| Offer { batch, header, leader_epoch: *leader_epoch })
+            .collect();
+        let answers = self.rep(id, partition).part.append_group(&offers);
+        drop(offers);
+        // A group stops at a batch that needs the coordinator's verification; the broker starts
+        // the requests behind it once that is answered. Here they go back to the inbox.
+        let later = admitted.split_off(answers.len());
+        if !later.is_empty() {
+            self.rep_mut(id, partition).inbox.splice(0..0, later);
+            let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0);
+            let wait = self.rng.below(PRODUCE_GROUP_WAIT_TICKS_MAX + 1);
+            self.schedule(wait, Event::ProduceGroup { id, partition, incarnation });
+        }
+        self.count_group(&admitted);
+        for ((prod, _, header, _), answer) in admitted.into_iter().zip(answers) {
+            self.broker_produced(id, prod, partition, header, answer);
+        }
+        self.after_broker_step(id);
+    }
+
+    /// Count what a group's batches checked against each other (those the partition looked at).
+    pub(crate) fn count_group(&mut self, group: &[Inbound]) {
+        if group.len() < 2 {
+            return;
+        }
+        self.fault("produce requests appended as a group");
+        // A zombie and the instance that fenced it, checked one after the other.
+        let mixed = group.iter().any(|(_, _, a, _)| {
+            group.iter().any(|(_, _, b, _)| a.producer_id == b.producer_id && a.producer_epoch != b.producer_epoch)
+        });
+        if mixed {
+            self.fault("produce group with two epochs of one producer id");
+        }
+        // A duplicated request checked after its original.
+        let twice = group.iter().enumerate().any(|(i, (_, _, a, _))| {
+            group[..i].iter().any(|(_, _, b, _)| {
+                (a.producer_id, a.producer_epoch, a.base_sequence) == (b.producer_id, b.producer_epoch, b.base_sequence)
+            })
+        });
+        if twice {
+            self.fault("produce group with one batch twice");
+        }
+    }
+
+    /// One produce request's answer from its group.
+    pub(crate) fn broker_produced(
+        &mut self,
+        id: i32,
+        prod: usize,
+        partition: i32,
+        header: BatchHeader,
+        answer: Result<Appended, AppendError>,
+    ) {
+        let from = producer_host(prod);
+        let bid = (partition, header.producer_id, header.producer_epoch, header.base_sequence);
+        match answer {
+            Ok(a) => {
+                let (base_offset, end_offset, stored_epoch) = a.parts();
+                if let Appended::New { .. } = a {
+                    let tid = self.owner.get(&header.producer_id).cloned().unwrap_or_default();
+                    if let Some(&granted) = self.finished_grant.get(&tid) {
+                        if header.producer_epoch < granted {
+                            // Appended after the grant finished: a violation once committed.
+                            let seen = (header.producer_id, header.producer_epoch, header.base_sequence, stored_epoch);
+                            self.zombie_appends.insert((partition, base_offset, seen));
+                            let e = header.producer_epoch;
+                            self.trace(|| {
+                                format!(
+                                    "broker {id}: zombie batch epoch {e} appended at {base_offset} (granted {granted})"
+                                )
+                            });
+                        }
+                    }
+                }
+                if let Appended::New { .. } = a {
+                    self.trace(|| {
+                        format!(
+                            "broker {id}: appended producer {prod} epoch {} seq {} at offset {partition}/{base_offset}, \
+                             leader epoch {stored_epoch}",
+                            bid.2, bid.3
+                        )
+                    });
+                }
+                self.rep_mut(id, partition).pending.push(Pending {
+                    prod: Some((prod, bid)),
+                    marker: None,
+                    end_offset,
+                    base_offset,
+                    leader_epoch: stored_epoch,
+                });
+            }
+            Err(AppendError::NeedsVerification { producer_id, epoch }) => {
+                let transactional = header.is_transactional();
+                let verify = Msg::Verify { broker: id, partition, producer_id, epoch, transactional };
+                self.send(id as usize, COORD, verify);
+                self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Retry });
+            }
+            Err(AppendError::Gate(g)) => {
+                let fenced = matches!(g, broker::producer_state::GateError::StaleEpoch { .. });
+                if fenced {
+                    self.out.fenced += 1;
+                    self.trace(|| format!("broker {id}: refused producer {prod}: {g}"));
+                }
+                let result = if fenced { ProduceResult::Fenced } else { ProduceResult::Retry };
+                self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result });
+            }
+            Err(_) => {
+                self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Retry });
+            }
+        }
+    }
+
+    /// Answer what became committed, fail what lost leadership, and check the replicas.
+    pub(crate) fn after_broker_step(&mut self, id: i32) {
+        for partition in 0..self.cfg.partitions {
+            let r = self.rep_mut(id, partition);
+            let mut answers = Vec::new();
+            let part = &r.part;
+            r.pending.retain(|p| match part.committed(p.end_offset, p.leader_epoch) {
+                Ok(true) => {
+                    answers.push((p.prod, p.marker.clone(), Some(p.base_offset)));
+                    false
+                }
+                Ok(false) => true,
+                Err(_) => {
+                    answers.push((p.prod, p.marker.clone(), None));
+                    false
+                }
+            });
+            for (prod, marker, offset) in answers {
+                if let Some((prod, batch)) = prod {
+                    let result = match offset {
+                        Some(base_offset) => ProduceResult::Acked { base_offset },
+                        None => ProduceResult::Retry,
+                    };
+                    self.send(id as usize, producer_host(prod), Msg::ProduceResp { prod, batch, result });
+                }
+                if let Some((tid, epoch, producer_id)) = marker {
+                    let ok = offset.is_some();
+                    self.send(id as usize, COORD, Msg::MarkerResp { tid, epoch, producer_id, partition, ok });
+                }
+            }
+            self.check_replica(id, partition);
+            self.check_isr_holds_committed(partition);
+        }
+    }
+}

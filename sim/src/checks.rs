@@ -1,0 +1,155 @@
+//! The invariants, checked after every step and at the end of a run.
+
+use super::*;
+
+impl Sim {
+    /// What a leader has committed is on every replica the coordinator holds in sync, since
+    /// the coordinator elects the next leader from them.
+    pub(crate) fn check_isr_holds_committed(&mut self, partition: i32) {
+        let (leader, leader_epoch) = self.leader(partition);
+        if leader < 0 {
+            return;
+        }
+        let part = &self.rep(leader, partition).part;
+        let l = part.leadership();
+        if !l.is_leader || l.leader_epoch != leader_epoch {
+            return;
+        }
+        let (_, hw) = part.progress();
+        let counted = part.counted_replicas().unwrap_or_default();
+        let isr = self.cluster.isr_of(TOPIC, partition).map(|(isr, _)| isr.to_vec()).unwrap_or_default();
+        if let Some(m) = isr.iter().find(|m| !counted.contains(m)) {
+            return self.violate(format!(
+                "leader {leader} of partition {partition} at epoch {leader_epoch} commits without broker {m}, which \
+                 the coordinator holds in sync (ISR {isr:?}); the leader waits for {counted:?}"
+            ));
+        }
+        for m in isr {
+            let part = &self.rep(m, partition).part;
+            let (leo, _) = part.progress();
+            // On disk, not only written: a power loss must not take it either.
+            if leo < hw || !part.is_durable(hw) {
+                return self.violate(format!(
+                    "leader {leader} of partition {partition} at epoch {leader_epoch} has committed up to {hw}, but \
+                     broker {m}, in sync at the coordinator, holds only up to {leo} or has not synced it: electing it \
+                     would lose committed records"
+                ));
+            }
+        }
+    }
+
+    pub(crate) fn check_replica(&mut self, id: i32, partition: i32) {
+        let r = self.rep(id, partition);
+        let epoch = r.part.leadership().leader_epoch;
+        if epoch < r.last_leader_epoch {
+            let last = r.last_leader_epoch;
+            self.violate(format!("broker {id} leader epoch of partition {partition} went back from {last} to {epoch}"));
+        }
+        let r = self.rep_mut(id, partition);
+        r.last_leader_epoch = epoch;
+        let version = *r.part.subscribe().borrow();
+        if r.checked_version == Some(version) {
+            return;
+        }
+        r.checked_version = Some(version);
+        let r = self.rep(id, partition);
+        let (leo, hw) = r.part.progress();
+        let l = r.part.leadership();
+        self.trace(|| {
+            format!(
+                "broker {id}: partition {partition} log end {leo}, high watermark {hw}, leader {} at epoch {}",
+                l.leader_id, l.leader_epoch
+            )
+        });
+        let headers = match self.rep(id, partition).part.batch_headers() {
+            Ok(h) => h,
+            Err(e) => return self.violate(format!("broker {id} cannot read its log: {e}")),
+        };
+        // Below its high watermark a replica's log is committed: every replica agrees there. (A
+        // replica outside the ISR may hold other, uncommitted batches above it, which it
+        // truncates once it follows the leader again.)
+        for (h, _) in headers.iter().filter(|(h, _)| h.base_offset < hw) {
+            let seen = (h.producer_id, h.producer_epoch, h.base_sequence, h.partition_leader_epoch);
+            if !h.is_control() && self.zombie_appends.contains(&(partition, h.base_offset, seen)) {
+                let tid = self.owner.get(&h.producer_id).cloned().unwrap_or_default();
+                return self.violate(format!(
+                    "zombie write committed: '{tid}' producer {} epoch {} seq {} at offset {partition}/{} on broker \
+                     {id}, appended after a newer epoch was granted",
+                    h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset
+                ));
+            }
+            match self.committed.get(&(partition, h.base_offset)) {
+                Some(c) if *c != seen => {
+                    let c = *c;
+                    return self.violate(format!(
+                        "replicas disagree on a committed offset: offset {partition}/{} committed {c:?}, broker {id} \
+                         holds {seen:?}",
+                        h.base_offset
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    self.committed.insert((partition, h.base_offset), seen);
+                }
+            }
+        }
+    }
+
+    /// After the settle phase: replicas converged, every acknowledged record present once.
+    pub(crate) fn finish(&mut self) {
+        let mut count: HashMap<BatchId, Vec<i64>> = HashMap::new();
+        for partition in 0..self.cfg.partitions {
+            let mut logs = Vec::new();
+            for (id, b) in &self.brokers {
+                let part = &b.replicas[partition as usize].part;
+                let (leo, hw) = part.progress();
+                let headers: Vec<_> = match part.batch_headers() {
+                    Ok(h) => h
+                        .into_iter()
+                        .map(|(h, _)| (h.base_offset, h.producer_id, h.producer_epoch, h.base_sequence))
+                        .collect(),
+                    Err(e) => return self.violate(format!("broker {id} cannot read its log: {e}")),
+                };
+                logs.push((*id, leo, hw, headers));
+            }
+            let (leader, _) = self.leader(partition);
+            let Some((_, leo, hw, log)) = logs.iter().find(|(id, ..)| *id == leader).cloned() else {
+                return self.violate(format!("no convergence: partition {partition} has no leader"));
+            };
+            if hw != leo {
+                return self.violate(format!(
+                    "no convergence: leader {leader} of partition {partition} has high watermark {hw} below its log \
+                     end {leo}"
+                ));
+            }
+            for (id, l, h, other) in &logs {
+                if *l != leo || *h != hw || *other != log {
+                    return self.violate(format!(
+                        "no convergence: broker {id} has partition {partition} log end {l}, high watermark {h}; \
+                         leader {leader} has {leo}, {hw}"
+                    ));
+                }
+            }
+            let pos = self.consumers[partition as usize].position;
+            if pos != hw {
+                return self.violate(format!(
+                    "no convergence: the consumer is at {partition}/{pos}, the high watermark at {hw}"
+                ));
+            }
+            for (offset, pid, epoch, seq) in &log {
+                if *pid >= 0 && *seq >= 0 {
+                    count.entry((partition, *pid, *epoch, *seq)).or_default().push(*offset);
+                }
+            }
+        }
+        for (id, offset) in self.acked.clone() {
+            match count.get(&id).map(Vec::as_slice) {
+                None => return self.violate(format!("acknowledged record {id:?} at offset {offset} is lost")),
+                Some([o]) if *o == offset => {}
+                Some(found) => {
+                    return self.violate(format!("acknowledged record {id:?} at offset {offset} found at {found:?}"))
+                }
+            }
+        }
+    }
+}

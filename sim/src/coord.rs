@@ -1,0 +1,191 @@
+//! The coordinator: grants, transaction ends and their markers, timeouts, and the journal
+//! of the real `ProducerTable` and `Cluster` decisions.
+
+use super::*;
+
+impl Sim {
+    /// Journal the coordinator's cluster decisions (leaderships, ISRs, incarnations).
+    pub(crate) fn journal_cluster(&mut self, entries: Vec<Entry>, why: &'static str) {
+        for e in &entries {
+            if let Entry::LeaderChanged { partition, leader_id, leader_epoch, isr, .. } = e {
+                self.out.elections += 1;
+                *self.out.decisions.entry(why).or_default() += 1;
+                let (p, l, le, isr) = (*partition, *leader_id, *leader_epoch, isr.clone());
+                self.trace(|| format!("coordinator: {why}: broker {l} leads partition {p} at epoch {le}, ISR {isr:?}"));
+            }
+        }
+        self.journal.extend(entries);
+    }
+
+    /// Send a transaction marker to whoever leads now (if anyone: else it is resent later).
+    pub(crate) fn send_marker(&mut self, tid: &str, target: &FenceTarget, commit: bool) {
+        let (leader, leader_epoch) = self.leader(target.partition);
+        if leader > 0 {
+            let m = Msg::Marker { tid: tid.to_string(), target: target.clone(), leader_epoch, commit };
+            self.send(COORD, leader as usize, m);
+        }
+    }
+
+    pub(crate) fn coord_init(&mut self, prod: usize) {
+        let tid = self.producers[prod].tid.clone();
+        match self.table.handle_init(Some(&tid), TXN_TIMEOUT_TICKS as i32, None) {
+            InitDecision::Grant { producer_id, epoch, fence, entries } => {
+                self.journal.extend(entries);
+                self.owner.insert(producer_id, tid.clone());
+                self.trace(|| {
+                    format!("coordinator: '{tid}' granted pid {producer_id} epoch {epoch}, {} fences", fence.len())
+                });
+                if fence.is_empty() {
+                    self.finish_grant(&tid, Some(prod), producer_id, epoch);
+                } else {
+                    let now = self.now;
+                    for t in &fence {
+                        self.send_marker(&tid, t, false);
+                    }
+                    let targets = fence.into_iter().map(|t| (t, now)).collect();
+                    let pi = PendingInit {
+                        prod: Some(prod),
+                        commit: false,
+                        end: false,
+                        asked_epoch: -1,
+                        producer_id,
+                        epoch,
+                        targets,
+                    };
+                    self.pending_inits.insert(tid, pi);
+                }
+            }
+            InitDecision::Refuse { .. } => {
+                self.send(COORD, producer_host(prod), Msg::InitResp { prod, granted: None });
+            }
+        }
+    }
+
+    pub(crate) fn finish_grant(&mut self, tid: &str, prod: Option<usize>, producer_id: i64, epoch: i16) {
+        if let Some(old) = self.finished_grant.get(tid) {
+            if *old >= epoch {
+                self.violate(format!("'{tid}' granted epoch {epoch} after epoch {old}"));
+            }
+        }
+        self.finished_grant.insert(tid.to_string(), epoch);
+        if let Some(prod) = prod {
+            self.send(COORD, producer_host(prod), Msg::InitResp { prod, granted: Some((producer_id, epoch)) });
+        }
+    }
+
+    /// EndTxn at the coordinator: commit or abort, write the markers, then answer the new epoch.
+    pub(crate) fn coord_end(&mut self, prod: usize, producer_id: i64, epoch: i16, commit: bool) {
+        let tid = self.producers[prod].tid.clone();
+        match self.table.handle_end_txn(&tid, producer_id, epoch, commit) {
+            EndDecision::Markers { producer_id: pid, epoch: new_epoch, commit, entries, markers } => {
+                self.journal.extend(entries);
+                if commit {
+                    // Decided (journaled): the transaction of this producer id and epoch commits.
+                    self.txn_committed.insert((producer_id, epoch));
+                    self.out.txns_committed += 1;
+                    let partitions: HashSet<i32> = markers.iter().map(|t| t.partition).collect();
+                    self.out.txns_spanning += u64::from(partitions.len() > 1);
+                } else {
+                    self.out.txns_aborted += 1;
+                }
+                let what = if commit { "commits" } else { "aborts" };
+                self.trace(|| {
+                    format!("coordinator: '{tid}' {what} pid {producer_id} epoch {epoch}, next epoch {new_epoch}")
+                });
+                self.write_end_markers(tid, Some((prod, epoch)), (pid, new_epoch), commit, markers);
+            }
+            EndDecision::Done { producer_id, epoch: now_epoch } => {
+                let granted = Some((producer_id, now_epoch));
+                let resp = Msg::EndTxnResp { prod, for_epoch: epoch, granted, retry: false };
+                self.send(COORD, producer_host(prod), resp);
+            }
+            EndDecision::Refuse { status, .. } => {
+                let retry = status.code == protocol::ErrorCode::ConcurrentTransactions;
+                let resp = Msg::EndTxnResp { prod, for_epoch: epoch, granted: None, retry };
+                self.send(COORD, producer_host(prod), resp);
+            }
+        }
+    }
+
+    /// Write a transaction's commit or abort markers; once all are confirmed the bump to
+    /// `next` (producer id, epoch) is final and `asked` (who sent the EndTxn, with its epoch),
+    /// if anyone, is answered.
+    pub(crate) fn write_end_markers(
+        &mut self,
+        tid: String,
+        asked: Option<(usize, i16)>,
+        (producer_id, epoch): (i64, i16),
+        commit: bool,
+        markers: Vec<FenceTarget>,
+    ) {
+        if markers.is_empty() {
+            return self.finish_end(&tid, asked, producer_id, epoch);
+        }
+        for t in &markers {
+            self.send_marker(&tid, t, commit);
+        }
+        let now = self.now;
+        let targets = markers.into_iter().map(|t| (t, now)).collect();
+        let (prod, asked_epoch) = match asked {
+            Some((p, e)) => (Some(p), e),
+            None => (None, -1),
+        };
+        let pi = PendingInit { prod, commit, end: true, asked_epoch, producer_id, epoch, targets };
+        self.pending_inits.insert(tid, pi);
+    }
+
+    /// The coordinator's transaction timer: abort every transaction open for longer than its
+    /// timeout, bumping the epoch so that its (slow, paused) producer is fenced.
+    pub(crate) fn coord_timeouts(&mut self) {
+        let now = self.clock(COORD);
+        for (tid, decision) in self.table.handle_timeouts(now) {
+            if let EndDecision::Markers { producer_id, epoch, entries, markers, .. } = decision {
+                self.journal.extend(entries);
+                self.out.txns_timed_out += 1;
+                self.trace(|| format!("coordinator: '{tid}' transaction timed out; aborting, next epoch {epoch}"));
+                self.write_end_markers(tid, None, (producer_id, epoch), false, markers);
+            }
+        }
+    }
+
+    /// An EndTxn's markers are written: the epoch it bumped to is final (older ones are fenced
+    /// wherever the transaction wrote), and the producer continues with it.
+    pub(crate) fn finish_end(&mut self, tid: &str, asked: Option<(usize, i16)>, producer_id: i64, epoch: i16) {
+        if let Some(old) = self.finished_grant.get(tid) {
+            if *old >= epoch {
+                return self.violate(format!("'{tid}' ended a transaction into epoch {epoch} after epoch {old}"));
+            }
+        }
+        self.finished_grant.insert(tid.to_string(), epoch);
+        if let Some((prod, for_epoch)) = asked {
+            let resp = Msg::EndTxnResp { prod, for_epoch, granted: Some((producer_id, epoch)), retry: false };
+            self.send(COORD, producer_host(prod), resp);
+        }
+    }
+
+    pub(crate) fn coord_marker_done(
+        &mut self,
+        tid: String,
+        epoch: i16,
+        (producer_id, partition): (i64, i32),
+        ok: bool,
+    ) {
+        if !ok {
+            return;
+        }
+        let Some(pi) = self.pending_inits.get_mut(&tid) else { return };
+        if pi.epoch != epoch {
+            return;
+        }
+        pi.targets.retain(|(t, _)| (t.producer_id, t.partition) != (producer_id, partition));
+        if pi.targets.is_empty() {
+            let pi = self.pending_inits.remove(&tid).expect("pending init");
+            self.journal.extend(self.table.handle_fence_done(&tid, epoch));
+            if pi.end {
+                self.finish_end(&tid, pi.prod.map(|p| (p, pi.asked_epoch)), pi.producer_id, pi.epoch);
+            } else {
+                self.finish_grant(&tid, pi.prod, pi.producer_id, pi.epoch);
+            }
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! The fault injector and crashes: the coordinator's timers, which pause, cut, restart and
+//! elect, and what a restart of a broker or of the coordinator keeps and loses.
+
+use super::*;
+
+impl Sim {
+    /// The coordinator's timers and the fault injector.
+    pub(crate) fn controller_tick(&mut self) {
+        if self.faulty() {
+            if self.rng.chance(5) {
+                // The classic stale leader: the leader stalls (a long GC pause), often past its
+                // lease, and the coordinator moves the leadership while it sleeps.
+                let partition = self.rng.below(self.cfg.partitions as u64) as i32;
+                let (id, _) = self.leader(partition);
+                if id > 0 {
+                    let until = self.now + 100 + self.rng.below(800);
+                    self.brokers.get_mut(&id).expect("broker").paused_until = until;
+                    self.fault("leader paused");
+                    self.trace(|| format!("leader {id} paused until {until}"));
+                }
+            }
+            if self.rng.chance(8) && self.coord_paused_until <= self.now {
+                // An operator asks for an election (`admin elect`): a new leader epoch.
+                let now = self.clock(COORD);
+                let partition = self.rng.below(self.cfg.partitions as u64) as i32;
+                if let Ok(entry) = self.cluster.handle_elect_leader(now, TOPIC, partition) {
+                    self.fault("leader election asked");
+                    self.journal_cluster(vec![entry], "elected (asked)");
+                }
+            }
+            if self.now >= self.cut_until && !self.cut.is_empty() {
+                self.cut.clear();
+            }
+            if self.cut.is_empty() && self.rng.chance(8) {
+                let mut hosts: Vec<usize> = vec![COORD, 1, 2, 3];
+                hosts.extend((0..self.producers.len()).map(producer_host));
+                let a = hosts[self.rng.below(hosts.len() as u64) as usize];
+                let b = hosts[self.rng.below(hosts.len() as u64) as usize];
+                if a != b {
+                    self.cut.insert((a, b));
+                    self.cut_until = self.now + 50 + self.rng.below(300);
+                    self.fault("network partition");
+                    self.trace(|| format!("network: hosts {a} and {b} cut off"));
+                }
+            }
+            if self.rng.chance(6) {
+                let id = BROKERS[self.rng.below(3) as usize];
+                let until = self.now + 50 + self.rng.below(400);
+                self.brokers.get_mut(&id).expect("broker").paused_until = until;
+                self.fault("broker paused");
+                self.trace(|| format!("broker {id} paused until {until}"));
+            }
+            if self.rng.chance(4) {
+                let id = BROKERS[self.rng.below(3) as usize];
+                self.restart_broker(id);
+            }
+            if self.rng.chance(3) {
+                self.restart_coordinator();
+            }
+            if self.rng.chance(8) {
+                let until = self.now + 100 + self.rng.below(800);
+                self.coord_paused_until = self.coord_paused_until.max(until);
+                self.fault("coordinator paused");
+                self.trace(|| format!("coordinator paused until {until}"));
+            }
+            if self.rng.chance(5) {
+                // A clock jumps ahead (a VM resumed, a suspended host woke): on the coordinator
+                // every lease looks expired at once; on a leader every follower looks lagging.
+                let host = [COORD, 1, 2, 3][self.rng.below(4) as usize];
+                let jump = 50 + self.rng.below(600);
+                self.clocks.entry(host).or_default().1 += jump;
+                self.fault("clock jumped");
+                self.trace(|| format!("host {host}: clock jumps {jump} ahead"));
+            }
+            if self.rng.chance(10) {
+                let p = self.rng.below(self.producers.len() as u64) as usize;
+                let until = self.now + 100 + self.rng.below(600);
+                self.producers[p].paused_until = until;
+                self.fault("producer paused");
+                self.trace(|| format!("producer {p} paused until {until}"));
+            }
+        } else {
+            self.cut.clear();
+        }
+        self.schedule(10, Event::ControllerTick);
+        if self.coord_paused_until > self.now {
+            return;
+        }
+        // The lease check, as the coordinator's tick loop runs it: only once a lease has passed
+        // since it started, so that the brokers have heartbeated meanwhile.
+        let now = self.clock(COORD);
+        if now >= LEASE_TICKS {
+            self.coord_timeouts();
+            let entries = self.cluster.handle_tick(now);
+            self.journal_cluster(entries, "elected (lease expired)");
+        }
+        // Markers not confirmed are re-sent to whoever leads now.
+        let now = self.now;
+        let mut resend = Vec::new();
+        for (tid, pi) in self.pending_inits.iter_mut() {
+            for (target, sent) in pi.targets.iter_mut() {
+                if now.saturating_sub(*sent) > 100 {
+                    *sent = now;
+                    resend.push((tid.clone(), target.clone(), pi.commit));
+                }
+            }
+        }
+        for (tid, target, commit) in resend {
+            self.send_marker(&tid, &target, commit);
+        }
+    }
+
+    /// A broker process crashes and restarts: everything in memory is gone (pending
+    /// acknowledgements, verifications, leadership); the partition reopens from its log.
+    pub(crate) fn restart_broker(&mut self, id: i32) {
+        let down = 20 + self.rng.below(100);
+        // Every other restart of a broker follows a clean stop (logs synced, active segments
+        // indexed, producer state snapshotted); the others are a power loss: the disk keeps
+        // what was synced and a torn prefix of the rest.
+        let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0);
+        let disk = self.brokers[&id].disk.clone();
+        if incarnation % 2 == 1 {
+            for r in &self.brokers[&id].replicas {
+                if let Err(e) = r.part.checkpoint() {
+                    return self.violate(format!("broker {id} cannot checkpoint its log: {e}"));
+                }
+            }
+        } else {
+            let unsynced = disk.unsynced_bytes();
+            let rng = &mut self.rng;
+            disk.crash(|_, bytes| rng.below(bytes as u64 + 1) as usize);
+            self.fault("power loss");
+            if unsynced > 0 {
+                self.fault("power loss with unsynced writes");
+            }
+            let lost = unsynced - disk.unsynced_bytes();
+            self.trace(|| format!("broker {id} loses power with {unsynced} bytes unsynced ({lost} torn off)"));
+        }
+        let mutation = self.cfg.mutation;
+        let b = self.brokers.get_mut(&id).expect("broker");
+        for (partition, r) in b.replicas.iter_mut().enumerate() {
+            match open_replica(&disk, &r.dir, partition as i32, id, mutation) {
+                Ok(part) => r.part = part,
+                Err(e) => return self.violate(format!("broker {id} cannot reopen its log: {e}")),
+            }
+            r.unsynced_acks.clear();
+            r.flushing = false;
+            r.pending.clear();
+            r.refused.clear();
+            r.checked_version = None;
+            r.alter_call = None;
+            r.inbox.clear();
+            // It knows no leadership until its first heartbeat is answered.
+            r.last_leader_epoch = -1;
+        }
+        b.heartbeat_call = None;
+        b.paused_until = self.now + down;
+        *self.incarnations.entry(id as usize).or_default() += 1;
+        // A new process: its clock starts again from 0.
+        self.clocks.insert(id as usize, (self.now + down, 0));
+        self.fault("broker crashed and restarted");
+        let back = self.now + down;
+        self.trace(|| format!("broker {id} crashed; back at {back}"));
+        // Its next heartbeat carries a new incarnation: the coordinator takes it out of the
+        // ISRs and moves its leaderships under a new leader epoch.
+    }
+
+    /// The coordinator crashes and restarts: the table is rebuilt from its journal, and the
+    /// fences it had not confirmed are written again (nobody is waiting for their answer).
+    pub(crate) fn restart_coordinator(&mut self) {
+        let mut table = ProducerTable::new(TableConfig::default());
+        let mut cluster = Cluster::new(cluster_config());
+        for entry in &self.journal {
+            table.apply(entry);
+            cluster.apply(entry);
+        }
+        // A new process: its clock starts again from 0, and no broker holds a lease yet.
+        self.clocks.insert(COORD, (self.now, 0));
+        self.coord_paused_until = 0;
+        table.restart_clocks(0);
+        self.table = table;
+        self.cluster = cluster;
+        self.pending_inits.clear();
+        *self.incarnations.entry(COORD).or_default() += 1;
+        self.fault("coordinator crashed and restarted");
+        let now = self.now;
+        for (tid, epoch, commit, targets) in self.table.pending_fences() {
+            let producer_id = self.table.current(&tid).map_or(-1, |(pid, _)| pid);
+            for t in &targets {
+                self.send_marker(&tid, t, commit);
+            }
+            let targets = targets.into_iter().map(|t| (t, now)).collect();
+            let pi = PendingInit { prod: None, commit, end: commit, asked_epoch: -1, producer_id, epoch, targets };
+            self.pending_inits.insert(tid, pi);
+        }
+        let n = self.pending_inits.len();
+        let entries = self.journal.len();
+        self.trace(|| format!("coordinator crashed and restarted from {entries} journal entries, {n} fences resumed"));
+    }
+}

@@ -21,6 +21,9 @@ fn bench_reports_sane_numbers_for_every_target() {
         // than /proc/stat's tick).
         let cpu = &r["cpu_busy_pct"];
         assert!(cpu.is_null() || (0.0..=100.0).contains(&cpu.as_f64().unwrap()), "{target}: cpu {cpu}");
+        let ns = &r["cpu_ns_per_record"];
+        assert_eq!(ns.is_null(), cpu.is_null(), "{target}: CPU per record with the CPU busy");
+        assert!(ns.is_null() || ns.as_f64().unwrap() >= 0.0, "{target}: {ns}");
         let fraction = v["fraction_of_loopback"][target].as_f64().unwrap();
         assert!(fraction > 0.0, "{target}: {fraction}");
     }

@@ -144,9 +144,13 @@ struct Figures {
     p999_us: u64,
     max_us: u64,
     /// The machine's CPU busy over the run, of all its cores, kernel threads (softirq, writeback)
-    /// included: near 100 a run is bound by CPU, well below it by waiting. `None` where
+    /// included (and anything else running on the machine): near 100 a run is bound by CPU,
+    /// well below it by waiting. `None` where
     /// `/proc/stat` cannot be read or the run was shorter than its tick.
     cpu_busy_pct: Option<f64>,
+    /// The machine's CPU time per record acknowledged, in ns: all cores x `cpu_busy_pct` /
+    /// records per second. When a run is bound by CPU, throughput is the inverse of this.
+    cpu_ns_per_record: Option<f64>,
 }
 
 /// Jiffies the machine's cores spent busy and in all, from `/proc/stat`'s first line.
@@ -356,16 +360,21 @@ async fn drive(
     }
     let seconds = started.elapsed().as_secs_f64();
     let cpu_busy_pct = cpu_before.zip(CpuTimes::now()).and_then(|(before, after)| before.busy_pct(after));
+    let records_per_s = records as f64 / seconds;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let cpu_ns_per_record =
+        cpu_busy_pct.filter(|_| records_per_s > 0.0).map(|pct| cores * pct / 100.0 / records_per_s * 1e9);
     Ok(Figures {
         records,
         seconds,
-        records_per_s: records as f64 / seconds,
+        records_per_s,
         mb_per_s: (records as f64 * args.record_bytes as f64) / seconds / 1e6,
         p50_us: hist.value_at_quantile(0.50),
         p99_us: hist.value_at_quantile(0.99),
         p999_us: hist.value_at_quantile(0.999),
         max_us: hist.max(),
         cpu_busy_pct,
+        cpu_ns_per_record,
     })
 }
 
@@ -532,9 +541,10 @@ async fn warm_up(routes: &[Vec<Route>], ids: &[(i64, i16)], record_bytes: usize)
 fn row(name: &str, f: &Figures, ceiling: Option<&Figures>) -> String {
     let vs = ceiling.map_or("-".to_string(), |c| format!("{:.1}%", 100.0 * f.records_per_s / c.records_per_s));
     let cpu = f.cpu_busy_pct.map_or("-".to_string(), |c| format!("{c:.0}"));
+    let ns = f.cpu_ns_per_record.map_or("-".to_string(), |n| format!("{n:.0}"));
     format!(
-        "{name:<10} {:>12.0} {:>8.1} {:>8} {:>8} {:>9} {:>8} {:>5} {:>12}",
-        f.records_per_s, f.mb_per_s, f.p50_us, f.p99_us, f.p999_us, f.max_us, cpu, vs
+        "{name:<10} {:>12.0} {:>8.1} {:>8} {:>8} {:>9} {:>8} {:>5} {:>9} {:>12}",
+        f.records_per_s, f.mb_per_s, f.p50_us, f.p99_us, f.p999_us, f.max_us, cpu, ns, vs
     )
 }
 
@@ -747,8 +757,8 @@ async fn replication(args: &Args, template: Arc<BatchTemplate>) -> Result<(), St
             args.fsync
         );
         println!(
-            "{:<10} {:>12} {:>8} {:>8} {:>8} {:>9} {:>8} {:>5} {:>12}",
-            "target", "records/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "max_us", "cpu%", ""
+            "{:<10} {:>12} {:>8} {:>8} {:>8} {:>9} {:>8} {:>5} {:>9} {:>12}",
+            "target", "records/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "max_us", "cpu%", "cpu_ns/r", ""
         );
         println!("{}", row("leader", &l, None));
         println!("{}", row("all (3)", &a, None));
@@ -758,6 +768,14 @@ async fn replication(args: &Args, template: Arc<BatchTemplate>) -> Result<(), St
             ratios.len(),
             ratios.iter().map(|r| format!("{:.3}", r)).collect::<Vec<_>>().join(" ")
         );
+        if let (Some(leader_ns), Some(all_ns)) = (l.cpu_ns_per_record, a.cpu_ns_per_record) {
+            println!(
+                "CPU per record: acks=leader {leader_ns:.0} ns, acks=all {all_ns:.0} ns ({:.2}x); where both keep the \
+                 machine busy, the throughput ratio is about the inverse of this (docs/BENCHMARKS.md, \
+                 \"What bounds acks=all\")",
+                all_ns / leader_ns
+            );
+        }
     }
     Ok(())
 }
@@ -883,8 +901,8 @@ async fn main() -> std::process::ExitCode {
             args.record_bytes, args.batch_records, args.inflight, args.producers, args.partitions, args.brokers, args.replicas, args.acks, args.fsync
         );
         println!(
-            "{:<10} {:>12} {:>8} {:>8} {:>8} {:>9} {:>8} {:>5} {:>12}",
-            "target", "records/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "max_us", "cpu%", "of loopback"
+            "{:<10} {:>12} {:>8} {:>8} {:>8} {:>9} {:>8} {:>5} {:>9} {:>12}",
+            "target", "records/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "max_us", "cpu%", "cpu_ns/r", "of loopback"
         );
         for (name, f) in &results {
             println!("{}", row(name, f, ceiling.as_ref()));

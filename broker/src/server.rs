@@ -24,7 +24,9 @@ use tokio::sync::{watch, Notify};
 
 use crate::leader::LeaderEpochError;
 use crate::log::LogConfig;
-use crate::partition::{AppendError, Appended, FetchError, Offer, Partition, PartitionRef, ReplicateError, RoleChange};
+use crate::partition::{
+    AppendError, Appended, FetchError, IsrProposal, Offer, Partition, PartitionRef, ReplicateError, RoleChange,
+};
 use crate::producer_state::GateError;
 use crate::replication::Sent;
 use crate::storage::{OsStorage, Storage, StoredFile};
@@ -606,7 +608,7 @@ async fn maintain_isr(shared: &Arc<Shared>) {
     for part in led {
         // Chosen and counted just before the call (earlier calls may have taken seconds). A
         // change not sent stays counted, and is asked again next round.
-        let Some((leader_epoch, partition_epoch, isr)) =
+        let Some(IsrProposal { leader_epoch, partition_epoch, isr, incarnations }) =
             part.propose_isr(shared.now_ms(), shared.config.replica_lag_ms)
         else {
             continue;
@@ -619,6 +621,7 @@ async fn maintain_isr(shared: &Arc<Shared>) {
             leader_epoch,
             partition_epoch,
             isr: isr.clone(),
+            incarnations,
         });
         match conn.call_timeout(req, Duration::from_millis(shared.config.verify_timeout_ms)).await {
             Ok(Response::AlterPartition(r)) => {
@@ -807,7 +810,7 @@ fn on_replicate_answer(
 ) -> ReplicateOutcome {
     match outcome {
         Ok(Response::Replicate(r)) if r.status.is_ok() => {
-            part.on_replica_ack(follower, leader_epoch, r.log_end_offset, sent);
+            part.on_replica_ack(follower, r.incarnation, leader_epoch, r.log_end_offset, sent);
             ReplicateOutcome::Applied
         }
         Ok(Response::Replicate(r)) if r.status.code == ErrorCode::OffsetOutOfRange => {
@@ -1302,12 +1305,14 @@ fn fetch(shared: &Shared, r: FetchRequest) -> FetchResponse {
 
 /// Apply a leader's push in arrival order; the wait for the disk runs beside later requests.
 fn replicate(shared: &Arc<Shared>, r: ReplicateRequest) -> net::Handled {
-    let answer_diverged = |diverging_epoch, status, leo, hint, epoch| ReplicateResponse {
+    let incarnation = shared.incarnation;
+    let answer_diverged = move |diverging_epoch, status, leo, hint, epoch| ReplicateResponse {
         status,
         log_end_offset: leo,
         hint_offset: hint,
         diverging_epoch,
         current_leader_epoch: epoch,
+        incarnation,
     };
     let answer = move |status, leo, hint, epoch| answer_diverged(-1, status, leo, hint, epoch);
     let part = match partition(shared, &r.topic, r.partition) {

@@ -94,6 +94,11 @@ impl Cluster {
         self.brokers.iter().map(|(id, b)| BrokerInfo { id: *id, addr: b.addr.clone() }).collect()
     }
 
+    /// The process incarnation `broker_id`'s heartbeats last carried, if any.
+    pub fn incarnation(&self, broker_id: i32) -> Option<i64> {
+        self.incarnations.get(&broker_id).copied()
+    }
+
     /// A broker's heartbeat carries `incarnation`, new at every process start. A broker that
     /// restarted may have lost writes it had not synced: it leaves every ISR, and the partitions
     /// it led move to another in-sync replica under a new leader epoch. Where it is the sole
@@ -354,6 +359,28 @@ impl Cluster {
                 ErrorCode::InvalidRequest,
                 format!("ISR {isr:?} must hold the leader {broker_id} and only replicas {:?}", p.replicas),
             );
+        }
+        if r.incarnations.len() != isr.len() {
+            return refuse(
+                ErrorCode::InvalidRequest,
+                format!("ISR {isr:?} needs one incarnation per member, got {:?}", r.incarnations),
+            );
+        }
+        // A member the change adds must be the process whose answers qualified it (KIP-903):
+        // one that restarted since may have lost what it acknowledged (under `--fsync never`).
+        for (member, incarnation) in isr.iter().zip(&r.incarnations) {
+            let current = self.incarnations.get(member).copied();
+            if !p.isr.contains(member) && current != Some(*incarnation) {
+                let now = current.map_or("unknown".to_string(), |c| c.to_string());
+                return refuse(
+                    ErrorCode::IneligibleReplica,
+                    format!(
+                        "broker {member} cannot join the ISR of {topic}-{partition}: the answers that qualified it \
+                         came from its process incarnation {incarnation}, and it is now at {now}; it restarted \
+                         since and may have lost what it acknowledged. It joins once its new process has caught up"
+                    ),
+                );
+            }
         }
         let entry = Entry::IsrChanged { topic: topic.to_string(), partition, leader_epoch, isr: isr.to_vec() };
         self.apply(&entry);
@@ -647,6 +674,7 @@ mod tests {
             leader_epoch,
             partition_epoch,
             isr: isr.to_vec(),
+            incarnations: isr.iter().map(|b| c.incarnation(*b).unwrap_or(-1)).collect(),
         };
         let (entry, resp) = c.handle_alter_partition(&r);
         assert_eq!(entry.is_some(), resp.status.is_ok(), "an entry exactly when accepted");
@@ -679,6 +707,43 @@ mod tests {
     /// without it, while the coordinator then added it: elected next, that follower lacked
     /// committed records. With partition epochs, the leader takes only a newer ISR, and a
     /// change based on an older one is refused.
+    /// KIP-903: a broker that restarted since the answers that qualified it may have lost
+    /// what it acknowledged (under `--fsync never`); adding it on those answers is refused.
+    #[test]
+    fn a_broker_joins_the_isr_only_at_its_current_incarnation() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3).unwrap();
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        let others: Vec<i32> = (1..=3).filter(|b| *b != leader).collect();
+        let (a, b) = (others[0], others[1]);
+        for id in [leader, a, b] {
+            c.handle_incarnation(0, id, 1);
+        }
+        assert!(alter(&mut c, leader, epoch, 0, &[leader, b]).status.is_ok(), "a falls behind and leaves");
+        c.handle_incarnation(10, a, 2); // a restarts
+        let ask = |incarnations: Vec<i64>| AlterPartitionRequest {
+            broker_id: leader,
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: epoch,
+            partition_epoch: 1,
+            isr: vec![leader, b, a],
+            incarnations,
+        };
+        let (entry, stale) = c.handle_alter_partition(&ask(vec![-1, 1, 1]));
+        assert!(entry.is_none());
+        assert_eq!(stale.status.code, ErrorCode::IneligibleReplica);
+        let msg = &stale.status.message;
+        assert!(msg.contains("incarnation 1") && msg.contains("now at 2"), "{msg}");
+        assert_eq!((stale.partition_epoch, stale.isr.clone()), (1, vec![leader, b]), "the ISR in force");
+        let (_, short) = c.handle_alter_partition(&ask(vec![-1, 1]));
+        assert_eq!(short.status.code, ErrorCode::InvalidRequest, "one incarnation per member");
+        // b stays in the ISR and is not checked again; a joins on its new process's answers.
+        let (entry, ok) = c.handle_alter_partition(&ask(vec![-1, 7, 2]));
+        assert!(entry.is_some() && ok.status.is_ok(), "{}", ok.status);
+        assert_eq!(ok.isr, vec![leader, b, a]);
+    }
+
     #[test]
     fn isr_changes_are_ordered_by_the_partition_epoch() {
         let mut c = cluster(&[1, 2, 3]);
@@ -696,6 +761,7 @@ mod tests {
         assert_eq!((again.partition_epoch, again.isr.clone()), (1, vec![leader]));
         // A change based on the current epoch passes.
         let others: Vec<i32> = (1..=3).filter(|b| *b != leader).collect();
+        c.handle_incarnation(0, others[0], 5); // a member added must be at a known incarnation
         let grow = alter(&mut c, leader, epoch, 1, &[leader, others[0]]);
         assert!(grow.status.is_ok());
         assert_eq!(grow.partition_epoch, 2);

@@ -155,7 +155,9 @@ impl Sim {
                 Some(_) => r.alter_call = None,
                 None => {}
             }
-            let Some((leader_epoch, partition_epoch, isr)) = r.part.propose_isr(now, REPLICA_LAG_TICKS) else {
+            let Some(IsrProposal { leader_epoch, partition_epoch, isr, incarnations }) =
+                r.part.propose_isr(now, REPLICA_LAG_TICKS)
+            else {
                 continue;
             };
             let call = self.next_call();
@@ -173,6 +175,7 @@ impl Sim {
                 leader_epoch,
                 partition_epoch,
                 isr,
+                incarnations,
             };
             self.send(id as usize, COORD, Msg::AlterIsr { call, req });
         }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use protocol::batch::{
     marker_kind, set_base_offset, set_partition_leader_epoch, verify_crc, BatchHeader, BatchIter, MarkerKind,
 };
-use protocol::{AbortedTxn, AlterPartitionResponse, ReplicateRequest, READ_COMMITTED};
+use protocol::{AbortedTxn, AlterPartitionResponse, ErrorCode, ReplicateRequest, READ_COMMITTED};
 use tokio::sync::watch;
 
 use crate::leader::{LeaderEpochError, Leadership};
@@ -972,7 +972,11 @@ impl Partition {
         let Some(rs) = g.replica_set.as_mut() else { return };
         let (newer, mut moved) = rs.learn_isr(answer.partition_epoch, &answer.isr, leader_end);
         if !newer && !answer.status.is_ok() && answer.partition_epoch == rs.partition_epoch() {
-            moved = rs.drop_proposal(leader_end);
+            moved = if answer.status.code == ErrorCode::IneligibleReplica {
+                rs.refuse_additions(leader_end)
+            } else {
+                rs.drop_proposal(leader_end)
+            };
         }
         if moved {
             g.high_watermark = rs.high_watermark();

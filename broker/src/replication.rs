@@ -215,6 +215,24 @@ impl ReplicaSet {
         self.recompute(leader_leo)
     }
 
+    /// The coordinator refused the proposal because a member it adds restarted since the
+    /// answers that qualified it (INELIGIBLE_REPLICA): forget how far every member it adds
+    /// acknowledged, as [`ReplicaSet::learn_isr`] does for members left out, so that the next
+    /// proposal waits for answers from the new process instead of repeating this one. Returns
+    /// whether the high watermark moved.
+    pub fn refuse_additions(&mut self, leader_leo: i64) -> bool {
+        for id in self.proposed.take().unwrap_or_default() {
+            if self.isr.contains(&id) {
+                continue;
+            }
+            if let Some(f) = self.followers.get_mut(&id) {
+                f.log_end_offset = -1;
+                f.incarnation = -1;
+            }
+        }
+        self.recompute(leader_leo)
+    }
+
     /// The coordinator's ISR at `partition_epoch` (an answer to a change, or a heartbeat):
     /// taken only if newer than the one held, which also settles any proposal (it was applied,
     /// or can no longer be). Returns whether it was newer and whether the high watermark moved.
@@ -359,13 +377,40 @@ mod tests {
         r.on_ack(2, 1, 10, 10, sent(10, 100));
         r.on_ack(3, 1, 10, 10, sent(10, 100));
         assert_eq!(r.high_watermark(), 10);
+        assert_eq!(r.incarnations_of(&[1, 2, 3]), [-1, 1, 1], "the leader itself is -1");
         assert_eq!(r.learn_isr(1, &[1, 2], 10), (true, false));
         assert_eq!(r.follower(3).unwrap().log_end_offset, -1);
+        assert_eq!(r.follower(3).unwrap().incarnation, -1, "nothing heard from it since");
         assert_eq!(r.wanted_isr(200, 1000), None, "3 stays out: nothing it said since");
         r.on_ack(3, 1, 4, 10, sent(10, 300)); // it lost 4..10 and is catching up
         assert_eq!(r.wanted_isr(300, 1000), None);
-        r.on_ack(3, 1, 10, 10, sent(10, 400));
+        r.on_ack(3, 2, 10, 10, sent(10, 400)); // its new process, incarnation 2
         assert_eq!(r.wanted_isr(400, 1000), Some(vec![1, 2, 3]), "back once it holds the committed records");
+        assert_eq!(r.incarnations_of(&[1, 2, 3]), [-1, 1, 2], "named as the process that answered");
+    }
+
+    /// An answer from 3's previous process arrived after the coordinator took it out (late on
+    /// the network): the leader proposes it back, and the coordinator refuses the addition as
+    /// from a process since restarted. The leader must not ask the same again: it forgets what
+    /// 3 acknowledged and waits for answers from 3's new process.
+    #[test]
+    fn a_refused_addition_waits_for_answers_from_the_new_process() {
+        let mut r = ReplicaSet::new(1, &[1, 2, 3], (&[1, 2], 4), (10, 10), 10, 0);
+        r.on_leader_append(12);
+        r.on_ack(2, 1, 12, 12, sent(12, 100));
+        r.on_ack(3, 1, 12, 12, sent(12, 100)); // the old process's late answer
+        let wanted = r.wanted_isr(200, 1000).unwrap();
+        assert_eq!(wanted, [1, 2, 3]);
+        assert_eq!(r.incarnations_of(&wanted), [-1, 1, 1]);
+        r.propose_isr(&wanted);
+        r.refuse_additions(12);
+        assert_eq!(r.wanted_isr(300, 1000), None, "not asked again on the old answer");
+        r.on_leader_append(14);
+        assert!(r.on_ack(2, 1, 14, 14, sent(14, 350)), "3 is not counted any more");
+        assert_eq!(r.high_watermark(), 14);
+        r.on_ack(3, 2, 14, 14, sent(14, 400));
+        assert_eq!(r.incarnations_of(&[1, 2, 3]), [-1, 1, 2]);
+        assert_eq!(r.wanted_isr(400, 1000), Some(vec![1, 2, 3]));
     }
 
     #[test]

@@ -370,7 +370,7 @@ impl Cluster {
         // one that restarted since may have lost what it acknowledged (under `--fsync never`).
         for (member, incarnation) in isr.iter().zip(&r.incarnations) {
             let current = self.incarnations.get(member).copied();
-            if !p.isr.contains(member) && current != Some(*incarnation) {
+            if *member != broker_id && !p.isr.contains(member) && current != Some(*incarnation) {
                 let now = current.map_or("unknown".to_string(), |c| c.to_string());
                 return refuse(
                     ErrorCode::IneligibleReplica,
@@ -701,12 +701,6 @@ mod tests {
         assert_eq!(alter(&mut c, leader, epoch + 1, 2, &[other]).status.code, ErrorCode::InvalidRequest);
     }
 
-    /// Found by the simulator: a leader asked to add a follower back; the coordinator was paused
-    /// and read that request only after the leader's next heartbeat, whose answer still showed
-    /// the old ISR. The leader took the old ISR, stopped counting the follower, and committed
-    /// without it, while the coordinator then added it: elected next, that follower lacked
-    /// committed records. With partition epochs, the leader takes only a newer ISR, and a
-    /// change based on an older one is refused.
     /// KIP-903: a broker that restarted since the answers that qualified it may have lost
     /// what it acknowledged (under `--fsync never`); adding it on those answers is refused.
     #[test]
@@ -744,6 +738,12 @@ mod tests {
         assert_eq!(ok.isr, vec![leader, b, a]);
     }
 
+    /// Found by the simulator: a leader asked to add a follower back; the coordinator was paused
+    /// and read that request only after the leader's next heartbeat, whose answer still showed
+    /// the old ISR. The leader took the old ISR, stopped counting the follower, and committed
+    /// without it, while the coordinator then added it: elected next, that follower lacked
+    /// committed records. With partition epochs, the leader takes only a newer ISR, and a
+    /// change based on an older one is refused.
     #[test]
     fn isr_changes_are_ordered_by_the_partition_epoch() {
         let mut c = cluster(&[1, 2, 3]);

@@ -354,23 +354,37 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             })
         }
         Request::Describe => {
-            let st = shared.lock();
-            let now = shared.now_ms();
-            let (brokers, partitions) = st.cluster.describe(now);
-            let transactional_ids = st
-                .table
-                .describe(now)
-                .into_iter()
-                .map(|t| TransactionalState {
-                    transactional_id: t.transactional_id,
-                    producer_id: t.producer_id,
-                    producer_epoch: t.epoch,
-                    partitions: t.partitions,
-                    state: t.state.name().to_string(),
-                    age_ms: t.age_ms.map_or(-1, |a| a as i64),
-                })
-                .collect();
-            Response::Describe(DescribeResponse { status: Status::ok(), brokers, partitions, transactional_ids })
+            // What it reports is answered once it is in the journal: every change queues its
+            // entries under this lock, so an empty append queued here is durable only after
+            // all of them are (a state seen here, such as PrepareCommit, survives a crash).
+            let (resp, rx) = {
+                let st = shared.lock();
+                let now = shared.now_ms();
+                let (brokers, partitions) = st.cluster.describe(now);
+                let transactional_ids = st
+                    .table
+                    .describe(now)
+                    .into_iter()
+                    .map(|t| TransactionalState {
+                        transactional_id: t.transactional_id,
+                        producer_id: t.producer_id,
+                        producer_epoch: t.epoch,
+                        partitions: t.partitions,
+                        state: t.state.name().to_string(),
+                        age_ms: t.age_ms.map_or(-1, |a| a as i64),
+                    })
+                    .collect();
+                (DescribeResponse { status: Status::ok(), brokers, partitions, transactional_ids }, shared.persist(&[]))
+            };
+            match durable(rx).await {
+                Ok(()) => Response::Describe(resp),
+                Err(status) => Response::Describe(DescribeResponse {
+                    status,
+                    brokers: Vec::new(),
+                    partitions: Vec::new(),
+                    transactional_ids: Vec::new(),
+                }),
+            }
         }
         Request::AuthBegin(_) | Request::AuthProve(_) => Response::Error(Status::new(
             ErrorCode::InvalidRequest,

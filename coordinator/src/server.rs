@@ -354,9 +354,10 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             })
         }
         Request::Describe => {
-            // What it reports is answered once it is in the journal: every change queues its
-            // entries under this lock, so an empty append queued here is durable only after
-            // all of them are (a state seen here, such as PrepareCommit, survives a crash).
+            // The journaled state it reports is answered once it is in the journal: every
+            // change queues its entries under this lock, so an empty append queued here is
+            // durable only after all of them are (a state seen here, such as PrepareCommit,
+            // survives a crash). Leases and replicas' progress are not journaled.
             let (resp, rx) = {
                 let st = shared.lock();
                 let now = shared.now_ms();

@@ -377,15 +377,10 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                     .collect();
                 (DescribeResponse { status: Status::ok(), brokers, partitions, transactional_ids }, shared.persist(&[]))
             };
-            match durable(rx).await {
-                Ok(()) => Response::Describe(resp),
-                Err(status) => Response::Describe(DescribeResponse {
-                    status,
-                    brokers: Vec::new(),
-                    partitions: Vec::new(),
-                    transactional_ids: Vec::new(),
-                }),
-            }
+            // A journal that failed answers COORDINATOR_NOT_AVAILABLE, with what memory holds
+            // (as Metadata does): an operator can still look.
+            let status = durable(rx).await.err().unwrap_or(resp.status);
+            Response::Describe(DescribeResponse { status, ..resp })
         }
         Request::AuthBegin(_) | Request::AuthProve(_) => Response::Error(Status::new(
             ErrorCode::InvalidRequest,

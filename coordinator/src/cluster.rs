@@ -106,11 +106,15 @@ impl Cluster {
     /// writes now at offsets it lost must not pass for the lost batches (same offset, same
     /// epoch) on followers that received them. It rejoins ISRs by catching up. Returns the
     /// entries to persist before the heartbeat is answered.
+    ///
+    /// Incarnations only increase (a broker records each durably before using it): a lower one
+    /// than recorded is a late heartbeat of an earlier process, and changes nothing.
     pub fn handle_incarnation(&mut self, now_ms: u64, broker_id: i32, incarnation: i64) -> Vec<Entry> {
-        let previous = self.incarnations.insert(broker_id, incarnation);
-        if previous == Some(incarnation) {
+        let previous = self.incarnations.get(&broker_id).copied();
+        if previous.is_some_and(|p| incarnation <= p) {
             return Vec::new();
         }
+        self.incarnations.insert(broker_id, incarnation);
         // Journaled, so that a broker that restarts while the coordinator is down is still seen
         // to have restarted when the coordinator is back.
         let mut out = vec![Entry::BrokerIncarnation { broker_id, incarnation }];
@@ -366,11 +370,15 @@ impl Cluster {
                 format!("ISR {isr:?} needs one incarnation per member, got {:?}", r.incarnations),
             );
         }
-        // A member the change adds must be the process whose answers qualified it (KIP-903):
-        // one that restarted since may have lost what it acknowledged (under `--fsync never`).
+        // A member the change adds must not be a process that has since restarted (KIP-903):
+        // the new one may have lost what the old one acknowledged (under `--fsync never`).
+        // Incarnations only increase, so this refusal stands for good and the leader may
+        // forget the member; one newer than the coordinator knows is a process that answered
+        // before its first heartbeat arrived here, which then takes it out again as restarted.
         for (member, incarnation) in isr.iter().zip(&r.incarnations) {
             let current = self.incarnations.get(member).copied();
-            if *member != broker_id && !p.isr.contains(member) && current != Some(*incarnation) {
+            let stale = *incarnation < 0 || current.is_some_and(|c| *incarnation < c);
+            if *member != broker_id && !p.isr.contains(member) && stale {
                 let now = current.map_or("unknown".to_string(), |c| c.to_string());
                 return refuse(
                     ErrorCode::IneligibleReplica,
@@ -732,10 +740,44 @@ mod tests {
         assert_eq!((stale.partition_epoch, stale.isr.clone()), (1, vec![leader, b]), "the ISR in force");
         let (_, short) = c.handle_alter_partition(&ask(vec![-1, 1]));
         assert_eq!(short.status.code, ErrorCode::InvalidRequest, "one incarnation per member");
+        let (_, unknown) = c.handle_alter_partition(&ask(vec![-1, 1, -1]));
+        assert_eq!(unknown.status.code, ErrorCode::IneligibleReplica, "never heard from: not added");
+        // A late heartbeat of a's first process is not a restart, and does not bring it back.
+        assert!(c.handle_incarnation(20, a, 1).is_empty());
+        assert_eq!(c.incarnation(a), Some(2));
+        let (_, still) = c.handle_alter_partition(&ask(vec![-1, 1, 1]));
+        assert_eq!(still.status.code, ErrorCode::IneligibleReplica, "the refusal stands");
         // b stays in the ISR and is not checked again; a joins on its new process's answers.
         let (entry, ok) = c.handle_alter_partition(&ask(vec![-1, 7, 2]));
         assert!(entry.is_some() && ok.status.is_ok(), "{}", ok.status);
         assert_eq!(ok.isr, vec![leader, b, a]);
+    }
+
+    /// A process that answered its leader before its first heartbeat reached the coordinator
+    /// is newer than the coordinator knows: it may join; its heartbeat then takes it out as
+    /// restarted, until it qualifies again.
+    #[test]
+    fn a_broker_newer_than_the_coordinator_knows_may_join_and_its_heartbeat_takes_it_out() {
+        let mut c = cluster(&[1, 2]);
+        c.handle_create_topic(0, "t", 1, 2).unwrap();
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        let other = if leader == 1 { 2 } else { 1 };
+        c.handle_incarnation(0, leader, 1);
+        c.handle_incarnation(0, other, 1);
+        assert!(alter(&mut c, leader, epoch, 0, &[leader]).status.is_ok());
+        let r = AlterPartitionRequest {
+            broker_id: leader,
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: epoch,
+            partition_epoch: 1,
+            isr: vec![leader, other],
+            incarnations: vec![-1, 5],
+        };
+        let (entry, ok) = c.handle_alter_partition(&r);
+        assert!(entry.is_some() && ok.status.is_ok(), "{}", ok.status);
+        assert_eq!(c.handle_incarnation(10, other, 5).len(), 2, "recorded, and out of the ISR");
+        assert!(!c.describe(10).1[0].isr.contains(&other));
     }
 
     /// Found by the simulator: a leader asked to add a follower back; the coordinator was paused

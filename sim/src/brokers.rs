@@ -165,7 +165,7 @@ impl Sim {
             self.trace(|| {
                 format!(
                     "broker {id}: asks for ISR {isr:?} of partition {partition} at leader epoch {leader_epoch}, \
-                     partition epoch {partition_epoch}"
+                     partition epoch {partition_epoch}, incarnations {incarnations:?}"
                 )
             });
             let req = AlterPartitionRequest {

@@ -106,7 +106,6 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
                 leader_epoch: 0,
                 partition_epoch: 0,
                 isr: vec![1],
-                incarnations: vec![-1],
             }))
             .await,
     );

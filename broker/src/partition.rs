@@ -11,7 +11,7 @@ use bytes::Bytes;
 use protocol::batch::{
     marker_kind, set_base_offset, set_partition_leader_epoch, verify_crc, BatchHeader, BatchIter, MarkerKind,
 };
-use protocol::{AbortedTxn, AlterPartitionResponse, ErrorCode, ReplicateRequest, READ_COMMITTED};
+use protocol::{AbortedTxn, AlterPartitionResponse, ReplicateRequest, READ_COMMITTED};
 use tokio::sync::watch;
 
 use crate::leader::{LeaderEpochError, Leadership};
@@ -192,19 +192,6 @@ pub enum FetchError {
     /// Reading failed.
     #[error("read failed: {0}")]
     Io(String),
-}
-
-/// An ISR change a leader asks of the coordinator ([`Partition::propose_isr`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IsrProposal {
-    /// The leader epoch it is asked under.
-    pub leader_epoch: i32,
-    /// The partition epoch it is based on.
-    pub partition_epoch: i32,
-    /// The ISR asked for.
-    pub isr: Vec<i32>,
-    /// For each member, the process incarnation of its last answer (-1 for the leader).
-    pub incarnations: Vec<i64>,
 }
 
 /// What the leader sends a follower next.
@@ -885,16 +872,15 @@ impl Partition {
         }))
     }
 
-    /// A follower (its process at `incarnation`) acknowledged up to `log_end_offset` at
-    /// `leader_epoch`, answering a request taken as `sent` ([`ReplicationWork::sent`]).
-    pub fn on_replica_ack(&self, follower: i32, incarnation: i64, leader_epoch: i32, log_end_offset: i64, sent: Sent) {
+    /// A follower acknowledged up to `log_end_offset` at `leader_epoch`, answering a request
+    /// taken as `sent` ([`ReplicationWork::sent`]).
+    pub fn on_replica_ack(&self, follower: i32, leader_epoch: i32, log_end_offset: i64, sent: Sent) {
         let mut g = self.lock();
         if g.leadership.leader_epoch != leader_epoch || !g.leadership.is_leader {
             return;
         }
         let leader_end = g.leader_end();
-        let moved =
-            g.replica_set.as_mut().is_some_and(|rs| rs.on_ack(follower, incarnation, log_end_offset, leader_end, sent));
+        let moved = g.replica_set.as_mut().is_some_and(|rs| rs.on_ack(follower, log_end_offset, leader_end, sent));
         if moved {
             g.high_watermark = g.replica_set.as_ref().map_or(g.high_watermark, |rs| rs.high_watermark());
             drop(g);
@@ -942,14 +928,13 @@ impl Partition {
     /// watermark counts its members (KIP-841): choosing the members and counting them happen
     /// under one lock, so nothing is committed in between that a member being added lacks.
     /// Call it just before sending the change.
-    pub fn propose_isr(&self, now_ms: u64, lag_ms: u64) -> Option<IsrProposal> {
+    pub fn propose_isr(&self, now_ms: u64, lag_ms: u64) -> Option<(i32, i32, Vec<i32>)> {
         let mut g = self.lock();
         let leader_epoch = g.leadership.leader_epoch;
         let rs = g.replica_set.as_mut()?;
         let isr = rs.wanted_isr(now_ms, lag_ms)?;
         rs.propose_isr(&isr);
-        let incarnations = rs.incarnations_of(&isr);
-        Some(IsrProposal { leader_epoch, partition_epoch: rs.partition_epoch(), isr, incarnations })
+        Some((leader_epoch, rs.partition_epoch(), isr))
     }
 
     /// As leader: the replicas the high watermark waits for (see [`ReplicaSet::counted`]).
@@ -960,7 +945,7 @@ impl Partition {
     /// The coordinator answered the ISR change asked under `leader_epoch` (an answer it made
     /// durable first; the caller passes no other). A newer ISR is taken, which settles the
     /// change; a refusal reporting the partition epoch this leader holds (the change was
-    /// refused, not overtaken: INELIGIBLE_REPLICA, INVALID_REQUEST) drops the proposal. Anything else
+    /// refused, not overtaken: in practice INVALID_REQUEST) drops the proposal. Anything else
     /// (a newer leadership, an answer without state) leaves the proposal counted until the
     /// next heartbeat or answer: a deposed leader must not commit with fewer replicas.
     pub fn on_isr_answer(&self, leader_epoch: i32, answer: &AlterPartitionResponse) {
@@ -972,11 +957,7 @@ impl Partition {
         let Some(rs) = g.replica_set.as_mut() else { return };
         let (newer, mut moved) = rs.learn_isr(answer.partition_epoch, &answer.isr, leader_end);
         if !newer && !answer.status.is_ok() && answer.partition_epoch == rs.partition_epoch() {
-            moved = if answer.status.code == ErrorCode::IneligibleReplica {
-                rs.refuse_additions(leader_end)
-            } else {
-                rs.drop_proposal(leader_end)
-            };
+            moved = rs.drop_proposal(leader_end);
         }
         if moved {
             g.high_watermark = rs.high_watermark();
@@ -1231,7 +1212,7 @@ mod tests {
                 protocol::batch::BatchIter::new(w.records.clone()).map(|i| i.unwrap().1).collect();
             match replicate(&follower, 2, w.from_offset, w.prev_epoch, &batches) {
                 Ok(leo) => {
-                    leader.on_replica_ack(2, 1, 2, leo, w.sent);
+                    leader.on_replica_ack(2, 2, leo, w.sent);
                     break;
                 }
                 Err(ReplicateError::Mismatch { hint, diverging_epoch, .. }) => {

@@ -16,9 +16,6 @@ pub struct FollowerProgress {
     pub next_offset: i64,
     /// When the follower last had everything the leader had, in ms.
     pub caught_up_at_ms: u64,
-    /// The process incarnation of its last answer (-1 before one): an ISR change that adds
-    /// the follower names it, and the coordinator refuses one from a process since restarted.
-    pub incarnation: i64,
 }
 
 /// What a Replicate request was taken against: the leader's log end then, and when (ms). A
@@ -66,17 +63,7 @@ impl ReplicaSet {
         let followers = replicas
             .iter()
             .filter(|r| **r != leader_id)
-            .map(|r| {
-                (
-                    *r,
-                    FollowerProgress {
-                        log_end_offset: -1,
-                        next_offset: leader_leo,
-                        caught_up_at_ms: now_ms,
-                        incarnation: -1,
-                    },
-                )
-            })
+            .map(|r| (*r, FollowerProgress { log_end_offset: -1, next_offset: leader_leo, caught_up_at_ms: now_ms }))
             .collect();
         let mut s =
             ReplicaSet { leader_id, isr: isr.to_vec(), partition_epoch, proposed: None, followers, high_watermark };
@@ -149,17 +136,8 @@ impl ReplicaSet {
     /// always` its synced end). A follower that reached the leader's end as of `sent` was
     /// caught up then: measured against the end at the answer instead, a follower under a
     /// steady stream of appends would never count as caught up and would leave the ISR.
-    /// `incarnation` is the answering process's.
-    pub fn on_ack(
-        &mut self,
-        follower: i32,
-        incarnation: i64,
-        log_end_offset: i64,
-        leader_leo: i64,
-        sent: Sent,
-    ) -> bool {
+    pub fn on_ack(&mut self, follower: i32, log_end_offset: i64, leader_leo: i64, sent: Sent) -> bool {
         let Some(f) = self.followers.get_mut(&follower) else { return false };
-        f.incarnation = incarnation;
         f.log_end_offset = log_end_offset;
         f.next_offset = log_end_offset;
         if log_end_offset >= sent.leader_leo {
@@ -198,12 +176,6 @@ impl ReplicaSet {
         (sorted != current).then_some(wanted)
     }
 
-    /// For each member of `isr`, the incarnation of its last answer (-1 for the leader itself,
-    /// and for a follower not heard from).
-    pub fn incarnations_of(&self, isr: &[i32]) -> Vec<i64> {
-        isr.iter().map(|id| self.followers.get(id).map_or(-1, |f| f.incarnation)).collect()
-    }
-
     /// An ISR change is being asked of the coordinator: count its members from now on.
     pub fn propose_isr(&mut self, isr: &[i32]) {
         self.proposed = Some(isr.to_vec());
@@ -212,24 +184,6 @@ impl ReplicaSet {
     /// The proposed change was refused or not answered; returns whether the high watermark moved.
     pub fn drop_proposal(&mut self, leader_leo: i64) -> bool {
         self.proposed = None;
-        self.recompute(leader_leo)
-    }
-
-    /// The coordinator refused the proposal because a member it adds restarted since the
-    /// answers that qualified it (INELIGIBLE_REPLICA): forget how far every member it adds
-    /// acknowledged, as [`ReplicaSet::learn_isr`] does for members left out, so that the next
-    /// proposal waits for answers from the new process instead of repeating this one. Returns
-    /// whether the high watermark moved.
-    pub fn refuse_additions(&mut self, leader_leo: i64) -> bool {
-        for id in self.proposed.take().unwrap_or_default() {
-            if self.isr.contains(&id) {
-                continue;
-            }
-            if let Some(f) = self.followers.get_mut(&id) {
-                f.log_end_offset = -1;
-                f.incarnation = -1;
-            }
-        }
         self.recompute(leader_leo)
     }
 
@@ -252,7 +206,6 @@ impl ReplicaSet {
         for (id, f) in self.followers.iter_mut() {
             if !self.isr.contains(id) {
                 f.log_end_offset = -1;
-                f.incarnation = -1;
             }
         }
         (true, self.recompute(leader_leo))
@@ -271,17 +224,17 @@ mod tests {
     fn high_watermark_waits_for_every_isr_member() {
         let mut r = ReplicaSet::new(1, &[1, 2, 3], (&[1, 2, 3], 0), (0, 0), 0, 0);
         assert!(!r.on_leader_append(10));
-        assert!(!r.on_ack(2, 1, 10, 10, sent(10, 1)), "3 has not answered");
-        assert!(r.on_ack(3, 1, 7, 10, sent(10, 1)));
+        assert!(!r.on_ack(2, 10, 10, sent(10, 1)), "3 has not answered");
+        assert!(r.on_ack(3, 7, 10, sent(10, 1)));
         assert_eq!(r.high_watermark(), 7);
-        assert!(r.on_ack(3, 1, 10, 10, sent(10, 2)));
+        assert!(r.on_ack(3, 10, 10, sent(10, 2)));
         assert_eq!(r.high_watermark(), 10);
     }
 
     #[test]
     fn high_watermark_never_goes_back() {
         let mut r = ReplicaSet::new(1, &[1, 2], (&[1, 2], 0), (10, 10), 10, 0);
-        r.on_ack(2, 1, 4, 10, sent(10, 0));
+        r.on_ack(2, 4, 10, sent(10, 0));
         assert_eq!(r.high_watermark(), 10);
     }
 
@@ -296,28 +249,28 @@ mod tests {
     fn lagging_follower_leaves_the_isr_and_returns_once_caught_up() {
         let mut r = ReplicaSet::new(1, &[1, 2, 3], (&[1, 2, 3], 0), (0, 0), 0, 0);
         r.on_leader_append(5);
-        r.on_ack(2, 1, 5, 5, sent(5, 100));
+        r.on_ack(2, 5, 5, sent(5, 100));
         assert_eq!(r.wanted_isr(500, 1000), None);
         assert_eq!(r.wanted_isr(1500, 1000), Some(vec![1]), "both lag");
-        r.on_ack(2, 1, 5, 5, sent(5, 1400));
+        r.on_ack(2, 5, 5, sent(5, 1400));
         assert_eq!(r.wanted_isr(1500, 1000), Some(vec![1, 2]));
         assert_eq!(r.learn_isr(1, &[1, 2], 5), (true, true), "dropping the laggard lets the high watermark move");
         assert_eq!(r.high_watermark(), 5);
-        r.on_ack(3, 1, 5, 5, sent(5, 1600));
+        r.on_ack(3, 5, 5, sent(5, 1600));
         assert_eq!(r.wanted_isr(1700, 1000), Some(vec![1, 2, 3]));
     }
 
     #[test]
     fn a_follower_being_added_holds_the_high_watermark_until_the_change_is_answered() {
         let mut r = ReplicaSet::new(1, &[1, 2], (&[1], 0), (0, 0), 0, 0);
-        r.on_ack(2, 1, 3, 5, sent(5, 10)); // 2 is behind: it has 3 of the leader's 5
+        r.on_ack(2, 3, 5, sent(5, 10)); // 2 is behind: it has 3 of the leader's 5
         r.on_leader_append(5);
         assert_eq!(r.high_watermark(), 5, "alone in the ISR, the leader commits its log");
-        r.on_ack(2, 1, 5, 5, sent(5, 20));
+        r.on_ack(2, 5, 5, sent(5, 20));
         r.propose_isr(&[1, 2]);
         r.on_leader_append(8);
         assert_eq!(r.high_watermark(), 5, "2 does not have 5..8 yet and may be in the ISR already");
-        r.on_ack(2, 1, 8, 8, sent(8, 30));
+        r.on_ack(2, 8, 8, sent(8, 30));
         assert_eq!(r.high_watermark(), 8);
         assert!(!r.drop_proposal(8));
     }
@@ -327,7 +280,7 @@ mod tests {
     #[test]
     fn an_older_isr_read_late_does_not_undo_a_newer_one() {
         let mut r = ReplicaSet::new(1, &[1, 2], (&[1], 3), (5, 5), 5, 0);
-        r.on_ack(2, 1, 5, 5, sent(5, 10));
+        r.on_ack(2, 5, 5, sent(5, 10));
         r.propose_isr(&[1, 2]);
         assert_eq!(r.wanted_isr(20, 1000), Some(vec![1, 2]), "asked again until settled");
         assert_eq!(r.learn_isr(3, &[1], 5), (false, false), "the ISR it was based on: no news");
@@ -351,10 +304,10 @@ mod tests {
             let taken = sent(leo, t * 100);
             leo += 10; // appended while the request travelled
             r.on_leader_append(leo);
-            r.on_ack(2, 1, taken.leader_leo, leo, taken);
+            r.on_ack(2, taken.leader_leo, leo, taken);
         }
         assert_eq!(r.follower(2).unwrap().caught_up_at_ms, 100 * 100);
-        r.on_ack(2, 1, leo - 10, leo, sent(leo - 10, 50));
+        r.on_ack(2, leo - 10, leo, sent(leo - 10, 50));
         assert_eq!(
             r.follower(2).unwrap().caught_up_at_ms,
             100 * 100,
@@ -362,7 +315,7 @@ mod tests {
         );
         assert_eq!(r.wanted_isr(100 * 100 + 500, 1000), None, "2 stays");
         let taken = sent(leo, 20_000);
-        r.on_ack(2, 1, leo - 1, leo, taken);
+        r.on_ack(2, leo - 1, leo, taken);
         assert_eq!(r.follower(2).unwrap().caught_up_at_ms, 100 * 100, "short of the end it was sent: not caught up");
         assert_eq!(r.wanted_isr(20_000, 1000), Some(vec![1]));
     }
@@ -374,43 +327,16 @@ mod tests {
     fn a_follower_taken_out_of_the_isr_comes_back_only_on_answers_given_since() {
         let mut r = ReplicaSet::new(1, &[1, 2, 3], (&[1, 2, 3], 0), (0, 0), 0, 0);
         r.on_leader_append(10);
-        r.on_ack(2, 1, 10, 10, sent(10, 100));
-        r.on_ack(3, 1, 10, 10, sent(10, 100));
+        r.on_ack(2, 10, 10, sent(10, 100));
+        r.on_ack(3, 10, 10, sent(10, 100));
         assert_eq!(r.high_watermark(), 10);
-        assert_eq!(r.incarnations_of(&[1, 2, 3]), [-1, 1, 1], "the leader itself is -1");
         assert_eq!(r.learn_isr(1, &[1, 2], 10), (true, false));
         assert_eq!(r.follower(3).unwrap().log_end_offset, -1);
-        assert_eq!(r.follower(3).unwrap().incarnation, -1, "nothing heard from it since");
         assert_eq!(r.wanted_isr(200, 1000), None, "3 stays out: nothing it said since");
-        r.on_ack(3, 1, 4, 10, sent(10, 300)); // it lost 4..10 and is catching up
+        r.on_ack(3, 4, 10, sent(10, 300)); // it lost 4..10 and is catching up
         assert_eq!(r.wanted_isr(300, 1000), None);
-        r.on_ack(3, 2, 10, 10, sent(10, 400)); // its new process, incarnation 2
+        r.on_ack(3, 10, 10, sent(10, 400));
         assert_eq!(r.wanted_isr(400, 1000), Some(vec![1, 2, 3]), "back once it holds the committed records");
-        assert_eq!(r.incarnations_of(&[1, 2, 3]), [-1, 1, 2], "named as the process that answered");
-    }
-
-    /// An answer from 3's previous process arrived after the coordinator took it out (late on
-    /// the network): the leader proposes it back, and the coordinator refuses the addition as
-    /// from a process since restarted. The leader must not ask the same again: it forgets what
-    /// 3 acknowledged and waits for answers from 3's new process.
-    #[test]
-    fn a_refused_addition_waits_for_answers_from_the_new_process() {
-        let mut r = ReplicaSet::new(1, &[1, 2, 3], (&[1, 2], 4), (10, 10), 10, 0);
-        r.on_leader_append(12);
-        r.on_ack(2, 1, 12, 12, sent(12, 100));
-        r.on_ack(3, 1, 12, 12, sent(12, 100)); // the old process's late answer
-        let wanted = r.wanted_isr(200, 1000).unwrap();
-        assert_eq!(wanted, [1, 2, 3]);
-        assert_eq!(r.incarnations_of(&wanted), [-1, 1, 1]);
-        r.propose_isr(&wanted);
-        r.refuse_additions(12);
-        assert_eq!(r.wanted_isr(300, 1000), None, "not asked again on the old answer");
-        r.on_leader_append(14);
-        assert!(r.on_ack(2, 1, 14, 14, sent(14, 350)), "3 is not counted any more");
-        assert_eq!(r.high_watermark(), 14);
-        r.on_ack(3, 2, 14, 14, sent(14, 400));
-        assert_eq!(r.incarnations_of(&[1, 2, 3]), [-1, 1, 2]);
-        assert_eq!(r.wanted_isr(400, 1000), Some(vec![1, 2, 3]));
     }
 
     #[test]

@@ -24,9 +24,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::leader::LeaderEpochError;
 use crate::log::LogConfig;
-use crate::partition::{
-    AppendError, Appended, FetchError, IsrProposal, Offer, Partition, PartitionRef, ReplicateError, RoleChange,
-};
+use crate::partition::{AppendError, Appended, FetchError, Offer, Partition, PartitionRef, ReplicateError, RoleChange};
 use crate::producer_state::GateError;
 use crate::replication::Sent;
 use crate::storage::{OsStorage, Storage, StoredFile};
@@ -147,49 +145,6 @@ pub enum BrokerError {
     /// The listener's address could not be read.
     #[error("listener: {0}")]
     Listener(String),
-    /// The process incarnation could not be read or made durable in the data directory.
-    #[error("cannot record this process's incarnation in {path}: {detail}")]
-    Incarnation {
-        /// File.
-        path: String,
-        /// What failed.
-        detail: String,
-    },
-}
-
-/// This process's incarnation, after the last one recorded (`last`) at start `now_ms` (Unix
-/// ms): the start time, or one more than the last where the clock is behind it. Incarnations
-/// only increase, so the coordinator can tell a late heartbeat of an earlier process from a
-/// restart.
-pub fn next_incarnation(last: Option<i64>, now_ms: i64) -> i64 {
-    last.map_or(now_ms, |l| now_ms.max(l.saturating_add(1)))
-}
-
-/// Read the last incarnation from `dir/incarnation`, and durably record the next one there
-/// before this process says anything to anyone.
-fn record_incarnation(dir: &std::path::Path) -> Result<i64, BrokerError> {
-    let path = dir.join("incarnation");
-    let err = |detail: String| BrokerError::Incarnation { path: path.display().to_string(), detail };
-    let last = match std::fs::read_to_string(&path) {
-        Ok(s) => Some(s.trim().parse::<i64>().map_err(|e| err(format!("not a number ({e}): {s:?}")))?),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(err(e.to_string())),
-    };
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    let next = next_incarnation(last, now_ms);
-    let tmp = dir.join("incarnation.tmp");
-    let write = || -> std::io::Result<()> {
-        use std::io::Write as _;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(next.to_string().as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)?;
-        std::fs::File::open(dir)?.sync_all()
-    };
-    write().map_err(|e| err(e.to_string()))?;
-    Ok(next)
 }
 
 /// Most bytes one fetch returns (beyond its first batch).
@@ -332,8 +287,6 @@ pub async fn run_with(
     let local = listener.local_addr().map_err(|e| BrokerError::Listener(e.to_string()))?;
     let addr = config.advertised_addr.clone().unwrap_or_else(|| local.to_string());
     tracing::info!(broker_id = config.id, %addr, fencing = config.fencing, "broker starting");
-    let incarnation = record_incarnation(&config.data_dir)?;
-    tracing::info!(broker_id = config.id, incarnation, "process incarnation recorded");
     let (stop_tx, stop_rx) = watch::channel(false);
     if config.limits.cluster_secret.is_none() {
         tracing::warn!(
@@ -342,7 +295,11 @@ pub async fn run_with(
     }
     let shared = Arc::new(Shared {
         addr,
-        incarnation,
+        incarnation: {
+            let mut b = [0u8; 8];
+            getrandom::fill(&mut b).expect("the operating system's random source works");
+            i64::from_be_bytes(b) & i64::MAX
+        },
         dialer: Dialer {
             tls: config.peer_tls.clone(),
             secret: config.limits.cluster_secret.clone(),
@@ -649,7 +606,7 @@ async fn maintain_isr(shared: &Arc<Shared>) {
     for part in led {
         // Chosen and counted just before the call (earlier calls may have taken seconds). A
         // change not sent stays counted, and is asked again next round.
-        let Some(IsrProposal { leader_epoch, partition_epoch, isr, incarnations }) =
+        let Some((leader_epoch, partition_epoch, isr)) =
             part.propose_isr(shared.now_ms(), shared.config.replica_lag_ms)
         else {
             continue;
@@ -662,7 +619,6 @@ async fn maintain_isr(shared: &Arc<Shared>) {
             leader_epoch,
             partition_epoch,
             isr: isr.clone(),
-            incarnations,
         });
         match conn.call_timeout(req, Duration::from_millis(shared.config.verify_timeout_ms)).await {
             Ok(Response::AlterPartition(r)) => {
@@ -851,7 +807,7 @@ fn on_replicate_answer(
 ) -> ReplicateOutcome {
     match outcome {
         Ok(Response::Replicate(r)) if r.status.is_ok() => {
-            part.on_replica_ack(follower, r.incarnation, leader_epoch, r.log_end_offset, sent);
+            part.on_replica_ack(follower, leader_epoch, r.log_end_offset, sent);
             ReplicateOutcome::Applied
         }
         Ok(Response::Replicate(r)) if r.status.code == ErrorCode::OffsetOutOfRange => {
@@ -1346,14 +1302,12 @@ fn fetch(shared: &Shared, r: FetchRequest) -> FetchResponse {
 
 /// Apply a leader's push in arrival order; the wait for the disk runs beside later requests.
 fn replicate(shared: &Arc<Shared>, r: ReplicateRequest) -> net::Handled {
-    let incarnation = shared.incarnation;
-    let answer_diverged = move |diverging_epoch, status, leo, hint, epoch| ReplicateResponse {
+    let answer_diverged = |diverging_epoch, status, leo, hint, epoch| ReplicateResponse {
         status,
         log_end_offset: leo,
         hint_offset: hint,
         diverging_epoch,
         current_leader_epoch: epoch,
-        incarnation,
     };
     let answer = move |status, leo, hint, epoch| answer_diverged(-1, status, leo, hint, epoch);
     let part = match partition(shared, &r.topic, r.partition) {
@@ -1444,25 +1398,5 @@ async fn write_marker(shared: &Shared, r: WriteMarkerRequest) -> WriteMarkerResp
             Status::new(ErrorCode::KafkaStorageError, e.to_string()),
             part.producer_epoch(r.producer_id).unwrap_or(-1),
         ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn incarnations_only_increase_across_restarts_even_when_the_clock_goes_back() {
-        assert_eq!(next_incarnation(None, 1_000), 1_000);
-        assert_eq!(next_incarnation(Some(900), 1_000), 1_000);
-        assert_eq!(next_incarnation(Some(5_000), 1_000), 5_001, "the clock went back: one more");
-        assert_eq!(next_incarnation(Some(i64::MAX), 1_000), i64::MAX, "saturates rather than wraps");
-        let dir = tempfile::tempdir().unwrap();
-        let first = record_incarnation(dir.path()).unwrap();
-        let second = record_incarnation(dir.path()).unwrap();
-        assert!(second > first, "{second} after {first}");
-        std::fs::write(dir.path().join("incarnation"), "not a number").unwrap();
-        let e = record_incarnation(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("incarnation") && e.contains("not a number"), "{e}");
     }
 }

@@ -94,11 +94,6 @@ impl Cluster {
         self.brokers.iter().map(|(id, b)| BrokerInfo { id: *id, addr: b.addr.clone() }).collect()
     }
 
-    /// The process incarnation `broker_id`'s heartbeats last carried, if any.
-    pub fn incarnation(&self, broker_id: i32) -> Option<i64> {
-        self.incarnations.get(&broker_id).copied()
-    }
-
     /// A broker's heartbeat carries `incarnation`, new at every process start. A broker that
     /// restarted may have lost writes it had not synced: it leaves every ISR, and the partitions
     /// it led move to another in-sync replica under a new leader epoch. Where it is the sole
@@ -106,15 +101,11 @@ impl Cluster {
     /// writes now at offsets it lost must not pass for the lost batches (same offset, same
     /// epoch) on followers that received them. It rejoins ISRs by catching up. Returns the
     /// entries to persist before the heartbeat is answered.
-    ///
-    /// Incarnations only increase (a broker records each durably before using it): a lower one
-    /// than recorded is a late heartbeat of an earlier process, and changes nothing.
     pub fn handle_incarnation(&mut self, now_ms: u64, broker_id: i32, incarnation: i64) -> Vec<Entry> {
-        let previous = self.incarnations.get(&broker_id).copied();
-        if previous.is_some_and(|p| incarnation <= p) {
+        let previous = self.incarnations.insert(broker_id, incarnation);
+        if previous == Some(incarnation) {
             return Vec::new();
         }
-        self.incarnations.insert(broker_id, incarnation);
         // Journaled, so that a broker that restarts while the coordinator is down is still seen
         // to have restarted when the coordinator is back.
         let mut out = vec![Entry::BrokerIncarnation { broker_id, incarnation }];
@@ -363,32 +354,6 @@ impl Cluster {
                 ErrorCode::InvalidRequest,
                 format!("ISR {isr:?} must hold the leader {broker_id} and only replicas {:?}", p.replicas),
             );
-        }
-        if r.incarnations.len() != isr.len() {
-            return refuse(
-                ErrorCode::InvalidRequest,
-                format!("ISR {isr:?} needs one incarnation per member, got {:?}", r.incarnations),
-            );
-        }
-        // A member the change adds must not be a process that has since restarted (KIP-903):
-        // the new one may have lost what the old one acknowledged (under `--fsync never`).
-        // Incarnations only increase, so this refusal stands for good and the leader may
-        // forget the member; one newer than the coordinator knows is a process that answered
-        // before its first heartbeat arrived here, which then takes it out again as restarted.
-        for (member, incarnation) in isr.iter().zip(&r.incarnations) {
-            let current = self.incarnations.get(member).copied();
-            let stale = *incarnation < 0 || current.is_some_and(|c| *incarnation < c);
-            if *member != broker_id && !p.isr.contains(member) && stale {
-                let now = current.map_or("unknown".to_string(), |c| c.to_string());
-                return refuse(
-                    ErrorCode::IneligibleReplica,
-                    format!(
-                        "broker {member} cannot join the ISR of {topic}-{partition}: the answers that qualified it \
-                         came from its process incarnation {incarnation}, and it is now at {now}; it restarted \
-                         since and may have lost what it acknowledged. It joins once its new process has caught up"
-                    ),
-                );
-            }
         }
         let entry = Entry::IsrChanged { topic: topic.to_string(), partition, leader_epoch, isr: isr.to_vec() };
         self.apply(&entry);
@@ -682,7 +647,6 @@ mod tests {
             leader_epoch,
             partition_epoch,
             isr: isr.to_vec(),
-            incarnations: isr.iter().map(|b| c.incarnation(*b).unwrap_or(-1)).collect(),
         };
         let (entry, resp) = c.handle_alter_partition(&r);
         assert_eq!(entry.is_some(), resp.status.is_ok(), "an entry exactly when accepted");
@@ -709,77 +673,6 @@ mod tests {
         assert_eq!(alter(&mut c, leader, epoch + 1, 2, &[other]).status.code, ErrorCode::InvalidRequest);
     }
 
-    /// KIP-903: a broker that restarted since the answers that qualified it may have lost
-    /// what it acknowledged (under `--fsync never`); adding it on those answers is refused.
-    #[test]
-    fn a_broker_joins_the_isr_only_at_its_current_incarnation() {
-        let mut c = cluster(&[1, 2, 3]);
-        c.handle_create_topic(0, "t", 1, 3).unwrap();
-        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
-        let others: Vec<i32> = (1..=3).filter(|b| *b != leader).collect();
-        let (a, b) = (others[0], others[1]);
-        for id in [leader, a, b] {
-            c.handle_incarnation(0, id, 1);
-        }
-        assert!(alter(&mut c, leader, epoch, 0, &[leader, b]).status.is_ok(), "a falls behind and leaves");
-        c.handle_incarnation(10, a, 2); // a restarts
-        let ask = |incarnations: Vec<i64>| AlterPartitionRequest {
-            broker_id: leader,
-            topic: "t".into(),
-            partition: 0,
-            leader_epoch: epoch,
-            partition_epoch: 1,
-            isr: vec![leader, b, a],
-            incarnations,
-        };
-        let (entry, stale) = c.handle_alter_partition(&ask(vec![-1, 1, 1]));
-        assert!(entry.is_none());
-        assert_eq!(stale.status.code, ErrorCode::IneligibleReplica);
-        let msg = &stale.status.message;
-        assert!(msg.contains("incarnation 1") && msg.contains("now at 2"), "{msg}");
-        assert_eq!((stale.partition_epoch, stale.isr.clone()), (1, vec![leader, b]), "the ISR in force");
-        let (_, short) = c.handle_alter_partition(&ask(vec![-1, 1]));
-        assert_eq!(short.status.code, ErrorCode::InvalidRequest, "one incarnation per member");
-        let (_, unknown) = c.handle_alter_partition(&ask(vec![-1, 1, -1]));
-        assert_eq!(unknown.status.code, ErrorCode::IneligibleReplica, "never heard from: not added");
-        // A late heartbeat of a's first process is not a restart, and does not bring it back.
-        assert!(c.handle_incarnation(20, a, 1).is_empty());
-        assert_eq!(c.incarnation(a), Some(2));
-        let (_, still) = c.handle_alter_partition(&ask(vec![-1, 1, 1]));
-        assert_eq!(still.status.code, ErrorCode::IneligibleReplica, "the refusal stands");
-        // b stays in the ISR and is not checked again; a joins on its new process's answers.
-        let (entry, ok) = c.handle_alter_partition(&ask(vec![-1, 7, 2]));
-        assert!(entry.is_some() && ok.status.is_ok(), "{}", ok.status);
-        assert_eq!(ok.isr, vec![leader, b, a]);
-    }
-
-    /// A process that answered its leader before its first heartbeat reached the coordinator
-    /// is newer than the coordinator knows: it may join; its heartbeat then takes it out as
-    /// restarted, until it qualifies again.
-    #[test]
-    fn a_broker_newer_than_the_coordinator_knows_may_join_and_its_heartbeat_takes_it_out() {
-        let mut c = cluster(&[1, 2]);
-        c.handle_create_topic(0, "t", 1, 2).unwrap();
-        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
-        let other = if leader == 1 { 2 } else { 1 };
-        c.handle_incarnation(0, leader, 1);
-        c.handle_incarnation(0, other, 1);
-        assert!(alter(&mut c, leader, epoch, 0, &[leader]).status.is_ok());
-        let r = AlterPartitionRequest {
-            broker_id: leader,
-            topic: "t".into(),
-            partition: 0,
-            leader_epoch: epoch,
-            partition_epoch: 1,
-            isr: vec![leader, other],
-            incarnations: vec![-1, 5],
-        };
-        let (entry, ok) = c.handle_alter_partition(&r);
-        assert!(entry.is_some() && ok.status.is_ok(), "{}", ok.status);
-        assert_eq!(c.handle_incarnation(10, other, 5).len(), 2, "recorded, and out of the ISR");
-        assert!(!c.describe(10).1[0].isr.contains(&other));
-    }
-
     /// Found by the simulator: a leader asked to add a follower back; the coordinator was paused
     /// and read that request only after the leader's next heartbeat, whose answer still showed
     /// the old ISR. The leader took the old ISR, stopped counting the follower, and committed
@@ -803,7 +696,6 @@ mod tests {
         assert_eq!((again.partition_epoch, again.isr.clone()), (1, vec![leader]));
         // A change based on the current epoch passes.
         let others: Vec<i32> = (1..=3).filter(|b| *b != leader).collect();
-        c.handle_incarnation(0, others[0], 5); // a member added must be at a known incarnation
         let grow = alter(&mut c, leader, epoch, 1, &[leader, others[0]]);
         assert!(grow.status.is_ok());
         assert_eq!(grow.partition_epoch, 2);

@@ -108,10 +108,6 @@ error_codes! {
     /// An ISR change was based on a partition epoch that is no longer current: the ISR moved
     /// since, or this very change was already applied. The leader learns the current ISR and asks again.
     InvalidUpdateVersion = 95, "INVALID_UPDATE_VERSION", false;
-    /// An ISR change would add a broker at a process incarnation that is not its current one:
-    /// it restarted since the answers that made it eligible, and may have lost what it
-    /// acknowledged. The leader waits for answers from the new process.
-    IneligibleReplica = 107, "INELIGIBLE_REPLICA", false;
 }
 
 impl std::fmt::Display for ErrorCode {

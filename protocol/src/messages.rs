@@ -547,9 +547,6 @@ pub struct ReplicateResponse {
     pub diverging_epoch: i32,
     /// The follower's leader epoch for the partition.
     pub current_leader_epoch: i32,
-    /// The follower's process incarnation, as its heartbeats carry it. A leader that asks to
-    /// add the follower to the ISR names the incarnation whose answers put it there.
-    pub incarnation: i64,
 }
 
 /// Leader -> coordinator: set a partition's ISR.
@@ -568,12 +565,6 @@ pub struct AlterPartitionRequest {
     pub partition_epoch: i32,
     /// The new ISR; must hold the leader.
     pub isr: Vec<i32>,
-    /// For each member of `isr`, in order: the process incarnation whose Replicate answers
-    /// put it there (-1 for the leader itself and where unknown). A member the change adds
-    /// must be at the incarnation the coordinator knows now, or the change is refused with
-    /// INELIGIBLE_REPLICA: a broker that restarted may have lost what it acknowledged before
-    /// (Kafka's KIP-903).
-    pub incarnations: Vec<i64>,
 }
 
 /// The coordinator's answer to an ISR change.
@@ -929,7 +920,6 @@ pub fn encode_request_into(correlation_id: i32, req: &Request, b: &mut BytesMut)
             b.put_i32(a.leader_epoch);
             b.put_i32(a.partition_epoch);
             b.put_i32_array(&a.isr);
-            b.put_i64_array(&a.incarnations);
         }
         Request::Describe => {}
     }
@@ -1076,7 +1066,6 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
             leader_epoch: r.i32("leader_epoch")?,
             partition_epoch: r.i32("partition_epoch")?,
             isr: r.i32_array("isr")?,
-            incarnations: r.i64_array("incarnations")?,
         }),
         ApiKey::Describe => Request::Describe,
     })
@@ -1184,7 +1173,6 @@ pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesM
             b.put_i64(r.hint_offset);
             b.put_i32(r.diverging_epoch);
             b.put_i32(r.current_leader_epoch);
-            b.put_i64(r.incarnation);
         }
         Response::AlterPartition(a) => {
             b.put_i32(a.leader_epoch);
@@ -1352,7 +1340,6 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
             hint_offset: r.i64("hint_offset")?,
             diverging_epoch: r.i32("diverging_epoch")?,
             current_leader_epoch: r.i32("current_leader_epoch")?,
-            incarnation: r.i64("incarnation")?,
         }),
         ApiKey::AlterPartition => Response::AlterPartition(AlterPartitionResponse {
             status,
@@ -1512,7 +1499,6 @@ mod tests {
             leader_epoch: 2,
             partition_epoch: 7,
             isr: vec![1, 3],
-            incarnations: vec![-1, 1_700_000_000_123],
         }));
         roundtrip_req(Request::Describe);
         roundtrip_req(Request::AuthBegin(AuthBeginRequest { member: "broker-1".into() }));
@@ -1622,7 +1608,6 @@ mod tests {
             hint_offset: 7,
             diverging_epoch: 1,
             current_leader_epoch: 2,
-            incarnation: 99,
         }));
         roundtrip_resp(Response::AlterPartition(AlterPartitionResponse {
             status: Status::ok(),

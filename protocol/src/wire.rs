@@ -115,16 +115,6 @@ impl Reader {
         Ok(out)
     }
 
-    /// An array of i64 (i32 count, then the values).
-    pub fn i64_array(&mut self, field: &'static str) -> Result<Vec<i64>, DecodeError> {
-        let n = self.array_len(field, 8)?;
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            out.push(self.i64(field)?);
-        }
-        Ok(out)
-    }
-
     /// Fails if anything is left: every message is decoded whole.
     pub fn finish(self) -> Result<(), DecodeError> {
         if self.buf.has_remaining() {
@@ -146,8 +136,6 @@ pub trait WriteExt {
     fn put_bool(&mut self, b: bool);
     /// An array of i32.
     fn put_i32_array(&mut self, v: &[i32]);
-    /// An i32 count, then the i64 values.
-    fn put_i64_array(&mut self, v: &[i64]);
 }
 
 impl WriteExt for BytesMut {
@@ -181,13 +169,6 @@ impl WriteExt for BytesMut {
         self.put_i32(v.len() as i32);
         for x in v {
             self.put_i32(*x);
-        }
-    }
-
-    fn put_i64_array(&mut self, v: &[i64]) {
-        self.put_i32(v.len() as i32);
-        for x in v {
-            self.put_i64(*x);
         }
     }
 }

@@ -155,9 +155,7 @@ impl Sim {
                 Some(_) => r.alter_call = None,
                 None => {}
             }
-            let Some(IsrProposal { leader_epoch, partition_epoch, isr, incarnations }) =
-                r.part.propose_isr(now, REPLICA_LAG_TICKS)
-            else {
+            let Some((leader_epoch, partition_epoch, isr)) = r.part.propose_isr(now, REPLICA_LAG_TICKS) else {
                 continue;
             };
             let call = self.next_call();
@@ -165,7 +163,7 @@ impl Sim {
             self.trace(|| {
                 format!(
                     "broker {id}: asks for ISR {isr:?} of partition {partition} at leader epoch {leader_epoch}, \
-                     partition epoch {partition_epoch}, incarnations {incarnations:?}"
+                     partition epoch {partition_epoch}"
                 )
             });
             let req = AlterPartitionRequest {
@@ -175,7 +173,6 @@ impl Sim {
                 leader_epoch,
                 partition_epoch,
                 isr,
-                incarnations,
             };
             self.send(id as usize, COORD, Msg::AlterIsr { call, req });
         }

@@ -43,7 +43,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use broker::partition::{AppendError, Appended, IsrProposal, Offer, Partition, ReplicateError};
+use broker::partition::{AppendError, Appended, Offer, Partition, ReplicateError};
 use broker::replication::Sent;
 use broker::storage::{MemStorage, StoredFile};
 use bytes::Bytes;
@@ -291,8 +291,6 @@ enum Msg {
     ReplicateResp {
         partition: i32,
         follower: i32,
-        /// The follower's process incarnation when it answered.
-        incarnation: i64,
         leader_epoch: i32,
         from_offset: i64,
         sent: Sent,
@@ -907,7 +905,6 @@ impl Sim {
                 let decision = match resp.status.code {
                     _ if entry.is_some() => "ISR changed",
                     protocol::ErrorCode::InvalidUpdateVersion => "ISR change refused: stale partition epoch",
-                    protocol::ErrorCode::IneligibleReplica => "ISR change refused: member restarted since its answers",
                     _ => "ISR change refused: other",
                 };
                 *self.out.decisions.entry(decision).or_default() += 1;
@@ -950,7 +947,6 @@ impl Sim {
                     let resp = Msg::ReplicateResp {
                         partition,
                         follower: id,
-                        incarnation: self.incarnations.get(&to).copied().unwrap_or(0) as i64,
                         leader_epoch: req.leader_epoch,
                         from_offset: req.from_offset,
                         sent,
@@ -968,11 +964,11 @@ impl Sim {
                     }
                 }
             }
-            Msg::ReplicateResp { partition, follower, incarnation, leader_epoch, from_offset, sent, result } => {
+            Msg::ReplicateResp { partition, follower, leader_epoch, from_offset, sent, result } => {
                 let id = to as i32;
                 let part = &self.rep(id, partition).part;
                 match result {
-                    Ok(leo) => part.on_replica_ack(follower, incarnation, leader_epoch, leo, sent),
+                    Ok(leo) => part.on_replica_ack(follower, leader_epoch, leo, sent),
                     Err((hint, diverging)) => {
                         part.on_replica_mismatch(follower, leader_epoch, from_offset, hint, diverging)
                     }

@@ -288,6 +288,24 @@ impl Inner {
         Ok(())
     }
 
+    /// Make room in `chunk` for a batch of `bytes`: write what it holds if the batch would take
+    /// the active segment past its size, then, with the chunk empty, roll the log if need be.
+    /// `answers`: the group's, which a failed write answers (see [`Inner::write_chunk`]).
+    fn make_room(
+        &mut self,
+        chunk: &mut Chunk,
+        bytes: u64,
+        answers: &mut [Result<Appended, AppendError>],
+    ) -> Result<(), LogError> {
+        if !chunk.batches.is_empty() && self.log.should_roll_after(chunk.bytes, bytes) {
+            self.write_chunk(chunk, answers)?;
+        }
+        if chunk.batches.is_empty() {
+            self.roll_for(bytes)?;
+        }
+        Ok(())
+    }
+
     /// Admit a batch to `chunk` (the one way a batch enters the log: staged, then written by
     /// [`Inner::write_chunk`]): record it in the producer state and transaction index now (so
     /// that a later batch of the same producer is checked against it), remembering what they
@@ -514,20 +532,10 @@ impl Partition {
                 }
                 Ok(Admit::Append) => {}
             }
-            let bytes = offer.batch.len() as u64;
-            if !chunk.batches.is_empty() && g.log.should_roll_after(chunk.bytes, bytes) {
-                if let Err(e) = g.write_chunk(&mut chunk, &mut answers) {
-                    failed = Some(e.clone());
-                    answers.push(Err(AppendError::Storage(e)));
-                    continue;
-                }
-            }
-            if chunk.batches.is_empty() {
-                if let Err(e) = g.roll_for(bytes) {
-                    failed = Some(e.clone());
-                    answers.push(Err(AppendError::Storage(e)));
-                    continue;
-                }
+            if let Err(e) = g.make_room(&mut chunk, offer.batch.len() as u64, &mut answers) {
+                failed = Some(e.clone());
+                answers.push(Err(AppendError::Storage(e)));
+                continue;
             }
             let base_offset = chunk.next_offset(&g.log);
             let mut prefix = [0u8; 16];
@@ -722,13 +730,7 @@ impl Partition {
                 self.cut_divergent(g, h.base_offset)?;
             }
             g.producers.check_replicated(&h)?;
-            let size = bytes.len() as u64;
-            if !chunk.batches.is_empty() && g.log.should_roll_after(chunk.bytes, size) {
-                g.write_chunk(chunk, &mut [])?;
-            }
-            if chunk.batches.is_empty() {
-                g.roll_for(size)?;
-            }
+            g.make_room(chunk, bytes.len() as u64, &mut [])?;
             let mut prefix = [0u8; 16];
             prefix.copy_from_slice(&bytes[..16]);
             g.stage(chunk, None, prefix, bytes, h);

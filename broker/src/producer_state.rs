@@ -91,13 +91,6 @@ pub struct SavedProducer {
     entry: Option<ProducerEntry>,
 }
 
-impl SavedProducer {
-    /// Whose entry it is.
-    pub fn producer_id(&self) -> i64 {
-        self.producer_id
-    }
-}
-
 /// The producer table of one partition.
 #[derive(Debug, Clone)]
 pub struct ProducerStates {

@@ -380,17 +380,7 @@ impl<'a> InFlight<'a> {
     /// group handler, each run of them that the membership gate lets through is started
     /// together. Returns whether the connection must close after them.
     fn push_all(&mut self, items: Vec<(i32, Result<Request, Status>)>) -> bool {
-        let Some(group) = self.group.clone().filter(|_| items.len() > 1) else {
-            let mut close = false;
-            for (correlation_id, req) in items {
-                if close {
-                    self.start(correlation_id, Err(not_handled()));
-                } else {
-                    close = self.push(correlation_id, req);
-                }
-            }
-            return close;
-        };
+        let group = self.group.clone().filter(|_| items.len() > 1);
         let mut close = false;
         let mut items = items.into_iter().peekable();
         while let Some((correlation_id, req)) = items.next() {
@@ -399,10 +389,11 @@ impl<'a> InFlight<'a> {
                 continue;
             }
             let passes = |peer: &Peer, r: &Result<Request, Status>| matches!(r, Ok(r) if !gated(self.limits, peer, r));
-            if self.serials > 0 || !self.deferred.is_empty() || !passes(&self.peer, &req) {
+            let startable = self.serials == 0 && self.deferred.is_empty() && passes(&self.peer, &req);
+            let Some(group) = group.as_ref().filter(|_| startable) else {
                 close = self.push(correlation_id, req);
                 continue;
-            }
+            };
             let (mut run, mut ids) = (VecDeque::new(), vec![correlation_id]);
             run.extend(req.ok());
             while let Some((id, r)) = items.next_if(|(_, r)| passes(&self.peer, r)) {

@@ -144,9 +144,9 @@ struct Figures {
     p999_us: u64,
     max_us: u64,
     /// The machine's CPU busy over the run, of all its cores, kernel threads (softirq, writeback)
-    /// included (and anything else running on the machine): near 100 a run is bound by CPU,
-    /// well below it by waiting. `None` where
-    /// `/proc/stat` cannot be read or the run was shorter than its tick.
+    /// and anything else running on the machine included: near 100 a run is bound by CPU, well
+    /// below it by waiting. `None` where `/proc/stat` cannot be read or the run was shorter
+    /// than its tick.
     cpu_busy_pct: Option<f64>,
     /// The machine's CPU time per record acknowledged, in ns: all cores x `cpu_busy_pct` /
     /// records per second. When a run is bound by CPU, throughput is the inverse of this.

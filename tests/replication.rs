@@ -61,6 +61,11 @@ async fn acks_all_replicates_to_every_isr_member_and_replicas_are_identical() {
     .await;
     assert_eq!(d.partitions[0].isr.len(), 3);
     let leader = d.partitions[0].leader_id;
+    let stats = &c.switches[(leader - 1) as usize].stats;
+    assert!(
+        stats.replicate_requests_from_memory.load(Ordering::Relaxed) > 0,
+        "a leader in step with its followers sends what it just appended from memory"
+    );
     let reference = committed_bytes(&c, leader, 30);
     assert!(!reference.is_empty());
     for b in 1..=3 {
@@ -271,6 +276,41 @@ async fn pipelined_acks_all_batches_are_appended_while_earlier_ones_wait_for_the
     })
     .await;
     assert_eq!(values(&c).await, ["v0", "v1", "v2", "v3"]);
+    c.shutdown().await;
+}
+
+/// A follower further behind than the batches its leader keeps in memory
+/// (`replication_cache_bytes_max`, 1 MiB) is served from the leader's log file, and ends with
+/// the leader's bytes all the same.
+#[tokio::test]
+async fn a_follower_behind_the_kept_batches_catches_up_from_the_file() {
+    let opts = LocalOptions { brokers: 2, broker_lease_ms: 60_000, replica_lag_ms: 60_000, ..Default::default() };
+    assert!(opts.replication_inflight_max <= 4, "the sums below assume at most 4 requests in flight");
+    let (c, p, leader, follower) = two_replicas_in_sync(opts, "behind").await;
+    let stats = &c.switches[(leader - 1) as usize].stats;
+    c.switches[(follower - 1) as usize].freeze();
+    // 20 batches of 300 KiB with acks=1. At most 12 of them go out while the follower is frozen
+    // (4 requests in flight of at most 1 MiB each); the rest stay unsent until it answers, and
+    // by then the leader keeps only the newest megabyte of them.
+    let conn = Connection::connect(&c.broker_addrs[(leader - 1) as usize]).await.unwrap();
+    for seq in 1..=20 {
+        let value = format!("{seq:02}").repeat(150 * 1024);
+        let r = produced(conn.call(produce_at(&p, seq, &value, ACKS_LEADER)).await);
+        assert!(r.status.is_ok(), "{}", r.status);
+    }
+    let from_file = stats.replicate_requests_from_file.load(Ordering::Relaxed);
+    c.switches[(follower - 1) as usize].thaw();
+    until(&c, "both replicas at 21", |d| {
+        let p = &d.partitions[0];
+        p.progress.len() == 2 && p.progress.iter().all(|g| g.log_end_offset == 21 && g.high_watermark == 21)
+    })
+    .await;
+    assert!(
+        stats.replicate_requests_from_file.load(Ordering::Relaxed) > from_file,
+        "the batches no longer kept were read from the file"
+    );
+    assert!(stats.replicate_requests_from_memory.load(Ordering::Relaxed) > 0);
+    assert_eq!(committed_bytes(&c, follower, 21), committed_bytes(&c, leader, 21));
     c.shutdown().await;
 }
 

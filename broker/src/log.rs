@@ -28,11 +28,13 @@
 //! watermark and the newest producer-state snapshot). Which segments go is decided by
 //! [`retention_cut`], a plain function of sizes, timestamps and `now`.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes};
 use protocol::batch::{crc32c, marker_kind, verify_crc, BatchHeader, BatchIter, MarkerKind};
+use protocol::Records;
 use thiserror::Error;
 
 use crate::storage::{OsStorage, Storage, StoredFile};
@@ -91,10 +93,18 @@ pub struct LogConfig {
     /// to `segment_bytes`), so that appends skip the file system's per-page block allocation;
     /// 0 turns it off. The file's length is not changed.
     pub preallocate_bytes: u64,
+    /// While the log keeps its tail ([`PartitionLog::keep_tail`]: a leader with followers),
+    /// at most this many bytes of the batches appended last stay in memory, so that Replicate
+    /// requests are sent from them instead of read back from the file; 0 turns it off.
+    pub replication_cache_bytes_max: usize,
 }
 
 /// Default of [`LogConfig::preallocate_bytes`]: 4 MiB.
 pub const PREALLOCATE_BYTES_DEFAULT: u64 = 4 * 1024 * 1024;
+
+/// Default of [`LogConfig::replication_cache_bytes_max`]: 1 MiB, a full Replicate request at the
+/// broker's default `replication_bytes_max`.
+pub const REPLICATION_CACHE_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -104,6 +114,7 @@ impl Default for LogConfig {
             retention_ms: None,
             sync_on_roll: true,
             preallocate_bytes: PREALLOCATE_BYTES_DEFAULT,
+            replication_cache_bytes_max: REPLICATION_CACHE_BYTES_MAX_DEFAULT,
         }
     }
 }
@@ -215,6 +226,95 @@ pub struct PartitionLog {
     /// segment retention deleted, or given by the leader a follower started over from).
     epoch_before_start: Option<i32>,
     failed: Option<String>,
+    tail: Tail,
+}
+
+/// The batches appended last, in memory as they went to the file: each batch's rewritten
+/// first 16 bytes and the rest as the producer sent it (which keeps the buffer the request
+/// was read into alive). Whole batches, consecutive, ending at the log's end; oldest dropped
+/// first past `bytes_max` (counting each batch's bookkeeping too). A pure cache: every change
+/// to the log other than an append drops what it no longer matches, and a read it cannot
+/// serve goes to the file.
+#[derive(Debug, Default)]
+struct Tail {
+    batches: VecDeque<TailBatch>,
+    bytes: usize,
+    /// 0: keep nothing.
+    bytes_max: usize,
+}
+
+#[derive(Debug)]
+struct TailBatch {
+    base_offset: i64,
+    last_offset: i64,
+    prefix: Bytes,
+    rest: Bytes,
+}
+
+impl TailBatch {
+    fn cost(&self) -> usize {
+        self.prefix.len() + self.rest.len() + std::mem::size_of::<TailBatch>()
+    }
+}
+
+impl Tail {
+    fn clear(&mut self) {
+        self.batches.clear();
+        self.bytes = 0;
+    }
+
+    fn push(&mut self, batch: TailBatch) {
+        if self.bytes_max == 0 {
+            return;
+        }
+        if self.batches.back().is_some_and(|b| b.last_offset + 1 != batch.base_offset) {
+            self.clear(); // not consecutive: cannot happen while every cut calls `cut_back`
+        }
+        self.bytes += batch.cost();
+        self.batches.push_back(batch);
+        while self.bytes > self.bytes_max {
+            self.pop_front();
+        }
+    }
+
+    fn pop_front(&mut self) {
+        if let Some(b) = self.batches.pop_front() {
+            self.bytes -= b.cost();
+        }
+    }
+
+    /// Drop every batch that does not end below `end`.
+    fn cut_back(&mut self, end: i64) {
+        while let Some(b) = self.batches.back().filter(|b| b.last_offset >= end) {
+            self.bytes -= b.cost();
+            self.batches.pop_back();
+        }
+    }
+
+    /// Drop every batch that ends below `offset`.
+    fn release_below(&mut self, offset: i64) {
+        while self.batches.front().is_some_and(|b| b.last_offset < offset) {
+            self.pop_front();
+        }
+    }
+
+    /// As [`PartitionLog::locate`]: the batch holding `offset`, then the ones after it while
+    /// they end below `limit` and all fit in `max_bytes`; `None` if the tail does not hold it.
+    fn read(&self, offset: i64, max_bytes: usize, limit: i64) -> Option<(Records, i64)> {
+        let first = self.batches.partition_point(|b| b.last_offset < offset);
+        let b = self.batches.get(first).filter(|b| b.base_offset <= offset && b.last_offset < limit)?;
+        let mut pieces = vec![b.prefix.clone(), b.rest.clone()];
+        let (mut bytes, mut end) = (b.prefix.len() + b.rest.len(), b.last_offset + 1);
+        for b in self.batches.range(first + 1..) {
+            let len = b.prefix.len() + b.rest.len();
+            if b.last_offset >= limit || bytes + len > max_bytes {
+                break;
+            }
+            pieces.extend([b.prefix.clone(), b.rest.clone()]);
+            (bytes, end) = (bytes + len, b.last_offset + 1);
+        }
+        Some((Records::from_pieces(pieces), end))
+    }
 }
 
 /// A log opened after recovery.
@@ -371,6 +471,7 @@ impl PartitionLog {
             epochs: Vec::new(),
             epoch_before_start: None,
             failed: None,
+            tail: Tail::default(),
         };
         log.rebuild_epochs();
         Ok(Recovered { log, truncated_bytes, scanned_bytes })
@@ -503,14 +604,14 @@ impl PartitionLog {
     /// length and leader epoch as rewritten by the caller), `rest` the bytes after them as
     /// received, so the batch is never copied. On a failed write the file is cut back to where
     /// it was.
-    pub fn append(&mut self, prefix: &[u8; 16], rest: &[u8], header: &BatchHeader) -> Result<(), LogError> {
+    pub fn append(&mut self, prefix: &[u8; 16], rest: Bytes, header: &BatchHeader) -> Result<(), LogError> {
         self.append_many(&[(prefix, rest, header)])
     }
 
     /// Append consecutive batches to the active segment in one vectored write, each as
     /// [`PartitionLog::append`] takes it. All or none: on a failed write the file is cut back
     /// to where it was and none of them is in the log.
-    pub fn append_many(&mut self, batches: &[(&[u8; 16], &[u8], &BatchHeader)]) -> Result<(), LogError> {
+    pub fn append_many(&mut self, batches: &[(&[u8; 16], Bytes, &BatchHeader)]) -> Result<(), LogError> {
         if let Some(e) = self.failed_error() {
             return Err(e);
         }
@@ -537,7 +638,7 @@ impl PartitionLog {
                 }
             }
         }
-        let pieces: Vec<&[u8]> = batches.iter().flat_map(|(prefix, rest, _)| [&prefix[..], rest]).collect();
+        let pieces: Vec<&[u8]> = batches.iter().flat_map(|(prefix, rest, _)| [&prefix[..], &rest[..]]).collect();
         if let Err(e) = seg.file.append(&pieces) {
             let detail = e.to_string();
             let path = seg.path.display().to_string();
@@ -560,8 +661,38 @@ impl PartitionLog {
             if self.epochs.last().is_none_or(|(e, _)| *e != header.partition_leader_epoch) {
                 self.epochs.push((header.partition_leader_epoch, header.base_offset));
             }
+            if self.tail.bytes_max > 0 {
+                self.tail.push(TailBatch {
+                    base_offset: header.base_offset,
+                    last_offset: header.last_offset(),
+                    prefix: Bytes::copy_from_slice(&prefix[..]),
+                    rest: rest.clone(),
+                });
+            }
         }
         Ok(())
+    }
+
+    /// Keep the batches appended from now on in memory, up to
+    /// [`LogConfig::replication_cache_bytes_max`], for [`PartitionLog::read_tail`] (a leader with
+    /// followers); or (`false`) keep none.
+    pub fn keep_tail(&mut self, keep: bool) {
+        self.tail.bytes_max = if keep { self.config.replication_cache_bytes_max } else { 0 };
+        if !keep {
+            self.tail.clear();
+        }
+    }
+
+    /// The batches from `offset` as [`PartitionLog::locate`] would find them, from memory,
+    /// if the kept tail holds the batch with `offset` in it; returns them and the offset after
+    /// the last.
+    pub fn read_tail(&self, offset: i64, max_bytes: usize, limit: i64) -> Option<(Records, i64)> {
+        self.tail.read(offset, max_bytes, limit)
+    }
+
+    /// Stop keeping the batches that end below `offset` (every follower has them).
+    pub fn release_tail_below(&mut self, offset: i64) {
+        self.tail.release_below(offset);
     }
 
     fn rebuild_epochs(&mut self) {
@@ -662,9 +793,11 @@ impl PartitionLog {
         match result {
             Ok(end) => {
                 self.epochs.retain(|(_, start)| *start < end);
+                self.tail.cut_back(end);
                 Ok(end)
             }
             Err(e) => {
+                self.tail.clear();
                 self.fail(format!("truncation to offset {offset} failed midway: {e}"));
                 Err(e)
             }
@@ -674,6 +807,7 @@ impl PartitionLog {
     /// Delete everything and start an empty log at `offset` (a follower whose leader no
     /// longer holds the offsets this log would need next).
     pub fn reset_to(&mut self, offset: i64, epoch_before: Option<i32>) -> Result<(), LogError> {
+        self.tail.clear();
         let path = self.dir.join(offset_file_name(offset, SEGMENT_SUFFIX));
         let storage = self.storage.clone();
         let st = storage.as_ref();
@@ -736,6 +870,7 @@ impl PartitionLog {
             self.epoch_before_start = self.segments[deleted - 1].index.last().map(|e| e.leader_epoch);
             self.segments.drain(..deleted);
             self.rebuild_epochs();
+            self.tail.release_below(self.start_offset());
             tracing::info!(path = %self.dir.display(), segments = deleted, start_offset = self.start_offset(), "retention deleted segments");
         }
         result.map(|()| deleted)
@@ -1020,7 +1155,7 @@ mod tests {
         if log.should_roll(b.len() as u64) {
             log.roll().unwrap();
         }
-        log.append(&prefix, &b[16..], &h).unwrap();
+        log.append(&prefix, b.slice(16..), &h).unwrap();
         h.base_offset
     }
 
@@ -1367,5 +1502,106 @@ mod tests {
         let len = f.len().unwrap();
         f.set_len(len - 3).unwrap();
         assert!(matches!(PartitionLog::open_in(disk, dir, config(200)), Err(LogError::Corrupt { .. })));
+    }
+
+    /// The kept tail serves exactly the batches the log holds, by the rule `locate` follows,
+    /// through appends, rolls, cuts, releases and retention; and it stays within its budget.
+    #[test]
+    fn kept_tail_serves_what_the_log_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig {
+            segment_bytes: 700,
+            retention_bytes: Some(1400),
+            replication_cache_bytes_max: 1500,
+            ..LogConfig::default()
+        };
+        let mut log = PartitionLog::open(dir.path(), cfg).unwrap().log;
+        log.keep_tail(true);
+        // What the log holds, batch by batch: (base offset, last offset, bytes as stored).
+        let mut model: Vec<(i64, i64, Vec<u8>)> = Vec::new();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let (mut served, mut missed, mut cuts) = (0, 0, 0);
+        for step in 0..600 {
+            match next(12) {
+                0 => {
+                    let (start, end) = (log.start_offset(), log.end_offset());
+                    let end = log.truncate(start + next((end - start + 1) as u64) as i64).unwrap();
+                    model.retain(|(_, last, _)| *last < end);
+                    cuts += 1;
+                }
+                1 => log.release_tail_below(next(log.end_offset() as u64 + 1) as i64),
+                2 => {
+                    log.enforce_retention(0, log.end_offset()).unwrap();
+                    model.retain(|(_, last, _)| *last >= log.start_offset());
+                }
+                _ => {
+                    let values: Vec<Bytes> =
+                        (0..1 + next(4)).map(|i| Bytes::from(format!("step {step} record {i}"))).collect();
+                    let b = build_batch(
+                        ProducerStamp { producer_id: 1, producer_epoch: 0, base_sequence: step },
+                        false,
+                        0,
+                        &values,
+                    );
+                    let mut h = BatchHeader::parse(&b).unwrap();
+                    h.base_offset = log.end_offset();
+                    h.partition_leader_epoch = cuts;
+                    let mut prefix = [0u8; 16];
+                    prefix.copy_from_slice(&b[..16]);
+                    set_base_offset(&mut prefix, h.base_offset);
+                    set_partition_leader_epoch(&mut prefix, cuts);
+                    if log.should_roll(b.len() as u64) {
+                        log.roll().unwrap();
+                    }
+                    log.append(&prefix, b.slice(16..), &h).unwrap();
+                    model.push((h.base_offset, h.last_offset(), [&prefix[..], &b[16..]].concat()));
+                }
+            }
+            assert!(log.tail.bytes <= 1500, "over budget: {}", log.tail.bytes);
+            let end = log.end_offset();
+            for offset in log.start_offset()..end {
+                for (max_bytes, limit) in
+                    [(0, i64::MAX), (200, i64::MAX), (usize::MAX, i64::MAX), (usize::MAX, end - 1)]
+                {
+                    let Some((records, after)) = log.read_tail(offset, max_bytes, limit) else {
+                        missed += 1;
+                        continue;
+                    };
+                    // By `locate`'s rule: the batch holding `offset`, then whole batches while
+                    // they end below `limit` and fit in `max_bytes`.
+                    let first = model.iter().position(|(base, last, _)| *base <= offset && offset <= *last).unwrap();
+                    let mut want = model[first].2.clone();
+                    let mut want_after = model[first].1 + 1;
+                    for (_, last, bytes) in &model[first + 1..] {
+                        if *last >= limit || want.len() + bytes.len() > max_bytes {
+                            break;
+                        }
+                        want.extend_from_slice(bytes);
+                        want_after = last + 1;
+                    }
+                    assert!(model[first].1 < limit);
+                    let got = records.contiguous();
+                    assert!(
+                        (&got[..], after) == (&want[..], want_after),
+                        "offset {offset}: the tail gave {} bytes up to {after}, the log holds {} up to {want_after}",
+                        got.len(),
+                        want.len()
+                    );
+                    // And the file agrees (its range stops at a segment's end).
+                    let file = log.locate(offset, max_bytes, limit).unwrap().read().unwrap();
+                    assert!(records.contiguous().starts_with(&file), "offset {offset}");
+                    served += 1;
+                }
+            }
+        }
+        assert!(served > 1000 && missed > 1000 && cuts > 20, "served {served}, missed {missed}, cuts {cuts}");
+        log.keep_tail(false);
+        assert!(log.read_tail(log.end_offset() - 1, usize::MAX, i64::MAX).is_none());
     }
 }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use protocol::batch::{
     marker_kind, set_base_offset, set_partition_leader_epoch, verify_crc, BatchHeader, BatchIter, MarkerKind,
 };
-use protocol::{AbortedTxn, AlterPartitionResponse, ReplicateRequest, READ_COMMITTED};
+use protocol::{AbortedTxn, AlterPartitionResponse, Records, ReplicateRequest, READ_COMMITTED};
 use tokio::sync::watch;
 
 use crate::leader::{LeaderEpochError, Leadership};
@@ -206,7 +206,9 @@ pub struct ReplicationWork {
     /// The leader's log start offset.
     pub log_start_offset: i64,
     /// Batches from `from_offset` (possibly empty).
-    pub records: Bytes,
+    pub records: Records,
+    /// Whether `records` came from the batches the log keeps in memory rather than its file.
+    pub from_memory: bool,
     /// The offset after the last batch in `records` (`from_offset` if none).
     pub end_offset: i64,
     /// The leader's log end when the work was taken, and when: hand it back with the answer.
@@ -336,8 +338,8 @@ impl Inner {
         if batches.is_empty() {
             return Ok(());
         }
-        let pieces: Vec<(&[u8; 16], &[u8], &BatchHeader)> =
-            batches.iter().map(|b| (&b.prefix, &b.batch[16..], &b.header)).collect();
+        let pieces: Vec<(&[u8; 16], Bytes, &BatchHeader)> =
+            batches.iter().map(|b| (&b.prefix, b.batch.slice(16..), &b.header)).collect();
         let written = self.log.append_many(&pieces);
         if let Err(e) = &written {
             for (producer, txn) in saved.into_iter().rev() {
@@ -633,6 +635,9 @@ impl Partition {
             ref records,
             ..
         } = *req;
+        // One piece as decoded from a frame; joined here only when a leader in this process
+        // handed its pieces over directly (the simulator, tests).
+        let records = &records.contiguous();
         let mut g = self.lock();
         g.leadership.check_replication(leader_epoch, leader_id, epoch_checks)?;
         if from_offset < 0 {
@@ -849,7 +854,7 @@ impl Partition {
         (from, max_bytes): (Option<i64>, usize),
         now_ms: u64,
     ) -> Result<Option<ReplicationWork>, FetchError> {
-        let (from_offset, prev_epoch, high_watermark, leader_leo, range, log_start_offset) = {
+        let (from_offset, prev_epoch, high_watermark, leader_leo, found, log_start_offset) = {
             let g = self.lock();
             if !g.leadership.is_leader || g.leadership.leader_epoch != leader_epoch {
                 return Ok(None);
@@ -858,17 +863,29 @@ impl Partition {
             // A follower behind this log's start starts over there (see `apply_replicated`).
             let from = from.unwrap_or(f.next_offset).min(g.log.end_offset()).max(g.log.start_offset());
             let prev_epoch = if from == 0 { -1 } else { g.log.epoch_at(from - 1).unwrap_or(-1) };
-            let range = g.log.locate(from, max_bytes, i64::MAX);
-            (from, prev_epoch, g.high_watermark, g.log.end_offset(), range, g.log.start_offset())
+            // From memory if the log still keeps these batches; else a range of the file, read
+            // outside the lock.
+            let found = match g.log.read_tail(from, max_bytes, i64::MAX) {
+                Some(kept) => Ok(kept),
+                None => Err(g.log.locate(from, max_bytes, i64::MAX)),
+            };
+            (from, prev_epoch, g.high_watermark, g.log.end_offset(), found, g.log.start_offset())
         };
-        let end_offset = range.as_ref().map_or(from_offset, |r| r.end_offset);
-        let records = read_range(range)?;
+        let from_memory = found.is_ok();
+        let (records, end_offset) = match found {
+            Ok(kept) => kept,
+            Err(range) => {
+                let end_offset = range.as_ref().map_or(from_offset, |r| r.end_offset);
+                (read_range(range)?.into(), end_offset)
+            }
+        };
         Ok(Some(ReplicationWork {
             from_offset,
             prev_epoch,
             high_watermark,
             log_start_offset,
             records,
+            from_memory,
             end_offset,
             sent: Sent { leader_leo, at_ms: now_ms },
         }))
@@ -883,6 +900,9 @@ impl Partition {
         }
         let leader_end = g.leader_end();
         let moved = g.replica_set.as_mut().is_some_and(|rs| rs.on_ack(follower, log_end_offset, leader_end, sent));
+        if let Some(slowest) = g.replica_set.as_ref().and_then(ReplicaSet::slowest_next_offset) {
+            g.log.release_tail_below(slowest);
+        }
         if moved {
             g.high_watermark = g.replica_set.as_ref().map_or(g.high_watermark, |rs| rs.high_watermark());
             drop(g);
@@ -1006,12 +1026,15 @@ impl Partition {
             g.high_watermark = rs.high_watermark();
             let followers = rs.follower_ids();
             g.replica_set = Some(rs);
+            // Kept from now on (what came before is read from the file once).
+            g.log.keep_tail(!followers.is_empty());
             // Verifications made under an earlier leadership stay valid: a verification says
             // the coordinator registered this partition under that producer epoch, which does
             // not depend on who leads.
             RoleChange::BecameLeader { leader_epoch, followers }
         } else {
             g.replica_set = None;
+            g.log.keep_tail(false);
             RoleChange::BecameFollower { leader_epoch }
         };
         drop(g);
@@ -1140,7 +1163,7 @@ mod tests {
             prev_epoch: prev,
             high_watermark: 0,
             log_start_offset: 0,
-            records,
+            records: records.into(),
         };
         p.apply_replicated_at(&req, true)
     }
@@ -1192,7 +1215,7 @@ mod tests {
                 prev_epoch: -1,
                 high_watermark: 0,
                 log_start_offset: 0,
-                records: Bytes::from(log.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()),
+                records: Bytes::from(log.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()).into(),
             };
             p.apply_replicated(&req, true).unwrap()
         };
@@ -1211,7 +1234,7 @@ mod tests {
             let w = leader.replication_work(2, 2, (None, usize::MAX), 0).unwrap().unwrap();
             lowest_from = lowest_from.min(w.from_offset);
             let batches: Vec<Bytes> =
-                protocol::batch::BatchIter::new(w.records.clone()).map(|i| i.unwrap().1).collect();
+                protocol::batch::BatchIter::new(w.records.contiguous()).map(|i| i.unwrap().1).collect();
             match replicate(&follower, 2, w.from_offset, w.prev_epoch, &batches) {
                 Ok(leo) => {
                     leader.on_replica_ack(2, 2, leo, w.sent);
@@ -1286,7 +1309,7 @@ mod tests {
                 prev_epoch: -1,
                 high_watermark: 0,
                 log_start_offset: 0,
-                records: stored(0, 2, "e2"),
+                records: stored(0, 2, "e2").into(),
             };
             assert_eq!(follower.apply_replicated(&req, true).unwrap(), 1);
         }
@@ -1350,7 +1373,7 @@ mod tests {
             prev_epoch: if from == 0 { -1 } else { 1 },
             high_watermark: 0,
             log_start_offset: 0,
-            records: Bytes::from(batches.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()),
+            records: Bytes::from(batches.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()).into(),
         }
     }
 
@@ -1504,6 +1527,61 @@ mod tests {
         assert_eq!(p.producer_epoch(1), Some(1));
     }
 
+    /// A leader with followers sends what it appended from memory while it keeps it, and
+    /// reads its file for a follower further behind; both are the log's bytes. A follower
+    /// keeps nothing.
+    #[test]
+    fn a_leader_replicates_from_the_batches_it_keeps_and_else_from_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig { replication_cache_bytes_max: 800, ..LogConfig::default() };
+        let leader = Partition::open_with(Arc::new(OsStorage), dir.path(), config, "t", 0, 1, true).unwrap();
+        leader.learn(1, 1, 0, &[1, 2], &[1, 2], 0);
+        let append = |n: i64| {
+            let b = producer_batch(0, -1, -1, -1, false, None);
+            let h = BatchHeader::parse(&b).unwrap();
+            for _ in 0..n {
+                leader.append(&b, &h, 1).unwrap();
+            }
+        };
+        let work_at =
+            |epoch: i32, from: Option<i64>| leader.replication_work(2, epoch, (from, 250), 0).unwrap().unwrap();
+        let work = |from: Option<i64>| work_at(1, from);
+        let file_from = |from: i64| {
+            let g = leader.lock();
+            read_range(g.log.locate(from, 250, i64::MAX)).unwrap()
+        };
+        append(2);
+        let w = work(None);
+        assert!(w.from_memory, "just appended: kept");
+        assert_eq!((w.from_offset, w.end_offset), (0, 2));
+        assert_eq!(w.records.contiguous(), file_from(0));
+        assert_eq!(w.records.pieces().len(), 4, "each batch's rewritten prefix and the rest as sent, not joined");
+        // Far more than the budget, unacknowledged: the oldest batches are no longer kept.
+        append(20);
+        let w = work(None);
+        assert!(!w.from_memory, "offset 0 is no longer kept: read from the file");
+        assert_eq!(w.records.contiguous(), file_from(0));
+        let w = work(Some(21));
+        assert!(w.from_memory, "the newest batch is still kept");
+        assert_eq!(w.records.contiguous(), file_from(21));
+        // Acknowledged batches are let go: the follower has them.
+        leader.on_replica_ack(2, 1, 22, w.sent);
+        assert!(!work(Some(21)).from_memory, "released once the follower holds it");
+        append(1);
+        assert!(work(None).from_memory, "kept again from the follower's next offset");
+        // A follower does not keep its log's tail, and a leader with no followers neither.
+        leader.learn(2, 2, 0, &[1, 2], &[1, 2], 0);
+        leader.learn(1, 3, 0, &[1, 2], &[1, 2], 0);
+        assert!(!work_at(3, Some(22)).from_memory, "what it kept before it followed was dropped");
+        let alone =
+            Partition::open_with(Arc::new(OsStorage), tempfile::tempdir().unwrap().path(), config, "t", 0, 1, true)
+                .unwrap();
+        alone.learn(1, 1, 0, &[1], &[1], 0);
+        let b = producer_batch(0, -1, -1, -1, false, None);
+        alone.append(&b, &BatchHeader::parse(&b).unwrap(), 1).unwrap();
+        assert_eq!(alone.lock().log.read_tail(0, usize::MAX, i64::MAX), None);
+    }
+
     #[test]
     fn with_sync_before_commit_the_leader_commits_only_what_it_synced() {
         let dir = tempfile::tempdir().unwrap();
@@ -1574,7 +1652,7 @@ mod tests {
             prev_epoch: prev,
             high_watermark: 12,
             log_start_offset: 10,
-            records: Bytes::from(batches.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()),
+            records: Bytes::from(batches.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()).into(),
         };
         assert_eq!(follower.apply_replicated(&req(10, -1, &kept), true).unwrap(), 12);
         assert_eq!(follower.log_shape().0, 10);

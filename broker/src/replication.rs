@@ -106,6 +106,12 @@ impl ReplicaSet {
         self.followers.keys().copied().collect()
     }
 
+    /// The lowest offset any follower is to be sent next (`None`: no followers). Nothing below
+    /// it is wanted unless an answer moves a follower back.
+    pub fn slowest_next_offset(&self) -> Option<i64> {
+        self.followers.values().map(|f| f.next_offset).min()
+    }
+
     fn recompute(&mut self, leader_leo: i64) -> bool {
         let mut hw = leader_leo;
         for id in self.isr.iter().chain(self.proposed.iter().flatten()) {

@@ -155,6 +155,11 @@ pub const FETCH_BYTES_MAX: usize = 8 * 1024 * 1024;
 pub struct BrokerStats {
     /// Replicate requests this broker sent as a leader.
     pub replicate_requests_sent: AtomicU64,
+    /// Of those, the ones with batches that were sent from the batches the leader keeps in
+    /// memory (`replication_cache_bytes_max`) rather than read back from its log file.
+    pub replicate_requests_from_memory: AtomicU64,
+    /// Of those, the ones with batches read back from the log file.
+    pub replicate_requests_from_file: AtomicU64,
     /// Replicate answers this broker received as a leader saying the follower's log does not
     /// match where the request started (OFFSET_OUT_OF_RANGE).
     pub replicate_answers_diverged: AtomicU64,
@@ -695,6 +700,11 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
                 break;
             }
             let (from, sent, hw, end) = (work.from_offset, work.sent, work.high_watermark, work.end_offset);
+            let source = match (work.records.is_empty(), work.from_memory) {
+                (true, _) => None,
+                (false, true) => Some(&shared.control.stats.replicate_requests_from_memory),
+                (false, false) => Some(&shared.control.stats.replicate_requests_from_file),
+            };
             let req = Request::Replicate(ReplicateRequest {
                 topic: part.topic.clone(),
                 partition: part.index,
@@ -718,6 +728,9 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
                 }
             };
             shared.control.stats.replicate_requests_sent.fetch_add(1, Ordering::Relaxed);
+            if let Some(counter) = source {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
             ping = false;
             sent_hw = hw;
             cursor = Some(end);

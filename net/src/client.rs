@@ -4,21 +4,28 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use bytes::Bytes;
+use std::io::IoSlice;
+
+use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
 use protocol::auth::{ClusterSecret, NONCE_BYTES};
 
 use crate::tls::ClientTls;
-use protocol::codec::{ClientCodec, FRAME_BYTES_MAX_DEFAULT};
+use protocol::codec::{encode_request_frame_head, ClientCodec, FRAME_BYTES_MAX_DEFAULT};
 use protocol::{AuthBeginRequest, AuthProveRequest, ErrorCode, Request, Response, Status};
 use thiserror::Error;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
 
 /// Requests queued on one connection before callers wait.
 pub const QUEUED_REQUESTS_MAX: usize = 1024;
+
+/// A request whose batches take at least this many bytes is written with its batches where
+/// they are (one vectored write of the frame's head and their pieces) instead of copied into
+/// the connection's write buffer first.
+pub const VECTORED_PAYLOAD_BYTES_MIN: usize = 16 * 1024;
 
 /// Why a call did not get an answer.
 #[derive(Debug, Error, Clone)]
@@ -240,9 +247,9 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
                 };
                 let id = next_id;
                 next_id = next_id.wrapping_add(1) & i32::MAX;
-                if let Err(e) = framed.send((id, req)).await {
-                    let _ = done.send(Err(NetError::Closed { addr: addr.clone(), detail: e.to_string() }));
-                    break e.to_string();
+                if let Err(e) = send_request(&mut framed, id, req).await {
+                    let _ = done.send(Err(NetError::Closed { addr: addr.clone(), detail: e.clone() }));
+                    break e;
                 }
                 pending.push_back((id, done));
             }
@@ -281,5 +288,124 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
     };
     for (_, done) in pending.drain(..) {
         let _ = done.send(Err(NetError::Closed { addr: addr.clone(), detail: failure.clone() }));
+    }
+}
+
+/// Write one request frame and flush it. A large payload (a Produce request's batch, a
+/// Replicate's batches) goes from where it is, in one vectored write after the frame's head;
+/// anything smaller through the codec's write buffer.
+async fn send_request<S: AsyncWrite + Unpin>(
+    framed: &mut Framed<S, ClientCodec>,
+    id: i32,
+    req: Request,
+) -> Result<(), String> {
+    let payload = protocol::request_payload(&req);
+    if payload.iter().map(Bytes::len).sum::<usize>() < VECTORED_PAYLOAD_BYTES_MIN {
+        return framed.send((id, req)).await.map_err(|e| e.to_string());
+    }
+    // The write buffer is empty (every frame is flushed), so the frame cannot overtake one.
+    framed.flush().await.map_err(|e| e.to_string())?;
+    let mut head = BytesMut::with_capacity(256);
+    encode_request_frame_head(id, &req, &mut head);
+    let mut slices: Vec<IoSlice<'_>> =
+        std::iter::once(&head[..]).chain(payload.iter().map(|p| &p[..])).map(IoSlice::new).collect();
+    let mut rest = &mut slices[..];
+    let io = framed.get_mut();
+    while !rest.is_empty() {
+        let n = io.write_vectored(rest).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the connection took no more bytes".into());
+        }
+        IoSlice::advance_slices(&mut rest, n);
+    }
+    // A TLS stream holds what it encrypted until it is flushed.
+    io.flush().await.map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::{serve, Handled, ServerLimits};
+    use protocol::{ProduceRequest, ProduceResponse, Records, ReplicateRequest, ReplicateResponse};
+    use std::sync::Arc;
+
+    /// What the server received, as numbers an answer can carry: (bytes, a checksum).
+    fn digest(b: &[u8]) -> (i64, i64) {
+        (
+            b.len() as i64,
+            b.iter().enumerate().fold(0i64, |h, (i, x)| h.wrapping_mul(31).wrapping_add(*x as i64 ^ i as i64)),
+        )
+    }
+
+    /// Large payloads go out by a vectored write of their pieces, small ones through the
+    /// codec's buffer; pipelined one after another they arrive whole and in order.
+    #[tokio::test]
+    async fn large_payloads_written_from_their_pieces_arrive_whole_and_in_order() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let handler: crate::server::Handler = Arc::new(|req| {
+            let (status, (len, sum)) = match &req {
+                Request::Produce(p) => (Status::ok(), digest(&p.records)),
+                Request::Replicate(r) => (Status::ok(), digest(&r.records.contiguous())),
+                _ => (Status::new(ErrorCode::InvalidRequest, "unexpected"), (0, 0)),
+            };
+            Handled::answer(match req {
+                Request::Produce(_) => Response::Produce(ProduceResponse {
+                    status,
+                    base_offset: len,
+                    log_end_offset: sum,
+                    current_producer_epoch: -1,
+                    current_leader_epoch: -1,
+                }),
+                _ => Response::Replicate(ReplicateResponse {
+                    status,
+                    log_end_offset: len,
+                    hint_offset: sum,
+                    diverging_epoch: -1,
+                    current_leader_epoch: -1,
+                }),
+            })
+        });
+        tokio::spawn(serve(listener, handler, ServerLimits::default(), std::future::pending()));
+        let conn = Connection::connect(&addr).await.unwrap();
+        let bytes = |n: usize, seed: u8| Bytes::from((0..n).map(|i| (i as u8).wrapping_mul(seed)).collect::<Vec<u8>>());
+        let produce = |records: Bytes| {
+            Request::Produce(ProduceRequest { topic: "t".into(), partition: 0, leader_epoch: 1, acks: 1, records })
+        };
+        let replicate = |pieces: Vec<Bytes>| {
+            Request::Replicate(ReplicateRequest {
+                topic: "t".into(),
+                partition: 0,
+                leader_epoch: 1,
+                leader_id: 1,
+                from_offset: 0,
+                prev_epoch: -1,
+                high_watermark: 0,
+                log_start_offset: 0,
+                records: Records::from_pieces(pieces),
+            })
+        };
+        let pieces: Vec<Bytes> = (0..40).map(|i| bytes(16 + i * 97, i as u8 + 3)).collect();
+        let joined: Vec<u8> = pieces.iter().flat_map(|p| p.to_vec()).collect();
+        assert!(joined.len() >= VECTORED_PAYLOAD_BYTES_MIN);
+        let sent = [
+            (produce(bytes(300 << 10, 7)), digest(&bytes(300 << 10, 7))),
+            (produce(bytes(100, 5)), digest(&bytes(100, 5))),
+            (replicate(pieces), digest(&joined)),
+            (replicate(vec![bytes(10, 9), bytes(20, 11)]), digest(&[bytes(10, 9), bytes(20, 11)].concat())),
+            (produce(bytes(VECTORED_PAYLOAD_BYTES_MIN, 13)), digest(&bytes(VECTORED_PAYLOAD_BYTES_MIN, 13))),
+        ];
+        let mut answers = Vec::new();
+        for (req, _) in &sent {
+            answers.push(conn.submit(req.clone()).await.unwrap());
+        }
+        for ((_, want), answer) in sent.iter().zip(answers) {
+            let got = match answer.await.unwrap() {
+                Response::Produce(p) => (p.base_offset, p.log_end_offset),
+                Response::Replicate(r) => (r.log_end_offset, r.hint_offset),
+                other => panic!("unexpected answer {other:?}"),
+            };
+            assert_eq!(&got, want);
+        }
     }
 }

@@ -6,8 +6,8 @@ use thiserror::Error;
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec, LengthDelimitedCodecError};
 
 use crate::messages::{
-    decode_request, decode_response, encode_request_into, encode_response_into, request_size_hint, response_size_hint,
-    BadRequest, Request, RequestHeader, Response,
+    decode_request, decode_response, encode_request_head, encode_request_into, encode_response_into, request_payload,
+    request_size_hint, response_size_hint, BadRequest, Request, RequestHeader, Response,
 };
 use crate::DecodeError;
 
@@ -64,6 +64,18 @@ fn framed(dst: &mut BytesMut, body: impl FnOnce(&mut BytesMut)) {
     dst.extend_from_slice(&[0; LENGTH_PREFIX_BYTES]);
     body(dst);
     let len = (dst.len() - start - LENGTH_PREFIX_BYTES) as u32;
+    dst[start..start + LENGTH_PREFIX_BYTES].copy_from_slice(&len.to_be_bytes());
+}
+
+/// Append a request frame to `dst` without its [`request_payload`]: the length prefix (which
+/// counts the payload) and the head. Writing the payload's pieces right after it completes
+/// the frame [`ClientCodec`] would encode, without copying them.
+pub fn encode_request_frame_head(correlation_id: i32, req: &Request, dst: &mut BytesMut) {
+    let payload: usize = request_payload(req).iter().map(|p| p.len()).sum();
+    let start = dst.len();
+    dst.extend_from_slice(&[0; LENGTH_PREFIX_BYTES]);
+    encode_request_head(correlation_id, req, dst);
+    let len = (dst.len() - start - LENGTH_PREFIX_BYTES + payload) as u32;
     dst[start..start + LENGTH_PREFIX_BYTES].copy_from_slice(&len.to_be_bytes());
 }
 
@@ -179,6 +191,60 @@ mod tests {
         let (c, resp) = ClientCodec::new(1024).decode(&mut out).unwrap().unwrap();
         assert_eq!(c, 9);
         assert_eq!(resp.status().code, ErrorCode::InvalidRequest);
+    }
+
+    /// A frame head followed by the payload's pieces is the frame the codec writes, whatever
+    /// the pieces' cut, and decodes to the same request.
+    #[test]
+    fn frame_head_and_payload_pieces_make_the_whole_frame() {
+        use crate::messages::{ProduceRequest, Records, ReplicateRequest};
+        use bytes::Bytes;
+        let replicate = |records: Records| {
+            Request::Replicate(ReplicateRequest {
+                topic: "t".into(),
+                partition: 3,
+                leader_epoch: 4,
+                leader_id: 1,
+                from_offset: 10,
+                prev_epoch: 2,
+                high_watermark: 8,
+                log_start_offset: 0,
+                records,
+            })
+        };
+        let all: Vec<u8> = (0..200u8).collect();
+        let cuts = Records::from_pieces(vec![
+            Bytes::copy_from_slice(&all[..16]),
+            Bytes::new(),
+            Bytes::copy_from_slice(&all[16..150]),
+            Bytes::copy_from_slice(&all[150..]),
+        ]);
+        assert_eq!(cuts.pieces().len(), 3, "empty pieces are dropped");
+        let produce = Request::Produce(ProduceRequest {
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: -1,
+            acks: 1,
+            records: Bytes::copy_from_slice(&all),
+        });
+        for req in [replicate(cuts.clone()), replicate(Records::default()), produce] {
+            let mut whole = BytesMut::new();
+            ClientCodec::new(1024).encode((5, req.clone()), &mut whole).unwrap();
+            let mut split = BytesMut::new();
+            encode_request_frame_head(5, &req, &mut split);
+            for piece in request_payload(&req) {
+                split.extend_from_slice(piece);
+            }
+            assert_eq!(split, whole);
+            let (h, back) = ServerCodec::new(1024).decode(&mut split).unwrap().unwrap().unwrap();
+            assert_eq!((h.correlation_id, &back), (5, &req));
+            if let Request::Replicate(r) = back {
+                assert!(r.records.pieces().len() <= 1, "decoding gives one piece");
+            }
+        }
+        assert_eq!(cuts, Records::from(Bytes::copy_from_slice(&all)), "equal by bytes, not by cut");
+        assert_ne!(cuts, Records::from(Bytes::copy_from_slice(&all[1..])));
+        assert_eq!(cuts.contiguous(), Bytes::copy_from_slice(&all));
     }
 
     /// Frames are written straight into the write buffer, after whatever it already holds.

@@ -527,8 +527,71 @@ pub struct ReplicateRequest {
     /// `from_offset` equals it, the leader has nothing before it to compare with `prev_epoch`.
     pub log_start_offset: i64,
     /// Whole batches as stored by the leader (may be empty).
-    pub records: Bytes,
+    pub records: Records,
 }
+
+/// Record batches as one run of bytes held in one or more pieces: a leader replicates the
+/// pieces it appended (each batch's rewritten first 16 bytes, and the rest as the producer
+/// sent it) without joining them. On the wire they are one blob, their concatenation, and
+/// decoding gives one piece. Equality is of the bytes, however they are cut.
+#[derive(Debug, Clone, Default)]
+pub struct Records {
+    pieces: Vec<Bytes>,
+    len: usize,
+}
+
+impl Records {
+    /// The concatenation of `pieces` (empty ones are dropped).
+    pub fn from_pieces(pieces: Vec<Bytes>) -> Records {
+        let pieces: Vec<Bytes> = pieces.into_iter().filter(|p| !p.is_empty()).collect();
+        let len = pieces.iter().map(Bytes::len).sum();
+        Records { pieces, len }
+    }
+
+    /// Bytes in all.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The pieces, in order.
+    pub fn pieces(&self) -> &[Bytes] {
+        &self.pieces
+    }
+
+    /// The bytes in one piece: shared when they are one already (as decoded), else copied once.
+    pub fn contiguous(&self) -> Bytes {
+        match self.pieces.as_slice() {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => {
+                let mut all = BytesMut::with_capacity(self.len);
+                for p in many {
+                    all.extend_from_slice(p);
+                }
+                all.freeze()
+            }
+        }
+    }
+}
+
+impl From<Bytes> for Records {
+    fn from(b: Bytes) -> Records {
+        Records::from_pieces(vec![b])
+    }
+}
+
+impl PartialEq for Records {
+    fn eq(&self, other: &Records) -> bool {
+        self.len == other.len && self.pieces.iter().flatten().eq(other.pieces.iter().flatten())
+    }
+}
+
+impl Eq for Records {}
 
 /// The follower's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -822,6 +885,26 @@ pub fn request_size_hint(req: &Request) -> usize {
 /// Append a request frame body (without the length prefix) to `b`: the codec writes it
 /// straight into the connection's write buffer, so a batch is copied once on the way out.
 pub fn encode_request_into(correlation_id: i32, req: &Request, b: &mut BytesMut) {
+    encode_request_head(correlation_id, req, b);
+    for piece in request_payload(req) {
+        b.put_slice(piece);
+    }
+}
+
+/// The bytes a request's body ends with that a writer may send from where they are, after
+/// [`encode_request_head`], instead of copying them: a Produce request's batch and a
+/// Replicate's batches (the length before them is in the head). Empty for other requests.
+pub fn request_payload(req: &Request) -> &[Bytes] {
+    match req {
+        Request::Produce(p) => std::slice::from_ref(&p.records),
+        Request::Replicate(r) => r.records.pieces(),
+        _ => &[],
+    }
+}
+
+/// Append a request frame body (without the length prefix) to `b`, all but its
+/// [`request_payload`].
+pub fn encode_request_head(correlation_id: i32, req: &Request, b: &mut BytesMut) {
     b.put_i16(req.api_key() as i16);
     b.put_i16(API_VERSION);
     b.put_i32(correlation_id);
@@ -831,7 +914,7 @@ pub fn encode_request_into(correlation_id: i32, req: &Request, b: &mut BytesMut)
             b.put_i32(p.partition);
             b.put_i32(p.leader_epoch);
             b.put_i8(p.acks);
-            b.put_blob(&p.records);
+            b.put_i32(p.records.len() as i32); // the payload follows
         }
         Request::Fetch(f) => {
             b.put_string(&f.topic);
@@ -911,7 +994,7 @@ pub fn encode_request_into(correlation_id: i32, req: &Request, b: &mut BytesMut)
             b.put_i32(p.prev_epoch);
             b.put_i64(p.high_watermark);
             b.put_i64(p.log_start_offset);
-            b.put_blob(&p.records);
+            b.put_i32(p.records.len() as i32); // the payload follows
         }
         Request::AlterPartition(a) => {
             b.put_i32(a.broker_id);
@@ -1057,7 +1140,7 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
             prev_epoch: r.i32("prev_epoch")?,
             high_watermark: r.i64("high_watermark")?,
             log_start_offset: r.i64("log_start_offset")?,
-            records: r.bytes("records")?,
+            records: r.bytes("records")?.into(),
         }),
         ApiKey::AlterPartition => Request::AlterPartition(AlterPartitionRequest {
             broker_id: r.i32("broker_id")?,
@@ -1490,7 +1573,7 @@ mod tests {
             prev_epoch: 1,
             high_watermark: 9,
             log_start_offset: 3,
-            records: Bytes::from_static(b"batches"),
+            records: Bytes::from_static(b"batches").into(),
         }));
         roundtrip_req(Request::AlterPartition(AlterPartitionRequest {
             broker_id: 1,

@@ -82,6 +82,14 @@ impl Sim {
                     match work {
                         Ok(Some(w)) => {
                             let more = !w.records.is_empty();
+                            if more {
+                                let source = if w.from_memory {
+                                    "Replicate sent from memory"
+                                } else {
+                                    "Replicate read from the file"
+                                };
+                                *self.out.decisions.entry(source).or_default() += 1;
+                            }
                             from = Some(w.end_offset);
                             let req = ReplicateRequest {
                                 topic: TOPIC.into(),

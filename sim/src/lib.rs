@@ -90,6 +90,9 @@ const LOG: broker::log::LogConfig = broker::log::LogConfig {
     sync_on_roll: true,
     // The simulated disk keeps no blocks; preallocation is a hint it ignores.
     preallocate_bytes: 0,
+    // Small, so that a leader sends some Replicate requests from the batches it keeps in
+    // memory and, for a follower further behind, others from the file.
+    replication_cache_bytes_max: 4096,
 };
 
 /// A fence check switched off, to show the simulator catches what it prevents.

@@ -58,6 +58,10 @@ struct Args {
     /// `--replication-inflight-max`.
     #[arg(long, default_value_t = broker::server::REPLICATION_INFLIGHT_MAX_DEFAULT as u64, value_parser = clap::value_parser!(u64).range(1..1025))]
     replication_inflight_max: u64,
+    /// Bytes of each partition's newest batches a leader keeps in memory to replicate from,
+    /// as the broker's `--replication-cache-bytes-max` (0: read the log file back).
+    #[arg(long, default_value_t = broker::log::REPLICATION_CACHE_BYTES_MAX_DEFAULT)]
+    replication_cache_bytes_max: usize,
     /// Directory for `--mode recovery`'s log, on the disk to measure (default: a temporary
     /// directory under the system's).
     #[arg(long)]
@@ -444,7 +448,11 @@ async fn loopback(args: &Args, template: Arc<BatchTemplate>) -> Result<Figures, 
 
 /// The real broker, with producer fencing on or off.
 async fn cluster(args: &Args, template: Arc<BatchTemplate>, fencing: bool) -> Result<Figures, String> {
-    let log = broker::log::LogConfig { preallocate_bytes: args.preallocate_bytes, ..Default::default() };
+    let log = broker::log::LogConfig {
+        preallocate_bytes: args.preallocate_bytes,
+        replication_cache_bytes_max: args.replication_cache_bytes_max,
+        ..Default::default()
+    };
     let opts = LocalOptions {
         brokers: args.brokers,
         fencing,
@@ -652,7 +660,7 @@ fn recovery(args: &Args) -> Result<serde_json::Value, String> {
             prev_epoch: if from == 0 { -1 } else { 1 },
             high_watermark: from,
             log_start_offset: 0,
-            records: Bytes::from(chunk),
+            records: Bytes::from(chunk).into(),
         };
         p.apply_replicated(&req, true).map_err(|e| e.to_string())?;
     }

@@ -88,6 +88,11 @@ struct Args {
     /// the answer to the one before).
     #[arg(long, default_value_t = broker::server::REPLICATION_INFLIGHT_MAX_DEFAULT as u64, value_parser = clap::value_parser!(u64).range(1..1025))]
     replication_inflight_max: u64,
+    /// A leader with followers keeps up to this many bytes of each partition's newest batches
+    /// in memory and sends Replicate requests from them instead of reading its log file back
+    /// (0: always read the file).
+    #[arg(long, default_value_t = broker::log::REPLICATION_CACHE_BYTES_MAX_DEFAULT)]
+    replication_cache_bytes_max: usize,
     /// DANGER: turn producer fencing off (demonstrations and overhead measurements only).
     #[arg(long)]
     no_fencing: bool,
@@ -110,6 +115,7 @@ async fn main() -> anyhow::Result<()> {
         // Set per partition from `--fsync` (no sync at a roll under `never`).
         sync_on_roll: true,
         preallocate_bytes: args.preallocate_bytes,
+        replication_cache_bytes_max: args.replication_cache_bytes_max,
     };
     config.retention_check_ms = args.retention_check_ms.max(1);
     config.limits.idle_ms = args.idle_ms;

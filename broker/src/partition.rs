@@ -341,6 +341,7 @@ impl Inner {
         let pieces: Vec<(&[u8; 16], Bytes, &BatchHeader)> =
             batches.iter().map(|b| (&b.prefix, b.batch.slice(16..), &b.header)).collect();
         let written = self.log.append_many(&pieces);
+        self.release_tail();
         if let Err(e) = &written {
             for (producer, txn) in saved.into_iter().rev() {
                 self.producers.restore(producer);
@@ -351,6 +352,15 @@ impl Inner {
             }
         }
         written
+    }
+
+    /// Let go of the kept batches every in-sync follower is past, or of all of them while none
+    /// is in sync: a follower out of the ISR catches up from the file, and holds no memory.
+    fn release_tail(&mut self) {
+        if let Some(rs) = &self.replica_set {
+            let below = rs.slowest_in_sync_next_offset().unwrap_or(i64::MAX);
+            self.log.release_tail_below(below);
+        }
     }
 
     /// Snapshot the producer state as of the log end. Only an optimisation of recovery: a
@@ -866,15 +876,15 @@ impl Partition {
             // From memory if the log still keeps these batches; else a range of the file, read
             // outside the lock.
             let found = match g.log.read_tail(from, max_bytes, i64::MAX) {
-                Some(kept) => Ok(kept),
-                None => Err(g.log.locate(from, max_bytes, i64::MAX)),
+                Some((records, end)) => Found::Kept(records, end),
+                None => Found::InFile(g.log.locate(from, max_bytes, i64::MAX)),
             };
             (from, prev_epoch, g.high_watermark, g.log.end_offset(), found, g.log.start_offset())
         };
-        let from_memory = found.is_ok();
+        let from_memory = matches!(found, Found::Kept(..));
         let (records, end_offset) = match found {
-            Ok(kept) => kept,
-            Err(range) => {
+            Found::Kept(records, end) => (records, end),
+            Found::InFile(range) => {
                 let end_offset = range.as_ref().map_or(from_offset, |r| r.end_offset);
                 (read_range(range)?.into(), end_offset)
             }
@@ -900,9 +910,7 @@ impl Partition {
         }
         let leader_end = g.leader_end();
         let moved = g.replica_set.as_mut().is_some_and(|rs| rs.on_ack(follower, log_end_offset, leader_end, sent));
-        if let Some(slowest) = g.replica_set.as_ref().and_then(ReplicaSet::slowest_next_offset) {
-            g.log.release_tail_below(slowest);
-        }
+        g.release_tail();
         if moved {
             g.high_watermark = g.replica_set.as_ref().map_or(g.high_watermark, |rs| rs.high_watermark());
             drop(g);
@@ -1113,6 +1121,13 @@ impl Partition {
         }
         out
     }
+}
+
+/// Where a follower's next batches are: kept in memory (with the offset after them), or in a
+/// range of the file (none: nothing to send).
+enum Found {
+    Kept(Records, i64),
+    InFile(Option<ReadRange>),
 }
 
 /// Read a located range outside the partition lock (nothing located: no bytes).
@@ -1569,10 +1584,17 @@ mod tests {
         assert!(!work(Some(21)).from_memory, "released once the follower holds it");
         append(1);
         assert!(work(None).from_memory, "kept again from the follower's next offset");
+        // With no follower in sync, nothing is kept: one out of the ISR reads the file.
+        leader.learn(1, 1, 1, &[1, 2], &[1], 0);
+        append(1);
+        assert!(!work(None).from_memory, "let go once the follower left the ISR");
+        leader.learn(1, 1, 2, &[1, 2], &[1, 2], 0);
+        append(1);
+        assert!(work(Some(24)).from_memory, "kept again once it is back in sync");
         // A follower does not keep its log's tail, and a leader with no followers neither.
         leader.learn(2, 2, 0, &[1, 2], &[1, 2], 0);
         leader.learn(1, 3, 0, &[1, 2], &[1, 2], 0);
-        assert!(!work_at(3, Some(22)).from_memory, "what it kept before it followed was dropped");
+        assert!(!work_at(3, Some(24)).from_memory, "what it kept before it followed was dropped");
         let alone =
             Partition::open_with(Arc::new(OsStorage), tempfile::tempdir().unwrap().path(), config, "t", 0, 1, true)
                 .unwrap();

@@ -106,10 +106,16 @@ impl ReplicaSet {
         self.followers.keys().copied().collect()
     }
 
-    /// The lowest offset any follower is to be sent next (`None`: no followers). Nothing below
-    /// it is wanted unless an answer moves a follower back.
-    pub fn slowest_next_offset(&self) -> Option<i64> {
-        self.followers.values().map(|f| f.next_offset).min()
+    /// The lowest offset an in-sync follower is to be sent next (`None`: no follower is in
+    /// sync). Below it, only a follower out of the ISR or one an answer moves back wants
+    /// anything.
+    pub fn slowest_in_sync_next_offset(&self) -> Option<i64> {
+        self.isr
+            .iter()
+            .filter(|id| **id != self.leader_id)
+            .filter_map(|id| self.followers.get(id))
+            .map(|f| f.next_offset)
+            .min()
     }
 
     fn recompute(&mut self, leader_leo: i64) -> bool {

@@ -1138,13 +1138,13 @@ mod tests {
 
     /// Append a batch of `value` at leader `epoch` with timestamp `ts`, rolling as a partition does.
     fn append_at(log: &mut PartitionLog, value: &str, epoch: i32, ts: i64) -> i64 {
+        append_values(log, &[Bytes::from(value.to_string())], epoch, ts).0.base_offset
+    }
+
+    /// Append a batch of `values` as [`append_at`] does; returns its header and its bytes as stored.
+    fn append_values(log: &mut PartitionLog, values: &[Bytes], epoch: i32, ts: i64) -> (BatchHeader, Vec<u8>) {
         let seq = log.end_offset() as i32;
-        let b = build_batch(
-            ProducerStamp { producer_id: 1, producer_epoch: 0, base_sequence: seq },
-            false,
-            ts,
-            &[Bytes::from(value.to_string())],
-        );
+        let b = build_batch(ProducerStamp { producer_id: 1, producer_epoch: 0, base_sequence: seq }, false, ts, values);
         let mut h = BatchHeader::parse(&b).unwrap();
         h.base_offset = log.end_offset();
         h.partition_leader_epoch = epoch;
@@ -1156,7 +1156,7 @@ mod tests {
             log.roll().unwrap();
         }
         log.append(&prefix, b.slice(16..), &h).unwrap();
-        h.base_offset
+        (h, [&prefix[..], &b[16..]].concat())
     }
 
     fn append(log: &mut PartitionLog, value: &str) -> i64 {
@@ -1543,24 +1543,8 @@ mod tests {
                 _ => {
                     let values: Vec<Bytes> =
                         (0..1 + next(4)).map(|i| Bytes::from(format!("step {step} record {i}"))).collect();
-                    let b = build_batch(
-                        ProducerStamp { producer_id: 1, producer_epoch: 0, base_sequence: step },
-                        false,
-                        0,
-                        &values,
-                    );
-                    let mut h = BatchHeader::parse(&b).unwrap();
-                    h.base_offset = log.end_offset();
-                    h.partition_leader_epoch = cuts;
-                    let mut prefix = [0u8; 16];
-                    prefix.copy_from_slice(&b[..16]);
-                    set_base_offset(&mut prefix, h.base_offset);
-                    set_partition_leader_epoch(&mut prefix, cuts);
-                    if log.should_roll(b.len() as u64) {
-                        log.roll().unwrap();
-                    }
-                    log.append(&prefix, b.slice(16..), &h).unwrap();
-                    model.push((h.base_offset, h.last_offset(), [&prefix[..], &b[16..]].concat()));
+                    let (h, stored) = append_values(&mut log, &values, cuts, 0);
+                    model.push((h.base_offset, h.last_offset(), stored));
                 }
             }
             assert!(log.tail.bytes <= 1500, "over budget: {}", log.tail.bytes);

@@ -21,9 +21,13 @@ async fn a_tls_cluster_serves_tls_clients_and_refuses_plaintext_and_strangers() 
     let mut b = Producer::init(&c.coordinator_addr, config).await.unwrap();
     assert!(a.send("t", 0, Bytes::from_static(b"A-1")).await.unwrap_err().is_fenced(), "fence markers went over TLS");
     b.send("t", 0, Bytes::from_static(b"B-0")).await.unwrap();
+    // A batch big enough to go out by a vectored write of its pieces, in the Produce request and
+    // in the Replicate requests sent from the leader's memory.
+    let big = Bytes::from(vec![b'x'; 64 * 1024]);
+    b.send("t", 0, big.clone()).await.unwrap();
     let mut consumer = Consumer::new(&c.coordinator_addr, c.client_config());
     let values: Vec<_> = consumer.read_to_end("t", 0, 0).await.unwrap().into_iter().map(|r| r.value).collect();
-    assert_eq!(values, [Bytes::from_static(b"A-0"), Bytes::from_static(b"B-0")]);
+    assert_eq!(values, [Bytes::from_static(b"A-0"), Bytes::from_static(b"B-0"), big]);
 
     // A plaintext client gets no protocol answer from a TLS listener.
     let mut plain = tokio::net::TcpStream::connect(&c.coordinator_addr).await.unwrap();

@@ -230,11 +230,12 @@ pub struct PartitionLog {
 }
 
 /// The batches appended last, in memory as they went to the file: each batch's rewritten
-/// first 16 bytes and the rest as the producer sent it (which keeps the buffer the request
-/// was read into alive). Whole batches, consecutive, ending at the log's end; oldest dropped
-/// first past `bytes_max` (counting each batch's bookkeeping too). A pure cache: every change
-/// to the log other than an append drops what it no longer matches, and a read it cannot
-/// serve goes to the file.
+/// first 16 bytes and the rest as the producer sent it, sharing the buffer the request was
+/// read into when it is [`TAIL_SHARE_BYTES_MIN`] or more, else copied (a small batch must not
+/// keep a whole read buffer alive). Whole batches, consecutive, ending at the log's end;
+/// oldest dropped first past `bytes_max` (counting each batch's bookkeeping too). A pure cache:
+/// every change to the log other than an append drops what it no longer matches, and a read
+/// it cannot serve goes to the file.
 #[derive(Debug, Default)]
 struct Tail {
     batches: VecDeque<TailBatch>,
@@ -242,6 +243,11 @@ struct Tail {
     /// 0: keep nothing.
     bytes_max: usize,
 }
+
+/// A batch at least this big is kept in the log's tail as the bytes it arrived in (which keeps
+/// the connection's read buffer they are part of, at most 256 KiB, alive while it is kept);
+/// a smaller one is copied.
+pub const TAIL_SHARE_BYTES_MIN: usize = 16 * 1024;
 
 #[derive(Debug)]
 struct TailBatch {
@@ -258,8 +264,9 @@ impl TailBatch {
 }
 
 impl Tail {
+    /// Drop every batch, and the room they took.
     fn clear(&mut self) {
-        self.batches.clear();
+        self.batches = VecDeque::new();
         self.bytes = 0;
     }
 
@@ -291,15 +298,20 @@ impl Tail {
         }
     }
 
-    /// Drop every batch that ends below `offset`.
+    /// Drop every batch that ends below `offset`, and most of the room they took once few are
+    /// left.
     fn release_below(&mut self, offset: i64) {
         while self.batches.front().is_some_and(|b| b.last_offset < offset) {
             self.pop_front();
         }
+        if self.batches.capacity() > 64 && self.batches.len() < self.batches.capacity() / 4 {
+            self.batches.shrink_to(self.batches.len() * 2);
+        }
     }
 
-    /// As [`PartitionLog::locate`]: the batch holding `offset`, then the ones after it while
-    /// they end below `limit` and all fit in `max_bytes`; `None` if the tail does not hold it.
+    /// By [`PartitionLog::locate`]'s rule, except that it may cross segments: the batch holding
+    /// `offset`, then the ones after it while they end below `limit` and all fit in
+    /// `max_bytes`; `None` if the tail does not hold it.
     fn read(&self, offset: i64, max_bytes: usize, limit: i64) -> Option<(Records, i64)> {
         let first = self.batches.partition_point(|b| b.last_offset < offset);
         let b = self.batches.get(first).filter(|b| b.base_offset <= offset && b.last_offset < limit)?;
@@ -662,12 +674,13 @@ impl PartitionLog {
                 self.epochs.push((header.partition_leader_epoch, header.base_offset));
             }
             if self.tail.bytes_max > 0 {
-                self.tail.push(TailBatch {
-                    base_offset: header.base_offset,
-                    last_offset: header.last_offset(),
-                    prefix: Bytes::copy_from_slice(&prefix[..]),
-                    rest: rest.clone(),
-                });
+                let (prefix, rest) = if rest.len() >= TAIL_SHARE_BYTES_MIN {
+                    (Bytes::copy_from_slice(&prefix[..]), rest.clone())
+                } else {
+                    (Bytes::from([&prefix[..], &rest[..]].concat()), Bytes::new())
+                };
+                let (base_offset, last_offset) = (header.base_offset, header.last_offset());
+                self.tail.push(TailBatch { base_offset, last_offset, prefix, rest });
             }
         }
         Ok(())
@@ -675,17 +688,17 @@ impl PartitionLog {
 
     /// Keep the batches appended from now on in memory, up to
     /// [`LogConfig::replication_cache_bytes_max`], for [`PartitionLog::read_tail`] (a leader with
-    /// followers); or (`false`) keep none.
+    /// followers in sync); or (`false`) keep none, and drop what is kept.
     pub fn keep_tail(&mut self, keep: bool) {
         self.tail.bytes_max = if keep { self.config.replication_cache_bytes_max } else { 0 };
-        if !keep {
+        if !keep && self.tail.batches.capacity() > 0 {
             self.tail.clear();
         }
     }
 
-    /// The batches from `offset` as [`PartitionLog::locate`] would find them, from memory,
-    /// if the kept tail holds the batch with `offset` in it; returns them and the offset after
-    /// the last.
+    /// The batches from `offset` by [`PartitionLog::locate`]'s rule (but not stopping at a
+    /// segment's end), from memory, if the kept tail holds the batch with `offset` in it;
+    /// returns them and the offset after the last.
     pub fn read_tail(&self, offset: i64, max_bytes: usize, limit: i64) -> Option<(Records, i64)> {
         self.tail.read(offset, max_bytes, limit)
     }
@@ -1540,6 +1553,17 @@ mod tests {
                     log.enforce_retention(0, log.end_offset()).unwrap();
                     model.retain(|(_, last, _)| *last >= log.start_offset());
                 }
+                3 if step % 5 == 0 => {
+                    // A follower starting over at the leader's log start (here: the end).
+                    let end = log.end_offset();
+                    log.reset_to(end, Some(cuts)).unwrap();
+                    model.clear();
+                }
+                3 => {
+                    log.keep_tail(false);
+                    assert!(log.read_tail(log.end_offset() - 1, usize::MAX, i64::MAX).is_none());
+                    log.keep_tail(true);
+                }
                 _ => {
                     let values: Vec<Bytes> =
                         (0..1 + next(4)).map(|i| Bytes::from(format!("step {step} record {i}"))).collect();
@@ -1587,5 +1611,37 @@ mod tests {
         assert!(served > 1000 && missed > 1000 && cuts > 20, "served {served}, missed {missed}, cuts {cuts}");
         log.keep_tail(false);
         assert!(log.read_tail(log.end_offset() - 1, usize::MAX, i64::MAX).is_none());
+    }
+
+    /// A batch of 16 KiB or more is kept as the bytes it arrived in; a smaller one is copied
+    /// whole, so that it does not keep the read buffer it came in alive.
+    #[test]
+    fn the_tail_shares_big_batches_and_copies_small_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), config(1 << 20)).unwrap().log;
+        log.keep_tail(true);
+        let mut originals = Vec::new();
+        for value in [vec![7u8; TAIL_SHARE_BYTES_MIN], vec![8u8; 10]] {
+            let b = build_batch(
+                ProducerStamp { producer_id: 1, producer_epoch: 0, base_sequence: 0 },
+                false,
+                0,
+                &[Bytes::from(value)],
+            );
+            let mut h = BatchHeader::parse(&b).unwrap();
+            h.base_offset = log.end_offset();
+            let mut prefix = [0u8; 16];
+            prefix.copy_from_slice(&b[..16]);
+            set_base_offset(&mut prefix, h.base_offset);
+            log.append(&prefix, b.slice(16..), &h).unwrap();
+            originals.push(b);
+        }
+        let (records, end) = log.read_tail(0, usize::MAX, i64::MAX).unwrap();
+        assert_eq!(end, 2);
+        let pieces = records.pieces();
+        assert_eq!(pieces.len(), 3, "the big batch in two pieces, the small one in one");
+        assert_eq!(pieces[1].as_ptr(), originals[0][16..].as_ptr(), "the big batch's bytes are the request's");
+        assert_ne!(pieces[2].as_ptr(), originals[1].as_ptr(), "the small batch is a copy");
+        assert_eq!(records.contiguous(), log.locate(0, usize::MAX, i64::MAX).unwrap().read().unwrap());
     }
 }

@@ -341,7 +341,7 @@ impl Inner {
         let pieces: Vec<(&[u8; 16], Bytes, &BatchHeader)> =
             batches.iter().map(|b| (&b.prefix, b.batch.slice(16..), &b.header)).collect();
         let written = self.log.append_many(&pieces);
-        self.release_tail();
+        self.trim_tail();
         if let Err(e) = &written {
             for (producer, txn) in saved.into_iter().rev() {
                 self.producers.restore(producer);
@@ -354,11 +354,14 @@ impl Inner {
         written
     }
 
-    /// Let go of the kept batches every in-sync follower is past, or of all of them while none
-    /// is in sync: a follower out of the ISR catches up from the file, and holds no memory.
-    fn release_tail(&mut self) {
-        if let Some(rs) = &self.replica_set {
-            let below = rs.slowest_in_sync_next_offset().unwrap_or(i64::MAX);
+    /// Keep the log's tail for the in-sync followers (a leader's; a follower has none): let go
+    /// of the batches every one of them is past, and keep none while none is in sync, so that a
+    /// follower out of the ISR catches up from the file and holds no memory. Called on every
+    /// change of the leadership, the ISR, the log's end and a follower's progress.
+    fn trim_tail(&mut self) {
+        let slowest = self.replica_set.as_ref().and_then(ReplicaSet::slowest_in_sync_next_offset);
+        self.log.keep_tail(slowest.is_some());
+        if let Some(below) = slowest {
             self.log.release_tail_below(below);
         }
     }
@@ -910,7 +913,7 @@ impl Partition {
         }
         let leader_end = g.leader_end();
         let moved = g.replica_set.as_mut().is_some_and(|rs| rs.on_ack(follower, log_end_offset, leader_end, sent));
-        g.release_tail();
+        g.trim_tail();
         if moved {
             g.high_watermark = g.replica_set.as_ref().map_or(g.high_watermark, |rs| rs.high_watermark());
             drop(g);
@@ -989,8 +992,10 @@ impl Partition {
         if !newer && !answer.status.is_ok() && answer.partition_epoch == rs.partition_epoch() {
             moved = rs.drop_proposal(leader_end);
         }
+        let hw = rs.high_watermark();
+        g.trim_tail();
         if moved {
-            g.high_watermark = rs.high_watermark();
+            g.high_watermark = hw;
             drop(g);
             // Wake whoever waits for the high watermark (acks=all answers, markers).
             self.bump();
@@ -1016,8 +1021,10 @@ impl Partition {
             let leader_end = g.leader_end();
             let same_epoch = g.leadership.leader_epoch == leader_epoch;
             if let (true, Some(rs)) = (same_epoch, g.replica_set.as_mut()) {
-                if let (_, true) = rs.learn_isr(partition_epoch, isr, leader_end) {
-                    let hw = rs.high_watermark();
+                let (_, moved) = rs.learn_isr(partition_epoch, isr, leader_end);
+                let hw = rs.high_watermark();
+                g.trim_tail();
+                if moved {
                     g.high_watermark = hw;
                     // Wake whoever waits for the high watermark (acks=all answers, markers).
                     drop(g);
@@ -1035,14 +1042,14 @@ impl Partition {
             let followers = rs.follower_ids();
             g.replica_set = Some(rs);
             // Kept from now on (what came before is read from the file once).
-            g.log.keep_tail(!followers.is_empty());
+            g.trim_tail();
             // Verifications made under an earlier leadership stay valid: a verification says
             // the coordinator registered this partition under that producer epoch, which does
             // not depend on who leads.
             RoleChange::BecameLeader { leader_epoch, followers }
         } else {
             g.replica_set = None;
-            g.log.keep_tail(false);
+            g.trim_tail();
             RoleChange::BecameFollower { leader_epoch }
         };
         drop(g);
@@ -1570,7 +1577,7 @@ mod tests {
         assert!(w.from_memory, "just appended: kept");
         assert_eq!((w.from_offset, w.end_offset), (0, 2));
         assert_eq!(w.records.contiguous(), file_from(0));
-        assert_eq!(w.records.pieces().len(), 4, "each batch's rewritten prefix and the rest as sent, not joined");
+        assert_eq!(w.records.pieces().len(), 2, "one piece per (small) batch, not joined");
         // Far more than the budget, unacknowledged: the oldest batches are no longer kept.
         append(20);
         let w = work(None);

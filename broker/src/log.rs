@@ -93,7 +93,7 @@ pub struct LogConfig {
     /// to `segment_bytes`), so that appends skip the file system's per-page block allocation;
     /// 0 turns it off. The file's length is not changed.
     pub preallocate_bytes: u64,
-    /// While the log keeps its tail ([`PartitionLog::keep_tail`]: a leader with followers),
+    /// While the log keeps its tail ([`PartitionLog::keep_tail`]: a leader with followers in sync),
     /// at most this many bytes of the batches appended last stay in memory, so that Replicate
     /// requests are sent from them instead of read back from the file; 0 turns it off.
     pub replication_cache_bytes_max: usize,
@@ -703,7 +703,7 @@ impl PartitionLog {
         self.tail.read(offset, max_bytes, limit)
     }
 
-    /// Stop keeping the batches that end below `offset` (every follower has them).
+    /// Stop keeping the batches that end below `offset` (every in-sync follower is past them).
     pub fn release_tail_below(&mut self, offset: i64) {
         self.tail.release_below(offset);
     }

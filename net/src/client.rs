@@ -2,9 +2,8 @@
 //! are matched to their callers by correlation id.
 
 use std::collections::VecDeque;
-use std::time::Duration;
-
 use std::io::IoSlice;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};

@@ -341,7 +341,6 @@ impl Inner {
         let pieces: Vec<(&[u8; 16], Bytes, &BatchHeader)> =
             batches.iter().map(|b| (&b.prefix, b.batch.slice(16..), &b.header)).collect();
         let written = self.log.append_many(&pieces);
-        self.trim_tail();
         if let Err(e) = &written {
             for (producer, txn) in saved.into_iter().rev() {
                 self.producers.restore(producer);
@@ -357,7 +356,8 @@ impl Inner {
     /// Keep the log's tail for the in-sync followers (a leader's; a follower has none): let go
     /// of the batches every one of them is past, and keep none while none is in sync, so that a
     /// follower out of the ISR catches up from the file and holds no memory. Called on every
-    /// change of the leadership, the ISR, the log's end and a follower's progress.
+    /// change of the leadership, the ISR and a follower's progress; an append needs none (what
+    /// it adds ends past every follower's next offset, and the tail bounds its own size).
     fn trim_tail(&mut self) {
         let slowest = self.replica_set.as_ref().and_then(ReplicaSet::slowest_in_sync_next_offset);
         self.log.keep_tail(slowest.is_some());

@@ -1,0 +1,567 @@
+//! Cluster metadata and control: metadata, topic creation, leader elections, broker
+//! heartbeats, ISR changes and the admin's describe.
+//!
+//! Each request's `encode_body` and `decode_body` write and read the fields after the request
+//! header; each response's, the fields after its [`Status`].
+
+use bytes::{BufMut, BytesMut};
+
+use super::Status;
+use crate::wire::{Reader, WriteExt};
+use crate::DecodeError;
+
+/// Ask for metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataRequest {
+    /// Topics wanted; empty for all.
+    pub topics: Vec<String>,
+    /// Create listed topics that do not exist, with the coordinator's defaults.
+    pub allow_auto_create: bool,
+}
+
+impl MetadataRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.topics.len() as i32);
+        for t in &self.topics {
+            b.put_string(t);
+        }
+        b.put_bool(self.allow_auto_create);
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        let n = r.array_len("topics", 2)?;
+        let mut topics = Vec::with_capacity(n);
+        for _ in 0..n {
+            topics.push(r.string("topic")?);
+        }
+        Ok(MetadataRequest { topics, allow_auto_create: r.bool("allow_auto_create")? })
+    }
+}
+
+/// A broker's identity and address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerInfo {
+    /// Broker id.
+    pub id: i32,
+    /// `host:port` clients connect to.
+    pub addr: String,
+}
+
+/// Leadership of one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionInfo {
+    /// Partition index.
+    pub partition: i32,
+    /// Id of the leading broker.
+    pub leader_id: i32,
+    /// Leader epoch: 0 at creation, bumped on every change of leadership.
+    pub leader_epoch: i32,
+    /// Every replica, preferred leader first.
+    pub replicas: Vec<i32>,
+    /// The in-sync replicas.
+    pub isr: Vec<i32>,
+}
+
+/// One topic in a metadata response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// Topic name.
+    pub name: String,
+    /// Per-topic outcome (UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, ...).
+    pub status: Status,
+    /// Partitions, by index.
+    pub partitions: Vec<PartitionInfo>,
+}
+
+/// The answer to a metadata request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataResponse {
+    /// Outcome.
+    pub status: Status,
+    /// Registered brokers.
+    pub brokers: Vec<BrokerInfo>,
+    /// Topics asked for (or all).
+    pub topics: Vec<TopicInfo>,
+}
+
+impl MetadataResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.brokers.len() as i32);
+        for br in &self.brokers {
+            b.put_i32(br.id);
+            b.put_string(&br.addr);
+        }
+        b.put_i32(self.topics.len() as i32);
+        for t in &self.topics {
+            b.put_string(&t.name);
+            t.status.encode(b);
+            b.put_i32(t.partitions.len() as i32);
+            for p in &t.partitions {
+                b.put_i32(p.partition);
+                b.put_i32(p.leader_id);
+                b.put_i32(p.leader_epoch);
+                b.put_i32_array(&p.replicas);
+                b.put_i32_array(&p.isr);
+            }
+        }
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        let n = r.array_len("brokers", 6)?;
+        let mut brokers = Vec::with_capacity(n);
+        for _ in 0..n {
+            brokers.push(BrokerInfo { id: r.i32("broker_id")?, addr: r.string("addr")? });
+        }
+        let n = r.array_len("topics", 8)?;
+        let mut topics = Vec::with_capacity(n);
+        for _ in 0..n {
+            let name = r.string("topic")?;
+            let tstatus = Status::decode(r)?;
+            let np = r.array_len("partitions", 20)?;
+            let mut partitions = Vec::with_capacity(np);
+            for _ in 0..np {
+                partitions.push(PartitionInfo {
+                    partition: r.i32("partition")?,
+                    leader_id: r.i32("leader_id")?,
+                    leader_epoch: r.i32("leader_epoch")?,
+                    replicas: r.i32_array("replicas")?,
+                    isr: r.i32_array("isr")?,
+                });
+            }
+            topics.push(TopicInfo { name, status: tstatus, partitions });
+        }
+        Ok(MetadataResponse { status, brokers, topics })
+    }
+}
+
+/// Create a topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateTopicRequest {
+    /// Topic name.
+    pub name: String,
+    /// Number of partitions.
+    pub partitions: i32,
+    /// Replicas per partition; 0 or less for the coordinator's default, min(3, live brokers).
+    pub replication_factor: i32,
+}
+
+impl CreateTopicRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_string(&self.name);
+        b.put_i32(self.partitions);
+        b.put_i32(self.replication_factor);
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(CreateTopicRequest {
+            name: r.string("name")?,
+            partitions: r.i32("partitions")?,
+            replication_factor: r.i32("replication_factor")?,
+        })
+    }
+}
+
+/// Elect a partition's leader again under a bumped leader epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectLeaderRequest {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+}
+
+impl ElectLeaderRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_string(&self.topic);
+        b.put_i32(self.partition);
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(ElectLeaderRequest { topic: r.string("topic")?, partition: r.i32("partition")? })
+    }
+}
+
+/// The answer to an election.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectLeaderResponse {
+    /// Outcome.
+    pub status: Status,
+    /// The leader after the election.
+    pub leader_id: i32,
+    /// Its new leader epoch.
+    pub leader_epoch: i32,
+}
+
+impl ElectLeaderResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.leader_id);
+        b.put_i32(self.leader_epoch);
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(ElectLeaderResponse { status, leader_id: r.i32("leader_id")?, leader_epoch: r.i32("leader_epoch")? })
+    }
+}
+
+/// Broker -> coordinator heartbeat (registers the broker on first use).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatRequest {
+    /// Broker id.
+    pub broker_id: i32,
+    /// Address clients should use.
+    pub addr: String,
+    /// New at every start of the broker process: a restart is noticed even within the lease.
+    pub incarnation: i64,
+    /// Progress of every replica this broker hosts.
+    pub replicas: Vec<ReplicaReport>,
+}
+
+impl HeartbeatRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.broker_id);
+        b.put_string(&self.addr);
+        b.put_i64(self.incarnation);
+        b.put_i32(self.replicas.len() as i32);
+        for r in &self.replicas {
+            b.put_string(&r.topic);
+            b.put_i32(r.partition);
+            b.put_i64(r.log_end_offset);
+            b.put_i64(r.high_watermark);
+        }
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        let broker_id = r.i32("broker_id")?;
+        let addr = r.string("addr")?;
+        let incarnation = r.i64("incarnation")?;
+        let n = r.array_len("replicas", 22)?;
+        let mut replicas = Vec::with_capacity(n);
+        for _ in 0..n {
+            replicas.push(ReplicaReport {
+                topic: r.string("topic")?,
+                partition: r.i32("partition")?,
+                log_end_offset: r.i64("log_end_offset")?,
+                high_watermark: r.i64("high_watermark")?,
+            });
+        }
+        Ok(HeartbeatRequest { broker_id, addr, incarnation, replicas })
+    }
+}
+
+/// One replica's progress, as its broker reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaReport {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Offset after the replica's last batch.
+    pub log_end_offset: i64,
+    /// The replica's high watermark.
+    pub high_watermark: i64,
+}
+
+/// One partition a broker hosts a replica of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// The leader (-1 while none is available).
+    pub leader_id: i32,
+    /// Leader epoch.
+    pub leader_epoch: i32,
+    /// Partition epoch (Kafka's KIP-497): moves on every leadership or ISR change, so a leader
+    /// can tell a newer ISR from an older one at the same leader epoch.
+    pub partition_epoch: i32,
+    /// Every replica.
+    pub replicas: Vec<i32>,
+    /// In-sync replicas.
+    pub isr: Vec<i32>,
+}
+
+/// The answer to a heartbeat: every replica the broker hosts, and the brokers' addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatResponse {
+    /// Outcome.
+    pub status: Status,
+    /// Lease length granted, in milliseconds.
+    pub lease_ms: i32,
+    /// Every partition this broker hosts a replica of.
+    pub assignments: Vec<Assignment>,
+    /// Addresses of the registered brokers.
+    pub brokers: Vec<BrokerInfo>,
+}
+
+impl HeartbeatResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.lease_ms);
+        b.put_i32(self.assignments.len() as i32);
+        for a in &self.assignments {
+            b.put_string(&a.topic);
+            b.put_i32(a.partition);
+            b.put_i32(a.leader_id);
+            b.put_i32(a.leader_epoch);
+            b.put_i32(a.partition_epoch);
+            b.put_i32_array(&a.replicas);
+            b.put_i32_array(&a.isr);
+        }
+        b.put_i32(self.brokers.len() as i32);
+        for br in &self.brokers {
+            b.put_i32(br.id);
+            b.put_string(&br.addr);
+        }
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        let lease_ms = r.i32("lease_ms")?;
+        let n = r.array_len("assignments", 22)?;
+        let mut assignments = Vec::with_capacity(n);
+        for _ in 0..n {
+            assignments.push(Assignment {
+                topic: r.string("topic")?,
+                partition: r.i32("partition")?,
+                leader_id: r.i32("leader_id")?,
+                leader_epoch: r.i32("leader_epoch")?,
+                partition_epoch: r.i32("partition_epoch")?,
+                replicas: r.i32_array("replicas")?,
+                isr: r.i32_array("isr")?,
+            });
+        }
+        let n = r.array_len("brokers", 6)?;
+        let mut brokers = Vec::with_capacity(n);
+        for _ in 0..n {
+            brokers.push(BrokerInfo { id: r.i32("broker_id")?, addr: r.string("addr")? });
+        }
+        Ok(HeartbeatResponse { status, lease_ms, assignments, brokers })
+    }
+}
+
+/// Leader -> coordinator: set a partition's ISR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterPartitionRequest {
+    /// The leader's broker id.
+    pub broker_id: i32,
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// The leader's epoch; a stale one is refused with FENCED_LEADER_EPOCH.
+    pub leader_epoch: i32,
+    /// The partition epoch the change is based on; any other is refused with
+    /// INVALID_UPDATE_VERSION (the ISR moved since, or this request was already applied).
+    pub partition_epoch: i32,
+    /// The new ISR; must hold the leader.
+    pub isr: Vec<i32>,
+}
+
+impl AlterPartitionRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.broker_id);
+        b.put_string(&self.topic);
+        b.put_i32(self.partition);
+        b.put_i32(self.leader_epoch);
+        b.put_i32(self.partition_epoch);
+        b.put_i32_array(&self.isr);
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(AlterPartitionRequest {
+            broker_id: r.i32("broker_id")?,
+            topic: r.string("topic")?,
+            partition: r.i32("partition")?,
+            leader_epoch: r.i32("leader_epoch")?,
+            partition_epoch: r.i32("partition_epoch")?,
+            isr: r.i32_array("isr")?,
+        })
+    }
+}
+
+/// The coordinator's answer to an ISR change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterPartitionResponse {
+    /// Outcome.
+    pub status: Status,
+    /// The partition's leader epoch.
+    pub leader_epoch: i32,
+    /// The partition epoch of the ISR now in force.
+    pub partition_epoch: i32,
+    /// The ISR now in force.
+    pub isr: Vec<i32>,
+}
+
+impl AlterPartitionResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.leader_epoch);
+        b.put_i32(self.partition_epoch);
+        b.put_i32_array(&self.isr);
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(AlterPartitionResponse {
+            status,
+            leader_epoch: r.i32("leader_epoch")?,
+            partition_epoch: r.i32("partition_epoch")?,
+            isr: r.i32_array("isr")?,
+        })
+    }
+}
+
+/// A broker as the coordinator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerState {
+    /// Broker id.
+    pub id: i32,
+    /// Address.
+    pub addr: String,
+    /// Whether its lease is live.
+    pub alive: bool,
+}
+
+/// A partition as the coordinator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Leader broker id (-1 if none).
+    pub leader_id: i32,
+    /// Leader epoch.
+    pub leader_epoch: i32,
+    /// Every replica.
+    pub replicas: Vec<i32>,
+    /// In-sync replicas.
+    pub isr: Vec<i32>,
+    /// Each replica's last reported progress, by broker id.
+    pub progress: Vec<ReplicaProgress>,
+}
+
+/// A replica's log end offset and high watermark, as last reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaProgress {
+    /// Broker id.
+    pub broker_id: i32,
+    /// Log end offset.
+    pub log_end_offset: i64,
+    /// High watermark.
+    pub high_watermark: i64,
+}
+
+/// A transactional id as the coordinator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionalState {
+    /// Transactional id.
+    pub transactional_id: String,
+    /// Current producer id.
+    pub producer_id: i64,
+    /// Current epoch.
+    pub producer_epoch: i16,
+    /// Partitions registered under the current epoch (the open transaction's).
+    pub partitions: Vec<String>,
+    /// Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit or CompleteAbort.
+    pub state: String,
+    /// Milliseconds since the open transaction began (-1 if none is open).
+    pub age_ms: i64,
+}
+
+/// The answer to Describe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribeResponse {
+    /// Outcome.
+    pub status: Status,
+    /// Brokers.
+    pub brokers: Vec<BrokerState>,
+    /// Partitions.
+    pub partitions: Vec<PartitionState>,
+    /// Transactional ids.
+    pub transactional_ids: Vec<TransactionalState>,
+}
+
+impl DescribeResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.brokers.len() as i32);
+        for br in &self.brokers {
+            b.put_i32(br.id);
+            b.put_string(&br.addr);
+            b.put_bool(br.alive);
+        }
+        b.put_i32(self.partitions.len() as i32);
+        for p in &self.partitions {
+            b.put_string(&p.topic);
+            b.put_i32(p.partition);
+            b.put_i32(p.leader_id);
+            b.put_i32(p.leader_epoch);
+            b.put_i32_array(&p.replicas);
+            b.put_i32_array(&p.isr);
+            b.put_i32(p.progress.len() as i32);
+            for g in &p.progress {
+                b.put_i32(g.broker_id);
+                b.put_i64(g.log_end_offset);
+                b.put_i64(g.high_watermark);
+            }
+        }
+        b.put_i32(self.transactional_ids.len() as i32);
+        for t in &self.transactional_ids {
+            b.put_string(&t.transactional_id);
+            b.put_i64(t.producer_id);
+            b.put_i16(t.producer_epoch);
+            b.put_i32(t.partitions.len() as i32);
+            for p in &t.partitions {
+                b.put_string(p);
+            }
+            b.put_string(&t.state);
+            b.put_i64(t.age_ms);
+        }
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        let n = r.array_len("brokers", 7)?;
+        let mut brokers = Vec::with_capacity(n);
+        for _ in 0..n {
+            brokers.push(BrokerState { id: r.i32("broker_id")?, addr: r.string("addr")?, alive: r.bool("alive")? });
+        }
+        let n = r.array_len("partitions", 26)?;
+        let mut partitions = Vec::with_capacity(n);
+        for _ in 0..n {
+            let topic = r.string("topic")?;
+            let partition = r.i32("partition")?;
+            let leader_id = r.i32("leader_id")?;
+            let leader_epoch = r.i32("leader_epoch")?;
+            let replicas = r.i32_array("replicas")?;
+            let isr = r.i32_array("isr")?;
+            let np = r.array_len("progress", 20)?;
+            let mut progress = Vec::with_capacity(np);
+            for _ in 0..np {
+                progress.push(ReplicaProgress {
+                    broker_id: r.i32("broker_id")?,
+                    log_end_offset: r.i64("log_end_offset")?,
+                    high_watermark: r.i64("high_watermark")?,
+                });
+            }
+            partitions.push(PartitionState { topic, partition, leader_id, leader_epoch, replicas, isr, progress });
+        }
+        let n = r.array_len("transactional_ids", 16)?;
+        let mut transactional_ids = Vec::with_capacity(n);
+        for _ in 0..n {
+            let transactional_id = r.string("transactional_id")?;
+            let producer_id = r.i64("producer_id")?;
+            let producer_epoch = r.i16("producer_epoch")?;
+            let np = r.array_len("partitions", 2)?;
+            let mut parts = Vec::with_capacity(np);
+            for _ in 0..np {
+                parts.push(r.string("partition")?);
+            }
+            transactional_ids.push(TransactionalState {
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                partitions: parts,
+                state: r.string("state")?,
+                age_ms: r.i64("age_ms")?,
+            });
+        }
+        Ok(DescribeResponse { status, brokers, partitions, transactional_ids })
+    }
+}

@@ -1,0 +1,783 @@
+//! Requests and responses, and their pure encode and decode.
+//!
+//! A request frame is `api_key i16, api_version i16, correlation_id i32, body`; a response
+//! frame is `correlation_id i32, api_key i16, body`, where api key -1 is [`Response::Error`]
+//! (the reply to a request that could not be decoded). Every response body starts with a
+//! [`Status`]. docs/PROTOCOL.md gives the byte layouts.
+//!
+//! One file per request family (`produce`, `txn`, `cluster`, `replicate`, `auth`) holds its
+//! structs and their field-by-field `encode_body` and `decode_body`; this module holds the
+//! frame headers, [`Status`], the [`Request`] and [`Response`] enums and the functions that
+//! dispatch on them, and re-exports every family's items.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::wire::{Reader, WriteExt};
+use crate::{DecodeError, ErrorCode};
+
+mod auth;
+mod cluster;
+mod produce;
+mod replicate;
+mod txn;
+
+pub use auth::*;
+pub use cluster::*;
+pub use produce::*;
+pub use replicate::*;
+pub use txn::*;
+
+/// Api keys; Kafka's numbers where the meaning matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i16)]
+pub enum ApiKey {
+    /// Append a record batch to a partition (client -> leader).
+    Produce = 0,
+    /// Read batches from a partition (client -> leader).
+    Fetch = 1,
+    /// Brokers, topics, partitions, leaders and leader epochs (client -> coordinator).
+    Metadata = 3,
+    /// Ask for a cluster-membership challenge (Kafka's SaslHandshake number).
+    AuthBegin = 17,
+    /// Create a topic (admin -> coordinator).
+    CreateTopics = 19,
+    /// Get a producer id and epoch; bumps and fences for a known transactional id.
+    InitProducerId = 22,
+    /// Producer -> coordinator: commit or abort the current transaction.
+    EndTxn = 26,
+    /// Answer the challenge with a membership proof (Kafka's SaslAuthenticate number).
+    AuthProve = 36,
+    /// Admin -> coordinator: elect a partition's leader again, under a new leader epoch.
+    ElectLeaders = 43,
+    /// Leader or producer -> coordinator: register a partition under a producer's epoch before
+    /// its first write there (Kafka's AddPartitionsToTxn, and KIP-890 verification by leaders).
+    AddPartitionsToTxn = 24,
+    /// Coordinator -> leader: write a control marker at a producer's epoch.
+    WriteTxnMarkers = 27,
+    /// Leader -> coordinator: change a partition's in-sync replica set, under the leader's epoch.
+    AlterPartition = 56,
+    /// Broker -> coordinator: register or renew the lease; answers with the broker's replicas.
+    BrokerHeartbeat = 63,
+    /// Leader -> follower: replicate batches, tagged with the leader epoch.
+    Replicate = 1001,
+    /// Admin -> coordinator: brokers, partitions and transactional ids.
+    Describe = 1000,
+}
+
+impl ApiKey {
+    /// Decode a wire api key.
+    pub fn from_i16(k: i16) -> Option<ApiKey> {
+        Some(match k {
+            0 => ApiKey::Produce,
+            1 => ApiKey::Fetch,
+            3 => ApiKey::Metadata,
+            17 => ApiKey::AuthBegin,
+            19 => ApiKey::CreateTopics,
+            22 => ApiKey::InitProducerId,
+            26 => ApiKey::EndTxn,
+            36 => ApiKey::AuthProve,
+            43 => ApiKey::ElectLeaders,
+            24 => ApiKey::AddPartitionsToTxn,
+            27 => ApiKey::WriteTxnMarkers,
+            56 => ApiKey::AlterPartition,
+            63 => ApiKey::BrokerHeartbeat,
+            1001 => ApiKey::Replicate,
+            1000 => ApiKey::Describe,
+            _ => return None,
+        })
+    }
+}
+
+/// The only api version this build speaks.
+pub const API_VERSION: i16 = 0;
+/// The api key of [`Response::Error`].
+pub const ERROR_RESPONSE_KEY: i16 = -1;
+/// Longest error message sent, in bytes; longer ones are cut at a character boundary.
+pub const MESSAGE_BYTES_MAX: usize = 1024;
+
+/// An error code with a human message; `ErrorCode::None` and an empty message for success.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The code.
+    pub code: ErrorCode,
+    /// What happened and what to do about it.
+    pub message: String,
+}
+
+impl Status {
+    /// Success.
+    pub fn ok() -> Status {
+        Status { code: ErrorCode::None, message: String::new() }
+    }
+
+    /// An error with a message (cut to [`MESSAGE_BYTES_MAX`]).
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Status {
+        let mut message = message.into();
+        if message.len() > MESSAGE_BYTES_MAX {
+            let mut cut = MESSAGE_BYTES_MAX;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+        }
+        Status { code, message }
+    }
+
+    /// Whether this is success.
+    pub fn is_ok(&self) -> bool {
+        self.code == ErrorCode::None
+    }
+
+    fn encode(&self, b: &mut BytesMut) {
+        b.put_i16(self.code.code());
+        b.put_nullable_string(if self.message.is_empty() { None } else { Some(&self.message) });
+    }
+
+    fn decode(r: &mut Reader) -> Result<Status, DecodeError> {
+        let code = ErrorCode::from_code(r.i16("error_code")?);
+        let message = r.nullable_string("error_message")?.unwrap_or_default();
+        Ok(Status { code, message })
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.message.is_empty() {
+            write!(f, "{}", self.code.name())
+        } else {
+            write!(f, "{}: {}", self.code.name(), self.message)
+        }
+    }
+}
+
+/// A request body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// See [`ProduceRequest`].
+    Produce(ProduceRequest),
+    /// See [`FetchRequest`].
+    Fetch(FetchRequest),
+    /// See [`MetadataRequest`].
+    Metadata(MetadataRequest),
+    /// See [`CreateTopicRequest`].
+    CreateTopic(CreateTopicRequest),
+    /// See [`InitProducerIdRequest`].
+    InitProducerId(InitProducerIdRequest),
+    /// See [`EndTxnRequest`].
+    EndTxn(EndTxnRequest),
+    /// See [`ElectLeaderRequest`].
+    ElectLeader(ElectLeaderRequest),
+    /// See [`AuthBeginRequest`].
+    AuthBegin(AuthBeginRequest),
+    /// See [`AuthProveRequest`].
+    AuthProve(AuthProveRequest),
+    /// See [`AddPartitionRequest`].
+    AddPartition(AddPartitionRequest),
+    /// See [`WriteMarkerRequest`].
+    WriteMarker(WriteMarkerRequest),
+    /// See [`HeartbeatRequest`].
+    Heartbeat(HeartbeatRequest),
+    /// See [`ReplicateRequest`].
+    Replicate(ReplicateRequest),
+    /// See [`AlterPartitionRequest`].
+    AlterPartition(AlterPartitionRequest),
+    /// Admin describe (no fields).
+    Describe,
+}
+
+/// A response body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Response {
+    /// See [`ProduceResponse`].
+    Produce(ProduceResponse),
+    /// See [`FetchResponse`].
+    Fetch(FetchResponse),
+    /// See [`MetadataResponse`].
+    Metadata(MetadataResponse),
+    /// Status only.
+    CreateTopic(Status),
+    /// See [`InitProducerIdResponse`].
+    InitProducerId(InitProducerIdResponse),
+    /// See [`EndTxnResponse`].
+    EndTxn(EndTxnResponse),
+    /// See [`ElectLeaderResponse`].
+    ElectLeader(ElectLeaderResponse),
+    /// See [`AuthBeginResponse`].
+    AuthBegin(AuthBeginResponse),
+    /// See [`AuthProveResponse`].
+    AuthProve(AuthProveResponse),
+    /// See [`AddPartitionResponse`].
+    AddPartition(AddPartitionResponse),
+    /// See [`WriteMarkerResponse`].
+    WriteMarker(WriteMarkerResponse),
+    /// See [`HeartbeatResponse`].
+    Heartbeat(HeartbeatResponse),
+    /// See [`ReplicateResponse`].
+    Replicate(ReplicateResponse),
+    /// See [`AlterPartitionResponse`].
+    AlterPartition(AlterPartitionResponse),
+    /// See [`DescribeResponse`].
+    Describe(DescribeResponse),
+    /// The reply to a request that could not be decoded or served at all.
+    Error(Status),
+}
+
+impl Request {
+    /// This request's api key.
+    pub fn api_key(&self) -> ApiKey {
+        match self {
+            Request::Produce(_) => ApiKey::Produce,
+            Request::Fetch(_) => ApiKey::Fetch,
+            Request::Metadata(_) => ApiKey::Metadata,
+            Request::CreateTopic(_) => ApiKey::CreateTopics,
+            Request::InitProducerId(_) => ApiKey::InitProducerId,
+            Request::EndTxn(_) => ApiKey::EndTxn,
+            Request::ElectLeader(_) => ApiKey::ElectLeaders,
+            Request::AuthBegin(_) => ApiKey::AuthBegin,
+            Request::AuthProve(_) => ApiKey::AuthProve,
+            Request::AddPartition(_) => ApiKey::AddPartitionsToTxn,
+            Request::WriteMarker(_) => ApiKey::WriteTxnMarkers,
+            Request::Heartbeat(_) => ApiKey::BrokerHeartbeat,
+            Request::Replicate(_) => ApiKey::Replicate,
+            Request::AlterPartition(_) => ApiKey::AlterPartition,
+            Request::Describe => ApiKey::Describe,
+        }
+    }
+}
+
+impl Request {
+    /// Requests only cluster members may send: replication, markers, ISR changes and broker
+    /// heartbeats (which register brokers and hand out leaderships).
+    pub fn is_internal(&self) -> bool {
+        matches!(
+            self,
+            Request::Replicate(_) | Request::WriteMarker(_) | Request::AlterPartition(_) | Request::Heartbeat(_)
+        )
+    }
+}
+
+impl Response {
+    /// The api key written in the response header (-1 for [`Response::Error`]).
+    pub fn api_key(&self) -> i16 {
+        match self {
+            Response::Produce(_) => ApiKey::Produce as i16,
+            Response::Fetch(_) => ApiKey::Fetch as i16,
+            Response::Metadata(_) => ApiKey::Metadata as i16,
+            Response::CreateTopic(_) => ApiKey::CreateTopics as i16,
+            Response::InitProducerId(_) => ApiKey::InitProducerId as i16,
+            Response::EndTxn(_) => ApiKey::EndTxn as i16,
+            Response::ElectLeader(_) => ApiKey::ElectLeaders as i16,
+            Response::AuthBegin(_) => ApiKey::AuthBegin as i16,
+            Response::AuthProve(_) => ApiKey::AuthProve as i16,
+            Response::AddPartition(_) => ApiKey::AddPartitionsToTxn as i16,
+            Response::WriteMarker(_) => ApiKey::WriteTxnMarkers as i16,
+            Response::Heartbeat(_) => ApiKey::BrokerHeartbeat as i16,
+            Response::Replicate(_) => ApiKey::Replicate as i16,
+            Response::AlterPartition(_) => ApiKey::AlterPartition as i16,
+            Response::Describe(_) => ApiKey::Describe as i16,
+            Response::Error(_) => ERROR_RESPONSE_KEY,
+        }
+    }
+
+    /// The status every response carries.
+    pub fn status(&self) -> &Status {
+        match self {
+            Response::Produce(r) => &r.status,
+            Response::Fetch(r) => &r.status,
+            Response::Metadata(r) => &r.status,
+            Response::CreateTopic(s) => s,
+            Response::InitProducerId(r) => &r.status,
+            Response::EndTxn(r) => &r.status,
+            Response::ElectLeader(r) => &r.status,
+            Response::AuthBegin(r) => &r.status,
+            Response::AuthProve(r) => &r.status,
+            Response::AddPartition(r) => &r.status,
+            Response::WriteMarker(r) => &r.status,
+            Response::Heartbeat(r) => &r.status,
+            Response::Replicate(r) => &r.status,
+            Response::AlterPartition(r) => &r.status,
+            Response::Describe(r) => &r.status,
+            Response::Error(s) => s,
+        }
+    }
+}
+
+/// Encode a request frame body (without the length prefix).
+pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
+    let mut b = BytesMut::with_capacity(request_size_hint(req));
+    encode_request_into(correlation_id, req, &mut b);
+    b.freeze()
+}
+
+/// About how many bytes a request's body takes (enough for every large field).
+pub fn request_size_hint(req: &Request) -> usize {
+    match req {
+        Request::Produce(p) => 64 + p.topic.len() + p.records.len(),
+        Request::Replicate(p) => 64 + p.topic.len() + p.records.len(),
+        _ => 128,
+    }
+}
+
+/// Append a request frame body (without the length prefix) to `b`: the codec writes it
+/// straight into the connection's write buffer, so a batch is copied once on the way out.
+pub fn encode_request_into(correlation_id: i32, req: &Request, b: &mut BytesMut) {
+    encode_request_head(correlation_id, req, b);
+    for piece in request_payload(req) {
+        b.put_slice(piece);
+    }
+}
+
+/// The bytes a request's body ends with that a writer may send from where they are, after
+/// [`encode_request_head`], instead of copying them: a Produce request's batch and a
+/// Replicate's batches (the length before them is in the head). Empty for other requests.
+pub fn request_payload(req: &Request) -> &[Bytes] {
+    match req {
+        Request::Produce(p) => p.payload(),
+        Request::Replicate(r) => r.payload(),
+        _ => &[],
+    }
+}
+
+/// Append a request frame body (without the length prefix) to `b`, all but its
+/// [`request_payload`].
+pub fn encode_request_head(correlation_id: i32, req: &Request, b: &mut BytesMut) {
+    b.put_i16(req.api_key() as i16);
+    b.put_i16(API_VERSION);
+    b.put_i32(correlation_id);
+    match req {
+        Request::Produce(p) => p.encode_head(b), // the payload follows
+        Request::Fetch(f) => f.encode_body(b),
+        Request::Metadata(m) => m.encode_body(b),
+        Request::CreateTopic(c) => c.encode_body(b),
+        Request::InitProducerId(i) => i.encode_body(b),
+        Request::ElectLeader(e) => e.encode_body(b),
+        Request::AuthBegin(a) => a.encode_body(b),
+        Request::AuthProve(a) => a.encode_body(b),
+        Request::EndTxn(e) => e.encode_body(b),
+        Request::AddPartition(a) => a.encode_body(b),
+        Request::WriteMarker(w) => w.encode_body(b),
+        Request::Heartbeat(h) => h.encode_body(b),
+        Request::Replicate(p) => p.encode_head(b), // the payload follows
+        Request::AlterPartition(a) => a.encode_body(b),
+        Request::Describe => {}
+    }
+}
+
+/// The header of a request frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHeader {
+    /// Api key as sent.
+    pub api_key: i16,
+    /// Api version as sent.
+    pub api_version: i16,
+    /// Echoed in the response.
+    pub correlation_id: i32,
+}
+
+/// A request that could not be decoded: enough to answer it, if the header was readable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRequest {
+    /// The header, if it could be read.
+    pub header: Option<RequestHeader>,
+    /// What was wrong.
+    pub error: DecodeError,
+}
+
+/// Decode a request frame body (without the length prefix).
+pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), BadRequest> {
+    let mut r = Reader::new(frame);
+    let header = (|| -> Result<RequestHeader, DecodeError> {
+        Ok(RequestHeader {
+            api_key: r.i16("api_key")?,
+            api_version: r.i16("api_version")?,
+            correlation_id: r.i32("correlation_id")?,
+        })
+    })()
+    .map_err(|error| BadRequest { header: None, error })?;
+    let bad = |error| BadRequest { header: Some(header), error };
+    let key = ApiKey::from_i16(header.api_key).ok_or_else(|| bad(DecodeError::UnknownApiKey(header.api_key)))?;
+    if header.api_version != API_VERSION {
+        return Err(bad(DecodeError::UnsupportedVersion { api_key: header.api_key, version: header.api_version }));
+    }
+    let req = decode_request_body(key, &mut r).map_err(bad)?;
+    r.finish().map_err(bad)?;
+    Ok((header, req))
+}
+
+fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeError> {
+    Ok(match key {
+        ApiKey::Produce => Request::Produce(ProduceRequest::decode_body(r)?),
+        ApiKey::Fetch => Request::Fetch(FetchRequest::decode_body(r)?),
+        ApiKey::Metadata => Request::Metadata(MetadataRequest::decode_body(r)?),
+        ApiKey::CreateTopics => Request::CreateTopic(CreateTopicRequest::decode_body(r)?),
+        ApiKey::InitProducerId => Request::InitProducerId(InitProducerIdRequest::decode_body(r)?),
+        ApiKey::ElectLeaders => Request::ElectLeader(ElectLeaderRequest::decode_body(r)?),
+        ApiKey::AuthBegin => Request::AuthBegin(AuthBeginRequest::decode_body(r)?),
+        ApiKey::AuthProve => Request::AuthProve(AuthProveRequest::decode_body(r)?),
+        ApiKey::EndTxn => Request::EndTxn(EndTxnRequest::decode_body(r)?),
+        ApiKey::AddPartitionsToTxn => Request::AddPartition(AddPartitionRequest::decode_body(r)?),
+        ApiKey::WriteTxnMarkers => Request::WriteMarker(WriteMarkerRequest::decode_body(r)?),
+        ApiKey::BrokerHeartbeat => Request::Heartbeat(HeartbeatRequest::decode_body(r)?),
+        ApiKey::Replicate => Request::Replicate(ReplicateRequest::decode_body(r)?),
+        ApiKey::AlterPartition => Request::AlterPartition(AlterPartitionRequest::decode_body(r)?),
+        ApiKey::Describe => Request::Describe,
+    })
+}
+
+/// Encode a response frame body (without the length prefix).
+pub fn encode_response(correlation_id: i32, resp: &Response) -> Bytes {
+    let mut b = BytesMut::with_capacity(response_size_hint(resp));
+    encode_response_into(correlation_id, resp, &mut b);
+    b.freeze()
+}
+
+/// About how many bytes a response's body takes (enough for every large field).
+pub fn response_size_hint(resp: &Response) -> usize {
+    match resp {
+        Response::Fetch(f) => 64 + f.records.len(),
+        _ => 128,
+    }
+}
+
+/// Append a response frame body (without the length prefix) to `b` (see
+/// [`encode_request_into`]).
+pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesMut) {
+    b.put_i32(correlation_id);
+    b.put_i16(resp.api_key());
+    resp.status().encode(b);
+    match resp {
+        Response::Produce(p) => p.encode_body(b),
+        Response::Fetch(f) => f.encode_body(b),
+        Response::Metadata(m) => m.encode_body(b),
+        Response::CreateTopic(_) | Response::Error(_) => {}
+        Response::InitProducerId(i) => i.encode_body(b),
+        Response::EndTxn(e) => e.encode_body(b),
+        Response::AuthBegin(a) => a.encode_body(b),
+        Response::AuthProve(a) => a.encode_body(b),
+        Response::ElectLeader(e) => e.encode_body(b),
+        Response::AddPartition(a) => a.encode_body(b),
+        Response::WriteMarker(w) => w.encode_body(b),
+        Response::Heartbeat(h) => h.encode_body(b),
+        Response::Replicate(r) => r.encode_body(b),
+        Response::AlterPartition(a) => a.encode_body(b),
+        Response::Describe(d) => d.encode_body(b),
+    }
+}
+
+/// Decode a response frame body (without the length prefix) into its correlation id and body.
+pub fn decode_response(frame: Bytes) -> Result<(i32, Response), DecodeError> {
+    let mut r = Reader::new(frame);
+    let correlation_id = r.i32("correlation_id")?;
+    let key = r.i16("api_key")?;
+    let status = Status::decode(&mut r)?;
+    let resp = if key == ERROR_RESPONSE_KEY {
+        Response::Error(status)
+    } else {
+        let key = ApiKey::from_i16(key).ok_or(DecodeError::UnknownApiKey(key))?;
+        decode_response_body(key, status, &mut r)?
+    };
+    r.finish()?;
+    Ok((correlation_id, resp))
+}
+
+fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<Response, DecodeError> {
+    Ok(match key {
+        ApiKey::Produce => Response::Produce(ProduceResponse::decode_body(status, r)?),
+        ApiKey::Fetch => Response::Fetch(FetchResponse::decode_body(status, r)?),
+        ApiKey::Metadata => Response::Metadata(MetadataResponse::decode_body(status, r)?),
+        ApiKey::CreateTopics => Response::CreateTopic(status),
+        ApiKey::InitProducerId => Response::InitProducerId(InitProducerIdResponse::decode_body(status, r)?),
+        ApiKey::AuthBegin => Response::AuthBegin(AuthBeginResponse::decode_body(status, r)?),
+        ApiKey::AuthProve => Response::AuthProve(AuthProveResponse::decode_body(status, r)?),
+        ApiKey::EndTxn => Response::EndTxn(EndTxnResponse::decode_body(status, r)?),
+        ApiKey::ElectLeaders => Response::ElectLeader(ElectLeaderResponse::decode_body(status, r)?),
+        ApiKey::AddPartitionsToTxn => Response::AddPartition(AddPartitionResponse::decode_body(status, r)?),
+        ApiKey::WriteTxnMarkers => Response::WriteMarker(WriteMarkerResponse::decode_body(status, r)?),
+        ApiKey::BrokerHeartbeat => Response::Heartbeat(HeartbeatResponse::decode_body(status, r)?),
+        ApiKey::Replicate => Response::Replicate(ReplicateResponse::decode_body(status, r)?),
+        ApiKey::AlterPartition => Response::AlterPartition(AlterPartitionResponse::decode_body(status, r)?),
+        ApiKey::Describe => Response::Describe(DescribeResponse::decode_body(status, r)?),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip_req(req: Request) {
+        let frame = encode_request(42, &req);
+        let (h, back) = decode_request(frame).unwrap();
+        assert_eq!(h.correlation_id, 42);
+        assert_eq!(back, req);
+    }
+
+    fn roundtrip_resp(resp: Response) {
+        let frame = encode_response(-7, &resp);
+        let (c, back) = decode_response(frame).unwrap();
+        assert_eq!(c, -7);
+        assert_eq!(back, resp);
+    }
+
+    #[test]
+    fn every_request_roundtrips() {
+        roundtrip_req(Request::Produce(ProduceRequest {
+            topic: "t".into(),
+            partition: 3,
+            leader_epoch: 2,
+            acks: ACKS_ALL,
+            records: Bytes::from_static(b"xyz"),
+        }));
+        roundtrip_req(Request::Fetch(FetchRequest {
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: -1,
+            offset: 9,
+            max_bytes: 100,
+            isolation: READ_COMMITTED,
+        }));
+        roundtrip_req(Request::EndTxn(EndTxnRequest {
+            transactional_id: "x".into(),
+            producer_id: 3,
+            producer_epoch: 4,
+            commit: true,
+        }));
+        roundtrip_req(Request::Metadata(MetadataRequest {
+            topics: vec!["a".into(), "b".into()],
+            allow_auto_create: true,
+        }));
+        roundtrip_req(Request::CreateTopic(CreateTopicRequest {
+            name: "n".into(),
+            partitions: 4,
+            replication_factor: -1,
+        }));
+        roundtrip_req(Request::InitProducerId(InitProducerIdRequest {
+            transactional_id: Some("orders".into()),
+            transaction_timeout_ms: 60_000,
+            producer_id: -1,
+            producer_epoch: -1,
+        }));
+        roundtrip_req(Request::InitProducerId(InitProducerIdRequest {
+            transactional_id: None,
+            transaction_timeout_ms: 0,
+            producer_id: 5,
+            producer_epoch: 3,
+        }));
+        roundtrip_req(Request::AddPartition(AddPartitionRequest {
+            producer_id: 1,
+            producer_epoch: 2,
+            topic: "t".into(),
+            partition: 1,
+            transactional: true,
+        }));
+        roundtrip_req(Request::WriteMarker(WriteMarkerRequest {
+            topic: "t".into(),
+            partition: 1,
+            producer_id: 1,
+            producer_epoch: 9,
+            commit: false,
+            leader_epoch: 3,
+        }));
+        roundtrip_req(Request::Heartbeat(HeartbeatRequest {
+            broker_id: 1,
+            addr: "127.0.0.1:9".into(),
+            incarnation: 42,
+            replicas: vec![ReplicaReport { topic: "t".into(), partition: 0, log_end_offset: 5, high_watermark: 4 }],
+        }));
+        roundtrip_req(Request::Replicate(ReplicateRequest {
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: 2,
+            leader_id: 1,
+            from_offset: 10,
+            prev_epoch: 1,
+            high_watermark: 9,
+            log_start_offset: 3,
+            records: Bytes::from_static(b"batches").into(),
+        }));
+        roundtrip_req(Request::AlterPartition(AlterPartitionRequest {
+            broker_id: 1,
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: 2,
+            partition_epoch: 7,
+            isr: vec![1, 3],
+        }));
+        roundtrip_req(Request::Describe);
+        roundtrip_req(Request::AuthBegin(AuthBeginRequest { member: "broker-1".into() }));
+        roundtrip_req(Request::AuthProve(AuthProveRequest {
+            member: "broker-1".into(),
+            client_nonce: Bytes::from_static(&[1; 32]),
+            proof: Bytes::from_static(&[2; 32]),
+        }));
+        roundtrip_req(Request::ElectLeader(ElectLeaderRequest { topic: "t".into(), partition: 2 }));
+    }
+
+    #[test]
+    fn every_response_roundtrips() {
+        roundtrip_resp(Response::Produce(ProduceResponse {
+            status: Status::new(ErrorCode::InvalidProducerEpoch, "fenced"),
+            base_offset: -1,
+            log_end_offset: 10,
+            current_producer_epoch: 4,
+            current_leader_epoch: 0,
+        }));
+        roundtrip_resp(Response::Fetch(FetchResponse {
+            status: Status::ok(),
+            high_watermark: 3,
+            last_stable_offset: 2,
+            current_leader_epoch: 1,
+            aborted: vec![AbortedTxn { producer_id: 4, first_offset: 1 }],
+            records: Bytes::from_static(b"b"),
+        }));
+        roundtrip_resp(Response::EndTxn(EndTxnResponse { status: Status::ok(), producer_id: 4, producer_epoch: 6 }));
+        roundtrip_resp(Response::Metadata(MetadataResponse {
+            status: Status::ok(),
+            brokers: vec![BrokerInfo { id: 1, addr: "a:1".into() }],
+            topics: vec![TopicInfo {
+                name: "t".into(),
+                status: Status::ok(),
+                partitions: vec![PartitionInfo {
+                    partition: 0,
+                    leader_id: 1,
+                    leader_epoch: 0,
+                    replicas: vec![1, 2],
+                    isr: vec![1],
+                }],
+            }],
+        }));
+        roundtrip_resp(Response::CreateTopic(Status::new(ErrorCode::TopicAlreadyExists, "exists")));
+        roundtrip_resp(Response::InitProducerId(InitProducerIdResponse {
+            status: Status::ok(),
+            producer_id: 1,
+            producer_epoch: 0,
+        }));
+        roundtrip_resp(Response::AddPartition(AddPartitionResponse {
+            status: Status::new(ErrorCode::ProducerFenced, "x"),
+            current_epoch: 3,
+        }));
+        roundtrip_resp(Response::WriteMarker(WriteMarkerResponse {
+            status: Status::ok(),
+            offset: 5,
+            current_producer_epoch: 2,
+        }));
+        roundtrip_resp(Response::Heartbeat(HeartbeatResponse {
+            status: Status::ok(),
+            lease_ms: 3000,
+            assignments: vec![Assignment {
+                topic: "t".into(),
+                partition: 0,
+                leader_id: 2,
+                leader_epoch: 0,
+                partition_epoch: 4,
+                replicas: vec![1, 2],
+                isr: vec![2],
+            }],
+            brokers: vec![BrokerInfo { id: 2, addr: "b:2".into() }],
+        }));
+        roundtrip_resp(Response::Describe(DescribeResponse {
+            status: Status::ok(),
+            brokers: vec![BrokerState { id: 1, addr: "a".into(), alive: true }],
+            partitions: vec![PartitionState {
+                topic: "t".into(),
+                partition: 0,
+                leader_id: 1,
+                leader_epoch: 0,
+                replicas: vec![1, 2],
+                isr: vec![1, 2],
+                progress: vec![ReplicaProgress { broker_id: 2, log_end_offset: 3, high_watermark: 2 }],
+            }],
+            transactional_ids: vec![TransactionalState {
+                transactional_id: "x".into(),
+                producer_id: 1,
+                producer_epoch: 2,
+                partitions: vec!["t-0".into()],
+                state: "Ongoing".into(),
+                age_ms: 17,
+            }],
+        }));
+        roundtrip_resp(Response::Error(Status::new(ErrorCode::InvalidRequest, "bad")));
+        roundtrip_resp(Response::AuthBegin(AuthBeginResponse {
+            status: Status::ok(),
+            server_nonce: Bytes::from_static(&[3; 32]),
+        }));
+        roundtrip_resp(Response::AuthProve(AuthProveResponse {
+            status: Status::ok(),
+            server_proof: Bytes::from_static(&[4; 32]),
+        }));
+        roundtrip_resp(Response::Replicate(ReplicateResponse {
+            status: Status::new(ErrorCode::OffsetOutOfRange, "diverged"),
+            log_end_offset: 12,
+            hint_offset: 7,
+            diverging_epoch: 1,
+            current_leader_epoch: 2,
+        }));
+        roundtrip_resp(Response::AlterPartition(AlterPartitionResponse {
+            status: Status::ok(),
+            leader_epoch: 2,
+            partition_epoch: 8,
+            isr: vec![1],
+        }));
+    }
+
+    #[test]
+    fn unknown_key_and_version_keep_the_header() {
+        let mut b = BytesMut::new();
+        b.put_i16(777);
+        b.put_i16(0);
+        b.put_i32(5);
+        let err = decode_request(b.freeze()).unwrap_err();
+        assert_eq!(err.header.unwrap().correlation_id, 5);
+        assert_eq!(err.error, DecodeError::UnknownApiKey(777));
+
+        let mut b = BytesMut::new();
+        b.put_i16(0);
+        b.put_i16(9);
+        b.put_i32(6);
+        let err = decode_request(b.freeze()).unwrap_err();
+        assert_eq!(err.error.error_code(), ErrorCode::UnsupportedVersion);
+    }
+
+    #[test]
+    fn truncated_and_trailing_bytes_are_errors_not_panics() {
+        let full = encode_request(
+            1,
+            &Request::Fetch(FetchRequest {
+                topic: "t".into(),
+                partition: 0,
+                leader_epoch: 0,
+                offset: 0,
+                max_bytes: 1,
+                isolation: READ_UNCOMMITTED,
+            }),
+        );
+        for cut in 0..full.len() {
+            assert!(decode_request(full.slice(..cut)).is_err(), "cut at {cut}");
+        }
+        let mut longer = BytesMut::from(&full[..]);
+        longer.put_u8(0);
+        assert!(matches!(decode_request(longer.freeze()).unwrap_err().error, DecodeError::TrailingBytes(1)));
+    }
+
+    #[test]
+    fn lying_array_length_does_not_allocate() {
+        let mut b = BytesMut::new();
+        b.put_i16(ApiKey::Metadata as i16);
+        b.put_i16(0);
+        b.put_i32(1);
+        b.put_i32(i32::MAX);
+        let err = decode_request(b.freeze()).unwrap_err();
+        assert!(matches!(err.error, DecodeError::InvalidLength { .. }));
+    }
+
+    #[test]
+    fn invalid_utf8_is_named() {
+        let mut b = BytesMut::new();
+        b.put_i16(ApiKey::CreateTopics as i16);
+        b.put_i16(0);
+        b.put_i32(1);
+        b.put_i16(2);
+        b.put_slice(&[0xff, 0xfe]);
+        b.put_i32(1);
+        assert!(matches!(decode_request(b.freeze()).unwrap_err().error, DecodeError::InvalidUtf8 { field: "name" }));
+    }
+}

@@ -1,0 +1,244 @@
+//! Transactions: producer ids and epochs, registering partitions, ending a transaction, and
+//! the control markers the coordinator has leaders write.
+//!
+//! Each request's `encode_body` and `decode_body` write and read the fields after the request
+//! header; each response's, the fields after its [`Status`].
+
+use bytes::{BufMut, BytesMut};
+
+use super::Status;
+use crate::wire::{Reader, WriteExt};
+use crate::DecodeError;
+
+/// Get a producer id and epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitProducerIdRequest {
+    /// Transactional id, or none for an idempotent-only producer.
+    pub transactional_id: Option<String>,
+    /// Transaction timeout asked for.
+    pub transaction_timeout_ms: i32,
+    /// The caller's current producer id, -1 if none (KIP-360).
+    pub producer_id: i64,
+    /// The caller's current epoch, -1 if none (KIP-360).
+    pub producer_epoch: i16,
+}
+
+impl InitProducerIdRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_nullable_string(self.transactional_id.as_deref());
+        b.put_i32(self.transaction_timeout_ms);
+        b.put_i64(self.producer_id);
+        b.put_i16(self.producer_epoch);
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(InitProducerIdRequest {
+            transactional_id: r.nullable_string("transactional_id")?,
+            transaction_timeout_ms: r.i32("transaction_timeout_ms")?,
+            producer_id: r.i64("producer_id")?,
+            producer_epoch: r.i16("producer_epoch")?,
+        })
+    }
+}
+
+/// The answer to InitProducerId.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitProducerIdResponse {
+    /// Outcome.
+    pub status: Status,
+    /// Granted producer id (-1 on error).
+    pub producer_id: i64,
+    /// Granted epoch; on PRODUCER_FENCED the current epoch.
+    pub producer_epoch: i16,
+}
+
+impl InitProducerIdResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i64(self.producer_id);
+        b.put_i16(self.producer_epoch);
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(InitProducerIdResponse {
+            status,
+            producer_id: r.i64("producer_id")?,
+            producer_epoch: r.i16("producer_epoch")?,
+        })
+    }
+}
+
+/// Leader -> coordinator: may `(producer_id, producer_epoch)` write to this partition?
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddPartitionRequest {
+    /// Producer id.
+    pub producer_id: i64,
+    /// Producer epoch carried by the batch.
+    pub producer_epoch: i16,
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Whether the write is part of a transaction (it starts one, with its timeout, if none
+    /// is open); otherwise the partition is only recorded so a later bump fences it.
+    pub transactional: bool,
+}
+
+impl AddPartitionRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i64(self.producer_id);
+        b.put_i16(self.producer_epoch);
+        b.put_string(&self.topic);
+        b.put_i32(self.partition);
+        b.put_bool(self.transactional);
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(AddPartitionRequest {
+            producer_id: r.i64("producer_id")?,
+            producer_epoch: r.i16("producer_epoch")?,
+            topic: r.string("topic")?,
+            partition: r.i32("partition")?,
+            transactional: r.bool("transactional")?,
+        })
+    }
+}
+
+/// The coordinator's verdict on an [`AddPartitionRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddPartitionResponse {
+    /// NONE (registered, durable), PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID,
+    /// INVALID_TXN_STATE, CONCURRENT_TRANSACTIONS, UNKNOWN_TOPIC_OR_PARTITION,
+    /// COORDINATOR_NOT_AVAILABLE.
+    pub status: Status,
+    /// The producer id's current epoch (-1 if unknown).
+    pub current_epoch: i16,
+}
+
+impl AddPartitionResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i16(self.current_epoch);
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(AddPartitionResponse { status, current_epoch: r.i16("current_epoch")? })
+    }
+}
+
+/// Commit or abort the current transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndTxnRequest {
+    /// Transactional id.
+    pub transactional_id: String,
+    /// Producer id.
+    pub producer_id: i64,
+    /// The epoch of the transaction being ended.
+    pub producer_epoch: i16,
+    /// Commit (true) or abort (false).
+    pub commit: bool,
+}
+
+impl EndTxnRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_string(&self.transactional_id);
+        b.put_i64(self.producer_id);
+        b.put_i16(self.producer_epoch);
+        b.put_bool(self.commit);
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(EndTxnRequest {
+            transactional_id: r.string("transactional_id")?,
+            producer_id: r.i64("producer_id")?,
+            producer_epoch: r.i16("producer_epoch")?,
+            commit: r.bool("commit")?,
+        })
+    }
+}
+
+/// The answer to EndTxn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndTxnResponse {
+    /// Outcome.
+    pub status: Status,
+    /// The producer id to continue with.
+    pub producer_id: i64,
+    /// The epoch to continue with: ending a transaction bumps it (KIP-890), so a delayed
+    /// EndTxn of this transaction can never end a later one. On PRODUCER_FENCED, the current epoch.
+    pub producer_epoch: i16,
+}
+
+impl EndTxnResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i64(self.producer_id);
+        b.put_i16(self.producer_epoch);
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(EndTxnResponse { status, producer_id: r.i64("producer_id")?, producer_epoch: r.i16("producer_epoch")? })
+    }
+}
+
+/// Coordinator -> leader: write a marker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteMarkerRequest {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Producer id.
+    pub producer_id: i64,
+    /// Epoch the marker carries; the partition fences every older epoch of the producer id.
+    pub producer_epoch: i16,
+    /// Commit (true) or abort (false).
+    pub commit: bool,
+    /// The partition's leader epoch as the coordinator knows it.
+    pub leader_epoch: i32,
+}
+
+impl WriteMarkerRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_string(&self.topic);
+        b.put_i32(self.partition);
+        b.put_i64(self.producer_id);
+        b.put_i16(self.producer_epoch);
+        b.put_bool(self.commit);
+        b.put_i32(self.leader_epoch);
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(WriteMarkerRequest {
+            topic: r.string("topic")?,
+            partition: r.i32("partition")?,
+            producer_id: r.i64("producer_id")?,
+            producer_epoch: r.i16("producer_epoch")?,
+            commit: r.bool("commit")?,
+            leader_epoch: r.i32("leader_epoch")?,
+        })
+    }
+}
+
+/// The answer to a marker write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteMarkerResponse {
+    /// Outcome.
+    pub status: Status,
+    /// Offset of the marker (-1 on error).
+    pub offset: i64,
+    /// The epoch the partition holds for the producer id after the request.
+    pub current_producer_epoch: i16,
+}
+
+impl WriteMarkerResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i64(self.offset);
+        b.put_i16(self.current_producer_epoch);
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(WriteMarkerResponse {
+            status,
+            offset: r.i64("offset")?,
+            current_producer_epoch: r.i16("current_producer_epoch")?,
+        })
+    }
+}

@@ -75,6 +75,35 @@ async fn coordinator_killed_and_restarted_never_reissues_an_epoch() {
     assert!(generations <= 2, "old journal generations are removed ({generations} left)");
 }
 
+/// A power loss can leave the journal's newest file ending in zeros (or a record header whose
+/// length runs past the end): a torn tail, never answered. The coordinator cuts it and starts,
+/// and the next grant is above every one answered before.
+#[tokio::test]
+async fn a_zero_filled_journal_tail_is_cut_and_epochs_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let conn = Connection::connect(&c.addr).await.unwrap();
+    let mut last = -1;
+    for _ in 0..3 {
+        last = init(&conn, Some("orders")).await.unwrap().1;
+    }
+    c.kill9();
+    let journal_dir = dir.path().join("coordinator").join("journal");
+    let newest = std::fs::read_dir(&journal_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("journal-"))
+        .max()
+        .expect("a journal file");
+    let mut f = std::fs::OpenOptions::new().append(true).open(&newest).unwrap();
+    std::io::Write::write_all(&mut f, &[0u8; 4096]).unwrap();
+    drop(f);
+    let c = coordinator(dir.path());
+    let conn = Connection::connect(&c.addr).await.unwrap();
+    let (_, next) = init(&conn, Some("orders")).await.expect("the restarted coordinator grants");
+    assert!(next > last, "epoch {next} after a restart, {last} answered before");
+}
+
 #[tokio::test]
 async fn producer_binary_prints_acks_and_exits_3_when_fenced() {
     let dir = tempfile::tempdir().unwrap();

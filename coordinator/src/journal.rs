@@ -11,9 +11,9 @@
 //! renamed), starts `journal-(N+1)`, and deletes generation N-1: generation N stays as the
 //! fallback if the newest snapshot is ever found damaged.
 //!
-//! On open, a torn last record (short, or failing its CRC at the very end of the file) is cut
-//! off; a bad record with valid data after it is corruption, and opening fails rather than
-//! forgetting grants that were answered.
+//! On open, a torn tail (a record cut short, a last record failing its CRC, or a tail of zero
+//! bytes) is cut off; a bad record with other bytes after it is corruption, and opening fails
+//! rather than forgetting grants that were answered.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -264,37 +264,43 @@ impl Journal {
     }
 }
 
+/// Read the framed records of one file: the records, and the length of the good prefix they
+/// take. What follows the good prefix is a torn tail (cut by the caller) if it is what a write
+/// that never finished leaves: a record cut short (header or body, whatever length it claims),
+/// a last record whose CRC fails, or only zero bytes (what some file systems leave after a
+/// power loss; eight zeros would otherwise read as an empty record, since the CRC32C of
+/// nothing is 0). Any other damage, with bytes after it, is corruption.
 fn scan(path: &Path, mut buf: Bytes) -> Result<(Vec<Bytes>, u64), JournalError> {
     let total = buf.len() as u64;
     let mut payloads = Vec::new();
     let mut offset = 0u64;
+    let corrupt = |offset, detail: String| JournalError::Corrupt { path: path.display().to_string(), offset, detail };
     while buf.has_remaining() {
+        if buf.iter().all(|b| *b == 0) {
+            break; // a zero-filled tail
+        }
         if buf.remaining() < RECORD_HEADER_BYTES {
             break; // torn header at the tail
         }
         let len = (&buf[0..4]).get_u32() as usize;
         let crc = (&buf[4..8]).get_u32();
-        let end = RECORD_HEADER_BYTES + len;
-        if len > RECORD_BYTES_MAX {
-            return Err(JournalError::Corrupt {
-                path: path.display().to_string(),
-                offset,
-                detail: format!("record length {len}"),
-            });
-        }
+        let end = RECORD_HEADER_BYTES.saturating_add(len);
         if end > buf.remaining() {
-            break; // torn body at the tail
+            break; // torn body at the tail (or a garbage length in a torn header)
+        }
+        if len > RECORD_BYTES_MAX {
+            return Err(corrupt(offset, format!("record length {len}")));
+        }
+        // Every entry has a tag byte at least: an empty record is never written.
+        if len == 0 {
+            return Err(corrupt(offset, "empty record".into()));
         }
         let payload = buf.slice(RECORD_HEADER_BYTES..end);
         if crc32c::crc32c(&payload) != crc {
             if offset + end as u64 == total {
                 break; // the last record was torn in place
             }
-            return Err(JournalError::Corrupt {
-                path: path.display().to_string(),
-                offset,
-                detail: "CRC32C mismatch".into(),
-            });
+            return Err(corrupt(offset, "CRC32C mismatch".into()));
         }
         payloads.push(payload);
         buf.advance(end);
@@ -483,6 +489,40 @@ mod tests {
         raw[RECORD_HEADER_BYTES] ^= 1; // damage the first
         std::fs::write(&file, &raw).unwrap();
         assert!(matches!(Journal::open(&path), Err(JournalError::Corrupt { offset: 0, .. })));
+    }
+
+    /// What a power loss can leave after the last synced record: zeros (which would read as an
+    /// empty record with a valid CRC), or a header whose length runs past the end. Both are a
+    /// torn tail, cut; an empty record with a record after it is corruption.
+    #[test]
+    fn a_zero_filled_tail_or_a_length_past_the_end_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        {
+            let (j, _) = Journal::open(&path).unwrap();
+            block(j.append(vec![Bytes::from_static(b"kept")])).unwrap();
+        }
+        let file = journal_path(&path, 0);
+        let intact = std::fs::read(&file).unwrap();
+        for tail in [vec![0u8; 4096], vec![0u8; 8], vec![0xff, 0xff, 0xff, 0xf0, 1, 2, 3, 4, 5, 6]] {
+            let mut raw = intact.clone();
+            raw.extend_from_slice(&tail);
+            std::fs::write(&file, &raw).unwrap();
+            let (j, r) = Journal::open(&path).unwrap();
+            assert_eq!(r.payloads, vec![Bytes::from_static(b"kept")], "tail {:?}", &tail[..8.min(tail.len())]);
+            assert_eq!(r.truncated_bytes, tail.len() as u64);
+            block(j.append(vec![Bytes::from_static(b"next")])).unwrap();
+            drop(j);
+            let (_, r) = Journal::open(&path).unwrap();
+            assert_eq!(r.payloads, vec![Bytes::from_static(b"kept"), Bytes::from_static(b"next")]);
+            std::fs::write(&file, &intact).unwrap();
+        }
+        // An empty record followed by a real one is damage in the middle.
+        let mut raw = intact.clone();
+        raw.extend_from_slice(&[0u8; 8]);
+        raw.extend_from_slice(&intact);
+        std::fs::write(&file, &raw).unwrap();
+        assert!(matches!(Journal::open(&path), Err(JournalError::Corrupt { .. })));
     }
 
     #[test]

@@ -42,6 +42,12 @@ pub enum ClientError {
     /// An answer of the wrong kind arrived.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// A send inside the open transaction failed, so the transaction holds an unknown subset of
+    /// its records: it cannot commit. Abort it; the next transaction starts clean.
+    #[error(
+        "the transaction cannot commit: an earlier send in it failed ({0}); abort it and run the transaction again"
+    )]
+    Abortable(String),
 }
 
 fn fenced_line(tid: Option<&str>, own: i16, current: i16, detail: &str) -> String {

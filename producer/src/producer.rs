@@ -76,8 +76,12 @@ pub struct Producer {
     txn: Option<HashSet<(String, i32)>>,
     /// Set when a send gave up without knowing whether its batch was written: its sequence
     /// can never be reused (a retry of different records would be taken as a duplicate), so
-    /// this instance refuses further sends and must be replaced.
+    /// this instance refuses further sends until its epoch moves (an abort, which bumps it),
+    /// or must be replaced.
     poisoned: Option<String>,
+    /// Set when a send inside the open transaction failed: the transaction may hold any subset
+    /// of its records, so it can only be aborted (Kafka's abortable error state).
+    txn_failed: Option<String>,
 }
 
 fn retriable(code: ErrorCode) -> bool {
@@ -134,6 +138,7 @@ impl Producer {
                     sequences: HashMap::new(),
                     txn: None,
                     poisoned: None,
+                    txn_failed: None,
                 })
             }
             other => Err(ClientError::Refused { what: "InitProducerId".into(), status: other.status().clone() }),
@@ -159,14 +164,25 @@ impl Producer {
     }
 
     /// Commit the open transaction. The coordinator writes a commit marker to every partition
-    /// it touched and bumps the epoch (KIP-890), which this producer continues with.
+    /// it touched and bumps the epoch (KIP-890), which this producer continues with. Refused
+    /// with [`ClientError::Abortable`], changing nothing, if a send in the transaction failed.
     pub async fn commit(&mut self) -> Result<(), ClientError> {
+        if let (Some(why), true) = (&self.txn_failed, self.txn.is_some()) {
+            return Err(ClientError::Abortable(why.clone()));
+        }
         self.end(true).await
     }
 
     /// Abort the open transaction: its records are never shown to read_committed consumers.
+    /// It also clears a failed send's state: the abort bumps the epoch, so the next
+    /// transaction's sequences start again at 0.
     pub async fn abort(&mut self) -> Result<(), ClientError> {
         self.end(false).await
+    }
+
+    /// Why the open transaction can only be aborted, if a send in it failed.
+    pub fn transaction_failed(&self) -> Option<&str> {
+        self.txn_failed.as_deref()
     }
 
     async fn end(&mut self, commit: bool) -> Result<(), ClientError> {
@@ -186,10 +202,13 @@ impl Producer {
         match call_coordinator_retrying(&mut self.client, what, self.config.delivery_timeout_ms, req).await? {
             Response::EndTxn(r) if r.status.is_ok() => {
                 self.txn = None;
+                self.txn_failed = None;
                 if (r.producer_id, r.producer_epoch) != (self.producer_id, self.epoch) {
                     self.producer_id = r.producer_id;
                     self.epoch = r.producer_epoch;
                     self.sequences.clear();
+                    // A new epoch: no batch of it can be taken for one sent under the old.
+                    self.poisoned = None;
                 }
                 Ok(())
             }
@@ -262,7 +281,28 @@ impl Producer {
     /// Send `values` as one batch and wait for its acknowledgement. Retriable failures are
     /// retried with the same batch (same sequence) until the delivery timeout, so a retry
     /// after a lost answer is recognised as a duplicate and nothing is written twice.
+    ///
+    /// Inside a transaction, a send that fails (other than by fencing, which ends the producer)
+    /// leaves the transaction abortable only: [`Producer::commit`] then refuses.
     pub async fn send_batch(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        values: &[Bytes],
+    ) -> Result<RecordMetadata, ClientError> {
+        if let (Some(why), true) = (&self.txn_failed, self.txn.is_some()) {
+            return Err(ClientError::Abortable(why.clone()));
+        }
+        let sent = self.send_batch_once(topic, partition, values).await;
+        if let Err(e) = &sent {
+            if self.txn.is_some() && !e.is_fenced() {
+                self.txn_failed = Some(format!("sending to {topic}-{partition}: {e}"));
+            }
+        }
+        sent
+    }
+
+    async fn send_batch_once(
         &mut self,
         topic: &str,
         partition: i32,

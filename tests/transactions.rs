@@ -56,6 +56,84 @@ async fn reaches_state(addr: &str, state: &str) -> bool {
     false
 }
 
+/// A send inside a transaction that times out may still land (the broker was only slow), so the
+/// transaction holds an unknown subset of its records: commit must refuse, abort must work, and
+/// the next transaction starts clean (Kafka's abortable error state).
+#[tokio::test]
+async fn a_transaction_with_a_failed_send_can_only_abort() {
+    let c = LocalCluster::start(LocalOptions::default()).await.unwrap();
+    c.create_topic("t", 1).await.unwrap();
+    let mut config = ProducerConfig::transactional("abortable");
+    config.delivery_timeout_ms = 800;
+    config.client.request_timeout_ms = 300;
+    let mut p = Producer::init(&c.coordinator_addr, config).await.unwrap();
+    p.begin().unwrap();
+    p.send("t", 0, v("first")).await.unwrap();
+    // The broker stalls: the send gives up, although the batch waits in the broker's queue.
+    c.switches[0].freeze();
+    let late = p.send("t", 0, v("late")).await.unwrap_err();
+    assert!(matches!(late, ClientError::Timeout { .. }), "{late}");
+    c.switches[0].thaw();
+    // Whatever reached the log, the transaction may not commit.
+    let refused = p.commit().await.unwrap_err();
+    assert!(matches!(refused, ClientError::Abortable(_)), "{refused}");
+    assert!(refused.to_string().contains("abort it"), "{refused}");
+    assert!(p.send("t", 0, v("more")).await.is_err(), "no more sends into a failed transaction");
+    p.abort().await.unwrap();
+    p.begin().unwrap();
+    p.send("t", 0, v("clean")).await.unwrap();
+    p.commit().await.unwrap();
+    assert_eq!(committed(&c.coordinator_addr, "t", 0).await, ["clean"]);
+}
+
+/// A partition whose follower is frozen cannot commit a marker (its ISR waits for the follower),
+/// but a commit that needs only other partitions on the same broker must not wait behind it:
+/// markers to different partitions proceed independently.
+#[tokio::test]
+async fn a_stuck_marker_on_one_partition_does_not_hold_up_commits_on_another() {
+    let opts = LocalOptions { brokers: 3, replica_lag_ms: 120_000, ..LocalOptions::default() };
+    let c = LocalCluster::start(opts).await.unwrap();
+    c.wait_for("three live brokers", Duration::from_secs(10), |d| d.brokers.iter().filter(|b| b.alive).count() == 3)
+        .await
+        .unwrap();
+    c.create_topic_replicated("x", 3, 2).await.unwrap();
+    c.create_topic_replicated("y", 1, 1).await.unwrap();
+    let d = c.admin().describe().await.unwrap();
+    let y = d.partitions.iter().find(|p| p.topic == "y").unwrap().leader_id;
+    let x =
+        d.partitions.iter().find(|p| p.topic == "x" && p.leader_id == y).expect("x has a partition led by y's leader");
+    let follower = *x.replicas.iter().find(|r| **r != y).unwrap();
+    let xp = x.partition;
+
+    let mut a = Producer::init(&c.coordinator_addr, ProducerConfig::transactional("slow")).await.unwrap();
+    a.begin().unwrap();
+    a.send("x", xp, v("a")).await.unwrap();
+    let mut b = Producer::init(&c.coordinator_addr, ProducerConfig::transactional("fast")).await.unwrap();
+    b.begin().unwrap();
+    b.send("y", 0, v("b")).await.unwrap();
+
+    // x's follower freezes: x's commit marker cannot be committed while it stays in the ISR.
+    c.switches[(follower - 1) as usize].freeze();
+    let slow = tokio::spawn(async move { a.commit().await });
+    assert!(reaches_state(&c.coordinator_addr, "PrepareCommit").await, "the slow commit is writing its markers");
+    // y's commit on the same broker: its marker is not queued behind x's.
+    let conn = Connection::connect(&c.coordinator_addr).await.unwrap();
+    let req = Request::EndTxn(EndTxnRequest {
+        transactional_id: "fast".into(),
+        producer_id: b.producer_id(),
+        producer_epoch: b.epoch(),
+        commit: true,
+    });
+    let Response::EndTxn(r) = conn.call(req).await.unwrap() else { panic!("wrong answer") };
+    assert!(r.status.is_ok(), "the commit on y waited for x's marker: {}", r.status);
+    assert!(!slow.is_finished(), "x's commit is still waiting for its frozen follower");
+    assert_eq!(committed(&c.coordinator_addr, "y", 0).await, ["b"]);
+
+    c.switches[(follower - 1) as usize].thaw();
+    slow.await.unwrap().unwrap();
+    assert_eq!(committed(&c.coordinator_addr, "x", xp).await, ["a"]);
+}
+
 #[tokio::test]
 async fn zombies_open_transaction_is_aborted_when_its_successor_inits() {
     let c = LocalCluster::start(LocalOptions::default()).await.unwrap();

@@ -893,10 +893,7 @@ fn handle(shared: &Arc<Shared>, req: Request) -> net::Handled {
     match req {
         Request::Produce(r) => produce(shared, r),
         Request::Fetch(r) => net::Handled::answer(Response::Fetch(fetch(shared, r))),
-        Request::WriteMarker(r) => {
-            let shared = shared.clone();
-            net::Handled::serial(async move { Response::WriteMarker(write_marker(&shared, r).await) })
-        }
+        Request::WriteMarker(r) => write_marker(shared, r),
         Request::Replicate(r) => replicate(shared, r),
         other => net::Handled::answer(Response::Error(Status::new(
             ErrorCode::InvalidRequest,
@@ -1371,8 +1368,18 @@ fn replicate(shared: &Arc<Shared>, r: ReplicateRequest) -> net::Handled {
     net::Handled::answer(Response::Replicate(refused))
 }
 
-async fn write_marker(shared: &Shared, r: WriteMarkerRequest) -> WriteMarkerResponse {
-    let err = |status, current| WriteMarkerResponse { status, offset: -1, current_producer_epoch: current };
+/// A marker is appended in arrival order, in the handler call; only the wait for it to be
+/// committed runs beside the connection's later requests, so markers to different partitions
+/// (the coordinator sends them all on one connection) do not wait for each other: one
+/// partition whose followers lag does not hold back every fence and commit on this broker.
+fn write_marker(shared: &Arc<Shared>, r: WriteMarkerRequest) -> net::Handled {
+    let err = |status, current| {
+        net::Handled::answer(Response::WriteMarker(WriteMarkerResponse {
+            status,
+            offset: -1,
+            current_producer_epoch: current,
+        }))
+    };
     let part = match partition(shared, &r.topic, r.partition) {
         Ok(p) => p,
         Err(s) => return err(s, -1),
@@ -1388,16 +1395,10 @@ async fn write_marker(shared: &Shared, r: WriteMarkerRequest) -> WriteMarkerResp
     };
     match part.append(&marker, &header, r.leader_epoch) {
         Ok(appended) => {
-            let (offset, end_offset, epoch) = appended.parts();
-            if let Err(status) = wait_durable(shared, &part, end_offset).await {
-                return err(status, -1);
-            }
-            // A fence counts only once every in-sync replica holds it: any future leader will.
-            if let Err(status) = wait_committed(shared, &part, end_offset, epoch).await {
-                return err(status, -1);
-            }
-            tracing::info!(topic = %r.topic, partition = r.partition, producer_id = r.producer_id, epoch = r.producer_epoch, offset, "marker written");
-            WriteMarkerResponse { status: Status::ok(), offset, current_producer_epoch: r.producer_epoch }
+            let shared = shared.clone();
+            net::Handled::Applied(Box::pin(async move {
+                Response::WriteMarker(marker_committed(&shared, &part, &r, appended).await)
+            }))
         }
         Err(AppendError::Gate(GateError::StaleEpoch { current, .. })) => err(
             Status::new(
@@ -1412,4 +1413,24 @@ async fn write_marker(shared: &Shared, r: WriteMarkerRequest) -> WriteMarkerResp
             part.producer_epoch(r.producer_id).unwrap_or(-1),
         ),
     }
+}
+
+/// Answer an appended marker once it is durable and committed: a fence counts only once every
+/// in-sync replica holds it, so any future leader will.
+async fn marker_committed(
+    shared: &Shared,
+    part: &Partition,
+    r: &WriteMarkerRequest,
+    appended: Appended,
+) -> WriteMarkerResponse {
+    let err = |status| WriteMarkerResponse { status, offset: -1, current_producer_epoch: -1 };
+    let (offset, end_offset, epoch) = appended.parts();
+    if let Err(status) = wait_durable(shared, part, end_offset).await {
+        return err(status);
+    }
+    if let Err(status) = wait_committed(shared, part, end_offset, epoch).await {
+        return err(status);
+    }
+    tracing::info!(topic = %r.topic, partition = r.partition, producer_id = r.producer_id, epoch = r.producer_epoch, offset, "marker written");
+    WriteMarkerResponse { status: Status::ok(), offset, current_producer_epoch: r.producer_epoch }
 }

@@ -587,6 +587,14 @@ async fn peer(shared: &Shared, addr: &str) -> Result<Connection, net::NetError> 
     Ok(c)
 }
 
+/// Drop the cached connection to `addr` if it is still `conn`.
+fn forget_peer(shared: &Shared, addr: &str, conn: &Connection) {
+    let mut peers = shared.peers.lock().unwrap_or_else(|p| p.into_inner());
+    if peers.get(addr).is_some_and(|c| c.same_as(conn)) {
+        peers.remove(addr);
+    }
+}
+
 async fn write_marker_until_done(shared: &Shared, t: &FenceTarget, commit: bool) {
     let mut backoff = Duration::from_millis(20);
     loop {
@@ -605,7 +613,14 @@ async fn write_marker_until_done(shared: &Shared, t: &FenceTarget, commit: bool)
                         commit,
                         leader_epoch,
                     });
-                    match conn.call_timeout(req, Duration::from_millis(shared.config.marker_timeout_ms)).await {
+                    let answer = conn.call_timeout(req, Duration::from_millis(shared.config.marker_timeout_ms)).await;
+                    if answer.is_err() {
+                        // Not answered in time (or the connection broke): drop the connection,
+                        // so that the retry and the other markers to this broker do not queue
+                        // behind whatever holds this one up.
+                        forget_peer(shared, &addr, &conn);
+                    }
+                    match answer {
                         Ok(Response::WriteMarker(r)) if r.status.is_ok() => Ok(()),
                         // Already fenced at this epoch or a later one: the goal holds.
                         Ok(Response::WriteMarker(r))

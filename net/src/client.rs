@@ -171,6 +171,11 @@ impl Connection {
         self.tx.is_closed()
     }
 
+    /// Whether `other` is a clone of this connection (the same socket).
+    pub fn same_as(&self, other: &Connection) -> bool {
+        self.tx.same_channel(&other.tx)
+    }
+
     /// Queue a request now and return its answer to await later: requests submitted one after
     /// another go out (and are handled) in that order, however their answers are awaited.
     pub async fn submit(

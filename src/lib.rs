@@ -187,9 +187,9 @@ impl LocalCluster {
         ClientConfig { tls, ..ClientConfig::default() }
     }
 
-    /// An admin client for this cluster.
+    /// An admin client for this cluster (proving it holds the cluster secret, if secured).
     pub fn admin(&self) -> Admin {
-        Admin::new(&self.coordinator_addr, self.client_config())
+        Admin::new(&self.coordinator_addr, ClientConfig { secret: self.secret.clone(), ..self.client_config() })
     }
 
     /// Create a topic, waiting (up to 10 s) for the brokers to register first.

@@ -22,8 +22,14 @@ struct Cluster {
 
 impl Cluster {
     fn start(brokers: i32) -> Cluster {
+        Self::start_with(brokers, &[])
+    }
+
+    /// [`Cluster::start`] with extra coordinator flags.
+    fn start_with(brokers: i32, coordinator_flags: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let coordinator = coordinator_with(dir.path(), LEASE);
+        let flags: Vec<&str> = LEASE.iter().chain(coordinator_flags).copied().collect();
+        let coordinator = coordinator_with(dir.path(), &flags);
         let brokers = (1..=brokers).map(|id| Some(broker(id, &coordinator.addr, dir.path()))).collect();
         let c = Cluster { dir, coordinator, brokers };
         create_topic_replicated(&c.coordinator.addr, "t", 1, Some(3));
@@ -203,7 +209,9 @@ async fn sigstopped_leader_is_fenced_by_epoch_after_sigcont_and_converges() {
 
 #[tokio::test]
 async fn follower_down_through_two_leadership_changes_truncates_and_converges() {
-    let mut c = Cluster::start(3);
+    // The second new leader writes alone (its only follower is stopped): min.insync.replicas 1,
+    // so that acks=all writes are taken with an ISR of one.
+    let mut c = Cluster::start_with(3, &["--default-min-insync-replicas", "1"]);
     let mut admin = Admin::new(&c.addr(), ClientConfig::default());
     let mut p = Producer::init(&c.addr(), producer_config("a", ACKS_ALL)).await.unwrap();
     for i in 0..3 {
@@ -296,10 +304,14 @@ async fn zombie_stays_fenced_after_the_partition_leader_changes() {
     assert_eq!(values, ["A-0", "B-0"]);
 }
 
+/// A leader killed and restarted within its lease, its logs intact (`--fsync always`: it
+/// acknowledged only what it synced): it keeps its place in the ISR and leads again, under a new
+/// leader epoch, so that what it writes at offsets of batches it had replicated but not synced
+/// cannot pass for them on the followers. Nothing acknowledged is lost.
 #[tokio::test]
-async fn a_leader_restarted_within_its_lease_loses_its_leadership_at_once() {
+async fn a_leader_restarted_with_its_logs_intact_leads_again_under_a_new_leader_epoch() {
     // A long lease: only the restart itself (a new incarnation in the heartbeat) can move the
-    // leadership within the few seconds this test waits.
+    // leader epoch within the few seconds this test waits.
     let dir = tempfile::tempdir().unwrap();
     let coordinator = coordinator_with(dir.path(), &["--broker-lease-ms", "30000"]);
     let mut brokers: Vec<Proc> = (1..=3).map(|id| broker(id, &coordinator.addr, dir.path())).collect();
@@ -313,7 +325,35 @@ async fn a_leader_restarted_within_its_lease_loses_its_leadership_at_once() {
     let (old, old_epoch) = (d.partitions[0].leader_id, d.partitions[0].leader_epoch);
     brokers[(old - 1) as usize].kill9();
     brokers[(old - 1) as usize] = broker(old, &coordinator.addr, dir.path());
-    // (It may rejoin the ISR moments later, once it has caught up; leading again needs an election.)
+    let d = until(&mut admin, "a new leader epoch", |d| d.partitions[0].leader_epoch > old_epoch).await;
+    assert_eq!(d.partitions[0].leader_id, old, "an intact restart keeps its leadership");
+    assert_eq!(d.partitions[0].isr.len(), 3, "and its place in the ISR");
+    let mut q = Producer::init(&coordinator.addr, producer_config("after", ACKS_ALL)).await.unwrap();
+    q.send("t", 0, Bytes::from_static(b"after")).await.unwrap();
+    let values: Vec<String> = read_all(&coordinator.addr).await.into_iter().map(|(_, v)| v).collect();
+    assert_eq!(values, ["r0", "r1", "r2", "r3", "r4", "after"]);
+}
+
+/// A leader restarted on a wiped data directory (a replaced disk): another directory id, no
+/// record of its predecessor's broker epoch, and nothing of what it acknowledged. It registers
+/// once the old process's lease has expired (it cannot prove it is that process's successor),
+/// leaves the ISR, and its leadership goes to a replica that holds every committed record.
+#[tokio::test]
+async fn a_leader_restarted_on_a_wiped_disk_leaves_the_isr_and_its_leadership_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = coordinator_with(dir.path(), &["--broker-lease-ms", "1000"]);
+    let mut brokers: Vec<Proc> = (1..=3).map(|id| broker(id, &coordinator.addr, dir.path())).collect();
+    create_topic_replicated(&coordinator.addr, "t", 1, Some(3));
+    let mut admin = Admin::new(&coordinator.addr, ClientConfig::default());
+    let mut p = Producer::init(&coordinator.addr, producer_config("restart", ACKS_ALL)).await.unwrap();
+    for i in 0..5 {
+        p.send("t", 0, Bytes::from(format!("r{i}"))).await.unwrap();
+    }
+    let d = until(&mut admin, "all in sync", |d| d.partitions[0].isr.len() == 3).await;
+    let (old, old_epoch) = (d.partitions[0].leader_id, d.partitions[0].leader_epoch);
+    brokers[(old - 1) as usize].kill9();
+    std::fs::remove_dir_all(dir.path().join(format!("broker-{old}"))).unwrap();
+    brokers[(old - 1) as usize] = broker(old, &coordinator.addr, dir.path());
     until(&mut admin, "the leadership moved", |d| {
         d.partitions[0].leader_id != old && d.partitions[0].leader_epoch > old_epoch
     })
@@ -322,4 +362,100 @@ async fn a_leader_restarted_within_its_lease_loses_its_leadership_at_once() {
     q.send("t", 0, Bytes::from_static(b"after")).await.unwrap();
     let values: Vec<String> = read_all(&coordinator.addr).await.into_iter().map(|(_, v)| v).collect();
     assert_eq!(values, ["r0", "r1", "r2", "r3", "r4", "after"]);
+}
+
+/// The whole-cluster restart of the hardening review (KIP-966): every broker of a 3-replica
+/// partition is killed and only two come back. They stopped with their logs intact (`--fsync
+/// always`: every acknowledgement was synced), so they stay in sync and the first one back
+/// leads; nothing waits for the broker that never returns, and nothing acknowledged is lost.
+/// (Before, every restarted broker left the ISR, and only the missing one could be elected.)
+#[tokio::test]
+async fn after_every_broker_is_killed_two_restarted_replicas_lead_with_every_acknowledged_record() {
+    let mut c = Cluster::start(3);
+    let mut admin = Admin::new(&c.addr(), ClientConfig::default());
+    let mut p = Producer::init(&c.addr(), producer_config("all-down", ACKS_ALL)).await.unwrap();
+    let mut acked = Vec::new();
+    for i in 0..20 {
+        let value = format!("r{i}");
+        p.send("t", 0, Bytes::from(value.clone())).await.unwrap();
+        acked.push(value);
+    }
+    let d = until(&mut admin, "all in sync", |d| d.partitions[0].isr.len() == 3).await;
+    let leader = d.partitions[0].leader_id;
+    for id in 1..=3 {
+        c.kill9(id);
+    }
+    let back: Vec<i32> = (1..=3).filter(|b| *b != leader).collect();
+    for id in &back {
+        c.restart(*id);
+    }
+    until(&mut admin, "a restarted replica leads", |d| back.contains(&d.partitions[0].leader_id)).await;
+    let mut q = Producer::init(&c.addr(), producer_config("after", ACKS_ALL)).await.unwrap();
+    q.send("t", 0, Bytes::from_static(b"after")).await.unwrap();
+    acked.push("after".into());
+    let values: Vec<String> = read_all(&c.addr()).await.into_iter().map(|(_, v)| v).collect();
+    assert_eq!(values, acked);
+}
+
+/// min.insync.replicas (2 by default for three replicas): with both followers frozen, the
+/// leader shrinks the ISR to itself and refuses acks=all writes with NOT_ENOUGH_REPLICAS (it
+/// used to acknowledge them on one disk); the producer retries until its delivery timeout, then
+/// fails naming the ISR, the minimum and what to do. acks=leader still writes. Once the
+/// followers are back in sync, acks=all writes go through again.
+#[tokio::test]
+async fn with_both_followers_frozen_acks_all_writes_are_refused_with_not_enough_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = coordinator_with(dir.path(), &[]);
+    let lag = ["--replica-lag-ms", "1000"];
+    let brokers: Vec<Proc> = (1..=3).map(|id| common::broker_with(id, &coordinator.addr, dir.path(), &lag)).collect();
+    create_topic_replicated(&coordinator.addr, "t", 1, Some(3));
+    let mut admin = Admin::new(&coordinator.addr, ClientConfig::default());
+    let d = until(&mut admin, "all in sync", |d| d.partitions[0].isr.len() == 3).await;
+    let leader = d.partitions[0].leader_id;
+    assert_eq!(d.partitions[0].min_insync_replicas, 2);
+    let followers: Vec<&Proc> = (1..=3).filter(|b| *b != leader).map(|b| &brokers[(b - 1) as usize]).collect();
+    let produce = |acks: &str, value: &str| {
+        common::run(
+            "producer",
+            &[
+                "--bootstrap",
+                &coordinator.addr,
+                "--topic",
+                "t",
+                "--transactional-id",
+                value,
+                "--value",
+                value,
+                "--count",
+                "1",
+                "--acks",
+                acks,
+                "--delivery-timeout-ms",
+                "3000",
+            ],
+        )
+    };
+    assert!(produce("all", "before").status.success());
+    for f in &followers {
+        signal(f, "STOP");
+    }
+    until(&mut admin, "the ISR shrinks to the leader", |d| d.partitions[0].isr == [leader]).await;
+    let refused = produce("all", "alone");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "acks=all must not be acknowledged on one replica: {stderr}");
+    assert!(
+        stderr.contains("NOT_ENOUGH_REPLICAS")
+            && stderr.contains(&format!("the ISR [{leader}]"))
+            && stderr.contains("min.insync.replicas 2")
+            && stderr.contains("bring the followers back in sync"),
+        "{stderr}"
+    );
+    assert!(produce("leader", "leader-only").status.success(), "acks=leader is not bound by the minimum");
+    for f in &followers {
+        signal(f, "CONT");
+    }
+    until(&mut admin, "the followers are back in sync", |d| d.partitions[0].isr.len() == 3).await;
+    assert!(produce("all", "after").status.success());
+    let values: Vec<String> = read_all(&coordinator.addr).await.into_iter().map(|(_, v)| v).collect();
+    assert_eq!(values, ["before-0", "leader-only-0", "after-0"]);
 }

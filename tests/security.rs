@@ -64,6 +64,7 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
                 prev_epoch: -1,
                 high_watermark: 1,
                 log_start_offset: 0,
+                producer_state: bytes::Bytes::new(),
                 records: forged.into(),
             }))
             .await,
@@ -92,6 +93,10 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
                 broker_id: 1,
                 addr: "127.0.0.1:1".into(),
                 incarnation: 1,
+                broker_epoch: -1,
+                previous_broker_epoch: -1,
+                log_dir_id: 1,
+                intact: true,
                 replicas: vec![],
             }))
             .await,
@@ -171,7 +176,12 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
         Row {
             what: "empty topic name",
             to_coordinator: true,
-            req: Request::CreateTopic(CreateTopicRequest { name: "".into(), partitions: 1, replication_factor: -1 }),
+            req: Request::CreateTopic(CreateTopicRequest {
+                name: "".into(),
+                partitions: 1,
+                replication_factor: -1,
+                min_insync_replicas: -1,
+            }),
             code: ErrorCode::InvalidTopicException,
         },
         Row {
@@ -181,13 +191,19 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
                 name: "x".repeat(300),
                 partitions: 1,
                 replication_factor: -1,
+                min_insync_replicas: -1,
             }),
             code: ErrorCode::InvalidTopicException,
         },
         Row {
             what: "topic name with a slash",
             to_coordinator: true,
-            req: Request::CreateTopic(CreateTopicRequest { name: "a/b".into(), partitions: 1, replication_factor: -1 }),
+            req: Request::CreateTopic(CreateTopicRequest {
+                name: "a/b".into(),
+                partitions: 1,
+                replication_factor: -1,
+                min_insync_replicas: -1,
+            }),
             code: ErrorCode::InvalidTopicException,
         },
         Row {
@@ -197,13 +213,19 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
                 name: "neg".into(),
                 partitions: -3,
                 replication_factor: -1,
+                min_insync_replicas: -1,
             }),
             code: ErrorCode::InvalidPartitions,
         },
         Row {
             what: "replication factor above the brokers",
             to_coordinator: true,
-            req: Request::CreateTopic(CreateTopicRequest { name: "rf".into(), partitions: 1, replication_factor: 5 }),
+            req: Request::CreateTopic(CreateTopicRequest {
+                name: "rf".into(),
+                partitions: 1,
+                replication_factor: 5,
+                min_insync_replicas: -1,
+            }),
             code: ErrorCode::InvalidReplicationFactor,
         },
         Row {
@@ -341,7 +363,8 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
             code: ErrorCode::OffsetOutOfRange,
         },
     ];
-    let coordinator = Connection::connect(&c.coordinator_addr).await.unwrap();
+    // An admin that holds the cluster secret (creating topics needs it in a secured cluster).
+    let coordinator = Connection::connect_as(&c.coordinator_addr, c.secret.as_ref(), "admin").await.unwrap();
     let broker = Connection::connect(&c.broker_addrs[0]).await.unwrap();
     for row in rows {
         let conn = if row.to_coordinator { &coordinator } else { &broker };

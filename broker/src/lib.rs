@@ -3,6 +3,7 @@
 //! - [`producer_state`]: the per-partition producer gate (rules, no I/O).
 //! - [`leader`]: leader-epoch checks (rules, no I/O).
 //! - [`log`]: the partition log's segments, their indexes, recovery scan and retention.
+//! - [`log_dir`]: the data directory's id and whether its logs are intact after a restart.
 //! - [`snapshot`]: producer-state snapshots, so that recovery replays only the log's tail.
 //! - [`storage`]: the file system under logs and snapshots, and an in-memory one that loses
 //!   unsynced writes (for the simulator and crash tests).
@@ -13,6 +14,7 @@
 
 pub mod leader;
 pub mod log;
+pub mod log_dir;
 pub mod partition;
 pub mod producer_state;
 pub mod replication;

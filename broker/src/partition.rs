@@ -54,6 +54,9 @@ pub struct Offer<'a> {
     pub header: &'a BatchHeader,
     /// The leader epoch the request carries.
     pub leader_epoch: i32,
+    /// The write is to be acknowledged once committed (acks=all, and every marker): refused
+    /// with [`AppendError::NotEnoughReplicas`] while the ISR is below `min.insync.replicas`.
+    pub acks_all: bool,
 }
 
 /// Batches admitted and recorded in the producer state, not written yet: what one
@@ -125,6 +128,14 @@ pub enum AppendError {
         /// Epoch.
         epoch: i16,
     },
+    /// An acks=all write while the ISR is smaller than `min.insync.replicas`: nothing written.
+    #[error("the ISR {isr:?} has {} member(s), fewer than min.insync.replicas {min_isr}: an acks=all write needs {min_isr} in-sync replicas; bring the followers back in sync, or write with acks=leader", isr.len())]
+    NotEnoughReplicas {
+        /// The ISR.
+        isr: Vec<i32>,
+        /// The minimum.
+        min_isr: usize,
+    },
     /// The log could not be written.
     #[error(transparent)]
     Storage(#[from] LogError),
@@ -155,6 +166,24 @@ pub enum ReplicateError {
     /// The log could not be written.
     #[error(transparent)]
     Storage(#[from] LogError),
+}
+
+/// Where a write waiting to be acknowledged stands ([`Partition::committed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Committed {
+    /// Not below the high watermark yet.
+    NotYet,
+    /// Committed, and the replicas the high watermark waits for are still at least
+    /// `min.insync.replicas`.
+    Yes,
+    /// Committed, but those replicas have since fallen below `min.insync.replicas`: the write
+    /// cannot be acknowledged (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+    BelowMinIsr {
+        /// The replicas the high watermark waits for.
+        replicas: Vec<i32>,
+        /// The minimum.
+        min_isr: usize,
+    },
 }
 
 /// What a fetch found.
@@ -205,6 +234,10 @@ pub struct ReplicationWork {
     pub high_watermark: i64,
     /// The leader's log start offset.
     pub log_start_offset: i64,
+    /// When `from_offset` is the log start above 0 (a follower may start its log over there):
+    /// the producer state of the producers with nothing from there on
+    /// ([`ProducerStates::encode_before`]). Empty otherwise.
+    pub producer_state: Bytes,
     /// Batches from `from_offset` (possibly empty).
     pub records: Records,
     /// Whether `records` came from the batches the log keeps in memory rather than its file.
@@ -251,6 +284,8 @@ struct Inner {
     /// always`): then everything committed is on disk on every ISR member, since followers
     /// acknowledge only what they synced.
     sync_before_commit: bool,
+    /// The topic's `min.insync.replicas` (1 until the coordinator says).
+    min_isr: i32,
 }
 
 impl Inner {
@@ -448,6 +483,7 @@ impl Partition {
             durable_end: 0,
             truncations: 0,
             sync_before_commit: false,
+            min_isr: 1,
         };
         let snapshot = inner.recover_state(fencing)?;
         // What the scan found may still sit unsynced in the page cache (a process crash):
@@ -495,8 +531,9 @@ impl Partition {
         batch: &Bytes,
         header: &BatchHeader,
         request_leader_epoch: i32,
+        acks_all: bool,
     ) -> Result<Appended, AppendError> {
-        let offer = Offer { batch, header, leader_epoch: request_leader_epoch };
+        let offer = Offer { batch, header, leader_epoch: request_leader_epoch, acks_all };
         self.append_group(std::slice::from_ref(&offer)).pop().expect("one answer for one batch")
     }
 
@@ -522,6 +559,12 @@ impl Partition {
             }
             if let Err(e) = g.leadership.check(offer.leader_epoch) {
                 decided(&mut answers, &mut chunk, Err(e.into()));
+                continue;
+            }
+            if let Some((isr, min_isr)) =
+                g.replica_set.as_ref().and_then(ReplicaSet::below_min_isr).filter(|_| offer.acks_all)
+            {
+                decided(&mut answers, &mut chunk, Err(AppendError::NotEnoughReplicas { isr, min_isr }));
                 continue;
             }
             let leader_epoch = g.leadership.leader_epoch;
@@ -608,17 +651,54 @@ impl Partition {
         self.lock().sync_before_commit = on;
     }
 
+    /// Whether this log holds, on disk, the batch a leader of `leader_epoch` wrote at
+    /// `base_offset..end_offset` (the same offsets and leader epoch: the same batch, since a
+    /// leader writes each offset once per epoch).
+    pub fn holds_durably(&self, base_offset: i64, end_offset: i64, leader_epoch: i32) -> bool {
+        let g = self.lock();
+        g.durable_end >= end_offset
+            && g.log.end_offset() >= end_offset
+            && base_offset >= g.log.start_offset()
+            && g.log.batch_start(base_offset) == base_offset
+            && g.log.epoch_at(base_offset) == Some(leader_epoch)
+    }
+
+    /// The leader epoch of the batch holding `offset`, as this log stores it.
+    pub fn stored_epoch_at(&self, offset: i64) -> Option<i32> {
+        self.lock().log.epoch_at(offset)
+    }
+
     /// Whether everything below `end_offset` is on disk.
     pub fn is_durable(&self, end_offset: i64) -> bool {
         self.lock().durable_end >= end_offset
     }
 
     /// Whether `end_offset` is committed (below the high watermark) while this replica still
-    /// leads at `leader_epoch`: `Ok(true)` committed, `Ok(false)` not yet, `Err` leadership lost.
-    pub fn committed(&self, end_offset: i64, leader_epoch: i32) -> Result<bool, LeaderEpochError> {
+    /// leads at `leader_epoch`; `Err` leadership lost.
+    pub fn committed(&self, end_offset: i64, leader_epoch: i32) -> Result<Committed, LeaderEpochError> {
         let g = self.lock();
         g.leadership.check(leader_epoch)?;
-        Ok(g.high_watermark >= end_offset)
+        if g.high_watermark < end_offset {
+            return Ok(Committed::NotYet);
+        }
+        // Committed while the ISR had the minimum; it may have shrunk below it since.
+        Ok(match g.replica_set.as_ref().and_then(ReplicaSet::counted_below_min_isr) {
+            Some((replicas, min_isr)) => Committed::BelowMinIsr { replicas, min_isr },
+            None => Committed::Yes,
+        })
+    }
+
+    /// Set the topic's `min.insync.replicas` (from the coordinator, before [`Partition::learn`]).
+    pub fn set_min_insync_replicas(&self, min_isr: i32) {
+        let mut g = self.lock();
+        g.min_isr = min_isr;
+        let leader_end = g.leader_end();
+        let moved = g.replica_set.as_mut().is_some_and(|rs| rs.set_min_isr(min_isr, leader_end));
+        if moved {
+            g.high_watermark = g.replica_set.as_ref().map_or(g.high_watermark, ReplicaSet::high_watermark);
+            drop(g);
+            self.bump();
+        }
     }
 
     /// The follower path: check the sender's leader epoch and that this log matches the
@@ -645,6 +725,7 @@ impl Partition {
             prev_epoch,
             high_watermark,
             log_start_offset,
+            ref producer_state,
             ref records,
             ..
         } = *req;
@@ -667,7 +748,7 @@ impl Partition {
         // This log ends before the leader's start: the gap is gone from the leader.
         let behind = at_leader_start && from_offset > g.log.end_offset();
         if unverifiable || behind || from_offset < own_start {
-            self.restart_log_at(&mut g, from_offset, (prev_epoch >= 0).then_some(prev_epoch))?;
+            self.restart_log_at(&mut g, from_offset, (prev_epoch >= 0).then_some(prev_epoch), producer_state)?;
         }
         let leo = g.log.end_offset();
         if from_offset > leo {
@@ -786,8 +867,16 @@ impl Partition {
         Ok(())
     }
 
-    /// Drop the whole log and start an empty one at `offset`, with empty producer state.
-    fn restart_log_at(&self, g: &mut Inner, offset: i64, epoch_before: Option<i32>) -> Result<(), LogError> {
+    /// Drop the whole log and start an empty one at `offset`, with the producer state of the
+    /// producers with nothing from `offset` on as the leader sent it (`producer_state`, see
+    /// [`ReplicationWork::producer_state`]; none if it sent none or it does not decode).
+    fn restart_log_at(
+        &self,
+        g: &mut Inner,
+        offset: i64,
+        epoch_before: Option<i32>,
+        producer_state: &Bytes,
+    ) -> Result<(), LogError> {
         let (start, leo) = (g.log.start_offset(), g.log.end_offset());
         snapshot::remove_all(g.log.storage(), g.log.dir()).map_err(|e| LogError::Io {
             path: g.log.dir().display().to_string(),
@@ -798,7 +887,14 @@ impl Partition {
         g.durable_end = offset;
         g.high_watermark = offset;
         g.truncations += 1;
-        g.producers = ProducerStates::new(self.fencing);
+        g.producers = if producer_state.is_empty() {
+            ProducerStates::new(self.fencing)
+        } else {
+            ProducerStates::decode(&mut snapshot::Reader::new(producer_state), self.fencing).unwrap_or_else(|e| {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = ?e, "the leader's producer state does not decode; starting without it");
+                ProducerStates::new(self.fencing)
+            })
+        };
         g.txns = TxnIndex::new();
         tracing::info!(
             topic = %self.topic,
@@ -867,7 +963,7 @@ impl Partition {
         (from, max_bytes): (Option<i64>, usize),
         now_ms: u64,
     ) -> Result<Option<ReplicationWork>, FetchError> {
-        let (from_offset, prev_epoch, high_watermark, leader_leo, found, log_start_offset) = {
+        let (from_offset, prev_epoch, high_watermark, leader_leo, found, log_start_offset, producer_state) = {
             let g = self.lock();
             if !g.leadership.is_leader || g.leadership.leader_epoch != leader_epoch {
                 return Ok(None);
@@ -882,7 +978,12 @@ impl Partition {
                 Some((records, end)) => Found::Kept(records, end),
                 None => Found::InFile(g.log.locate(from, max_bytes, i64::MAX)),
             };
-            (from, prev_epoch, g.high_watermark, g.log.end_offset(), found, g.log.start_offset())
+            let log_start = g.log.start_offset();
+            let mut producer_state = Vec::new();
+            if from == log_start && from > 0 {
+                g.producers.encode_before(from, &mut producer_state);
+            }
+            (from, prev_epoch, g.high_watermark, g.log.end_offset(), found, log_start, Bytes::from(producer_state))
         };
         let from_memory = matches!(found, Found::Kept(..));
         let (records, end_offset) = match found {
@@ -897,6 +998,7 @@ impl Partition {
             prev_epoch,
             high_watermark,
             log_start_offset,
+            producer_state,
             records,
             from_memory,
             end_offset,
@@ -1037,7 +1139,9 @@ impl Partition {
         let change = if is_leader {
             let hw = g.high_watermark;
             let ends = (g.log.end_offset(), g.leader_end());
-            let rs = ReplicaSet::new(self.broker_id, replicas, (isr, partition_epoch), ends, hw, now_ms);
+            let min_isr = g.min_isr;
+            let rs =
+                ReplicaSet::with_min_isr(self.broker_id, replicas, (isr, partition_epoch), ends, hw, now_ms, min_isr);
             g.high_watermark = rs.high_watermark();
             let followers = rs.follower_ids();
             g.replica_set = Some(rs);
@@ -1061,6 +1165,11 @@ impl Partition {
     /// for transactional writes).
     pub fn mark_verified(&self, producer_id: i64, epoch: i16, transactional: bool) {
         self.lock().producers.mark_verified(producer_id, epoch, transactional);
+    }
+
+    /// Whether this replica's log stopped taking writes after a failed write or fdatasync.
+    pub fn log_failed(&self) -> bool {
+        self.lock().log.has_failed()
     }
 
     /// Current leadership as this broker knows it.
@@ -1185,6 +1294,7 @@ mod tests {
             prev_epoch: prev,
             high_watermark: 0,
             log_start_offset: 0,
+            producer_state: bytes::Bytes::new(),
             records: records.into(),
         };
         p.apply_replicated_at(&req, true)
@@ -1237,6 +1347,7 @@ mod tests {
                 prev_epoch: -1,
                 high_watermark: 0,
                 log_start_offset: 0,
+                producer_state: bytes::Bytes::new(),
                 records: Bytes::from(log.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()).into(),
             };
             p.apply_replicated(&req, true).unwrap()
@@ -1331,6 +1442,7 @@ mod tests {
                 prev_epoch: -1,
                 high_watermark: 0,
                 log_start_offset: 0,
+                producer_state: bytes::Bytes::new(),
                 records: stored(0, 2, "e2").into(),
             };
             assert_eq!(follower.apply_replicated(&req, true).unwrap(), 1);
@@ -1395,6 +1507,7 @@ mod tests {
             prev_epoch: if from == 0 { -1 } else { 1 },
             high_watermark: 0,
             log_start_offset: 0,
+            producer_state: bytes::Bytes::new(),
             records: Bytes::from(batches.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()).into(),
         }
     }
@@ -1562,7 +1675,7 @@ mod tests {
             let b = producer_batch(0, -1, -1, -1, false, None);
             let h = BatchHeader::parse(&b).unwrap();
             for _ in 0..n {
-                leader.append(&b, &h, 1).unwrap();
+                leader.append(&b, &h, 1, false).unwrap();
             }
         };
         let work_at =
@@ -1607,7 +1720,7 @@ mod tests {
                 .unwrap();
         alone.learn(1, 1, 0, &[1], &[1], 0);
         let b = producer_batch(0, -1, -1, -1, false, None);
-        alone.append(&b, &BatchHeader::parse(&b).unwrap(), 1).unwrap();
+        alone.append(&b, &BatchHeader::parse(&b).unwrap(), 1, false).unwrap();
         assert_eq!(alone.lock().log.read_tail(0, usize::MAX, i64::MAX), None);
     }
 
@@ -1619,17 +1732,17 @@ mod tests {
         p.learn(1, 1, 0, &[1], &[1], 0);
         let b = producer_batch(0, -1, -1, -1, false, None);
         let h = BatchHeader::parse(&b).unwrap();
-        let Appended::New { end_offset, leader_epoch, .. } = p.append(&b, &h, 1).unwrap() else { panic!() };
-        assert_eq!(p.committed(end_offset, leader_epoch), Ok(false), "appended, not yet on disk");
+        let Appended::New { end_offset, leader_epoch, .. } = p.append(&b, &h, 1, false).unwrap() else { panic!() };
+        assert_eq!(p.committed(end_offset, leader_epoch), Ok(Committed::NotYet), "appended, not yet on disk");
         let (end, file, generation) = p.sync_target().unwrap();
         file.sync_data().unwrap();
         p.mark_durable(end, generation);
-        assert_eq!(p.committed(end_offset, leader_epoch), Ok(true));
+        assert_eq!(p.committed(end_offset, leader_epoch), Ok(Committed::Yes));
         // Without it (`--fsync interval-ms` and `never`) the append alone commits.
         let q = Partition::open(tempfile::tempdir().unwrap().path(), "t", 0, 1, true).unwrap();
         q.learn(1, 1, 0, &[1], &[1], 0);
-        q.append(&b, &h, 1).unwrap();
-        assert_eq!(q.committed(end_offset, leader_epoch), Ok(true));
+        q.append(&b, &h, 1, false).unwrap();
+        assert_eq!(q.committed(end_offset, leader_epoch), Ok(Committed::Yes));
     }
 
     #[test]
@@ -1681,6 +1794,7 @@ mod tests {
             prev_epoch: prev,
             high_watermark: 12,
             log_start_offset: 10,
+            producer_state: bytes::Bytes::new(),
             records: Bytes::from(batches.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()).into(),
         };
         assert_eq!(follower.apply_replicated(&req(10, -1, &kept), true).unwrap(), 12);
@@ -1810,8 +1924,11 @@ mod tests {
 
     fn offer_all(p: &Partition, batches: &[Bytes]) -> Vec<Result<Appended, AppendError>> {
         let headers: Vec<BatchHeader> = batches.iter().map(|b| BatchHeader::parse(b).unwrap()).collect();
-        let offers: Vec<Offer<'_>> =
-            batches.iter().zip(&headers).map(|(batch, header)| Offer { batch, header, leader_epoch: 1 }).collect();
+        let offers: Vec<Offer<'_>> = batches
+            .iter()
+            .zip(&headers)
+            .map(|(batch, header)| Offer { batch, header, leader_epoch: 1, acks_all: false })
+            .collect();
         p.append_group(&offers)
     }
 
@@ -1844,7 +1961,7 @@ mod tests {
         // The same bytes as appending them one by one.
         let (q, _) = counted_leader(LogConfig::default());
         for seq in 0..4 {
-            q.append(&b(seq), &BatchHeader::parse(&b(seq)).unwrap(), 1).unwrap();
+            q.append(&b(seq), &BatchHeader::parse(&b(seq)).unwrap(), 1, false).unwrap();
         }
         assert_eq!(p.fetch_all_for_test(), q.fetch_all_for_test());
     }

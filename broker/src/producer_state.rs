@@ -7,9 +7,10 @@
 //! control batch at the new epoch), so rebuilding this table from the log after a restart
 //! yields exactly the fencing state before it.
 //!
-//! What is *not* rebuilt is `verified_epoch`: whether the coordinator confirmed that this
-//! partition is registered under that epoch. It is volatile on purpose; after a restart every
-//! producer is verified again.
+//! What is *not* rebuilt is the verification: whether the coordinator confirmed that this
+//! partition is registered under an epoch. It is volatile on purpose; after a restart every
+//! producer is verified again. It is kept apart from what the log determines: a verification
+//! says nothing about which batches the log holds, so it never fences a replicated batch.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -34,9 +35,6 @@ struct BatchMeta {
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<BatchMeta>,
-    /// The epoch the coordinator confirmed for this partition, and whether it confirmed it
-    /// for transactional writes (which also opens the transaction there).
-    verified_epoch: Option<(i16, bool)>,
     /// The last marker appended for this producer id: (epoch, offset). A marker is written
     /// once per epoch bump, so a second one at the same epoch is a retry.
     last_marker: Option<(i16, i64)>,
@@ -89,12 +87,16 @@ pub enum GateError {
 pub struct SavedProducer {
     producer_id: i64,
     entry: Option<ProducerEntry>,
+    verified: Option<(i16, bool)>,
 }
 
 /// The producer table of one partition.
 #[derive(Debug, Clone)]
 pub struct ProducerStates {
     producers: HashMap<i64, ProducerEntry>,
+    /// Per producer id, the epoch the coordinator confirmed for this partition and whether it
+    /// confirmed it for transactional writes (which also opens the transaction there).
+    verified: HashMap<i64, (i16, bool)>,
     fencing: bool,
 }
 
@@ -102,7 +104,7 @@ impl ProducerStates {
     /// An empty table. `fencing = false` turns the gate off entirely (every batch is
     /// appended): only for demonstrating and measuring what fencing prevents and costs.
     pub fn new(fencing: bool) -> Self {
-        ProducerStates { producers: HashMap::new(), fencing }
+        ProducerStates { producers: HashMap::new(), verified: HashMap::new(), fencing }
     }
 
     /// The epoch this partition holds for `producer_id`, if it has seen it.
@@ -143,6 +145,14 @@ impl ProducerStates {
         }
     }
 
+    #[cfg(test)]
+    fn encode_snapshot_is_empty_of_verifications(&self) -> bool {
+        let mut out = Vec::new();
+        self.encode(&mut out);
+        let decoded = ProducerStates::decode(&mut Reader::new(&out), true).expect("decodes");
+        decoded.verified.is_empty() && decoded.len() == self.len()
+    }
+
     fn check_mode(&self, h: &BatchHeader, verify: bool) -> Result<Admit, GateError> {
         if !self.fencing || h.producer_id < 0 {
             return Ok(Admit::Append);
@@ -174,7 +184,7 @@ impl ProducerStates {
                 });
             }
         }
-        let verified = entry.and_then(|e| e.verified_epoch);
+        let verified = self.verified.get(&h.producer_id).copied();
         let covers = verified.is_some_and(|(e, txn)| e == h.producer_epoch && (txn || !h.is_transactional()));
         if verify && !covers {
             return Ok(Admit::NeedsVerification);
@@ -210,11 +220,19 @@ impl ProducerStates {
     /// What the table holds for `producer_id`, to put back with [`ProducerStates::restore`]
     /// if batches recorded after this are not written after all.
     pub fn save(&self, producer_id: i64) -> SavedProducer {
-        SavedProducer { producer_id, entry: self.producers.get(&producer_id).cloned() }
+        SavedProducer {
+            producer_id,
+            entry: self.producers.get(&producer_id).cloned(),
+            verified: self.verified.get(&producer_id).copied(),
+        }
     }
 
     /// Put back what [`ProducerStates::save`] saw.
     pub fn restore(&mut self, saved: SavedProducer) {
+        match saved.verified {
+            Some(v) => self.verified.insert(saved.producer_id, v),
+            None => self.verified.remove(&saved.producer_id),
+        };
         match saved.entry {
             Some(entry) => {
                 self.producers.insert(saved.producer_id, entry);
@@ -239,7 +257,9 @@ impl ProducerStates {
             e.epoch = h.producer_epoch;
             e.batches.clear();
             // A verification holds for its own epoch only.
-            e.verified_epoch = e.verified_epoch.filter(|(v, _)| *v == h.producer_epoch);
+            if self.verified.get(&h.producer_id).is_some_and(|(v, _)| *v != h.producer_epoch) {
+                self.verified.remove(&h.producer_id);
+            }
         } else if h.producer_epoch < e.epoch {
             // Only with the gate off: the log holds a zombie's batch; the epoch stays.
             return;
@@ -264,8 +284,25 @@ impl ProducerStates {
     /// and cached batches. Entries that only hold a coordinator verification are left out: they
     /// are not in the log, so a replay would not have them either.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let mut ids: Vec<(&i64, &ProducerEntry)> =
-            self.producers.iter().filter(|(_, e)| !e.batches.is_empty() || e.last_marker.is_some()).collect();
+        self.encode_where(out, |_| true);
+    }
+
+    /// [`ProducerStates::encode`] for the producers with nothing at or after `offset` (every
+    /// batch and marker they have here is below it): what a replica that starts its log over at
+    /// `offset` cannot learn from the batches it is sent from there, and needs so that an
+    /// idempotent producer idle since before `offset` is not refused as out of order.
+    pub fn encode_before(&self, offset: i64, out: &mut Vec<u8>) {
+        self.encode_where(out, |e| {
+            e.batches.iter().all(|b| b.base_offset < offset) && e.last_marker.is_none_or(|(_, o)| o < offset)
+        });
+    }
+
+    fn encode_where(&self, out: &mut Vec<u8>, keep: impl Fn(&ProducerEntry) -> bool) {
+        let mut ids: Vec<(&i64, &ProducerEntry)> = self
+            .producers
+            .iter()
+            .filter(|(_, e)| (!e.batches.is_empty() || e.last_marker.is_some()) && keep(e))
+            .collect();
         ids.sort_unstable_by_key(|(id, _)| **id);
         out.put_u32(ids.len() as u32);
         for (id, e) in ids {
@@ -309,23 +346,23 @@ impl ProducerStates {
             for _ in 0..cached {
                 batches.push_back(BatchMeta { first_seq: r.i32()?, last_seq: r.i32()?, base_offset: r.i64()? });
             }
-            let entry = ProducerEntry { epoch, batches, verified_epoch: None, last_marker };
+            let entry = ProducerEntry { epoch, batches, last_marker };
             if producers.insert(id, entry).is_some() {
                 return Err(Malformed("a producer id twice"));
             }
         }
-        Ok(ProducerStates { producers, fencing })
+        Ok(ProducerStates { producers, verified: HashMap::new(), fencing })
     }
 
     /// The coordinator confirmed that `(producer_id, epoch)` is registered for this partition
     /// (`transactional`: for transactional writes). Ignored if the partition already holds a
     /// newer epoch for it.
     pub fn mark_verified(&mut self, producer_id: i64, epoch: i16, transactional: bool) {
-        let e = self.producers.entry(producer_id).or_insert_with(|| ProducerEntry { epoch, ..Default::default() });
-        if epoch >= e.epoch {
-            let txn = transactional || e.verified_epoch.is_some_and(|(v, t)| v == epoch && t);
-            e.verified_epoch = Some((epoch, txn));
+        if self.producers.get(&producer_id).is_some_and(|e| epoch < e.epoch) {
+            return;
         }
+        let txn = transactional || self.verified.get(&producer_id).is_some_and(|(v, t)| *v == epoch && *t);
+        self.verified.insert(producer_id, (epoch, txn));
     }
 }
 
@@ -489,6 +526,19 @@ mod tests {
         assert_eq!(s.check_replicated(&header(1, 3, 0, 1, 2)), Ok(()));
         s.record(&header(1, 3, 0, 1, 2));
         assert!(s.check_replicated(&header(1, 3, 0, 1, 3)).is_err(), "a leader never replicates a duplicate");
+    }
+
+    /// Found by the simulator: a verification that reached a replica whose disk had been
+    /// replaced (empty log) counted as the producer's epoch there, and the leader's older
+    /// batches were then refused as stale: the replica never caught up.
+    #[test]
+    fn a_verification_does_not_fence_replicated_batches() {
+        let mut s = ProducerStates::new(true);
+        s.mark_verified(1, 10, true);
+        assert_eq!(s.check_replicated(&header(1, 1, 0, 1, 0)), Ok(()), "the log holds nothing of epoch 10");
+        s.record(&header(1, 1, 0, 1, 0));
+        assert_eq!(s.epoch_of(1), Some(1));
+        assert!(s.encode_snapshot_is_empty_of_verifications());
     }
 
     #[test]

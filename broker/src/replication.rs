@@ -4,6 +4,10 @@
 //! acknowledged), where to send from next, when it was last caught up, the ISR, and the high
 //! watermark: the offset below which every ISR member holds the leader's log. The high
 //! watermark never goes backwards; an acks=all produce is answered once it passes the batch.
+//! It does not move while the ISR (as the coordinator confirmed it) has fewer members than the
+//! topic's `min.insync.replicas` (KIP-966's strict rule, as Kafka since 3.7): so a committed
+//! record is on that many replicas at least, and the members that left the ISR as it shrank
+//! below the minimum hold everything committed (the coordinator may elect them).
 
 use std::collections::BTreeMap;
 
@@ -45,6 +49,8 @@ pub struct ReplicaSet {
     proposed: Option<Vec<i32>>,
     followers: BTreeMap<i32, FollowerProgress>,
     high_watermark: i64,
+    /// The topic's `min.insync.replicas`, at most the number of replicas (1: no minimum).
+    min_isr: usize,
 }
 
 impl ReplicaSet {
@@ -55,18 +61,40 @@ impl ReplicaSet {
     pub fn new(
         leader_id: i32,
         replicas: &[i32],
+        isr: (&[i32], i32),
+        ends: (i64, i64),
+        high_watermark: i64,
+        now_ms: u64,
+    ) -> Self {
+        Self::with_min_isr(leader_id, replicas, isr, ends, high_watermark, now_ms, 1)
+    }
+
+    /// [`ReplicaSet::new`] for a topic with `min.insync.replicas` `min_isr`: the high watermark
+    /// it starts from does not move while the ISR is smaller.
+    pub fn with_min_isr(
+        leader_id: i32,
+        replicas: &[i32],
         (isr, partition_epoch): (&[i32], i32),
         (leader_leo, leader_end): (i64, i64),
         high_watermark: i64,
         now_ms: u64,
+        min_isr: i32,
     ) -> Self {
         let followers = replicas
             .iter()
             .filter(|r| **r != leader_id)
             .map(|r| (*r, FollowerProgress { log_end_offset: -1, next_offset: leader_leo, caught_up_at_ms: now_ms }))
             .collect();
-        let mut s =
-            ReplicaSet { leader_id, isr: isr.to_vec(), partition_epoch, proposed: None, followers, high_watermark };
+        let min_isr = usize::try_from(min_isr).unwrap_or(1).clamp(1, replicas.len().max(1));
+        let mut s = ReplicaSet {
+            leader_id,
+            isr: isr.to_vec(),
+            partition_epoch,
+            proposed: None,
+            followers,
+            high_watermark,
+            min_isr,
+        };
         s.recompute(leader_end);
         s
     }
@@ -118,7 +146,31 @@ impl ReplicaSet {
             .min()
     }
 
+    /// The topic's `min.insync.replicas` (capped by the number of replicas); returns whether
+    /// the high watermark moved (a lower minimum may let it).
+    pub fn set_min_isr(&mut self, min_isr: i32, leader_leo: i64) -> bool {
+        let replicas = self.followers.len() + 1;
+        self.min_isr = usize::try_from(min_isr).unwrap_or(1).clamp(1, replicas);
+        self.recompute(leader_leo)
+    }
+
+    /// The ISR's size falls short of `min.insync.replicas`: (the ISR, the minimum).
+    pub fn below_min_isr(&self) -> Option<(Vec<i32>, usize)> {
+        (self.isr.len() < self.min_isr).then(|| (self.isr.clone(), self.min_isr))
+    }
+
+    /// The replicas the high watermark waits for fall short of `min.insync.replicas` (the ISR
+    /// shrank while a write waited to be committed): (those replicas, the minimum).
+    pub fn counted_below_min_isr(&self) -> Option<(Vec<i32>, usize)> {
+        let counted = self.counted();
+        (counted.len() < self.min_isr).then_some((counted, self.min_isr))
+    }
+
     fn recompute(&mut self, leader_leo: i64) -> bool {
+        if self.isr.len() < self.min_isr {
+            // Under the minimum nothing is committed: what is, is on min_isr replicas at least.
+            return false;
+        }
         let mut hw = leader_leo;
         for id in self.isr.iter().chain(self.proposed.iter().flatten()) {
             if *id == self.leader_id {
@@ -241,6 +293,31 @@ mod tests {
         assert_eq!(r.high_watermark(), 7);
         assert!(r.on_ack(3, 10, 10, sent(10, 2)));
         assert_eq!(r.high_watermark(), 10);
+    }
+
+    /// KIP-966: under min.insync.replicas the high watermark stops, so what is committed is on
+    /// that many replicas, and a member leaving the ISR then holds everything committed.
+    #[test]
+    fn high_watermark_does_not_move_while_the_isr_is_below_the_minimum() {
+        let mut r = ReplicaSet::new(1, &[1, 2, 3], (&[1, 2, 3], 0), (0, 0), 0, 0);
+        r.set_min_isr(2, 0);
+        r.on_ack(2, 5, 5, sent(5, 1));
+        assert!(r.on_ack(3, 5, 5, sent(5, 1)));
+        assert_eq!(r.high_watermark(), 5);
+        // Followers drop out: the ISR is the leader alone.
+        r.learn_isr(1, &[1], 9);
+        assert_eq!(r.below_min_isr(), Some((vec![1], 2)));
+        assert!(!r.on_leader_append(9), "alone, the leader commits nothing");
+        assert_eq!(r.high_watermark(), 5);
+        // One follower is back: two members, the minimum.
+        r.on_ack(2, 9, 9, sent(9, 2));
+        r.learn_isr(2, &[1, 2], 9);
+        assert_eq!(r.below_min_isr(), None);
+        assert_eq!(r.high_watermark(), 9);
+        // A minimum above the replica count is capped by it.
+        let mut solo = ReplicaSet::new(1, &[1], (&[1], 0), (0, 0), 0, 0);
+        solo.set_min_isr(3, 4);
+        assert_eq!(solo.high_watermark(), 4);
     }
 
     #[test]

@@ -24,7 +24,10 @@ use tokio::sync::{watch, Notify};
 
 use crate::leader::LeaderEpochError;
 use crate::log::LogConfig;
-use crate::partition::{AppendError, Appended, FetchError, Offer, Partition, PartitionRef, ReplicateError, RoleChange};
+use crate::log_dir::LogDir;
+use crate::partition::{
+    AppendError, Appended, Committed, FetchError, Offer, Partition, PartitionRef, ReplicateError, RoleChange,
+};
 use crate::producer_state::GateError;
 use crate::replication::Sent;
 use crate::storage::{OsStorage, Storage, StoredFile};
@@ -241,6 +244,12 @@ struct Shared {
     dialer: Dialer,
     /// Random, new at every start: tells the coordinator this process is not the one before.
     incarnation: i64,
+    /// The data directory's id, and whether its logs hold everything the previous process
+    /// acknowledged (the coordinator keeps a restarted replica in sync only then).
+    log_dir: Arc<LogDir>,
+    /// The broker epoch the coordinator assigned this process (-1 until its first heartbeat is
+    /// answered): every heartbeat carries it, so one from an older process is told apart.
+    broker_epoch: std::sync::atomic::AtomicI64,
     partitions: DashMap<(String, i32), PartitionRef>,
     /// Cached connection to the coordinator; never held across an `.await`.
     coordinator: Mutex<Option<Connection>>,
@@ -285,6 +294,9 @@ pub async fn run_with(
 ) -> Result<(), BrokerError> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| BrokerError::DataDir { path: config.data_dir.display().to_string(), detail: e.to_string() })?;
+    let log_dir = LogDir::open(&config.data_dir, config.fsync == FsyncPolicy::Always)
+        .map_err(|e| BrokerError::DataDir { path: config.data_dir.display().to_string(), detail: e.to_string() })?;
+    tracing::info!(log_dir_id = log_dir.id, intact = log_dir.intact, "data directory opened");
     let mut config = config;
     // The connection layer's deadline must outlast the broker's own waits (acks=all, verification).
     config.limits.request_timeout_ms =
@@ -305,6 +317,8 @@ pub async fn run_with(
             getrandom::fill(&mut b).expect("the operating system's random source works");
             i64::from_be_bytes(b) & i64::MAX
         },
+        log_dir: Arc::new(log_dir),
+        broker_epoch: std::sync::atomic::AtomicI64::new(-1),
         dialer: Dialer {
             tls: config.peer_tls.clone(),
             secret: config.limits.cluster_secret.clone(),
@@ -353,10 +367,19 @@ pub async fn run_with(
     // A clean shutdown: sync every log and snapshot its producer state, so the next start
     // replays nothing.
     let parts: Vec<PartitionRef> = shared.partitions.iter().map(|p| p.clone()).collect();
+    let log_dir = shared.log_dir.clone();
     let _ = tokio::task::spawn_blocking(move || {
+        let mut clean = true;
         for p in parts {
             if let Err(e) = p.checkpoint() {
+                clean = false;
                 tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "no clean-shutdown checkpoint");
+            }
+        }
+        // Only once every log is synced: the next process then counts as intact.
+        if clean {
+            if let Err(e) = log_dir.mark_clean() {
+                tracing::warn!(error = %e, "could not record the clean shutdown");
             }
         }
     })
@@ -529,13 +552,23 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
         .iter()
         .map(|p| {
             let (log_end_offset, high_watermark) = p.progress();
-            ReplicaReport { topic: p.topic.clone(), partition: p.index, log_end_offset, high_watermark }
+            ReplicaReport {
+                topic: p.topic.clone(),
+                partition: p.index,
+                log_end_offset,
+                high_watermark,
+                offline: p.log_failed(),
+            }
         })
         .collect();
     let req = Request::Heartbeat(HeartbeatRequest {
         broker_id: shared.config.id,
         addr: shared.addr.clone(),
         incarnation: shared.incarnation,
+        broker_epoch: shared.broker_epoch.load(Ordering::Relaxed),
+        previous_broker_epoch: shared.log_dir.previous_broker_epoch,
+        log_dir_id: shared.log_dir.id,
+        intact: shared.log_dir.intact,
         replicas,
     });
     let resp = conn
@@ -545,8 +578,27 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
     let Response::Heartbeat(hb) = resp else {
         return Err(format!("unexpected answer to a heartbeat: {}", resp.status()));
     };
-    if !hb.status.is_ok() {
-        return Err(hb.status.to_string());
+    match hb.status.code {
+        ErrorCode::None => {}
+        ErrorCode::StaleBrokerEpoch => {
+            // Another process registered as this broker since: register again (refused while
+            // that one's lease is live).
+            tracing::error!(status = %hb.status, "this broker process was superseded; registering again");
+            shared.broker_epoch.store(-1, Ordering::Relaxed);
+            return Err(hb.status.to_string());
+        }
+        _ => return Err(hb.status.to_string()),
+    }
+    if shared.broker_epoch.load(Ordering::Relaxed) < 0 {
+        // Registered: the next process of this broker names this epoch as its predecessor's.
+        let log_dir = shared.log_dir.clone();
+        let epoch = hb.broker_epoch;
+        let recorded = tokio::task::spawn_blocking(move || log_dir.record_broker_epoch(epoch)).await;
+        if !matches!(recorded, Ok(Ok(()))) {
+            tracing::warn!(broker_epoch = epoch, "could not record the broker epoch; the next start waits one lease");
+        }
+        shared.broker_epoch.store(epoch, Ordering::Relaxed);
+        tracing::info!(broker_epoch = epoch, "registered with the coordinator");
     }
     {
         let mut addrs = shared.broker_addrs.lock().unwrap_or_else(|p| p.into_inner());
@@ -587,6 +639,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
                 }
             }
         };
+        part.set_min_insync_replicas(a.min_insync_replicas);
         match part.learn(a.leader_id, a.leader_epoch, a.partition_epoch, &a.replicas, &a.isr, now) {
             Some(RoleChange::BecameLeader { leader_epoch, followers }) => {
                 tracing::info!(topic = %a.topic, partition = a.partition, leader_epoch, ?followers, "leading");
@@ -714,6 +767,7 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
                 prev_epoch: work.prev_epoch,
                 high_watermark: work.high_watermark,
                 log_start_offset: work.log_start_offset,
+                producer_state: work.producer_state,
                 records: work.records,
             });
             // Queued on the connection here, in order; only the answer is awaited later.
@@ -956,8 +1010,19 @@ async fn wait_committed(shared: &Shared, part: &Partition, end_offset: i64, lead
     let deadline = tokio::time::Instant::now() + Duration::from_millis(shared.config.request_timeout_ms);
     loop {
         match part.committed(end_offset, leader_epoch) {
-            Ok(true) => return Ok(()),
-            Ok(false) => {}
+            Ok(Committed::Yes) => return Ok(()),
+            Ok(Committed::NotYet) => {}
+            Ok(Committed::BelowMinIsr { replicas, min_isr }) => {
+                return Err(Status::new(
+                    ErrorCode::NotEnoughReplicasAfterAppend,
+                    format!(
+                        "{}-{}: the batch was written, but the in-sync replicas fell to {replicas:?}, fewer than \
+                         min.insync.replicas {min_isr}, before it could be acknowledged; it may or may not stay, \
+                         retry it (a retry is recognised as a duplicate) once the followers are back in sync",
+                        part.topic, part.index
+                    ),
+                ))
+            }
             Err(e) => {
                 return Err(Status::new(
                     ErrorCode::NotLeaderOrFollower,
@@ -1013,7 +1078,12 @@ enum Attempt {
 fn produce(shared: &Arc<Shared>, r: ProduceRequest) -> net::Handled {
     match check_produce(shared, r) {
         Checking::Passed(checked) => {
-            let appended = checked.part.append(&checked.r.records, &checked.header, checked.r.leader_epoch);
+            let appended = checked.part.append(
+                &checked.r.records,
+                &checked.header,
+                checked.r.leader_epoch,
+                checked.r.acks == ACKS_ALL,
+            );
             started(shared, checked, appended)
         }
         Checking::Refused(_, answer) => net::Handled::answer(Response::Produce(answer)),
@@ -1038,7 +1108,12 @@ fn produce_group(shared: &Arc<Shared>, run: Vec<ProduceRequest>) -> (Vec<net::Ha
         Some(first) => {
             let offers: Vec<Offer<'_>> = checked
                 .iter()
-                .map(|c| Offer { batch: &c.r.records, header: &c.header, leader_epoch: c.r.leader_epoch })
+                .map(|c| Offer {
+                    batch: &c.r.records,
+                    header: &c.header,
+                    leader_epoch: c.r.leader_epoch,
+                    acks_all: c.r.acks == ACKS_ALL,
+                })
                 .collect();
             first.part.append_group(&offers)
         }
@@ -1162,6 +1237,11 @@ fn attempt(shared: &Shared, c: &Checked, appended: Result<Appended, AppendError>
         Err(AppendError::Storage(e)) => {
             Attempt::Answer(produce_error(Status::new(ErrorCode::KafkaStorageError, e.to_string()), -1, leader_epoch))
         }
+        Err(e @ AppendError::NotEnoughReplicas { .. }) => Attempt::Answer(produce_error(
+            Status::new(ErrorCode::NotEnoughReplicas, format!("{}-{}: {e}", r.topic, r.partition)),
+            header.producer_epoch,
+            leader_epoch,
+        )),
     }
 }
 
@@ -1179,7 +1259,7 @@ async fn verify_and_produce(
         return produce_error(status, current, leader_epoch);
     }
     c.part.mark_verified(producer_id, epoch, transactional);
-    match attempt(shared, c, c.part.append(&c.r.records, &c.header, c.r.leader_epoch)) {
+    match attempt(shared, c, c.part.append(&c.r.records, &c.header, c.r.leader_epoch, c.r.acks == ACKS_ALL)) {
         Attempt::Appended(appended) => finish_produce(shared, c, appended).await,
         Attempt::Answer(answer) => answer,
         Attempt::Verify { .. } => produce_error(
@@ -1393,7 +1473,8 @@ fn write_marker(shared: &Arc<Shared>, r: WriteMarkerRequest) -> net::Handled {
         Ok(h) => h,
         Err(e) => return err(Status::new(ErrorCode::InvalidRequest, format!("marker does not form a batch: {e}")), -1),
     };
-    match part.append(&marker, &header, r.leader_epoch) {
+    // A marker is committed only with min.insync.replicas in sync, as an acks=all write.
+    match part.append(&marker, &header, r.leader_epoch, true) {
         Ok(appended) => {
             let shared = shared.clone();
             net::Handled::Applied(Box::pin(async move {
@@ -1408,6 +1489,9 @@ fn write_marker(shared: &Arc<Shared>, r: WriteMarkerRequest) -> net::Handled {
             current,
         ),
         Err(AppendError::Leader(e)) => err(leader_status(shared, &r.topic, r.partition, &e), -1),
+        Err(e @ AppendError::NotEnoughReplicas { .. }) => {
+            err(Status::new(ErrorCode::NotEnoughReplicas, format!("{}-{}: {e}", r.topic, r.partition)), -1)
+        }
         Err(e) => err(
             Status::new(ErrorCode::KafkaStorageError, e.to_string()),
             part.producer_epoch(r.producer_id).unwrap_or(-1),

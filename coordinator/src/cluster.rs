@@ -1,12 +1,23 @@
-//! Cluster metadata: brokers and their leases, topics, replicas, leaders, leader epochs, ISRs.
+//! Cluster metadata: brokers and their leases, topics, replicas, leaders, leader epochs, ISRs
+//! and eligible leader replicas.
 //!
 //! Plain synchronous rules; time is a millisecond count passed in by the caller. Leases decide
 //! *when* the coordinator moves a leadership (a broker whose lease expired loses its
 //! leaderships at the next [`Cluster::handle_tick`]); they are never what keeps data safe. Safety
 //! comes from the leader epoch every move bumps: replicas and the coordinator refuse requests
 //! carrying an older one.
+//!
+//! ## Who may lead (KIP-966)
+//! Every committed record is on every ISR member. A leader's high watermark does not move while
+//! its ISR is smaller than the topic's `min.insync.replicas` (`broker::replication`), so a
+//! replica that leaves the ISR while it shrinks below that minimum still holds every committed
+//! record: it becomes an *eligible leader replica* (ELR), electable when no ISR member is live.
+//! The ELR empties when the ISR is back at the minimum. A broker that restarted without its
+//! logs intact (not synced, not stopped cleanly, the machine restarted; or another data
+//! directory) leaves the ISR and the ELR of every partition: it may have lost acknowledged
+//! records, so it is never elected on them. A replica whose log failed leaves them too.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use protocol::{
     AlterPartitionRequest, AlterPartitionResponse, Assignment, BrokerInfo, BrokerState, ErrorCode, PartitionInfo,
@@ -24,11 +35,22 @@ pub struct ClusterConfig {
     pub default_partitions: i32,
     /// Replicas of a topic created without a replication factor; `None`: min(3, live brokers).
     pub default_replication_factor: Option<i32>,
+    /// `min.insync.replicas` of a topic created without one; `None`: 2 for topics of three or
+    /// more replicas, else 1 (safer than Kafka's default of 1: an acks=all write is then on two
+    /// disks at least). Never above the topic's replication factor.
+    pub default_min_insync_replicas: Option<i32>,
     /// Whether Metadata may create unknown topics.
     pub auto_create_topics: bool,
     /// Most partitions one topic may have.
-    pub partitions_max: i32,
+    pub topic_partitions_max: i32,
+    /// Most partitions all topics together may have.
+    pub cluster_partitions_max: i32,
 }
+
+/// Default of [`ClusterConfig::topic_partitions_max`].
+pub const TOPIC_PARTITIONS_MAX_DEFAULT: i32 = 1_000;
+/// Default of [`ClusterConfig::cluster_partitions_max`].
+pub const CLUSTER_PARTITIONS_MAX_DEFAULT: i32 = 10_000;
 
 impl Default for ClusterConfig {
     fn default() -> Self {
@@ -36,16 +58,50 @@ impl Default for ClusterConfig {
             broker_lease_ms: 3_000,
             default_partitions: 1,
             default_replication_factor: None,
+            default_min_insync_replicas: None,
             auto_create_topics: true,
-            partitions_max: 10_000,
+            topic_partitions_max: TOPIC_PARTITIONS_MAX_DEFAULT,
+            cluster_partitions_max: CLUSTER_PARTITIONS_MAX_DEFAULT,
         }
     }
+}
+
+/// What a broker's heartbeat says about the process that sent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BrokerStart {
+    /// New at every start of the process.
+    pub incarnation: i64,
+    /// The broker epoch this coordinator assigned the process, -1 before its first answer
+    /// (the heartbeat then registers it).
+    pub broker_epoch: i64,
+    /// The broker epoch last assigned a process of this broker on this data directory, -1 if
+    /// none.
+    pub previous_broker_epoch: i64,
+    /// The id of its data directory, made with the directory.
+    pub log_dir_id: i64,
+    /// Whether its logs hold everything an earlier process of the broker acknowledged.
+    pub intact: bool,
+}
+
+/// The process a broker id is registered to (KIP-903's broker epoch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Registration {
+    broker_epoch: i64,
+    incarnation: i64,
+    log_dir_id: i64,
 }
 
 #[derive(Debug, Clone)]
 struct Broker {
     addr: String,
     lease_until_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Topic {
+    /// `min.insync.replicas`, at most the replication factor.
+    min_isr: i32,
+    partitions: Vec<Partition>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,21 +114,59 @@ struct Partition {
     /// is refused. Derived by replay; snapshots record it.
     partition_epoch: i32,
     isr: Vec<i32>,
+    /// Eligible leader replicas: out of the ISR, and holding every committed record.
+    elr: Vec<i32>,
+}
+
+impl Partition {
+    /// The eligible leader replicas after the ISR becomes `isr`, dropping `lost` (replicas that
+    /// may have lost records): none once `isr` has `min_isr` members (the high watermark moves
+    /// on without the others), else the earlier ones and every member leaving the ISR, which
+    /// hold everything up to the high watermark, frozen from then on. In replica order.
+    fn elr_after(&self, min_isr: i32, isr: &[i32], lost: &[i32]) -> Vec<i32> {
+        if isr.len() as i32 >= min_isr.min(self.replicas.len() as i32) {
+            return Vec::new();
+        }
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| (self.elr.contains(r) || self.isr.contains(r)) && !isr.contains(r) && !lost.contains(r))
+            .collect()
+    }
 }
 
 /// No leader is available (every in-sync replica is down).
 pub const NO_LEADER: i32 = -1;
+
+/// What happens to a partition whose last in-sync (or eligible) replica lost its log, or may
+/// have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sole {
+    /// It restarted without its logs intact. No replica provably holds every committed record
+    /// any more: the partition goes offline (no leader, no ISR) rather than elect a replica
+    /// that may hold less than another, until an operator asks for an unclean election
+    /// ([`Cluster::handle_elect_leader`]). A partition of one replica keeps it as leader, at a
+    /// new leader epoch: nothing else could hold more.
+    Lost,
+    /// Its log failed: the partition has no leader until the broker comes back with its log
+    /// (it stays the one in-sync replica).
+    Waits,
+}
 
 /// Brokers, topics, replicas and leaderships.
 #[derive(Debug, Default)]
 pub struct Cluster {
     config: ClusterConfig,
     brokers: BTreeMap<i32, Broker>,
-    topics: BTreeMap<String, Vec<Partition>>,
+    topics: BTreeMap<String, Topic>,
     /// Last progress each broker reported per partition: (log end offset, high watermark).
     reports: HashMap<(String, i32), BTreeMap<i32, (i64, i64)>>,
-    /// Each broker's process incarnation, as its heartbeats carry it.
-    incarnations: HashMap<i32, i64>,
+    /// The process each broker id is registered to.
+    registrations: HashMap<i32, Registration>,
+    /// Replicas whose log failed, as their brokers reported (topic, partition, broker): never
+    /// elected until the broker restarts. In memory only: a coordinator restart learns them
+    /// again from the next heartbeats.
+    offline: HashSet<(String, i32, i32)>,
     next_placement: usize,
 }
 
@@ -86,6 +180,12 @@ impl Cluster {
         self.brokers.get(&id).is_some_and(|b| b.lease_until_ms > now_ms)
     }
 
+    /// Whether broker `id` may lead `topic-partition` now: its lease is live and its replica's
+    /// log has not failed.
+    fn electable(&self, topic: &str, partition: i32, id: i32, now_ms: u64) -> bool {
+        self.alive(id, now_ms) && !self.offline.contains(&(topic.to_string(), partition, id))
+    }
+
     fn live_brokers(&self, now_ms: u64) -> Vec<i32> {
         self.brokers.iter().filter(|(_, b)| b.lease_until_ms > now_ms).map(|(id, _)| *id).collect()
     }
@@ -94,52 +194,206 @@ impl Cluster {
         self.brokers.iter().map(|(id, b)| BrokerInfo { id: *id, addr: b.addr.clone() }).collect()
     }
 
-    /// A broker's heartbeat carries `incarnation`, new at every process start. A broker that
-    /// restarted may have lost writes it had not synced: it leaves every ISR, and the partitions
-    /// it led move to another in-sync replica under a new leader epoch. Where it is the sole
-    /// in-sync replica it keeps the leadership, but under a new leader epoch too: what it
-    /// writes now at offsets it lost must not pass for the lost batches (same offset, same
-    /// epoch) on followers that received them. It rejoins ISRs by catching up. Returns the
-    /// entries to persist before the heartbeat is answered.
-    pub fn handle_incarnation(&mut self, now_ms: u64, broker_id: i32, incarnation: i64) -> Vec<Entry> {
-        let previous = self.incarnations.insert(broker_id, incarnation);
-        if previous == Some(incarnation) {
-            return Vec::new();
+    /// The `min.insync.replicas` of a topic of `replication_factor` replicas created without one.
+    fn default_min_isr(&self, replication_factor: i32) -> i32 {
+        let m = self.config.default_min_insync_replicas.unwrap_or(if replication_factor >= 3 { 2 } else { 1 });
+        m.clamp(1, replication_factor.max(1))
+    }
+
+    /// A broker's heartbeat carries `start`: which process sent it. A process that registered
+    /// holds the broker epoch it was assigned; a heartbeat with another one comes from a
+    /// superseded process (a late message of one that restarted) and is refused with
+    /// STALE_BROKER_EPOCH, changing nothing. A process registers with broker epoch -1; it is
+    /// taken as the broker's next process only if it names the current registration's epoch as
+    /// its predecessor's (from its data directory) or that registration's lease has expired,
+    /// else DUPLICATE_BROKER_REGISTRATION (it retries): so a late registration of a dead
+    /// process cannot pass for a restart. Returns the process's broker epoch and the entries to
+    /// persist before answering.
+    ///
+    /// A restart (a new registration after another) whose logs are intact keeps every ISR and
+    /// ELR place (what it acknowledged is on its disk); the partitions it led get a new leader
+    /// epoch all the same, since batches it had replicated but not synced may be gone, and what
+    /// it writes now at those offsets must not pass for them on the followers that received
+    /// them. A restart that is not intact, or with another data directory, may have lost
+    /// acknowledged records: the broker leaves every ISR and ELR and its leaderships move to
+    /// another in-sync replica (or an eligible one) under a new leader epoch; where it is the
+    /// sole in-sync replica and no other is eligible it keeps leading, at a new epoch; and every
+    /// other partition it is a replica of gets a new leader epoch too, so that its leader
+    /// forgets what the old process acknowledged. It rejoins ISRs by catching up.
+    pub fn handle_registration(
+        &mut self,
+        now_ms: u64,
+        broker_id: i32,
+        start: BrokerStart,
+    ) -> Result<(i64, Vec<Entry>), Status> {
+        let current = self.registrations.get(&broker_id).copied();
+        if start.broker_epoch >= 0 {
+            return match current {
+                Some(r) if r.broker_epoch == start.broker_epoch => Ok((r.broker_epoch, Vec::new())),
+                _ => Err(Status::new(
+                    ErrorCode::StaleBrokerEpoch,
+                    format!(
+                        "broker {broker_id} heartbeats with broker epoch {}, but broker epoch {} is registered: a later \
+                         process of broker {broker_id} took over, so this one is stale; stop it (two processes must \
+                         not share a broker id)",
+                        start.broker_epoch,
+                        current.map_or(-1, |r| r.broker_epoch)
+                    ),
+                )),
+            };
         }
+        if let Some(r) = current.filter(|r| r.incarnation == start.incarnation) {
+            // The same process registering again (its first answer was lost).
+            return Ok((r.broker_epoch, Vec::new()));
+        }
+        if let Some(r) = current {
+            if start.previous_broker_epoch != r.broker_epoch && self.alive(broker_id, now_ms) {
+                return Err(Status::new(
+                    ErrorCode::DuplicateBrokerRegistration,
+                    format!(
+                        "broker {broker_id} is registered to another process (broker epoch {}) whose lease is live, and \
+                         this process does not follow it (its data directory names broker epoch {}); retry once \
+                         that lease expires",
+                        r.broker_epoch, start.previous_broker_epoch
+                    ),
+                ));
+            }
+        }
+        let broker_epoch = current.map_or(1, |r| r.broker_epoch + 1).max(start.previous_broker_epoch + 1);
         // Journaled, so that a broker that restarts while the coordinator is down is still seen
         // to have restarted when the coordinator is back.
-        let mut out = vec![Entry::BrokerIncarnation { broker_id, incarnation }];
-        if previous.is_none() {
-            return out;
-        }
-        for (topic, ps) in &self.topics {
-            for (i, p) in ps.iter().enumerate() {
-                if !p.isr.contains(&broker_id) {
-                    continue;
-                }
-                let (leader_id, isr) = if p.isr.len() == 1 {
-                    // The sole in-sync replica keeps the leadership, at a new epoch.
-                    (p.leader_id, p.isr.clone())
+        let mut out = vec![Entry::BrokerIncarnation {
+            broker_id,
+            incarnation: start.incarnation,
+            log_dir_id: start.log_dir_id,
+            broker_epoch,
+        }];
+        // A new process reopened its logs.
+        self.offline.retain(|(_, _, b)| *b != broker_id);
+        let Some(previous) = current else {
+            self.apply(&out[0]);
+            return Ok((broker_epoch, out));
+        };
+        let lost = !start.intact || (previous.log_dir_id != 0 && previous.log_dir_id != start.log_dir_id);
+        for (topic, t) in &self.topics {
+            for (i, p) in t.partitions.iter().enumerate() {
+                let i = i as i32;
+                let change = if lost {
+                    // Also where it is out of the ISR: a new leader epoch makes the leader
+                    // forget what the old process acknowledged (KIP-903's case), so that only
+                    // answers of the new process can bring it back in sync.
+                    self.without_replica(now_ms, topic, i, broker_id, Sole::Lost).or_else(|| {
+                        p.replicas.contains(&broker_id).then(|| Entry::LeaderChanged {
+                            topic: topic.clone(),
+                            partition: i,
+                            leader_id: p.leader_id,
+                            leader_epoch: p.leader_epoch + 1,
+                            isr: p.isr.clone(),
+                            elr: p.elr.clone(),
+                        })
+                    })
+                } else if p.leader_id == broker_id {
+                    Some(Entry::LeaderChanged {
+                        topic: topic.clone(),
+                        partition: i,
+                        leader_id: broker_id,
+                        leader_epoch: p.leader_epoch + 1,
+                        isr: p.isr.clone(),
+                        elr: p.elr.clone(),
+                    })
                 } else {
-                    let isr: Vec<i32> = p.isr.iter().copied().filter(|b| *b != broker_id).collect();
-                    let leader_id = if p.leader_id == broker_id {
-                        isr.iter().copied().find(|b| self.alive(*b, now_ms)).unwrap_or(NO_LEADER)
-                    } else {
-                        p.leader_id
-                    };
-                    (leader_id, isr)
+                    None
                 };
-                out.push(Entry::LeaderChanged {
-                    topic: topic.clone(),
-                    partition: i as i32,
-                    leader_id,
-                    leader_epoch: p.leader_epoch + 1,
-                    isr,
-                });
+                out.extend(change);
             }
         }
         for e in &out {
             self.apply(e);
+        }
+        Ok((broker_epoch, out))
+    }
+
+    /// The change that takes `broker_id`'s replica of `topic-partition` out of its ISR and ELR
+    /// (it lost its log or may have), moving its leadership; `None` if it is in neither.
+    fn without_replica(&self, now_ms: u64, topic: &str, partition: i32, broker_id: i32, sole: Sole) -> Option<Entry> {
+        let t = self.topics.get(topic)?;
+        let p = t.partitions.get(partition as usize)?;
+        if !p.isr.contains(&broker_id) && !p.elr.contains(&broker_id) {
+            return None;
+        }
+        let leader_changed = |leader_id, isr: Vec<i32>, elr| {
+            Some(Entry::LeaderChanged {
+                topic: topic.to_string(),
+                partition,
+                leader_id,
+                leader_epoch: p.leader_epoch + 1,
+                isr,
+                elr,
+            })
+        };
+        if !p.isr.contains(&broker_id) {
+            if p.isr.is_empty() && p.elr == [broker_id] {
+                // It was the last replica that could lead (the in-sync ones all lost their logs
+                // before): as a sole in-sync replica.
+                return match sole {
+                    Sole::Lost => leader_changed(NO_LEADER, Vec::new(), Vec::new()),
+                    Sole::Waits => leader_changed(NO_LEADER, vec![broker_id], Vec::new()),
+                };
+            }
+            // Only eligible: it leaves the ELR; the leader and the ISR stay, under a new leader
+            // epoch all the same (the leader forgets what the replica acknowledged before).
+            let elr = p.elr.iter().copied().filter(|b| *b != broker_id).collect();
+            return leader_changed(p.leader_id, p.isr.clone(), elr);
+        }
+        let lost = [broker_id];
+        if p.isr == lost {
+            let eligible: Vec<i32> = p.elr.iter().copied().filter(|b| *b != broker_id).collect();
+            if let Some(c) = eligible.iter().copied().find(|b| self.electable(topic, partition, *b, now_ms)) {
+                return leader_changed(c, vec![c], p.elr_after(t.min_isr, &[c], &lost));
+            }
+            if !eligible.is_empty() {
+                // The eligible replicas are down: no leader until one is back.
+                return leader_changed(NO_LEADER, Vec::new(), eligible);
+            }
+            return match sole {
+                Sole::Lost if p.replicas == lost => leader_changed(broker_id, p.isr.clone(), Vec::new()),
+                Sole::Lost => leader_changed(NO_LEADER, Vec::new(), Vec::new()),
+                Sole::Waits => leader_changed(NO_LEADER, p.isr.clone(), Vec::new()),
+            };
+        }
+        let isr: Vec<i32> = p.isr.iter().copied().filter(|b| *b != broker_id).collect();
+        let elr = p.elr_after(t.min_isr, &isr, &lost);
+        let leader_id = if p.leader_id == broker_id {
+            isr.iter()
+                .chain(elr.iter())
+                .copied()
+                .find(|b| self.electable(topic, partition, *b, now_ms))
+                .unwrap_or(NO_LEADER)
+        } else {
+            p.leader_id
+        };
+        if leader_id != p.leader_id && !isr.contains(&leader_id) && leader_id != NO_LEADER {
+            // Elected from the ELR: the ISR starts again from it.
+            return leader_changed(leader_id, vec![leader_id], p.elr_after(t.min_isr, &[leader_id], &lost));
+        }
+        leader_changed(leader_id, isr, elr)
+    }
+
+    /// A broker's heartbeat reports replicas whose log failed (Kafka's offline log directory,
+    /// KIP-112): each leaves its ISR and ELR, and its leadership moves to another in-sync (or
+    /// eligible) replica under a new leader epoch, so that a healthy replica takes the writes.
+    /// Where it is the only in-sync replica, the partition has no leader until the broker comes
+    /// back with a working log (a restart). Returns the entries to persist before answering.
+    pub fn handle_offline(&mut self, now_ms: u64, broker_id: i32, reports: &[ReplicaReport]) -> Vec<Entry> {
+        let mut out = Vec::new();
+        for r in reports.iter().filter(|r| r.offline) {
+            if !self.offline.insert((r.topic.clone(), r.partition, broker_id)) {
+                continue;
+            }
+            if let Some(e) = self.without_replica(now_ms, &r.topic, r.partition, broker_id, Sole::Waits) {
+                self.apply(&e);
+                out.push(e);
+            }
         }
         out
     }
@@ -166,37 +420,61 @@ impl Cluster {
         let assignments = self
             .topics
             .iter()
-            .flat_map(|(t, ps)| {
-                ps.iter().enumerate().filter(|(_, p)| p.replicas.contains(&broker_id)).map(move |(i, p)| Assignment {
-                    topic: t.clone(),
-                    partition: i as i32,
-                    leader_id: p.leader_id,
-                    leader_epoch: p.leader_epoch,
-                    partition_epoch: p.partition_epoch,
-                    replicas: p.replicas.clone(),
-                    isr: p.isr.clone(),
+            .flat_map(|(name, t)| {
+                t.partitions.iter().enumerate().filter(|(_, p)| p.replicas.contains(&broker_id)).map(move |(i, p)| {
+                    Assignment {
+                        topic: name.clone(),
+                        partition: i as i32,
+                        leader_id: p.leader_id,
+                        leader_epoch: p.leader_epoch,
+                        partition_epoch: p.partition_epoch,
+                        replicas: p.replicas.clone(),
+                        isr: p.isr.clone(),
+                        min_insync_replicas: t.min_isr,
+                    }
                 })
             })
             .collect();
         (self.config.broker_lease_ms, assignments, self.broker_infos())
     }
 
-    /// Create a topic; returns the entry to persist before answering. `replication_factor` <= 0
-    /// means the default.
+    /// Partitions of every topic together.
+    fn partition_count(&self) -> i64 {
+        self.topics.values().map(|t| t.partitions.len() as i64).sum()
+    }
+
+    /// Create a topic; returns the entry to persist before answering. `replication_factor` and
+    /// `min_insync_replicas` <= 0 mean the defaults.
     pub fn handle_create_topic(
         &mut self,
         now_ms: u64,
         name: &str,
         partitions: i32,
         replication_factor: i32,
+        min_insync_replicas: i32,
     ) -> Result<Entry, Status> {
         if let Err(why) = protocol::names::validate_topic(name) {
             return Err(Status::new(ErrorCode::InvalidTopicException, why));
         }
-        if partitions < 1 || partitions > self.config.partitions_max {
+        let max = self.config.topic_partitions_max;
+        if partitions < 1 || partitions > max {
             return Err(Status::new(
                 ErrorCode::InvalidPartitions,
-                format!("{partitions} partitions asked for topic '{name}'; allowed 1..={}", self.config.partitions_max),
+                format!(
+                    "{partitions} partitions asked for topic '{name}'; a topic may have 1..={max} \
+                     (the coordinator's --topic-partitions-max)"
+                ),
+            ));
+        }
+        let (have, cluster_max) = (self.partition_count(), i64::from(self.config.cluster_partitions_max));
+        if have + i64::from(partitions) > cluster_max {
+            return Err(Status::new(
+                ErrorCode::InvalidPartitions,
+                format!(
+                    "topic '{name}' with {partitions} partitions would take the cluster past {cluster_max} \
+                     partitions (the coordinator's --cluster-partitions-max; {have} exist): delete topics or \
+                     raise the limit"
+                ),
             ));
         }
         if self.topics.contains_key(name) {
@@ -220,42 +498,59 @@ impl Cluster {
                 format!("replication factor {rf} for topic '{name}' but {} live broker(s)", live.len()),
             ));
         }
+        let min_isr = if min_insync_replicas > 0 { min_insync_replicas } else { self.default_min_isr(rf) };
+        if min_isr > rf {
+            return Err(Status::new(
+                ErrorCode::InvalidConfig,
+                format!(
+                    "min.insync.replicas {min_isr} is above the replication factor {rf} of topic '{name}': every \
+                     acks=all write would be refused; ask for at most {rf}"
+                ),
+            ));
+        }
         let replicas = (0..partitions as usize)
             .map(|i| (0..rf as usize).map(|j| live[(self.next_placement + i + j) % live.len()]).collect())
             .collect::<Vec<Vec<i32>>>();
         self.next_placement = self.next_placement.wrapping_add(partitions as usize);
-        let entry = Entry::TopicCreated { name: name.to_string(), replicas };
+        let entry = Entry::TopicCreated { name: name.to_string(), replicas, min_insync_replicas: min_isr };
         self.apply(&entry);
         Ok(entry)
     }
 
-    /// Move leaderships away from brokers whose lease expired, and give leaderless partitions
-    /// a leader once an in-sync replica is back. Returns the entries to persist; brokers learn
-    /// the changes from their next heartbeat, which is answered only once these are durable.
+    /// Move leaderships away from brokers whose lease expired (or whose replica's log failed),
+    /// and give leaderless partitions a leader once an in-sync replica is back, or, with none
+    /// live, an eligible one (KIP-966). Returns the entries to persist; brokers learn the changes
+    /// from their next heartbeat, which is answered only once these are durable.
     pub fn handle_tick(&mut self, now_ms: u64) -> Vec<Entry> {
         let mut out = Vec::new();
-        for (topic, ps) in &self.topics {
-            for (i, p) in ps.iter().enumerate() {
-                let leader_alive = p.leader_id != NO_LEADER && self.alive(p.leader_id, now_ms);
-                if leader_alive {
+        for (topic, t) in &self.topics {
+            for (i, p) in t.partitions.iter().enumerate() {
+                let i = i as i32;
+                let live = |b: i32| self.electable(topic, i, b, now_ms);
+                if p.leader_id != NO_LEADER && live(p.leader_id) {
                     continue;
                 }
-                let candidate = p.isr.iter().copied().find(|b| *b != p.leader_id && self.alive(*b, now_ms));
-                let (leader_id, isr) = match candidate {
-                    // A leaderless partition keeps its ISR; a lost leader leaves it.
-                    Some(c) => (c, p.isr.iter().copied().filter(|b| *b != p.leader_id).collect::<Vec<_>>()),
-                    // The old leader may be the only replica with every committed record:
-                    // keep it in the ISR, take away its leadership, wait for it.
-                    None if p.leader_id != NO_LEADER => (NO_LEADER, p.isr.clone()),
-                    None => continue,
-                };
-                out.push(Entry::LeaderChanged {
+                let changed = |leader_id, isr: Vec<i32>, elr| Entry::LeaderChanged {
                     topic: topic.clone(),
-                    partition: i as i32,
+                    partition: i,
                     leader_id,
                     leader_epoch: p.leader_epoch + 1,
                     isr,
-                });
+                    elr,
+                };
+                if let Some(c) = p.isr.iter().copied().find(|b| *b != p.leader_id && live(*b)) {
+                    // A lost leader leaves the ISR (into the ELR if the ISR is now below the minimum).
+                    let isr: Vec<i32> = p.isr.iter().copied().filter(|b| *b != p.leader_id).collect();
+                    let elr = p.elr_after(t.min_isr, &isr, &[]);
+                    out.push(changed(c, isr, elr));
+                } else if let Some(c) = p.elr.iter().copied().find(|b| live(*b)) {
+                    // No in-sync replica is live, but an eligible one holds every committed record.
+                    out.push(changed(c, vec![c], p.elr_after(t.min_isr, &[c], &[])));
+                } else if p.leader_id != NO_LEADER {
+                    // The old leader may be the only replica with every committed record:
+                    // keep it in the ISR, take away its leadership, wait for it.
+                    out.push(changed(NO_LEADER, p.isr.clone(), p.elr.clone()));
+                }
             }
         }
         for e in &out {
@@ -265,33 +560,64 @@ impl Cluster {
     }
 
     /// Elect a partition's leader again under the next leader epoch: the current leader if its
-    /// lease is live, else the first live in-sync replica.
-    pub fn handle_elect_leader(&mut self, now_ms: u64, topic: &str, partition: i32) -> Result<Entry, Status> {
-        let Some(p) = self.partition(topic, partition) else {
+    /// lease is live, else the first live in-sync replica, else the first live eligible one.
+    /// With none of them live and `unclean`, the live replica with the longest log its broker
+    /// last reported, which then is the ISR: records committed on the others, and not on it,
+    /// are lost (Kafka's unclean election; asked by an operator, never automatic).
+    pub fn handle_elect_leader(
+        &mut self,
+        now_ms: u64,
+        topic: &str,
+        partition: i32,
+        unclean: bool,
+    ) -> Result<Entry, Status> {
+        let Some(t) = self.topics.get(topic) else {
             return Err(Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist")));
         };
-        let leader_alive = p.leader_id != NO_LEADER && self.alive(p.leader_id, now_ms);
-        let leader =
-            if leader_alive { Some(p.leader_id) } else { p.isr.iter().copied().find(|b| self.alive(*b, now_ms)) };
-        let Some(leader_id) = leader else {
+        let Some(p) = usize::try_from(partition).ok().and_then(|i| t.partitions.get(i)) else {
+            return Err(Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist")));
+        };
+        let live = |b: i32| self.electable(topic, partition, b, now_ms);
+        let leader_alive = p.leader_id != NO_LEADER && live(p.leader_id);
+        let (leader_id, isr, elr) = if leader_alive {
+            (p.leader_id, p.isr.clone(), p.elr.clone())
+        } else if let Some(c) = p.isr.iter().copied().find(|b| live(*b)) {
+            // A dead leader that is replaced leaves the ISR, as in a lease-expiry election;
+            // otherwise the new leader's high watermark would wait for it.
+            let isr: Vec<i32> = p.isr.iter().copied().filter(|b| *b != p.leader_id).collect();
+            let elr = p.elr_after(t.min_isr, &isr, &[]);
+            (c, isr, elr)
+        } else if let Some(c) = p.elr.iter().copied().find(|b| live(*b)) {
+            (c, vec![c], p.elr_after(t.min_isr, &[c], &[]))
+        } else if let Some(c) = unclean
+            .then(|| {
+                let reports = self.reports.get(&(topic.to_string(), partition));
+                let end = |b: i32| reports.and_then(|r| r.get(&b)).map_or(-1, |(leo, _)| *leo);
+                p.replicas.iter().copied().filter(|b| live(*b)).max_by_key(|b| (end(*b), -b))
+            })
+            .flatten()
+        {
+            tracing::warn!(%topic, partition, leader = c, "unclean election: records committed only on other replicas are lost");
+            (c, vec![c], Vec::new())
+        } else {
             return Err(Status::new(
                 ErrorCode::LeaderNotAvailable,
                 format!(
-                    "no in-sync replica of {topic}-{partition} holds a live lease (ISR {:?}); start one and retry",
-                    p.isr
+                    "no in-sync or eligible replica of {topic}-{partition} holds a live lease (ISR {:?}, ELR {:?}); \
+                     start one and retry{}",
+                    p.isr,
+                    p.elr,
+                    if unclean { "" } else { ", or elect uncleanly (loses what only the others hold)" }
                 ),
             ));
         };
-        // A dead leader that is replaced leaves the ISR, as in a lease-expiry election;
-        // otherwise the new leader's high watermark would wait for it.
-        let isr =
-            if leader_alive { p.isr.clone() } else { p.isr.iter().copied().filter(|b| *b != p.leader_id).collect() };
         let entry = Entry::LeaderChanged {
             topic: topic.to_string(),
             partition,
             leader_id,
             leader_epoch: p.leader_epoch + 1,
             isr,
+            elr,
         };
         self.apply(&entry);
         Ok(entry)
@@ -301,12 +627,13 @@ impl Cluster {
     /// leader of the current epoch (a stale leader cannot shrink the ISR to itself), and with
     /// INVALID_UPDATE_VERSION unless it is based on the current partition epoch: a change asked
     /// before another one was applied, or a repeat of one already applied, must not undo what
-    /// the leader has since counted on (KIP-497). Returns the entry to persist before answering
+    /// the leader has since counted on (KIP-497). Members leaving an ISR that falls below the
+    /// minimum become eligible leader replicas. Returns the entry to persist before answering
     /// (none when refused) and the answer, which carries the ISR in force and its epochs.
     pub fn handle_alter_partition(&mut self, r: &AlterPartitionRequest) -> (Option<Entry>, AlterPartitionResponse) {
         let (topic, partition, broker_id, leader_epoch, isr) =
             (&r.topic, r.partition, r.broker_id, r.leader_epoch, &r.isr);
-        let Some(p) = self.partition(topic, partition) else {
+        let Some((min_isr, p)) = self.topic_partition(topic, partition) else {
             let status = Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist"));
             return (None, AlterPartitionResponse { status, leader_epoch: -1, partition_epoch: -1, isr: Vec::new() });
         };
@@ -355,7 +682,8 @@ impl Cluster {
                 format!("ISR {isr:?} must hold the leader {broker_id} and only replicas {:?}", p.replicas),
             );
         }
-        let entry = Entry::IsrChanged { topic: topic.to_string(), partition, leader_epoch, isr: isr.to_vec() };
+        let elr = p.elr_after(min_isr, isr, &[]);
+        let entry = Entry::IsrChanged { topic: topic.to_string(), partition, leader_epoch, isr: isr.to_vec(), elr };
         self.apply(&entry);
         let partition_epoch = self.partition(topic, partition).map_or(-1, |p| p.partition_epoch);
         let resp = AlterPartitionResponse { status: Status::ok(), leader_epoch, partition_epoch, isr: isr.to_vec() };
@@ -378,7 +706,7 @@ impl Cluster {
             let mut status = Status::ok();
             if !self.topics.contains_key(&name) {
                 if allow_auto_create && self.config.auto_create_topics {
-                    match self.handle_create_topic(now_ms, &name, self.config.default_partitions, -1) {
+                    match self.handle_create_topic(now_ms, &name, self.config.default_partitions, -1, -1) {
                         Ok(e) => entries.push(e),
                         Err(s) => status = s,
                     }
@@ -389,8 +717,9 @@ impl Cluster {
             let partitions = self
                 .topics
                 .get(&name)
-                .map(|ps| {
-                    ps.iter()
+                .map(|t| {
+                    t.partitions
+                        .iter()
                         .enumerate()
                         .map(|(i, p)| PartitionInfo {
                             partition: i as i32,
@@ -407,8 +736,13 @@ impl Cluster {
         (self.broker_infos(), out, entries)
     }
 
+    fn topic_partition(&self, topic: &str, partition: i32) -> Option<(i32, &Partition)> {
+        let t = self.topics.get(topic)?;
+        Some((t.min_isr, t.partitions.get(usize::try_from(partition).ok()?)?))
+    }
+
     fn partition(&self, topic: &str, partition: i32) -> Option<&Partition> {
-        self.topics.get(topic)?.get(usize::try_from(partition).ok()?)
+        self.topic_partition(topic, partition).map(|(_, p)| p)
     }
 
     /// Which broker leads a partition (-1: none), at which leader epoch, and at which address.
@@ -422,6 +756,16 @@ impl Cluster {
         self.partition(topic, partition).map(|p| (p.isr.as_slice(), p.partition_epoch))
     }
 
+    /// The process a broker id is registered to: (incarnation, broker epoch).
+    pub fn registration_of(&self, broker_id: i32) -> Option<(i64, i64)> {
+        self.registrations.get(&broker_id).map(|r| (r.incarnation, r.broker_epoch))
+    }
+
+    /// A partition's eligible leader replicas and its topic's `min.insync.replicas`.
+    pub fn elr_of(&self, topic: &str, partition: i32) -> Option<(&[i32], i32)> {
+        self.topic_partition(topic, partition).map(|(m, p)| (p.elr.as_slice(), m))
+    }
+
     /// Brokers and partitions for `admin describe`.
     pub fn describe(&self, now_ms: u64) -> (Vec<BrokerState>, Vec<PartitionState>) {
         let brokers = self
@@ -432,16 +776,18 @@ impl Cluster {
         let partitions = self
             .topics
             .iter()
-            .flat_map(|(t, ps)| {
-                ps.iter().enumerate().map(move |(i, p)| {
-                    let reports = self.reports.get(&(t.clone(), i as i32));
+            .flat_map(|(name, t)| {
+                t.partitions.iter().enumerate().map(move |(i, p)| {
+                    let reports = self.reports.get(&(name.clone(), i as i32));
                     PartitionState {
-                        topic: t.clone(),
+                        topic: name.clone(),
                         partition: i as i32,
                         leader_id: p.leader_id,
                         leader_epoch: p.leader_epoch,
                         replicas: p.replicas.clone(),
                         isr: p.isr.clone(),
+                        elr: p.elr.clone(),
+                        min_insync_replicas: t.min_isr,
                         progress: p
                             .replicas
                             .iter()
@@ -463,17 +809,21 @@ impl Cluster {
     /// Topics and leaderships as journal entries (brokers and leases are not durable: they come
     /// back with the next heartbeats).
     pub fn snapshot(&self) -> Vec<Entry> {
-        let mut brokers: Vec<(&i32, &i64)> = self.incarnations.iter().collect();
-        brokers.sort_unstable();
-        let incarnations = brokers.into_iter().map(|(broker_id, incarnation)| Entry::BrokerIncarnation {
+        let mut brokers: Vec<(&i32, &Registration)> = self.registrations.iter().collect();
+        brokers.sort_unstable_by_key(|(id, _)| **id);
+        let incarnations = brokers.into_iter().map(|(broker_id, r)| Entry::BrokerIncarnation {
             broker_id: *broker_id,
-            incarnation: *incarnation,
+            incarnation: r.incarnation,
+            log_dir_id: r.log_dir_id,
+            broker_epoch: r.broker_epoch,
         });
         self.topics
             .iter()
-            .map(|(name, ps)| Entry::TopicSnapshot {
+            .map(|(name, t)| Entry::TopicSnapshot {
                 name: name.clone(),
-                partitions: ps
+                min_insync_replicas: t.min_isr,
+                partitions: t
+                    .partitions
                     .iter()
                     .map(|p| PartitionSnapshot {
                         replicas: p.replicas.clone(),
@@ -481,6 +831,7 @@ impl Cluster {
                         leader_epoch: p.leader_epoch,
                         partition_epoch: p.partition_epoch,
                         isr: p.isr.clone(),
+                        elr: p.elr.clone(),
                     })
                     .collect(),
             })
@@ -488,11 +839,17 @@ impl Cluster {
             .collect()
     }
 
+    fn partition_mut(&mut self, topic: &str, partition: i32) -> Option<&mut Partition> {
+        self.topics.get_mut(topic)?.partitions.get_mut(usize::try_from(partition).ok()?)
+    }
+
     /// Apply a journal entry (topics and leaderships; other entries belong to the producer table).
     pub fn apply(&mut self, entry: &Entry) {
         match entry {
-            Entry::TopicCreated { name, replicas } => {
-                let ps = replicas
+            Entry::TopicCreated { name, replicas, min_insync_replicas } => {
+                let rf = replicas.first().map_or(1, |r| r.len() as i32);
+                let min_isr = if *min_insync_replicas > 0 { *min_insync_replicas } else { self.default_min_isr(rf) };
+                let partitions = replicas
                     .iter()
                     .map(|r| Partition {
                         replicas: r.clone(),
@@ -500,22 +857,26 @@ impl Cluster {
                         leader_epoch: 0,
                         partition_epoch: 0,
                         isr: r.clone(),
+                        elr: Vec::new(),
                     })
                     .collect();
-                self.topics.insert(name.clone(), ps);
+                self.topics.insert(name.clone(), Topic { min_isr, partitions });
             }
-            Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr } => {
-                if let Some(p) = self.topics.get_mut(topic).and_then(|ps| ps.get_mut(*partition as usize)) {
+            Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr, elr } => {
+                if let Some(p) = self.partition_mut(topic, *partition) {
                     if *leader_epoch > p.leader_epoch {
                         p.leader_id = *leader_id;
                         p.leader_epoch = *leader_epoch;
                         p.partition_epoch += 1;
                         p.isr = isr.clone();
+                        p.elr = elr.clone();
                     }
                 }
             }
-            Entry::TopicSnapshot { name, partitions } => {
-                let ps = partitions
+            Entry::TopicSnapshot { name, min_insync_replicas, partitions } => {
+                let rf = partitions.first().map_or(1, |p| p.replicas.len() as i32);
+                let min_isr = if *min_insync_replicas > 0 { *min_insync_replicas } else { self.default_min_isr(rf) };
+                let partitions = partitions
                     .iter()
                     .map(|p| Partition {
                         replicas: p.replicas.clone(),
@@ -523,18 +884,22 @@ impl Cluster {
                         leader_epoch: p.leader_epoch,
                         partition_epoch: p.partition_epoch,
                         isr: p.isr.clone(),
+                        elr: p.elr.clone(),
                     })
                     .collect();
-                self.topics.insert(name.clone(), ps);
+                self.topics.insert(name.clone(), Topic { min_isr, partitions });
             }
-            Entry::BrokerIncarnation { broker_id, incarnation } => {
-                self.incarnations.insert(*broker_id, *incarnation);
+            Entry::BrokerIncarnation { broker_id, incarnation, log_dir_id, broker_epoch } => {
+                let r =
+                    Registration { broker_epoch: *broker_epoch, incarnation: *incarnation, log_dir_id: *log_dir_id };
+                self.registrations.insert(*broker_id, r);
             }
-            Entry::IsrChanged { topic, partition, leader_epoch, isr } => {
-                if let Some(p) = self.topics.get_mut(topic).and_then(|ps| ps.get_mut(*partition as usize)) {
+            Entry::IsrChanged { topic, partition, leader_epoch, isr, elr } => {
+                if let Some(p) = self.partition_mut(topic, *partition) {
                     if *leader_epoch == p.leader_epoch {
                         p.partition_epoch += 1;
                         p.isr = isr.clone();
+                        p.elr = elr.clone();
                     }
                 }
             }
@@ -547,6 +912,22 @@ impl Cluster {
 mod tests {
     use super::*;
 
+    /// A process start whose logs may have lost acknowledged records (not intact).
+    fn lost(incarnation: i64) -> BrokerStart {
+        BrokerStart { incarnation, broker_epoch: -1, previous_broker_epoch: -1, log_dir_id: 1, intact: false }
+    }
+
+    /// A process start with its logs intact, on data directory 1.
+    fn intact(incarnation: i64) -> BrokerStart {
+        BrokerStart { incarnation, broker_epoch: -1, previous_broker_epoch: -1, log_dir_id: 1, intact: true }
+    }
+
+    /// Register `start` for `broker_id` as the successor of its current registration.
+    fn restart(c: &mut Cluster, now: u64, broker_id: i32, start: BrokerStart) -> Vec<Entry> {
+        let previous_broker_epoch = c.registration_of(broker_id).map_or(-1, |(_, e)| e);
+        c.handle_registration(now, broker_id, BrokerStart { previous_broker_epoch, ..start }).unwrap().1
+    }
+
     fn cluster(brokers: &[i32]) -> Cluster {
         let mut c = Cluster::new(ClusterConfig { broker_lease_ms: 100, ..Default::default() });
         for b in brokers {
@@ -558,26 +939,29 @@ mod tests {
     #[test]
     fn topics_need_live_brokers_and_spread_replicas() {
         let mut c = Cluster::new(ClusterConfig::default());
-        assert_eq!(c.handle_create_topic(0, "t", 2, -1).unwrap_err().code, ErrorCode::BrokerNotAvailable);
+        assert_eq!(c.handle_create_topic(0, "t", 2, -1, -1).unwrap_err().code, ErrorCode::BrokerNotAvailable);
         let mut c2 = cluster(&[1, 2, 3, 4]);
-        c2.handle_create_topic(10, "t", 4, -1).unwrap();
+        c2.handle_create_topic(10, "t", 4, -1, -1).unwrap();
         let (_, parts) = c2.describe(10);
         assert!(parts.iter().all(|p| p.replicas.len() == 3 && p.isr == p.replicas && p.leader_id == p.replicas[0]));
         let leaders: std::collections::BTreeSet<i32> = parts.iter().map(|p| p.leader_id).collect();
         assert_eq!(leaders.len(), 4, "leaderships spread over brokers");
-        assert_eq!(c2.handle_create_topic(10, "u", 1, 5).unwrap_err().code, ErrorCode::InvalidReplicationFactor);
-        assert_eq!(c2.handle_create_topic(10, "t", 1, 1).unwrap_err().code, ErrorCode::TopicAlreadyExists);
-        assert_eq!(c2.handle_create_topic(10, "bad name", 1, 1).unwrap_err().code, ErrorCode::InvalidTopicException);
-        assert_eq!(c2.handle_create_topic(10, "v", 0, 1).unwrap_err().code, ErrorCode::InvalidPartitions);
+        assert_eq!(c2.handle_create_topic(10, "u", 1, 5, -1).unwrap_err().code, ErrorCode::InvalidReplicationFactor);
+        assert_eq!(c2.handle_create_topic(10, "t", 1, 1, -1).unwrap_err().code, ErrorCode::TopicAlreadyExists);
+        assert_eq!(
+            c2.handle_create_topic(10, "bad name", 1, 1, -1).unwrap_err().code,
+            ErrorCode::InvalidTopicException
+        );
+        assert_eq!(c2.handle_create_topic(10, "v", 0, 1, -1).unwrap_err().code, ErrorCode::InvalidPartitions);
         c.handle_heartbeat(0, 1, "a:1", &[]);
-        c.handle_create_topic(0, "solo", 1, -1).unwrap();
+        c.handle_create_topic(0, "solo", 1, -1, -1).unwrap();
         assert_eq!(c.describe(0).1[0].replicas, vec![1], "default factor is min(3, live)");
     }
 
     #[test]
     fn expired_leader_loses_leadership_to_an_isr_member_at_a_higher_epoch() {
         let mut c = cluster(&[1, 2, 3]);
-        c.handle_create_topic(0, "t", 1, 3).unwrap();
+        c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
         let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
         assert!(c.handle_tick(50).is_empty(), "all leases live");
         // Everyone but the leader renews.
@@ -597,7 +981,7 @@ mod tests {
     #[test]
     fn with_no_live_isr_member_the_partition_goes_leaderless_then_recovers() {
         let mut c = cluster(&[1]);
-        c.handle_create_topic(0, "t", 1, 1).unwrap();
+        c.handle_create_topic(0, "t", 1, 1, -1).unwrap();
         let e = c.handle_tick(150);
         assert_eq!(e.len(), 1);
         assert_eq!(c.leader_of("t", 0).unwrap().0, NO_LEADER);
@@ -609,13 +993,13 @@ mod tests {
     }
 
     #[test]
-    fn a_restarted_broker_leaves_the_isr_and_its_leaderships_move() {
+    fn a_restarted_broker_that_may_have_lost_records_leaves_the_isr_and_its_leaderships_move() {
         let mut c = cluster(&[1, 2, 3]);
-        c.handle_create_topic(0, "t", 1, 3).unwrap();
+        c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
         let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
-        assert_eq!(c.handle_incarnation(10, leader, 7).len(), 1, "first sight: only recorded");
-        assert!(c.handle_incarnation(10, leader, 7).is_empty(), "same process");
-        let entries = c.handle_incarnation(20, leader, 8);
+        assert_eq!(restart(&mut c, 10, leader, lost(7)).len(), 1, "first sight: only recorded");
+        assert!(restart(&mut c, 10, leader, lost(7)).is_empty(), "same process");
+        let entries = restart(&mut c, 20, leader, lost(8));
         assert_eq!(entries.len(), 2, "recorded, and the leadership moved");
         let (new_leader, new_epoch, _) = c.leader_of("t", 0).unwrap();
         assert_ne!(new_leader, leader);
@@ -625,10 +1009,10 @@ mod tests {
         // by the simulator: at the same epoch, batches written again at offsets it lost passed
         // for the lost ones on followers, and the replicas diverged).
         let mut solo = cluster(&[1]);
-        solo.handle_create_topic(0, "s", 1, 1).unwrap();
+        solo.handle_create_topic(0, "s", 1, 1, -1).unwrap();
         let (_, epoch, _) = solo.leader_of("s", 0).unwrap();
-        solo.handle_incarnation(0, 1, 1);
-        assert_eq!(solo.handle_incarnation(5, 1, 2).len(), 2);
+        restart(&mut solo, 0, 1, lost(1));
+        assert_eq!(restart(&mut solo, 5, 1, lost(2)).len(), 2);
         assert_eq!(solo.leader_of("s", 0).unwrap().0, 1);
         assert_eq!(solo.leader_of("s", 0).unwrap().1, epoch + 1);
     }
@@ -656,9 +1040,9 @@ mod tests {
     #[test]
     fn stale_leader_cannot_change_the_isr() {
         let mut c = cluster(&[1, 2, 3]);
-        c.handle_create_topic(0, "t", 1, 3).unwrap();
+        c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
         let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
-        c.handle_elect_leader(10, "t", 0).unwrap();
+        c.handle_elect_leader(10, "t", 0, false).unwrap();
         let r = alter(&mut c, leader, epoch, 1, &[leader]);
         assert_eq!(r.status.code, ErrorCode::FencedLeaderEpoch);
         assert_eq!((r.leader_epoch, r.partition_epoch, r.isr.len()), (epoch + 1, 1, 3));
@@ -682,7 +1066,7 @@ mod tests {
     #[test]
     fn isr_changes_are_ordered_by_the_partition_epoch() {
         let mut c = cluster(&[1, 2, 3]);
-        c.handle_create_topic(0, "t", 1, 3).unwrap();
+        c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
         let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
         let hb = |c: &mut Cluster| c.handle_heartbeat(0, leader, "x", &[]).1[0].clone();
         assert_eq!(hb(&mut c).partition_epoch, 0);
@@ -700,7 +1084,7 @@ mod tests {
         assert!(grow.status.is_ok());
         assert_eq!(grow.partition_epoch, 2);
         // Leadership changes move it too, and it survives a snapshot and a replay.
-        c.handle_elect_leader(5, "t", 0).unwrap();
+        c.handle_elect_leader(5, "t", 0, false).unwrap();
         assert_eq!(hb(&mut c).partition_epoch, 3);
         let mut replayed = Cluster::new(ClusterConfig::default());
         for e in c.snapshot() {
@@ -713,14 +1097,14 @@ mod tests {
     #[test]
     fn election_bumps_the_epoch_and_needs_a_live_isr_member() {
         let mut c = cluster(&[1]);
-        c.handle_create_topic(0, "t", 1, 1).unwrap();
-        c.handle_elect_leader(10, "t", 0).unwrap();
-        c.handle_elect_leader(10, "t", 0).unwrap();
+        c.handle_create_topic(0, "t", 1, 1, -1).unwrap();
+        c.handle_elect_leader(10, "t", 0, false).unwrap();
+        c.handle_elect_leader(10, "t", 0, false).unwrap();
         assert_eq!(c.leader_of("t", 0).unwrap().1, 2);
         let (_, a, _) = c.handle_heartbeat(20, 1, "a:1", &[]);
         assert_eq!(a[0].leader_epoch, 2);
-        assert_eq!(c.handle_elect_leader(500, "t", 0).unwrap_err().code, ErrorCode::LeaderNotAvailable);
-        assert_eq!(c.handle_elect_leader(10, "t", 5).unwrap_err().code, ErrorCode::UnknownTopicOrPartition);
+        assert_eq!(c.handle_elect_leader(500, "t", 0, false).unwrap_err().code, ErrorCode::LeaderNotAvailable);
+        assert_eq!(c.handle_elect_leader(10, "t", 5, false).unwrap_err().code, ErrorCode::UnknownTopicOrPartition);
     }
 
     #[test]
@@ -739,10 +1123,10 @@ mod tests {
     #[test]
     fn replay_rebuilds_leaders_and_isr() {
         let mut c = cluster(&[1, 2]);
-        let mut log = vec![c.handle_create_topic(0, "t", 2, 2).unwrap()];
+        let mut log = vec![c.handle_create_topic(0, "t", 2, 2, -1).unwrap()];
         log.extend(c.handle_tick(150));
         log.push(
-            c.handle_elect_leader(0, "t", 1)
+            c.handle_elect_leader(0, "t", 1, false)
                 .unwrap_or_else(|_| Entry::FenceDone { transactional_id: String::new(), epoch: 0 }),
         );
         let mut r = Cluster::new(ClusterConfig::default());
@@ -763,23 +1147,271 @@ mod tests {
     #[test]
     fn a_broker_restart_is_recognised_across_a_coordinator_restart() {
         let mut c = cluster(&[1]);
-        c.handle_create_topic(0, "s", 1, 1).unwrap();
+        c.handle_create_topic(0, "s", 1, 1, -1).unwrap();
         let mut journal = c.snapshot();
-        journal.extend(c.handle_incarnation(0, 1, 1));
+        journal.extend(restart(&mut c, 0, 1, lost(1)));
         // The coordinator restarts from its journal; the broker restarts too.
         let mut back = Cluster::new(ClusterConfig { broker_lease_ms: 100, ..Default::default() });
         for e in &journal {
             back.apply(e);
         }
         let (_, epoch, _) = back.leader_of("s", 0).unwrap();
-        assert!(back.handle_incarnation(5, 1, 1).is_empty(), "the same process is not a restart");
-        assert_eq!(back.handle_incarnation(6, 1, 2).len(), 2);
+        assert!(restart(&mut back, 5, 1, lost(1)).is_empty(), "the same process is not a restart");
+        assert_eq!(restart(&mut back, 6, 1, lost(2)).len(), 2);
         assert_eq!(back.leader_of("s", 0).unwrap().1, epoch + 1, "a new leader epoch");
         // Snapshots carry the incarnations too.
         let mut again = Cluster::new(ClusterConfig::default());
         for e in back.snapshot() {
             again.apply(&e);
         }
-        assert!(again.handle_incarnation(7, 1, 2).is_empty());
+        assert!(restart(&mut again, 7, 1, lost(2)).is_empty());
+    }
+
+    fn state(c: &Cluster, topic: &str) -> PartitionState {
+        c.describe(0).1.into_iter().find(|p| p.topic == topic).unwrap()
+    }
+
+    /// The restart the hardening review found: every broker of a 3-replica partition is killed;
+    /// each one that comes back used to leave the ISR, so the last to return was the only
+    /// electable one. Brokers whose logs are intact keep their place: the first back leads.
+    #[test]
+    fn after_a_whole_cluster_crash_the_first_intact_replica_back_leads() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
+        for b in [1, 2, 3] {
+            restart(&mut c, 0, b, intact(b.into()));
+        }
+        // All three die: no live ISR member, the partition waits without a leader.
+        c.handle_tick(150);
+        assert_eq!(c.leader_of("t", 0).unwrap().0, NO_LEADER);
+        assert_eq!(state(&c, "t").isr, vec![1, 2, 3]);
+        // Broker 3 comes back with its logs intact (synced, or stopped cleanly).
+        assert!(restart(&mut c, 200, 3, intact(30)).iter().all(|e| matches!(e, Entry::BrokerIncarnation { .. })));
+        c.handle_heartbeat(200, 3, "a:3", &[]);
+        c.handle_tick(210);
+        assert_eq!(c.leader_of("t", 0).unwrap().0, 3, "an intact in-sync replica leads at once");
+        assert_eq!(state(&c, "t").isr, vec![1, 2, 3], "the others stay in sync: they hold every committed record");
+    }
+
+    /// A replica that comes back with a shorter log (lost unsynced writes, a replaced disk) is
+    /// never elected over one that holds every committed record.
+    #[test]
+    fn a_restart_that_lost_records_or_its_disk_is_never_elected_over_an_intact_replica() {
+        for start in [lost(20), BrokerStart { log_dir_id: 2, ..intact(20) }] {
+            let mut c = cluster(&[1, 2, 3]);
+            c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
+            for b in [1, 2, 3] {
+                restart(&mut c, 0, b, intact(b.into()));
+            }
+            c.handle_tick(150);
+            // Broker 2 comes back first, but its log may be short: it leaves the ISR.
+            restart(&mut c, 200, 2, start);
+            c.handle_heartbeat(200, 2, "a:2", &[]);
+            c.handle_tick(210);
+            assert_eq!(c.leader_of("t", 0).unwrap().0, NO_LEADER, "{start:?} must not lead");
+            assert_eq!(state(&c, "t").isr, vec![1, 3]);
+            // Broker 1 is back intact and leads.
+            restart(&mut c, 220, 1, intact(10));
+            c.handle_heartbeat(220, 1, "a:1", &[]);
+            c.handle_tick(230);
+            assert_eq!(c.leader_of("t", 0).unwrap().0, 1);
+        }
+    }
+
+    /// A restarted leader keeps its place when its logs are intact, under a new leader epoch:
+    /// batches it replicated but had not synced may be gone, and what it writes next at those
+    /// offsets must not pass for them on the followers.
+    #[test]
+    fn an_intact_restart_keeps_the_isr_and_bumps_the_leader_epoch_of_what_it_led() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        restart(&mut c, 0, leader, intact(1));
+        let follower = (1..=3).find(|b| *b != leader).unwrap();
+        restart(&mut c, 0, follower, intact(1));
+        assert_eq!(restart(&mut c, 5, follower, intact(2)).len(), 1, "a follower's intact restart changes nothing");
+        assert_eq!(restart(&mut c, 5, leader, intact(2)).len(), 2);
+        assert_eq!(c.leader_of("t", 0).unwrap(), (leader, epoch + 1, Some("a:".to_string() + &leader.to_string())));
+        assert_eq!(state(&c, "t").isr, vec![1, 2, 3]);
+    }
+
+    /// KIP-966: members that leave an ISR falling below min.insync.replicas hold every
+    /// committed record (the high watermark stops), and lead when no ISR member is live.
+    #[test]
+    fn replicas_leaving_an_isr_below_the_minimum_become_eligible_and_may_lead() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
+        assert_eq!(state(&c, "t").min_insync_replicas, 2, "the default for three replicas");
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        let others: Vec<i32> = (1..=3).filter(|b| *b != leader).collect();
+        // One follower lags: the ISR shrinks to two, still the minimum, so nobody is eligible.
+        let r = alter(&mut c, leader, epoch, 0, &[leader, others[0]]);
+        assert!(r.status.is_ok());
+        assert!(state(&c, "t").elr.is_empty());
+        // The other one lags too: below the minimum, it becomes eligible.
+        assert!(alter(&mut c, leader, epoch, 1, &[leader]).status.is_ok());
+        assert_eq!(state(&c, "t").elr, vec![others[0]]);
+        // The leader dies for good: the eligible replica leads, and the ISR starts from it.
+        c.handle_heartbeat(100, others[0], "a", &[]);
+        c.handle_heartbeat(100, others[1], "a", &[]);
+        c.handle_tick(150);
+        let p = state(&c, "t");
+        assert_eq!((p.leader_id, p.isr.clone()), (others[0], vec![others[0]]));
+        assert_eq!(p.elr, vec![leader], "the old leader held everything committed too");
+        assert!(!p.elr.contains(&others[1]), "a replica that left at the minimum lacks records");
+        // Back at the minimum, nobody is eligible any more.
+        let (_, epoch, _) = c.leader_of("t", 0).unwrap();
+        let pe = c.isr_of("t", 0).unwrap().1;
+        assert!(alter(&mut c, others[0], epoch, pe, &[others[0], others[1]]).status.is_ok());
+        assert!(state(&c, "t").elr.is_empty());
+        // An eligible replica that restarts without its logs is eligible no more.
+        assert!(alter(&mut c, others[0], epoch, pe + 1, &[others[0]]).status.is_ok());
+        assert_eq!(state(&c, "t").elr, vec![others[1]]);
+        restart(&mut c, 160, others[1], intact(1));
+        restart(&mut c, 170, others[1], lost(2));
+        assert!(state(&c, "t").elr.is_empty());
+    }
+
+    #[test]
+    fn min_insync_replicas_defaults_and_limits() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "one", 1, 1, -1).unwrap();
+        c.handle_create_topic(0, "two", 1, 2, -1).unwrap();
+        c.handle_create_topic(0, "three", 1, 3, 3).unwrap();
+        assert_eq!(state(&c, "one").min_insync_replicas, 1);
+        assert_eq!(state(&c, "two").min_insync_replicas, 1);
+        assert_eq!(state(&c, "three").min_insync_replicas, 3);
+        let refused = c.handle_create_topic(0, "four", 1, 2, 3).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::InvalidConfig);
+        assert!(refused.message.contains("at most 2"), "{refused}");
+        let mut strict = Cluster::new(ClusterConfig { default_min_insync_replicas: Some(3), ..Default::default() });
+        strict.handle_heartbeat(0, 1, "a", &[]);
+        strict.handle_create_topic(0, "solo", 1, 1, -1).unwrap();
+        assert_eq!(state(&strict, "solo").min_insync_replicas, 1, "a default above the factor is capped");
+    }
+
+    #[test]
+    fn partition_limits_per_topic_and_for_the_cluster() {
+        let mut c =
+            Cluster::new(ClusterConfig { topic_partitions_max: 10, cluster_partitions_max: 25, ..Default::default() });
+        c.handle_heartbeat(0, 1, "a", &[]);
+        let refused = c.handle_create_topic(0, "big", 11, 1, -1).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::InvalidPartitions);
+        assert!(refused.message.contains("--topic-partitions-max"), "{refused}");
+        c.handle_create_topic(0, "a", 10, 1, -1).unwrap();
+        c.handle_create_topic(0, "b", 10, 1, -1).unwrap();
+        let refused = c.handle_create_topic(0, "c", 6, 1, -1).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::InvalidPartitions);
+        assert!(
+            refused.message.contains("--cluster-partitions-max") && refused.message.contains("20 exist"),
+            "{refused}"
+        );
+        c.handle_create_topic(0, "c", 5, 1, -1).unwrap();
+        let (_, topics, entries) = c.handle_metadata(0, &["auto".into()], true);
+        assert_eq!(topics[0].status.code, ErrorCode::InvalidPartitions, "auto-creation is bounded too");
+        assert!(entries.is_empty());
+    }
+
+    /// KIP-112: a replica whose log failed gives up its leadership to another in-sync replica
+    /// and leaves the ISR; the only in-sync replica leaves the partition leaderless until its
+    /// broker restarts.
+    #[test]
+    fn a_replica_whose_log_failed_leaves_the_isr_and_gives_up_its_leadership() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        let failed = |topic: &str| ReplicaReport {
+            topic: topic.into(),
+            partition: 0,
+            log_end_offset: 0,
+            high_watermark: 0,
+            offline: true,
+        };
+        assert_eq!(c.handle_offline(10, leader, &[failed("t")]).len(), 1);
+        assert!(c.handle_offline(10, leader, &[failed("t")]).is_empty(), "reported once is enough");
+        let (new_leader, new_epoch, _) = c.leader_of("t", 0).unwrap();
+        assert!(new_leader != leader && new_epoch == epoch + 1);
+        assert!(!state(&c, "t").isr.contains(&leader));
+        // The sole in-sync replica of another topic fails: no leader, and it is not re-elected
+        // while its broker stays up with the failed log.
+        c.handle_create_topic(0, "s", 1, 1, -1).unwrap();
+        let (solo, _, _) = c.leader_of("s", 0).unwrap();
+        c.handle_offline(20, solo, &[failed("s")]);
+        assert_eq!(c.leader_of("s", 0).unwrap().0, NO_LEADER);
+        c.handle_heartbeat(30, solo, "a", &[]);
+        c.handle_tick(40);
+        assert_eq!(c.leader_of("s", 0).unwrap().0, NO_LEADER, "not elected with its log failed");
+        // The broker restarts (its log reopened): it leads again.
+        restart(&mut c, 50, solo, intact(5));
+        restart(&mut c, 60, solo, intact(6));
+        c.handle_tick(70);
+        assert_eq!(c.leader_of("s", 0).unwrap().0, solo);
+    }
+
+    /// Found by the simulator: heartbeats of a broker's old process, delayed behind its
+    /// restart, were taken for more restarts (each one not intact, so the broker left every
+    /// ISR), until a replica whose disk was replaced was the only one left to lead. Broker
+    /// epochs order the processes: a superseded one's heartbeats are refused and change nothing.
+    #[test]
+    fn heartbeats_of_a_superseded_process_are_refused_and_change_nothing() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
+        let (first, _) = c.handle_registration(0, 2, intact(10)).unwrap();
+        assert_eq!(c.handle_registration(0, 2, intact(10)).unwrap(), (first, vec![]), "a repeated registration");
+        // The process restarts; its successor names it.
+        let next = BrokerStart { previous_broker_epoch: first, ..intact(11) };
+        let (second, _) = c.handle_registration(5, 2, next).unwrap();
+        assert!(second > first);
+        let before = state(&c, "t");
+        // A late heartbeat of the old process, and a late registration of it: refused.
+        let late = c.handle_registration(6, 2, BrokerStart { broker_epoch: first, ..lost(10) }).unwrap_err();
+        assert_eq!(late.code, ErrorCode::StaleBrokerEpoch);
+        let late = c.handle_registration(6, 2, lost(10)).unwrap_err();
+        assert_eq!(late.code, ErrorCode::DuplicateBrokerRegistration);
+        assert!(late.message.contains("retry once that lease expires"), "{late}");
+        assert_eq!(state(&c, "t"), before, "nothing moved");
+        assert_eq!(c.handle_registration(7, 2, BrokerStart { broker_epoch: second, ..intact(11) }).unwrap().0, second);
+        // A process that does not name the current one (a wiped data directory) registers once
+        // the current registration's lease has expired.
+        let wiped = BrokerStart { log_dir_id: 9, ..lost(12) };
+        assert_eq!(c.handle_registration(50, 2, wiped).unwrap_err().code, ErrorCode::DuplicateBrokerRegistration);
+        let (third, entries) = c.handle_registration(150, 2, wiped).unwrap();
+        assert!(third > second && entries.len() > 1, "registered, and out of the ISR");
+        assert!(!state(&c, "t").isr.contains(&2));
+    }
+
+    /// When the last in-sync replica restarts without its logs intact, no replica provably holds
+    /// every committed record: the partition goes offline rather than elect one that may hold
+    /// less than another, until an operator asks for an unclean election, which picks the live
+    /// replica with the longest log.
+    #[test]
+    fn with_no_replica_holding_every_committed_record_the_partition_waits_for_an_unclean_election() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3, 1).unwrap();
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        for b in [1, 2, 3] {
+            c.handle_registration(0, b, intact(b.into())).unwrap();
+        }
+        // The followers fall behind: the ISR is the leader alone (the minimum is 1: nobody eligible).
+        assert!(alter(&mut c, leader, epoch, 0, &[leader]).status.is_ok());
+        let others: Vec<i32> = (1..=3).filter(|b| *b != leader).collect();
+        let report = |leo| ReplicaReport {
+            topic: "t".into(),
+            partition: 0,
+            log_end_offset: leo,
+            high_watermark: 0,
+            offline: false,
+        };
+        c.handle_heartbeat(90, others[0], "a", &[report(5)]);
+        c.handle_heartbeat(90, others[1], "a", &[report(7)]);
+        restart(&mut c, 150, leader, lost(40));
+        let p = state(&c, "t");
+        assert_eq!((p.leader_id, p.isr.len(), p.elr.len()), (NO_LEADER, 0, 0), "offline: {p:?}");
+        c.handle_tick(160);
+        assert_eq!(c.leader_of("t", 0).unwrap().0, NO_LEADER, "never elected automatically");
+        assert_eq!(c.handle_elect_leader(170, "t", 0, false).unwrap_err().code, ErrorCode::LeaderNotAvailable);
+        c.handle_elect_leader(170, "t", 0, true).unwrap();
+        let p = state(&c, "t");
+        assert_eq!((p.leader_id, p.isr.clone()), (others[1], vec![others[1]]), "the longest log leads");
     }
 }

@@ -88,6 +88,9 @@ pub enum Entry {
         leader_epoch: i32,
         /// The ISR from this epoch on.
         isr: Vec<i32>,
+        /// The eligible leader replicas from this epoch on (empty in entries written before
+        /// they existed).
+        elr: Vec<i32>,
     },
     /// A broker's heartbeat carried a process incarnation the coordinator had not recorded (a
     /// broker start): kept across coordinator restarts, so a broker that restarted while the
@@ -97,8 +100,13 @@ pub enum Entry {
         broker_id: i32,
         /// Its process incarnation.
         incarnation: i64,
+        /// Its data directory's id (0 in entries written before it was recorded: unknown).
+        log_dir_id: i64,
+        /// The broker epoch the coordinator assigned the process (0 in entries written before
+        /// broker epochs existed).
+        broker_epoch: i64,
     },
-    /// The leader of `leader_epoch` changed the ISR.
+    /// The ISR changed under `leader_epoch` (the leader asked, or a replica's log failed).
     IsrChanged {
         /// Topic.
         topic: String,
@@ -108,6 +116,8 @@ pub enum Entry {
         leader_epoch: i32,
         /// The new ISR.
         isr: Vec<i32>,
+        /// The eligible leader replicas after it (empty in entries written before they existed).
+        elr: Vec<i32>,
     },
     /// Snapshot: one transactional id's whole state.
     TxnSnapshot(TxnSnapshot),
@@ -122,7 +132,10 @@ pub enum Entry {
     TopicSnapshot {
         /// Topic name.
         name: String,
-        /// Per partition: replicas, leader, leader epoch, partition epoch, ISR.
+        /// Its `min.insync.replicas` (0 in snapshots written before it existed: the
+        /// coordinator's default).
+        min_insync_replicas: i32,
+        /// Per partition: replicas, leader, leader epoch, partition epoch, ISR, ELR.
         partitions: Vec<PartitionSnapshot>,
     },
     /// A topic was created; partition `i` has replicas `replicas[i]`, the first one leading at
@@ -132,6 +145,9 @@ pub enum Entry {
         name: String,
         /// Replicas per partition, preferred leader first.
         replicas: Vec<Vec<i32>>,
+        /// Its `min.insync.replicas` (0 in entries written before it existed: the
+        /// coordinator's default).
+        min_insync_replicas: i32,
     },
 }
 
@@ -177,6 +193,8 @@ pub struct PartitionSnapshot {
     pub partition_epoch: i32,
     /// ISR.
     pub isr: Vec<i32>,
+    /// Eligible leader replicas (empty in snapshots written before they existed).
+    pub elr: Vec<i32>,
 }
 
 const GRANT: i8 = 1;
@@ -192,6 +210,17 @@ const TOPIC_SNAPSHOT: i8 = 10;
 const BROKER_INCARNATION: i8 = 11;
 /// A topic snapshot with partition epochs ([`TOPIC_SNAPSHOT`] is read as epoch 0).
 const TOPIC_SNAPSHOT_EPOCHS: i8 = 12;
+/// [`TOPIC_CREATED`] with the topic's `min.insync.replicas`.
+const TOPIC_CREATED_MIN_ISR: i8 = 13;
+/// [`LEADER_CHANGED`] with the eligible leader replicas.
+const LEADER_CHANGED_ELR: i8 = 14;
+/// [`ISR_CHANGED`] with the eligible leader replicas.
+const ISR_CHANGED_ELR: i8 = 15;
+/// [`TOPIC_SNAPSHOT_EPOCHS`] with `min.insync.replicas` and each partition's eligible leader
+/// replicas.
+const TOPIC_SNAPSHOT_ELR: i8 = 16;
+/// [`BROKER_INCARNATION`] with the broker's data directory id and broker epoch.
+const BROKER_REGISTERED: i8 = 17;
 
 impl Entry {
     /// Encode for the journal.
@@ -233,25 +262,29 @@ impl Entry {
                 b.put_string(transactional_id);
                 b.put_i16(*epoch);
             }
-            Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr } => {
-                b.put_i8(LEADER_CHANGED);
+            Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr, elr } => {
+                b.put_i8(LEADER_CHANGED_ELR);
                 b.put_string(topic);
                 b.put_i32(*partition);
                 b.put_i32(*leader_id);
                 b.put_i32(*leader_epoch);
                 b.put_i32_array(isr);
+                b.put_i32_array(elr);
             }
-            Entry::BrokerIncarnation { broker_id, incarnation } => {
-                b.put_i8(BROKER_INCARNATION);
+            Entry::BrokerIncarnation { broker_id, incarnation, log_dir_id, broker_epoch } => {
+                b.put_i8(BROKER_REGISTERED);
                 b.put_i32(*broker_id);
                 b.put_i64(*incarnation);
+                b.put_i64(*log_dir_id);
+                b.put_i64(*broker_epoch);
             }
-            Entry::IsrChanged { topic, partition, leader_epoch, isr } => {
-                b.put_i8(ISR_CHANGED);
+            Entry::IsrChanged { topic, partition, leader_epoch, isr, elr } => {
+                b.put_i8(ISR_CHANGED_ELR);
                 b.put_string(topic);
                 b.put_i32(*partition);
                 b.put_i32(*leader_epoch);
                 b.put_i32_array(isr);
+                b.put_i32_array(elr);
             }
             Entry::TxnSnapshot(t) => {
                 b.put_i8(TXN_SNAPSHOT);
@@ -296,9 +329,10 @@ impl Entry {
                     b.put_string(tid);
                 }
             }
-            Entry::TopicSnapshot { name, partitions } => {
-                b.put_i8(TOPIC_SNAPSHOT_EPOCHS);
+            Entry::TopicSnapshot { name, min_insync_replicas, partitions } => {
+                b.put_i8(TOPIC_SNAPSHOT_ELR);
                 b.put_string(name);
+                b.put_i32(*min_insync_replicas);
                 b.put_i32(partitions.len() as i32);
                 for p in partitions {
                     b.put_i32_array(&p.replicas);
@@ -306,15 +340,17 @@ impl Entry {
                     b.put_i32(p.leader_epoch);
                     b.put_i32(p.partition_epoch);
                     b.put_i32_array(&p.isr);
+                    b.put_i32_array(&p.elr);
                 }
             }
-            Entry::TopicCreated { name, replicas } => {
-                b.put_i8(TOPIC_CREATED);
+            Entry::TopicCreated { name, replicas, min_insync_replicas } => {
+                b.put_i8(TOPIC_CREATED_MIN_ISR);
                 b.put_string(name);
                 b.put_i32(replicas.len() as i32);
                 for r in replicas {
                     b.put_i32_array(r);
                 }
+                b.put_i32(*min_insync_replicas);
             }
         }
         b.freeze()
@@ -359,14 +395,15 @@ impl Entry {
                 markers: get_targets(&mut r)?,
             },
             FENCE_DONE => Entry::FenceDone { transactional_id: r.string("transactional_id")?, epoch: r.i16("epoch")? },
-            TOPIC_CREATED => {
+            TOPIC_CREATED | TOPIC_CREATED_MIN_ISR => {
                 let name = r.string("name")?;
                 let n = r.array_len("replicas", 4)?;
                 let mut replicas = Vec::with_capacity(n);
                 for _ in 0..n {
                     replicas.push(r.i32_array("replicas")?);
                 }
-                Entry::TopicCreated { name, replicas }
+                let min_insync_replicas = if tag == TOPIC_CREATED_MIN_ISR { r.i32("min_insync_replicas")? } else { 0 };
+                Entry::TopicCreated { name, replicas, min_insync_replicas }
             }
             TXN_SNAPSHOT => {
                 let transactional_id = r.string("transactional_id")?;
@@ -421,8 +458,9 @@ impl Entry {
                 }
                 Entry::ProducerIds { next_producer_id, owners }
             }
-            TOPIC_SNAPSHOT | TOPIC_SNAPSHOT_EPOCHS => {
+            TOPIC_SNAPSHOT | TOPIC_SNAPSHOT_EPOCHS | TOPIC_SNAPSHOT_ELR => {
                 let name = r.string("name")?;
+                let min_insync_replicas = if tag == TOPIC_SNAPSHOT_ELR { r.i32("min_insync_replicas")? } else { 0 };
                 let n = r.array_len("partitions", 16)?;
                 let mut partitions = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -430,27 +468,33 @@ impl Entry {
                         replicas: r.i32_array("replicas")?,
                         leader_id: r.i32("leader_id")?,
                         leader_epoch: r.i32("leader_epoch")?,
-                        partition_epoch: if tag == TOPIC_SNAPSHOT_EPOCHS { r.i32("partition_epoch")? } else { 0 },
+                        partition_epoch: if tag == TOPIC_SNAPSHOT { 0 } else { r.i32("partition_epoch")? },
                         isr: r.i32_array("isr")?,
+                        elr: if tag == TOPIC_SNAPSHOT_ELR { r.i32_array("elr")? } else { Vec::new() },
                     });
                 }
-                Entry::TopicSnapshot { name, partitions }
+                Entry::TopicSnapshot { name, min_insync_replicas, partitions }
             }
-            LEADER_CHANGED => Entry::LeaderChanged {
+            LEADER_CHANGED | LEADER_CHANGED_ELR => Entry::LeaderChanged {
                 topic: r.string("topic")?,
                 partition: r.i32("partition")?,
                 leader_id: r.i32("leader_id")?,
                 leader_epoch: r.i32("leader_epoch")?,
                 isr: r.i32_array("isr")?,
+                elr: if tag == LEADER_CHANGED_ELR { r.i32_array("elr")? } else { Vec::new() },
             },
-            BROKER_INCARNATION => {
-                Entry::BrokerIncarnation { broker_id: r.i32("broker_id")?, incarnation: r.i64("incarnation")? }
-            }
-            ISR_CHANGED => Entry::IsrChanged {
+            BROKER_INCARNATION | BROKER_REGISTERED => Entry::BrokerIncarnation {
+                broker_id: r.i32("broker_id")?,
+                incarnation: r.i64("incarnation")?,
+                log_dir_id: if tag == BROKER_REGISTERED { r.i64("log_dir_id")? } else { 0 },
+                broker_epoch: if tag == BROKER_REGISTERED { r.i64("broker_epoch")? } else { 0 },
+            },
+            ISR_CHANGED | ISR_CHANGED_ELR => Entry::IsrChanged {
                 topic: r.string("topic")?,
                 partition: r.i32("partition")?,
                 leader_epoch: r.i32("leader_epoch")?,
                 isr: r.i32_array("isr")?,
+                elr: if tag == ISR_CHANGED_ELR { r.i32_array("elr")? } else { Vec::new() },
             },
             _ => return Err(DecodeError::InvalidValue { field: "tag", detail: format!("unknown entry tag {tag}") }),
         };
@@ -517,10 +561,17 @@ mod tests {
                 markers: vec![FenceTarget { producer_id: 3, marker_epoch: 5, topic: "t".into(), partition: 0 }],
             },
             Entry::FenceDone { transactional_id: "orders".into(), epoch: 4 },
-            Entry::TopicCreated { name: "t".into(), replicas: vec![vec![1, 2], vec![2, 1]] },
-            Entry::LeaderChanged { topic: "t".into(), partition: 1, leader_id: 2, leader_epoch: 7, isr: vec![2] },
-            Entry::IsrChanged { topic: "t".into(), partition: 1, leader_epoch: 7, isr: vec![2, 1] },
-            Entry::BrokerIncarnation { broker_id: 3, incarnation: 0x1234_5678_9abc },
+            Entry::TopicCreated { name: "t".into(), replicas: vec![vec![1, 2], vec![2, 1]], min_insync_replicas: 2 },
+            Entry::LeaderChanged {
+                topic: "t".into(),
+                partition: 1,
+                leader_id: 2,
+                leader_epoch: 7,
+                isr: vec![2],
+                elr: vec![1, 3],
+            },
+            Entry::IsrChanged { topic: "t".into(), partition: 1, leader_epoch: 7, isr: vec![2, 1], elr: vec![] },
+            Entry::BrokerIncarnation { broker_id: 3, incarnation: 0x1234_5678_9abc, log_dir_id: 99, broker_epoch: 4 },
             Entry::TxnSnapshot(TxnSnapshot {
                 transactional_id: "x".into(),
                 producer_id: 4,
@@ -538,12 +589,14 @@ mod tests {
             Entry::ProducerIds { next_producer_id: 12, owners: vec![(4, "x".into())] },
             Entry::TopicSnapshot {
                 name: "t".into(),
+                min_insync_replicas: 1,
                 partitions: vec![PartitionSnapshot {
                     replicas: vec![1, 2],
                     leader_id: 2,
                     leader_epoch: 3,
                     partition_epoch: 5,
                     isr: vec![2],
+                    elr: vec![1],
                 }],
             },
         ];
@@ -562,11 +615,68 @@ mod tests {
         b.put_i32(2);
         b.put_i32(3);
         b.put_i32_array(&[2]);
-        let want =
-            PartitionSnapshot { replicas: vec![1, 2], leader_id: 2, leader_epoch: 3, partition_epoch: 0, isr: vec![2] };
+        let want = PartitionSnapshot {
+            replicas: vec![1, 2],
+            leader_id: 2,
+            leader_epoch: 3,
+            partition_epoch: 0,
+            isr: vec![2],
+            elr: vec![],
+        };
         assert_eq!(
             Entry::decode(b.freeze()).unwrap(),
-            Entry::TopicSnapshot { name: "t".into(), partitions: vec![want] }
+            Entry::TopicSnapshot { name: "t".into(), min_insync_replicas: 0, partitions: vec![want] }
+        );
+    }
+
+    /// Journals written before min.insync.replicas, eligible leader replicas and data directory
+    /// ids still replay: the old tags read as the defaults.
+    #[test]
+    fn entries_from_before_min_isr_and_elr_still_load() {
+        let mut b = BytesMut::new();
+        b.put_i8(TOPIC_CREATED);
+        b.put_string("t");
+        b.put_i32(1);
+        b.put_i32_array(&[1, 2, 3]);
+        assert_eq!(
+            Entry::decode(b.freeze()).unwrap(),
+            Entry::TopicCreated { name: "t".into(), replicas: vec![vec![1, 2, 3]], min_insync_replicas: 0 }
+        );
+        let mut b = BytesMut::new();
+        b.put_i8(LEADER_CHANGED);
+        b.put_string("t");
+        b.put_i32(0);
+        b.put_i32(2);
+        b.put_i32(4);
+        b.put_i32_array(&[2]);
+        assert_eq!(
+            Entry::decode(b.freeze()).unwrap(),
+            Entry::LeaderChanged {
+                topic: "t".into(),
+                partition: 0,
+                leader_id: 2,
+                leader_epoch: 4,
+                isr: vec![2],
+                elr: vec![]
+            }
+        );
+        let mut b = BytesMut::new();
+        b.put_i8(ISR_CHANGED);
+        b.put_string("t");
+        b.put_i32(0);
+        b.put_i32(4);
+        b.put_i32_array(&[2, 3]);
+        assert_eq!(
+            Entry::decode(b.freeze()).unwrap(),
+            Entry::IsrChanged { topic: "t".into(), partition: 0, leader_epoch: 4, isr: vec![2, 3], elr: vec![] }
+        );
+        let mut b = BytesMut::new();
+        b.put_i8(BROKER_INCARNATION);
+        b.put_i32(3);
+        b.put_i64(77);
+        assert_eq!(
+            Entry::decode(b.freeze()).unwrap(),
+            Entry::BrokerIncarnation { broker_id: 3, incarnation: 77, log_dir_id: 0, broker_epoch: 0 }
         );
     }
 }

@@ -22,7 +22,7 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::cluster::{Cluster, ClusterConfig};
+use crate::cluster::{BrokerStart, Cluster, ClusterConfig};
 use crate::entry::{Entry, FenceTarget};
 use crate::journal::{Journal, JournalError};
 use crate::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, TableConfig};
@@ -289,7 +289,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 let mut st = shared.lock();
                 let now = shared.now_ms();
                 st.cluster
-                    .handle_create_topic(now, &r.name, r.partitions, r.replication_factor)
+                    .handle_create_topic(now, &r.name, r.partitions, r.replication_factor, r.min_insync_replicas)
                     .map(|e| shared.persist(&[e]))
             };
             Response::CreateTopic(match rx {
@@ -302,7 +302,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             let outcome = {
                 let mut st = shared.lock();
                 let now = shared.now_ms();
-                st.cluster.handle_elect_leader(now, &r.topic, r.partition).map(|e| {
+                st.cluster.handle_elect_leader(now, &r.topic, r.partition, r.unclean).map(|e| {
                     let (leader_id, leader_epoch) = match &e {
                         Entry::LeaderChanged { leader_id, leader_epoch, .. } => (*leader_id, *leader_epoch),
                         _ => unreachable!("elections produce LeaderChanged"),
@@ -320,22 +320,49 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             })
         }
         Request::Heartbeat(r) => {
-            let ((lease_ms, assignments, brokers), rx) = {
+            let registered = {
                 let mut st = shared.lock();
                 let now = shared.now_ms();
-                let moved = st.cluster.handle_incarnation(now, r.broker_id, r.incarnation);
-                for e in &moved {
-                    if let Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr } = e {
-                        tracing::info!(broker_id = r.broker_id, %topic, partition, leader_id, leader_epoch, ?isr, "broker restarted: it leaves the ISR until it catches up");
+                let start = BrokerStart {
+                    incarnation: r.incarnation,
+                    broker_epoch: r.broker_epoch,
+                    previous_broker_epoch: r.previous_broker_epoch,
+                    log_dir_id: r.log_dir_id,
+                    intact: r.intact,
+                };
+                st.cluster.handle_registration(now, r.broker_id, start).map(|(broker_epoch, mut moved)| {
+                    for e in &moved {
+                        if let Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr, elr } = e {
+                            tracing::info!(broker_id = r.broker_id, intact = r.intact, %topic, partition, leader_id, leader_epoch, ?isr, ?elr, "broker restarted");
+                        }
+                    }
+                    let offline = st.cluster.handle_offline(now, r.broker_id, &r.replicas);
+                    for e in &offline {
+                        tracing::warn!(broker_id = r.broker_id, entry = ?e, "a replica's log failed: it leaves the ISR and its leadership moves");
+                    }
+                    moved.extend(offline);
+                    let out = st.cluster.handle_heartbeat(now, r.broker_id, &r.addr, &r.replicas);
+                    // Also a barrier: every leadership decided before this answer is durable before
+                    // a broker acts on it, so no leader epoch is ever announced and then forgotten.
+                    (broker_epoch, out, shared.persist(&moved))
+                })
+            };
+            Response::Heartbeat(match registered {
+                Ok((broker_epoch, (lease_ms, assignments, brokers), rx)) => {
+                    let status = durable(rx).await.err().unwrap_or_else(Status::ok);
+                    HeartbeatResponse { status, lease_ms: lease_ms as i32, broker_epoch, assignments, brokers }
+                }
+                Err(status) => {
+                    tracing::warn!(broker_id = r.broker_id, %status, "broker heartbeat refused");
+                    HeartbeatResponse {
+                        status,
+                        lease_ms: 0,
+                        broker_epoch: -1,
+                        assignments: Vec::new(),
+                        brokers: Vec::new(),
                     }
                 }
-                let out = st.cluster.handle_heartbeat(now, r.broker_id, &r.addr, &r.replicas);
-                // Also a barrier: every leadership decided before this answer is durable before a
-                // broker acts on it, so no leader epoch is ever announced and then forgotten.
-                (out, shared.persist(&moved))
-            };
-            let status = durable(rx).await.err().unwrap_or_else(Status::ok);
-            Response::Heartbeat(HeartbeatResponse { status, lease_ms: lease_ms as i32, assignments, brokers })
+            })
         }
         Request::AlterPartition(r) => {
             let (rx, resp) = {
@@ -443,8 +470,8 @@ async fn tick_loop(shared: Arc<Shared>) {
         }
         let entries = st.cluster.handle_tick(now);
         for e in &entries {
-            if let Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr } = e {
-                tracing::info!(%topic, partition, leader_id, leader_epoch, ?isr, "leader lease expired; leadership moved");
+            if let Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr, elr } = e {
+                tracing::info!(%topic, partition, leader_id, leader_epoch, ?isr, ?elr, "leader lease expired; leadership moved");
             }
         }
         if !entries.is_empty() {
@@ -657,7 +684,7 @@ mod tests {
         let config = CoordinatorConfig::new(dir.path());
         let Recovered { journal, mut table, mut cluster, .. } = recover(&config).unwrap();
         cluster.handle_heartbeat(0, 1, "127.0.0.1:1", &[]);
-        let topic = cluster.handle_create_topic(0, "t", 2, 1).unwrap();
+        let topic = cluster.handle_create_topic(0, "t", 2, 1, -1).unwrap();
         cluster.apply(&topic);
         let InitDecision::Grant { producer_id, epoch, entries, .. } = table.handle_init(Some("tid"), 60_000, None)
         else {

@@ -386,6 +386,7 @@ mod tests {
                 prev_epoch: -1,
                 high_watermark: 0,
                 log_start_offset: 0,
+                producer_state: bytes::Bytes::new(),
                 records: Records::from_pieces(pieces),
             })
         };
@@ -473,6 +474,7 @@ mod tests {
             prev_epoch: 4,
             high_watermark: 39,
             log_start_offset: 0,
+            producer_state: bytes::Bytes::new(),
             records: Records::from_pieces(pieces),
         });
         assert!(protocol::request_payload(&req).iter().map(Bytes::len).sum::<usize>() >= VECTORED_PAYLOAD_BYTES_MIN);

@@ -41,10 +41,23 @@ impl Admin {
         partitions: i32,
         replicas: i32,
     ) -> Result<(), ClientError> {
+        self.create_topic_with(name, partitions, replicas, -1).await
+    }
+
+    /// Create a topic with `partitions` partitions of `replicas` replicas each and
+    /// `min.insync.replicas` `min_insync_replicas` (-1 for the coordinator's defaults).
+    pub async fn create_topic_with(
+        &mut self,
+        name: &str,
+        partitions: i32,
+        replicas: i32,
+        min_insync_replicas: i32,
+    ) -> Result<(), ClientError> {
         let req = Request::CreateTopic(CreateTopicRequest {
             name: name.to_string(),
             partitions,
             replication_factor: replicas,
+            min_insync_replicas,
         });
         self.call(&format!("create topic '{name}'"), req).await.map(|_| ())
     }
@@ -59,7 +72,18 @@ impl Admin {
 
     /// Elect a partition's leader again under a new leader epoch; returns (leader, epoch).
     pub async fn elect_leader(&mut self, topic: &str, partition: i32) -> Result<(i32, i32), ClientError> {
-        let req = Request::ElectLeader(ElectLeaderRequest { topic: topic.to_string(), partition });
+        self.elect_leader_with(topic, partition, false).await
+    }
+
+    /// [`Admin::elect_leader`]; with `unclean`, when no in-sync or eligible replica is live,
+    /// the live replica with the longest log leads anyway, losing what only the others hold.
+    pub async fn elect_leader_with(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        unclean: bool,
+    ) -> Result<(i32, i32), ClientError> {
+        let req = Request::ElectLeader(ElectLeaderRequest { topic: topic.to_string(), partition, unclean });
         match self.call(&format!("elect leader of {topic}-{partition}"), req).await? {
             Response::ElectLeader(e) => Ok((e.leader_id, e.leader_epoch)),
             other => Err(ClientError::Protocol(format!("election answered with {}", other.status()))),

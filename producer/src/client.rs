@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use net::{ClientTls, Connection, Dialer, NetError};
+use protocol::auth::ClusterSecret;
 use protocol::{MetadataRequest, PartitionInfo, Request, Response};
 
 use crate::error::ClientError;
@@ -19,11 +20,20 @@ pub struct ClientConfig {
     pub retry_backoff_max_ms: u64,
     /// Connect over TLS, trusting these CAs.
     pub tls: Option<ClientTls>,
+    /// Prove to the coordinator that this client holds the cluster secret (as `admin`): with a
+    /// secret set, creating topics and electing leaders need it.
+    pub secret: Option<ClusterSecret>,
 }
 
 impl Default for ClientConfig {
     fn default() -> Self {
-        ClientConfig { request_timeout_ms: 30_000, retry_backoff_ms: 20, retry_backoff_max_ms: 1_000, tls: None }
+        ClientConfig {
+            request_timeout_ms: 30_000,
+            retry_backoff_ms: 20,
+            retry_backoff_max_ms: 1_000,
+            tls: None,
+            secret: None,
+        }
     }
 }
 
@@ -70,7 +80,7 @@ impl Client {
     }
 
     fn dialer(&self) -> Dialer {
-        Dialer { tls: self.config.tls.clone(), ..Dialer::plain() }
+        Dialer { tls: self.config.tls.clone(), secret: self.config.secret.clone(), member: "admin".into() }
     }
 
     /// Settings.

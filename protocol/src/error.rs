@@ -75,8 +75,19 @@ error_codes! {
     TopicAlreadyExists = 36, "TOPIC_ALREADY_EXISTS", false;
     /// The partition count is not positive or exceeds the limit.
     InvalidPartitions = 37, "INVALID_PARTITIONS", false;
+    /// An acks=all write (or a marker) while the partition's ISR is smaller than its
+    /// `min.insync.replicas`: nothing was written.
+    NotEnoughReplicas = 19, "NOT_ENOUGH_REPLICAS", true;
+    /// An acks=all write (or a marker) was written, but the ISR shrank below
+    /// `min.insync.replicas` before it could be acknowledged: it may or may not stay.
+    NotEnoughReplicasAfterAppend = 20, "NOT_ENOUGH_REPLICAS_AFTER_APPEND", true;
     /// The produce request's acks is neither -1 (all) nor 1 (leader).
     InvalidRequiredAcks = 21, "INVALID_REQUIRED_ACKS", false;
+    /// A record's timestamp is out of the range the broker accepts (too far in the future,
+    /// `message_timestamp_after_max_ms`), or the batch claims log-append time.
+    InvalidTimestamp = 32, "INVALID_TIMESTAMP", false;
+    /// A topic setting is out of range (such as `min.insync.replicas` above the replication factor).
+    InvalidConfig = 40, "INVALID_CONFIG", false;
     /// The replication factor exceeds the live brokers.
     InvalidReplicationFactor = 38, "INVALID_REPLICATION_FACTOR", false;
     /// The request could not be decoded, or its api key is unknown.
@@ -101,10 +112,19 @@ error_codes! {
     UnknownProducerId = 59, "UNKNOWN_PRODUCER_ID", false;
     /// The request's leader epoch is older than the partition's: the caller is stale.
     FencedLeaderEpoch = 74, "FENCED_LEADER_EPOCH", true;
+    /// A broker heartbeat carries a broker epoch older than the broker's current registration:
+    /// it comes from a process that was superseded (a late message of one that restarted).
+    StaleBrokerEpoch = 77, "STALE_BROKER_EPOCH", false;
     /// The request's leader epoch is newer than the partition's: this replica is behind.
     UnknownLeaderEpoch = 75, "UNKNOWN_LEADER_EPOCH", true;
     /// The coordinator saw an epoch older than the current one on its own request.
     ProducerFenced = 90, "PRODUCER_FENCED", false;
+    /// A broker registered while the broker's current registration is still live and was not
+    /// its predecessor's: it waits until that lease expires.
+    DuplicateBrokerRegistration = 101, "DUPLICATE_BROKER_REGISTRATION", true;
+    /// A batch's records disagree with its header (count, offset deltas, sizes, max
+    /// timestamp), or a transactional batch carries no producer id.
+    InvalidRecord = 87, "INVALID_RECORD", false;
     /// An ISR change was based on a partition epoch that is no longer current: the ISR moved
     /// since, or this very change was already applied. The leader learns the current ISR and asks again.
     InvalidUpdateVersion = 95, "INVALID_UPDATE_VERSION", false;

@@ -100,6 +100,7 @@ impl Sim {
                                 prev_epoch: w.prev_epoch,
                                 high_watermark: w.high_watermark,
                                 log_start_offset: w.log_start_offset,
+                                producer_state: w.producer_state,
                                 records: w.records,
                             };
                             self.send(id as usize, f as usize, Msg::Replicate { req, sent: w.sent });
@@ -141,13 +142,21 @@ impl Sim {
         let reports = (0..self.cfg.partitions)
             .map(|partition| {
                 let (log_end_offset, high_watermark) = self.rep(id, partition).part.progress();
-                ReplicaReport { topic: TOPIC.into(), partition, log_end_offset, high_watermark }
+                ReplicaReport { topic: TOPIC.into(), partition, log_end_offset, high_watermark, offline: false }
             })
             .collect();
         let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0) as i64;
+        let b = &self.brokers[&id];
+        let start = BrokerStart {
+            incarnation,
+            broker_epoch: b.broker_epoch,
+            previous_broker_epoch: b.previous_broker_epoch,
+            log_dir_id: b.log_dir_id,
+            intact: b.intact,
+        };
         let call = self.next_call();
         self.brokers.get_mut(&id).expect("broker").heartbeat_call = Some((call, self.now));
-        self.send(id as usize, COORD, Msg::Heartbeat { broker: id, call, incarnation, reports });
+        self.send(id as usize, COORD, Msg::Heartbeat { broker: id, call, start, reports });
     }
 
     /// A leader whose followers fell behind (or caught up) asks the coordinator for the ISR it
@@ -211,9 +220,13 @@ impl Sim {
         let header = BatchHeader::parse_prefix(&batch).expect("a marker we built parses");
         let partition = target.partition;
         let r = self.rep_mut(id, partition);
-        match r.part.append(&batch, &header, leader_epoch) {
+        match r.part.append(&batch, &header, leader_epoch, true) {
             Ok(a) => {
                 let (base_offset, end_offset, leader_epoch) = a.parts();
+                if let Appended::New { .. } = a {
+                    self.first_appended.insert((partition, base_offset, leader_epoch), self.now);
+                }
+                let r = self.rep_mut(id, partition);
                 r.pending.push(Pending {
                     prod: None,
                     marker: Some((tid, target.marker_epoch, target.producer_id)),
@@ -256,7 +269,12 @@ impl Sim {
         }
         let offers: Vec<Offer<'_>> = admitted
             .iter()
-            .map(|(_, batch, header, leader_epoch)| Offer { batch, header, leader_epoch: *leader_epoch })
+            .map(|(_, batch, header, leader_epoch)| Offer {
+                batch,
+                header,
+                leader_epoch: *leader_epoch,
+                acks_all: true,
+            })
             .collect();
         let answers = self.rep(id, partition).part.append_group(&offers);
         drop(offers);
@@ -339,6 +357,9 @@ impl Sim {
                         )
                     });
                 }
+                if let Appended::New { .. } = a {
+                    self.first_appended.insert((partition, base_offset, stored_epoch), self.now);
+                }
                 self.rep_mut(id, partition).pending.push(Pending {
                     prod: Some((prod, bid)),
                     marker: None,
@@ -375,17 +396,23 @@ impl Sim {
             let mut answers = Vec::new();
             let part = &r.part;
             r.pending.retain(|p| match part.committed(p.end_offset, p.leader_epoch) {
-                Ok(true) => {
-                    answers.push((p.prod, p.marker.clone(), Some(p.base_offset)));
+                Ok(Committed::Yes) => {
+                    answers.push((p.prod, p.marker.clone(), Some((p.base_offset, p.end_offset))));
                     false
                 }
-                Ok(false) => true,
-                Err(_) => {
+                Ok(Committed::NotYet) => true,
+                // The ISR fell below the minimum (NOT_ENOUGH_REPLICAS_AFTER_APPEND), or
+                // leadership moved: the producer retries.
+                Ok(Committed::BelowMinIsr { .. }) | Err(_) => {
                     answers.push((p.prod, p.marker.clone(), None));
                     false
                 }
             });
             for (prod, marker, offset) in answers {
+                if let Some((base_offset, end_offset)) = offset {
+                    self.check_acknowledged_on_min_isr(id, partition, base_offset, end_offset);
+                }
+                let offset = offset.map(|(base_offset, ..)| base_offset);
                 if let Some((prod, batch)) = prod {
                     let result = match offset {
                         Some(base_offset) => ProduceResult::Acked { base_offset },

@@ -24,17 +24,60 @@ impl Sim {
                  the coordinator holds in sync (ISR {isr:?}); the leader waits for {counted:?}"
             ));
         }
-        for m in isr {
+        // The eligible leader replicas (KIP-966) may be elected too, when no ISR member is live.
+        let elr = self.cluster.elr_of(TOPIC, partition).map(|(elr, _)| elr.to_vec()).unwrap_or_default();
+        for (m, role) in isr.iter().map(|m| (*m, "in sync")).chain(elr.iter().map(|m| (*m, "eligible"))) {
+            // A broker whose disk was replaced holds nothing until its first heartbeat tells the
+            // coordinator, which then takes it out; until then that process cannot act on a
+            // leadership (it learns one only from that heartbeat's answer).
+            let incarnation = self.incarnations.get(&(m as usize)).copied().unwrap_or(0) as i64;
+            let registered = self.cluster.registration_of(m).map(|(i, _)| i);
+            if self.brokers[&m].log_dir_id != i64::from(m) && registered != Some(incarnation) {
+                continue;
+            }
             let part = &self.rep(m, partition).part;
             let (leo, _) = part.progress();
             // On disk, not only written: a power loss must not take it either.
             if leo < hw || !part.is_durable(hw) {
                 return self.violate(format!(
                     "leader {leader} of partition {partition} at epoch {leader_epoch} has committed up to {hw}, but \
-                     broker {m}, in sync at the coordinator, holds only up to {leo} or has not synced it: electing it \
-                     would lose committed records"
+                     broker {m}, {role} at the coordinator (ISR {isr:?}, ELR {elr:?}), holds only up to {leo} or has \
+                     not synced it: electing it would lose committed records"
                 ));
             }
+        }
+    }
+
+    /// An acks=all acknowledgement (and a marker's confirmation) is given only while the batch
+    /// is on `min.insync.replicas` replicas' disks at least (a disk replaced since the batch was
+    /// appended may have held it when its replica acknowledged).
+    pub(crate) fn check_acknowledged_on_min_isr(
+        &mut self,
+        leader: i32,
+        partition: i32,
+        base_offset: i64,
+        end_offset: i64,
+    ) {
+        let min_isr = self.cluster.elr_of(TOPIC, partition).map_or(1, |(_, m)| m);
+        // The batch as the acknowledging leader stores it (a duplicate's is its original's).
+        let Some(leader_epoch) = self.rep(leader, partition).part.stored_epoch_at(base_offset) else {
+            return self
+                .violate(format!("leader {leader} acknowledged {partition}/{base_offset}, which it does not hold"));
+        };
+        let appended_at = self.first_appended.get(&(partition, base_offset, leader_epoch)).copied().unwrap_or(0);
+        let holding: Vec<i32> = BROKERS
+            .iter()
+            .copied()
+            .filter(|b| {
+                self.rep(*b, partition).part.holds_durably(base_offset, end_offset, leader_epoch)
+                    || self.brokers[b].disk_replaced_at.is_some_and(|t| t >= appended_at)
+            })
+            .collect();
+        if (holding.len() as i32) < min_isr {
+            self.violate(format!(
+                "the batch at {partition}/{base_offset} (leader epoch {leader_epoch}) was acknowledged on {holding:?} \
+                 only, fewer than min.insync.replicas {min_isr}"
+            ));
         }
     }
 

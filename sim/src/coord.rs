@@ -7,11 +7,15 @@ impl Sim {
     /// Journal the coordinator's cluster decisions (leaderships, ISRs, incarnations).
     pub(crate) fn journal_cluster(&mut self, entries: Vec<Entry>, why: &'static str) {
         for e in &entries {
-            if let Entry::LeaderChanged { partition, leader_id, leader_epoch, isr, .. } = e {
+            if let Entry::LeaderChanged { partition, leader_id, leader_epoch, isr, elr, .. } = e {
                 self.out.elections += 1;
                 *self.out.decisions.entry(why).or_default() += 1;
-                let (p, l, le, isr) = (*partition, *leader_id, *leader_epoch, isr.clone());
-                self.trace(|| format!("coordinator: {why}: broker {l} leads partition {p} at epoch {le}, ISR {isr:?}"));
+                let (p, l, le, isr, elr) = (*partition, *leader_id, *leader_epoch, isr.clone(), elr.clone());
+                self.trace(|| {
+                    format!(
+                        "coordinator: {why}: broker {l} leads partition {p} at epoch {le}, ISR {isr:?}, ELR {elr:?}"
+                    )
+                });
             }
         }
         self.journal.extend(entries);

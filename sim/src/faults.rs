@@ -23,7 +23,7 @@ impl Sim {
                 // An operator asks for an election (`admin elect`): a new leader epoch.
                 let now = self.clock(COORD);
                 let partition = self.rng.below(self.cfg.partitions as u64) as i32;
-                if let Ok(entry) = self.cluster.handle_elect_leader(now, TOPIC, partition) {
+                if let Ok(entry) = self.cluster.handle_elect_leader(now, TOPIC, partition, false) {
                     self.fault("leader election asked");
                     self.journal_cluster(vec![entry], "elected (asked)");
                 }
@@ -53,6 +53,39 @@ impl Sim {
             if self.rng.chance(4) {
                 let id = BROKERS[self.rng.below(3) as usize];
                 self.restart_broker(id);
+            }
+            if self.rng.chance(1) {
+                // Every broker at once (a power cut of the whole cluster): each comes back with
+                // its logs intact, since replicas acknowledge only what they synced.
+                for id in BROKERS {
+                    self.restart_broker(id);
+                }
+                self.fault("whole cluster crashed and restarted");
+            }
+            if self.rng.chance(2) {
+                // A broker's disk is replaced: it restarts with empty logs and another directory
+                // id. Only where another in-sync or eligible replica is left, and while no other
+                // lost disk is unknown to the coordinator: one lost disk must not lose committed
+                // records, and the coordinator must never elect the empty one.
+                let id = BROKERS[self.rng.below(3) as usize];
+                // A disk replaced earlier whose broker has not registered since still looks in
+                // sync to the coordinator: it holds nothing.
+                let emptied = |b: i32| {
+                    let incarnation = self.incarnations.get(&(b as usize)).copied().unwrap_or(0) as i64;
+                    self.brokers[&b].disk_replaced_at.is_some()
+                        && self.cluster.registration_of(b).map(|(i, _)| i) != Some(incarnation)
+                };
+                let sole = (0..self.cfg.partitions).any(|p| {
+                    let isr = self.cluster.isr_of(TOPIC, p).map(|(isr, _)| isr.to_vec()).unwrap_or_default();
+                    let elr = self.cluster.elr_of(TOPIC, p).map(|(elr, _)| elr.to_vec()).unwrap_or_default();
+                    isr.iter().chain(&elr).all(|b| *b == id || emptied(*b))
+                });
+                // One lost disk at a time (until the coordinator has heard of it): three replicas
+                // with min.insync.replicas 2 tolerate one.
+                let another = BROKERS.iter().any(|b| *b != id && emptied(*b));
+                if !sole && !another {
+                    self.replace_disk(id);
+                }
             }
             if self.rng.chance(3) {
                 self.restart_coordinator();
@@ -154,6 +187,11 @@ impl Sim {
             r.last_leader_epoch = -1;
         }
         b.heartbeat_call = None;
+        // A clean stop synced everything; a power loss keeps what was synced, and a replica
+        // acknowledges only that.
+        b.intact = true;
+        b.broker_epoch = -1;
+        b.previous_broker_epoch = b.recorded_broker_epoch;
         b.paused_until = self.now + down;
         *self.incarnations.entry(id as usize).or_default() += 1;
         // A new process: its clock starts again from 0.
@@ -163,6 +201,44 @@ impl Sim {
         self.trace(|| format!("broker {id} crashed; back at {back}"));
         // Its next heartbeat carries a new incarnation: the coordinator takes it out of the
         // ISRs and moves its leaderships under a new leader epoch.
+    }
+
+    /// A broker's disk is replaced: the process restarts on an empty disk with another id. It
+    /// reports its logs as not intact: the coordinator takes it out of every ISR and ELR.
+    pub(crate) fn replace_disk(&mut self, id: i32) {
+        let down = 20 + self.rng.below(100);
+        let disk = Arc::new(MemStorage::new());
+        let mutation = self.cfg.mutation;
+        let b = self.brokers.get_mut(&id).expect("broker");
+        b.disk = disk.clone();
+        if mutation != Mutation::TrustRestarts {
+            b.log_dir_id += 100;
+            b.intact = false;
+        }
+        b.disk_replaced_at = Some(self.now);
+        b.broker_epoch = -1;
+        b.previous_broker_epoch = -1;
+        b.recorded_broker_epoch = -1;
+        for (partition, r) in b.replicas.iter_mut().enumerate() {
+            match open_replica(&disk, &r.dir, partition as i32, id, mutation) {
+                Ok(part) => r.part = part,
+                Err(e) => return self.violate(format!("broker {id} cannot open a log on a new disk: {e}")),
+            }
+            r.unsynced_acks.clear();
+            r.flushing = false;
+            r.pending.clear();
+            r.refused.clear();
+            r.checked_version = None;
+            r.alter_call = None;
+            r.inbox.clear();
+            r.last_leader_epoch = -1;
+        }
+        b.heartbeat_call = None;
+        b.paused_until = self.now + down;
+        *self.incarnations.entry(id as usize).or_default() += 1;
+        self.clocks.insert(id as usize, (self.now + down, 0));
+        self.fault("disk replaced");
+        self.trace(|| format!("broker {id}'s disk replaced (empty logs, another id)"));
     }
 
     /// The coordinator crashes and restarts: the table is rebuilt from its journal, and the

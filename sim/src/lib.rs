@@ -43,11 +43,11 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use broker::partition::{AppendError, Appended, Offer, Partition, ReplicateError};
+use broker::partition::{AppendError, Appended, Committed, Offer, Partition, ReplicateError};
 use broker::replication::Sent;
 use broker::storage::{MemStorage, StoredFile};
 use bytes::Bytes;
-use coordinator::cluster::{Cluster, ClusterConfig};
+use coordinator::cluster::{BrokerStart, Cluster, ClusterConfig};
 use coordinator::entry::{Entry, FenceTarget};
 use coordinator::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, TableConfig};
 use protocol::batch::{build_batch, build_marker, BatchHeader, MarkerKind, ProducerStamp};
@@ -115,6 +115,12 @@ pub enum Mutation {
     /// was based on, and leaders take every ISR they are told (the bug the simulator found: a
     /// late heartbeat answer undid an ISR change, and a leader committed without a member).
     UnversionedIsr,
+    /// Leaders ignore `min.insync.replicas`: they acknowledge acks=all writes, and move the high
+    /// watermark, with an ISR of one.
+    NoMinIsr,
+    /// Every broker restart counts as intact, even on a replaced disk: the coordinator keeps a
+    /// replica that lost its log in sync, and may elect it.
+    TrustRestarts,
 }
 
 impl Mutation {
@@ -127,6 +133,8 @@ impl Mutation {
             "unsynced-commits" => Some(Mutation::UnsyncedCommits),
             "read-uncommitted" => Some(Mutation::ReadUncommitted),
             "unversioned-isr" => Some(Mutation::UnversionedIsr),
+            "no-min-isr" => Some(Mutation::NoMinIsr),
+            "trust-restarts" => Some(Mutation::TrustRestarts),
             _ => None,
         }
     }
@@ -257,12 +265,14 @@ enum Msg {
     Heartbeat {
         broker: i32,
         call: u64,
-        incarnation: i64,
+        start: BrokerStart,
         reports: Vec<ReplicaReport>,
     },
     /// The coordinator's answer: each partition's leadership, replicas and ISR.
     HeartbeatResp {
         call: u64,
+        /// The process's broker epoch, or why its heartbeat was refused.
+        registered: Result<i64, protocol::ErrorCode>,
         assignments: Vec<Assignment>,
     },
     /// A leader asks the coordinator to change the ISR under its leader epoch.
@@ -410,6 +420,20 @@ struct BrokerHost {
     replicas: Vec<Replica>,
     /// Its disk: loses what was not synced when the broker loses power.
     disk: Arc<MemStorage>,
+    /// The disk's id (a replaced disk has another), as the broker reports it.
+    log_dir_id: i64,
+    /// Whether its logs hold everything the previous process acknowledged: true after a clean
+    /// stop or a power loss (a replica acknowledges only what it synced, `--fsync always`),
+    /// false on a replaced disk.
+    intact: bool,
+    /// When its disk was last replaced.
+    disk_replaced_at: Option<u64>,
+    /// The broker epoch the coordinator assigned this process (-1 until answered).
+    broker_epoch: i64,
+    /// The one recorded on its disk for its predecessor when this process started (-1: none).
+    previous_broker_epoch: i64,
+    /// The last one recorded on its disk (what the next process names as its predecessor's).
+    recorded_broker_epoch: i64,
     paused_until: u64,
     /// The heartbeat awaiting an answer (one at a time, as the broker's heartbeat loop makes
     /// it, each with a timeout): (call number, sent at).
@@ -496,6 +520,8 @@ struct Sim {
     cut_until: u64,
     /// Zombie batches appended: (partition, base offset, what).
     zombie_appends: HashSet<(i32, i64, Seen)>,
+    /// When each batch was first appended: (partition, base offset, leader epoch) -> tick.
+    first_appended: HashMap<(i32, i64, i32), u64>,
     /// What is committed at each (partition, offset).
     committed: BTreeMap<(i32, i64), Seen>,
     acked: Vec<(BatchId, i64)>,
@@ -552,7 +578,21 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
                 Err(e) => panic!("a new partition on an empty disk opens: {e}"),
             }
         }
-        brokers.insert(id, BrokerHost { replicas, disk, paused_until: 0, heartbeat_call: None });
+        brokers.insert(
+            id,
+            BrokerHost {
+                replicas,
+                disk,
+                log_dir_id: id.into(),
+                intact: false,
+                disk_replaced_at: None,
+                broker_epoch: -1,
+                previous_broker_epoch: -1,
+                recorded_broker_epoch: -1,
+                paused_until: 0,
+                heartbeat_call: None,
+            },
+        );
     }
     let producers = (0..cfg.producers)
         .map(|i| Producer {
@@ -592,6 +632,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         incarnations: BTreeMap::new(),
         cut_until: 0,
         zombie_appends: HashSet::new(),
+        first_appended: HashMap::new(),
         committed: BTreeMap::new(),
         acked: Vec::new(),
         txn_committed: HashSet::new(),
@@ -605,7 +646,8 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
     for id in BROKERS {
         sim.cluster.handle_heartbeat(0, id, &format!("b{id}"), &[]);
     }
-    match sim.cluster.handle_create_topic(0, TOPIC, sim.cfg.partitions, 3) {
+    // Three replicas: min.insync.replicas 2 by default.
+    match sim.cluster.handle_create_topic(0, TOPIC, sim.cfg.partitions, 3, -1) {
         Ok(entry) => sim.journal.push(entry),
         Err(status) => sim.violate(format!("the topic cannot be created: {status}")),
     }
@@ -871,23 +913,51 @@ impl Sim {
             Msg::MarkerResp { tid, epoch, producer_id, partition, ok } => {
                 self.coord_marker_done(tid, epoch, (producer_id, partition), ok)
             }
-            Msg::Heartbeat { broker, call, incarnation, reports } => {
+            Msg::Heartbeat { broker, call, start, reports } => {
                 let now = self.clock(COORD);
-                let moved = self.cluster.handle_incarnation(now, broker, incarnation);
-                self.journal_cluster(moved, "elected (broker restarted)");
-                let (_, assignments, _) = self.cluster.handle_heartbeat(now, broker, &format!("b{broker}"), &reports);
-                self.send(COORD, broker as usize, Msg::HeartbeatResp { call, assignments });
+                if start.broker_epoch < 0 {
+                    self.trace(|| format!("coordinator: broker {broker} registers as {start:?}"));
+                }
+                let registered = match self.cluster.handle_registration(now, broker, start) {
+                    Ok((broker_epoch, moved)) => {
+                        self.journal_cluster(moved, "elected (broker restarted)");
+                        Ok(broker_epoch)
+                    }
+                    Err(status) => {
+                        *self.out.decisions.entry("heartbeat of a superseded process refused").or_default() += 1;
+                        self.trace(|| format!("coordinator: refused broker {broker}'s heartbeat {start:?}: {status}"));
+                        Err(status.code)
+                    }
+                };
+                let assignments = match registered {
+                    Ok(_) => self.cluster.handle_heartbeat(now, broker, &format!("b{broker}"), &reports).1,
+                    Err(_) => Vec::new(),
+                };
+                self.send(COORD, broker as usize, Msg::HeartbeatResp { call, registered, assignments });
             }
-            Msg::HeartbeatResp { call, assignments } => {
+            Msg::HeartbeatResp { call, registered, assignments } => {
                 let id = to as i32;
                 if self.brokers[&id].heartbeat_call.map(|(c, _)| c) != Some(call) {
                     return; // an answer to a call given up on
                 }
-                self.brokers.get_mut(&id).expect("broker").heartbeat_call = None;
+                let b = self.brokers.get_mut(&id).expect("broker");
+                b.heartbeat_call = None;
+                match registered {
+                    Ok(epoch) if b.broker_epoch < 0 => {
+                        b.broker_epoch = epoch;
+                        b.recorded_broker_epoch = epoch;
+                    }
+                    Ok(_) => {}
+                    Err(protocol::ErrorCode::StaleBrokerEpoch) => b.broker_epoch = -1,
+                    Err(_) => {}
+                }
                 let now = self.clock(to);
                 for mut a in assignments {
                     a.partition_epoch = self.unversioned(a.partition_epoch);
                     let part = &self.rep(id, a.partition).part;
+                    if self.cfg.mutation != Mutation::NoMinIsr {
+                        part.set_min_insync_replicas(a.min_insync_replicas);
+                    }
                     let change = part.learn(a.leader_id, a.leader_epoch, a.partition_epoch, &a.replicas, &a.isr, now);
                     if change.is_some() {
                         let (l, e, p) = (a.leader_id, a.leader_epoch, a.partition);
@@ -943,7 +1013,13 @@ impl Sim {
                         Some(Ok(leo))
                     }
                     Err(ReplicateError::Mismatch { hint, diverging_epoch, .. }) => Some(Err((hint, diverging_epoch))),
-                    Err(_) => None,
+                    Err(e) => {
+                        let (from_offset, leader_epoch) = (req.from_offset, req.leader_epoch);
+                        self.trace(|| {
+                            format!("broker {id}: refused Replicate of partition {partition} from {from_offset} at leader epoch {leader_epoch}: {e}")
+                        });
+                        None
+                    }
                 };
                 self.after_broker_step(id);
                 if let Some(result) = result {

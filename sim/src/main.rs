@@ -24,7 +24,7 @@ struct Args {
     #[arg(long)]
     verbose: bool,
     /// Switch one check off: none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits,
-    /// read-uncommitted, unversioned-isr.
+    /// read-uncommitted, unversioned-isr, no-min-isr, trust-restarts.
     #[arg(long, default_value = "none")]
     mutation: String,
     /// Ticks with faults.
@@ -48,7 +48,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let Some(mutation) = Mutation::parse(&args.mutation) else {
         eprintln!(
-            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits, read-uncommitted or unversioned-isr",
+            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits, read-uncommitted, unversioned-isr, no-min-isr or trust-restarts",
             args.mutation
         );
         return ExitCode::from(2);

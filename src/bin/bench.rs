@@ -660,6 +660,7 @@ fn recovery(args: &Args) -> Result<serde_json::Value, String> {
             prev_epoch: if from == 0 { -1 } else { 1 },
             high_watermark: from,
             log_start_offset: 0,
+            producer_state: bytes::Bytes::new(),
             records: Bytes::from(chunk).into(),
         };
         p.apply_replicated(&req, true).map_err(|e| e.to_string())?;

@@ -41,6 +41,18 @@ struct Args {
     /// Replicas of a topic created without `--replicas` (default: min(3, live brokers)).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
     default_replication_factor: Option<i32>,
+    /// `min.insync.replicas` of a topic created without one: an acks=all write (and a
+    /// transaction marker) needs this many in-sync replicas (default: 2 for topics of three or
+    /// more replicas, else 1; never above the replication factor).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+    default_min_insync_replicas: Option<i32>,
+    /// Most partitions one topic may have (CreateTopics and auto-creation beyond it are refused
+    /// with INVALID_PARTITIONS).
+    #[arg(long, default_value_t = coordinator::cluster::TOPIC_PARTITIONS_MAX_DEFAULT, value_parser = clap::value_parser!(i32).range(1..))]
+    topic_partitions_max: i32,
+    /// Most partitions all topics together may have.
+    #[arg(long, default_value_t = coordinator::cluster::CLUSTER_PARTITIONS_MAX_DEFAULT, value_parser = clap::value_parser!(i32).range(1..))]
+    cluster_partitions_max: i32,
     /// Snapshot the state and start a new journal after this many journal entries.
     #[arg(long, default_value_t = 100_000)]
     snapshot_every_entries: u64,
@@ -74,6 +86,9 @@ async fn main() -> anyhow::Result<()> {
     config.fence_wait_ms = args.fence_wait_ms;
     config.snapshot_every_entries = args.snapshot_every_entries.max(1);
     config.cluster.default_replication_factor = args.default_replication_factor;
+    config.cluster.default_min_insync_replicas = args.default_min_insync_replicas;
+    config.cluster.topic_partitions_max = args.topic_partitions_max;
+    config.cluster.cluster_partitions_max = args.cluster_partitions_max;
     config.limits.idle_ms = args.idle_ms;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.limits.tls = Some(net::tls::acceptor_from_files(cert, key)?);

@@ -15,6 +15,10 @@ struct Args {
     /// Connect over TLS, trusting the CA certificates in this PEM file.
     #[arg(long)]
     tls_ca: Option<std::path::PathBuf>,
+    /// File holding the cluster secret: with a secret set on the coordinator, creating topics
+    /// and electing leaders need it (the admin proves it holds it, as brokers do).
+    #[arg(long)]
+    cluster_secret_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -31,6 +35,10 @@ enum Command {
         /// Replicas per partition (default: the coordinator's, min(3, live brokers)).
         #[arg(long)]
         replicas: Option<i32>,
+        /// The topic's min.insync.replicas: an acks=all write needs this many in-sync replicas
+        /// (default: the coordinator's, 2 for three replicas or more, else 1).
+        #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+        min_insync_replicas: Option<i32>,
     },
     /// Elect a partition's leader again under the next leader epoch (older epochs are then fenced).
     ElectLeader {
@@ -39,6 +47,11 @@ enum Command {
         /// Partition.
         #[arg(long, default_value_t = 0)]
         partition: i32,
+        /// If no in-sync or eligible replica is live (every one lost its log, say), elect the
+        /// live replica with the longest log anyway: records committed only on the others are
+        /// lost.
+        #[arg(long)]
+        unclean: bool,
     },
     /// Show brokers, partitions (leader, leader epoch) and transactional ids (producer id, epoch).
     Describe {
@@ -52,7 +65,10 @@ enum Command {
 async fn main() -> ExitCode {
     net::init_logging("warn");
     let args = Args::parse();
-    let config = match ClientConfig::with_tls_ca(args.tls_ca.as_deref()) {
+    let config = match ClientConfig::with_tls_ca(args.tls_ca.as_deref()).and_then(|c| {
+        let secret = args.cluster_secret_file.as_deref().map(net::read_cluster_secret).transpose();
+        Ok(ClientConfig { secret: secret.map_err(producer::ClientError::Protocol)?, ..c })
+    }) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -61,13 +77,14 @@ async fn main() -> ExitCode {
     };
     let mut admin = Admin::new(&args.bootstrap, config);
     let result = match args.command {
-        Command::CreateTopic { name, partitions, replicas } => {
-            admin.create_topic_replicated(&name, partitions, replicas.unwrap_or(-1)).await.map(|()| {
+        Command::CreateTopic { name, partitions, replicas, min_insync_replicas } => admin
+            .create_topic_with(&name, partitions, replicas.unwrap_or(-1), min_insync_replicas.unwrap_or(-1))
+            .await
+            .map(|()| {
                 println!("created topic '{name}' with {partitions} partitions");
-            })
-        }
-        Command::ElectLeader { topic, partition } => {
-            admin.elect_leader(&topic, partition).await.map(|(leader, epoch)| {
+            }),
+        Command::ElectLeader { topic, partition, unclean } => {
+            admin.elect_leader_with(&topic, partition, unclean).await.map(|(leader, epoch)| {
                 println!("{topic}-{partition}: leader={leader} leader_epoch={epoch}");
             })
         }
@@ -98,6 +115,8 @@ fn describe_json(d: &protocol::DescribeResponse) -> serde_json::Value {
             "leader_epoch": p.leader_epoch,
             "replicas": p.replicas,
             "isr": p.isr,
+            "eligible_leader_replicas": p.elr,
+            "min_insync_replicas": p.min_insync_replicas,
             "replica_progress": p.progress.iter().map(|g| serde_json::json!({
                 "broker": g.broker_id, "log_end_offset": g.log_end_offset, "high_watermark": g.high_watermark
             })).collect::<Vec<_>>(),
@@ -131,13 +150,15 @@ fn print_describe(d: &protocol::DescribeResponse) {
             .collect::<Vec<_>>()
             .join(" ");
         println!(
-            "  {}-{} leader={} leader_epoch={} replicas=[{}] isr=[{}] {}",
+            "  {}-{} leader={} leader_epoch={} replicas=[{}] isr=[{}] elr=[{}] min_insync_replicas={} {}",
             p.topic,
             p.partition,
             p.leader_id,
             p.leader_epoch,
             ids(&p.replicas),
             ids(&p.isr),
+            ids(&p.elr),
+            p.min_insync_replicas,
             progress
         );
     }

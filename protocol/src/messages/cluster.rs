@@ -143,6 +143,9 @@ pub struct CreateTopicRequest {
     pub partitions: i32,
     /// Replicas per partition; 0 or less for the coordinator's default, min(3, live brokers).
     pub replication_factor: i32,
+    /// The topic's `min.insync.replicas`: an acks=all write needs at least this many in-sync
+    /// replicas. 0 or less for the coordinator's default.
+    pub min_insync_replicas: i32,
 }
 
 impl CreateTopicRequest {
@@ -150,6 +153,7 @@ impl CreateTopicRequest {
         b.put_string(&self.name);
         b.put_i32(self.partitions);
         b.put_i32(self.replication_factor);
+        b.put_i32(self.min_insync_replicas);
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
@@ -157,6 +161,7 @@ impl CreateTopicRequest {
             name: r.string("name")?,
             partitions: r.i32("partitions")?,
             replication_factor: r.i32("replication_factor")?,
+            min_insync_replicas: r.i32("min_insync_replicas")?,
         })
     }
 }
@@ -168,16 +173,24 @@ pub struct ElectLeaderRequest {
     pub topic: String,
     /// Partition index.
     pub partition: i32,
+    /// With no in-sync or eligible replica live, elect the live replica with the longest log
+    /// anyway (Kafka's unclean election: records committed only on the others are lost).
+    pub unclean: bool,
 }
 
 impl ElectLeaderRequest {
     pub(crate) fn encode_body(&self, b: &mut BytesMut) {
         b.put_string(&self.topic);
         b.put_i32(self.partition);
+        b.put_bool(self.unclean);
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(ElectLeaderRequest { topic: r.string("topic")?, partition: r.i32("partition")? })
+        Ok(ElectLeaderRequest {
+            topic: r.string("topic")?,
+            partition: r.i32("partition")?,
+            unclean: r.bool("unclean")?,
+        })
     }
 }
 
@@ -212,6 +225,22 @@ pub struct HeartbeatRequest {
     pub addr: String,
     /// New at every start of the broker process: a restart is noticed even within the lease.
     pub incarnation: i64,
+    /// The broker epoch the coordinator assigned this process at registration (KIP-903), or
+    /// -1 before its first answer: then this heartbeat registers the process.
+    pub broker_epoch: i64,
+    /// The broker epoch the coordinator last assigned a process of this broker on this data
+    /// directory (from `broker.meta`), -1 if none: a registration naming the current one is
+    /// that process's successor; any other waits until the current registration's lease has
+    /// expired, so a late heartbeat of a dead process cannot pass for a restart.
+    pub previous_broker_epoch: i64,
+    /// The broker's data directory's id, made when the directory was made: another one means
+    /// the logs are not the ones the broker had (a replaced or wiped disk).
+    pub log_dir_id: i64,
+    /// Whether this process's logs hold everything an earlier process of this broker
+    /// acknowledged (its writes were synced, it stopped cleanly, or the machine has not
+    /// restarted since, so the page cache kept them). A restart that is not intact may have
+    /// lost acknowledged records: the replica leaves every ISR and is never elected on them.
+    pub intact: bool,
     /// Progress of every replica this broker hosts.
     pub replicas: Vec<ReplicaReport>,
 }
@@ -221,12 +250,17 @@ impl HeartbeatRequest {
         b.put_i32(self.broker_id);
         b.put_string(&self.addr);
         b.put_i64(self.incarnation);
+        b.put_i64(self.broker_epoch);
+        b.put_i64(self.previous_broker_epoch);
+        b.put_i64(self.log_dir_id);
+        b.put_bool(self.intact);
         b.put_i32(self.replicas.len() as i32);
         for r in &self.replicas {
             b.put_string(&r.topic);
             b.put_i32(r.partition);
             b.put_i64(r.log_end_offset);
             b.put_i64(r.high_watermark);
+            b.put_bool(r.offline);
         }
     }
 
@@ -234,7 +268,11 @@ impl HeartbeatRequest {
         let broker_id = r.i32("broker_id")?;
         let addr = r.string("addr")?;
         let incarnation = r.i64("incarnation")?;
-        let n = r.array_len("replicas", 22)?;
+        let broker_epoch = r.i64("broker_epoch")?;
+        let previous_broker_epoch = r.i64("previous_broker_epoch")?;
+        let log_dir_id = r.i64("log_dir_id")?;
+        let intact = r.bool("intact")?;
+        let n = r.array_len("replicas", 23)?;
         let mut replicas = Vec::with_capacity(n);
         for _ in 0..n {
             replicas.push(ReplicaReport {
@@ -242,9 +280,19 @@ impl HeartbeatRequest {
                 partition: r.i32("partition")?,
                 log_end_offset: r.i64("log_end_offset")?,
                 high_watermark: r.i64("high_watermark")?,
+                offline: r.bool("offline")?,
             });
         }
-        Ok(HeartbeatRequest { broker_id, addr, incarnation, replicas })
+        Ok(HeartbeatRequest {
+            broker_id,
+            addr,
+            incarnation,
+            broker_epoch,
+            previous_broker_epoch,
+            log_dir_id,
+            intact,
+            replicas,
+        })
     }
 }
 
@@ -259,6 +307,9 @@ pub struct ReplicaReport {
     pub log_end_offset: i64,
     /// The replica's high watermark.
     pub high_watermark: i64,
+    /// Its log failed (an fdatasync or write error): it takes no writes, and must not lead or
+    /// stay in the ISR (Kafka's offline log directory, KIP-112).
+    pub offline: bool,
 }
 
 /// One partition a broker hosts a replica of.
@@ -279,6 +330,9 @@ pub struct Assignment {
     pub replicas: Vec<i32>,
     /// In-sync replicas.
     pub isr: Vec<i32>,
+    /// The topic's `min.insync.replicas`: the leader refuses acks=all writes while its ISR is
+    /// smaller, and its high watermark does not move.
+    pub min_insync_replicas: i32,
 }
 
 /// The answer to a heartbeat: every replica the broker hosts, and the brokers' addresses.
@@ -288,6 +342,8 @@ pub struct HeartbeatResponse {
     pub status: Status,
     /// Lease length granted, in milliseconds.
     pub lease_ms: i32,
+    /// The broker epoch of the process's registration (-1 on error).
+    pub broker_epoch: i64,
     /// Every partition this broker hosts a replica of.
     pub assignments: Vec<Assignment>,
     /// Addresses of the registered brokers.
@@ -297,6 +353,7 @@ pub struct HeartbeatResponse {
 impl HeartbeatResponse {
     pub(crate) fn encode_body(&self, b: &mut BytesMut) {
         b.put_i32(self.lease_ms);
+        b.put_i64(self.broker_epoch);
         b.put_i32(self.assignments.len() as i32);
         for a in &self.assignments {
             b.put_string(&a.topic);
@@ -306,6 +363,7 @@ impl HeartbeatResponse {
             b.put_i32(a.partition_epoch);
             b.put_i32_array(&a.replicas);
             b.put_i32_array(&a.isr);
+            b.put_i32(a.min_insync_replicas);
         }
         b.put_i32(self.brokers.len() as i32);
         for br in &self.brokers {
@@ -316,7 +374,8 @@ impl HeartbeatResponse {
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
         let lease_ms = r.i32("lease_ms")?;
-        let n = r.array_len("assignments", 22)?;
+        let broker_epoch = r.i64("broker_epoch")?;
+        let n = r.array_len("assignments", 26)?;
         let mut assignments = Vec::with_capacity(n);
         for _ in 0..n {
             assignments.push(Assignment {
@@ -327,6 +386,7 @@ impl HeartbeatResponse {
                 partition_epoch: r.i32("partition_epoch")?,
                 replicas: r.i32_array("replicas")?,
                 isr: r.i32_array("isr")?,
+                min_insync_replicas: r.i32("min_insync_replicas")?,
             });
         }
         let n = r.array_len("brokers", 6)?;
@@ -334,7 +394,7 @@ impl HeartbeatResponse {
         for _ in 0..n {
             brokers.push(BrokerInfo { id: r.i32("broker_id")?, addr: r.string("addr")? });
         }
-        Ok(HeartbeatResponse { status, lease_ms, assignments, brokers })
+        Ok(HeartbeatResponse { status, lease_ms, broker_epoch, assignments, brokers })
     }
 }
 
@@ -434,6 +494,12 @@ pub struct PartitionState {
     pub replicas: Vec<i32>,
     /// In-sync replicas.
     pub isr: Vec<i32>,
+    /// Eligible leader replicas (KIP-966): replicas out of the ISR that still hold every
+    /// committed record, since the ISR shrank below `min_insync_replicas` (the high watermark
+    /// stops there); electable when no ISR member is live.
+    pub elr: Vec<i32>,
+    /// The topic's `min.insync.replicas`.
+    pub min_insync_replicas: i32,
     /// Each replica's last reported progress, by broker id.
     pub progress: Vec<ReplicaProgress>,
 }
@@ -495,6 +561,8 @@ impl DescribeResponse {
             b.put_i32(p.leader_epoch);
             b.put_i32_array(&p.replicas);
             b.put_i32_array(&p.isr);
+            b.put_i32_array(&p.elr);
+            b.put_i32(p.min_insync_replicas);
             b.put_i32(p.progress.len() as i32);
             for g in &p.progress {
                 b.put_i32(g.broker_id);
@@ -522,7 +590,7 @@ impl DescribeResponse {
         for _ in 0..n {
             brokers.push(BrokerState { id: r.i32("broker_id")?, addr: r.string("addr")?, alive: r.bool("alive")? });
         }
-        let n = r.array_len("partitions", 26)?;
+        let n = r.array_len("partitions", 34)?;
         let mut partitions = Vec::with_capacity(n);
         for _ in 0..n {
             let topic = r.string("topic")?;
@@ -531,6 +599,8 @@ impl DescribeResponse {
             let leader_epoch = r.i32("leader_epoch")?;
             let replicas = r.i32_array("replicas")?;
             let isr = r.i32_array("isr")?;
+            let elr = r.i32_array("elr")?;
+            let min_insync_replicas = r.i32("min_insync_replicas")?;
             let np = r.array_len("progress", 20)?;
             let mut progress = Vec::with_capacity(np);
             for _ in 0..np {
@@ -540,7 +610,17 @@ impl DescribeResponse {
                     high_watermark: r.i64("high_watermark")?,
                 });
             }
-            partitions.push(PartitionState { topic, partition, leader_id, leader_epoch, replicas, isr, progress });
+            partitions.push(PartitionState {
+                topic,
+                partition,
+                leader_id,
+                leader_epoch,
+                replicas,
+                isr,
+                elr,
+                min_insync_replicas,
+                progress,
+            });
         }
         let n = r.array_len("transactional_ids", 16)?;
         let mut transactional_ids = Vec::with_capacity(n);

@@ -246,12 +246,21 @@ impl Request {
 }
 
 impl Request {
-    /// Requests only cluster members may send: replication, markers, ISR changes and broker
-    /// heartbeats (which register brokers and hand out leaderships).
+    /// Requests only cluster members may send when the cluster has a secret: replication,
+    /// markers, ISR changes and broker heartbeats (which register brokers and hand out
+    /// leaderships), and the admin requests a client could use to hurt the cluster: creating
+    /// topics (each partition costs every replica a log) and electing leaders (each election
+    /// bumps a leader epoch, failing the acks=all writes in flight). An admin proves it holds
+    /// the secret as brokers do.
     pub fn is_internal(&self) -> bool {
         matches!(
             self,
-            Request::Replicate(_) | Request::WriteMarker(_) | Request::AlterPartition(_) | Request::Heartbeat(_)
+            Request::Replicate(_)
+                | Request::WriteMarker(_)
+                | Request::AlterPartition(_)
+                | Request::Heartbeat(_)
+                | Request::CreateTopic(_)
+                | Request::ElectLeader(_)
         )
     }
 }
@@ -313,7 +322,7 @@ pub fn encode_request(correlation_id: i32, req: &Request) -> Bytes {
 pub fn request_size_hint(req: &Request) -> usize {
     match req {
         Request::Produce(p) => 64 + p.topic.len() + p.records.len(),
-        Request::Replicate(p) => 64 + p.topic.len() + p.records.len(),
+        Request::Replicate(p) => 64 + p.topic.len() + p.producer_state.len() + p.records.len(),
         _ => 128,
     }
 }
@@ -549,6 +558,7 @@ mod tests {
             name: "n".into(),
             partitions: 4,
             replication_factor: -1,
+            min_insync_replicas: 2,
         }));
         roundtrip_req(Request::InitProducerId(InitProducerIdRequest {
             transactional_id: Some("orders".into()),
@@ -581,7 +591,17 @@ mod tests {
             broker_id: 1,
             addr: "127.0.0.1:9".into(),
             incarnation: 42,
-            replicas: vec![ReplicaReport { topic: "t".into(), partition: 0, log_end_offset: 5, high_watermark: 4 }],
+            broker_epoch: 3,
+            previous_broker_epoch: 2,
+            log_dir_id: 7,
+            intact: true,
+            replicas: vec![ReplicaReport {
+                topic: "t".into(),
+                partition: 0,
+                log_end_offset: 5,
+                high_watermark: 4,
+                offline: true,
+            }],
         }));
         roundtrip_req(Request::Replicate(ReplicateRequest {
             topic: "t".into(),
@@ -592,6 +612,7 @@ mod tests {
             prev_epoch: 1,
             high_watermark: 9,
             log_start_offset: 3,
+            producer_state: Bytes::from_static(b"state"),
             records: Bytes::from_static(b"batches").into(),
         }));
         roundtrip_req(Request::AlterPartition(AlterPartitionRequest {
@@ -609,7 +630,7 @@ mod tests {
             client_nonce: Bytes::from_static(&[1; 32]),
             proof: Bytes::from_static(&[2; 32]),
         }));
-        roundtrip_req(Request::ElectLeader(ElectLeaderRequest { topic: "t".into(), partition: 2 }));
+        roundtrip_req(Request::ElectLeader(ElectLeaderRequest { topic: "t".into(), partition: 2, unclean: true }));
     }
 
     #[test]
@@ -663,6 +684,7 @@ mod tests {
         roundtrip_resp(Response::Heartbeat(HeartbeatResponse {
             status: Status::ok(),
             lease_ms: 3000,
+            broker_epoch: 4,
             assignments: vec![Assignment {
                 topic: "t".into(),
                 partition: 0,
@@ -671,6 +693,7 @@ mod tests {
                 partition_epoch: 4,
                 replicas: vec![1, 2],
                 isr: vec![2],
+                min_insync_replicas: 1,
             }],
             brokers: vec![BrokerInfo { id: 2, addr: "b:2".into() }],
         }));
@@ -684,6 +707,8 @@ mod tests {
                 leader_epoch: 0,
                 replicas: vec![1, 2],
                 isr: vec![1, 2],
+                elr: vec![3],
+                min_insync_replicas: 2,
                 progress: vec![ReplicaProgress { broker_id: 2, log_end_offset: 3, high_watermark: 2 }],
             }],
             transactional_ids: vec![TransactionalState {

@@ -32,6 +32,12 @@ pub struct ReplicateRequest {
     /// The first offset the leader still holds (above 0 once retention deleted segments). When
     /// `from_offset` equals it, the leader has nothing before it to compare with `prev_epoch`.
     pub log_start_offset: i64,
+    /// Sent only when `from_offset` is the leader's log start above 0, where a follower may
+    /// have to start its log over: the leader's producer state of the producers with nothing at
+    /// or after `from_offset` (their epochs, last batches and markers, as a producer-state
+    /// snapshot encodes them), so that a follower that starts over knows them when it leads.
+    /// Empty otherwise.
+    pub producer_state: Bytes,
     /// Whole batches as stored by the leader (may be empty).
     pub records: Records,
 }
@@ -47,6 +53,7 @@ impl ReplicateRequest {
         b.put_i32(self.prev_epoch);
         b.put_i64(self.high_watermark);
         b.put_i64(self.log_start_offset);
+        b.put_blob(&self.producer_state);
         b.put_i32(self.records.len() as i32); // the payload follows
     }
 
@@ -65,6 +72,7 @@ impl ReplicateRequest {
             prev_epoch: r.i32("prev_epoch")?,
             high_watermark: r.i64("high_watermark")?,
             log_start_offset: r.i64("log_start_offset")?,
+            producer_state: r.bytes("producer_state")?,
             records: r.bytes("records")?.into(),
         })
     }

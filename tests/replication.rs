@@ -355,11 +355,13 @@ async fn batches_are_replicated_while_earlier_replicate_requests_are_unanswered(
     c.shutdown().await;
 }
 
-/// A disk whose fdatasync of the files under one directory waits until released, the other
-/// calls going straight to the operating system's files.
+/// A disk whose fdatasync of the files under one directory waits until released (or fails),
+/// the other calls going straight to the operating system's files.
 #[derive(Debug, Default)]
 struct SlowDisk {
     held: std::sync::Mutex<Option<std::path::PathBuf>>,
+    /// fdatasync of files under this directory fails (an I/O error).
+    failing: std::sync::Mutex<Option<std::path::PathBuf>>,
     released: std::sync::Condvar,
     /// The file of every log write, in order.
     writes: std::sync::Mutex<Vec<std::path::PathBuf>>,
@@ -368,6 +370,10 @@ struct SlowDisk {
 impl SlowDisk {
     fn hold(&self, dir: std::path::PathBuf) {
         *self.held.lock().unwrap() = Some(dir);
+    }
+
+    fn fail(&self, dir: std::path::PathBuf) {
+        *self.failing.lock().unwrap() = Some(dir);
     }
 
     fn release(&self) {
@@ -442,6 +448,9 @@ impl StoredFile for SlowFile {
     }
     fn sync_data(&self) -> std::io::Result<()> {
         self.disk.wait(&self.path);
+        if self.disk.failing.lock().unwrap().as_ref().is_some_and(|d| self.path.starts_with(d)) {
+            return Err(std::io::Error::other("injected fdatasync failure"));
+        }
         self.file.sync_data()
     }
 }
@@ -535,5 +544,36 @@ async fn batches_that_arrive_together_are_appended_in_one_write() {
     let writes = disk.writes_under(&leader_dir) - before;
     assert!(writes <= 2, "8 batches that arrived together took {writes} writes on the leader");
     assert_eq!(values(&c).await, (0..=8).map(|s| format!("v{s}")).collect::<Vec<_>>());
+    c.shutdown().await;
+}
+
+/// KIP-112: a leader whose fdatasync fails on a partition's log reports the replica offline in
+/// its heartbeats; the coordinator moves the leadership to a healthy in-sync replica and takes
+/// the failed one out of the ISR, so the producer's retry lands there. (The partition used to
+/// answer KAFKA_STORAGE_ERROR for good while healthy followers could lead.)
+#[tokio::test]
+async fn a_leader_whose_disk_failed_gives_up_its_leadership_to_a_healthy_replica() {
+    let disk = std::sync::Arc::new(SlowDisk::default());
+    let storage: std::sync::Arc<dyn Storage> = std::sync::Arc::new(SlowStorage(disk.clone()));
+    let opts = LocalOptions { brokers: 3, storage: Some(storage), ..Default::default() };
+    let c = LocalCluster::start(opts).await.unwrap();
+    c.wait_for("three live brokers", Duration::from_secs(10), |d| d.brokers.iter().filter(|b| b.alive).count() == 3)
+        .await
+        .unwrap();
+    c.create_topic_replicated("t", 1, 3).await.unwrap();
+    let mut p = Producer::init(&c.coordinator_addr, ProducerConfig::idempotent()).await.unwrap();
+    p.send("t", 0, Bytes::from_static(b"before")).await.unwrap();
+    let d = c.wait_for("all in sync", Duration::from_secs(10), |d| d.partitions[0].isr.len() == 3).await.unwrap();
+    let failed = d.partitions[0].leader_id;
+    disk.fail(c.replica_dir(failed, "t", 0));
+    p.send("t", 0, Bytes::from_static(b"after")).await.expect("the retry lands on a healthy leader");
+    let d = c
+        .wait_for("the failed replica out of the ISR", Duration::from_secs(10), |d| {
+            !d.partitions[0].isr.contains(&failed)
+        })
+        .await
+        .unwrap();
+    assert_ne!(d.partitions[0].leader_id, failed);
+    assert_eq!(values(&c).await, ["before", "after"]);
     c.shutdown().await;
 }

@@ -8,9 +8,9 @@ use producer::{ClientConfig, Consumer, Producer, ProducerConfig};
 use protocol::auth::ClusterSecret;
 use protocol::batch::{build_batch, ProducerStamp};
 use protocol::{
-    AlterPartitionRequest, CreateTopicRequest, ErrorCode, FetchRequest, HeartbeatRequest, InitProducerIdRequest,
-    MetadataRequest, ProduceRequest, ReplicateRequest, Request, Response, WriteMarkerRequest, ACKS_ALL,
-    READ_UNCOMMITTED,
+    AlterPartitionRequest, CreateTopicRequest, ElectLeaderRequest, ErrorCode, FetchRequest, HeartbeatRequest,
+    InitProducerIdRequest, MetadataRequest, ProduceRequest, ReplicateRequest, Request, Response, WriteMarkerRequest,
+    ACKS_ALL, READ_UNCOMMITTED,
 };
 
 async fn healthy(c: &LocalCluster, tid: &str) -> i64 {
@@ -115,6 +115,21 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
             .await,
     );
     assert_eq!(status.code, ErrorCode::ClusterAuthorizationFailed);
+    // Nor create topics (each partition costs every replica a log) or elect leaders in a loop
+    // (each election bumps a leader epoch and fails the acks=all writes waiting): those need the
+    // secret too, as `admin --cluster-secret-file` has it.
+    let req =
+        CreateTopicRequest { name: "flood".into(), partitions: 1000, replication_factor: -1, min_insync_replicas: -1 };
+    let status = refused(outsider.call(Request::CreateTopic(req)).await);
+    assert_eq!(status.code, ErrorCode::ClusterAuthorizationFailed, "{status}");
+    let status = refused(
+        outsider
+            .call(Request::ElectLeader(ElectLeaderRequest { topic: "t".into(), partition: 0, unclean: false }))
+            .await,
+    );
+    assert_eq!(status.code, ErrorCode::ClusterAuthorizationFailed, "{status}");
+    let mut admin = c.admin();
+    admin.elect_leader("t", 0).await.expect("an admin with the secret elects");
 
     // A wrong secret fails the handshake.
     let wrong = ClusterSecret::new(b"not-the-cluster-secret".to_vec()).unwrap();
@@ -167,6 +182,25 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
     let produce = |partition: i32, acks: i8, records: Bytes| {
         Request::Produce(ProduceRequest { topic: "t".into(), partition, leader_epoch: -1, acks, records })
     };
+    // Batches whose CRC is right but whose header or records lie (Kafka's log validator).
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let stamped = |transactional: bool, pid: i64, timestamp: i64| {
+        let seq = if pid < 0 { -1 } else { 0 };
+        let epoch = if pid < 0 { -1 } else { p.epoch() };
+        build_batch(
+            ProducerStamp { producer_id: pid, producer_epoch: epoch, base_sequence: seq },
+            transactional,
+            timestamp,
+            &[Bytes::from_static(b"first value"), Bytes::from_static(b"second value")],
+        )
+    };
+    let lie = |at: usize, bytes: &[u8]| {
+        let mut b = stamped(false, p.producer_id(), now_ms).to_vec();
+        b[at..at + bytes.len()].copy_from_slice(bytes);
+        let crc = protocol::batch::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        Bytes::from(b)
+    };
     let mut lying_length = batch(p.producer_id(), p.epoch(), 0).to_vec();
     lying_length[8..12].copy_from_slice(&1_000_000i32.to_be_bytes());
     let mut bad_crc = batch(p.producer_id(), p.epoch(), 0).to_vec();
@@ -216,6 +250,28 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
                 min_insync_replicas: -1,
             }),
             code: ErrorCode::InvalidPartitions,
+        },
+        Row {
+            what: "partition count above topic_partitions_max",
+            to_coordinator: true,
+            req: Request::CreateTopic(CreateTopicRequest {
+                name: "wide".into(),
+                partitions: 1001,
+                replication_factor: -1,
+                min_insync_replicas: -1,
+            }),
+            code: ErrorCode::InvalidPartitions,
+        },
+        Row {
+            what: "min.insync.replicas above the replication factor",
+            to_coordinator: true,
+            req: Request::CreateTopic(CreateTopicRequest {
+                name: "strict".into(),
+                partitions: 1,
+                replication_factor: 1,
+                min_insync_replicas: 2,
+            }),
+            code: ErrorCode::InvalidConfig,
         },
         Row {
             what: "replication factor above the brokers",
@@ -317,6 +373,49 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
             to_coordinator: false,
             req: produce(0, ACKS_ALL, Bytes::from_static(b"tiny")),
             code: ErrorCode::CorruptMessage,
+        },
+        Row {
+            what: "transactional batch without a producer id",
+            to_coordinator: false,
+            req: produce(0, ACKS_ALL, stamped(true, -1, now_ms)),
+            code: ErrorCode::InvalidRecord,
+        },
+        Row {
+            what: "one record claiming 2^31 offsets (last offset delta)",
+            to_coordinator: false,
+            req: produce(0, ACKS_ALL, lie(23, &i32::MAX.to_be_bytes())),
+            code: ErrorCode::InvalidRecord,
+        },
+        Row {
+            what: "a record count of one for two records",
+            to_coordinator: false,
+            req: produce(0, ACKS_ALL, {
+                let one = lie(57, &1i32.to_be_bytes());
+                let mut b = one.to_vec();
+                b[23..27].copy_from_slice(&0i32.to_be_bytes());
+                let crc = protocol::batch::crc32c(&b[21..]);
+                b[17..21].copy_from_slice(&crc.to_be_bytes());
+                Bytes::from(b)
+            }),
+            code: ErrorCode::InvalidRecord,
+        },
+        Row {
+            what: "max timestamp i64::MAX over records of now",
+            to_coordinator: false,
+            req: produce(0, ACKS_ALL, lie(35, &i64::MAX.to_be_bytes())),
+            code: ErrorCode::InvalidRecord,
+        },
+        Row {
+            what: "record timestamps two hours ahead",
+            to_coordinator: false,
+            req: produce(0, ACKS_ALL, stamped(false, p.producer_id(), now_ms + 2 * 3_600_000)),
+            code: ErrorCode::InvalidTimestamp,
+        },
+        Row {
+            what: "a batch claiming log-append time",
+            to_coordinator: false,
+            req: produce(0, ACKS_ALL, lie(22, &[0x08])),
+            code: ErrorCode::InvalidTimestamp,
         },
         Row {
             what: "producer id never granted",

@@ -1831,6 +1831,66 @@ mod tests {
         assert_eq!(in_step.progress().0, 12);
     }
 
+    /// A follower that starts its log over at the leader's log start (retention deleted what
+    /// it lacked) gets the leader's state of the producers idle since before that start: when it
+    /// leads later, such a producer's next batch continues its sequence instead of being refused
+    /// as out of order.
+    #[test]
+    fn a_follower_that_starts_over_knows_the_producers_idle_since_before_the_leaders_start() {
+        let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let config = LogConfig { segment_bytes: 400, retention_bytes: Some(800), ..LogConfig::default() };
+        let leader = follower_of_leader_1(ld.path(), config);
+        // Producer 7 writes once, then producer 8 fills segments; retention deletes 7's batch.
+        let mut batches = vec![producer_batch(0, 7, 0, 0, false, None)];
+        batches.extend((1..40).map(|o| producer_batch(o, 8, 0, o as i32 - 1, false, None)));
+        let end = push(&leader, &batches, 0);
+        push(&leader, &[], end);
+        assert!(leader.enforce_retention(0).unwrap() > 0);
+        let start = leader.log_shape().0;
+        assert!(start > 0);
+        // Broker 2 now leads; broker 3, with nothing, is behind its log start.
+        leader.learn(2, 2, 1, &[2, 3], &[2, 3], 0);
+        leader.on_replica_mismatch(3, 2, end, 0, -1);
+        let w = leader.replication_work(3, 2, (None, usize::MAX), 0).unwrap().unwrap();
+        assert_eq!(w.from_offset, start);
+        assert!(!w.producer_state.is_empty(), "producer 7 has nothing from the log start on");
+        let follower = Partition::open_with(Arc::new(OsStorage), fd.path(), config, "t", 0, 3, true).unwrap();
+        follower.learn(2, 2, 1, &[2, 3], &[2, 3], 0);
+        let req = ReplicateRequest {
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: 2,
+            leader_id: 2,
+            from_offset: w.from_offset,
+            prev_epoch: w.prev_epoch,
+            high_watermark: w.high_watermark,
+            log_start_offset: w.log_start_offset,
+            producer_state: w.producer_state.clone(),
+            records: w.records.clone(),
+        };
+        assert_eq!(follower.apply_replicated(&req, true).unwrap(), w.end_offset);
+        assert_eq!(follower.log_shape().0, start, "started over at the leader's start");
+        // The follower leads; producer 7 sends its next batch.
+        follower.learn(3, 3, 2, &[2, 3], &[3], 0);
+        follower.mark_verified(7, 0, false);
+        let next = build_batch(
+            ProducerStamp { producer_id: 7, producer_epoch: 0, base_sequence: 1 },
+            false,
+            0,
+            &[Bytes::from_static(b"p7-again")],
+        );
+        let h = BatchHeader::parse(&next).unwrap();
+        assert!(matches!(follower.append(&next, &h, 3, false), Ok(Appended::New { .. })), "it continues at sequence 1");
+        // Without the leader's state (as before), the same batch is out of order.
+        let bare = tempfile::tempdir().unwrap();
+        let other = Partition::open_with(Arc::new(OsStorage), bare.path(), config, "t", 0, 3, true).unwrap();
+        other.learn(2, 2, 1, &[2, 3], &[2, 3], 0);
+        other.apply_replicated(&ReplicateRequest { producer_state: Bytes::new(), ..req }, true).unwrap();
+        other.learn(3, 3, 2, &[2, 3], &[3], 0);
+        other.mark_verified(7, 0, false);
+        assert!(matches!(other.append(&next, &h, 3, false), Err(AppendError::Gate(GateError::OutOfOrder { .. }))));
+    }
+
     #[test]
     fn retention_stops_at_the_newest_snapshot_that_loads() {
         let dir = tempfile::tempdir().unwrap();

@@ -12,7 +12,9 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use futures::StreamExt;
 use net::{ClientTls, Connection, Dialer, ServerLimits};
-use protocol::batch::{build_marker, verify_crc, BatchError, BatchHeader, MarkerKind};
+use protocol::batch::{
+    build_marker, validate_batch, verify_crc, BatchError, BatchHeader, MarkerKind, RecordError, TimestampLimits,
+};
 use protocol::{
     AddPartitionRequest, AlterPartitionRequest, ErrorCode, FetchRequest, FetchResponse, HeartbeatRequest,
     ProduceRequest, ProduceResponse, ReplicaReport, ReplicateRequest, ReplicateResponse, Request, Response, Status,
@@ -93,6 +95,11 @@ pub struct BrokerConfig {
     pub replication_inflight_max: usize,
     /// Largest record batch a producer may send, in bytes.
     pub batch_bytes_max: usize,
+    /// How far ahead of the broker's clock a record's timestamp may be, in ms (Kafka's
+    /// `log.message.timestamp.after.max.ms`; `None`: any).
+    pub message_timestamp_after_max_ms: Option<u64>,
+    /// How far behind the broker's clock a record's timestamp may be, in ms (`None`: any).
+    pub message_timestamp_before_max_ms: Option<u64>,
     /// When log writes are made durable.
     pub fsync: FsyncPolicy,
     /// Segment size and retention of every partition log.
@@ -124,6 +131,8 @@ impl BrokerConfig {
             replication_bytes_max: 1024 * 1024,
             replication_inflight_max: REPLICATION_INFLIGHT_MAX_DEFAULT,
             batch_bytes_max: 1024 * 1024,
+            message_timestamp_after_max_ms: Some(MESSAGE_TIMESTAMP_AFTER_MAX_MS_DEFAULT),
+            message_timestamp_before_max_ms: None,
             fsync: FsyncPolicy::Always,
             log: LogConfig::default(),
             storage: Arc::new(OsStorage),
@@ -152,6 +161,9 @@ pub enum BrokerError {
 
 /// Most bytes one fetch returns (beyond its first batch).
 pub const FETCH_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// Default of [`BrokerConfig::message_timestamp_after_max_ms`]: one hour, as Kafka 4.0's.
+pub const MESSAGE_TIMESTAMP_AFTER_MAX_MS_DEFAULT: u64 = 3_600_000;
 
 /// Counters a test or demonstration can read.
 #[derive(Debug, Default)]
@@ -481,6 +493,16 @@ async fn wait_durable_at(
         };
         if durable {
             return Ok(());
+        }
+        if part.log_failed() {
+            return Err(Status::new(
+                ErrorCode::KafkaStorageError,
+                format!(
+                    "{}-{}: this broker's log failed (an fdatasync error) before the write was on disk; retry at \
+                     the partition's leader (the failed replica gives up its leadership)",
+                    part.topic, part.index
+                ),
+            ));
         }
         shared.flush.notify_one();
         tokio::select! {
@@ -978,6 +1000,27 @@ fn partition(shared: &Shared, topic: &str, index: i32) -> Result<PartitionRef, S
     }
 }
 
+/// What a produced batch's timestamps may be, by the broker's wall clock now.
+fn timestamp_limits(config: &BrokerConfig) -> TimestampLimits {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let ms = |v: Option<u64>| v.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
+    TimestampLimits {
+        now_ms,
+        after_max_ms: ms(config.message_timestamp_after_max_ms),
+        before_max_ms: ms(config.message_timestamp_before_max_ms),
+    }
+}
+
+fn record_status(e: &RecordError) -> Status {
+    let code = match e {
+        RecordError::Invalid(_) => ErrorCode::InvalidRecord,
+        RecordError::Timestamp(_) => ErrorCode::InvalidTimestamp,
+    };
+    Status::new(code, format!("record batch rejected: {e}"))
+}
+
 fn batch_status(e: &BatchError) -> Status {
     let code = match e {
         BatchError::UnsupportedMagic(_) | BatchError::Compressed(_) => ErrorCode::UnsupportedForMessageFormat,
@@ -1186,6 +1229,8 @@ fn check_produce_ref(shared: &Shared, r: &ProduceRequest) -> Result<(BatchHeader
         Ok(h) => h,
         Err(e) => return Err(produce_error(batch_status(&e), -1, -1)),
     };
+    validate_batch(&r.records, &header, Some(timestamp_limits(&shared.config)))
+        .map_err(|e| produce_error(record_status(&e), -1, -1))?;
     let part = partition(shared, &r.topic, r.partition).map_err(|s| produce_error(s, -1, -1))?;
     Ok((header, part))
 }

@@ -331,7 +331,13 @@ pub fn build_batch(stamp: ProducerStamp, transactional: bool, timestamp_ms: i64,
             producer_epoch: stamp.producer_epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: if stamp.base_sequence < 0 { -1 } else { increment_sequence(stamp.base_sequence, i as i32) },
+            // Without a producer id the batch's base sequence is -1; the encoder keeps records
+            // with offset - sequence constant in one batch, so they count up from it.
+            sequence: if stamp.base_sequence < 0 {
+                (i as i32).wrapping_sub(1)
+            } else {
+                increment_sequence(stamp.base_sequence, i as i32)
+            },
             timestamp: timestamp_ms,
             key: None,
             value: Some(v.clone()),
@@ -461,6 +467,173 @@ fn check_record_deltas(batch: &[u8], h: &BatchHeader) -> Result<(), BatchError> 
     Ok(())
 }
 
+/// What the records of a client's batch may say about time (Kafka's
+/// `log.message.timestamp.after.max.ms` and `.before.max.ms`, for create-time batches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampLimits {
+    /// The broker's wall clock, in ms since the Unix epoch.
+    pub now_ms: i64,
+    /// How far ahead of `now_ms` a record's timestamp may be (`None`: any).
+    pub after_max_ms: Option<i64>,
+    /// How far behind `now_ms` a record's timestamp may be (`None`: any).
+    pub before_max_ms: Option<i64>,
+}
+
+/// Why a client's batch is refused after its header and CRC passed: its records disagree with
+/// the header, or say something about time the broker does not accept.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum RecordError {
+    /// The records or the header lie (Kafka's INVALID_RECORD).
+    #[error("{0}")]
+    Invalid(String),
+    /// A timestamp is out of range, or the batch claims log-append time (Kafka's INVALID_TIMESTAMP).
+    #[error("{0}")]
+    Timestamp(String),
+}
+
+/// Attribute bit 3: the batch's timestamps are the broker's (log-append time), not the
+/// producer's.
+const ATTR_LOG_APPEND_TIME: i16 = 1 << 3;
+
+/// A zigzag varint of at most `max_bytes` bytes at the start of `b`: (value, bytes taken);
+/// `None` if it runs past `b` or past `max_bytes`.
+fn varint(b: &[u8], max_bytes: usize) -> Option<(i64, usize)> {
+    let mut value = 0u64;
+    for (i, byte) in b.iter().take(max_bytes).enumerate() {
+        value |= u64::from(byte & 0x7F) << (i * 7);
+        if byte & 0x80 == 0 {
+            return Some((zigzag(value), i + 1));
+        }
+    }
+    None
+}
+
+/// Reads the fields of one record's body.
+struct RecordCursor<'a> {
+    body: &'a [u8],
+    at: usize,
+}
+
+impl RecordCursor<'_> {
+    fn varint(&mut self, max_bytes: usize) -> Option<i64> {
+        let (v, n) = varint(self.body.get(self.at..)?, max_bytes)?;
+        self.at += n;
+        Some(v)
+    }
+
+    /// Skip a field of `len` bytes (-1: null, where `nullable`).
+    fn skip(&mut self, len: i64, nullable: bool) -> Result<(), String> {
+        if len == -1 && nullable {
+            return Ok(());
+        }
+        let n = usize::try_from(len).map_err(|_| format!("length {len}"))?;
+        if self.body.len() - self.at < n {
+            return Err(format!("of {n} bytes does not fit the record"));
+        }
+        self.at += n;
+        Ok(())
+    }
+}
+
+/// Check what Kafka's log validator checks of a v2 batch a client produced, beyond its header
+/// and CRC: a transactional batch carries a producer id; the header's last offset delta is its
+/// record count less one; exactly `record_count` records fill the batch, each whole (its
+/// length, key, value and headers within it), record `i` at offset delta `i` (so that one record
+/// cannot take 2^31 offsets); the header's max timestamp is the newest record's; and, for a
+/// create-time batch, every timestamp is within `limits` (a max timestamp of i64::MAX would
+/// freeze time-based retention). `records` are the batch's record bytes (after its 61-byte
+/// header; decompressed for a compressed batch) and `first_timestamp` the header's.
+pub fn validate_records(
+    h: &BatchHeader,
+    first_timestamp: i64,
+    records: &[u8],
+    limits: Option<TimestampLimits>,
+) -> Result<(), RecordError> {
+    let invalid = |m: String| Err(RecordError::Invalid(m));
+    if h.is_transactional() && h.producer_id < 0 {
+        return invalid("a transactional batch must carry a producer id (it has -1)".into());
+    }
+    if h.last_offset_delta != h.record_count - 1 {
+        return invalid(format!(
+            "the batch says {} records but last offset delta {}: a batch's records take offsets 0..count",
+            h.record_count, h.last_offset_delta
+        ));
+    }
+    if h.attributes & ATTR_LOG_APPEND_TIME != 0 {
+        return Err(RecordError::Timestamp(
+            "the batch claims log-append time; producers send create-time timestamps".into(),
+        ));
+    }
+    let mut rest = records;
+    let mut newest = i64::MIN;
+    for i in 0..h.record_count {
+        let bad = |what: &str| RecordError::Invalid(format!("record {i}: {what}"));
+        let (len, n) = varint(rest, 5).ok_or_else(|| bad("its length does not decode"))?;
+        let body = usize::try_from(len)
+            .ok()
+            .filter(|l| *l > 0)
+            .and_then(|l| rest.get(n..n + l))
+            .ok_or_else(|| bad(&format!("length {len} does not fit the {} bytes left", rest.len() - n)))?;
+        rest = &rest[n + body.len()..];
+        // attributes (unused), timestamp delta, offset delta, key, value, headers.
+        let mut c = RecordCursor { body, at: 1 };
+        let timestamp_delta = c.varint(10).ok_or_else(|| bad("its timestamp delta does not decode"))?;
+        let offset_delta = c.varint(5).ok_or_else(|| bad("its offset delta does not decode"))?;
+        for what in ["key", "value"] {
+            let len = c.varint(5).ok_or_else(|| bad(&format!("its {what} length does not decode")))?;
+            c.skip(len, true).map_err(|e| bad(&format!("{what} {e}")))?;
+        }
+        let headers = c.varint(5).ok_or_else(|| bad("its header count does not decode"))?;
+        if headers < 0 || headers as usize > body.len() {
+            return Err(bad(&format!("header count {headers}")));
+        }
+        for _ in 0..headers {
+            let len = c.varint(5).ok_or_else(|| bad("a header key length does not decode"))?;
+            c.skip(len, false).map_err(|e| bad(&format!("header key {e}")))?;
+            let len = c.varint(5).ok_or_else(|| bad("a header value length does not decode"))?;
+            c.skip(len, true).map_err(|e| bad(&format!("header value {e}")))?;
+        }
+        if c.at != body.len() {
+            return Err(bad(&format!("{} bytes left over inside it", body.len() - c.at)));
+        }
+        if offset_delta != i64::from(i) {
+            return Err(bad(&format!("offset delta {offset_delta}, where {i} was due")));
+        }
+        let timestamp = first_timestamp.checked_add(timestamp_delta).ok_or_else(|| bad("its timestamp overflows"))?;
+        newest = newest.max(timestamp);
+        if let (Some(l), true) = (limits, timestamp >= 0) {
+            let ahead = timestamp.saturating_sub(l.now_ms);
+            if l.after_max_ms.is_some_and(|max| ahead > max) {
+                return Err(RecordError::Timestamp(format!(
+                    "record {i}: timestamp {timestamp} is {ahead} ms ahead of the broker's clock; at most \
+                     {} ms ahead is accepted (message_timestamp_after_max_ms)",
+                    l.after_max_ms.unwrap_or_default()
+                )));
+            }
+            let behind = l.now_ms.saturating_sub(timestamp);
+            if l.before_max_ms.is_some_and(|max| behind > max) {
+                return Err(RecordError::Timestamp(format!(
+                    "record {i}: timestamp {timestamp} is {behind} ms behind the broker's clock; at most \
+                     {} ms behind is accepted (message_timestamp_before_max_ms)",
+                    l.before_max_ms.unwrap_or_default()
+                )));
+            }
+        }
+    }
+    if !rest.is_empty() {
+        return invalid(format!("{} bytes after the batch's {} records", rest.len(), h.record_count));
+    }
+    if h.max_timestamp != newest {
+        return invalid(format!("the header's max timestamp {} is not its newest record's {newest}", h.max_timestamp));
+    }
+    Ok(())
+}
+
+/// [`validate_records`] of an uncompressed batch `b` (whole, header and CRC checked).
+pub fn validate_batch(b: &[u8], h: &BatchHeader, limits: Option<TimestampLimits>) -> Result<(), RecordError> {
+    validate_records(h, be_i64(b, FIRST_TIMESTAMP_AT), &b[BATCH_HEADER_BYTES..h.total_bytes()], limits)
+}
+
 /// Decode the data records of one batch. Control batches yield no records.
 pub fn decode_records(batch: &Bytes) -> Result<Vec<ConsumedRecord>, BatchError> {
     let header = BatchHeader::parse(batch)?;
@@ -492,6 +665,100 @@ mod tests {
 
     fn stamp() -> ProducerStamp {
         ProducerStamp { producer_id: 7, producer_epoch: 3, base_sequence: 10 }
+    }
+
+    /// `b` with its CRC recomputed (after a field was rewritten to lie).
+    fn recrc(mut b: Vec<u8>) -> Bytes {
+        let crc = crc32c::crc32c(&b[CRC_START..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        Bytes::from(b)
+    }
+
+    fn check(b: &Bytes, limits: Option<TimestampLimits>) -> Result<(), RecordError> {
+        let h = BatchHeader::parse(b).unwrap();
+        verify_crc(b, &h).unwrap();
+        validate_batch(b, &h, limits)
+    }
+
+    fn two(timestamp: i64) -> Bytes {
+        build_batch(stamp(), false, timestamp, &[Bytes::from_static(b"aaaaaaaaaa"), Bytes::from_static(b"bbbbbbbbbb")])
+    }
+
+    const NOW: i64 = 1_700_000_000_000;
+    const LIMITS: TimestampLimits = TimestampLimits { now_ms: NOW, after_max_ms: Some(3_600_000), before_max_ms: None };
+
+    #[test]
+    fn a_batch_without_a_producer_id_holds_all_its_records() {
+        let none = ProducerStamp { producer_id: -1, producer_epoch: -1, base_sequence: -1 };
+        let b = build_batch(none, false, NOW, &[Bytes::from_static(b"a"), Bytes::from_static(b"b")]);
+        let h = BatchHeader::parse(&b).expect("one batch");
+        assert_eq!((h.record_count, h.base_sequence), (2, -1));
+    }
+
+    #[test]
+    fn an_honest_batch_passes_validation() {
+        assert_eq!(check(&two(NOW), Some(LIMITS)), Ok(()));
+        assert_eq!(check(&two(0), Some(LIMITS)), Ok(()), "no lower bound by default");
+    }
+
+    /// Kafka's log validator's checks, each on a batch whose CRC is right but whose header or
+    /// records lie.
+    #[test]
+    fn batches_whose_records_disagree_with_their_header_are_invalid() {
+        let invalid = |b: &Bytes, what: &str| match check(b, Some(LIMITS)) {
+            Err(RecordError::Invalid(m)) => assert!(m.contains(what), "{m}"),
+            other => panic!("expected invalid ({what}), got {other:?}"),
+        };
+        let txn = build_batch(
+            ProducerStamp { producer_id: -1, producer_epoch: -1, base_sequence: -1 },
+            true,
+            NOW,
+            &[Bytes::from_static(b"x")],
+        );
+        invalid(&txn, "must carry a producer id");
+        // One record claiming 2^31 offsets.
+        let mut b = two(NOW).to_vec();
+        b[23..27].copy_from_slice(&i32::MAX.to_be_bytes());
+        invalid(&recrc(b), "last offset delta");
+        // A count of three for two records (and a delta to match).
+        let mut b = two(NOW).to_vec();
+        b[23..27].copy_from_slice(&2i32.to_be_bytes());
+        b[57..61].copy_from_slice(&3i32.to_be_bytes());
+        invalid(&recrc(b), "record 2");
+        // A count of one for two records: bytes left over.
+        let mut b = two(NOW).to_vec();
+        b[23..27].copy_from_slice(&0i32.to_be_bytes());
+        b[57..61].copy_from_slice(&1i32.to_be_bytes());
+        invalid(&recrc(b), "bytes after");
+        // The second record's offset delta says 5 (zigzag 10).
+        let mut b = two(NOW).to_vec();
+        let first_len = (zigzag(u64::from(b[BATCH_HEADER_BYTES])) + 1) as usize;
+        let second = BATCH_HEADER_BYTES + first_len;
+        assert_eq!(b[second + 3], 2, "record 1's offset delta is zigzag(1)");
+        b[second + 3] = 10;
+        invalid(&recrc(b), "offset delta 5");
+        // A record whose length runs past the batch.
+        let mut b = two(NOW).to_vec();
+        b[second] = 100;
+        invalid(&recrc(b), "does not fit");
+        // A max timestamp of i64::MAX over records of now.
+        let mut b = two(NOW).to_vec();
+        b[35..43].copy_from_slice(&i64::MAX.to_be_bytes());
+        invalid(&recrc(b), "max timestamp");
+    }
+
+    #[test]
+    fn timestamps_too_far_ahead_or_log_append_time_are_refused() {
+        let ahead = two(NOW + 2 * 3_600_000);
+        assert!(matches!(check(&ahead, Some(LIMITS)), Err(RecordError::Timestamp(m)) if m.contains("ahead")));
+        assert_eq!(check(&ahead, None), Ok(()), "without limits, any timestamp");
+        let behind = TimestampLimits { before_max_ms: Some(1_000), ..LIMITS };
+        assert!(
+            matches!(check(&two(NOW - 5_000), Some(behind)), Err(RecordError::Timestamp(m)) if m.contains("behind"))
+        );
+        let mut b = two(NOW).to_vec();
+        b[22] |= ATTR_LOG_APPEND_TIME as u8;
+        assert!(matches!(check(&recrc(b), Some(LIMITS)), Err(RecordError::Timestamp(m)) if m.contains("log-append")));
     }
 
     #[test]

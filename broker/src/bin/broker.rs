@@ -72,6 +72,14 @@ struct Args {
     /// Largest record batch a producer may send, in bytes.
     #[arg(long, default_value_t = 1024 * 1024)]
     batch_bytes_max: usize,
+    /// Refuse a batch with a record timestamp further ahead of this broker's clock, in
+    /// milliseconds (INVALID_TIMESTAMP; Kafka's log.message.timestamp.after.max.ms).
+    #[arg(long, default_value_t = broker::server::MESSAGE_TIMESTAMP_AFTER_MAX_MS_DEFAULT)]
+    message_timestamp_after_max_ms: u64,
+    /// Refuse a batch with a record timestamp further behind this broker's clock, in
+    /// milliseconds (default: any age).
+    #[arg(long)]
+    message_timestamp_before_max_ms: Option<u64>,
     /// Close a connection that sends no complete request for this long, in milliseconds.
     #[arg(long, default_value_t = 600_000)]
     idle_ms: u64,
@@ -107,6 +115,8 @@ async fn main() -> anyhow::Result<()> {
     config.heartbeat_ms = args.heartbeat_ms;
     config.fencing = !args.no_fencing;
     config.batch_bytes_max = args.batch_bytes_max;
+    config.message_timestamp_after_max_ms = Some(args.message_timestamp_after_max_ms);
+    config.message_timestamp_before_max_ms = args.message_timestamp_before_max_ms;
     config.fsync = args.fsync;
     config.log = broker::log::LogConfig {
         segment_bytes: args.segment_bytes,

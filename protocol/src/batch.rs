@@ -495,44 +495,88 @@ pub enum RecordError {
 /// producer's.
 const ATTR_LOG_APPEND_TIME: i16 = 1 << 3;
 
-/// A zigzag varint of at most `max_bytes` bytes at the start of `b`: (value, bytes taken);
-/// `None` if it runs past `b` or past `max_bytes`.
-fn varint(b: &[u8], max_bytes: usize) -> Option<(i64, usize)> {
-    let mut value = 0u64;
-    for (i, byte) in b.iter().take(max_bytes).enumerate() {
+/// The zigzag varint of at most `max_bytes` bytes at `b[at..]`: (value, the position after
+/// it); `None` if it runs past `b` or past `max_bytes`. One-byte varints (most record fields)
+/// take the first branch.
+#[inline(always)]
+fn varint_at(b: &[u8], at: usize, max_bytes: usize) -> Option<(i64, usize)> {
+    let first = *b.get(at)?;
+    if first < 0x80 {
+        return Some((zigzag(u64::from(first)), at + 1));
+    }
+    let mut value = u64::from(first & 0x7F);
+    for i in 1..max_bytes {
+        let byte = *b.get(at + i)?;
         value |= u64::from(byte & 0x7F) << (i * 7);
-        if byte & 0x80 == 0 {
-            return Some((zigzag(value), i + 1));
+        if byte < 0x80 {
+            return Some((zigzag(value), at + i + 1));
         }
     }
     None
 }
 
-/// Reads the fields of one record's body.
-struct RecordCursor<'a> {
-    body: &'a [u8],
-    at: usize,
+/// Where in a record the validation failed (turned into a message only then).
+enum RecordFault {
+    Field(&'static str),
+    Length(&'static str, i64),
+    LeftOver(usize),
+    OffsetDelta(i64),
+    Timestamp,
 }
 
-impl RecordCursor<'_> {
-    fn varint(&mut self, max_bytes: usize) -> Option<i64> {
-        let (v, n) = varint(self.body.get(self.at..)?, max_bytes)?;
-        self.at += n;
-        Some(v)
-    }
+#[cold]
+fn record_fault(i: i32, fault: RecordFault) -> RecordError {
+    let what = match fault {
+        RecordFault::Field(f) => format!("its {f} does not decode"),
+        RecordFault::Length(f, len) => format!("{f} length {len} does not fit the bytes left"),
+        RecordFault::LeftOver(n) => format!("{n} bytes left over inside it"),
+        RecordFault::OffsetDelta(d) => format!("offset delta {d}, where {i} was due"),
+        RecordFault::Timestamp => "its timestamp overflows".into(),
+    };
+    RecordError::Invalid(format!("record {i}: {what}"))
+}
 
-    /// Skip a field of `len` bytes (-1: null, where `nullable`).
-    fn skip(&mut self, len: i64, nullable: bool) -> Result<(), String> {
-        if len == -1 && nullable {
-            return Ok(());
-        }
-        let n = usize::try_from(len).map_err(|_| format!("length {len}"))?;
-        if self.body.len() - self.at < n {
-            return Err(format!("of {n} bytes does not fit the record"));
-        }
-        self.at += n;
-        Ok(())
+/// Skip a field of `len` bytes at `at` in a record ending at `end` (-1: null, where
+/// `nullable`); the position after it.
+#[inline(always)]
+fn skip_field(at: usize, end: usize, len: i64, nullable: bool, what: &'static str) -> Result<usize, RecordFault> {
+    if len == -1 && nullable {
+        return Ok(at);
     }
+    match usize::try_from(len) {
+        Ok(n) if end - at >= n => Ok(at + n),
+        _ => Err(RecordFault::Length(what, len)),
+    }
+}
+
+/// Check record `i`, whose body (after its length) is `b[at..end]`: returns its timestamp delta.
+#[inline(always)]
+fn check_record(b: &[u8], at: usize, end: usize, i: i32) -> Result<i64, RecordFault> {
+    let body = &b[..end];
+    // Attributes (unused in v2), then the timestamp and offset deltas.
+    let (timestamp_delta, at) = varint_at(body, at + 1, 10).ok_or(RecordFault::Field("timestamp delta"))?;
+    let (offset_delta, at) = varint_at(body, at, 5).ok_or(RecordFault::Field("offset delta"))?;
+    let (len, at) = varint_at(body, at, 5).ok_or(RecordFault::Field("key length"))?;
+    let at = skip_field(at, end, len, true, "key")?;
+    let (len, at) = varint_at(body, at, 5).ok_or(RecordFault::Field("value length"))?;
+    let at = skip_field(at, end, len, true, "value")?;
+    let (headers, mut at) = varint_at(body, at, 5).ok_or(RecordFault::Field("header count"))?;
+    if headers < 0 || headers as usize > end - at {
+        return Err(RecordFault::Length("header count", headers));
+    }
+    for _ in 0..headers {
+        let (len, next) = varint_at(body, at, 5).ok_or(RecordFault::Field("header key length"))?;
+        at = skip_field(next, end, len, false, "header key")?;
+        let (len, next) = varint_at(body, at, 5).ok_or(RecordFault::Field("header value length"))?;
+        at = skip_field(next, end, len, true, "header value")?;
+    }
+    if at != end {
+        return Err(RecordFault::LeftOver(end - at));
+    }
+    if offset_delta != i64::from(i) {
+        return Err(RecordFault::OffsetDelta(offset_delta));
+    }
+    Ok(timestamp_delta)
 }
 
 /// Check what Kafka's log validator checks of a v2 batch a client produced, beyond its header
@@ -564,67 +608,44 @@ pub fn validate_records(
             "the batch claims log-append time; producers send create-time timestamps".into(),
         ));
     }
-    let mut rest = records;
-    let mut newest = i64::MIN;
+    let (mut at, mut min_delta, mut max_delta) = (0usize, i64::MAX, i64::MIN);
     for i in 0..h.record_count {
-        let bad = |what: &str| RecordError::Invalid(format!("record {i}: {what}"));
-        let (len, n) = varint(rest, 5).ok_or_else(|| bad("its length does not decode"))?;
-        let body = usize::try_from(len)
+        let (len, body) = varint_at(records, at, 5).ok_or_else(|| record_fault(i, RecordFault::Field("length")))?;
+        let end = usize::try_from(len)
             .ok()
-            .filter(|l| *l > 0)
-            .and_then(|l| rest.get(n..n + l))
-            .ok_or_else(|| bad(&format!("length {len} does not fit the {} bytes left", rest.len() - n)))?;
-        rest = &rest[n + body.len()..];
-        // attributes (unused), timestamp delta, offset delta, key, value, headers.
-        let mut c = RecordCursor { body, at: 1 };
-        let timestamp_delta = c.varint(10).ok_or_else(|| bad("its timestamp delta does not decode"))?;
-        let offset_delta = c.varint(5).ok_or_else(|| bad("its offset delta does not decode"))?;
-        for what in ["key", "value"] {
-            let len = c.varint(5).ok_or_else(|| bad(&format!("its {what} length does not decode")))?;
-            c.skip(len, true).map_err(|e| bad(&format!("{what} {e}")))?;
-        }
-        let headers = c.varint(5).ok_or_else(|| bad("its header count does not decode"))?;
-        if headers < 0 || headers as usize > body.len() {
-            return Err(bad(&format!("header count {headers}")));
-        }
-        for _ in 0..headers {
-            let len = c.varint(5).ok_or_else(|| bad("a header key length does not decode"))?;
-            c.skip(len, false).map_err(|e| bad(&format!("header key {e}")))?;
-            let len = c.varint(5).ok_or_else(|| bad("a header value length does not decode"))?;
-            c.skip(len, true).map_err(|e| bad(&format!("header value {e}")))?;
-        }
-        if c.at != body.len() {
-            return Err(bad(&format!("{} bytes left over inside it", body.len() - c.at)));
-        }
-        if offset_delta != i64::from(i) {
-            return Err(bad(&format!("offset delta {offset_delta}, where {i} was due")));
-        }
-        let timestamp = first_timestamp.checked_add(timestamp_delta).ok_or_else(|| bad("its timestamp overflows"))?;
-        newest = newest.max(timestamp);
-        if let (Some(l), true) = (limits, timestamp >= 0) {
-            let ahead = timestamp.saturating_sub(l.now_ms);
-            if l.after_max_ms.is_some_and(|max| ahead > max) {
-                return Err(RecordError::Timestamp(format!(
-                    "record {i}: timestamp {timestamp} is {ahead} ms ahead of the broker's clock; at most \
-                     {} ms ahead is accepted (message_timestamp_after_max_ms)",
-                    l.after_max_ms.unwrap_or_default()
-                )));
-            }
-            let behind = l.now_ms.saturating_sub(timestamp);
-            if l.before_max_ms.is_some_and(|max| behind > max) {
-                return Err(RecordError::Timestamp(format!(
-                    "record {i}: timestamp {timestamp} is {behind} ms behind the broker's clock; at most \
-                     {} ms behind is accepted (message_timestamp_before_max_ms)",
-                    l.before_max_ms.unwrap_or_default()
-                )));
-            }
-        }
+            .filter(|l| *l > 0 && records.len() - body >= *l)
+            .map(|l| body + l)
+            .ok_or_else(|| record_fault(i, RecordFault::Length("record", len)))?;
+        let delta = check_record(records, body, end, i).map_err(|f| record_fault(i, f))?;
+        min_delta = min_delta.min(delta);
+        max_delta = max_delta.max(delta);
+        at = end;
     }
-    if !rest.is_empty() {
-        return invalid(format!("{} bytes after the batch's {} records", rest.len(), h.record_count));
+    if at != records.len() {
+        return invalid(format!("{} bytes after the batch's {} records", records.len() - at, h.record_count));
     }
+    let (Some(oldest), Some(newest)) = (first_timestamp.checked_add(min_delta), first_timestamp.checked_add(max_delta))
+    else {
+        return Err(record_fault(0, RecordFault::Timestamp));
+    };
     if h.max_timestamp != newest {
         return invalid(format!("the header's max timestamp {} is not its newest record's {newest}", h.max_timestamp));
+    }
+    let Some(l) = limits else { return Ok(()) };
+    // A timestamp of -1 means none: not checked.
+    let ahead = newest.saturating_sub(l.now_ms);
+    if let Some(max) = l.after_max_ms.filter(|max| newest >= 0 && ahead > *max) {
+        return Err(RecordError::Timestamp(format!(
+            "a record's timestamp {newest} is {ahead} ms ahead of the broker's clock; at most {max} ms ahead is \
+             accepted (message_timestamp_after_max_ms)"
+        )));
+    }
+    let behind = l.now_ms.saturating_sub(oldest);
+    if let Some(max) = l.before_max_ms.filter(|max| oldest >= 0 && behind > *max) {
+        return Err(RecordError::Timestamp(format!(
+            "a record's timestamp {oldest} is {behind} ms behind the broker's clock; at most {max} ms behind is \
+             accepted (message_timestamp_before_max_ms)"
+        )));
     }
     Ok(())
 }

@@ -13,7 +13,10 @@ pub mod server;
 pub mod tls;
 
 pub use client::{Connection, Dialer, NetError};
-pub use server::{serve, serve_grouped, GroupHandler, Handled, Handler, ServerLimits};
+pub use server::{
+    serve, serve_grouped, serve_protocol, Decoded, GroupHandler, Handled, Handler, Handlers, Own, Protocol,
+    ServerLimits,
+};
 pub use tls::{ClientTls, TlsError};
 
 /// Read a cluster secret from a file: its bytes as they are (a binary secret keeps all its

@@ -1,11 +1,16 @@
 //! The server side: [`serve`] runs an accept loop until `shutdown` resolves.
+//!
+//! The loop is generic over a [`Protocol`]: how frames decode into requests, how answers are
+//! written, and what a refused frame or connection gets. [`Own`] is epochfence's own protocol;
+//! the broker's Kafka listener is a second [`Protocol`] served by the same loop, under the same
+//! [`ServerLimits`].
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 
 use futures::stream::FuturesOrdered;
@@ -16,44 +21,115 @@ use protocol::{request_size_hint, AuthBeginResponse, AuthProveResponse, ErrorCod
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
-use tokio_util::codec::Framed;
+use tokio_util::codec::{Decoder, Encoder, Framed};
+
+/// A wire protocol the connection loop serves: its frames, its answers to what it cannot
+/// serve, and its per-connection membership state.
+pub trait Protocol: Send + Sync + Sized + 'static {
+    /// A decoded request.
+    type Request: Send + 'static;
+    /// An answer (or, for protocols that have them, "no answer" and "close").
+    type Response: Send + 'static;
+    /// What an answer needs from its request to be written (a correlation id, a version).
+    type Context: Copy + Send + 'static;
+    /// What one connection's peer has proved so far.
+    type Peer: Default + Send;
+    /// Frames in and out. Both protocols frame with a 4-byte big-endian length prefix.
+    type Codec: Decoder<Item = Decoded<Self>, Error = CodecError>
+        + Encoder<(Self::Context, Self::Response), Error = CodecError>
+        + Send
+        + Unpin;
+
+    /// A connection's codec.
+    fn codec(limits: &ServerLimits) -> Self::Codec;
+    /// About how many bytes a request holds (a large one gives its connection read-ahead room).
+    fn request_bytes(req: &Self::Request) -> usize;
+    /// The answer to a request not answered within `request_timeout_ms`.
+    fn timed_out(ctx: Self::Context, timeout: Duration) -> Self::Response;
+    /// The answer to a frame whose length prefix is over `frame_bytes_max`; the connection
+    /// closes after it.
+    fn frame_too_large(len: usize, max: usize) -> (Self::Context, Self::Response);
+    /// The answer to a connection over `connections_max`, before it is closed.
+    fn too_many_connections(limits: &ServerLimits) -> (Self::Context, Self::Response);
+    /// Answer the membership handshake, and refuse what the peer may not ask. Returns
+    /// `Some((answer, close))` when the request is answered here.
+    fn gate(limits: &ServerLimits, peer: &mut Self::Peer, req: &Self::Request) -> Option<(Self::Response, bool)>;
+    /// Whether [`Protocol::gate`] would answer `req` itself, without changing anything.
+    fn gated(limits: &ServerLimits, peer: &Self::Peer, req: &Self::Request) -> bool;
+    /// The answer to a request read behind one that closes the connection.
+    fn not_handled() -> Self::Response;
+    /// Whether the connection closes right after this answer is written (the requests behind
+    /// it are dropped, not answered): Kafka's reaction to an error under acks=0.
+    fn closes(resp: &Self::Response) -> bool;
+}
+
+/// What a [`Protocol`]'s decoder made of one frame.
+pub enum Decoded<P: Protocol> {
+    /// A request to serve.
+    Request(P::Context, P::Request),
+    /// A frame that cannot be served. The connection reads nothing more; `answer` (if any) is
+    /// written in the frame's place, after the answers to earlier requests, then it closes.
+    Refused {
+        /// The answer to write, if the protocol has one for this.
+        answer: Option<(P::Context, P::Response)>,
+        /// What was wrong, for the log.
+        why: String,
+    },
+}
 
 /// A boxed response future.
-pub type ResponseFuture = Pin<Box<dyn Future<Output = Response> + Send + 'static>>;
+pub type ResponseFuture<R = Response> = Pin<Box<dyn Future<Output = R> + Send + 'static>>;
 
 /// What a handler made of one request. The server calls the handler for a connection's requests
 /// one at a time, in the order they arrived, and writes the answers in that order.
-pub enum Handled {
+pub enum Handled<R = Response> {
     /// Everything the request changes was done inside the handler call. The future only waits
     /// (for the disk, for replicas) and runs beside the connection's later requests, whose
     /// handler calls go ahead meanwhile: a pipelining producer's batches wait together.
-    Applied(ResponseFuture),
+    Applied(ResponseFuture<R>),
     /// The request still has work to do in order: the connection's later requests are not handed
     /// to the handler until this future has finished and every earlier answer was written.
-    Serial(ResponseFuture),
+    Serial(ResponseFuture<R>),
 }
 
-impl Handled {
+impl<R: Send + 'static> Handled<R> {
     /// A request answered at once.
-    pub fn answer(resp: Response) -> Handled {
+    pub fn answer(resp: R) -> Handled<R> {
         Handled::Applied(Box::pin(std::future::ready(resp)))
     }
 
     /// A request that must finish before the connection's next one starts.
-    pub fn serial(fut: impl Future<Output = Response> + Send + 'static) -> Handled {
+    pub fn serial(fut: impl Future<Output = R> + Send + 'static) -> Handled<R> {
         Handled::Serial(Box::pin(fut))
+    }
+
+    /// Whether later requests wait for this one.
+    pub fn is_serial(&self) -> bool {
+        matches!(self, Handled::Serial(_))
+    }
+
+    /// The answer, however it is handed back.
+    pub fn into_future(self) -> ResponseFuture<R> {
+        match self {
+            Handled::Applied(f) | Handled::Serial(f) => f,
+        }
     }
 }
 
-/// Turns a request into its response; shared by every connection.
-pub type Handler = Arc<dyn Fn(Request) -> Handled + Send + Sync>;
+/// Turns a request into its response.
+pub type Handler<P = Own> = Arc<dyn Fn(<P as Protocol>::Request) -> Handled<<P as Protocol>::Response> + Send + Sync>;
 
 /// Starts requests that one connection's reads brought in together, in arrival order: takes
 /// from the front of the queue each request it starts and returns their [`Handled`]s in the
 /// same order, stopping after the first [`Handled::Serial`] one (the requests left behind it
 /// are started when it has finished). Lets a handler do together what the requests share (a
 /// partition's log writes them in one go). Given to [`serve_grouped`].
-pub type GroupHandler = Arc<dyn Fn(&mut VecDeque<Request>) -> Vec<Handled> + Send + Sync>;
+pub type GroupHandler<P = Own> =
+    Arc<dyn Fn(&mut VecDeque<<P as Protocol>::Request>) -> Vec<Handled<<P as Protocol>::Response>> + Send + Sync>;
+
+/// Makes the handlers of one new connection: a protocol whose handler keeps per-connection
+/// state (the Kafka listener's relay to the coordinator) makes fresh ones each time.
+pub type Handlers<P = Own> = Arc<dyn Fn() -> (Handler<P>, Option<GroupHandler<P>>) + Send + Sync>;
 
 /// Limits of one server; every one has a default and a unit.
 #[derive(Clone)]
@@ -151,6 +227,18 @@ pub async fn serve_grouped(
     limits: ServerLimits,
     shutdown: impl Future<Output = ()>,
 ) {
+    let handlers: Handlers = Arc::new(move || (handler.clone(), group.clone()));
+    serve_protocol::<Own>(listener, handlers, limits, shutdown).await
+}
+
+/// Accept connections on `listener` and serve each in protocol `P`, with the handlers
+/// `handlers` makes for it, until `shutdown` resolves.
+pub async fn serve_protocol<P: Protocol>(
+    listener: TcpListener,
+    handlers: Handlers<P>,
+    limits: ServerLimits,
+    shutdown: impl Future<Output = ()>,
+) {
     let permits = Arc::new(Semaphore::new(limits.connections_max));
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
@@ -169,17 +257,17 @@ pub async fn serve_grouped(
                 };
                 let _ = stream.set_nodelay(true);
                 let permit = permits.clone().try_acquire_owned();
-                let handler = handler.clone();
-                let group = group.clone();
+                let handlers = handlers.clone();
                 let limits = limits.clone();
                 let stop = stop_rx.clone();
                 tokio::spawn(async move {
                     match limits.tls.clone() {
                         None => match permit {
                             Ok(_permit) => {
-                                serve_connection(stream, handler, group, &limits, stop).await;
+                                let (handler, group) = handlers();
+                                serve_connection::<P, _>(stream, handler, group, &limits, stop).await;
                             }
-                            Err(_) => refuse_connection(stream, &limits).await,
+                            Err(_) => refuse_connection::<P, _>(stream, &limits).await,
                         },
                         Some(acceptor) => {
                             let handshake = Duration::from_millis(TLS_HANDSHAKE_MS);
@@ -196,9 +284,10 @@ pub async fn serve_grouped(
                             };
                             match permit {
                                 Ok(_permit) => {
-                                    serve_connection(tls, handler, group, &limits, stop).await;
+                                    let (handler, group) = handlers();
+                                    serve_connection::<P, _>(tls, handler, group, &limits, stop).await;
                                 }
-                                Err(_) => refuse_connection(tls, &limits).await,
+                                Err(_) => refuse_connection::<P, _>(tls, &limits).await,
                             }
                         }
                     }
@@ -210,148 +299,59 @@ pub async fn serve_grouped(
     let _ = stop_tx.send(true);
 }
 
-async fn refuse_connection<S: AsyncRead + AsyncWrite + Unpin>(stream: S, limits: &ServerLimits) {
-    let mut framed = Framed::new(stream, ServerCodec::new(limits.frame_bytes_max));
-    let status = Status::new(
-        ErrorCode::BrokerNotAvailable,
-        format!("too many connections: the limit connections_max is {}; retry later", limits.connections_max),
-    );
-    let _ = tokio::time::timeout(Duration::from_secs(1), framed.send((-1, Response::Error(status)))).await;
+async fn refuse_connection<P: Protocol, S: AsyncRead + AsyncWrite + Unpin>(stream: S, limits: &ServerLimits) {
+    let mut framed = Framed::new(stream, P::codec(limits));
+    let answer = P::too_many_connections(limits);
+    let _ = tokio::time::timeout(Duration::from_secs(1), framed.send(answer)).await;
 }
 
-async fn tagged(correlation_id: i32, fut: ResponseFuture, timeout: Duration) -> (i32, Response) {
+async fn tagged<P: Protocol>(
+    ctx: P::Context,
+    fut: ResponseFuture<P::Response>,
+    timeout: Duration,
+) -> (P::Context, P::Response) {
     match tokio::time::timeout(timeout, fut).await {
-        Ok(resp) => (correlation_id, resp),
-        Err(_) => (
-            correlation_id,
-            Response::Error(Status::new(
-                ErrorCode::RequestTimedOut,
-                format!("no answer within request_timeout_ms {}; retry", timeout.as_millis()),
-            )),
-        ),
+        Ok(resp) => (ctx, resp),
+        Err(_) => (ctx, P::timed_out(ctx, timeout)),
     }
 }
 
-/// The membership state of one connection.
-#[derive(Default)]
-struct Peer {
-    server_nonce: Option<[u8; NONCE_BYTES]>,
-    member: Option<String>,
-}
+/// A started request's answer with its context, and whether the request was serial.
+type Pending<P> = Pin<Box<dyn Future<Output = ((<P as Protocol>::Context, <P as Protocol>::Response), bool)> + Send>>;
 
-fn nonce() -> [u8; NONCE_BYTES] {
-    let mut n = [0u8; NONCE_BYTES];
-    getrandom::fill(&mut n).expect("the operating system's random source works");
-    n
+/// A request read from the socket, or an answer already decided for a frame (kept in its
+/// place in the order).
+enum Item<P: Protocol> {
+    Request(P::Request),
+    Decided(P::Response),
 }
-
-/// Answer the membership handshake, and refuse internal requests from non-members. Returns
-/// `Some(response, close)` when the request is answered here.
-fn gate(limits: &ServerLimits, peer: &mut Peer, req: &Request) -> Option<(Response, bool)> {
-    let failed = |msg: String| Status::new(ErrorCode::SaslAuthenticationFailed, msg);
-    match (req, &limits.cluster_secret) {
-        (Request::AuthBegin(_), None) => Some((
-            Response::AuthBegin(AuthBeginResponse {
-                status: failed("this process has no cluster secret, so there is nothing to prove".into()),
-                server_nonce: Bytes::new(),
-            }),
-            false,
-        )),
-        (Request::AuthBegin(_), Some(_)) => {
-            let n = nonce();
-            peer.server_nonce = Some(n);
-            Some((
-                Response::AuthBegin(AuthBeginResponse { status: Status::ok(), server_nonce: Bytes::copy_from_slice(&n) }),
-                false,
-            ))
-        }
-        (Request::AuthProve(p), secret) => {
-            let verified = match (secret, peer.server_nonce.take()) {
-                (Some(secret), Some(n)) => {
-                    secret.verify_client(&n, &p.client_nonce, &p.member, &p.proof).then(|| secret.server_proof(&p.client_nonce, &n, &p.member))
-                }
-                _ => None,
-            };
-            Some(match verified {
-                Some(server_proof) => {
-                    tracing::debug!(member = %p.member, "cluster member authenticated");
-                    peer.member = Some(p.member.clone());
-                    (Response::AuthProve(AuthProveResponse { status: Status::ok(), server_proof: Bytes::from(server_proof) }), false)
-                }
-                None => {
-                    tracing::warn!(member = %p.member, "membership proof refused; closing the connection");
-                    (
-                        Response::AuthProve(AuthProveResponse {
-                            status: failed(format!(
-                                "membership proof for '{}' refused: wrong cluster secret, or no challenge asked first",
-                                p.member
-                            )),
-                            server_proof: Bytes::new(),
-                        }),
-                        true,
-                    )
-                }
-            })
-        }
-        (req, Some(_)) if req.is_internal() && peer.member.is_none() => Some((
-            Response::Error(Status::new(
-                ErrorCode::ClusterAuthorizationFailed,
-                format!(
-                    "{:?} is a cluster-internal request; prove membership with the cluster secret first (AuthBegin, AuthProve)",
-                    req.api_key()
-                ),
-            )),
-            false,
-        )),
-        _ => None,
-    }
-}
-
-/// Whether [`gate`] would answer `req` itself (a membership step, or an internal request from a
-/// peer that proved nothing), without changing anything.
-fn gated(limits: &ServerLimits, peer: &Peer, req: &Request) -> bool {
-    matches!(req, Request::AuthBegin(_) | Request::AuthProve(_))
-        || (limits.cluster_secret.is_some() && req.is_internal() && peer.member.is_none())
-}
-
-/// The answer to a request read behind one that closes the connection.
-fn not_handled() -> Status {
-    Status::new(
-        ErrorCode::ClusterAuthorizationFailed,
-        "not handled: an earlier request on this connection failed its membership proof; reconnect",
-    )
-}
-
-/// A started request's answer with its correlation id, and whether the request was serial.
-type Pending = Pin<Box<dyn Future<Output = ((i32, Response), bool)> + Send>>;
 
 /// A connection's requests between the socket and their answers.
 ///
 /// Requests are handed to the handler in arrival order. An [`Handled::Applied`] request's
 /// future runs beside later ones; after a [`Handled::Serial`] one, later requests wait in
 /// `deferred` until its answer is out. Answers leave in arrival order either way.
-struct InFlight<'a> {
-    handler: Handler,
-    group: Option<GroupHandler>,
+struct InFlight<'a, P: Protocol> {
+    handler: Handler<P>,
+    group: Option<GroupHandler<P>>,
     limits: &'a ServerLimits,
-    /// What the connection's peer has proved (see [`gate`]).
-    peer: Peer,
+    /// What the connection's peer has proved (see [`Protocol::gate`]).
+    peer: P::Peer,
     /// Started requests, polled together, yielded in the order they started.
-    running: FuturesOrdered<Pending>,
+    running: FuturesOrdered<Pending<P>>,
     /// How many of `running` are serial.
     serials: usize,
-    /// Read but not started yet: a serial request ahead of them has not finished. `Err` is an
-    /// answer already decided (an undecodable frame), kept in its place in the order.
-    deferred: VecDeque<(i32, Result<Request, Status>)>,
+    /// Read but not started yet: a serial request ahead of them has not finished.
+    deferred: VecDeque<(P::Context, Item<P>)>,
 }
 
-impl<'a> InFlight<'a> {
-    fn new(handler: Handler, group: Option<GroupHandler>, limits: &'a ServerLimits) -> InFlight<'a> {
+impl<'a, P: Protocol> InFlight<'a, P> {
+    fn new(handler: Handler<P>, group: Option<GroupHandler<P>>, limits: &'a ServerLimits) -> InFlight<'a, P> {
         InFlight {
             handler,
             group,
             limits,
-            peer: Peer::default(),
+            peer: P::Peer::default(),
             running: FuturesOrdered::new(),
             serials: 0,
             deferred: VecDeque::new(),
@@ -368,88 +368,84 @@ impl<'a> InFlight<'a> {
 
     /// Take a request (or a decided answer) in arrival order: start it now, or defer it behind a
     /// serial request still running. Returns whether the connection must close after it.
-    fn push(&mut self, correlation_id: i32, req: Result<Request, Status>) -> bool {
+    fn push(&mut self, ctx: P::Context, item: Item<P>) -> bool {
         if self.serials > 0 || !self.deferred.is_empty() {
-            self.deferred.push_back((correlation_id, req));
+            self.deferred.push_back((ctx, item));
             return false;
         }
-        self.start(correlation_id, req)
+        self.start(ctx, item)
     }
 
     /// Take requests read together, in arrival order, as [`InFlight::push`] takes each; with a
     /// group handler, each run of them that the membership gate lets through is started
     /// together. Returns whether the connection must close after them.
-    fn push_all(&mut self, items: Vec<(i32, Result<Request, Status>)>) -> bool {
+    fn push_all(&mut self, items: Vec<(P::Context, P::Request)>) -> bool {
         let group = self.group.clone().filter(|_| items.len() > 1);
         let mut close = false;
         let mut items = items.into_iter().peekable();
-        while let Some((correlation_id, req)) = items.next() {
+        while let Some((ctx, req)) = items.next() {
             if close {
-                self.start(correlation_id, Err(not_handled()));
+                self.start(ctx, Item::Decided(P::not_handled()));
                 continue;
             }
-            let passes = |peer: &Peer, r: &Result<Request, Status>| matches!(r, Ok(r) if !gated(self.limits, peer, r));
-            let startable = self.serials == 0 && self.deferred.is_empty() && passes(&self.peer, &req);
+            let startable = self.serials == 0 && self.deferred.is_empty() && !P::gated(self.limits, &self.peer, &req);
             let Some(group) = group.as_ref().filter(|_| startable) else {
-                close = self.push(correlation_id, req);
+                close = self.push(ctx, Item::Request(req));
                 continue;
             };
-            let (mut run, mut ids) = (VecDeque::new(), vec![correlation_id]);
-            run.extend(req.ok());
-            while let Some((id, r)) = items.next_if(|(_, r)| passes(&self.peer, r)) {
-                ids.push(id);
-                run.extend(r.ok());
+            let (mut run, mut ctxs) = (VecDeque::from([req]), vec![ctx]);
+            while let Some((c, r)) = items.next_if(|(_, r)| !P::gated(self.limits, &self.peer, r)) {
+                ctxs.push(c);
+                run.push_back(r);
             }
-            let mut ids = ids.into_iter();
+            let mut ctxs = ctxs.into_iter();
             let handled = group(&mut run);
             if handled.is_empty() {
                 // A group handler that started nothing: the first one goes alone, so the
                 // connection never stalls.
-                if let (Some(id), Some(r)) = (ids.next(), run.pop_front()) {
+                if let (Some(c), Some(r)) = (ctxs.next(), run.pop_front()) {
                     let handled = (self.handler)(r);
-                    self.start_handled(id, handled);
+                    self.start_handled(c, handled);
                 }
             }
             for handled in handled {
-                let Some(id) = ids.next() else { break };
-                self.start_handled(id, handled);
+                let Some(c) = ctxs.next() else { break };
+                self.start_handled(c, handled);
             }
-            self.deferred.extend(ids.zip(run.into_iter().map(Ok)));
+            self.deferred.extend(ctxs.zip(run.into_iter().map(Item::Request)));
         }
         close
     }
 
-    fn start(&mut self, correlation_id: i32, req: Result<Request, Status>) -> bool {
-        let (handled, close) = match req {
-            Err(status) => (Handled::answer(Response::Error(status)), false),
-            Ok(req) => match gate(self.limits, &mut self.peer, &req) {
+    fn start(&mut self, ctx: P::Context, item: Item<P>) -> bool {
+        let (handled, close) = match item {
+            Item::Decided(resp) => (Handled::answer(resp), false),
+            Item::Request(req) => match P::gate(self.limits, &mut self.peer, &req) {
                 Some((resp, close)) => (Handled::answer(resp), close),
                 None => ((self.handler)(req), false),
             },
         };
-        self.start_handled(correlation_id, handled);
+        self.start_handled(ctx, handled);
         close
     }
 
-    fn start_handled(&mut self, correlation_id: i32, handled: Handled) {
-        let (fut, serial) = match handled {
-            Handled::Applied(f) => (f, false),
-            Handled::Serial(f) => (f, true),
-        };
+    fn start_handled(&mut self, ctx: P::Context, handled: Handled<P::Response>) {
+        let serial = handled.is_serial();
+        let fut = handled.into_future();
         let timeout = Duration::from_millis(self.limits.request_timeout_ms);
-        self.running.push_back(Box::pin(tagged(correlation_id, fut, timeout).map(move |answer| (answer, serial))));
+        self.running.push_back(Box::pin(tagged::<P>(ctx, fut, timeout).map(move |answer| (answer, serial))));
         self.serials += usize::from(serial);
     }
 
     /// The next answer in order, once it is ready. Cancel-safe: requests keep their progress.
-    async fn next(&mut self) -> Option<(i32, Response)> {
+    async fn next(&mut self) -> Option<(P::Context, P::Response)> {
         let (answer, serial) = self.running.next().await?;
         self.serials -= usize::from(serial);
         Some(answer)
     }
 
     /// The next answer in order if it is ready now, without waiting.
-    fn next_ready(&mut self) -> Option<(i32, Response)> {
+    fn next_ready(&mut self) -> Option<(P::Context, P::Response)> {
         self.next().now_or_never().flatten()
     }
 
@@ -459,12 +455,12 @@ impl<'a> InFlight<'a> {
     fn resume(&mut self) -> bool {
         let mut close = false;
         while self.serials == 0 && !close {
-            let Some((correlation_id, req)) = self.deferred.pop_front() else { break };
-            close = self.start(correlation_id, req);
+            let Some((ctx, item)) = self.deferred.pop_front() else { break };
+            close = self.start(ctx, item);
         }
         if close {
-            for (correlation_id, _) in std::mem::take(&mut self.deferred) {
-                self.start(correlation_id, Err(not_handled()));
+            for (ctx, _) in std::mem::take(&mut self.deferred) {
+                self.start(ctx, Item::Decided(P::not_handled()));
             }
         }
         close
@@ -482,16 +478,16 @@ struct Served {
     read_capacity_released_to: usize,
 }
 
-async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+async fn serve_connection<P: Protocol, S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
-    handler: Handler,
-    group: Option<GroupHandler>,
+    handler: Handler<P>,
+    group: Option<GroupHandler<P>>,
     limits: &ServerLimits,
     mut stop: watch::Receiver<bool>,
 ) -> Served {
     let mut served = Served::default();
-    let mut framed = Framed::new(stream, ServerCodec::new(limits.frame_bytes_max));
-    let mut inflight = InFlight::new(handler, group, limits);
+    let mut framed = Framed::new(stream, P::codec(limits));
+    let mut inflight = InFlight::<P>::new(handler, group, limits);
     // After a request that cannot be decoded we answer it, finish what is in flight and close.
     let mut closing = false;
     let idle = Duration::from_millis(limits.idle_ms);
@@ -514,9 +510,14 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                 // Every answer ready now goes out in one write.
                 let mut answer = Some(answer);
                 let mut failed = false;
+                let mut close_now = false;
                 while let Some(a) = answer.take() {
+                    close_now = P::closes(&a.1);
                     if framed.feed(a).await.is_err() {
                         failed = true;
+                        break;
+                    }
+                    if close_now {
                         break;
                     }
                     // The buffer's allocation is at least what it holds now (after a flush its
@@ -525,7 +526,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                     closing |= inflight.resume();
                     answer = inflight.next_ready();
                 }
-                if failed || framed.flush().await.is_err() {
+                if failed || framed.flush().await.is_err() || close_now {
                     break;
                 }
                 let now = tokio::time::Instant::now();
@@ -539,14 +540,14 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                 // The requests already read behind this one are taken with it.
                 let mut requests = Vec::new();
                 let mut item = Some(item);
-                while let Some(Some(Ok(Ok((header, req))))) = item {
-                    requests.push((header.correlation_id, Ok(req)));
+                while let Some(Some(Ok(Decoded::Request(ctx, req)))) = item {
+                    requests.push((ctx, req));
                     let room = inflight.len() + requests.len() < limits.inflight_requests_max;
                     item = (room && protocol::codec::frame_buffered(framed.read_buffer()))
                         .then(|| framed.next().now_or_never())
                         .flatten();
                 }
-                let large = requests.iter().any(|(_, r)| r.as_ref().is_ok_and(|r| request_size_hint(r) >= READ_AHEAD_REQUEST_BYTES));
+                let large = requests.iter().any(|(_, r)| P::request_bytes(r) >= READ_AHEAD_REQUEST_BYTES);
                 if !requests.is_empty() {
                     closing |= inflight.push_all(requests);
                 }
@@ -562,22 +563,19 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                     buffer.reserve(limits.read_buffer_bytes);
                 }
                 match item {
-                    None | Some(Some(Ok(Ok(_)))) => {}
+                    None | Some(Some(Ok(Decoded::Request(..)))) => {}
                     Some(None) => closing = true,
-                    Some(Some(Ok(Err(bad)))) => {
-                        let correlation_id = bad.header.map_or(-1, |h| h.correlation_id);
-                        tracing::info!(error = %bad.error, correlation_id, "undecodable request; answering and closing");
-                        let status = Status::new(bad.error.error_code(), format!("{}; closing the connection", bad.error));
-                        inflight.push(correlation_id, Err(status));
+                    Some(Some(Ok(Decoded::Refused { answer, why }))) => {
+                        tracing::info!(error = %why, "a request that cannot be served; answering (if the protocol answers it) and closing");
+                        if let Some((ctx, resp)) = answer {
+                            inflight.push(ctx, Item::Decided(resp));
+                        }
                         closing = true;
                     }
                     Some(Some(Err(CodecError::FrameTooLarge { len, max }))) => {
-                        tracing::info!(len, max, "oversized frame; answering and closing");
-                        let status = Status::new(
-                            ErrorCode::MessageTooLarge,
-                            format!("frame of {len} bytes exceeds frame_bytes_max {max}; closing the connection"),
-                        );
-                        inflight.push(-1, Err(status));
+                        tracing::info!(len, max, "oversized frame; answering (if the protocol answers it) and closing");
+                        let (ctx, resp) = P::frame_too_large(len, max);
+                        inflight.push(ctx, Item::Decided(resp));
                         closing = true;
                     }
                     Some(Some(Err(e))) => {
@@ -590,13 +588,13 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
             // hold of it is freed when they are answered.
             _ = &mut quiet_timer, if holds_room(&framed, read_ahead, write_grown) => {
                 if read_ahead && framed.read_buffer().is_empty() {
-                    *framed.read_buffer_mut() = bytes::BytesMut::with_capacity(BUFFER_BYTES_KEPT);
+                    *framed.read_buffer_mut() = BytesMut::with_capacity(BUFFER_BYTES_KEPT);
                     read_ahead = false;
                     served.read_buffer_releases += 1;
                     served.read_capacity_released_to = framed.read_buffer().capacity();
                 }
                 if write_grown && framed.write_buffer().is_empty() {
-                    *framed.write_buffer_mut() = bytes::BytesMut::with_capacity(BUFFER_BYTES_KEPT);
+                    *framed.write_buffer_mut() = BytesMut::with_capacity(BUFFER_BYTES_KEPT);
                     write_grown = false;
                     served.write_buffer_releases += 1;
                 }
@@ -616,6 +614,177 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
 /// nothing in it.
 fn holds_room<S, C>(framed: &Framed<S, C>, read_ahead: bool, write_grown: bool) -> bool {
     (read_ahead && framed.read_buffer().is_empty()) || (write_grown && framed.write_buffer().is_empty())
+}
+
+/// epochfence's own protocol ([`protocol::messages`]), with its membership handshake.
+pub struct Own;
+
+/// The membership state of one own-protocol connection.
+#[derive(Default)]
+pub struct OwnPeer {
+    server_nonce: Option<[u8; NONCE_BYTES]>,
+    member: Option<String>,
+}
+
+/// [`ServerCodec`] with its items as [`Decoded`].
+pub struct OwnCodec(ServerCodec);
+
+impl Decoder for OwnCodec {
+    type Item = Decoded<Own>;
+    type Error = CodecError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Decoded<Own>>, CodecError> {
+        Ok(self.0.decode(src)?.map(|item| match item {
+            Ok((header, req)) => Decoded::Request(header.correlation_id, req),
+            Err(bad) => {
+                let correlation_id = bad.header.map_or(-1, |h| h.correlation_id);
+                let status = Status::new(bad.error.error_code(), format!("{}; closing the connection", bad.error));
+                Decoded::Refused {
+                    answer: Some((correlation_id, Response::Error(status))),
+                    why: format!("undecodable request (correlation id {correlation_id}): {}", bad.error),
+                }
+            }
+        }))
+    }
+}
+
+impl Encoder<(i32, Response)> for OwnCodec {
+    type Error = CodecError;
+
+    fn encode(&mut self, item: (i32, Response), dst: &mut BytesMut) -> Result<(), CodecError> {
+        self.0.encode(item, dst)
+    }
+}
+
+fn nonce() -> [u8; NONCE_BYTES] {
+    let mut n = [0u8; NONCE_BYTES];
+    getrandom::fill(&mut n).expect("the operating system's random source works");
+    n
+}
+
+impl Protocol for Own {
+    type Request = Request;
+    type Response = Response;
+    type Context = i32;
+    type Peer = OwnPeer;
+    type Codec = OwnCodec;
+
+    fn codec(limits: &ServerLimits) -> OwnCodec {
+        OwnCodec(ServerCodec::new(limits.frame_bytes_max))
+    }
+
+    fn request_bytes(req: &Request) -> usize {
+        request_size_hint(req)
+    }
+
+    fn timed_out(_: i32, timeout: Duration) -> Response {
+        Response::Error(Status::new(
+            ErrorCode::RequestTimedOut,
+            format!("no answer within request_timeout_ms {}; retry", timeout.as_millis()),
+        ))
+    }
+
+    fn frame_too_large(len: usize, max: usize) -> (i32, Response) {
+        let status = Status::new(
+            ErrorCode::MessageTooLarge,
+            format!("frame of {len} bytes exceeds frame_bytes_max {max}; closing the connection"),
+        );
+        (-1, Response::Error(status))
+    }
+
+    fn too_many_connections(limits: &ServerLimits) -> (i32, Response) {
+        let status = Status::new(
+            ErrorCode::BrokerNotAvailable,
+            format!("too many connections: the limit connections_max is {}; retry later", limits.connections_max),
+        );
+        (-1, Response::Error(status))
+    }
+
+    /// Answer the membership handshake, and refuse internal requests from non-members.
+    fn gate(limits: &ServerLimits, peer: &mut OwnPeer, req: &Request) -> Option<(Response, bool)> {
+        let failed = |msg: String| Status::new(ErrorCode::SaslAuthenticationFailed, msg);
+        match (req, &limits.cluster_secret) {
+            (Request::AuthBegin(_), None) => Some((
+                Response::AuthBegin(AuthBeginResponse {
+                    status: failed("this process has no cluster secret, so there is nothing to prove".into()),
+                    server_nonce: Bytes::new(),
+                }),
+                false,
+            )),
+            (Request::AuthBegin(_), Some(_)) => {
+                let n = nonce();
+                peer.server_nonce = Some(n);
+                Some((
+                    Response::AuthBegin(AuthBeginResponse {
+                        status: Status::ok(),
+                        server_nonce: Bytes::copy_from_slice(&n),
+                    }),
+                    false,
+                ))
+            }
+            (Request::AuthProve(p), secret) => {
+                let verified = match (secret, peer.server_nonce.take()) {
+                    (Some(secret), Some(n)) => secret
+                        .verify_client(&n, &p.client_nonce, &p.member, &p.proof)
+                        .then(|| secret.server_proof(&p.client_nonce, &n, &p.member)),
+                    _ => None,
+                };
+                Some(match verified {
+                    Some(server_proof) => {
+                        tracing::debug!(member = %p.member, "cluster member authenticated");
+                        peer.member = Some(p.member.clone());
+                        (
+                            Response::AuthProve(AuthProveResponse {
+                                status: Status::ok(),
+                                server_proof: Bytes::from(server_proof),
+                            }),
+                            false,
+                        )
+                    }
+                    None => {
+                        tracing::warn!(member = %p.member, "membership proof refused; closing the connection");
+                        (
+                            Response::AuthProve(AuthProveResponse {
+                                status: failed(format!(
+                                    "membership proof for '{}' refused: wrong cluster secret, or no challenge asked first",
+                                    p.member
+                                )),
+                                server_proof: Bytes::new(),
+                            }),
+                            true,
+                        )
+                    }
+                })
+            }
+            (req, Some(_)) if req.is_internal() && peer.member.is_none() => Some((
+                Response::Error(Status::new(
+                    ErrorCode::ClusterAuthorizationFailed,
+                    format!(
+                        "{:?} is a cluster-internal request; prove membership with the cluster secret first (AuthBegin, AuthProve)",
+                        req.api_key()
+                    ),
+                )),
+                false,
+            )),
+            _ => None,
+        }
+    }
+
+    fn gated(limits: &ServerLimits, peer: &OwnPeer, req: &Request) -> bool {
+        matches!(req, Request::AuthBegin(_) | Request::AuthProve(_))
+            || (limits.cluster_secret.is_some() && req.is_internal() && peer.member.is_none())
+    }
+
+    fn not_handled() -> Response {
+        Response::Error(Status::new(
+            ErrorCode::ClusterAuthorizationFailed,
+            "not handled: an earlier request on this connection failed its membership proof; reconnect",
+        ))
+    }
+
+    fn closes(_: &Response) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
@@ -671,7 +840,7 @@ mod tests {
         (handler, calls, release)
     }
 
-    async fn answers(inflight: &mut InFlight<'_>, n: usize) -> Vec<(i32, String)> {
+    async fn answers(inflight: &mut InFlight<'_, Own>, n: usize) -> Vec<(i32, String)> {
         let mut out = Vec::new();
         for _ in 0..n {
             let (id, resp) = inflight.next().await.expect("an answer is due");
@@ -687,11 +856,11 @@ mod tests {
 
     /// A connection's in-flight requests after fetches of partitions 0, 1 and 2 (correlation
     /// ids 10, 11, 12) were pushed to a [`holding`] handler; its calls and its release.
-    fn three_fetches(serial: bool, limits: &ServerLimits) -> (InFlight<'_>, Calls, oneshot::Sender<()>) {
+    fn three_fetches(serial: bool, limits: &ServerLimits) -> (InFlight<'_, Own>, Calls, oneshot::Sender<()>) {
         let (handler, calls, release) = holding(serial);
         let mut inflight = InFlight::new(handler, None, limits);
         for (id, p) in [(10, 0), (11, 1), (12, 2)] {
-            inflight.push(id, Ok(fetch(p)));
+            inflight.push(id, Item::Request(fetch(p)));
         }
         (inflight, calls, release)
     }
@@ -734,7 +903,7 @@ mod tests {
         let (group, group_calls, release) = grouping();
         let mut inflight = InFlight::new(handler, Some(group), &limits);
         let requests = [(10, 1), (11, 2), (12, 0), (13, 3), (14, 4)];
-        inflight.push_all(requests.iter().map(|(id, p)| (*id, Ok(fetch(*p)))).collect());
+        inflight.push_all(requests.iter().map(|(id, p)| (*id, fetch(*p))).collect());
         assert_eq!(*group_calls.lock().unwrap(), [vec![1, 2, 0]], "one call, up to the serial request");
         assert!(single_calls.lock().unwrap().is_empty(), "3 and 4 wait behind it");
         assert_eq!(inflight.len(), 5);
@@ -755,7 +924,8 @@ mod tests {
         let limits = ServerLimits::default();
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop_tx, stop) = watch::channel(false);
-        let served = tokio::spawn(async move { serve_connection(server, handler, Some(group), &limits, stop).await });
+        let served =
+            tokio::spawn(async move { serve_connection::<Own, _>(server, handler, Some(group), &limits, stop).await });
         let mut framed = Framed::new(client, ClientCodec::new(FRAME_BYTES_MAX_DEFAULT));
         // Three requests in one write: the server reads them at once.
         for (id, p) in [(1, 1), (2, 2), (3, 3)] {
@@ -791,7 +961,8 @@ mod tests {
         let limits = ServerLimits { buffer_release_ms: 1_000, ..ServerLimits::default() };
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop_tx, stop) = watch::channel(false);
-        let served = tokio::spawn(async move { serve_connection(server, handler, None, &limits, stop).await });
+        let served =
+            tokio::spawn(async move { serve_connection::<Own, _>(server, handler, None, &limits, stop).await });
         let mut framed = Framed::new(client, ClientCodec::new(FRAME_BYTES_MAX_DEFAULT));
         let mut call = async |partitions: &[i32]| {
             for (id, p) in partitions.iter().enumerate() {
@@ -838,7 +1009,7 @@ mod tests {
         let limits = ServerLimits::default();
         let (mut inflight, calls, release) = three_fetches(true, &limits);
         let bad = Status::new(ErrorCode::InvalidRequest, "undecodable");
-        inflight.push(13, Err(bad));
+        inflight.push(13, Item::Decided(Response::Error(bad)));
         assert_eq!(*calls.lock().unwrap(), [0], "1 and 2 wait for the serial request");
         assert_eq!(inflight.len(), 4);
         assert!(inflight.next_ready().is_none());
@@ -863,7 +1034,8 @@ mod tests {
             ServerLimits { cluster_secret: Some(ClusterSecret::new(vec![7; 32]).unwrap()), ..ServerLimits::default() };
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop_tx, stop) = watch::channel(false);
-        let served = tokio::spawn(async move { serve_connection(server, handler, None, &limits, stop).await });
+        let served =
+            tokio::spawn(async move { serve_connection::<Own, _>(server, handler, None, &limits, stop).await });
         let mut framed = Framed::new(client, ClientCodec::new(FRAME_BYTES_MAX_DEFAULT));
         let prove = Request::AuthProve(AuthProveRequest {
             member: "intruder".into(),

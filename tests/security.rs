@@ -77,6 +77,7 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
                 partition: 0,
                 producer_id: 0,
                 producer_epoch: 9,
+                marker_sequence: 0,
                 commit: true,
                 leader_epoch: 0,
             }))
@@ -145,6 +146,7 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
             partition: 0,
             producer_id: 0,
             producer_epoch: 9,
+            marker_sequence: 0,
             commit: true,
             leader_epoch: 0,
         }))

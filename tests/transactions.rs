@@ -123,6 +123,7 @@ async fn a_stuck_marker_on_one_partition_does_not_hold_up_commits_on_another() {
         producer_id: b.producer_id(),
         producer_epoch: b.epoch(),
         commit: true,
+        bump_epoch: true,
     });
     let Response::EndTxn(r) = conn.call(req).await.unwrap() else { panic!("wrong answer") };
     assert!(r.status.is_ok(), "the commit on y waited for x's marker: {}", r.status);
@@ -220,6 +221,7 @@ async fn a_delayed_end_txn_of_an_earlier_transaction_does_not_touch_a_later_one(
             producer_id: pid,
             producer_epoch: e0,
             commit,
+            bump_epoch: true,
         });
         let Response::EndTxn(r) = conn.call(req).await.unwrap() else { panic!("wrong answer") };
         if !commit {

@@ -22,7 +22,8 @@ fn gate(c: &mut Criterion) {
     // 10,000 producers already known to the partition, as a busy partition would have.
     let mut states = ProducerStates::new(true);
     for pid in 0..10_000 {
-        states.mark_verified(pid, 0, false);
+        let guard = states.guard(pid);
+        states.mark_verified(pid, 0, false, guard);
         states.record(&header(pid, 0, pid));
     }
     let mut seq = 1;

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::leader::{LeaderEpochError, Leadership};
 use crate::log::{LogConfig, LogError, PartitionLog, ReadRange};
-use crate::producer_state::{Admit, GateError, ProducerStates, SavedProducer};
+use crate::producer_state::{Admit, GateError, ProducerStates, SavedProducer, VerificationGuard};
 use crate::replication::{ReplicaSet, Sent};
 use crate::snapshot;
 use crate::storage::{OsStorage, Storage, StoredFile};
@@ -127,6 +127,8 @@ pub enum AppendError {
         producer_id: i64,
         /// Epoch.
         epoch: i16,
+        /// To hand back with the coordinator's answer ([`Partition::mark_verified`]).
+        guard: VerificationGuard,
     },
     /// An acks=all write while the ISR is smaller than `min.insync.replicas`: nothing written.
     #[error("the ISR {isr:?} has {} member(s), fewer than min.insync.replicas {min_isr}: an acks=all write needs {min_isr} in-sync replicas; bring the followers back in sync, or write with acks=leader", isr.len())]
@@ -583,9 +585,13 @@ impl Partition {
                     );
                     continue;
                 }
-                Ok(Admit::NeedsVerification) => {
+                Ok(Admit::NeedsVerification(guard)) => {
                     let (producer_id, epoch) = (header.producer_id, header.producer_epoch);
-                    decided(&mut answers, &mut chunk, Err(AppendError::NeedsVerification { producer_id, epoch }));
+                    decided(
+                        &mut answers,
+                        &mut chunk,
+                        Err(AppendError::NeedsVerification { producer_id, epoch, guard }),
+                    );
                     break;
                 }
                 Ok(Admit::Append) => {}
@@ -1162,9 +1168,15 @@ impl Partition {
     }
 
     /// The coordinator confirmed `(producer_id, epoch)` for this partition (`transactional`:
-    /// for transactional writes).
-    pub fn mark_verified(&self, producer_id: i64, epoch: i16, transactional: bool) {
-        self.lock().producers.mark_verified(producer_id, epoch, transactional);
+    /// for transactional writes), answering the verification asked under `guard`. False if the
+    /// producer's transaction here ended (a marker) since: the answer does not count.
+    pub fn mark_verified(&self, producer_id: i64, epoch: i16, transactional: bool, guard: VerificationGuard) -> bool {
+        self.lock().producers.mark_verified(producer_id, epoch, transactional, guard)
+    }
+
+    /// The guard a verification of `producer_id` would carry now (for tests and the simulator).
+    pub fn verification_guard(&self, producer_id: i64) -> VerificationGuard {
+        self.lock().producers.guard(producer_id)
     }
 
     /// Whether this replica's log stopped taking writes after a failed write or fdatasync.
@@ -1460,7 +1472,7 @@ mod tests {
     /// stored it at `offset`.
     fn producer_batch(offset: i64, pid: i64, epoch: i16, seq: i32, txn: bool, marker: Option<MarkerKind>) -> Bytes {
         let b = match marker {
-            Some(kind) => protocol::batch::build_marker(pid, epoch, kind, 0, 1_000),
+            Some(kind) => protocol::batch::build_marker(pid, epoch, -1, kind, 0, 1_000),
             None => build_batch(
                 ProducerStamp { producer_id: pid, producer_epoch: epoch, base_sequence: seq },
                 txn,
@@ -1872,7 +1884,7 @@ mod tests {
         assert_eq!(follower.log_shape().0, start, "started over at the leader's start");
         // The follower leads; producer 7 sends its next batch.
         follower.learn(3, 3, 2, &[2, 3], &[3], 0);
-        follower.mark_verified(7, 0, false);
+        assert!(follower.mark_verified(7, 0, false, follower.verification_guard(7)));
         let next = build_batch(
             ProducerStamp { producer_id: 7, producer_epoch: 0, base_sequence: 1 },
             false,
@@ -1887,7 +1899,7 @@ mod tests {
         other.learn(2, 2, 1, &[2, 3], &[2, 3], 0);
         other.apply_replicated(&ReplicateRequest { producer_state: Bytes::new(), ..req }, true).unwrap();
         other.learn(3, 3, 2, &[2, 3], &[3], 0);
-        other.mark_verified(7, 0, false);
+        assert!(other.mark_verified(7, 0, false, other.verification_guard(7)));
         assert!(matches!(other.append(&next, &h, 3, false), Err(AppendError::Gate(GateError::OutOfOrder { .. }))));
     }
 
@@ -1978,7 +1990,7 @@ mod tests {
         let disk = Arc::new(CountingDisk::default());
         let p = Partition::open_with(disk.clone(), Path::new("/disk/t-0"), config, "t", 0, 1, true).unwrap();
         p.learn(1, 1, 0, &[1], &[1], 0);
-        p.mark_verified(7, 0, false);
+        assert!(p.mark_verified(7, 0, false, p.verification_guard(7)));
         (p, disk)
     }
 
@@ -2060,7 +2072,7 @@ mod tests {
         );
         assert_eq!(answers.len(), 2, "nothing after the batch that waits: {answers:?}");
         assert_eq!(oks(&answers[..1]), [Some(new_at(0))]);
-        assert!(matches!(answers[1], Err(AppendError::NeedsVerification { producer_id: 8, epoch: 0 })));
+        assert!(matches!(answers[1], Err(AppendError::NeedsVerification { producer_id: 8, epoch: 0, .. })));
         assert_eq!(p.progress().0, 1);
     }
 
@@ -2077,7 +2089,7 @@ mod tests {
         drop(p);
         let q = Partition::open_with(disk.clone(), Path::new("/disk/t-0"), small_segments(), "t", 0, 1, true).unwrap();
         q.learn(1, 1, 0, &[1], &[1], 0);
-        q.mark_verified(7, 0, false);
+        assert!(q.mark_verified(7, 0, false, q.verification_guard(7)));
         let duplicate = Appended::Duplicate { base_offset: 11, end_offset: 12, leader_epoch: 1 };
         assert_eq!(oks(&offer_all(&q, &[batches[11].clone()])), [Some(duplicate)]);
         assert_eq!(oks(&offer_all(&q, &[producer_batch(0, 7, 0, 12, false, None)])), [Some(new_at(12))]);

@@ -30,14 +30,49 @@ struct BatchMeta {
     base_offset: i64,
 }
 
+/// Which marker of a producer id a control batch is: the epoch it carries and the
+/// coordinator's count of that producer id's transaction ends and fences (the batch's base
+/// sequence; -1 in markers written before they were counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MarkerId {
+    /// The marker's epoch.
+    pub epoch: i16,
+    /// The coordinator's marker sequence, -1 for none.
+    pub sequence: i32,
+}
+
+impl MarkerId {
+    fn of(h: &BatchHeader) -> MarkerId {
+        MarkerId { epoch: h.producer_epoch, sequence: h.base_sequence }
+    }
+
+    /// Whether `self` comes after `last`, a marker already appended. A later epoch always does.
+    /// At one epoch (several transactions ended without a bump, transaction version 1) only a
+    /// higher sequence does; sequences wrap from `i32::MAX` to 0 like record sequences, and a
+    /// marker without one (-1) is the one marker of its epoch, so a retry.
+    pub fn follows(self, last: MarkerId) -> bool {
+        if self.epoch != last.epoch {
+            return self.epoch > last.epoch;
+        }
+        match (self.sequence, last.sequence) {
+            (s, _) if s < 0 => false,
+            (_, l) if l < 0 => true,
+            (s, l) => {
+                let ahead = (i64::from(s) - i64::from(l)).rem_euclid(1 << 31);
+                ahead > 0 && ahead < 1 << 30
+            }
+        }
+    }
+}
+
 /// What one producer id has written to this partition.
 #[derive(Debug, Clone, Default)]
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<BatchMeta>,
-    /// The last marker appended for this producer id: (epoch, offset). A marker is written
-    /// once per epoch bump, so a second one at the same epoch is a retry.
-    last_marker: Option<(i16, i64)>,
+    /// The last marker appended for this producer id, and its offset: a marker that does not
+    /// follow it ([`MarkerId::follows`]) is a retry, or a late copy of one already written.
+    last_marker: Option<(MarkerId, i64)>,
 }
 
 /// The gate's verdict on a batch that may be appended.
@@ -51,9 +86,15 @@ pub enum Admit {
         base_offset: i64,
     },
     /// The coordinator must first confirm that this epoch may write here
-    /// ([`ProducerStates::mark_verified`]); then check again.
-    NeedsVerification,
+    /// ([`ProducerStates::mark_verified`], with this guard); then check again.
+    NeedsVerification(VerificationGuard),
 }
+
+/// What a verification was asked against: the producer id's last marker here when the gate
+/// asked. A marker appended while the coordinator is asked ends the transaction the answer
+/// speaks of (at the same epoch, transaction version 1), so the answer no longer counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerificationGuard(Option<MarkerId>);
 
 /// Why the gate refuses a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -132,7 +173,7 @@ impl ProducerStates {
     pub fn check_replicated(&self, h: &BatchHeader) -> Result<(), GateError> {
         match self.check_mode(h, false)? {
             Admit::Append => Ok(()),
-            Admit::Duplicate { .. } | Admit::NeedsVerification => Err(GateError::OutOfOrder {
+            Admit::Duplicate { .. } | Admit::NeedsVerification(_) => Err(GateError::OutOfOrder {
                 producer_id: h.producer_id,
                 epoch: h.producer_epoch,
                 expected: self
@@ -160,12 +201,15 @@ impl ProducerStates {
         let entry = self.producers.get(&h.producer_id);
         let current = entry.map(|e| e.epoch);
         if h.is_control() {
-            // A marker at epoch e fences every epoch below e; an older marker is stale.
+            // A marker at epoch e fences every epoch below e; an older marker is stale. One
+            // that does not follow the last marker is a retry (or a late copy) of one written.
             return match (current, entry.and_then(|e| e.last_marker)) {
                 (Some(c), _) if h.producer_epoch < c => {
                     Err(GateError::StaleEpoch { producer_id: h.producer_id, current: c, got: h.producer_epoch })
                 }
-                (_, Some((epoch, offset))) if epoch == h.producer_epoch => Ok(Admit::Duplicate { base_offset: offset }),
+                (_, Some((last, offset))) if !MarkerId::of(h).follows(last) => {
+                    Ok(Admit::Duplicate { base_offset: offset })
+                }
                 _ => Ok(Admit::Append),
             };
         }
@@ -187,7 +231,7 @@ impl ProducerStates {
         let verified = self.verified.get(&h.producer_id).copied();
         let covers = verified.is_some_and(|(e, txn)| e == h.producer_epoch && (txn || !h.is_transactional()));
         if verify && !covers {
-            return Ok(Admit::NeedsVerification);
+            return Ok(Admit::NeedsVerification(VerificationGuard(entry.and_then(|e| e.last_marker).map(|(m, _)| m))));
         }
         let expected = match entry {
             Some(e) if e.epoch == h.producer_epoch => match e.batches.back() {
@@ -196,6 +240,8 @@ impl ProducerStates {
                 // verification from when it led): as for an unknown producer below.
                 None if !verify && e.last_marker.is_none() => return Ok(Admit::Append),
                 // Same epoch, no data batch yet (only a marker at this epoch): start at 0.
+                // (A marker at the epoch of earlier batches keeps them: sequences go on across
+                // it, transaction version 1.)
                 None => 0,
             },
             // A replicated batch of a producer this replica has no batch of: its log may start
@@ -265,9 +311,12 @@ impl ProducerStates {
             return;
         }
         if h.is_control() {
-            // A marker ends what came before it; the epoch's next data batch starts at 0.
-            e.batches.clear();
-            e.last_marker = Some((h.producer_epoch, h.base_offset));
+            // A marker ends the producer's transaction here. At a new epoch (cleared above) the
+            // next data batch starts at sequence 0; at the same epoch (transaction version 1)
+            // sequences go on, as in Kafka. Either way the next transactional write is verified
+            // with the coordinator again: the transaction a verification spoke of is over.
+            e.last_marker = Some((MarkerId::of(h), h.base_offset));
+            self.verified.remove(&h.producer_id);
             return;
         }
         if e.batches.len() == BATCHES_CACHED {
@@ -309,9 +358,10 @@ impl ProducerStates {
             out.put_i64(*id);
             out.put_i16(e.epoch);
             match e.last_marker {
-                Some((epoch, offset)) => {
+                Some((m, offset)) => {
                     out.put_u8(1);
-                    out.put_i16(epoch);
+                    out.put_i16(m.epoch);
+                    out.put_i32(m.sequence);
                     out.put_i64(offset);
                 }
                 None => out.put_u8(0),
@@ -327,6 +377,12 @@ impl ProducerStates {
 
     /// Read a table written by [`ProducerStates::encode`].
     pub fn decode(r: &mut Reader<'_>, fencing: bool) -> Result<Self, Malformed> {
+        Self::decode_version(r, fencing, true)
+    }
+
+    /// [`ProducerStates::decode`] for a table written with marker sequences (`marker_sequences`)
+    /// or before they were kept (the markers then read as sequence -1).
+    pub fn decode_version(r: &mut Reader<'_>, fencing: bool, marker_sequences: bool) -> Result<Self, Malformed> {
         const ENTRY_BYTES_MIN: usize = 8 + 2 + 1 + 1;
         let n = r.count(ENTRY_BYTES_MIN)?;
         let mut producers = HashMap::with_capacity(n);
@@ -335,7 +391,11 @@ impl ProducerStates {
             let epoch = r.i16()?;
             let last_marker = match r.u8()? {
                 0 => None,
-                1 => Some((r.i16()?, r.i64()?)),
+                1 => {
+                    let epoch = r.i16()?;
+                    let sequence = if marker_sequences { r.i32()? } else { -1 };
+                    Some((MarkerId { epoch, sequence }, r.i64()?))
+                }
                 _ => return Err(Malformed("bad marker flag")),
             };
             let cached = r.u8()? as usize;
@@ -355,14 +415,33 @@ impl ProducerStates {
     }
 
     /// The coordinator confirmed that `(producer_id, epoch)` is registered for this partition
-    /// (`transactional`: for transactional writes). Ignored if the partition already holds a
-    /// newer epoch for it.
-    pub fn mark_verified(&mut self, producer_id: i64, epoch: i16, transactional: bool) {
-        if self.producers.get(&producer_id).is_some_and(|e| epoch < e.epoch) {
-            return;
+    /// (`transactional`: for transactional writes), answering a verification the gate asked for
+    /// under `guard`. Ignored if the partition already holds a newer epoch for it (the batch is
+    /// then refused as stale). Returns false, recording nothing, if a marker for the producer
+    /// was appended since the gate asked: the transaction the answer confirmed is over.
+    pub fn mark_verified(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        transactional: bool,
+        guard: VerificationGuard,
+    ) -> bool {
+        let entry = self.producers.get(&producer_id);
+        if entry.is_some_and(|e| epoch < e.epoch) {
+            return true;
+        }
+        if entry.and_then(|e| e.last_marker).map(|(m, _)| m) != guard.0 {
+            return false;
         }
         let txn = transactional || self.verified.get(&producer_id).is_some_and(|(v, t)| *v == epoch && *t);
         self.verified.insert(producer_id, (epoch, txn));
+        true
+    }
+
+    /// The guard a verification of `producer_id` asked now would carry (for tests and the
+    /// simulator, which confirm without asking the gate first).
+    pub fn guard(&self, producer_id: i64) -> VerificationGuard {
+        VerificationGuard(self.producers.get(&producer_id).and_then(|e| e.last_marker).map(|(m, _)| m))
     }
 }
 
@@ -386,7 +465,12 @@ mod tests {
     }
 
     fn marker(pid: i64, epoch: i16, offset: i64) -> BatchHeader {
-        let b = build_marker(pid, epoch, MarkerKind::Abort, 0, 0);
+        marker_seq(pid, epoch, -1, offset)
+    }
+
+    /// A marker with the coordinator's marker sequence `seq`.
+    fn marker_seq(pid: i64, epoch: i16, seq: i32, offset: i64) -> BatchHeader {
+        let b = build_marker(pid, epoch, seq, MarkerKind::Abort, 0, 0);
         let mut h = BatchHeader::parse(&b).unwrap();
         h.base_offset = offset;
         h
@@ -395,8 +479,8 @@ mod tests {
     /// Check, verify if asked, and record: what a leader does with an accepted batch.
     fn admit(s: &mut ProducerStates, h: &BatchHeader) -> Result<Admit, GateError> {
         let mut a = s.check(h)?;
-        if a == Admit::NeedsVerification {
-            s.mark_verified(h.producer_id, h.producer_epoch, h.is_transactional());
+        if let Admit::NeedsVerification(guard) = a {
+            assert!(s.mark_verified(h.producer_id, h.producer_epoch, h.is_transactional(), guard));
             a = s.check(h)?;
         }
         if a == Admit::Append {
@@ -408,7 +492,7 @@ mod tests {
     #[test]
     fn first_write_of_an_epoch_needs_verification() {
         let s = ProducerStates::new(true);
-        assert_eq!(s.check(&header(1, 0, 0, 1, 0)), Ok(Admit::NeedsVerification));
+        assert!(matches!(s.check(&header(1, 0, 0, 1, 0)), Ok(Admit::NeedsVerification(_))));
     }
 
     #[test]
@@ -478,7 +562,7 @@ mod tests {
     fn verification_for_an_older_epoch_does_not_reopen_it() {
         let mut s = ProducerStates::new(true);
         admit(&mut s, &marker(1, 5, 0)).unwrap();
-        s.mark_verified(1, 4, false);
+        s.mark_verified(1, 4, false, s.guard(1));
         assert!(matches!(s.check(&header(1, 4, 0, 1, 1)), Err(GateError::StaleEpoch { current: 5, .. })));
     }
 
@@ -497,20 +581,23 @@ mod tests {
         assert!(matches!(replayed.check(&header(1, 0, 1, 1, 4)), Err(GateError::StaleEpoch { .. })));
         assert_eq!(replayed.check(&header(1, 1, 0, 2, 9)), Ok(Admit::Duplicate { base_offset: 2 }));
         // Verification is volatile: a replayed table asks the coordinator again.
-        assert_eq!(replayed.check(&header(1, 1, 2, 1, 4)), Ok(Admit::NeedsVerification));
+        assert!(matches!(replayed.check(&header(1, 1, 2, 1, 4)), Ok(Admit::NeedsVerification(_))));
     }
 
     #[test]
     fn a_non_transactional_verification_does_not_cover_transactional_writes() {
         let mut s = ProducerStates::new(true);
         let plain = header(1, 0, 0, 1, 0);
-        s.mark_verified(1, 0, false);
+        s.mark_verified(1, 0, false, s.guard(1));
         assert_eq!(s.check(&plain), Ok(Admit::Append));
         let values = [Bytes::from_static(b"t")];
         let txn = build_batch(ProducerStamp { producer_id: 1, producer_epoch: 0, base_sequence: 0 }, true, 0, &values);
         let txn = BatchHeader::parse(&txn).unwrap();
-        assert_eq!(s.check(&txn), Ok(Admit::NeedsVerification), "the transaction must be opened at the coordinator");
-        s.mark_verified(1, 0, true);
+        assert!(
+            matches!(s.check(&txn), Ok(Admit::NeedsVerification(_))),
+            "the transaction must be opened at the coordinator"
+        );
+        s.mark_verified(1, 0, true, s.guard(1));
         assert_eq!(s.check(&txn), Ok(Admit::Append));
         assert_eq!(s.check(&plain), Ok(Admit::Append), "a transactional verification covers both");
     }
@@ -534,7 +621,7 @@ mod tests {
     #[test]
     fn a_verification_does_not_fence_replicated_batches() {
         let mut s = ProducerStates::new(true);
-        s.mark_verified(1, 10, true);
+        s.mark_verified(1, 10, true, s.guard(1));
         assert_eq!(s.check_replicated(&header(1, 1, 0, 1, 0)), Ok(()), "the log holds nothing of epoch 10");
         s.record(&header(1, 1, 0, 1, 0));
         assert_eq!(s.epoch_of(1), Some(1));
@@ -554,10 +641,120 @@ mod tests {
         let mid = header(7, 2, 40, 1, 100);
         assert_eq!(s.check_replicated(&mid), Ok(()), "a replica that started over at the leader's log start");
         let mut leader = ProducerStates::new(true);
-        leader.mark_verified(7, 2, false);
+        leader.mark_verified(7, 2, false, leader.guard(7));
         assert!(matches!(leader.check(&mid), Err(GateError::OutOfOrder { expected: 0, got: 40, .. })));
         let mut known = ProducerStates::new(true);
         known.record(&header(7, 2, 0, 1, 0));
         assert!(known.check_replicated(&mid).is_err(), "a known producer's sequence is still checked");
+    }
+
+    fn txn_batch(pid: i64, epoch: i16, seq: i32, n: usize, offset: i64) -> BatchHeader {
+        let values: Vec<Bytes> = (0..n).map(|i| Bytes::from(format!("t{i}"))).collect();
+        let b = build_batch(
+            ProducerStamp { producer_id: pid, producer_epoch: epoch, base_sequence: seq },
+            true,
+            0,
+            &values,
+        );
+        let mut h = BatchHeader::parse(&b).unwrap();
+        h.base_offset = offset;
+        h
+    }
+
+    /// Transaction version 1 (Kafka clients): transactions end without a bump, so several
+    /// markers share an epoch; sequences go on across them, and each transaction's first write
+    /// is verified again.
+    #[test]
+    fn transactions_at_one_epoch_continue_sequences_and_verify_each_transaction() {
+        let mut s = ProducerStates::new(true);
+        assert_eq!(admit(&mut s, &txn_batch(1, 3, 0, 2, 0)), Ok(Admit::Append));
+        assert_eq!(admit(&mut s, &marker_seq(1, 3, 0, 2)), Ok(Admit::Append));
+        // The next transaction, same epoch: sequence 2 follows, 0 would be out of order.
+        assert!(matches!(s.check(&txn_batch(1, 3, 2, 1, 3)), Ok(Admit::NeedsVerification(_))), "verified again");
+        assert!(matches!(admit(&mut s, &txn_batch(1, 3, 0, 1, 3)), Err(GateError::OutOfOrder { expected: 2, .. })));
+        assert_eq!(admit(&mut s, &txn_batch(1, 3, 2, 1, 3)), Ok(Admit::Append));
+        // A retried marker of the first transaction is a duplicate, not the second's end.
+        assert_eq!(s.check(&marker_seq(1, 3, 0, 9)), Ok(Admit::Duplicate { base_offset: 2 }));
+        assert_eq!(admit(&mut s, &marker_seq(1, 3, 1, 4)), Ok(Admit::Append));
+        assert_eq!(
+            s.check(&marker_seq(1, 3, 0, 9)),
+            Ok(Admit::Duplicate { base_offset: 4 }),
+            "a late copy of an older one"
+        );
+        assert_eq!(s.check(&marker_seq(1, 3, 1, 9)), Ok(Admit::Duplicate { base_offset: 4 }));
+        // A bump's marker follows whatever its sequence; the new epoch starts at 0.
+        assert_eq!(admit(&mut s, &marker_seq(1, 4, 2, 5)), Ok(Admit::Append));
+        assert_eq!(admit(&mut s, &txn_batch(1, 4, 0, 1, 6)), Ok(Admit::Append));
+        assert!(matches!(s.check(&txn_batch(1, 3, 3, 1, 7)), Err(GateError::StaleEpoch { current: 4, .. })));
+    }
+
+    #[test]
+    fn marker_sequences_wrap_and_markers_without_one_are_retries() {
+        let at = |epoch, sequence| MarkerId { epoch, sequence };
+        assert!(at(2, 0).follows(at(1, 5)));
+        assert!(!at(1, 5).follows(at(2, 0)));
+        assert!(at(1, 6).follows(at(1, 5)));
+        assert!(!at(1, 5).follows(at(1, 5)));
+        assert!(!at(1, 4).follows(at(1, 5)));
+        assert!(at(1, 0).follows(at(1, i32::MAX)), "wraps as record sequences do");
+        assert!(!at(1, i32::MAX).follows(at(1, 0)));
+        assert!(!at(1, -1).follows(at(1, -1)), "one marker per epoch before sequences");
+        assert!(at(1, 0).follows(at(1, -1)));
+        assert!(!at(1, -1).follows(at(1, 7)));
+    }
+
+    /// A marker that lands while the coordinator is asked ends the transaction the answer is
+    /// about: the answer does not open the partition to the write.
+    #[test]
+    fn a_verification_answer_after_a_marker_does_not_count() {
+        let mut s = ProducerStates::new(true);
+        admit(&mut s, &txn_batch(1, 0, 0, 1, 0)).unwrap();
+        admit(&mut s, &marker_seq(1, 0, 0, 1)).unwrap();
+        let late = txn_batch(1, 0, 1, 1, 2);
+        let Ok(Admit::NeedsVerification(guard)) = s.check(&late) else { panic!("needs verification") };
+        admit(&mut s, &marker_seq(1, 0, 1, 2)).unwrap();
+        assert!(!s.mark_verified(1, 0, true, guard), "the transaction it was verified for ended");
+        assert!(matches!(s.check(&late), Ok(Admit::NeedsVerification(_))));
+        // At a newer epoch the answer is moot: the batch is refused as stale instead.
+        let Ok(Admit::NeedsVerification(guard)) = s.check(&late) else { panic!("needs verification") };
+        admit(&mut s, &marker_seq(1, 1, 2, 3)).unwrap();
+        assert!(s.mark_verified(1, 0, true, guard));
+        assert!(matches!(s.check(&late), Err(GateError::StaleEpoch { current: 1, .. })));
+    }
+
+    /// librdkafka's idempotent producer bumps its own epoch after a sequence gap: same producer
+    /// id, epoch + 1, sequence 0.
+    #[test]
+    fn an_idempotent_producer_may_start_a_higher_epoch_at_sequence_zero() {
+        let mut s = ProducerStates::new(true);
+        admit(&mut s, &header(5, 0, 0, 3, 0)).unwrap();
+        assert!(matches!(s.check(&header(5, 1, 0, 1, 3)), Ok(Admit::NeedsVerification(_))));
+        assert!(matches!(admit(&mut s, &header(5, 1, 4, 1, 3)), Err(GateError::OutOfOrder { expected: 0, .. })));
+        assert_eq!(admit(&mut s, &header(5, 1, 0, 1, 3)), Ok(Admit::Append));
+        assert!(matches!(s.check(&header(5, 0, 3, 1, 4)), Err(GateError::StaleEpoch { current: 1, .. })));
+    }
+
+    #[test]
+    fn snapshots_keep_marker_sequences_and_read_older_ones() {
+        let mut s = ProducerStates::new(true);
+        admit(&mut s, &txn_batch(1, 0, 0, 1, 0)).unwrap();
+        admit(&mut s, &marker_seq(1, 0, 7, 1)).unwrap();
+        let mut out = Vec::new();
+        s.encode(&mut out);
+        let back = ProducerStates::decode(&mut Reader::new(&out), true).unwrap();
+        assert_eq!(back.check(&marker_seq(1, 0, 7, 5)), Ok(Admit::Duplicate { base_offset: 1 }));
+        assert_eq!(back.check(&marker_seq(1, 0, 8, 5)), Ok(Admit::Append));
+        // A table written before marker sequences: (epoch, offset) per marker.
+        let mut old = Vec::new();
+        old.put_u32(1);
+        old.put_i64(1);
+        old.put_i16(0);
+        old.put_u8(1);
+        old.put_i16(0);
+        old.put_i64(1);
+        old.put_u8(0);
+        let back = ProducerStates::decode_version(&mut Reader::new(&old), true, false).unwrap();
+        assert_eq!(back.check(&marker(1, 0, 5)), Ok(Admit::Duplicate { base_offset: 1 }));
+        assert_eq!(back.check(&marker_seq(1, 0, 0, 5)), Ok(Admit::Append), "the first counted marker follows");
     }
 }

@@ -30,7 +30,7 @@ use crate::log_dir::LogDir;
 use crate::partition::{
     AppendError, Appended, Committed, FetchError, Offer, Partition, PartitionRef, ReplicateError, RoleChange,
 };
-use crate::producer_state::GateError;
+use crate::producer_state::{GateError, VerificationGuard};
 use crate::replication::Sent;
 use crate::storage::{OsStorage, Storage, StoredFile};
 
@@ -1095,11 +1095,25 @@ async fn wait_committed(shared: &Shared, part: &Partition, end_offset: i64, lead
     }
 }
 
+/// Which transaction rules a produce request comes under. Both go through the same gate; they
+/// differ in what the leader asks the coordinator before a producer's first write here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxnRules {
+    /// epochfence's own clients: the leader registers the partition under the batch's epoch
+    /// (a transactional write opens the transaction), and every transaction ends with a bump.
+    Own,
+    /// Kafka clients (transaction version 1): a transactional write's partition must already
+    /// be in the producer's open transaction (the client added it with AddPartitionsToTxn), so
+    /// a write that comes after its transaction ended cannot open one of its own.
+    KafkaTv1,
+}
+
 /// A produce request that passed the checks that need no partition state.
 struct Checked {
     r: ProduceRequest,
     header: BatchHeader,
     part: PartitionRef,
+    rules: TxnRules,
 }
 
 /// What one append attempt came to.
@@ -1109,6 +1123,7 @@ enum Attempt {
     Verify {
         producer_id: i64,
         epoch: i16,
+        guard: VerificationGuard,
         leader_epoch: i32,
     },
     Answer(ProduceResponse),
@@ -1119,7 +1134,12 @@ enum Attempt {
 /// producer's pipelined batches wait for one fdatasync and one replication round together.
 /// Only a batch that needs the coordinator's verification first is handled serially.
 fn produce(shared: &Arc<Shared>, r: ProduceRequest) -> net::Handled {
-    match check_produce(shared, r) {
+    produce_under(shared, r, TxnRules::Own)
+}
+
+/// [`produce`] under `rules`.
+fn produce_under(shared: &Arc<Shared>, r: ProduceRequest, rules: TxnRules) -> net::Handled {
+    match check_produce(shared, r, rules) {
         Checking::Passed(checked) => {
             let appended = checked.part.append(
                 &checked.r.records,
@@ -1138,7 +1158,7 @@ fn produce(shared: &Arc<Shared>, r: ProduceRequest) -> net::Handled {
 /// was started, and the requests behind the first one that needs the coordinator's
 /// verification, which wait for it.
 fn produce_group(shared: &Arc<Shared>, run: Vec<ProduceRequest>) -> (Vec<net::Handled>, Vec<Request>) {
-    let checks: Vec<Checking> = run.into_iter().map(|r| check_produce(shared, r)).collect();
+    let checks: Vec<Checking> = run.into_iter().map(|r| check_produce(shared, r, TxnRules::Own)).collect();
     let checked: Vec<&Checked> = checks
         .iter()
         .filter_map(|c| match c {
@@ -1193,9 +1213,9 @@ enum Checking {
 }
 
 /// The checks that need no partition state.
-fn check_produce(shared: &Shared, r: ProduceRequest) -> Checking {
+fn check_produce(shared: &Shared, r: ProduceRequest, rules: TxnRules) -> Checking {
     match check_produce_ref(shared, &r) {
-        Ok((header, part)) => Checking::Passed(Checked { r, header, part }),
+        Ok((header, part)) => Checking::Passed(Checked { r, header, part, rules }),
         Err(answer) => Checking::Refused(r, answer),
     }
 }
@@ -1244,8 +1264,8 @@ fn started(shared: &Arc<Shared>, checked: Checked, appended: Result<Appended, Ap
             Response::Produce(finish_produce(&shared, &checked, appended).await)
         })),
         Attempt::Answer(answer) => net::Handled::answer(Response::Produce(answer)),
-        Attempt::Verify { producer_id, epoch, leader_epoch } => net::Handled::serial(async move {
-            Response::Produce(verify_and_produce(&shared, &checked, producer_id, epoch, leader_epoch).await)
+        Attempt::Verify { producer_id, epoch, guard, leader_epoch } => net::Handled::serial(async move {
+            Response::Produce(verify_and_produce(&shared, &checked, (producer_id, epoch), guard, leader_epoch).await)
         }),
     }
 }
@@ -1257,7 +1277,9 @@ fn attempt(shared: &Shared, c: &Checked, appended: Result<Appended, AppendError>
     let leader_epoch = if appended.is_ok() { -1 } else { c.part.leadership().leader_epoch };
     match appended {
         Ok(appended) => Attempt::Appended(appended),
-        Err(AppendError::NeedsVerification { producer_id, epoch }) => Attempt::Verify { producer_id, epoch, leader_epoch },
+        Err(AppendError::NeedsVerification { producer_id, epoch, guard }) => {
+            Attempt::Verify { producer_id, epoch, guard, leader_epoch }
+        }
         Err(AppendError::Leader(e)) => {
             Attempt::Answer(produce_error(leader_status(shared, &r.topic, r.partition, &e), -1, leader_epoch))
         }
@@ -1295,15 +1317,38 @@ fn attempt(shared: &Shared, c: &Checked, appended: Result<Appended, AppendError>
 async fn verify_and_produce(
     shared: &Shared,
     c: &Checked,
-    producer_id: i64,
-    epoch: i16,
+    (producer_id, epoch): (i64, i16),
+    guard: VerificationGuard,
     leader_epoch: i32,
 ) -> ProduceResponse {
     let transactional = c.header.is_transactional();
-    if let Err((status, current)) = verify(shared, producer_id, epoch, &c.r.topic, c.r.partition, transactional).await {
+    // Under Kafka's rules the client added the partition to its transaction itself: only check.
+    let verify_only = transactional && c.rules == TxnRules::KafkaTv1;
+    let asked = AddPartitionRequest {
+        producer_id,
+        producer_epoch: epoch,
+        topic: c.r.topic.clone(),
+        partition: c.r.partition,
+        transactional,
+        verify_only,
+    };
+    if let Err((status, current)) = verify(shared, asked).await {
         return produce_error(status, current, leader_epoch);
     }
-    c.part.mark_verified(producer_id, epoch, transactional);
+    if !c.part.mark_verified(producer_id, epoch, transactional, guard) {
+        return produce_error(
+            Status::new(
+                ErrorCode::InvalidTxnState,
+                format!(
+                    "{}-{}: producer id {producer_id}'s transaction here ended (its marker was written) while this \
+                     write was being verified, so the write belongs to no open transaction; abort",
+                    c.r.topic, c.r.partition
+                ),
+            ),
+            epoch,
+            leader_epoch,
+        );
+    }
     match attempt(shared, c, c.part.append(&c.r.records, &c.header, c.r.leader_epoch, c.r.acks == ACKS_ALL)) {
         Attempt::Appended(appended) => finish_produce(shared, c, appended).await,
         Attempt::Answer(answer) => answer,
@@ -1354,16 +1399,11 @@ async fn finish_produce(shared: &Shared, c: &Checked, appended: Appended) -> Pro
     }
 }
 
-/// Ask the coordinator to register `topic-partition` under `(producer_id, epoch)`.
-/// On refusal returns the status to answer with and the current epoch.
-async fn verify(
-    shared: &Shared,
-    producer_id: i64,
-    epoch: i16,
-    topic: &str,
-    partition: i32,
-    transactional: bool,
-) -> Result<(), (Status, i16)> {
+/// Ask the coordinator to register the partition under the producer's epoch (or, with
+/// `verify_only`, to confirm it is in the open transaction). On refusal returns the status to
+/// answer with and the current epoch.
+async fn verify(shared: &Shared, req: AddPartitionRequest) -> Result<(), (Status, i16)> {
+    let producer_id = req.producer_id;
     let unavailable = |detail: String| {
         (
             Status::new(
@@ -1374,13 +1414,7 @@ async fn verify(
         )
     };
     let conn = coordinator(shared).await.map_err(|e| unavailable(e.to_string()))?;
-    let req = Request::AddPartition(AddPartitionRequest {
-        producer_id,
-        producer_epoch: epoch,
-        topic: topic.to_string(),
-        partition,
-        transactional,
-    });
+    let req = Request::AddPartition(req);
     let resp = conn
         .call_timeout(req, Duration::from_millis(shared.config.verify_timeout_ms))
         .await
@@ -1513,7 +1547,7 @@ fn write_marker(shared: &Arc<Shared>, r: WriteMarkerRequest) -> net::Handled {
         return err(Status::new(ErrorCode::InvalidRequest, "a marker needs a producer id and epoch of 0 or more"), -1);
     }
     let kind = if r.commit { MarkerKind::Commit } else { MarkerKind::Abort };
-    let marker = build_marker(r.producer_id, r.producer_epoch, kind, 0, shared.now_ms() as i64);
+    let marker = build_marker(r.producer_id, r.producer_epoch, r.marker_sequence, kind, 0, shared.now_ms() as i64);
     let header = match BatchHeader::parse(&marker) {
         Ok(h) => h,
         Err(e) => return err(Status::new(ErrorCode::InvalidRequest, format!("marker does not form a batch: {e}")), -1),

@@ -9,7 +9,7 @@
 //! result is the state a full replay gives: the snapshot holds only what the log's batches
 //! determine (never the volatile coordinator verifications).
 //!
-//! Format (big-endian): magic `EFPS`, version u16, offset i64, the producer table, the
+//! Format (big-endian): magic `EFPS`, version u16 (2; 1 is read too), offset i64, the producer table, the
 //! transaction index, CRC32C u32. Every count is checked against the bytes left before
 //! anything is allocated for it.
 
@@ -29,7 +29,9 @@ pub const SNAPSHOT_SUFFIX: &str = "snapshot";
 /// Snapshots kept per partition (older ones are deleted when a new one is written).
 pub const SNAPSHOTS_KEPT: usize = 2;
 const MAGIC: &[u8; 4] = b"EFPS";
-const VERSION: u16 = 1;
+/// Version 2 keeps each producer's last marker sequence; version 1 files are read as markers
+/// without one.
+const VERSION: u16 = 2;
 
 /// Why a snapshot was not used.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -119,11 +121,12 @@ pub fn decode(raw: &[u8], fencing: bool) -> Result<(i64, ProducerStates, TxnInde
     if &r.take::<4>()? != MAGIC {
         return Err(Malformed("bad magic"));
     }
-    if r.u16()? != VERSION {
+    let version = r.u16()?;
+    if version != VERSION && version != 1 {
         return Err(Malformed("unknown version"));
     }
     let offset = r.i64()?;
-    let producers = ProducerStates::decode(&mut r, fencing)?;
+    let producers = ProducerStates::decode_version(&mut r, fencing, version >= 2)?;
     let txns = TxnIndex::decode(&mut r)?;
     if !r.is_empty() {
         return Err(Malformed("bytes after the end"));

@@ -176,9 +176,9 @@ mod tests {
         x.record(&data(3, true, 2), None);
         x.record(&data(2, true, 3), None);
         assert_eq!(x.last_stable_offset(4), 1);
-        x.record(&at(build_marker(2, 1, MarkerKind::Commit, 0, 0), 4), Some(MarkerKind::Commit));
+        x.record(&at(build_marker(2, 1, -1, MarkerKind::Commit, 0, 0), 4), Some(MarkerKind::Commit));
         assert_eq!(x.last_stable_offset(5), 2);
-        x.record(&at(build_marker(3, 1, MarkerKind::Abort, 0, 0), 5), Some(MarkerKind::Abort));
+        x.record(&at(build_marker(3, 1, -1, MarkerKind::Abort, 0, 0), 5), Some(MarkerKind::Abort));
         assert_eq!(x.last_stable_offset(6), 6);
         assert_eq!(x.aborted_between(0, 6), vec![AbortedTxn { producer_id: 3, first_offset: 2 }]);
         assert!(x.aborted_between(6, 9).is_empty());
@@ -188,7 +188,7 @@ mod tests {
     #[test]
     fn a_fence_marker_without_an_open_transaction_changes_nothing() {
         let mut x = TxnIndex::new();
-        x.record(&at(build_marker(9, 3, MarkerKind::Abort, 0, 0), 0), Some(MarkerKind::Abort));
+        x.record(&at(build_marker(9, 3, -1, MarkerKind::Abort, 0, 0), 0), Some(MarkerKind::Abort));
         assert!(x.aborted_between(0, 10).is_empty());
         assert_eq!(x.last_stable_offset(1), 1);
     }

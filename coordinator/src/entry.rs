@@ -13,6 +13,11 @@ pub struct FenceTarget {
     pub producer_id: i64,
     /// Epoch of the marker; every older epoch of `producer_id` is fenced by it.
     pub marker_epoch: i16,
+    /// Which of the producer id's transaction ends and fences this marker belongs to (the
+    /// transactional id's count, the same for every partition of one end; -1 in entries
+    /// written before they were counted). The broker tells a retried marker from the next
+    /// transaction's by it when both are at one epoch (transaction version 1).
+    pub marker_sequence: i32,
     /// Topic.
     pub topic: String,
     /// Partition index.
@@ -178,6 +183,9 @@ pub struct TxnSnapshot {
     pub last_end: Option<((i64, i16), bool)>,
     /// Recent bumps: (epoch, kind 0 new instance / 1 commit / 2 abort / 3 timeout, timeout ms).
     pub bumps: Vec<(i16, i8, i32)>,
+    /// The marker sequence the next end or fence gets (0 in snapshots written before they
+    /// were counted).
+    pub next_marker_sequence: i32,
 }
 
 /// A partition's state, as a snapshot records it.
@@ -221,6 +229,12 @@ const ISR_CHANGED_ELR: i8 = 15;
 const TOPIC_SNAPSHOT_ELR: i8 = 16;
 /// [`BROKER_INCARNATION`] with the broker's data directory id and broker epoch.
 const BROKER_REGISTERED: i8 = 17;
+/// [`GRANT`] with each fence target's marker sequence.
+const GRANT_SEQ: i8 = 18;
+/// [`END_TXN`] with each marker's sequence.
+const END_TXN_SEQ: i8 = 19;
+/// [`TXN_SNAPSHOT`] with the pending markers' sequences and the next one.
+const TXN_SNAPSHOT_SEQ: i8 = 20;
 
 impl Entry {
     /// Encode for the journal.
@@ -228,7 +242,7 @@ impl Entry {
         let mut b = BytesMut::with_capacity(64);
         match self {
             Entry::Grant { transactional_id, producer_id, epoch, requested_by, transaction_timeout_ms, fence } => {
-                b.put_i8(GRANT);
+                b.put_i8(GRANT_SEQ);
                 b.put_nullable_string(transactional_id.as_deref());
                 b.put_i64(*producer_id);
                 b.put_i16(*epoch);
@@ -236,7 +250,7 @@ impl Entry {
                 b.put_i64(rp);
                 b.put_i16(re);
                 b.put_i32(*transaction_timeout_ms);
-                put_targets(&mut b, fence);
+                put_targets(&mut b, fence, true);
             }
             Entry::Register { producer_id, epoch, topic, partition, transactional } => {
                 b.put_i8(REGISTER);
@@ -247,7 +261,7 @@ impl Entry {
                 b.put_bool(*transactional);
             }
             Entry::EndTxn { transactional_id, producer_id, epoch, prev, commit, timed_out, markers } => {
-                b.put_i8(END_TXN);
+                b.put_i8(END_TXN_SEQ);
                 b.put_string(transactional_id);
                 b.put_i64(*producer_id);
                 b.put_i16(*epoch);
@@ -255,7 +269,7 @@ impl Entry {
                 b.put_i16(prev.1);
                 b.put_bool(*commit);
                 b.put_bool(*timed_out);
-                put_targets(&mut b, markers);
+                put_targets(&mut b, markers, true);
             }
             Entry::FenceDone { transactional_id, epoch } => {
                 b.put_i8(FENCE_DONE);
@@ -287,7 +301,7 @@ impl Entry {
                 b.put_i32_array(elr);
             }
             Entry::TxnSnapshot(t) => {
-                b.put_i8(TXN_SNAPSHOT);
+                b.put_i8(TXN_SNAPSHOT_SEQ);
                 b.put_string(&t.transactional_id);
                 b.put_i64(t.producer_id);
                 b.put_i16(t.epoch);
@@ -301,7 +315,7 @@ impl Entry {
                     b.put_i32(*partition);
                 }
                 b.put_bool(t.txn_open);
-                put_targets(&mut b, &t.pending);
+                put_targets(&mut b, &t.pending, true);
                 b.put_bool(t.pending_commit);
                 b.put_i8(t.last_result.map_or(-1, i8::from));
                 match t.last_end {
@@ -319,6 +333,7 @@ impl Entry {
                     b.put_i8(*kind);
                     b.put_i32(*timeout);
                 }
+                b.put_i32(t.next_marker_sequence);
             }
             Entry::ProducerIds { next_producer_id, owners } => {
                 b.put_i8(PRODUCER_IDS);
@@ -361,14 +376,14 @@ impl Entry {
         let mut r = Reader::new(payload);
         let tag = r.i8("tag")?;
         let e = match tag {
-            GRANT => {
+            GRANT | GRANT_SEQ => {
                 let transactional_id = r.nullable_string("transactional_id")?;
                 let producer_id = r.i64("producer_id")?;
                 let epoch = r.i16("epoch")?;
                 let rp = r.i64("requested_producer_id")?;
                 let re = r.i16("requested_epoch")?;
                 let transaction_timeout_ms = r.i32("transaction_timeout_ms")?;
-                let fence = get_targets(&mut r)?;
+                let fence = get_targets(&mut r, tag == GRANT_SEQ)?;
                 Entry::Grant {
                     transactional_id,
                     producer_id,
@@ -385,14 +400,14 @@ impl Entry {
                 partition: r.i32("partition")?,
                 transactional: r.bool("transactional")?,
             },
-            END_TXN => Entry::EndTxn {
+            END_TXN | END_TXN_SEQ => Entry::EndTxn {
                 transactional_id: r.string("transactional_id")?,
                 producer_id: r.i64("producer_id")?,
                 epoch: r.i16("epoch")?,
                 prev: (r.i64("prev_producer_id")?, r.i16("prev_epoch")?),
                 commit: r.bool("commit")?,
                 timed_out: r.bool("timed_out")?,
-                markers: get_targets(&mut r)?,
+                markers: get_targets(&mut r, tag == END_TXN_SEQ)?,
             },
             FENCE_DONE => Entry::FenceDone { transactional_id: r.string("transactional_id")?, epoch: r.i16("epoch")? },
             TOPIC_CREATED | TOPIC_CREATED_MIN_ISR => {
@@ -405,7 +420,7 @@ impl Entry {
                 let min_insync_replicas = if tag == TOPIC_CREATED_MIN_ISR { r.i32("min_insync_replicas")? } else { 0 };
                 Entry::TopicCreated { name, replicas, min_insync_replicas }
             }
-            TXN_SNAPSHOT => {
+            TXN_SNAPSHOT | TXN_SNAPSHOT_SEQ => {
                 let transactional_id = r.string("transactional_id")?;
                 let producer_id = r.i64("producer_id")?;
                 let epoch = r.i16("epoch")?;
@@ -418,7 +433,7 @@ impl Entry {
                     registered.push((r.string("topic")?, r.i32("partition")?));
                 }
                 let txn_open = r.bool("txn_open")?;
-                let pending = get_targets(&mut r)?;
+                let pending = get_targets(&mut r, tag == TXN_SNAPSHOT_SEQ)?;
                 let pending_commit = r.bool("pending_commit")?;
                 let last_result = match r.i8("last_result")? {
                     -1 => None,
@@ -434,6 +449,7 @@ impl Entry {
                 for _ in 0..n {
                     bumps.push((r.i16("bump_epoch")?, r.i8("bump_kind")?, r.i32("bump_timeout_ms")?));
                 }
+                let next_marker_sequence = if tag == TXN_SNAPSHOT_SEQ { r.i32("next_marker_sequence")? } else { 0 };
                 Entry::TxnSnapshot(TxnSnapshot {
                     transactional_id,
                     producer_id,
@@ -447,6 +463,7 @@ impl Entry {
                     last_result,
                     last_end,
                     bumps,
+                    next_marker_sequence,
                 })
             }
             PRODUCER_IDS => {
@@ -503,23 +520,29 @@ impl Entry {
     }
 }
 
-fn put_targets(b: &mut BytesMut, targets: &[FenceTarget]) {
+/// Targets, each with its marker sequence if `with_sequence` (the entries of tags from
+/// [`GRANT_SEQ`] on), else without (read as -1).
+fn put_targets(b: &mut BytesMut, targets: &[FenceTarget], with_sequence: bool) {
     b.put_i32(targets.len() as i32);
     for f in targets {
         b.put_i64(f.producer_id);
         b.put_i16(f.marker_epoch);
+        if with_sequence {
+            b.put_i32(f.marker_sequence);
+        }
         b.put_string(&f.topic);
         b.put_i32(f.partition);
     }
 }
 
-fn get_targets(r: &mut Reader) -> Result<Vec<FenceTarget>, DecodeError> {
+fn get_targets(r: &mut Reader, with_sequence: bool) -> Result<Vec<FenceTarget>, DecodeError> {
     let n = r.array_len("targets", 16)?;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         out.push(FenceTarget {
             producer_id: r.i64("producer_id")?,
             marker_epoch: r.i16("marker_epoch")?,
+            marker_sequence: if with_sequence { r.i32("marker_sequence")? } else { -1 },
             topic: r.string("topic")?,
             partition: r.i32("partition")?,
         });
@@ -540,7 +563,13 @@ mod tests {
                 epoch: 4,
                 requested_by: Some((3, 3)),
                 transaction_timeout_ms: 60_000,
-                fence: vec![FenceTarget { producer_id: 3, marker_epoch: 4, topic: "t".into(), partition: 1 }],
+                fence: vec![FenceTarget {
+                    producer_id: 3,
+                    marker_epoch: 4,
+                    marker_sequence: 2,
+                    topic: "t".into(),
+                    partition: 1,
+                }],
             },
             Entry::Grant {
                 transactional_id: None,
@@ -558,7 +587,13 @@ mod tests {
                 prev: (3, 4),
                 commit: true,
                 timed_out: false,
-                markers: vec![FenceTarget { producer_id: 3, marker_epoch: 5, topic: "t".into(), partition: 0 }],
+                markers: vec![FenceTarget {
+                    producer_id: 3,
+                    marker_epoch: 5,
+                    marker_sequence: 3,
+                    topic: "t".into(),
+                    partition: 0,
+                }],
             },
             Entry::FenceDone { transactional_id: "orders".into(), epoch: 4 },
             Entry::TopicCreated { name: "t".into(), replicas: vec![vec![1, 2], vec![2, 1]], min_insync_replicas: 2 },
@@ -580,11 +615,18 @@ mod tests {
                 transaction_timeout_ms: 1000,
                 registered: vec![("t".into(), 0)],
                 txn_open: true,
-                pending: vec![FenceTarget { producer_id: 4, marker_epoch: 9, topic: "t".into(), partition: 1 }],
+                pending: vec![FenceTarget {
+                    producer_id: 4,
+                    marker_epoch: 9,
+                    marker_sequence: 0,
+                    topic: "t".into(),
+                    partition: 1,
+                }],
                 pending_commit: true,
                 last_result: Some(false),
                 last_end: Some(((4, 7), true)),
                 bumps: vec![(8, 1, 0), (9, 3, 1000)],
+                next_marker_sequence: 6,
             }),
             Entry::ProducerIds { next_producer_id: 12, owners: vec![(4, "x".into())] },
             Entry::TopicSnapshot {
@@ -677,6 +719,43 @@ mod tests {
         assert_eq!(
             Entry::decode(b.freeze()).unwrap(),
             Entry::BrokerIncarnation { broker_id: 3, incarnation: 77, log_dir_id: 0, broker_epoch: 0 }
+        );
+    }
+
+    /// Journals written before marker sequences still replay: their markers read as sequence -1.
+    #[test]
+    fn entries_from_before_marker_sequences_still_load() {
+        let mut b = BytesMut::new();
+        b.put_i8(END_TXN);
+        b.put_string("orders");
+        b.put_i64(3);
+        b.put_i16(5);
+        b.put_i64(3);
+        b.put_i16(4);
+        b.put_bool(true);
+        b.put_bool(false);
+        b.put_i32(1);
+        b.put_i64(3);
+        b.put_i16(5);
+        b.put_string("t");
+        b.put_i32(0);
+        assert_eq!(
+            Entry::decode(b.freeze()).unwrap(),
+            Entry::EndTxn {
+                transactional_id: "orders".into(),
+                producer_id: 3,
+                epoch: 5,
+                prev: (3, 4),
+                commit: true,
+                timed_out: false,
+                markers: vec![FenceTarget {
+                    producer_id: 3,
+                    marker_epoch: 5,
+                    marker_sequence: -1,
+                    topic: "t".into(),
+                    partition: 0
+                }],
+            }
         );
     }
 }

@@ -25,7 +25,7 @@ use tokio::sync::oneshot;
 use crate::cluster::{BrokerStart, Cluster, ClusterConfig};
 use crate::entry::{Entry, FenceTarget};
 use crate::journal::{Journal, JournalError};
-use crate::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, TableConfig};
+use crate::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, Registration, TableConfig};
 
 /// Coordinator settings.
 #[derive(Debug, Clone)]
@@ -235,7 +235,15 @@ fn add_partition(shared: &Arc<Shared>, r: AddPartitionRequest) -> net::Handled {
             }
         } else {
             let now = shared.now_ms();
-            st.table.handle_register(r.producer_id, r.producer_epoch, &r.topic, r.partition, r.transactional, now)
+            let reg = Registration {
+                producer_id: r.producer_id,
+                epoch: r.producer_epoch,
+                topic: &r.topic,
+                partition: r.partition,
+                transactional: r.transactional,
+                verify_only: r.verify_only,
+            };
+            st.table.handle_register(&reg, now)
         };
         let rx = match &d {
             RegisterDecision::Accept { entries, .. } => Some(shared.persist(entries)),
@@ -531,7 +539,7 @@ async fn init(
 async fn end_txn(shared: &Arc<Shared>, r: EndTxnRequest) -> EndTxnResponse {
     let (decision, rx) = {
         let mut st = shared.lock();
-        let d = st.table.handle_end_txn(&r.transactional_id, r.producer_id, r.producer_epoch, r.commit);
+        let d = st.table.handle_end_txn(&r.transactional_id, r.producer_id, r.producer_epoch, r.commit, r.bump_epoch);
         let rx = match &d {
             EndDecision::Markers { entries, .. } => Some(shared.persist(entries)),
             EndDecision::Done { .. } => Some(shared.persist(&[])),
@@ -637,6 +645,7 @@ async fn write_marker_until_done(shared: &Shared, t: &FenceTarget, commit: bool)
                         partition: t.partition,
                         producer_id: t.producer_id,
                         producer_epoch: t.marker_epoch,
+                        marker_sequence: t.marker_sequence,
                         commit,
                         leader_epoch,
                     });
@@ -707,6 +716,7 @@ mod tests {
                 topic: "t".into(),
                 partition,
                 transactional: true,
+                verify_only: false,
             })
         };
         let (net::Handled::Applied(first), net::Handled::Applied(second)) = (handle(add(0)), handle(add(1))) else {

@@ -104,6 +104,8 @@ struct TxnEntry {
     last_end: Option<((i64, i16), bool)>,
     /// Recent bumps: (epoch bumped to, why).
     bumps: VecDeque<(i16, Bump)>,
+    /// The marker sequence the next end or fence gets ([`FenceTarget::marker_sequence`]).
+    next_marker_sequence: i32,
 }
 
 impl TxnEntry {
@@ -234,6 +236,30 @@ pub enum RegisterDecision {
     },
 }
 
+/// A partition registration or verification ([`ProducerTable::handle_register`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Registration<'a> {
+    /// Producer id.
+    pub producer_id: i64,
+    /// The epoch that is to write.
+    pub epoch: i16,
+    /// Topic.
+    pub topic: &'a str,
+    /// Partition index.
+    pub partition: i32,
+    /// A transactional write (opens the transaction if none is open).
+    pub transactional: bool,
+    /// Only check that the partition is in the open transaction; register nothing.
+    pub verify_only: bool,
+}
+
+impl<'a> Registration<'a> {
+    /// A registration (not verify-only) of `topic-partition` under `(producer_id, epoch)`.
+    pub fn new(producer_id: i64, epoch: i16, topic: &'a str, partition: i32, transactional: bool) -> Self {
+        Registration { producer_id, epoch, topic, partition, transactional, verify_only: false }
+    }
+}
+
 /// A transactional id as `admin describe` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxnSummary {
@@ -298,6 +324,7 @@ impl ProducerTable {
             .map(|(topic, partition)| FenceTarget {
                 producer_id: e.producer_id,
                 marker_epoch,
+                marker_sequence: e.next_marker_sequence,
                 topic: topic.clone(),
                 partition: *partition,
             })
@@ -404,8 +431,11 @@ impl ProducerTable {
         InitDecision::Grant { producer_id, epoch, entries: vec![entry], fence }
     }
 
-    /// EndTxn: commit or abort the transaction of `(producer_id, epoch)`, bumping the epoch.
-    pub fn handle_end_txn(&mut self, tid: &str, producer_id: i64, epoch: i16, commit: bool) -> EndDecision {
+    /// EndTxn: commit or abort the transaction of `(producer_id, epoch)`. With `bump` the
+    /// epoch moves on with it (epochfence's own clients, transaction version 2); without, the
+    /// transaction ends at its epoch and the next runs at the same one (Kafka clients,
+    /// transaction version 1).
+    pub fn handle_end_txn(&mut self, tid: &str, producer_id: i64, epoch: i16, commit: bool, bump: bool) -> EndDecision {
         let refuse = |code, msg: String, epoch| EndDecision::Refuse { status: Status::new(code, msg), epoch };
         let Some(e) = self.by_tid.get(tid) else {
             return refuse(
@@ -414,7 +444,9 @@ impl ProducerTable {
                 -1,
             );
         };
-        let is_retry = e.last_end == Some(((producer_id, epoch), commit));
+        // Only a bumping end can be told from the next transaction's: without a bump both end
+        // the same (producer id, epoch).
+        let is_retry = bump && e.last_end == Some(((producer_id, epoch), commit));
         if let Some(status) = e.markers_pending(tid) {
             return EndDecision::Refuse { status, epoch: -1 };
         }
@@ -441,16 +473,36 @@ impl ProducerTable {
             );
         }
         if e.txn_started_ms.is_none() {
-            // No transaction is open (nothing transactional was written): nothing to end.
-            return EndDecision::Done { producer_id: e.producer_id, epoch: e.epoch };
+            if bump {
+                // No transaction is open (nothing transactional was written): nothing to end.
+                return EndDecision::Done { producer_id: e.producer_id, epoch: e.epoch };
+            }
+            // Kafka's rules: ending the transaction that just ended the same way is a retry
+            // whose answer was lost; anything else has no transaction to end.
+            return match (e.state(), commit) {
+                (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
+                    EndDecision::Done { producer_id: e.producer_id, epoch: e.epoch }
+                }
+                (state, _) => refuse(
+                    ErrorCode::InvalidTxnState,
+                    format!(
+                        "transactional id '{tid}' has no open transaction to {} (its state is {}): add a partition \
+                         to a transaction (AddPartitionsToTxn) before ending it",
+                        if commit { "commit" } else { "abort" },
+                        state.name()
+                    ),
+                    e.epoch,
+                ),
+            };
         }
-        let entry = self.end_entry(tid, commit, false);
+        let entry = self.end_entry(tid, commit, false, bump);
         self.end(entry)
     }
 
-    fn end_entry(&self, tid: &str, commit: bool, timed_out: bool) -> Entry {
+    fn end_entry(&self, tid: &str, commit: bool, timed_out: bool, bump: bool) -> Entry {
         let e = &self.by_tid[tid];
-        let (producer_id, epoch, marker_epoch) = self.next_epoch(e);
+        let (producer_id, epoch, marker_epoch) =
+            if bump { self.next_epoch(e) } else { (e.producer_id, e.epoch, e.epoch) };
         Entry::EndTxn {
             transactional_id: tid.to_string(),
             producer_id,
@@ -486,7 +538,8 @@ impl ProducerTable {
         expired
             .into_iter()
             .map(|tid| {
-                let entry = self.end_entry(&tid, false, true);
+                // A timeout fences the slow producer: always with a bump, as Kafka does.
+                let entry = self.end_entry(&tid, false, true, true);
                 (tid, self.end(entry))
             })
             .collect()
@@ -520,16 +573,10 @@ impl ProducerTable {
 
     /// A partition is to be written by `(producer_id, epoch)`: register it (durably, so a later
     /// bump fences it), or refuse a stale epoch. A transactional registration opens a
-    /// transaction if none is open.
-    pub fn handle_register(
-        &mut self,
-        producer_id: i64,
-        epoch: i16,
-        topic: &str,
-        partition: i32,
-        transactional: bool,
-        now_ms: u64,
-    ) -> RegisterDecision {
+    /// transaction if none is open. With `verify_only`, register nothing: accept only a
+    /// partition already in the open transaction (a Kafka client's write, transaction version 1).
+    pub fn handle_register(&mut self, r: &Registration<'_>, now_ms: u64) -> RegisterDecision {
+        let Registration { producer_id, epoch, topic, partition, transactional, verify_only } = *r;
         let refuse = |code, msg: String, epoch| RegisterDecision::Refuse { status: Status::new(code, msg), epoch };
         let Some(tid) = self.owner.get(&producer_id).cloned() else {
             if producer_id < 0 || producer_id >= self.next_producer_id {
@@ -539,12 +586,14 @@ impl ProducerTable {
                     -1,
                 );
             }
-            // An idempotent-only producer: nothing can fence it, nothing to remember.
-            if epoch != 0 {
+            // An idempotent-only producer: nothing can fence it, nothing to remember. Its epoch
+            // is its own to raise (librdkafka bumps it after a sequence gap and starts again at
+            // sequence 0; the partition checks that), so any epoch is accepted.
+            if epoch < 0 {
                 return refuse(
                     ErrorCode::InvalidProducerEpoch,
-                    format!("producer id {producer_id} has no transactional id and only epoch 0; got {epoch}"),
-                    0,
+                    format!("producer id {producer_id}: epoch {epoch} is negative"),
+                    -1,
                 );
             }
             if transactional {
@@ -554,7 +603,7 @@ impl ProducerTable {
                     0,
                 );
             }
-            return RegisterDecision::Accept { entries: Vec::new(), epoch: 0 };
+            return RegisterDecision::Accept { entries: Vec::new(), epoch };
         };
         let e = &self.by_tid[&tid];
         if producer_id != e.producer_id {
@@ -582,6 +631,23 @@ impl ProducerTable {
             return RegisterDecision::Refuse { status, epoch: -1 };
         }
         let current = e.epoch;
+        if verify_only {
+            let open = e.txn_started_ms.is_some();
+            return if open && e.registered.contains(&(topic.to_string(), partition)) {
+                // Nothing new to persist: the caller waits for the registration it saw to be.
+                RegisterDecision::Accept { entries: Vec::new(), epoch: current }
+            } else {
+                refuse(
+                    ErrorCode::InvalidTxnState,
+                    format!(
+                        "{topic}-{partition} is not part of an open transaction of transactional id '{tid}' (producer id \
+                         {producer_id}, epoch {epoch}): add it with AddPartitionsToTxn before writing; a write that \
+                         arrives after its transaction ended is refused"
+                    ),
+                    current,
+                )
+            };
+        }
         let opens_txn = transactional && e.txn_started_ms.is_none();
         if e.registered.contains(&(topic.to_string(), partition)) && !opens_txn {
             return RegisterDecision::Accept { entries: Vec::new(), epoch: current };
@@ -615,8 +681,10 @@ impl ProducerTable {
                     last_result: None,
                     last_end: None,
                     bumps: VecDeque::new(),
+                    next_marker_sequence: 0,
                 });
                 let bumped = e.epoch != *epoch || e.producer_id != *producer_id;
+                count_markers(e, fence);
                 e.producer_id = *producer_id;
                 e.epoch = *epoch;
                 e.requested_by = *requested_by;
@@ -648,6 +716,7 @@ impl ProducerTable {
                 self.owner.insert(*producer_id, transactional_id.clone());
                 if let Some(e) = self.by_tid.get_mut(transactional_id) {
                     let timeout_ms = e.transaction_timeout_ms;
+                    let bumped = (*producer_id, *epoch) != *prev;
                     e.producer_id = *producer_id;
                     e.epoch = *epoch;
                     e.requested_by = None;
@@ -655,9 +724,14 @@ impl ProducerTable {
                     e.txn_started_ms = None;
                     e.pending = markers.clone();
                     e.pending_commit = *commit;
-                    e.last_end = (!timed_out).then_some((*prev, *commit));
-                    let why = if *timed_out { Bump::TimedOut { timeout_ms } } else { Bump::Ended { commit: *commit } };
-                    remember(&mut e.bumps, *epoch, why);
+                    count_markers(e, markers);
+                    // Only a bumping end can be recognised when retried (see handle_end_txn).
+                    e.last_end = (!timed_out && bumped).then_some((*prev, *commit));
+                    if bumped {
+                        let why =
+                            if *timed_out { Bump::TimedOut { timeout_ms } } else { Bump::Ended { commit: *commit } };
+                        remember(&mut e.bumps, *epoch, why);
+                    }
                 }
             }
             Entry::FenceDone { transactional_id, epoch } => {
@@ -697,6 +771,7 @@ impl ProducerTable {
                         last_result: t.last_result,
                         last_end: t.last_end,
                         bumps,
+                        next_marker_sequence: t.next_marker_sequence,
                     },
                 );
             }
@@ -741,6 +816,7 @@ impl ProducerTable {
                         Bump::TimedOut { timeout_ms } => (*epoch, 3, *timeout_ms),
                     })
                     .collect(),
+                next_marker_sequence: e.next_marker_sequence,
             }));
         }
         out
@@ -772,6 +848,14 @@ impl ProducerTable {
     /// The transaction state of a transactional id.
     pub fn state(&self, tid: &str) -> Option<TxnState> {
         self.by_tid.get(tid).map(TxnEntry::state)
+    }
+}
+
+/// The markers of one end or fence were handed out: the next one gets the sequence after
+/// theirs (wrapping from `i32::MAX` to 0, as record sequences do).
+fn count_markers(e: &mut TxnEntry, targets: &[FenceTarget]) {
+    if let Some(seq) = targets.first().map(|t| t.marker_sequence).filter(|s| *s >= 0) {
+        e.next_marker_sequence = protocol::batch::increment_sequence(seq, 1);
     }
 }
 
@@ -835,8 +919,14 @@ mod tests {
     fn bump_fences_every_partition_registered_under_the_old_epoch() {
         let mut t = ProducerTable::new(TableConfig::default());
         let (pid, e0, _) = grant(t.handle_init(Some("orders"), T, None));
-        assert!(matches!(t.handle_register(pid, e0, "t", 0, false, 0), RegisterDecision::Accept { .. }));
-        assert!(matches!(t.handle_register(pid, e0, "t", 1, false, 0), RegisterDecision::Accept { .. }));
+        assert!(matches!(
+            t.handle_register(&Registration::new(pid, e0, "t", 0, false), 0),
+            RegisterDecision::Accept { .. }
+        ));
+        assert!(matches!(
+            t.handle_register(&Registration::new(pid, e0, "t", 1, false), 0),
+            RegisterDecision::Accept { .. }
+        ));
         let (_, e1, fence) = grant(t.handle_init(Some("orders"), T, None));
         assert_eq!(fence.len(), 2);
         assert!(fence.iter().all(|f| f.marker_epoch == e1 && f.producer_id == pid));
@@ -853,7 +943,7 @@ mod tests {
         let mut t = ProducerTable::new(TableConfig::default());
         let (pid, e0, _) = grant(t.handle_init(Some("orders"), T, None));
         grant(t.handle_init(Some("orders"), T, None));
-        match t.handle_register(pid, e0, "never-touched", 7, false, 0) {
+        match t.handle_register(&Registration::new(pid, e0, "never-touched", 7, false), 0) {
             RegisterDecision::Refuse { status, epoch } => {
                 assert_eq!(status.code, ErrorCode::ProducerFenced);
                 assert_eq!(epoch, e0 + 1);
@@ -871,11 +961,14 @@ mod tests {
     fn unknown_producer_id_is_refused_and_idempotent_ids_are_accepted() {
         let mut t = ProducerTable::new(TableConfig::default());
         assert!(matches!(
-            t.handle_register(5, 0, "t", 0, false, 0),
+            t.handle_register(&Registration::new(5, 0, "t", 0, false), 0),
             RegisterDecision::Refuse { status: Status { code: ErrorCode::UnknownProducerId, .. }, .. }
         ));
         let (pid, _, _) = grant(t.handle_init(None, 0, None));
-        assert!(matches!(t.handle_register(pid, 0, "t", 0, false, 0), RegisterDecision::Accept { .. }));
+        assert!(matches!(
+            t.handle_register(&Registration::new(pid, 0, "t", 0, false), 0),
+            RegisterDecision::Accept { .. }
+        ));
     }
 
     #[test]
@@ -905,17 +998,26 @@ mod tests {
             transaction_timeout_ms: T,
             fence: vec![],
         });
-        assert!(matches!(t.handle_register(pid, EPOCH_GRANT_MAX, "t", 0, false, 0), RegisterDecision::Accept { .. }));
+        assert!(matches!(
+            t.handle_register(&Registration::new(pid, EPOCH_GRANT_MAX, "t", 0, false), 0),
+            RegisterDecision::Accept { .. }
+        ));
         let (pid2, e, fence) = grant(t.handle_init(Some("x"), T, None));
         assert_ne!(pid2, pid);
         assert_eq!(e, 0);
         assert_eq!(
             fence,
-            vec![FenceTarget { producer_id: pid, marker_epoch: EPOCH_RETIRED, topic: "t".into(), partition: 0 }]
+            vec![FenceTarget {
+                producer_id: pid,
+                marker_epoch: EPOCH_RETIRED,
+                marker_sequence: 0,
+                topic: "t".into(),
+                partition: 0
+            }]
         );
         t.handle_fence_done("x", 0);
         assert!(matches!(
-            t.handle_register(pid, EPOCH_GRANT_MAX, "t", 1, false, 0),
+            t.handle_register(&Registration::new(pid, EPOCH_GRANT_MAX, "t", 1, false), 0),
             RegisterDecision::Refuse { status: Status { code: ErrorCode::ProducerFenced, .. }, .. }
         ));
     }
@@ -932,7 +1034,9 @@ mod tests {
         let d = t.handle_init(Some("a"), T, None);
         push(d, &mut log);
         let (pid, e) = t.current("a").unwrap();
-        if let RegisterDecision::Accept { entries, .. } = t.handle_register(pid, e, "t", 0, false, 0) {
+        if let RegisterDecision::Accept { entries, .. } =
+            t.handle_register(&Registration::new(pid, e, "t", 0, false), 0)
+        {
             log.extend(entries);
         }
         let d = t.handle_init(Some("a"), T, None);
@@ -955,7 +1059,7 @@ mod tests {
         grant(t.handle_init(None, 0, None));
         let (pid, e0, _) = grant(t.handle_init(Some("a"), T, None));
         register(&mut t, "a", "x", 0, 0);
-        let (e1, _, _) = markers(t.handle_end_txn("a", pid, e0, true));
+        let (e1, _, _) = markers(t.handle_end_txn("a", pid, e0, true, true));
         t.handle_fence_done("a", e1);
         register(&mut t, "a", "x", 1, 3);
         grant(t.handle_init(Some("b"), T, None));
@@ -969,7 +1073,7 @@ mod tests {
         assert_eq!(r.next_producer_id(), t.next_producer_id());
         assert_eq!(r.pending_fences(), t.pending_fences());
         // The retry memory and the fencing reasons survive too.
-        assert_eq!(r.handle_end_txn("a", pid, e0, true), EndDecision::Done { producer_id: pid, epoch: e1 });
+        assert_eq!(r.handle_end_txn("a", pid, e0, true, true), EndDecision::Done { producer_id: pid, epoch: e1 });
     }
 
     #[test]
@@ -982,7 +1086,10 @@ mod tests {
 
     fn register(t: &mut ProducerTable, tid: &str, topic: &str, partition: i32, now: u64) {
         let (pid, e) = t.current(tid).unwrap();
-        assert!(matches!(t.handle_register(pid, e, topic, partition, true, now), RegisterDecision::Accept { .. }));
+        assert!(matches!(
+            t.handle_register(&Registration::new(pid, e, topic, partition, true), now),
+            RegisterDecision::Accept { .. }
+        ));
     }
 
     fn markers(d: EndDecision) -> (i16, bool, Vec<FenceTarget>) {
@@ -1001,7 +1108,7 @@ mod tests {
         register(&mut t, "tx", "b", 1, 11);
         assert_eq!(t.state("tx"), Some(TxnState::Ongoing));
         assert_eq!(t.describe(15)[0].age_ms, Some(5));
-        let (e1, commit, m) = markers(t.handle_end_txn("tx", pid, e0, true));
+        let (e1, commit, m) = markers(t.handle_end_txn("tx", pid, e0, true, true));
         assert_eq!((e1, commit, m.len()), (e0 + 1, true, 2));
         assert!(m.iter().all(|f| f.marker_epoch == e1));
         assert_eq!(t.state("tx"), Some(TxnState::PrepareCommit));
@@ -1010,7 +1117,7 @@ mod tests {
         // The next transaction starts empty at the new epoch.
         let (_, abort, m) = {
             register(&mut t, "tx", "a", 0, 20);
-            markers(t.handle_end_txn("tx", pid, e1, false))
+            markers(t.handle_end_txn("tx", pid, e1, false, true))
         };
         assert!(!abort && m.len() == 1);
     }
@@ -1020,14 +1127,14 @@ mod tests {
         let mut t = ProducerTable::new(TableConfig::default());
         let (pid, e0, _) = grant(t.handle_init(Some("tx"), T, None));
         register(&mut t, "tx", "a", 0, 0);
-        let (e1, _, _) = markers(t.handle_end_txn("tx", pid, e0, true));
+        let (e1, _, _) = markers(t.handle_end_txn("tx", pid, e0, true, true));
         t.handle_fence_done("tx", e1);
         register(&mut t, "tx", "a", 0, 5); // the next transaction is open at e1
                                            // The first EndTxn arrives again, late: it is recognised as a retry, touches nothing.
-        assert_eq!(t.handle_end_txn("tx", pid, e0, true), EndDecision::Done { producer_id: pid, epoch: e1 });
+        assert_eq!(t.handle_end_txn("tx", pid, e0, true, true), EndDecision::Done { producer_id: pid, epoch: e1 });
         assert_eq!(t.state("tx"), Some(TxnState::Ongoing));
         // The same late request with the other outcome is refused.
-        match t.handle_end_txn("tx", pid, e0, false) {
+        match t.handle_end_txn("tx", pid, e0, false, true) {
             EndDecision::Refuse { status, epoch } => {
                 assert_eq!((status.code, epoch), (ErrorCode::ProducerFenced, e1));
                 assert!(status.message.contains("committed"), "{}", status.message);
@@ -1042,11 +1149,11 @@ mod tests {
         let mut t = ProducerTable::new(TableConfig::default());
         let (pid, e0, _) = grant(t.handle_init(Some("tx"), T, None));
         register(&mut t, "tx", "a", 0, 0);
-        let (e1, _, _) = markers(t.handle_end_txn("tx", pid, e0, true));
+        let (e1, _, _) = markers(t.handle_end_txn("tx", pid, e0, true, true));
         t.handle_fence_done("tx", e1);
         // A's answer was lost; meanwhile B initialises.
         let (_, e2, _) = grant(t.handle_init(Some("tx"), T, None));
-        match t.handle_end_txn("tx", pid, e0, true) {
+        match t.handle_end_txn("tx", pid, e0, true, true) {
             EndDecision::Refuse { status, epoch } => assert_eq!((status.code, epoch), (ErrorCode::ProducerFenced, e2)),
             other => panic!("A must not be handed B's epoch: {other:?}"),
         }
@@ -1056,8 +1163,11 @@ mod tests {
     fn nothing_to_end_without_a_transactional_write() {
         let mut t = ProducerTable::new(TableConfig::default());
         let (pid, e0, _) = grant(t.handle_init(Some("tx"), T, None));
-        assert!(matches!(t.handle_register(pid, e0, "a", 0, false, 0), RegisterDecision::Accept { .. }));
-        assert_eq!(t.handle_end_txn("tx", pid, e0, true), EndDecision::Done { producer_id: pid, epoch: e0 });
+        assert!(matches!(
+            t.handle_register(&Registration::new(pid, e0, "a", 0, false), 0),
+            RegisterDecision::Accept { .. }
+        ));
+        assert_eq!(t.handle_end_txn("tx", pid, e0, true, true), EndDecision::Done { producer_id: pid, epoch: e0 });
     }
 
     #[test]
@@ -1065,13 +1175,16 @@ mod tests {
         let mut t = ProducerTable::new(TableConfig::default());
         let (pid, e0, _) = grant(t.handle_init(Some("tx"), T, None));
         register(&mut t, "tx", "a", 0, 0);
-        let (e1, _, _) = markers(t.handle_end_txn("tx", pid, e0, true));
+        let (e1, _, _) = markers(t.handle_end_txn("tx", pid, e0, true, true));
         assert!(matches!(
-            t.handle_register(pid, e1, "a", 0, true, 1),
+            t.handle_register(&Registration::new(pid, e1, "a", 0, true), 1),
             RegisterDecision::Refuse { status: Status { code: ErrorCode::ConcurrentTransactions, .. }, .. }
         ));
         t.handle_fence_done("tx", e1);
-        assert!(matches!(t.handle_register(pid, e1, "a", 0, true, 2), RegisterDecision::Accept { .. }));
+        assert!(matches!(
+            t.handle_register(&Registration::new(pid, e1, "a", 0, true), 2),
+            RegisterDecision::Accept { .. }
+        ));
     }
 
     #[test]
@@ -1097,14 +1210,14 @@ mod tests {
         let (e1, commit, m) = markers(out[0].1.clone());
         assert_eq!((e1, commit, m.len()), (e0 + 1, false, 1));
         t.handle_fence_done("slow", e1);
-        match t.handle_register(pid, e0, "b", 0, true, 1_200) {
+        match t.handle_register(&Registration::new(pid, e0, "b", 0, true), 1_200) {
             RegisterDecision::Refuse { status, .. } => {
                 assert_eq!(status.code, ErrorCode::ProducerFenced);
                 assert!(status.message.contains("outlived its timeout of 1000 ms"), "{}", status.message);
             }
             other => panic!("{other:?}"),
         }
-        match t.handle_end_txn("slow", pid, e0, true) {
+        match t.handle_end_txn("slow", pid, e0, true, true) {
             EndDecision::Refuse { status, .. } => assert!(status.message.contains("timeout"), "{}", status.message),
             other => panic!("{other:?}"),
         }
@@ -1114,7 +1227,10 @@ mod tests {
     fn non_transactional_registrations_open_no_transaction() {
         let mut t = ProducerTable::new(TableConfig::default());
         let (pid, e0, _) = grant(t.handle_init(Some("plain"), 1_000, None));
-        assert!(matches!(t.handle_register(pid, e0, "a", 0, false, 0), RegisterDecision::Accept { .. }));
+        assert!(matches!(
+            t.handle_register(&Registration::new(pid, e0, "a", 0, false), 0),
+            RegisterDecision::Accept { .. }
+        ));
         assert_eq!(t.state("plain"), Some(TxnState::Empty));
         assert!(t.handle_timeouts(10_000).is_empty(), "nothing to time out");
     }
@@ -1127,10 +1243,12 @@ mod tests {
             log.extend(entries);
         }
         let (pid, e0) = t.current("tx").unwrap();
-        if let RegisterDecision::Accept { entries, .. } = t.handle_register(pid, e0, "a", 0, true, 5) {
+        if let RegisterDecision::Accept { entries, .. } =
+            t.handle_register(&Registration::new(pid, e0, "a", 0, true), 5)
+        {
             log.extend(entries);
         }
-        if let EndDecision::Markers { entries, .. } = t.handle_end_txn("tx", pid, e0, true) {
+        if let EndDecision::Markers { entries, .. } = t.handle_end_txn("tx", pid, e0, true, true) {
             log.extend(entries);
         }
         let mut r = ProducerTable::new(TableConfig::default());
@@ -1141,5 +1259,122 @@ mod tests {
         let pending = r.pending_fences();
         assert_eq!(pending.len(), 1);
         assert!(pending[0].2, "the resumed markers are commit markers");
+    }
+
+    fn verify(t: &mut ProducerTable, pid: i64, epoch: i16, partition: i32) -> RegisterDecision {
+        let r = Registration { verify_only: true, ..Registration::new(pid, epoch, "a", partition, true) };
+        t.handle_register(&r, 0)
+    }
+
+    fn refused_end(d: EndDecision) -> ErrorCode {
+        match d {
+            EndDecision::Refuse { status, .. } => status.code,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    /// Transaction version 1 (Kafka clients): transactions end at the producer's epoch, one
+    /// after another; each end's markers get the next marker sequence.
+    #[test]
+    fn transactions_without_a_bump_end_at_one_epoch_with_counted_markers() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let (pid, e0, _) = grant(t.handle_init(Some("k"), T, None));
+        register(&mut t, "k", "a", 0, 0);
+        register(&mut t, "k", "a", 1, 0);
+        let (epoch, commit, m) = markers(t.handle_end_txn("k", pid, e0, true, false));
+        assert_eq!((epoch, commit), (e0, true), "no bump");
+        assert!(m.iter().all(|f| f.marker_epoch == e0 && f.marker_sequence == 0), "{m:?}");
+        assert_eq!(t.state("k"), Some(TxnState::PrepareCommit));
+        t.handle_fence_done("k", e0);
+        assert_eq!(t.state("k"), Some(TxnState::CompleteCommit));
+        assert_eq!(t.current("k"), Some((pid, e0)));
+        // The next transaction at the same epoch.
+        register(&mut t, "k", "a", 0, 5);
+        let (_, commit, m) = markers(t.handle_end_txn("k", pid, e0, false, false));
+        assert!(!commit);
+        assert_eq!(m.iter().map(|f| (f.partition, f.marker_sequence)).collect::<Vec<_>>(), [(0, 1)]);
+        t.handle_fence_done("k", e0);
+        // A new instance fences at a bumped epoch, with the sequence after those.
+        register(&mut t, "k", "a", 1, 6);
+        let (_, e1, fence) = grant(t.handle_init(Some("k"), T, None));
+        assert_eq!(e1, e0 + 1);
+        assert_eq!(fence.iter().map(|f| (f.marker_epoch, f.marker_sequence)).collect::<Vec<_>>(), [(e1, 2)]);
+        // The old instance's EndTxn is fenced, bump or not.
+        t.handle_fence_done("k", e1);
+        assert_eq!(refused_end(t.handle_end_txn("k", pid, e0, true, false)), ErrorCode::ProducerFenced);
+        // The sequence survives a snapshot.
+        let mut r = ProducerTable::new(TableConfig::default());
+        for e in t.snapshot() {
+            r.apply(&Entry::decode(e.encode()).unwrap());
+        }
+        register(&mut r, "k", "a", 0, 7);
+        let (_, _, m) = markers(r.handle_end_txn("k", pid, e1, true, false));
+        assert_eq!(m[0].marker_sequence, 3);
+    }
+
+    /// Kafka's EndTxn rules without a bump: ending the transaction that just ended the same way
+    /// is a lost answer retried; any other end without an open transaction has nothing to end.
+    #[test]
+    fn an_end_without_an_open_transaction_is_a_retry_or_invalid() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let (pid, e0, _) = grant(t.handle_init(Some("k"), T, None));
+        assert_eq!(refused_end(t.handle_end_txn("k", pid, e0, true, false)), ErrorCode::InvalidTxnState, "Empty");
+        register(&mut t, "k", "a", 0, 0);
+        markers(t.handle_end_txn("k", pid, e0, true, false));
+        assert_eq!(
+            refused_end(t.handle_end_txn("k", pid, e0, true, false)),
+            ErrorCode::ConcurrentTransactions,
+            "markers still being written"
+        );
+        t.handle_fence_done("k", e0);
+        assert_eq!(t.handle_end_txn("k", pid, e0, true, false), EndDecision::Done { producer_id: pid, epoch: e0 });
+        assert_eq!(refused_end(t.handle_end_txn("k", pid, e0, false, false)), ErrorCode::InvalidTxnState);
+        assert_eq!(refused_end(t.handle_end_txn("k", pid, e0 + 1, true, false)), ErrorCode::InvalidProducerEpoch);
+        // A bumping client's retry rule never mistakes a same-epoch end for a retry.
+        register(&mut t, "k", "a", 0, 1);
+        let (_, commit, m) = markers(t.handle_end_txn("k", pid, e0, true, false));
+        assert!(commit && m.len() == 1, "the second transaction is ended, not taken as a retry of the first");
+    }
+
+    /// A leader verifying a Kafka client's transactional write only checks: the partition must
+    /// be in the open transaction, and nothing is registered.
+    #[test]
+    fn a_verify_only_registration_accepts_only_partitions_of_the_open_transaction() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let (pid, e0, _) = grant(t.handle_init(Some("k"), T, None));
+        let code = |d: RegisterDecision| match d {
+            RegisterDecision::Refuse { status, .. } => status.code,
+            RegisterDecision::Accept { entries, .. } => {
+                assert!(entries.is_empty(), "a verification registers nothing");
+                ErrorCode::None
+            }
+        };
+        assert_eq!(code(verify(&mut t, pid, e0, 0)), ErrorCode::InvalidTxnState, "no transaction open");
+        register(&mut t, "k", "a", 0, 0);
+        assert_eq!(code(verify(&mut t, pid, e0, 0)), ErrorCode::None);
+        assert_eq!(code(verify(&mut t, pid, e0, 1)), ErrorCode::InvalidTxnState, "not added to the transaction");
+        assert_eq!(t.describe(0)[0].partitions, ["a-0"]);
+        markers(t.handle_end_txn("k", pid, e0, true, false));
+        t.handle_fence_done("k", e0);
+        assert_eq!(code(verify(&mut t, pid, e0, 0)), ErrorCode::InvalidTxnState, "a write after its transaction ended");
+        grant(t.handle_init(Some("k"), T, None));
+        assert_eq!(code(verify(&mut t, pid, e0, 0)), ErrorCode::ProducerFenced);
+    }
+
+    /// librdkafka's idempotent producer raises its own epoch; the coordinator lets it.
+    #[test]
+    fn an_idempotent_producer_id_registers_at_any_epoch() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let (pid, _, _) = grant(t.handle_init(None, 0, None));
+        for epoch in [0, 1, 7] {
+            assert!(matches!(
+                t.handle_register(&Registration::new(pid, epoch, "t", 0, false), 0),
+                RegisterDecision::Accept { epoch: e, .. } if e == epoch
+            ));
+        }
+        assert!(matches!(
+            t.handle_register(&Registration::new(pid, 1, "t", 0, true), 0),
+            RegisterDecision::Refuse { status: Status { code: ErrorCode::InvalidTxnState, .. }, .. }
+        ));
     }
 }

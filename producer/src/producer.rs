@@ -197,6 +197,7 @@ impl Producer {
             producer_id: self.producer_id,
             producer_epoch: self.epoch,
             commit,
+            bump_epoch: true,
         });
         let what = if commit { "commit" } else { "abort" };
         match call_coordinator_retrying(&mut self.client, what, self.config.delivery_timeout_ms, req).await? {
@@ -231,6 +232,7 @@ impl Producer {
             topic: topic.to_string(),
             partition,
             transactional: true,
+            verify_only: false,
         });
         match call_coordinator_retrying(&mut self.client, "AddPartitionsToTxn", self.config.delivery_timeout_ms, req)
             .await?
@@ -401,6 +403,7 @@ impl Producer {
                 topic: topic.to_string(),
                 partition,
                 transactional: false,
+                verify_only: false,
             });
             if let Ok(Response::AddPartition(a)) = self.client.call_coordinator(req).await {
                 if a.status.code == ErrorCode::ProducerFenced {

@@ -348,10 +348,12 @@ pub fn build_batch(stamp: ProducerStamp, transactional: bool, timestamp_ms: i64,
 }
 
 /// Build a control batch holding one marker (Kafka's control record layout: key = version i16,
-/// type i16; value = version i16, coordinator epoch i32).
+/// type i16; value = version i16, coordinator epoch i32). `sequence` goes in the batch's base
+/// sequence: which end of the producer id's transactions it is (-1, as Kafka writes, for none).
 pub fn build_marker(
     producer_id: i64,
     producer_epoch: i16,
+    sequence: i32,
     kind: MarkerKind,
     coordinator_epoch: i32,
     timestamp_ms: i64,
@@ -371,7 +373,7 @@ pub fn build_marker(
         producer_epoch,
         timestamp_type: TimestampType::Creation,
         offset: 0,
-        sequence: -1,
+        sequence,
         timestamp: timestamp_ms,
         key: Some(key.freeze()),
         value: Some(value.freeze()),
@@ -865,7 +867,7 @@ mod tests {
 
     #[test]
     fn marker_is_a_control_batch_without_records() {
-        let b = build_marker(7, 4, MarkerKind::Abort, 0, 1);
+        let b = build_marker(7, 4, -1, MarkerKind::Abort, 0, 1);
         let h = BatchHeader::parse(&b).unwrap();
         verify_crc(&b, &h).unwrap();
         assert!(h.is_control() && h.is_transactional());
@@ -875,8 +877,8 @@ mod tests {
 
     #[test]
     fn marker_kinds_read_back() {
-        assert_eq!(marker_kind(&build_marker(1, 1, MarkerKind::Commit, 0, 0)), Some(MarkerKind::Commit));
-        assert_eq!(marker_kind(&build_marker(1, 1, MarkerKind::Abort, 0, 0)), Some(MarkerKind::Abort));
+        assert_eq!(marker_kind(&build_marker(1, 1, -1, MarkerKind::Commit, 0, 0)), Some(MarkerKind::Commit));
+        assert_eq!(marker_kind(&build_marker(1, 1, -1, MarkerKind::Abort, 0, 0)), Some(MarkerKind::Abort));
         assert_eq!(marker_kind(&build_batch(stamp(), true, 0, &[Bytes::from_static(b"x")])), None);
     }
 

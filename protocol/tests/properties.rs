@@ -43,20 +43,21 @@ fn request() -> impl Strategy<Value = Request> {
                 })
             }
         ),
-        (any::<i64>(), any::<i16>(), name, any::<i32>(), any::<bool>()).prop_map(
-            |(producer_id, producer_epoch, topic, partition, transactional)| {
+        (any::<i64>(), any::<i16>(), name, any::<i32>(), any::<bool>(), any::<bool>()).prop_map(
+            |(producer_id, producer_epoch, topic, partition, transactional, verify_only)| {
                 Request::AddPartition(AddPartitionRequest {
                     producer_id,
                     producer_epoch,
                     topic,
                     partition,
                     transactional,
+                    verify_only,
                 })
             }
         ),
-        (name, any::<i64>(), any::<i16>(), any::<bool>()).prop_map(
-            |(transactional_id, producer_id, producer_epoch, commit)| {
-                Request::EndTxn(EndTxnRequest { transactional_id, producer_id, producer_epoch, commit })
+        (name, any::<i64>(), any::<i16>(), any::<bool>(), any::<bool>()).prop_map(
+            |(transactional_id, producer_id, producer_epoch, commit, bump_epoch)| {
+                Request::EndTxn(EndTxnRequest { transactional_id, producer_id, producer_epoch, commit, bump_epoch })
             }
         ),
     ]

@@ -216,7 +216,8 @@ impl Sim {
 
     pub(crate) fn broker_marker(&mut self, id: i32, tid: String, target: FenceTarget, leader_epoch: i32, commit: bool) {
         let kind = if commit { MarkerKind::Commit } else { MarkerKind::Abort };
-        let batch = build_marker(target.producer_id, target.marker_epoch, kind, 0, self.now as i64);
+        let batch =
+            build_marker(target.producer_id, target.marker_epoch, target.marker_sequence, kind, 0, self.now as i64);
         let header = BatchHeader::parse_prefix(&batch).expect("a marker we built parses");
         let partition = target.partition;
         let r = self.rep_mut(id, partition);
@@ -368,9 +369,9 @@ impl Sim {
                     leader_epoch: stored_epoch,
                 });
             }
-            Err(AppendError::NeedsVerification { producer_id, epoch }) => {
+            Err(AppendError::NeedsVerification { producer_id, epoch, guard }) => {
                 let transactional = header.is_transactional();
-                let verify = Msg::Verify { broker: id, partition, producer_id, epoch, transactional };
+                let verify = Msg::Verify { broker: id, partition, producer_id, epoch, transactional, guard };
                 self.send(id as usize, COORD, verify);
                 self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Retry });
             }

@@ -149,7 +149,7 @@ impl Sim {
                 let headers: Vec<_> = match part.batch_headers() {
                     Ok(h) => h
                         .into_iter()
-                        .map(|(h, _)| (h.base_offset, h.producer_id, h.producer_epoch, h.base_sequence))
+                        .map(|(h, _)| (h.base_offset, h.producer_id, h.producer_epoch, h.base_sequence, h.is_control()))
                         .collect(),
                     Err(e) => return self.violate(format!("broker {id} cannot read its log: {e}")),
                 };
@@ -179,8 +179,9 @@ impl Sim {
                     "no convergence: the consumer is at {partition}/{pos}, the high watermark at {hw}"
                 ));
             }
-            for (offset, pid, epoch, seq) in &log {
-                if *pid >= 0 && *seq >= 0 {
+            for (offset, pid, epoch, seq, control) in &log {
+                // A marker's base sequence counts transaction ends, not records.
+                if *pid >= 0 && *seq >= 0 && !control {
                     count.entry((partition, *pid, *epoch, *seq)).or_default().push(*offset);
                 }
             }

@@ -80,7 +80,7 @@ impl Sim {
     /// EndTxn at the coordinator: commit or abort, write the markers, then answer the new epoch.
     pub(crate) fn coord_end(&mut self, prod: usize, producer_id: i64, epoch: i16, commit: bool) {
         let tid = self.producers[prod].tid.clone();
-        match self.table.handle_end_txn(&tid, producer_id, epoch, commit) {
+        match self.table.handle_end_txn(&tid, producer_id, epoch, commit, true) {
             EndDecision::Markers { producer_id: pid, epoch: new_epoch, commit, entries, markers } => {
                 self.journal.extend(entries);
                 if commit {

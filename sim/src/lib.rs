@@ -44,12 +44,13 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use broker::partition::{AppendError, Appended, Committed, Offer, Partition, ReplicateError};
+use broker::producer_state::VerificationGuard;
 use broker::replication::Sent;
 use broker::storage::{MemStorage, StoredFile};
 use bytes::Bytes;
 use coordinator::cluster::{BrokerStart, Cluster, ClusterConfig};
 use coordinator::entry::{Entry, FenceTarget};
-use coordinator::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, TableConfig};
+use coordinator::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, Registration, TableConfig};
 use protocol::batch::{build_batch, build_marker, BatchHeader, MarkerKind, ProducerStamp};
 use protocol::{AlterPartitionRequest, AlterPartitionResponse, Assignment, ReplicaReport, ReplicateRequest};
 
@@ -226,12 +227,14 @@ enum Msg {
         producer_id: i64,
         epoch: i16,
         transactional: bool,
+        guard: VerificationGuard,
     },
     VerifyResp {
         partition: i32,
         producer_id: i64,
         epoch: i16,
         transactional: bool,
+        guard: VerificationGuard,
         ok: bool,
     },
     Marker {
@@ -887,22 +890,24 @@ impl Sim {
                 self.trace(|| format!("producer {prod}: transaction ended, continuing with {granted:?}"));
             }
             Msg::ProduceResp { prod, batch, result } => self.producer_answer(prod, batch, result),
-            Msg::Verify { broker, partition, producer_id, epoch, transactional } => {
+            Msg::Verify { broker, partition, producer_id, epoch, transactional, guard } => {
                 let now = self.clock(COORD);
-                let ok = match self.table.handle_register(producer_id, epoch, TOPIC, partition, transactional, now) {
+                let reg = Registration::new(producer_id, epoch, TOPIC, partition, transactional);
+                let ok = match self.table.handle_register(&reg, now) {
                     RegisterDecision::Accept { entries, .. } => {
                         self.journal.extend(entries);
                         true
                     }
                     RegisterDecision::Refuse { .. } => false,
                 };
-                let resp = Msg::VerifyResp { partition, producer_id, epoch, transactional, ok };
+                let resp = Msg::VerifyResp { partition, producer_id, epoch, transactional, guard, ok };
                 self.send(COORD, broker as usize, resp);
             }
-            Msg::VerifyResp { partition, producer_id, epoch, transactional, ok } => {
+            Msg::VerifyResp { partition, producer_id, epoch, transactional, guard, ok } => {
                 let r = self.rep_mut(to as i32, partition);
                 if ok {
-                    r.part.mark_verified(producer_id, epoch, transactional);
+                    // False when a marker landed meanwhile: the producer's retry asks again.
+                    r.part.mark_verified(producer_id, epoch, transactional, guard);
                 } else {
                     r.refused.insert((producer_id, epoch));
                 }

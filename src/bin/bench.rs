@@ -248,6 +248,7 @@ async fn commit(coordinator: &Connection, tid: &str, producer_id: i64, epoch: i1
         producer_id,
         producer_epoch: epoch,
         commit: true,
+        bump_epoch: true,
     });
     match coordinator.call(req).await {
         Ok(Response::EndTxn(r)) if r.status.is_ok() => Ok((r.producer_id, r.producer_epoch)),

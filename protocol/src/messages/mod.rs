@@ -549,6 +549,7 @@ mod tests {
             producer_id: 3,
             producer_epoch: 4,
             commit: true,
+            bump_epoch: false,
         }));
         roundtrip_req(Request::Metadata(MetadataRequest {
             topics: vec!["a".into(), "b".into()],
@@ -578,12 +579,14 @@ mod tests {
             topic: "t".into(),
             partition: 1,
             transactional: true,
+            verify_only: true,
         }));
         roundtrip_req(Request::WriteMarker(WriteMarkerRequest {
             topic: "t".into(),
             partition: 1,
             producer_id: 1,
             producer_epoch: 9,
+            marker_sequence: 12,
             commit: false,
             leader_epoch: 3,
         }));

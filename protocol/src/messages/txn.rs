@@ -81,6 +81,12 @@ pub struct AddPartitionRequest {
     /// Whether the write is part of a transaction (it starts one, with its timeout, if none
     /// is open); otherwise the partition is only recorded so a later bump fences it.
     pub transactional: bool,
+    /// Only check, register nothing: the partition must already be part of the producer's open
+    /// transaction (INVALID_TXN_STATE otherwise). A leader verifies a transactional write from
+    /// a Kafka client this way (transaction version 1: the client adds each partition with
+    /// AddPartitionsToTxn first, and the epoch stays the same between its transactions, so a
+    /// late write must not open a transaction of its own).
+    pub verify_only: bool,
 }
 
 impl AddPartitionRequest {
@@ -90,6 +96,7 @@ impl AddPartitionRequest {
         b.put_string(&self.topic);
         b.put_i32(self.partition);
         b.put_bool(self.transactional);
+        b.put_bool(self.verify_only);
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
@@ -99,6 +106,7 @@ impl AddPartitionRequest {
             topic: r.string("topic")?,
             partition: r.i32("partition")?,
             transactional: r.bool("transactional")?,
+            verify_only: r.bool("verify_only")?,
         })
     }
 }
@@ -135,6 +143,11 @@ pub struct EndTxnRequest {
     pub producer_epoch: i16,
     /// Commit (true) or abort (false).
     pub commit: bool,
+    /// Bump the epoch with the end (epochfence's own clients, KIP-890's transaction version 2:
+    /// a delayed EndTxn can then never end a later transaction). Without, the transaction ends
+    /// at the producer's current epoch and the next one runs at the same epoch (transaction
+    /// version 1, what Kafka clients speak: the Kafka listener relays their EndTxn so).
+    pub bump_epoch: bool,
 }
 
 impl EndTxnRequest {
@@ -143,6 +156,7 @@ impl EndTxnRequest {
         b.put_i64(self.producer_id);
         b.put_i16(self.producer_epoch);
         b.put_bool(self.commit);
+        b.put_bool(self.bump_epoch);
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
@@ -151,6 +165,7 @@ impl EndTxnRequest {
             producer_id: r.i64("producer_id")?,
             producer_epoch: r.i16("producer_epoch")?,
             commit: r.bool("commit")?,
+            bump_epoch: r.bool("bump_epoch")?,
         })
     }
 }
@@ -162,8 +177,9 @@ pub struct EndTxnResponse {
     pub status: Status,
     /// The producer id to continue with.
     pub producer_id: i64,
-    /// The epoch to continue with: ending a transaction bumps it (KIP-890), so a delayed
-    /// EndTxn of this transaction can never end a later one. On PRODUCER_FENCED, the current epoch.
+    /// The epoch to continue with: ending a transaction with `bump_epoch` bumps it (KIP-890),
+    /// so a delayed EndTxn of this transaction can never end a later one. On PRODUCER_FENCED,
+    /// the current epoch.
     pub producer_epoch: i16,
 }
 
@@ -189,6 +205,12 @@ pub struct WriteMarkerRequest {
     pub producer_id: i64,
     /// Epoch the marker carries; the partition fences every older epoch of the producer id.
     pub producer_epoch: i16,
+    /// Which end of a transaction (or fence) of the producer id this marker is, counted by the
+    /// coordinator (-1: none, a marker from before they were counted). Several transactions
+    /// can end at one epoch (transaction version 1), so the epoch alone does not tell a retried
+    /// marker from the next transaction's; the broker stores it as the control batch's base
+    /// sequence.
+    pub marker_sequence: i32,
     /// Commit (true) or abort (false).
     pub commit: bool,
     /// The partition's leader epoch as the coordinator knows it.
@@ -201,6 +223,7 @@ impl WriteMarkerRequest {
         b.put_i32(self.partition);
         b.put_i64(self.producer_id);
         b.put_i16(self.producer_epoch);
+        b.put_i32(self.marker_sequence);
         b.put_bool(self.commit);
         b.put_i32(self.leader_epoch);
     }
@@ -211,6 +234,7 @@ impl WriteMarkerRequest {
             partition: r.i32("partition")?,
             producer_id: r.i64("producer_id")?,
             producer_epoch: r.i16("producer_epoch")?,
+            marker_sequence: r.i32("marker_sequence")?,
             commit: r.bool("commit")?,
             leader_epoch: r.i32("leader_epoch")?,
         })

@@ -93,6 +93,7 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
             .call(Request::Heartbeat(HeartbeatRequest {
                 broker_id: 1,
                 addr: "127.0.0.1:1".into(),
+                kafka_addr: String::new(),
                 incarnation: 1,
                 broker_epoch: -1,
                 previous_broker_epoch: -1,

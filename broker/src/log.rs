@@ -908,6 +908,20 @@ impl PartitionLog {
         Ok(out)
     }
 
+    /// Where a search by time starts: for `timestamp_ms` >= 0, the first offset of the first
+    /// segment holding a record at least that new, and the timestamp to look for; for -3 (the
+    /// largest timestamp), the start of the segment holding it and that timestamp. `None` if no
+    /// segment qualifies.
+    pub fn time_search_start(&self, timestamp_ms: i64) -> Option<(i64, i64)> {
+        let start = |s: &Segment| s.base_offset.max(self.start_offset());
+        if timestamp_ms == -3 {
+            let newest = self.segments.iter().filter(|s| !s.index.is_empty()).max_by_key(|s| s.max_timestamp)?;
+            return Some((start(newest), newest.max_timestamp));
+        }
+        let s = self.segments.iter().find(|s| !s.index.is_empty() && s.max_timestamp >= timestamp_ms)?;
+        Some((start(s), timestamp_ms))
+    }
+
     /// Where to read whole batches from `offset`, at most `max_bytes` but at least one batch,
     /// and only batches that end before `limit` (the high watermark for consumers), all from
     /// one segment; `None` when there is nothing to read (or `offset` is outside the log).

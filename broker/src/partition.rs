@@ -202,6 +202,32 @@ pub struct Fetched {
     pub aborted: Vec<AbortedTxn>,
     /// Leader epoch here.
     pub leader_epoch: i32,
+    /// The oldest offset the log keeps.
+    pub log_start_offset: i64,
+}
+
+/// Where a partition's log starts and ends, as a reader sees it (Kafka's ListOffsets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offsets {
+    /// The oldest offset the log keeps.
+    pub log_start_offset: i64,
+    /// Offset after the last committed record.
+    pub high_watermark: i64,
+    /// Offset below which no transaction is open.
+    pub last_stable_offset: i64,
+    /// Leader epoch here.
+    pub leader_epoch: i32,
+}
+
+/// A record found by its timestamp (Kafka's ListOffsets by time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FoundByTime {
+    /// Its offset.
+    pub offset: i64,
+    /// Its timestamp.
+    pub timestamp_ms: i64,
+    /// The leader epoch of its batch.
+    pub leader_epoch: i32,
 }
 
 /// Why a fetch failed.
@@ -1216,7 +1242,7 @@ impl Partition {
         request_leader_epoch: i32,
         isolation: i8,
     ) -> Result<Fetched, FetchError> {
-        let (range, high_watermark, last_stable_offset, aborted, leader_epoch) = {
+        let (range, high_watermark, last_stable_offset, aborted, leader_epoch, log_start_offset) = {
             let g = self.lock();
             g.leadership.check(request_leader_epoch)?;
             let (start, end) = (g.log.start_offset(), g.log.end_offset());
@@ -1228,10 +1254,88 @@ impl Partition {
             let committed = isolation == READ_COMMITTED;
             let limit = if committed { lso } else { hw };
             let aborted = if committed { g.txns.aborted_between(offset, limit) } else { Vec::new() };
-            (g.log.locate(offset, max_bytes, limit), hw, lso, aborted, g.leadership.leader_epoch)
+            (g.log.locate(offset, max_bytes, limit), hw, lso, aborted, g.leadership.leader_epoch, start)
         };
         let records = read_range(range)?;
-        Ok(Fetched { records, high_watermark, last_stable_offset, aborted, leader_epoch })
+        Ok(Fetched { records, high_watermark, last_stable_offset, aborted, leader_epoch, log_start_offset })
+    }
+
+    /// The log's start, high watermark and last stable offset, if this replica leads at
+    /// `request_leader_epoch` (-1: any).
+    pub fn offsets(&self, request_leader_epoch: i32) -> Result<Offsets, LeaderEpochError> {
+        let g = self.lock();
+        g.leadership.check(request_leader_epoch)?;
+        let high_watermark = g.high_watermark;
+        Ok(Offsets {
+            log_start_offset: g.log.start_offset(),
+            high_watermark,
+            last_stable_offset: g.txns.last_stable_offset(high_watermark),
+            leader_epoch: g.leadership.leader_epoch,
+        })
+    }
+
+    /// OffsetForLeaderEpoch, if this replica leads at `request_leader_epoch` (-1: any): the
+    /// largest leader epoch of this log at or below `epoch` and the offset where it ends (the
+    /// start of the next epoch, or the log end); `(-1, -1)` if the log holds no epoch that old.
+    pub fn epoch_end_offset(&self, request_leader_epoch: i32, epoch: i32) -> Result<(i32, i64), LeaderEpochError> {
+        let g = self.lock();
+        g.leadership.check(request_leader_epoch)?;
+        Ok(match g.log.epoch_end(epoch) {
+            (-1, _) => (-1, -1),
+            found => found,
+        })
+    }
+
+    /// ListOffsets by time: the first record below the high watermark (the last stable offset
+    /// with read_committed) whose timestamp is at least `timestamp_ms`, or with
+    /// [`TIMESTAMP_MAX`] the record with the largest timestamp; `None` if there is none. Whole
+    /// segments whose newest timestamp is older are skipped; within a segment the batches are
+    /// read in order (there is no time index).
+    pub fn find_by_time(
+        &self,
+        request_leader_epoch: i32,
+        timestamp_ms: i64,
+        isolation: i8,
+    ) -> Result<Option<FoundByTime>, FetchError> {
+        let (mut offset, limit, target) = {
+            let g = self.lock();
+            g.leadership.check(request_leader_epoch)?;
+            let hw = g.high_watermark;
+            let limit = if isolation == READ_COMMITTED { g.txns.last_stable_offset(hw) } else { hw };
+            match g.log.time_search_start(timestamp_ms) {
+                Some((from, target)) => (from, limit, target),
+                None => return Ok(None),
+            }
+        };
+        let mut best: Option<FoundByTime> = None;
+        loop {
+            let range = self.lock().log.locate(offset, TIME_SCAN_BYTES, limit);
+            let Some(range) = range else { return Ok(best) };
+            let end = range.end_offset;
+            let bytes = read_range(Some(range))?;
+            for item in BatchIter::new(bytes) {
+                let (h, b) = item.map_err(|e| FetchError::Io(e.to_string()))?;
+                if h.is_control() || h.max_timestamp < target {
+                    continue;
+                }
+                let records = protocol::batch::decode_records(&b).map_err(|e| FetchError::Io(e.to_string()))?;
+                for r in records {
+                    let hit = FoundByTime {
+                        offset: r.offset,
+                        timestamp_ms: r.timestamp_ms,
+                        leader_epoch: h.partition_leader_epoch,
+                    };
+                    if timestamp_ms == TIMESTAMP_MAX {
+                        if best.is_none_or(|b| r.timestamp_ms > b.timestamp_ms) {
+                            best = Some(hit);
+                        }
+                    } else if r.timestamp_ms >= target {
+                        return Ok(Some(hit));
+                    }
+                }
+            }
+            offset = end;
+        }
     }
 }
 
@@ -1259,6 +1363,13 @@ enum Found {
 }
 
 /// Read a located range outside the partition lock (nothing located: no bytes).
+/// [`Partition::find_by_time`]'s target for the record with the largest timestamp (Kafka's
+/// ListOffsets MAX_TIMESTAMP).
+pub const TIMESTAMP_MAX: i64 = -3;
+
+/// How much of a segment one read of [`Partition::find_by_time`]'s scan takes, in bytes.
+const TIME_SCAN_BYTES: usize = 1024 * 1024;
+
 fn read_range(range: Option<ReadRange>) -> Result<Bytes, FetchError> {
     range.map_or(Ok(Bytes::new()), |r| r.read().map_err(|e| FetchError::Io(e.to_string())))
 }

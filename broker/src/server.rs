@@ -34,6 +34,8 @@ use crate::producer_state::{GateError, VerificationGuard};
 use crate::replication::Sent;
 use crate::storage::{OsStorage, Storage, StoredFile};
 
+mod kafka;
+
 /// When a broker makes its log writes durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FsyncPolicy {
@@ -74,6 +76,13 @@ pub struct BrokerConfig {
     pub coordinator: String,
     /// Address given to clients and peers; defaults to the listener's address.
     pub advertised_addr: Option<String>,
+    /// Address Kafka clients are given for the Kafka listener (`--kafka-advertise`); defaults
+    /// to that listener's address.
+    pub kafka_advertised_addr: Option<String>,
+    /// Largest `transaction.timeout.ms` a Kafka client may ask for in InitProducerId, in
+    /// milliseconds (Kafka's `transaction.max.timeout.ms`); above it the init is refused with
+    /// INVALID_TRANSACTION_TIMEOUT. The coordinator's own maximum applies too.
+    pub transaction_max_timeout_ms: i32,
     /// Producer fencing on (the default). Off only to demonstrate and measure what it prevents.
     pub fencing: bool,
     /// Followers refuse replication from other leader epochs (the default). Off only to
@@ -122,6 +131,8 @@ impl BrokerConfig {
             data_dir: data_dir.into(),
             coordinator: coordinator.into(),
             advertised_addr: None,
+            kafka_advertised_addr: None,
+            transaction_max_timeout_ms: TRANSACTION_MAX_TIMEOUT_MS_DEFAULT,
             fencing: true,
             leader_epoch_checks: true,
             heartbeat_ms: 300,
@@ -161,6 +172,9 @@ pub enum BrokerError {
 
 /// Most bytes one fetch returns (beyond its first batch).
 pub const FETCH_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// Default of [`BrokerConfig::transaction_max_timeout_ms`]: 15 minutes, as Kafka's.
+pub const TRANSACTION_MAX_TIMEOUT_MS_DEFAULT: i32 = 15 * 60 * 1000;
 
 /// Default of [`BrokerConfig::message_timestamp_after_max_ms`]: one hour, as Kafka 4.0's.
 pub const MESSAGE_TIMESTAMP_AFTER_MAX_MS_DEFAULT: u64 = 3_600_000;
@@ -252,6 +266,8 @@ async fn wait_while(rx: &watch::Receiver<bool>) {
 struct Shared {
     config: BrokerConfig,
     addr: String,
+    /// The Kafka listener's advertised address, if this broker runs one.
+    kafka_addr: Option<String>,
     /// How this broker dials the coordinator and other brokers (TLS, membership proof).
     dialer: Dialer,
     /// Random, new at every start: tells the coordinator this process is not the one before.
@@ -304,6 +320,18 @@ pub async fn run_with(
     control: BrokerControl,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), BrokerError> {
+    run_listeners(listener, None, config, control, shutdown).await
+}
+
+/// [`run_with`], also serving the Kafka protocol on `kafka_listener` (under the same limits,
+/// TLS and cluster secret as `listener`).
+pub async fn run_listeners(
+    listener: TcpListener,
+    kafka_listener: Option<TcpListener>,
+    config: BrokerConfig,
+    control: BrokerControl,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), BrokerError> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| BrokerError::DataDir { path: config.data_dir.display().to_string(), detail: e.to_string() })?;
     let log_dir = LogDir::open(&config.data_dir, config.fsync == FsyncPolicy::Always)
@@ -315,6 +343,13 @@ pub async fn run_with(
         config.limits.request_timeout_ms.max(config.request_timeout_ms + config.verify_timeout_ms + 1_000);
     let local = listener.local_addr().map_err(|e| BrokerError::Listener(e.to_string()))?;
     let addr = config.advertised_addr.clone().unwrap_or_else(|| local.to_string());
+    let kafka_addr = match &kafka_listener {
+        Some(l) => {
+            let local = l.local_addr().map_err(|e| BrokerError::Listener(e.to_string()))?;
+            Some(config.kafka_advertised_addr.clone().unwrap_or_else(|| local.to_string()))
+        }
+        None => None,
+    };
     tracing::info!(broker_id = config.id, %addr, fencing = config.fencing, "broker starting");
     let (stop_tx, stop_rx) = watch::channel(false);
     if config.limits.cluster_secret.is_none() {
@@ -324,6 +359,7 @@ pub async fn run_with(
     }
     let shared = Arc::new(Shared {
         addr,
+        kafka_addr,
         incarnation: {
             let mut b = [0u8; 8];
             getrandom::fill(&mut b).expect("the operating system's random source works");
@@ -371,7 +407,26 @@ pub async fn run_with(
         }
         handle_group(&group_shared, requests)
     });
-    net::serve_grouped(listener, handler, Some(group), config.limits.clone(), shutdown).await;
+    // One shutdown for both listeners.
+    let (down_tx, down_rx) = watch::channel(false);
+    let down = |rx: watch::Receiver<bool>| async move {
+        let _ = rx.clone().wait_for(|down| *down).await;
+    };
+    let own = net::serve_grouped(listener, handler, Some(group), config.limits.clone(), down(down_rx.clone()));
+    let kafka = async {
+        if let Some(l) = kafka_listener {
+            net::serve_protocol::<kafka::KafkaWire>(l, kafka::handlers(&shared), config.limits.clone(), down(down_rx))
+                .await;
+        }
+    };
+    tokio::join!(
+        async {
+            shutdown.await;
+            let _ = down_tx.send(true);
+        },
+        own,
+        kafka
+    );
     let _ = stop_tx.send(true);
     let _ = heartbeats.await;
     let _ = flusher.await;
@@ -586,6 +641,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
     let req = Request::Heartbeat(HeartbeatRequest {
         broker_id: shared.config.id,
         addr: shared.addr.clone(),
+        kafka_addr: shared.kafka_addr.clone().unwrap_or_default(),
         incarnation: shared.incarnation,
         broker_epoch: shared.broker_epoch.load(Ordering::Relaxed),
         previous_broker_epoch: shared.log_dir.previous_broker_epoch,

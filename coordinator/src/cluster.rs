@@ -94,6 +94,8 @@ struct Registration {
 #[derive(Debug, Clone)]
 struct Broker {
     addr: String,
+    /// Its Kafka listener's address, empty if none.
+    kafka_addr: String,
     lease_until_ms: u64,
 }
 
@@ -190,8 +192,25 @@ impl Cluster {
         self.brokers.iter().filter(|(_, b)| b.lease_until_ms > now_ms).map(|(id, _)| *id).collect()
     }
 
-    fn broker_infos(&self) -> Vec<BrokerInfo> {
-        self.brokers.iter().map(|(id, b)| BrokerInfo { id: *id, addr: b.addr.clone() }).collect()
+    fn broker_infos(&self, now_ms: u64) -> Vec<BrokerInfo> {
+        self.brokers
+            .iter()
+            .map(|(id, b)| BrokerInfo {
+                id: *id,
+                addr: b.addr.clone(),
+                kafka_addr: b.kafka_addr.clone(),
+                alive: b.lease_until_ms > now_ms,
+            })
+            .collect()
+    }
+
+    /// Record the address of a broker's Kafka listener (from its heartbeat; empty: none).
+    pub fn set_kafka_addr(&mut self, broker_id: i32, kafka_addr: &str) {
+        if let Some(b) = self.brokers.get_mut(&broker_id) {
+            if b.kafka_addr != kafka_addr {
+                b.kafka_addr = kafka_addr.to_string();
+            }
+        }
     }
 
     /// The `min.insync.replicas` of a topic of `replication_factor` replicas created without one.
@@ -408,7 +427,8 @@ impl Cluster {
         reports: &[ReplicaReport],
     ) -> (u64, Vec<Assignment>, Vec<BrokerInfo>) {
         let lease_until_ms = now_ms + self.config.broker_lease_ms;
-        self.brokers.insert(broker_id, Broker { addr: addr.to_string(), lease_until_ms });
+        let kafka_addr = self.brokers.get(&broker_id).map(|b| b.kafka_addr.clone()).unwrap_or_default();
+        self.brokers.insert(broker_id, Broker { addr: addr.to_string(), kafka_addr, lease_until_ms });
         for r in reports {
             if self.topics.contains_key(&r.topic) {
                 self.reports
@@ -435,7 +455,7 @@ impl Cluster {
                 })
             })
             .collect();
-        (self.config.broker_lease_ms, assignments, self.broker_infos())
+        (self.config.broker_lease_ms, assignments, self.broker_infos(now_ms))
     }
 
     /// Partitions of every topic together.
@@ -704,10 +724,14 @@ impl Cluster {
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             let mut status = Status::ok();
+            let mut created = false;
             if !self.topics.contains_key(&name) {
                 if allow_auto_create && self.config.auto_create_topics {
                     match self.handle_create_topic(now_ms, &name, self.config.default_partitions, -1, -1) {
-                        Ok(e) => entries.push(e),
+                        Ok(e) => {
+                            entries.push(e);
+                            created = true;
+                        }
                         Err(s) => status = s,
                     }
                 } else {
@@ -731,9 +755,9 @@ impl Cluster {
                         .collect()
                 })
                 .unwrap_or_default();
-            out.push(TopicInfo { name, status, partitions });
+            out.push(TopicInfo { name, status, partitions, created });
         }
-        (self.broker_infos(), out, entries)
+        (self.broker_infos(now_ms), out, entries)
     }
 
     fn topic_partition(&self, topic: &str, partition: i32) -> Option<(i32, &Partition)> {

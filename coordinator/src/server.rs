@@ -350,6 +350,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                     }
                     moved.extend(offline);
                     let out = st.cluster.handle_heartbeat(now, r.broker_id, &r.addr, &r.replicas);
+                    st.cluster.set_kafka_addr(r.broker_id, &r.kafka_addr);
                     // Also a barrier: every leadership decided before this answer is durable before
                     // a broker acts on it, so no leader epoch is ever announced and then forgotten.
                     (broker_epoch, out, shared.persist(&moved))

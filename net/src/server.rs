@@ -513,7 +513,10 @@ async fn serve_connection<P: Protocol, S: AsyncRead + AsyncWrite + Unpin>(
                 let mut close_now = false;
                 while let Some(a) = answer.take() {
                     close_now = P::closes(&a.1);
-                    if framed.feed(a).await.is_err() {
+                    if let Err(e) = framed.feed(a).await {
+                        if matches!(e, CodecError::Encode(_)) {
+                            tracing::warn!(error = %e, "closing the connection");
+                        }
                         failed = true;
                         break;
                     }

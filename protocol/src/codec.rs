@@ -29,6 +29,9 @@ pub enum CodecError {
     /// A response could not be decoded (client side).
     #[error("undecodable response: {0}")]
     Decode(#[from] DecodeError),
+    /// An answer could not be encoded (a field its version cannot carry); the connection closes.
+    #[error("answer not encodable: {0}")]
+    Encode(String),
     /// The socket failed.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
@@ -47,7 +50,7 @@ pub fn frame_buffered(src: &[u8]) -> bool {
 
 /// Map the length codec's error: its "frame too big" (raised before it consumes or reserves
 /// anything, so the prefix is still in `src`) becomes [`CodecError::FrameTooLarge`].
-fn map_frame_error(e: std::io::Error, src: &BytesMut, max: usize) -> CodecError {
+pub(crate) fn map_frame_error(e: std::io::Error, src: &BytesMut, max: usize) -> CodecError {
     let too_big = e.get_ref().is_some_and(|inner| inner.is::<LengthDelimitedCodecError>());
     if too_big {
         let len =

@@ -1,4 +1,5 @@
-//! `broker --id N --listen ADDR --coordinator ADDR --data-dir DIR`: hosts partitions.
+//! `broker --id N --listen ADDR --coordinator ADDR --data-dir DIR [--kafka-listen ADDR]`: hosts
+//! partitions, and with `--kafka-listen` serves Kafka clients too.
 
 use broker::BrokerConfig;
 use clap::Parser;
@@ -27,6 +28,18 @@ struct Args {
     /// Address clients should use, if not the listening one.
     #[arg(long)]
     advertise: Option<String>,
+    /// Also serve the Kafka protocol on this address, so Kafka clients (librdkafka,
+    /// kafka-python, Java) produce and consume here, under the same limits, TLS and checks.
+    #[arg(long)]
+    kafka_listen: Option<String>,
+    /// Address Kafka clients should use for the Kafka listener, if not the listening one.
+    #[arg(long, requires = "kafka_listen")]
+    kafka_advertise: Option<String>,
+    /// Largest transaction timeout a Kafka client may ask for in InitProducerId, in
+    /// milliseconds (Kafka's transaction.max.timeout.ms); above it the init is refused with
+    /// INVALID_TRANSACTION_TIMEOUT. The coordinator's own maximum applies as well.
+    #[arg(long, default_value_t = broker::server::TRANSACTION_MAX_TIMEOUT_MS_DEFAULT, value_parser = clap::value_parser!(i32).range(1..))]
+    transaction_max_timeout_ms: i32,
     /// Interval between heartbeats to the coordinator, in milliseconds.
     #[arg(long, default_value_t = 300)]
     heartbeat_ms: u64,
@@ -112,6 +125,8 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut config = BrokerConfig::new(args.id, &args.data_dir, &args.coordinator);
     config.advertised_addr = args.advertise;
+    config.kafka_advertised_addr = args.kafka_advertise;
+    config.transaction_max_timeout_ms = args.transaction_max_timeout_ms;
     config.heartbeat_ms = args.heartbeat_ms;
     config.fencing = !args.no_fencing;
     config.batch_bytes_max = args.batch_bytes_max;
@@ -145,14 +160,30 @@ async fn main() -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr()?;
     println!("broker {} listening on {addr}", args.id);
+    let kafka_listener = match &args.kafka_listen {
+        Some(kafka) => {
+            let l = tokio::net::TcpListener::bind(kafka)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {kafka} (--kafka-listen): {e}"))?;
+            println!("broker {} kafka listening on {}", args.id, l.local_addr()?);
+            Some(l)
+        }
+        None => None,
+    };
     // SIGINT or SIGTERM: stop cleanly (logs synced, producer state snapshotted).
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    broker::run(listener, config, async move {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    })
+    broker::server::run_listeners(
+        listener,
+        kafka_listener,
+        config,
+        broker::server::BrokerControl::running(),
+        async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        },
+    )
     .await?;
     Ok(())
 }

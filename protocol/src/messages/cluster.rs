@@ -38,13 +38,35 @@ impl MetadataRequest {
     }
 }
 
-/// A broker's identity and address.
+/// A broker's identity and addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerInfo {
     /// Broker id.
     pub id: i32,
     /// `host:port` clients connect to.
     pub addr: String,
+    /// `host:port` of its Kafka-protocol listener; empty if it has none.
+    pub kafka_addr: String,
+    /// Whether its lease is live.
+    pub alive: bool,
+}
+
+impl BrokerInfo {
+    fn encode(&self, b: &mut BytesMut) {
+        b.put_i32(self.id);
+        b.put_string(&self.addr);
+        b.put_string(&self.kafka_addr);
+        b.put_bool(self.alive);
+    }
+
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(BrokerInfo {
+            id: r.i32("broker_id")?,
+            addr: r.string("addr")?,
+            kafka_addr: r.string("kafka_addr")?,
+            alive: r.bool("alive")?,
+        })
+    }
 }
 
 /// Leadership of one partition.
@@ -71,6 +93,8 @@ pub struct TopicInfo {
     pub status: Status,
     /// Partitions, by index.
     pub partitions: Vec<PartitionInfo>,
+    /// Created by this request (auto-creation): its leaders have not started leading yet.
+    pub created: bool,
 }
 
 /// The answer to a metadata request.
@@ -88,13 +112,13 @@ impl MetadataResponse {
     pub(crate) fn encode_body(&self, b: &mut BytesMut) {
         b.put_i32(self.brokers.len() as i32);
         for br in &self.brokers {
-            b.put_i32(br.id);
-            b.put_string(&br.addr);
+            br.encode(b);
         }
         b.put_i32(self.topics.len() as i32);
         for t in &self.topics {
             b.put_string(&t.name);
             t.status.encode(b);
+            b.put_bool(t.created);
             b.put_i32(t.partitions.len() as i32);
             for p in &t.partitions {
                 b.put_i32(p.partition);
@@ -107,16 +131,17 @@ impl MetadataResponse {
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
-        let n = r.array_len("brokers", 6)?;
+        let n = r.array_len("brokers", 9)?;
         let mut brokers = Vec::with_capacity(n);
         for _ in 0..n {
-            brokers.push(BrokerInfo { id: r.i32("broker_id")?, addr: r.string("addr")? });
+            brokers.push(BrokerInfo::decode(r)?);
         }
         let n = r.array_len("topics", 8)?;
         let mut topics = Vec::with_capacity(n);
         for _ in 0..n {
             let name = r.string("topic")?;
             let tstatus = Status::decode(r)?;
+            let created = r.bool("created")?;
             let np = r.array_len("partitions", 20)?;
             let mut partitions = Vec::with_capacity(np);
             for _ in 0..np {
@@ -128,7 +153,7 @@ impl MetadataResponse {
                     isr: r.i32_array("isr")?,
                 });
             }
-            topics.push(TopicInfo { name, status: tstatus, partitions });
+            topics.push(TopicInfo { name, status: tstatus, partitions, created });
         }
         Ok(MetadataResponse { status, brokers, topics })
     }
@@ -223,6 +248,9 @@ pub struct HeartbeatRequest {
     pub broker_id: i32,
     /// Address clients should use.
     pub addr: String,
+    /// Address Kafka clients should use (its `--kafka-advertise`), empty if it has no Kafka
+    /// listener: other brokers list it in their Kafka Metadata answers.
+    pub kafka_addr: String,
     /// New at every start of the broker process: a restart is noticed even within the lease.
     pub incarnation: i64,
     /// The broker epoch the coordinator assigned this process at registration (KIP-903), or
@@ -249,6 +277,7 @@ impl HeartbeatRequest {
     pub(crate) fn encode_body(&self, b: &mut BytesMut) {
         b.put_i32(self.broker_id);
         b.put_string(&self.addr);
+        b.put_string(&self.kafka_addr);
         b.put_i64(self.incarnation);
         b.put_i64(self.broker_epoch);
         b.put_i64(self.previous_broker_epoch);
@@ -267,6 +296,7 @@ impl HeartbeatRequest {
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
         let broker_id = r.i32("broker_id")?;
         let addr = r.string("addr")?;
+        let kafka_addr = r.string("kafka_addr")?;
         let incarnation = r.i64("incarnation")?;
         let broker_epoch = r.i64("broker_epoch")?;
         let previous_broker_epoch = r.i64("previous_broker_epoch")?;
@@ -286,6 +316,7 @@ impl HeartbeatRequest {
         Ok(HeartbeatRequest {
             broker_id,
             addr,
+            kafka_addr,
             incarnation,
             broker_epoch,
             previous_broker_epoch,
@@ -367,8 +398,7 @@ impl HeartbeatResponse {
         }
         b.put_i32(self.brokers.len() as i32);
         for br in &self.brokers {
-            b.put_i32(br.id);
-            b.put_string(&br.addr);
+            br.encode(b);
         }
     }
 
@@ -389,10 +419,10 @@ impl HeartbeatResponse {
                 min_insync_replicas: r.i32("min_insync_replicas")?,
             });
         }
-        let n = r.array_len("brokers", 6)?;
+        let n = r.array_len("brokers", 9)?;
         let mut brokers = Vec::with_capacity(n);
         for _ in 0..n {
-            brokers.push(BrokerInfo { id: r.i32("broker_id")?, addr: r.string("addr")? });
+            brokers.push(BrokerInfo::decode(r)?);
         }
         Ok(HeartbeatResponse { status, lease_ms, broker_epoch, assignments, brokers })
     }

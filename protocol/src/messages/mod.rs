@@ -593,6 +593,7 @@ mod tests {
         roundtrip_req(Request::Heartbeat(HeartbeatRequest {
             broker_id: 1,
             addr: "127.0.0.1:9".into(),
+            kafka_addr: "127.0.0.1:19".into(),
             incarnation: 42,
             broker_epoch: 3,
             previous_broker_epoch: 2,
@@ -656,10 +657,11 @@ mod tests {
         roundtrip_resp(Response::EndTxn(EndTxnResponse { status: Status::ok(), producer_id: 4, producer_epoch: 6 }));
         roundtrip_resp(Response::Metadata(MetadataResponse {
             status: Status::ok(),
-            brokers: vec![BrokerInfo { id: 1, addr: "a:1".into() }],
+            brokers: vec![BrokerInfo { id: 1, addr: "a:1".into(), kafka_addr: "a:9".into(), alive: true }],
             topics: vec![TopicInfo {
                 name: "t".into(),
                 status: Status::ok(),
+                created: true,
                 partitions: vec![PartitionInfo {
                     partition: 0,
                     leader_id: 1,
@@ -698,7 +700,7 @@ mod tests {
                 isr: vec![2],
                 min_insync_replicas: 1,
             }],
-            brokers: vec![BrokerInfo { id: 2, addr: "b:2".into() }],
+            brokers: vec![BrokerInfo { id: 2, addr: "b:2".into(), kafka_addr: String::new(), alive: false }],
         }));
         roundtrip_resp(Response::Describe(DescribeResponse {
             status: Status::ok(),

@@ -1,0 +1,293 @@
+//! What a Kafka client sends to its coordinator, relayed to epochfence's: InitProducerId,
+//! AddPartitionsToTxn and EndTxn (transaction version 1: no bump at the end), and Metadata.
+//! FindCoordinator names this broker, which relays.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest,
+    MetadataResponse, ResponseKind,
+};
+use kafka_protocol::protocol::StrBytes;
+use protocol::kafka::KafkaAnswer;
+use protocol::{AddPartitionRequest, ErrorCode, Request, Response, Status};
+
+use super::{host_port, kafka_code, KafkaConn};
+
+/// The cluster id Kafka Metadata answers carry.
+const CLUSTER_ID: &str = "epochfence";
+
+/// FindCoordinator's key types: a consumer group, a transactional id.
+const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
+
+impl KafkaConn {
+    /// Metadata, from the coordinator: every live broker at its Kafka address, this broker as
+    /// the controller (it relays what admin clients send there), and the topics asked.
+    pub(super) async fn metadata(self: &Arc<Self>, r: MetadataRequest, version: i16) -> KafkaAnswer {
+        // v0: an empty list asks for every topic; from v1 null does, and an empty list for none.
+        let (names, none) = match &r.topics {
+            None => (Vec::new(), false),
+            Some(list) if list.is_empty() => (Vec::new(), version >= 1),
+            Some(list) => (list.iter().filter_map(|t| t.name.as_ref().map(|n| n.to_string())).collect(), false),
+        };
+        // Before v4 there is no such flag, and Kafka creates.
+        let allow_auto_create = version < 4 || r.allow_auto_topic_creation;
+        let req = Request::Metadata(protocol::MetadataRequest { topics: names.clone(), allow_auto_create });
+        let (own_id, (host, port)) = (self.shared.config.id, self.own_address());
+        let mut resp = MetadataResponse::default();
+        if version >= 1 {
+            resp = resp.with_controller_id(own_id.into());
+        }
+        if version >= 2 {
+            resp = resp.with_cluster_id(Some(StrBytes::from_static_str(CLUSTER_ID)));
+        }
+        let own = match self.relay(req).await {
+            Response::Metadata(m) if m.status.is_ok() => m,
+            other => {
+                // The coordinator is out of reach: this broker, and every topic asked as not
+                // available yet (retriable).
+                tracing::info!(status = %other.status(), "Kafka Metadata: the coordinator did not answer");
+                let me = MetadataResponseBroker::default().with_node_id(own_id.into()).with_host(host).with_port(port);
+                let topics = names
+                    .into_iter()
+                    .map(|n| {
+                        MetadataResponseTopic::default()
+                            .with_name(Some(StrBytes::from_string(n).into()))
+                            .with_error_code(ErrorCode::LeaderNotAvailable.code())
+                    })
+                    .collect();
+                return KafkaAnswer::Reply(ResponseKind::Metadata(resp.with_brokers(vec![me]).with_topics(topics)));
+            }
+        };
+        let alive: HashSet<i32> = own.brokers.iter().filter(|b| b.alive).map(|b| b.id).collect();
+        let brokers = own
+            .brokers
+            .iter()
+            .filter(|b| b.alive && !b.kafka_addr.is_empty())
+            .map(|b| {
+                let (host, port) = host_port(&b.kafka_addr);
+                MetadataResponseBroker::default().with_node_id(b.id.into()).with_host(host).with_port(port)
+            })
+            .collect();
+        let topics = if none {
+            Vec::new()
+        } else {
+            own.topics
+                .into_iter()
+                .map(|t| {
+                    let name = Some(StrBytes::from_string(t.name).into());
+                    if t.created {
+                        // As Kafka answers an auto-created topic: not available until it leads.
+                        return MetadataResponseTopic::default()
+                            .with_name(name)
+                            .with_error_code(ErrorCode::LeaderNotAvailable.code());
+                    }
+                    let partitions = t
+                        .partitions
+                        .into_iter()
+                        .map(|p| {
+                            let mut out = MetadataResponsePartition::default()
+                                .with_partition_index(p.partition)
+                                .with_leader_id(p.leader_id.into())
+                                .with_replica_nodes(p.replicas.iter().map(|r| (*r).into()).collect())
+                                .with_isr_nodes(p.isr.iter().map(|r| (*r).into()).collect());
+                            if p.leader_id < 0 {
+                                out = out.with_error_code(ErrorCode::LeaderNotAvailable.code());
+                            }
+                            if version >= 7 {
+                                out = out.with_leader_epoch(p.leader_epoch);
+                            }
+                            if version >= 5 {
+                                let offline = p.replicas.iter().filter(|r| !alive.contains(r)).map(|r| (*r).into());
+                                out = out.with_offline_replicas(offline.collect());
+                            }
+                            out
+                        })
+                        .collect();
+                    MetadataResponseTopic::default()
+                        .with_name(name)
+                        .with_error_code(kafka_code(t.status.code, ApiKey::Metadata, version))
+                        .with_partitions(partitions)
+                })
+                .collect()
+        };
+        KafkaAnswer::Reply(ResponseKind::Metadata(resp.with_brokers(brokers).with_topics(topics)))
+    }
+
+    /// FindCoordinator: this broker, for a transactional id and for a group (librdkafka asks
+    /// whenever `group.id` is set); it relays what the client then sends.
+    pub(super) fn find_coordinator(&self, r: FindCoordinatorRequest, version: i16) -> KafkaAnswer {
+        let (host, port) = self.own_address();
+        let node_id = self.shared.config.id;
+        let code = if matches!(r.key_type, KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) {
+            ErrorCode::None
+        } else {
+            ErrorCode::InvalidRequest
+        };
+        let mut resp = FindCoordinatorResponse::default();
+        if version >= 4 {
+            let coordinators = r
+                .coordinator_keys
+                .into_iter()
+                .map(|key| {
+                    let c = Coordinator::default().with_key(key).with_error_code(code.code());
+                    if code == ErrorCode::None {
+                        c.with_node_id(node_id.into()).with_host(host.clone()).with_port(port)
+                    } else {
+                        c.with_node_id((-1).into()).with_port(-1)
+                    }
+                })
+                .collect();
+            resp = resp.with_coordinators(coordinators);
+        } else if code == ErrorCode::None {
+            resp = resp.with_node_id(node_id.into()).with_host(host).with_port(port);
+        } else {
+            resp = resp.with_error_code(code.code()).with_node_id((-1).into()).with_port(-1);
+        }
+        KafkaAnswer::Reply(ResponseKind::FindCoordinator(resp))
+    }
+
+    /// InitProducerId: a producer id and epoch (a bump of a transactional id's, fencing its
+    /// earlier instances; with KIP-360's producer id and epoch, a retry or a bump by the holder).
+    pub(super) async fn init_producer_id(self: &Arc<Self>, r: InitProducerIdRequest, version: i16) -> KafkaAnswer {
+        let reply = |code: ErrorCode, producer_id: i64, epoch: i16| {
+            KafkaAnswer::Reply(ResponseKind::InitProducerId(
+                InitProducerIdResponse::default()
+                    .with_error_code(kafka_code(code, ApiKey::InitProducerId, version))
+                    .with_producer_id(producer_id.into())
+                    .with_producer_epoch(epoch),
+            ))
+        };
+        let tid = r.transactional_id.map(|t| t.to_string());
+        let max = self.shared.config.transaction_max_timeout_ms;
+        if tid.is_some() && (r.transaction_timeout_ms <= 0 || r.transaction_timeout_ms > max) {
+            tracing::info!(
+                transactional_id = tid.as_deref(),
+                transaction_timeout_ms = r.transaction_timeout_ms,
+                transaction_max_timeout_ms = max,
+                "Kafka InitProducerId refused: transaction timeout out of range"
+            );
+            return reply(ErrorCode::InvalidTransactionTimeout, -1, -1);
+        }
+        let (producer_id, producer_epoch) = if version >= 3 { (r.producer_id.0, r.producer_epoch) } else { (-1, -1) };
+        let req = Request::InitProducerId(protocol::InitProducerIdRequest {
+            transactional_id: tid,
+            transaction_timeout_ms: r.transaction_timeout_ms,
+            producer_id,
+            producer_epoch,
+        });
+        match self.relay(req).await {
+            Response::InitProducerId(i) if i.status.is_ok() => reply(ErrorCode::None, i.producer_id, i.producer_epoch),
+            other => {
+                tracing::info!(status = %other.status(), "Kafka InitProducerId refused");
+                reply(other.status().code, -1, -1)
+            }
+        }
+    }
+
+    /// AddPartitionsToTxn (v0 to v3: one transaction): registers each partition in the open
+    /// transaction (opening it), as the client does before its first write there.
+    pub(super) async fn add_partitions_to_txn(
+        self: &Arc<Self>,
+        r: AddPartitionsToTxnRequest,
+        version: i16,
+    ) -> KafkaAnswer {
+        let (producer_id, epoch) = (r.v3_and_below_producer_id.0, r.v3_and_below_producer_epoch);
+        let asked: Vec<(kafka_protocol::messages::TopicName, Vec<i32>)> =
+            r.v3_and_below_topics.into_iter().map(|t| (t.name, t.partitions)).collect();
+        // Every partition is sent before any answer is awaited: the coordinator decides them in
+        // order and each answer comes once its registration is durable.
+        let conn = match self.coordinator().await {
+            Ok(c) => Some(c),
+            Err(status) => {
+                tracing::info!(%status, "Kafka AddPartitionsToTxn: the coordinator is out of reach");
+                None
+            }
+        };
+        let mut pending = Vec::new();
+        for (name, partitions) in &asked {
+            for partition in partitions {
+                let req = Request::AddPartition(AddPartitionRequest {
+                    producer_id,
+                    producer_epoch: epoch,
+                    topic: name.to_string(),
+                    partition: *partition,
+                    transactional: true,
+                    verify_only: false,
+                });
+                let submitted = match &conn {
+                    Some(c) => c.submit(req).await.map_err(|e| e.to_string()),
+                    None => Err("no connection".to_string()),
+                };
+                pending.push(submitted);
+            }
+        }
+        let mut codes = Vec::with_capacity(pending.len());
+        for p in pending {
+            let status = match p {
+                Ok(answer) => match answer.await {
+                    Ok(Response::AddPartition(a)) => a.status,
+                    Ok(other) => other.status().clone(),
+                    Err(e) => Status::new(ErrorCode::CoordinatorNotAvailable, e.to_string()),
+                },
+                Err(e) => Status::new(ErrorCode::CoordinatorNotAvailable, e),
+            };
+            if !status.is_ok() {
+                tracing::info!(producer_id, epoch, %status, "Kafka AddPartitionsToTxn: a partition was refused");
+            }
+            codes.push(kafka_code(status.code, ApiKey::AddPartitionsToTxn, version));
+        }
+        let mut codes = codes.into_iter();
+        let topics = asked
+            .into_iter()
+            .map(|(name, partitions)| {
+                let results = partitions
+                    .into_iter()
+                    .map(|p| {
+                        AddPartitionsToTxnPartitionResult::default()
+                            .with_partition_index(p)
+                            .with_partition_error_code(codes.next().unwrap_or(ErrorCode::UnknownServerError.code()))
+                    })
+                    .collect();
+                AddPartitionsToTxnTopicResult::default().with_name(name).with_results_by_partition(results)
+            })
+            .collect();
+        KafkaAnswer::Reply(ResponseKind::AddPartitionsToTxn(
+            AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topics),
+        ))
+    }
+
+    /// EndTxn (v0 to v4, transaction version 1): commit or abort at the producer's epoch, with
+    /// no bump; the client goes on with the same epoch and its sequences.
+    pub(super) async fn end_txn(self: &Arc<Self>, r: EndTxnRequest, version: i16) -> KafkaAnswer {
+        let req = Request::EndTxn(protocol::EndTxnRequest {
+            transactional_id: r.transactional_id.to_string(),
+            producer_id: r.producer_id.0,
+            producer_epoch: r.producer_epoch,
+            commit: r.committed,
+            bump_epoch: false,
+        });
+        let status = match self.relay(req).await {
+            Response::EndTxn(e) => e.status,
+            other => other.status().clone(),
+        };
+        if !status.is_ok() {
+            tracing::info!(transactional_id = %r.transactional_id.0, commit = r.committed, %status, "Kafka EndTxn refused");
+        }
+        KafkaAnswer::Reply(ResponseKind::EndTxn(EndTxnResponse::default().with_error_code(kafka_code(
+            status.code,
+            ApiKey::EndTxn,
+            version,
+        ))))
+    }
+}

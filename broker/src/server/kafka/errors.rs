@@ -1,0 +1,67 @@
+//! Error codes as Kafka sends them, per request and version.
+//!
+//! epochfence's codes are Kafka's numbers; what differs is which code a client of a given
+//! request version understands, and which errors Kafka never puts on a request because of how
+//! its client would react (kafka-wire.md, section 2). A stale producer must get the error that
+//! makes its client raise a fatal fenced error, and a retriable condition must never look fatal.
+
+use kafka_protocol::messages::ApiKey;
+use protocol::ErrorCode;
+
+/// The code to send for `code` in the answer to a `key` request of `version`.
+pub(crate) fn kafka_code(code: ErrorCode, key: ApiKey, version: i16) -> i16 {
+    use ErrorCode as E;
+    let mapped = match (key, code) {
+        // Produce never carries PRODUCER_FENCED: a leader's verification that the coordinator
+        // refused as fenced is INVALID_PRODUCER_EPOCH, which makes librdkafka raise a fatal
+        // fenced error and kafka-python ask its coordinator (which then answers fenced).
+        (ApiKey::Produce, E::ProducerFenced) => E::InvalidProducerEpoch,
+        // A verification that could not be made now: Kafka sends NOT_ENOUGH_REPLICAS, which
+        // clients retry without refreshing metadata (librdkafka takes an unexpected
+        // CONCURRENT_TRANSACTIONS on Produce as abortable).
+        (ApiKey::Produce, E::ConcurrentTransactions | E::CoordinatorNotAvailable) => E::NotEnoughReplicas,
+        // INVALID_RECORD came with Produce v8 (KIP-467); before, a bad record is corrupt.
+        (ApiKey::Produce, E::InvalidRecord) if version < 8 => E::CorruptMessage,
+        // PRODUCER_FENCED came with these versions (KIP-588): older clients know the fence as
+        // INVALID_PRODUCER_EPOCH (librdkafka's AddPartitionsToTxn v0 treats only that as fatal).
+        (ApiKey::InitProducerId, E::ProducerFenced) if version < 4 => E::InvalidProducerEpoch,
+        (ApiKey::AddPartitionsToTxn | ApiKey::EndTxn | ApiKey::AddOffsetsToTxn, E::ProducerFenced) if version < 2 => {
+            E::InvalidProducerEpoch
+        }
+        (_, code) => code,
+    };
+    mapped.code()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fenced_producers_get_the_code_their_client_version_raises_as_fenced() {
+        let fenced = ErrorCode::ProducerFenced;
+        assert_eq!(kafka_code(fenced, ApiKey::Produce, 10), 47, "never PRODUCER_FENCED on Produce");
+        assert_eq!(kafka_code(fenced, ApiKey::InitProducerId, 3), 47);
+        assert_eq!(kafka_code(fenced, ApiKey::InitProducerId, 4), 90);
+        assert_eq!(kafka_code(fenced, ApiKey::AddPartitionsToTxn, 0), 47, "librdkafka sends v0");
+        assert_eq!(kafka_code(fenced, ApiKey::AddPartitionsToTxn, 3), 90);
+        assert_eq!(kafka_code(fenced, ApiKey::EndTxn, 1), 47);
+        assert_eq!(kafka_code(fenced, ApiKey::EndTxn, 3), 90);
+        assert_eq!(kafka_code(ErrorCode::InvalidProducerEpoch, ApiKey::Produce, 9), 47);
+    }
+
+    #[test]
+    fn a_verification_not_made_now_is_retriable_on_produce() {
+        for code in [ErrorCode::ConcurrentTransactions, ErrorCode::CoordinatorNotAvailable] {
+            assert_eq!(kafka_code(code, ApiKey::Produce, 9), ErrorCode::NotEnoughReplicas.code());
+            assert_eq!(kafka_code(code, ApiKey::InitProducerId, 4), code.code(), "retried there as it is");
+        }
+        assert_eq!(kafka_code(ErrorCode::InvalidTxnState, ApiKey::Produce, 9), 48, "stays");
+    }
+
+    #[test]
+    fn invalid_record_is_corrupt_message_before_produce_v8() {
+        assert_eq!(kafka_code(ErrorCode::InvalidRecord, ApiKey::Produce, 7), 2);
+        assert_eq!(kafka_code(ErrorCode::InvalidRecord, ApiKey::Produce, 8), 87);
+    }
+}

@@ -1,0 +1,277 @@
+//! The broker's Kafka face: Kafka's wire protocol (through the kafka-protocol crate) on a second
+//! listener, so that unmodified Kafka clients produce, consume and are fenced.
+//!
+//! A second face, not a second core: a Kafka Produce becomes the own protocol's produce requests
+//! (one per partition) and goes through the same checks, gate and log as the own listener's
+//! (under transaction version 1 rules, [`super::TxnRules::KafkaTv1`]); a Fetch, ListOffsets and
+//! OffsetForLeaderEpoch read the same partitions. What Kafka sends to its transaction
+//! coordinator (InitProducerId, AddPartitionsToTxn, EndTxn) and Metadata are relayed to the
+//! coordinator as own-protocol requests, on a connection of the Kafka connection's own that
+//! proves no membership: a relay never lends the broker's cluster-member authority to a client.
+//! Every broker answers FindCoordinator with itself, so a client only ever needs broker
+//! addresses.
+//!
+//! The connection loop is the own listener's ([`net::serve_protocol`]): the same limits, TLS and
+//! ordering (answers in request order; a request that must finish before the next starts is
+//! [`net::Handled::Serial`]).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestKind, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
+use net::{Connection, Decoded, Dialer, Handled, Handler, Handlers, ServerLimits};
+use protocol::codec::CodecError;
+use protocol::kafka::{KafkaAnswer, KafkaBody, KafkaFrame, KafkaHeader, KafkaRequest, KafkaServerCodec, Served};
+use protocol::{ErrorCode, Request, Response, Status};
+use tokio_util::codec::{Decoder, Encoder};
+
+use super::Shared;
+
+mod coordinator;
+mod errors;
+mod fetch;
+mod produce;
+
+pub(crate) use errors::kafka_code;
+
+/// What this listener serves: `(api key, lowest version, highest version)`. Transaction version
+/// 1 only (EndTxn up to v4; no `transaction.version` feature is advertised), since neither
+/// librdkafka nor kafka-python speaks version 2; InitProducerId up to v4, the first that carries
+/// PRODUCER_FENCED (at v3 it must be sent as INVALID_PRODUCER_EPOCH, and kafka-python then
+/// re-inits without its producer id, fencing the newer instance).
+pub(crate) const SERVED: Served = &[
+    (ApiKey::Produce, 3, 10),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 4),
+];
+
+/// The Kafka wire protocol, as [`net::serve_protocol`] serves it.
+pub(crate) struct KafkaWire;
+
+/// [`KafkaServerCodec`] with its frames as [`Decoded`].
+pub(crate) struct KafkaCodec(KafkaServerCodec);
+
+impl Decoder for KafkaCodec {
+    type Item = Decoded<KafkaWire>;
+    type Error = CodecError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Decoded<KafkaWire>>, CodecError> {
+        Ok(self.0.decode(src)?.map(|frame| match frame {
+            KafkaFrame::Request(r) => Decoded::Request(r.header, r),
+            // Kafka closes the connection over these, without an answer.
+            KafkaFrame::Close(why) => Decoded::Refused { answer: None, why },
+        }))
+    }
+}
+
+impl Encoder<(KafkaHeader, KafkaAnswer)> for KafkaCodec {
+    type Error = CodecError;
+
+    fn encode(&mut self, item: (KafkaHeader, KafkaAnswer), dst: &mut BytesMut) -> Result<(), CodecError> {
+        self.0.encode(item, dst)
+    }
+}
+
+impl net::Protocol for KafkaWire {
+    type Request = KafkaRequest;
+    type Response = KafkaAnswer;
+    type Context = KafkaHeader;
+    type Peer = ();
+    type Codec = KafkaCodec;
+
+    fn codec(limits: &ServerLimits) -> KafkaCodec {
+        KafkaCodec(KafkaServerCodec::new(limits.frame_bytes_max, SERVED))
+    }
+
+    fn request_bytes(req: &KafkaRequest) -> usize {
+        match &req.body {
+            KafkaBody::Request(body) => match body.as_ref() {
+                RequestKind::Produce(p) => p
+                    .topic_data
+                    .iter()
+                    .flat_map(|t| &t.partition_data)
+                    .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+                    .sum(),
+                _ => 128,
+            },
+            KafkaBody::UnsupportedApiVersions => 128,
+        }
+    }
+
+    /// Kafka has no generic error answer: a request the broker cannot answer in time closes
+    /// the connection (the client retries on a new one).
+    fn timed_out(_: KafkaHeader, _: Duration) -> KafkaAnswer {
+        KafkaAnswer::Close
+    }
+
+    fn frame_too_large(_: usize, _: usize) -> (KafkaHeader, KafkaAnswer) {
+        (KafkaHeader::NONE, KafkaAnswer::Close)
+    }
+
+    fn too_many_connections(_: &ServerLimits) -> (KafkaHeader, KafkaAnswer) {
+        (KafkaHeader::NONE, KafkaAnswer::Close)
+    }
+
+    fn gate(_: &ServerLimits, _: &mut (), _: &KafkaRequest) -> Option<(KafkaAnswer, bool)> {
+        None
+    }
+
+    fn gated(_: &ServerLimits, _: &(), _: &KafkaRequest) -> bool {
+        false
+    }
+
+    fn not_handled() -> KafkaAnswer {
+        KafkaAnswer::Close
+    }
+
+    fn closes(answer: &KafkaAnswer) -> bool {
+        matches!(answer, KafkaAnswer::Close)
+    }
+}
+
+/// One Kafka connection's state: its relay connection to the coordinator, dialled when first
+/// needed, without a membership proof.
+struct KafkaConn {
+    shared: Arc<Shared>,
+    relay: Mutex<Option<Connection>>,
+}
+
+/// The handlers of each new Kafka connection.
+pub(super) fn handlers(shared: &Arc<Shared>) -> Handlers<KafkaWire> {
+    let shared = shared.clone();
+    Arc::new(move || {
+        let conn = Arc::new(KafkaConn { shared: shared.clone(), relay: Mutex::new(None) });
+        let handler: Handler<KafkaWire> = Arc::new(move |req| conn.start(req));
+        (handler, None)
+    })
+}
+
+impl KafkaConn {
+    /// Start a request in arrival order (see [`net::Handled`]). A frozen broker (a test's
+    /// SIGSTOP stand-in) holds it, and the requests behind it, until it thaws.
+    fn start(self: &Arc<Self>, req: KafkaRequest) -> Handled<KafkaAnswer> {
+        if *self.shared.control.paused.borrow() {
+            let conn = self.clone();
+            return Handled::serial(async move {
+                conn.shared.running().await;
+                conn.handle(req).into_future().await
+            });
+        }
+        self.handle(req)
+    }
+
+    fn handle(self: &Arc<Self>, req: KafkaRequest) -> Handled<KafkaAnswer> {
+        let version = req.header.api_version;
+        let body = match req.body {
+            KafkaBody::UnsupportedApiVersions => {
+                // Kafka answers with a version 0 body, whatever version was asked.
+                let resp = api_versions().with_error_code(ErrorCode::UnsupportedVersion.code());
+                return Handled::answer(KafkaAnswer::ReplyAt(0, ResponseKind::ApiVersions(resp)));
+            }
+            KafkaBody::Request(body) => body,
+        };
+        match *body {
+            RequestKind::ApiVersions(_) => {
+                Handled::answer(KafkaAnswer::Reply(ResponseKind::ApiVersions(api_versions())))
+            }
+            RequestKind::Produce(r) => produce::produce(&self.shared, r, version),
+            RequestKind::Fetch(r) => fetch::fetch(&self.shared, r, version),
+            RequestKind::ListOffsets(r) => fetch::list_offsets(&self.shared, r, version),
+            RequestKind::OffsetForLeaderEpoch(r) => fetch::offset_for_leader_epoch(&self.shared, r, version),
+            RequestKind::Metadata(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.metadata(r, version).await })
+            }
+            RequestKind::FindCoordinator(r) => Handled::answer(self.find_coordinator(r, version)),
+            RequestKind::InitProducerId(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.init_producer_id(r, version).await })
+            }
+            RequestKind::AddPartitionsToTxn(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.add_partitions_to_txn(r, version).await })
+            }
+            RequestKind::EndTxn(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.end_txn(r, version).await })
+            }
+            // The codec decodes only what SERVED lists.
+            other => {
+                tracing::warn!(request = ?ApiKey::try_from(req.header.api_key), "a Kafka request with no handler; closing");
+                drop(other);
+                Handled::answer(KafkaAnswer::Close)
+            }
+        }
+    }
+
+    /// The relay connection to the coordinator (dialled now if there is none or it broke).
+    async fn coordinator(&self) -> Result<Connection, Status> {
+        let cached = self.relay.lock().unwrap_or_else(|p| p.into_inner()).clone().filter(|c| !c.is_closed());
+        if let Some(c) = cached {
+            return Ok(c);
+        }
+        // No membership proof: the coordinator serves these requests to anyone, and a client's
+        // request must not pass for the broker's own.
+        let dialer = Dialer { tls: self.shared.config.peer_tls.clone(), secret: None, member: String::new() };
+        let c = dialer.dial(&self.shared.config.coordinator).await.map_err(|e| {
+            Status::new(ErrorCode::CoordinatorNotAvailable, format!("cannot reach the coordinator: {e}; retry"))
+        })?;
+        *self.relay.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Relay `req` to the coordinator and return its answer; a failure is an answer with
+    /// COORDINATOR_NOT_AVAILABLE (retriable everywhere).
+    async fn relay(&self, req: Request) -> Response {
+        let unavailable = |detail: String| {
+            Response::Error(Status::new(ErrorCode::CoordinatorNotAvailable, format!("{detail}; retry")))
+        };
+        let conn = match self.coordinator().await {
+            Ok(c) => c,
+            Err(status) => return Response::Error(status),
+        };
+        // The coordinator's own deadline (an init's wait for its markers) is well inside this.
+        let timeout = Duration::from_millis(self.shared.config.request_timeout_ms);
+        match conn.call_timeout(req, timeout).await {
+            Ok(resp) => resp,
+            Err(e) => unavailable(format!("the coordinator did not answer: {e}")),
+        }
+    }
+
+    /// This broker's Kafka address as (host, port).
+    fn own_address(&self) -> (StrBytes, i32) {
+        host_port(self.shared.kafka_addr.as_deref().unwrap_or_default())
+    }
+}
+
+/// `host:port` as Kafka's (host, port); port 0 if there is none.
+fn host_port(addr: &str) -> (StrBytes, i32) {
+    match addr.rsplit_once(':') {
+        Some((host, port)) => {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            (StrBytes::from_string(host.to_string()), port.parse().unwrap_or(0))
+        }
+        None => (StrBytes::from_string(addr.to_string()), 0),
+    }
+}
+
+/// The ApiVersions answer: every served key and its range.
+fn api_versions() -> ApiVersionsResponse {
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    let keys = SERVED
+        .iter()
+        .map(|(key, min, max)| {
+            ApiVersion::default().with_api_key(*key as i16).with_min_version(*min).with_max_version(*max)
+        })
+        .collect();
+    ApiVersionsResponse::default().with_api_keys(keys)
+}

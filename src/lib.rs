@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use broker::server::{run_with, BrokerSwitch};
+use broker::server::{run_listeners, BrokerSwitch};
 use broker::BrokerConfig;
 use coordinator::CoordinatorConfig;
 use producer::{Admin, ClientConfig, ClientError};
@@ -67,6 +67,8 @@ pub struct LocalOptions {
     /// Where the brokers keep their logs (default: the operating system's files). Tests wrap it
     /// to make a disk slow or failing.
     pub storage: Option<Arc<dyn broker::storage::Storage>>,
+    /// Give every broker a Kafka-protocol listener too ([`LocalCluster::kafka_addrs`]).
+    pub kafka: bool,
 }
 
 impl Default for LocalOptions {
@@ -85,6 +87,7 @@ impl Default for LocalOptions {
             retention_check_ms: 60_000,
             replication_inflight_max: broker::server::REPLICATION_INFLIGHT_MAX_DEFAULT,
             storage: None,
+            kafka: false,
         }
     }
 }
@@ -95,6 +98,9 @@ pub struct LocalCluster {
     pub coordinator_addr: String,
     /// Each broker's address, by broker id - 1.
     pub broker_addrs: Vec<String>,
+    /// Each broker's Kafka listener address, by broker id - 1 (empty without
+    /// [`LocalOptions::kafka`]).
+    pub kafka_addrs: Vec<String>,
     /// The data directory (coordinator journal and broker logs).
     pub dir: tempfile::TempDir,
     /// Pause switches, by broker id - 1.
@@ -144,10 +150,19 @@ impl LocalCluster {
             }
         }));
         let mut broker_addrs = Vec::new();
+        let mut kafka_addrs = Vec::new();
         let mut switches = Vec::new();
         for id in 1..=opts.brokers as i32 {
             let listener = TcpListener::bind("127.0.0.1:0").await?;
             broker_addrs.push(listener.local_addr()?.to_string());
+            let kafka_listener = match opts.kafka {
+                true => {
+                    let l = TcpListener::bind("127.0.0.1:0").await?;
+                    kafka_addrs.push(l.local_addr()?.to_string());
+                    Some(l)
+                }
+                false => None,
+            };
             let mut config = BrokerConfig::new(id, dir.path().join(format!("broker-{id}")), coordinator_addr.clone());
             config.fencing = opts.fencing;
             config.leader_epoch_checks = opts.leader_epoch_checks;
@@ -168,7 +183,7 @@ impl LocalCluster {
             let (stop, stopped) = oneshot::channel::<()>();
             stops.push(stop);
             tasks.push(tokio::spawn(async move {
-                if let Err(e) = run_with(listener, config, control, async {
+                if let Err(e) = run_listeners(listener, kafka_listener, config, control, async {
                     let _ = stopped.await;
                 })
                 .await
@@ -177,7 +192,12 @@ impl LocalCluster {
                 }
             }));
         }
-        Ok(LocalCluster { coordinator_addr, broker_addrs, dir, switches, secret, ca_pem, stops, tasks })
+        Ok(LocalCluster { coordinator_addr, broker_addrs, kafka_addrs, dir, switches, secret, ca_pem, stops, tasks })
+    }
+
+    /// Every broker's Kafka address, comma separated: a Kafka client's `bootstrap.servers`.
+    pub fn kafka_bootstrap(&self) -> String {
+        self.kafka_addrs.join(",")
     }
 
     /// Client settings for this cluster (TLS trusting its CA when TLS is on).

@@ -99,6 +99,17 @@ impl ClientTls {
     pub(crate) fn connector(&self) -> &TlsConnector {
         &self.connector
     }
+
+    /// Run the TLS handshake on `stream`, a connection to `addr` (`host:port`; the host is the
+    /// name the server's certificate must carry): for clients of other protocols (Kafka's).
+    pub async fn handshake(
+        &self,
+        addr: &str,
+        stream: tokio::net::TcpStream,
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+        let name = server_name(addr)?;
+        self.connector.connect(name, stream).await.map_err(|e| format!("TLS handshake failed: {e}"))
+    }
 }
 
 /// The name to check the server's certificate against: the host part of `host:port`.

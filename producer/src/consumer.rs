@@ -125,7 +125,7 @@ impl Consumer {
 /// Decode fetched batches: skip control batches, and the transactional batches of aborted
 /// transactions (each aborted transaction's producer is skipped from its first offset up to
 /// its abort marker, as Kafka consumers do).
-fn decode(
+pub(crate) fn decode(
     offset: i64,
     high_watermark: i64,
     readable_end: i64,

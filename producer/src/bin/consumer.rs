@@ -1,19 +1,27 @@
-//! `consumer --bootstrap ADDR --topic T --partition P [--from OFFSET] [--follow] [--json]`
+//! `consumer --bootstrap ADDR --topic T --partition P [--from OFFSET] [--follow] [--json] [--kafka]`
+//!
+//! With `--kafka` it reads over the Kafka protocol from any Kafka-compatible broker, printing the
+//! same lines.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use producer::consumer::FETCH_BYTES_MAX_DEFAULT;
-use producer::{ClientConfig, Consumer};
+use producer::consumer::{Fetched, FETCH_BYTES_MAX_DEFAULT};
+use producer::kafka::KafkaConsumer;
+use producer::{ClientConfig, ClientError, Consumer};
 
 /// Prints every record of a partition: offset, producer id, producer epoch, sequence, value.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// The coordinator's address.
+    /// The coordinator's address (with `--kafka`: brokers' Kafka addresses, comma separated).
     #[arg(long)]
     bootstrap: String,
+    /// Speak the Kafka protocol to `--bootstrap`'s brokers (epochfence's `--kafka-listen`, or
+    /// any Kafka-compatible broker) instead of epochfence's own.
+    #[arg(long)]
+    kafka: bool,
     /// Connect over TLS, trusting the CA certificates in this PEM file.
     #[arg(long)]
     tls_ca: Option<std::path::PathBuf>,
@@ -59,10 +67,12 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut consumer = if args.isolation == "read_committed" {
-        Consumer::read_committed(&args.bootstrap, config)
-    } else {
-        Consumer::new(&args.bootstrap, config)
+    let committed = args.isolation == "read_committed";
+    let mut consumer = match (args.kafka, committed) {
+        (false, true) => Either::Own(Consumer::read_committed(&args.bootstrap, config)),
+        (false, false) => Either::Own(Consumer::new(&args.bootstrap, config)),
+        (true, true) => Either::Kafka(KafkaConsumer::read_committed(&args.bootstrap, config)),
+        (true, false) => Either::Kafka(KafkaConsumer::new(&args.bootstrap, config)),
     };
     let mut offset = args.from;
     loop {
@@ -99,6 +109,27 @@ async fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// The own protocol's consumer or the Kafka protocol's.
+enum Either {
+    Own(Consumer),
+    Kafka(KafkaConsumer),
+}
+
+impl Either {
+    async fn fetch(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: i32,
+    ) -> Result<Fetched, ClientError> {
+        match self {
+            Either::Own(c) => c.fetch(topic, partition, offset, max_bytes).await,
+            Either::Kafka(c) => c.fetch(topic, partition, offset, max_bytes).await,
         }
     }
 }

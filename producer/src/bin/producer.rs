@@ -1,22 +1,29 @@
 //! `producer --bootstrap ADDR --topic T --transactional-id ID [--partition P] [--count N]
-//! [--interval-ms MS] [--value PREFIX]`
+//! [--interval-ms MS] [--value PREFIX] [--kafka]`
 //!
 //! Prints one line per acknowledged record. Exit codes: 0 done, 3 fenced, 1 any other failure.
+//! With `--kafka` it speaks the Kafka protocol to any Kafka-compatible broker (the same flags
+//! and lines), following the rules of Kafka's clients (transaction version 1).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use bytes::Bytes;
 use clap::Parser;
-use producer::{ClientError, Producer, ProducerConfig};
+use producer::kafka::KafkaProducer;
+use producer::{ClientError, Producer, ProducerConfig, RecordMetadata};
 
 /// Writes records `PREFIX-0`, `PREFIX-1`, ... and stops with exit code 3 if it is fenced.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// The coordinator's address.
+    /// The coordinator's address (with `--kafka`: brokers' Kafka addresses, comma separated).
     #[arg(long)]
     bootstrap: String,
+    /// Speak the Kafka protocol to `--bootstrap`'s brokers (epochfence's `--kafka-listen`, or
+    /// any Kafka-compatible broker) instead of epochfence's own.
+    #[arg(long)]
+    kafka: bool,
     /// Connect over TLS, trusting the CA certificates in this PEM file.
     #[arg(long)]
     tls_ca: Option<std::path::PathBuf>,
@@ -85,7 +92,11 @@ async fn run(args: Args) -> Result<(), ClientError> {
     config.delivery_timeout_ms = args.delivery_timeout_ms;
     config.acks = if args.acks == "leader" { protocol::ACKS_LEADER } else { protocol::ACKS_ALL };
     config.transaction_timeout_ms = args.transaction_timeout_ms;
-    let mut producer = Producer::init(&args.bootstrap, config).await?;
+    let mut producer = if args.kafka {
+        Either::Kafka(KafkaProducer::init(&args.bootstrap, config).await?)
+    } else {
+        Either::Own(Producer::init(&args.bootstrap, config).await?)
+    };
     let partitions = producer.partition_count(&args.topic).await? as i32;
     let prefix = args.value.unwrap_or_else(|| args.transactional_id.clone());
     eprintln!(
@@ -128,4 +139,46 @@ async fn run(args: Args) -> Result<(), ClientError> {
         }
     }
     Ok(())
+}
+
+/// The own protocol's producer or the Kafka protocol's: the same calls, the same lines.
+enum Either {
+    Own(Producer),
+    Kafka(KafkaProducer),
+}
+
+macro_rules! each {
+    ($self:ident, $p:ident => $e:expr) => {
+        match $self {
+            Either::Own($p) => $e,
+            Either::Kafka($p) => $e,
+        }
+    };
+}
+
+impl Either {
+    fn producer_id(&self) -> i64 {
+        each!(self, p => p.producer_id())
+    }
+    fn epoch(&self) -> i16 {
+        each!(self, p => p.epoch())
+    }
+    fn in_transaction(&self) -> bool {
+        each!(self, p => p.in_transaction())
+    }
+    fn begin(&mut self) -> Result<(), ClientError> {
+        each!(self, p => p.begin())
+    }
+    async fn partition_count(&mut self, topic: &str) -> Result<usize, ClientError> {
+        each!(self, p => p.partition_count(topic).await)
+    }
+    async fn send(&mut self, topic: &str, partition: i32, value: Bytes) -> Result<RecordMetadata, ClientError> {
+        each!(self, p => p.send(topic, partition, value).await)
+    }
+    async fn commit(&mut self) -> Result<(), ClientError> {
+        each!(self, p => p.commit().await)
+    }
+    async fn abort(&mut self) -> Result<(), ClientError> {
+        each!(self, p => p.abort().await)
+    }
 }

@@ -1,0 +1,232 @@
+//! One connection to a Kafka-protocol broker: requests pipelined, answers matched in order (a
+//! Kafka broker answers a connection's requests in the order it sent them), api versions
+//! agreed on at connect.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures::{SinkExt, StreamExt};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use net::ClientTls;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+use super::KafkaError;
+
+/// Requests queued on one connection before `call` waits for room.
+const QUEUED_REQUESTS_MAX: usize = 1024;
+/// Largest response frame accepted, in bytes.
+const RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// The client id sent in every request header.
+pub const CLIENT_ID: &str = "epochfence";
+
+/// A frame to write, and where its answer goes (none for a produce request with acks=0).
+type Outgoing = (Bytes, Option<(i32, oneshot::Sender<Result<Bytes, KafkaError>>)>);
+
+/// A connection to one broker. Clones share the socket.
+#[derive(Clone)]
+pub struct KafkaConnection {
+    addr: String,
+    tx: mpsc::Sender<Outgoing>,
+    next_id: Arc<AtomicI32>,
+    /// The broker's ApiVersions answer: (key, min, max).
+    versions: Arc<Vec<(i16, i16, i16)>>,
+}
+
+impl std::fmt::Debug for KafkaConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaConnection").field("addr", &self.addr).finish()
+    }
+}
+
+impl KafkaConnection {
+    /// Connect to `addr` (over TLS if `tls`) and ask which api versions it serves.
+    pub async fn connect(addr: &str, tls: Option<&ClientTls>, timeout: Duration) -> Result<Self, KafkaError> {
+        let connect = async {
+            let err = |detail: String| KafkaError::Connect { addr: addr.to_string(), detail };
+            let stream = TcpStream::connect(addr).await.map_err(|e| err(e.to_string()))?;
+            let _ = stream.set_nodelay(true);
+            let (tx, rx) = mpsc::channel(QUEUED_REQUESTS_MAX);
+            let codec = LengthDelimitedCodec::builder()
+                .length_field_type::<u32>()
+                .max_frame_length(RESPONSE_BYTES_MAX)
+                .new_codec();
+            match tls {
+                None => {
+                    tokio::spawn(run(addr.to_string(), Framed::new(stream, codec), rx));
+                }
+                Some(tls) => {
+                    let stream = tls.handshake(addr, stream).await.map_err(err)?;
+                    tokio::spawn(run(addr.to_string(), Framed::new(stream, codec), rx));
+                }
+            }
+            Ok::<_, KafkaError>(tx)
+        };
+        let tx = tokio::time::timeout(timeout, connect)
+            .await
+            .map_err(|_| KafkaError::Timeout { addr: addr.to_string(), timeout_ms: timeout.as_millis() as u64 })??;
+        let mut conn = KafkaConnection {
+            addr: addr.to_string(),
+            tx,
+            next_id: Arc::new(AtomicI32::new(0)),
+            versions: Arc::default(),
+        };
+        let asked = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str(CLIENT_ID))
+            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        let answer = tokio::time::timeout(timeout, conn.call(&asked, 3))
+            .await
+            .map_err(|_| KafkaError::Timeout { addr: addr.to_string(), timeout_ms: timeout.as_millis() as u64 })??;
+        if answer.error_code != 0 {
+            return Err(KafkaError::Refused {
+                what: format!("ApiVersions at {addr}"),
+                code: answer.error_code,
+                message: String::new(),
+            });
+        }
+        conn.versions = Arc::new(answer.api_keys.iter().map(|k| (k.api_key, k.min_version, k.max_version)).collect());
+        Ok(conn)
+    }
+
+    /// The address this connection goes to.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Whether the connection has closed (a new one is needed).
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// The broker's ApiVersions answer: (api key, lowest version, highest version) per key.
+    pub fn api_versions(&self) -> &[(i16, i16, i16)] {
+        &self.versions
+    }
+
+    /// The highest version of `key` both this client (`ours`, a range) and the broker serve.
+    pub fn version(&self, key: ApiKey, ours: (i16, i16)) -> Result<i16, KafkaError> {
+        let theirs = self.versions.iter().find(|(k, ..)| *k == key as i16).map(|(_, min, max)| (*min, *max));
+        match theirs {
+            Some((min, max)) if min.max(ours.0) <= max.min(ours.1) => Ok(max.min(ours.1)),
+            _ => Err(KafkaError::Unsupported { addr: self.addr.clone(), api: format!("{key:?}"), ours, theirs }),
+        }
+    }
+
+    /// Send `req` at `version` and wait for its answer.
+    pub async fn call<R: Request>(&self, req: &R, version: i16) -> Result<R::Response, KafkaError> {
+        let (frame, id) = self.frame(req, version)?;
+        let (done, rx) = oneshot::channel();
+        self.tx.send((frame, Some((id, done)))).await.map_err(|_| self.closed("connection task ended"))?;
+        let mut body = rx.await.map_err(|_| self.closed("connection task ended"))??;
+        let decode = |e: anyhow::Error| KafkaError::Decode {
+            what: format!("{:?} v{version} answer", api(R::KEY)),
+            detail: format!("{e:#}"),
+        };
+        ResponseHeader::decode(&mut body, R::Response::header_version(version)).map_err(decode)?;
+        R::Response::decode(&mut body, version).map_err(decode)
+    }
+
+    /// Send `req` at `version` without waiting for an answer (a produce request with acks=0,
+    /// which gets none). Returns once it is queued on the socket.
+    pub async fn send_only<R: Request>(&self, req: &R, version: i16) -> Result<(), KafkaError> {
+        let (frame, _) = self.frame(req, version)?;
+        self.tx.send((frame, None)).await.map_err(|_| self.closed("connection task ended"))
+    }
+
+    /// Send a raw frame body (the length prefix is added) and wait for the raw answer frame, or
+    /// for the broker to close the connection (`Err(Closed)`): for testing what a broker makes of
+    /// malformed requests. `correlation_id` is what the answer must carry.
+    pub async fn call_raw(&self, body: Bytes, correlation_id: i32) -> Result<Bytes, KafkaError> {
+        let (done, rx) = oneshot::channel();
+        self.tx.send((body, Some((correlation_id, done)))).await.map_err(|_| self.closed("connection task ended"))?;
+        rx.await.map_err(|_| self.closed("connection task ended"))?
+    }
+
+    fn frame<R: Request>(&self, req: &R, version: i16) -> Result<(Bytes, i32), KafkaError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
+        let mut b = BytesMut::with_capacity(64);
+        let encode = |e: anyhow::Error| KafkaError::Encode {
+            what: format!("{:?} v{version}", api(R::KEY)),
+            detail: format!("{e:#}"),
+        };
+        RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(id)
+            .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)))
+            .encode(&mut b, R::header_version(version))
+            .map_err(encode)?;
+        req.encode(&mut b, version).map_err(encode)?;
+        Ok((b.freeze(), id))
+    }
+
+    fn closed(&self, detail: &str) -> KafkaError {
+        KafkaError::Closed { addr: self.addr.clone(), detail: detail.to_string() }
+    }
+}
+
+fn api(key: i16) -> ApiKey {
+    ApiKey::try_from(key).unwrap_or(ApiKey::ApiVersions)
+}
+
+async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+    addr: String,
+    mut framed: Framed<S, LengthDelimitedCodec>,
+    mut rx: mpsc::Receiver<Outgoing>,
+) {
+    let mut pending: VecDeque<(i32, oneshot::Sender<Result<Bytes, KafkaError>>)> = VecDeque::new();
+    let mut open = true;
+    let failure = loop {
+        if !open && pending.is_empty() {
+            return;
+        }
+        tokio::select! {
+            out = rx.recv(), if open => {
+                let Some((frame, answer)) = out else {
+                    open = false;
+                    continue;
+                };
+                // Queued before the write: the answer may arrive before the write returns.
+                if let Some(a) = answer {
+                    pending.push_back(a);
+                }
+                if let Err(e) = framed.send(frame).await {
+                    break e.to_string();
+                }
+            }
+            frame = framed.next(), if !pending.is_empty() => {
+                let frame = match frame {
+                    Some(Ok(f)) => f.freeze(),
+                    Some(Err(e)) => break e.to_string(),
+                    None => break "closed by the broker".to_string(),
+                };
+                if frame.len() < 4 {
+                    break format!("an answer of {} bytes", frame.len());
+                }
+                let id = (&frame[..4]).get_i32();
+                match pending.pop_front() {
+                    Some((want, done)) if want == id => {
+                        let _ = done.send(Ok(frame));
+                    }
+                    Some((want, done)) => {
+                        let _ = done.send(Err(KafkaError::Closed {
+                            addr: addr.clone(),
+                            detail: format!("answer {id} arrived where {want} was due"),
+                        }));
+                        break "correlation ids out of order".into();
+                    }
+                    None => break "an answer nobody asked for".into(),
+                }
+            }
+        }
+    };
+    for (_, done) in pending.drain(..) {
+        let _ = done.send(Err(KafkaError::Closed { addr: addr.clone(), detail: failure.clone() }));
+    }
+}

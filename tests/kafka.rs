@@ -1,0 +1,437 @@
+//! The Kafka listener over real TCP, driven by the producer crate's Kafka client and by raw
+//! Kafka frames: every served api at every served version, what malformed requests get, the
+//! broker's own fence against a write its client never announced, transaction version 1 rules
+//! (transactions in a row at one epoch, EndTxn retries), librdkafka's own epoch bump, acks=0,
+//! long polling and the transaction-timeout limit. The unmodified clients (librdkafka and
+//! kafka-python) run in tests/kafka_clients.rs.
+
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use epochfence::{LocalCluster, LocalOptions};
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use producer::kafka::{KafkaConnection, KafkaConsumer, KafkaError, KafkaProducer};
+use producer::{ClientError, ProducerConfig};
+use protocol::batch::{build_batch, ProducerStamp};
+
+const T: Duration = Duration::from_secs(10);
+
+async fn cluster(fencing: bool) -> LocalCluster {
+    let c = LocalCluster::start(LocalOptions { fencing, kafka: true, ..LocalOptions::default() }).await.unwrap();
+    c.create_topic("t", 2).await.unwrap();
+    // Wait until the broker itself leads both partitions (it learns so from its heartbeat).
+    let conn = connect(&c).await;
+    let deadline = Instant::now() + T;
+    loop {
+        let req = ListOffsetsRequest::default().with_topics(vec![ListOffsetsTopic::default()
+            .with_name(name("t"))
+            .with_partitions(
+                (0..2).map(|p| ListOffsetsPartition::default().with_partition_index(p).with_timestamp(-1)).collect(),
+            )]);
+        let r = conn.call(&req, 7).await.unwrap();
+        if r.topics[0].partitions.iter().all(|p| p.error_code == 0) {
+            return c;
+        }
+        assert!(Instant::now() < deadline, "the broker does not lead t after {T:?}: {r:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn connect(c: &LocalCluster) -> KafkaConnection {
+    KafkaConnection::connect(&c.kafka_addrs[0], None, T).await.unwrap()
+}
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn tid(s: &str) -> TransactionalId {
+    TransactionalId(StrBytes::from_string(s.to_string()))
+}
+
+fn produce_request(acks: i16, topic: &str, partition: i32, records: Bytes) -> ProduceRequest {
+    ProduceRequest::default().with_acks(acks).with_timeout_ms(10_000).with_topic_data(vec![TopicProduceData::default()
+        .with_name(name(topic))
+        .with_partition_data(vec![PartitionProduceData::default().with_index(partition).with_records(Some(records))])])
+}
+
+fn batch(pid: i64, epoch: i16, seq: i32, values: &[&'static str]) -> Bytes {
+    let values: Vec<Bytes> = values.iter().map(|v| Bytes::from_static(v.as_bytes())).collect();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    build_batch(ProducerStamp { producer_id: pid, producer_epoch: epoch, base_sequence: seq }, false, now, &values)
+}
+
+fn partition_code(r: &ProduceResponse) -> i16 {
+    r.responses[0].partition_responses[0].error_code
+}
+
+/// Every api the listener advertises answers at every version it advertises, with an answer
+/// that decodes (a field set that a version cannot carry would close the connection instead).
+#[tokio::test]
+async fn every_served_api_answers_at_every_served_version() {
+    let c = cluster(true).await;
+    let conn = connect(&c).await;
+    let served = conn.api_versions().to_vec();
+    assert!(served.len() >= 10, "{served:?}");
+    let mut checked = 0;
+    for (key, min, max) in served {
+        let key = ApiKey::try_from(key).expect("a known key");
+        for v in min..=max {
+            let ok = match key {
+                ApiKey::ApiVersions => conn.call(&ApiVersionsRequest::default(), v).await.map(|r| r.error_code),
+                ApiKey::Metadata => {
+                    let topics = vec![MetadataRequestTopic::default().with_name(Some(name("t")))];
+                    let r = conn.call(&MetadataRequest::default().with_topics(Some(topics)), v).await.unwrap();
+                    assert_eq!(r.topics[0].partitions.len(), 2, "v{v}");
+                    assert_eq!(r.brokers.len(), 1);
+                    Ok(r.topics[0].error_code)
+                }
+                ApiKey::Produce => {
+                    let b = batch(-1, -1, -1, &["x"]);
+                    conn.call(&produce_request(1, "t", 0, b), v).await.map(|r| partition_code(&r))
+                }
+                ApiKey::Fetch => {
+                    let req = FetchRequest::default().with_max_bytes(1 << 20).with_topics(vec![FetchTopic::default()
+                        .with_topic(name("t"))
+                        .with_partitions(vec![FetchPartition::default().with_partition_max_bytes(1 << 20)])]);
+                    conn.call(&req, v).await.map(|r| r.responses[0].partitions[0].error_code)
+                }
+                ApiKey::ListOffsets => {
+                    let req = ListOffsetsRequest::default().with_topics(vec![ListOffsetsTopic::default()
+                        .with_name(name("t"))
+                        .with_partitions(vec![ListOffsetsPartition::default().with_timestamp(-1)])]);
+                    conn.call(&req, v).await.map(|r| r.topics[0].partitions[0].error_code)
+                }
+                ApiKey::OffsetForLeaderEpoch => {
+                    let req = OffsetForLeaderEpochRequest::default().with_topics(vec![OffsetForLeaderTopic::default()
+                        .with_topic(name("t"))
+                        .with_partitions(vec![OffsetForLeaderPartition::default().with_leader_epoch(0)])]);
+                    conn.call(&req, v).await.map(|r| r.topics[0].partitions[0].error_code)
+                }
+                ApiKey::FindCoordinator => {
+                    let req = FindCoordinatorRequest::default().with_key_type(if v >= 1 { 1 } else { 0 });
+                    let req = if v >= 4 {
+                        req.with_coordinator_keys(vec![StrBytes::from_static_str("k")])
+                    } else {
+                        req.with_key(StrBytes::from_static_str("k"))
+                    };
+                    conn.call(&req, v).await.map(|r| if v >= 4 { r.coordinators[0].error_code } else { r.error_code })
+                }
+                ApiKey::InitProducerId => {
+                    let req = InitProducerIdRequest::default()
+                        .with_transactional_id(None)
+                        .with_producer_id((-1).into())
+                        .with_producer_epoch(-1);
+                    conn.call(&req, v).await.map(|r| r.error_code)
+                }
+                ApiKey::AddPartitionsToTxn => {
+                    let req = AddPartitionsToTxnRequest::default()
+                        .with_v3_and_below_transactional_id(tid("nobody"))
+                        .with_v3_and_below_producer_id(9_999.into())
+                        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                            .with_name(name("t"))
+                            .with_partitions(vec![0])]);
+                    let r = conn.call(&req, v).await.unwrap();
+                    let code = r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code;
+                    assert_eq!(code, 59, "v{v}: an unknown producer id is UNKNOWN_PRODUCER_ID");
+                    Ok(0)
+                }
+                ApiKey::EndTxn => {
+                    let req =
+                        EndTxnRequest::default().with_transactional_id(tid("nobody")).with_producer_id(9_999.into());
+                    let r = conn.call(&req, v).await.unwrap();
+                    assert_eq!(r.error_code, 49, "v{v}: INVALID_PRODUCER_ID_MAPPING for an unknown transactional id");
+                    Ok(0)
+                }
+                other => panic!("{other:?} is advertised but this test does not know it"),
+            };
+            assert_eq!(ok.unwrap_or_else(|e| panic!("{key:?} v{v}: {e}")), 0, "{key:?} v{v}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 60, "{checked} api versions");
+    c.shutdown().await;
+}
+
+/// Raw frames as a broken or hostile client would send them: Kafka closes the connection over
+/// an unknown key, an unsupported version, a body that does not decode and an oversized frame,
+/// answers ApiVersions of an unknown version with a version 0 body, and refuses a batch whose
+/// counts lie with INVALID_RECORD. The broker serves a new connection afterwards.
+#[tokio::test]
+async fn malformed_kafka_requests_get_kafkas_answers_and_never_a_crash() {
+    let c = cluster(true).await;
+    let header = |key: i16, version: i16, id: i32, flexible: bool| {
+        let mut b = BytesMut::new();
+        b.put_i16(key);
+        b.put_i16(version);
+        b.put_i32(id);
+        b.put_i16(-1); // client id: null
+        if flexible {
+            b.put_u8(0); // no tagged fields
+        }
+        b
+    };
+    let closed = |r: Result<Bytes, KafkaError>, what: &str| {
+        assert!(matches!(r, Err(KafkaError::Closed { .. })), "{what}: {r:?}");
+    };
+    // An unknown api key.
+    closed(connect(&c).await.call_raw(header(999, 0, 1, false).freeze(), 1).await, "unknown key");
+    // A version outside the served range.
+    closed(connect(&c).await.call_raw(header(3, 99, 2, true).freeze(), 2).await, "Metadata v99");
+    // A body cut short (Metadata v9 wants a topics array).
+    let mut cut = header(3, 9, 3, true);
+    cut.put_u8(5);
+    closed(connect(&c).await.call_raw(cut.freeze(), 3).await, "a truncated body");
+    // A forged array count (what made kafka-protocol 0.18.0 abort the process).
+    let mut forged = header(19, 2, 4, false);
+    forged.put_i32(i32::MAX);
+    forged.put_slice(&[0; 16]);
+    closed(connect(&c).await.call_raw(forged.freeze(), 4).await, "a forged array count");
+    // ApiVersions at a version the broker does not know: a version 0 body, UNSUPPORTED_VERSION.
+    let answer = connect(&c).await.call_raw(header(18, 99, 5, true).freeze(), 5).await.unwrap();
+    let mut body = answer.slice(4..);
+    let r = ApiVersionsResponse::decode(&mut body, 0).unwrap();
+    assert_eq!(r.error_code, 35);
+    assert!(r.api_keys.iter().any(|k| k.api_key == 18 && k.max_version >= 3), "{:?}", r.api_keys);
+    // A frame over frame_bytes_max: closed from its length prefix.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(&c.kafka_addrs[0]).await.unwrap();
+        s.write_all(&(u32::MAX).to_be_bytes()).await.unwrap();
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(T, s.read(&mut buf)).await.expect("closed, not left hanging");
+        assert_eq!(n.unwrap_or(0), 0, "no answer, only the close");
+    }
+    // A batch whose record count lies: INVALID_RECORD (Produce v8+), CORRUPT_MESSAGE before.
+    let conn = connect(&c).await;
+    let mut lying = batch(-1, -1, -1, &["one", "two"]).to_vec();
+    lying[57..61].copy_from_slice(&1i32.to_be_bytes());
+    lying[23..27].copy_from_slice(&0i32.to_be_bytes());
+    let crc = protocol::batch::crc32c(&lying[21..]);
+    lying[17..21].copy_from_slice(&crc.to_be_bytes());
+    let lying = Bytes::from(lying);
+    let r = conn.call(&produce_request(-1, "t", 0, lying.clone()), 9).await.unwrap();
+    assert_eq!(partition_code(&r), 87);
+    let msg = r.responses[0].partition_responses[0].error_message.clone().unwrap_or_default();
+    assert!(msg.contains("record"), "the message says what is wrong: {msg}");
+    let r = conn.call(&produce_request(-1, "t", 0, lying), 7).await.unwrap();
+    assert_eq!(partition_code(&r), 2, "v7 knows no INVALID_RECORD");
+    // The broker is fine: a new connection is served.
+    let conn = connect(&c).await;
+    assert_eq!(conn.call(&ApiVersionsRequest::default(), 3).await.unwrap().error_code, 0);
+    c.shutdown().await;
+}
+
+/// The untouched-partition fence, by the broker alone: zombie A skips AddPartitionsToTxn and
+/// writes to a partition neither instance touched; the broker's verification asks the
+/// coordinator, which refuses A's epoch. Without fencing the write lands (the negative case).
+#[tokio::test]
+async fn a_zombie_write_to_an_untouched_partition_is_refused_by_the_broker_itself() {
+    for fencing in [true, false] {
+        let c = cluster(fencing).await;
+        let config = || ProducerConfig::transactional("untouched");
+        let mut a = KafkaProducer::init(&c.kafka_bootstrap(), config()).await.unwrap();
+        a.begin().unwrap();
+        a.send("t", 0, Bytes::from_static(b"A on 0")).await.unwrap();
+        let b = KafkaProducer::init(&c.kafka_bootstrap(), config()).await.unwrap();
+        assert!(b.epoch() > a.epoch());
+        a.set_register_partitions(false);
+        let late = a.send("t", 1, Bytes::from_static(b"A on 1")).await;
+        let mut consumer = KafkaConsumer::new(&c.kafka_bootstrap(), c.client_config());
+        let on_1: Vec<_> = consumer.read_to_end("t", 1, 0).await.unwrap().into_iter().map(|r| r.value).collect();
+        if fencing {
+            match late {
+                Err(ClientError::Fenced { detail, .. }) => {
+                    assert!(detail.contains("error 47"), "INVALID_PRODUCER_EPOCH on Produce: {detail}")
+                }
+                other => panic!("the zombie's write must be refused as fenced: {other:?}"),
+            }
+            assert!(on_1.is_empty(), "nothing of A's on the untouched partition: {on_1:?}");
+        } else {
+            late.expect("without fencing the zombie's write lands");
+            assert_eq!(on_1, [Bytes::from_static(b"A on 1")]);
+        }
+        c.shutdown().await;
+    }
+}
+
+/// Transaction version 1: a Kafka client's transactions end without a bump, one after
+/// another at the same epoch, sequences going on; read_committed shows exactly the committed
+/// records, read_uncommitted all of them.
+#[tokio::test]
+async fn transactions_in_a_row_at_one_epoch_show_exactly_the_committed_records() {
+    let c = cluster(true).await;
+    let mut p = KafkaProducer::init(&c.kafka_bootstrap(), ProducerConfig::transactional("row")).await.unwrap();
+    let epoch = p.epoch();
+    let (mut committed, mut all) = (Vec::new(), Vec::new());
+    for txn in 0..6 {
+        p.begin().unwrap();
+        for i in 0..4 {
+            let v = format!("{txn}-{i}");
+            p.send("t", i % 2, Bytes::from(v.clone())).await.unwrap();
+            all.push(v.clone());
+            if txn % 3 != 1 {
+                committed.push(v);
+            }
+        }
+        if txn % 3 == 1 {
+            p.abort().await.unwrap();
+        } else {
+            p.commit().await.unwrap();
+        }
+        assert_eq!(p.epoch(), epoch, "no bump between transactions");
+    }
+    let read = |committed: bool| {
+        let bootstrap = c.kafka_bootstrap();
+        let config = c.client_config();
+        async move {
+            let mut consumer = if committed {
+                KafkaConsumer::read_committed(&bootstrap, config)
+            } else {
+                KafkaConsumer::new(&bootstrap, config)
+            };
+            let mut out = Vec::new();
+            for partition in 0..2 {
+                let records = consumer.read_to_end("t", partition, 0).await.unwrap();
+                out.extend(records.into_iter().map(|r| String::from_utf8(r.value.to_vec()).unwrap()));
+            }
+            out.sort();
+            out
+        }
+    };
+    committed.sort();
+    all.sort();
+    assert_eq!(read(true).await, committed);
+    assert_eq!(read(false).await, all);
+    c.shutdown().await;
+}
+
+/// Kafka's EndTxn rules at one epoch: the same end again is a lost answer retried (success),
+/// the other end with no transaction open is INVALID_TXN_STATE; and a transaction timeout
+/// above the maximum is refused at init.
+#[tokio::test]
+async fn end_txn_retries_and_the_transaction_timeout_limit_follow_kafka() {
+    let c = cluster(true).await;
+    let p = KafkaProducer::init(&c.kafka_bootstrap(), ProducerConfig::transactional("again")).await;
+    let mut p = p.unwrap();
+    p.begin().unwrap();
+    p.send("t", 0, Bytes::from_static(b"x")).await.unwrap();
+    p.commit().await.unwrap();
+    let conn = connect(&c).await;
+    let end = |commit: bool| {
+        EndTxnRequest::default()
+            .with_transactional_id(tid("again"))
+            .with_producer_id(p.producer_id().into())
+            .with_producer_epoch(p.epoch())
+            .with_committed(commit)
+    };
+    assert_eq!(conn.call(&end(true), 3).await.unwrap().error_code, 0, "a retried commit");
+    assert_eq!(conn.call(&end(false), 3).await.unwrap().error_code, 48, "an abort of a committed transaction");
+    let long = InitProducerIdRequest::default()
+        .with_transactional_id(Some(tid("long")))
+        .with_transaction_timeout_ms(15 * 60 * 1000 + 1)
+        .with_producer_id((-1).into())
+        .with_producer_epoch(-1);
+    assert_eq!(conn.call(&long, 4).await.unwrap().error_code, 50, "INVALID_TRANSACTION_TIMEOUT");
+    c.shutdown().await;
+}
+
+/// librdkafka's idempotent producer bumps its own epoch after a sequence gap (same producer id,
+/// epoch + 1, sequence 0): accepted; any other sequence at the new epoch is out of order, and
+/// the old epoch is refused from then on.
+#[tokio::test]
+async fn an_idempotent_producer_may_raise_its_own_epoch() {
+    let c = cluster(true).await;
+    let conn = connect(&c).await;
+    let init = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_producer_id((-1).into())
+        .with_producer_epoch(-1);
+    let pid = conn.call(&init, 4).await.unwrap().producer_id.0;
+    assert!(pid >= 0);
+    let send = |epoch: i16, seq: i32| {
+        let req = produce_request(-1, "t", 0, batch(pid, epoch, seq, &["a", "b"]));
+        let conn = conn.clone();
+        async move { conn.call(&req, 9).await }
+    };
+    assert_eq!(partition_code(&send(0, 0).await.unwrap()), 0);
+    assert_eq!(partition_code(&send(1, 5).await.unwrap()), 45, "a new epoch starts at sequence 0");
+    assert_eq!(partition_code(&send(1, 0).await.unwrap()), 0, "the producer's own bump");
+    assert_eq!(partition_code(&send(1, 2).await.unwrap()), 0);
+    assert_eq!(partition_code(&send(0, 2).await.unwrap()), 47, "the old epoch is over");
+    c.shutdown().await;
+}
+
+/// acks=0 gets no answer; an error under acks=0 closes the connection, as Kafka does.
+#[tokio::test]
+async fn acks_zero_is_not_answered_and_its_errors_close_the_connection() {
+    let c = cluster(true).await;
+    let conn = connect(&c).await;
+    conn.send_only(&produce_request(0, "t", 0, batch(-1, -1, -1, &["quiet"])), 9).await.unwrap();
+    // The next answer on the connection is the next request's: none came for the produce.
+    let r = conn.call(&ApiVersionsRequest::default(), 3).await.unwrap();
+    assert_eq!(r.error_code, 0);
+    let mut consumer = KafkaConsumer::new(&c.kafka_bootstrap(), c.client_config());
+    let read = consumer.read_to_end("t", 0, 0).await.unwrap();
+    assert_eq!(read.iter().map(|r| r.value.clone()).collect::<Vec<_>>(), [Bytes::from_static(b"quiet")]);
+    conn.send_only(&produce_request(0, "t", 7, batch(-1, -1, -1, &["nowhere"])), 9).await.unwrap();
+    let after = conn.call(&ApiVersionsRequest::default(), 3).await;
+    assert!(matches!(after, Err(KafkaError::Closed { .. })), "{after:?}");
+    c.shutdown().await;
+}
+
+/// A fetch with nothing to read waits for max_wait_ms (long polling, no busy loop), and one
+/// waiting when a record arrives answers with it.
+#[tokio::test]
+async fn a_fetch_waits_for_records_instead_of_answering_empty() {
+    let c = cluster(true).await;
+    let conn = connect(&c).await;
+    let fetch = |wait_ms: i32| {
+        FetchRequest::default().with_max_wait_ms(wait_ms).with_min_bytes(1).with_max_bytes(1 << 20).with_topics(vec![
+            FetchTopic::default()
+                .with_topic(name("t"))
+                .with_partitions(vec![FetchPartition::default().with_partition(1).with_partition_max_bytes(1 << 20)]),
+        ])
+    };
+    let started = Instant::now();
+    let empty = conn.call(&fetch(300), 12).await.unwrap();
+    assert!(empty.responses[0].partitions[0].records.as_ref().is_none_or(|r| r.is_empty()));
+    assert!(started.elapsed() >= Duration::from_millis(250), "it waited: {:?}", started.elapsed());
+    let waiting = {
+        let conn = conn.clone();
+        let req = fetch(20_000);
+        tokio::spawn(async move { conn.call(&req, 12).await })
+    };
+    let writer = connect(&c).await;
+    let r = writer.call(&produce_request(-1, "t", 1, batch(-1, -1, -1, &["wake"])), 9).await.unwrap();
+    assert_eq!(partition_code(&r), 0);
+    let woken = tokio::time::timeout(T, waiting).await.expect("woken by the append").unwrap().unwrap();
+    let records = woken.responses[0].partitions[0].records.clone().unwrap_or_default();
+    assert!(!records.is_empty(), "the waiting fetch answers with the record");
+    c.shutdown().await;
+}
+
+/// Encoding is the client's half: keep the test's raw frames honest.
+#[test]
+fn raw_frames_match_the_crates_encoding() {
+    let mut ours = BytesMut::new();
+    ours.put_i16(18);
+    ours.put_i16(0);
+    ours.put_i32(7);
+    ours.put_i16(-1);
+    let mut theirs = BytesMut::new();
+    RequestHeader::default()
+        .with_request_api_key(18)
+        .with_correlation_id(7)
+        .with_client_id(None)
+        .encode(&mut theirs, ApiKey::ApiVersions.request_header_version(0))
+        .unwrap();
+    assert_eq!(ours, theirs);
+}

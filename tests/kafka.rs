@@ -150,13 +150,68 @@ async fn every_served_api_answers_at_every_served_version() {
                     assert_eq!(r.error_code, 49, "v{v}: INVALID_PRODUCER_ID_MAPPING for an unknown transactional id");
                     Ok(0)
                 }
+                ApiKey::CreateTopics => {
+                    let req =
+                        CreateTopicsRequest::default().with_topics(vec![creatable(&format!("sweep-{v}"), 1, &[])]);
+                    let code = conn.call(&req, v).await.unwrap().topics[0].error_code;
+                    assert_eq!(code, 31, "v{v}: the cluster has a secret");
+                    Ok(0)
+                }
+                ApiKey::DeleteTopics => {
+                    let req = if v >= 6 {
+                        DeleteTopicsRequest::default().with_topics(vec![
+                            delete_topics_request::DeleteTopicState::default().with_name(Some(name("t"))),
+                        ])
+                    } else {
+                        DeleteTopicsRequest::default().with_topic_names(vec![name("t")])
+                    };
+                    assert_eq!(conn.call(&req, v).await.unwrap().responses[0].error_code, 31, "v{v}");
+                    Ok(0)
+                }
+                ApiKey::CreatePartitions => {
+                    let req = CreatePartitionsRequest::default().with_topics(vec![
+                        create_partitions_request::CreatePartitionsTopic::default().with_name(name("t")).with_count(3),
+                    ]);
+                    assert_eq!(conn.call(&req, v).await.unwrap().results[0].error_code, 31, "v{v}");
+                    Ok(0)
+                }
+                ApiKey::DescribeConfigs => {
+                    let req = DescribeConfigsRequest::default().with_resources(vec![
+                        describe_configs_request::DescribeConfigsResource::default()
+                            .with_resource_type(2)
+                            .with_resource_name(StrBytes::from_static_str("t"))
+                            .with_configuration_keys(None),
+                    ]);
+                    conn.call(&req, v).await.map(|r| r.results[0].error_code)
+                }
+                ApiKey::DescribeCluster => {
+                    let req = DescribeClusterRequest::default();
+                    conn.call(&req, v).await.map(|r| r.error_code)
+                }
+                ApiKey::DescribeProducers => {
+                    let req = DescribeProducersRequest::default().with_topics(vec![
+                        describe_producers_request::TopicRequest::default()
+                            .with_name(name("t"))
+                            .with_partition_indexes(vec![0]),
+                    ]);
+                    conn.call(&req, v).await.map(|r| r.topics[0].partitions[0].error_code)
+                }
+                ApiKey::DescribeTransactions => {
+                    let req = DescribeTransactionsRequest::default().with_transactional_ids(vec![tid("nobody")]);
+                    let r = conn.call(&req, v).await.unwrap();
+                    assert_eq!(r.transaction_states[0].error_code, 105, "v{v}");
+                    Ok(0)
+                }
+                ApiKey::ListTransactions => {
+                    conn.call(&ListTransactionsRequest::default(), v).await.map(|r| r.error_code)
+                }
                 other => panic!("{other:?} is advertised but this test does not know it"),
             };
             assert_eq!(ok.unwrap_or_else(|e| panic!("{key:?} v{v}: {e}")), 0, "{key:?} v{v}");
             checked += 1;
         }
     }
-    assert!(checked > 60, "{checked} api versions");
+    assert!(checked > 80, "{checked} api versions");
     c.shutdown().await;
 }
 
@@ -434,4 +489,195 @@ fn raw_frames_match_the_crates_encoding() {
         .encode(&mut theirs, ApiKey::ApiVersions.request_header_version(0))
         .unwrap();
     assert_eq!(ours, theirs);
+}
+
+async fn metadata(
+    conn: &KafkaConnection,
+    topic: &str,
+) -> kafka_protocol::messages::metadata_response::MetadataResponseTopic {
+    let req = MetadataRequest::default()
+        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(name(topic)))]))
+        .with_allow_auto_topic_creation(false);
+    conn.call(&req, 12).await.unwrap().topics.remove(0)
+}
+
+fn creatable(topic: &str, partitions: i32, configs: &[(&str, &str)]) -> create_topics_request::CreatableTopic {
+    create_topics_request::CreatableTopic::default()
+        .with_name(name(topic))
+        .with_num_partitions(partitions)
+        .with_replication_factor(1)
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    create_topics_request::CreatableTopicConfig::default()
+                        .with_name(StrBytes::from_string(k.to_string()))
+                        .with_value(Some(StrBytes::from_string(v.to_string())))
+                })
+                .collect(),
+        )
+}
+
+/// Kafka's admin calls: CreateTopics (with min.insync.replicas, validate_only, an unknown
+/// config refused), DescribeConfigs, CreatePartitions, DescribeCluster, DeleteTopics by id;
+/// a topic created again under the same name has another id.
+#[tokio::test]
+async fn kafka_admin_creates_describes_grows_and_deletes_topics() {
+    let c = LocalCluster::start(LocalOptions { kafka: true, secured: false, ..LocalOptions::default() }).await.unwrap();
+    c.create_topic("t", 1).await.unwrap();
+    let conn = connect(&c).await;
+    let create =
+        |topics, validate_only| CreateTopicsRequest::default().with_topics(topics).with_validate_only(validate_only);
+    let r = conn.call(&create(vec![creatable("adm", 3, &[("min.insync.replicas", "1")])], false), 7).await.unwrap();
+    let made = &r.topics[0];
+    assert_eq!((made.error_code, made.num_partitions, made.replication_factor), (0, 3, 1), "{made:?}");
+    assert!(!made.topic_id.is_nil());
+    let first_id = made.topic_id;
+    let r = conn.call(&create(vec![creatable("dry", 2, &[])], true), 7).await.unwrap();
+    assert_eq!(r.topics[0].error_code, 0);
+    assert_eq!(metadata(&conn, "dry").await.error_code, 3, "validate_only creates nothing");
+    let r = conn.call(&create(vec![creatable("cfg", 1, &[("cleanup.policy", "compact")])], false), 7).await.unwrap();
+    assert_eq!(r.topics[0].error_code, ErrorCodeNum::INVALID_CONFIG);
+    assert!(r.topics[0].error_message.as_deref().unwrap_or_default().contains("min.insync.replicas"));
+    let r = conn.call(&create(vec![creatable("adm", 1, &[])], false), 7).await.unwrap();
+    assert_eq!(r.topics[0].error_code, 36, "TOPIC_ALREADY_EXISTS");
+    // DescribeConfigs: the topic's min.insync.replicas, and this broker's settings.
+    let describe = DescribeConfigsRequest::default().with_resources(vec![
+        describe_configs_request::DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("adm"))
+            .with_configuration_keys(None),
+        describe_configs_request::DescribeConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(StrBytes::from_static_str("1"))
+            .with_configuration_keys(Some(vec![StrBytes::from_static_str("broker.id")])),
+    ]);
+    let r = conn.call(&describe, 4).await.unwrap();
+    let topic = &r.results[0];
+    assert_eq!(topic.error_code, 0);
+    let min_isr = topic.configs.iter().find(|c| c.name.as_str() == "min.insync.replicas").unwrap();
+    assert_eq!(min_isr.value.as_deref(), Some("1"));
+    assert_eq!(r.results[1].configs.len(), 1, "only the key asked");
+    assert_eq!(r.results[1].configs[0].value.as_deref(), Some("1"));
+    // CreatePartitions: 3 -> 5.
+    let grow = CreatePartitionsRequest::default().with_topics(vec![
+        create_partitions_request::CreatePartitionsTopic::default().with_name(name("adm")).with_count(5),
+    ]);
+    assert_eq!(conn.call(&grow, 3).await.unwrap().results[0].error_code, 0);
+    assert_eq!(metadata(&conn, "adm").await.partitions.len(), 5);
+    // DescribeCluster: the live broker at its Kafka address.
+    let r = conn.call(&DescribeClusterRequest::default().with_endpoint_type(1), 1).await.unwrap();
+    assert_eq!(r.brokers.len(), 1);
+    assert_eq!(format!("{}:{}", r.brokers[0].host.as_str(), r.brokers[0].port), c.kafka_addrs[0]);
+    // DeleteTopics by id, then the name is free for another topic, with another id.
+    let delete = DeleteTopicsRequest::default()
+        .with_topics(vec![delete_topics_request::DeleteTopicState::default().with_topic_id(first_id)]);
+    assert_eq!(conn.call(&delete, 6).await.unwrap().responses[0].error_code, 0);
+    assert_eq!(metadata(&conn, "adm").await.error_code, 3);
+    assert_eq!(conn.call(&delete, 6).await.unwrap().responses[0].error_code, 100, "UNKNOWN_TOPIC_ID");
+    let r = conn.call(&create(vec![creatable("adm", 1, &[])], false), 7).await.unwrap();
+    assert_eq!(r.topics[0].error_code, 0);
+    assert_ne!(r.topics[0].topic_id, first_id, "another topic");
+    assert_eq!(metadata(&conn, "adm").await.topic_id, r.topics[0].topic_id);
+    c.shutdown().await;
+}
+
+/// Kafka's error code numbers the tests compare with.
+struct ErrorCodeNum;
+impl ErrorCodeNum {
+    const INVALID_CONFIG: i16 = 40;
+}
+
+/// A client that proves no cluster secret cannot create, grow or delete topics on a cluster
+/// with one: the Kafka listener's relay lends it no membership.
+#[tokio::test]
+async fn on_a_secured_cluster_kafka_clients_cannot_create_or_delete_topics() {
+    let c = cluster(true).await;
+    assert!(c.secret.is_some());
+    let conn = connect(&c).await;
+    let r = conn.call(&CreateTopicsRequest::default().with_topics(vec![creatable("new", 1, &[])]), 7).await.unwrap();
+    assert_eq!(r.topics[0].error_code, 31, "CLUSTER_AUTHORIZATION_FAILED");
+    let msg = r.topics[0].error_message.clone().unwrap_or_default();
+    assert!(msg.contains("--cluster-secret-file"), "{msg}");
+    let delete = DeleteTopicsRequest::default().with_topic_names(vec![name("t")]);
+    assert_eq!(conn.call(&delete, 5).await.unwrap().responses[0].error_code, 31);
+    let grow = CreatePartitionsRequest::default().with_topics(vec![
+        create_partitions_request::CreatePartitionsTopic::default().with_name(name("t")).with_count(4),
+    ]);
+    assert_eq!(conn.call(&grow, 3).await.unwrap().results[0].error_code, 31);
+    assert_eq!(metadata(&conn, "t").await.partitions.len(), 2, "nothing changed");
+    c.shutdown().await;
+}
+
+/// A topic deleted and created again under its name is another topic: zombie A, which wrote to
+/// the old one, is fenced by B's init; its write into the new one is refused (the new
+/// partition verifies A's epoch with the coordinator) and nothing of A's is in it.
+#[tokio::test]
+async fn a_zombie_cannot_write_into_a_topic_deleted_and_created_again() {
+    let c = LocalCluster::start(LocalOptions { kafka: true, secured: false, ..LocalOptions::default() }).await.unwrap();
+    c.create_topic("again", 1).await.unwrap();
+    let config = || ProducerConfig::transactional("reborn");
+    let mut a = KafkaProducer::init(&c.kafka_bootstrap(), config()).await.unwrap();
+    a.begin().unwrap();
+    a.send("again", 0, Bytes::from_static(b"A old")).await.unwrap();
+    let conn = connect(&c).await;
+    let old_id = metadata(&conn, "again").await.topic_id;
+    let delete = DeleteTopicsRequest::default().with_topic_names(vec![name("again")]);
+    assert_eq!(conn.call(&delete, 5).await.unwrap().responses[0].error_code, 0);
+    let _b = KafkaProducer::init(&c.kafka_bootstrap(), config()).await.unwrap();
+    let r = conn.call(&CreateTopicsRequest::default().with_topics(vec![creatable("again", 1, &[])]), 7).await.unwrap();
+    assert_eq!(r.topics[0].error_code, 0);
+    assert_ne!(r.topics[0].topic_id, old_id);
+    a.set_register_partitions(false);
+    let late = a.send("again", 0, Bytes::from_static(b"A new")).await;
+    assert!(matches!(late, Err(ClientError::Fenced { .. })), "{late:?}");
+    let mut consumer = KafkaConsumer::new(&c.kafka_bootstrap(), c.client_config());
+    assert!(consumer.read_to_end("again", 0, 0).await.unwrap().is_empty(), "the new topic holds nothing of A's");
+    c.shutdown().await;
+}
+
+/// Kafka's tools for hanging transactions, read-only: DescribeProducers shows the leader's
+/// producer state with the open transaction's first offset, DescribeTransactions and
+/// ListTransactions the coordinator's view.
+#[tokio::test]
+async fn hanging_transaction_tools_describe_producers_and_transactions() {
+    let c = cluster(true).await;
+    let mut p = KafkaProducer::init(&c.kafka_bootstrap(), ProducerConfig::transactional("hang")).await.unwrap();
+    p.begin().unwrap();
+    let at = p.send("t", 1, Bytes::from_static(b"open")).await.unwrap().base_offset;
+    let conn = connect(&c).await;
+    let r = conn
+        .call(
+            &DescribeProducersRequest::default().with_topics(vec![describe_producers_request::TopicRequest::default()
+                .with_name(name("t"))
+                .with_partition_indexes(vec![1])]),
+            0,
+        )
+        .await
+        .unwrap();
+    let part = &r.topics[0].partitions[0];
+    assert_eq!(part.error_code, 0);
+    let me = part.active_producers.iter().find(|s| s.producer_id.0 == p.producer_id()).expect("listed");
+    assert_eq!((me.producer_epoch, me.last_sequence, me.current_txn_start_offset), (i32::from(p.epoch()), 0, at));
+    let r = conn
+        .call(&DescribeTransactionsRequest::default().with_transactional_ids(vec![tid("hang"), tid("nobody")]), 0)
+        .await
+        .unwrap();
+    let hang = &r.transaction_states[0];
+    assert_eq!((hang.error_code, hang.transaction_state.as_str()), (0, "Ongoing"));
+    assert_eq!(hang.topics[0].partitions, [1]);
+    assert!(hang.transaction_start_time_ms > 0);
+    assert_eq!(r.transaction_states[1].error_code, 105, "TRANSACTIONAL_ID_NOT_FOUND");
+    let listed = conn
+        .call(&ListTransactionsRequest::default().with_state_filters(vec![StrBytes::from_static_str("Ongoing")]), 1)
+        .await
+        .unwrap();
+    assert_eq!(listed.transaction_states.iter().map(|t| t.transactional_id.as_str()).collect::<Vec<_>>(), ["hang"]);
+    p.commit().await.unwrap();
+    let listed = conn
+        .call(&ListTransactionsRequest::default().with_state_filters(vec![StrBytes::from_static_str("Ongoing")]), 1)
+        .await
+        .unwrap();
+    assert!(listed.transaction_states.is_empty());
+    c.shutdown().await;
 }

@@ -120,8 +120,13 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
     // Nor create topics (each partition costs every replica a log) or elect leaders in a loop
     // (each election bumps a leader epoch and fails the acks=all writes waiting): those need the
     // secret too, as `admin --cluster-secret-file` has it.
-    let req =
-        CreateTopicRequest { name: "flood".into(), partitions: 1000, replication_factor: -1, min_insync_replicas: -1 };
+    let req = CreateTopicRequest {
+        name: "flood".into(),
+        partitions: 1000,
+        replication_factor: -1,
+        min_insync_replicas: -1,
+        validate_only: false,
+    };
     let status = refused(outsider.call(Request::CreateTopic(req)).await);
     assert_eq!(status.code, ErrorCode::ClusterAuthorizationFailed, "{status}");
     let status = refused(
@@ -218,6 +223,7 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
                 partitions: 1,
                 replication_factor: -1,
                 min_insync_replicas: -1,
+                validate_only: false,
             }),
             code: ErrorCode::InvalidTopicException,
         },
@@ -229,6 +235,7 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
                 partitions: 1,
                 replication_factor: -1,
                 min_insync_replicas: -1,
+                validate_only: false,
             }),
             code: ErrorCode::InvalidTopicException,
         },
@@ -240,6 +247,7 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
                 partitions: 1,
                 replication_factor: -1,
                 min_insync_replicas: -1,
+                validate_only: false,
             }),
             code: ErrorCode::InvalidTopicException,
         },
@@ -251,6 +259,7 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
                 partitions: -3,
                 replication_factor: -1,
                 min_insync_replicas: -1,
+                validate_only: false,
             }),
             code: ErrorCode::InvalidPartitions,
         },
@@ -262,6 +271,7 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
                 partitions: 1001,
                 replication_factor: -1,
                 min_insync_replicas: -1,
+                validate_only: false,
             }),
             code: ErrorCode::InvalidPartitions,
         },
@@ -273,6 +283,7 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
                 partitions: 1,
                 replication_factor: 1,
                 min_insync_replicas: 2,
+                validate_only: false,
             }),
             code: ErrorCode::InvalidConfig,
         },
@@ -284,6 +295,7 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
                 partitions: 1,
                 replication_factor: 5,
                 min_insync_replicas: -1,
+                validate_only: false,
             }),
             code: ErrorCode::InvalidReplicationFactor,
         },

@@ -219,6 +219,19 @@ pub struct Offsets {
     pub leader_epoch: i32,
 }
 
+/// A producer a partition knows (Kafka's DescribeProducers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveProducer {
+    /// Producer id.
+    pub producer_id: i64,
+    /// Its epoch here.
+    pub epoch: i16,
+    /// The last sequence it appended at that epoch (-1: none).
+    pub last_sequence: i32,
+    /// The first offset of its open transaction here, if one is open.
+    pub txn_start_offset: Option<i64>,
+}
+
 /// A record found by its timestamp (Kafka's ListOffsets by time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FoundByTime {
@@ -1193,6 +1206,12 @@ impl Partition {
         Some(change)
     }
 
+    /// The partition's topic was deleted: stop leading and following for good (every
+    /// leader-epoch check fails from now on, and replication to or from it stops).
+    pub fn retire(&self) {
+        self.learn(-1, i32::MAX, i32::MAX, &[], &[], 0);
+    }
+
     /// The coordinator confirmed `(producer_id, epoch)` for this partition (`transactional`:
     /// for transactional writes), answering the verification asked under `guard`. False if the
     /// producer's transaction here ended (a marker) since: the answer does not count.
@@ -1218,6 +1237,23 @@ impl Partition {
     /// The epoch this partition holds for `producer_id`.
     pub fn producer_epoch(&self, producer_id: i64) -> Option<i16> {
         self.lock().producers.epoch_of(producer_id)
+    }
+
+    /// The producers this replica knows (Kafka's DescribeProducers), if it leads at
+    /// `request_leader_epoch` (-1: any).
+    pub fn active_producers(&self, request_leader_epoch: i32) -> Result<Vec<ActiveProducer>, LeaderEpochError> {
+        let g = self.lock();
+        g.leadership.check(request_leader_epoch)?;
+        Ok(g.producers
+            .active()
+            .into_iter()
+            .map(|(producer_id, epoch, last_sequence)| ActiveProducer {
+                producer_id,
+                epoch,
+                last_sequence,
+                txn_start_offset: g.txns.open_since(producer_id),
+            })
+            .collect())
     }
 
     /// Every batch header in the log, in offset order, with the marker kind of control batches

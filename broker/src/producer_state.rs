@@ -153,6 +153,19 @@ impl ProducerStates {
         self.producers.get(&producer_id).map(|e| e.epoch)
     }
 
+    /// Every producer id with a batch or marker here: (producer id, epoch, last sequence
+    /// appended at that epoch, -1 if none), ascending by producer id.
+    pub fn active(&self) -> Vec<(i64, i16, i32)> {
+        let mut out: Vec<(i64, i16, i32)> = self
+            .producers
+            .iter()
+            .filter(|(_, e)| !e.batches.is_empty() || e.last_marker.is_some())
+            .map(|(id, e)| (*id, e.epoch, e.batches.back().map_or(-1, |b| b.last_seq)))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
     /// Number of producer ids tracked.
     pub fn len(&self) -> usize {
         self.producers.len()

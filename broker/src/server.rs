@@ -279,6 +279,9 @@ struct Shared {
     /// answered): every heartbeat carries it, so one from an older process is told apart.
     broker_epoch: std::sync::atomic::AtomicI64,
     partitions: DashMap<(String, i32), PartitionRef>,
+    /// The topic id each hosted partition belongs to (0: not known yet), as its directory's
+    /// `topic.id` records it.
+    topic_ids: DashMap<(String, i32), u128>,
     /// Cached connection to the coordinator; never held across an `.await`.
     coordinator: Mutex<Option<Connection>>,
     /// Connections to other brokers, by address; never held across an `.await`.
@@ -373,6 +376,7 @@ pub async fn run_listeners(
             member: format!("broker-{}", config.id),
         },
         partitions: DashMap::new(),
+        topic_ids: DashMap::new(),
         coordinator: Mutex::new(None),
         peers: Mutex::new(HashMap::new()),
         broker_addrs: Mutex::new(HashMap::new()),
@@ -685,12 +689,33 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
         }
     }
     let now = shared.now_ms();
+    for d in &hb.deleted {
+        let hosted: Vec<(String, i32)> =
+            shared.partitions.iter().map(|p| p.key().clone()).filter(|(t, _)| *t == d.name).collect();
+        for key in hosted {
+            let known = shared.topic_ids.get(&key).map_or(0, |id| *id);
+            if known == 0 || known == d.topic_id {
+                drop_partition(shared, &key, "its topic was deleted");
+            }
+        }
+    }
     for a in hb.assignments {
         let key = (a.topic.clone(), a.partition);
+        let known = shared.topic_ids.get(&key).map_or(0, |id| *id);
+        if known != 0 && a.topic_id != 0 && known != a.topic_id {
+            drop_partition(shared, &key, "its topic was deleted and created again under the same name");
+        }
         let part = match shared.partitions.get(&key).map(|p| p.clone()) {
             Some(p) => p,
             None => {
                 let dir = shared.config.data_dir.join(format!("{}-{}", a.topic, a.partition));
+                let stored = stored_topic_id(&*shared.config.storage, &dir);
+                if stored != 0 && a.topic_id != 0 && stored != a.topic_id {
+                    // A replica of a deleted topic of the same name, left while this broker
+                    // was away: it belongs to another topic.
+                    tracing::warn!(topic = %a.topic, partition = a.partition, "dropping a replica of a deleted topic of the same name");
+                    remove_partition_dir(&*shared.config.storage, &dir);
+                }
                 let mut config = shared.config.log;
                 config.sync_on_roll = shared.config.fsync != FsyncPolicy::Never;
                 match Partition::open_with(
@@ -706,6 +731,12 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
                         // Under `--fsync always` nothing is committed before it is on disk on
                         // every ISR member, the leader included.
                         p.set_sync_before_commit(shared.config.fsync == FsyncPolicy::Always);
+                        if a.topic_id != 0 && stored != a.topic_id {
+                            if let Err(e) = store_topic_id(&*shared.config.storage, &dir, a.topic_id) {
+                                tracing::warn!(topic = %a.topic, partition = a.partition, error = %e, "cannot record the topic id");
+                            }
+                        }
+                        shared.topic_ids.insert(key.clone(), a.topic_id);
                         let p = Arc::new(p);
                         shared.partitions.insert(key, p.clone());
                         p
@@ -732,6 +763,46 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The file in a partition's directory naming the topic id it belongs to.
+const TOPIC_ID_FILE: &str = "topic.id";
+
+/// The topic id a partition directory records (0: none, or unreadable).
+fn stored_topic_id(storage: &dyn Storage, dir: &std::path::Path) -> u128 {
+    storage
+        .read(&dir.join(TOPIC_ID_FILE))
+        .ok()
+        .and_then(|b| u128::from_str_radix(String::from_utf8_lossy(&b).trim(), 16).ok())
+        .unwrap_or(0)
+}
+
+fn store_topic_id(storage: &dyn Storage, dir: &std::path::Path, id: u128) -> std::io::Result<()> {
+    storage.create_dir_all(dir)?;
+    storage.write_file_atomically(&dir.join(TOPIC_ID_FILE), format!("{id:032x}\n").as_bytes())?;
+    storage.sync_dir(dir);
+    Ok(())
+}
+
+/// Delete every file of a partition directory, then the directory.
+fn remove_partition_dir(storage: &dyn Storage, dir: &std::path::Path) {
+    for f in storage.list(dir).unwrap_or_default() {
+        if let Err(e) = storage.remove(&f) {
+            tracing::warn!(path = %f.display(), error = %e, "cannot remove a file of a deleted partition");
+        }
+    }
+    storage.sync_dir(dir);
+    let _ = storage.remove_dir(dir);
+}
+
+/// Stop hosting a partition of a deleted topic: it stops leading and following (no request
+/// reaches it any more), and its files go.
+fn drop_partition(shared: &Shared, key: &(String, i32), why: &str) {
+    let Some((_, part)) = shared.partitions.remove(key) else { return };
+    shared.topic_ids.remove(key);
+    part.retire();
+    tracing::info!(topic = %key.0, partition = key.1, why, "partition dropped");
+    remove_partition_dir(&*shared.config.storage, &shared.config.data_dir.join(format!("{}-{}", key.0, key.1)));
 }
 
 /// Ask the coordinator for the ISR each led partition should have (lagging followers out,

@@ -36,6 +36,10 @@ pub trait Storage: Send + Sync + Debug {
     fn remove(&self, path: &Path) -> std::io::Result<()>;
     /// Make the entries of `dir` (files created, removed, renamed) durable.
     fn sync_dir(&self, dir: &Path);
+    /// Remove an empty directory (nothing to do where directories are implicit).
+    fn remove_dir(&self, _dir: &Path) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// One open file.
@@ -107,6 +111,10 @@ impl Storage for OsStorage {
 
     fn remove(&self, path: &Path) -> std::io::Result<()> {
         std::fs::remove_file(path)
+    }
+
+    fn remove_dir(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::remove_dir(dir)
     }
 
     fn sync_dir(&self, dir: &Path) {

@@ -128,6 +128,11 @@ impl TxnIndex {
         self.open.values().min().copied()
     }
 
+    /// The first offset of `producer_id`'s open transaction here, if one is open.
+    pub fn open_since(&self, producer_id: i64) -> Option<i64> {
+        self.open.get(&producer_id).copied()
+    }
+
     /// The last stable offset: below it no transaction is open, and it never passes `hw`.
     pub fn last_stable_offset(&self, high_watermark: i64) -> i64 {
         self.first_unstable_offset().map_or(high_watermark, |f| f.min(high_watermark))

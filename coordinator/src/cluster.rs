@@ -17,11 +17,11 @@
 //! directory) leaves the ISR and the ELR of every partition: it may have lost acknowledged
 //! records, so it is never elected on them. A replica whose log failed leaves them too.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use protocol::{
-    AlterPartitionRequest, AlterPartitionResponse, Assignment, BrokerInfo, BrokerState, ErrorCode, PartitionInfo,
-    PartitionState, ReplicaProgress, ReplicaReport, Status, TopicInfo,
+    AlterPartitionRequest, AlterPartitionResponse, Assignment, BrokerInfo, BrokerState, DeletedTopic, ErrorCode,
+    PartitionInfo, PartitionState, ReplicaProgress, ReplicaReport, Status, TopicInfo,
 };
 
 use crate::entry::{Entry, PartitionSnapshot};
@@ -104,6 +104,40 @@ struct Topic {
     /// `min.insync.replicas`, at most the replication factor.
     min_isr: i32,
     partitions: Vec<Partition>,
+    /// Its id: another for a topic deleted and created again under the same name.
+    id: u128,
+}
+
+/// A new topic's id: random, never 0 (Kafka's "no id").
+fn new_topic_id() -> u128 {
+    loop {
+        let mut b = [0u8; 16];
+        getrandom::fill(&mut b).expect("the operating system's random source works");
+        let id = u128::from_be_bytes(b);
+        if id != 0 {
+            return id;
+        }
+    }
+}
+
+/// The id of a topic created before topics had ids: derived from its name, so every replay
+/// (and every broker) agrees on it.
+pub fn legacy_topic_id(name: &str) -> u128 {
+    let part = |seed: u8| {
+        let mut bytes = vec![seed];
+        bytes.extend_from_slice(name.as_bytes());
+        u128::from(protocol::batch::crc32c(&bytes))
+    };
+    (part(1) << 96 | part(2) << 64 | part(3) << 32 | part(4)).max(1)
+}
+
+/// `id`, or the name-derived id of a topic that predates ids.
+fn topic_id_or_legacy(id: u128, name: &str) -> u128 {
+    if id == 0 {
+        legacy_topic_id(name)
+    } else {
+        id
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,6 +204,13 @@ pub struct Cluster {
     /// again from the next heartbeats.
     offline: HashSet<(String, i32, i32)>,
     next_placement: usize,
+    /// Deleted topics, by name, with the id each last had (a broker that was away when one was
+    /// deleted drops its replicas on its next heartbeat).
+    deleted: BTreeMap<String, u128>,
+    /// Deleted topics some broker may still serve: the brokers that held replicas and have not
+    /// heartbeated without them since. In memory only (a restart rebuilds it from the journal's
+    /// deletions, a snapshot forgets it).
+    dropping: BTreeMap<String, BTreeSet<i32>>,
 }
 
 impl Cluster {
@@ -427,6 +468,13 @@ impl Cluster {
         reports: &[ReplicaReport],
     ) -> (u64, Vec<Assignment>, Vec<BrokerInfo>) {
         let lease_until_ms = now_ms + self.config.broker_lease_ms;
+        // A deleted topic this broker no longer reports is dropped there.
+        self.dropping.retain(|name, holders| {
+            if !reports.iter().any(|r| r.topic == *name) {
+                holders.remove(&broker_id);
+            }
+            !holders.is_empty()
+        });
         let kafka_addr = self.brokers.get(&broker_id).map(|b| b.kafka_addr.clone()).unwrap_or_default();
         self.brokers.insert(broker_id, Broker { addr: addr.to_string(), kafka_addr, lease_until_ms });
         for r in reports {
@@ -451,6 +499,7 @@ impl Cluster {
                         replicas: p.replicas.clone(),
                         isr: p.isr.clone(),
                         min_insync_replicas: t.min_isr,
+                        topic_id: t.id,
                     }
                 })
             })
@@ -473,9 +522,29 @@ impl Cluster {
         replication_factor: i32,
         min_insync_replicas: i32,
     ) -> Result<Entry, Status> {
+        let entry = self.plan_create_topic(now_ms, name, partitions, replication_factor, min_insync_replicas)?;
+        if let Entry::TopicCreated { replicas, .. } = &entry {
+            self.next_placement = self.next_placement.wrapping_add(replicas.len());
+        }
+        self.apply(&entry);
+        Ok(entry)
+    }
+
+    /// What [`Cluster::handle_create_topic`] would do (the entry it would apply), changing
+    /// nothing: CreateTopics' `validate_only`.
+    pub fn plan_create_topic(
+        &self,
+        now_ms: u64,
+        name: &str,
+        partitions: i32,
+        replication_factor: i32,
+        min_insync_replicas: i32,
+    ) -> Result<Entry, Status> {
         if let Err(why) = protocol::names::validate_topic(name) {
             return Err(Status::new(ErrorCode::InvalidTopicException, why));
         }
+        // -1: the coordinator's default (Kafka's num.partitions).
+        let partitions = if partitions == -1 { self.config.default_partitions } else { partitions };
         let max = self.config.topic_partitions_max;
         if partitions < 1 || partitions > max {
             return Err(Status::new(
@@ -486,17 +555,7 @@ impl Cluster {
                 ),
             ));
         }
-        let (have, cluster_max) = (self.partition_count(), i64::from(self.config.cluster_partitions_max));
-        if have + i64::from(partitions) > cluster_max {
-            return Err(Status::new(
-                ErrorCode::InvalidPartitions,
-                format!(
-                    "topic '{name}' with {partitions} partitions would take the cluster past {cluster_max} \
-                     partitions (the coordinator's --cluster-partitions-max; {have} exist): delete topics or \
-                     raise the limit"
-                ),
-            ));
-        }
+        self.check_cluster_partitions(name, partitions)?;
         if self.topics.contains_key(name) {
             return Err(Status::new(ErrorCode::TopicAlreadyExists, format!("topic '{name}' already exists")));
         }
@@ -528,13 +587,124 @@ impl Cluster {
                 ),
             ));
         }
-        let replicas = (0..partitions as usize)
-            .map(|i| (0..rf as usize).map(|j| live[(self.next_placement + i + j) % live.len()]).collect())
-            .collect::<Vec<Vec<i32>>>();
-        self.next_placement = self.next_placement.wrapping_add(partitions as usize);
-        let entry = Entry::TopicCreated { name: name.to_string(), replicas, min_insync_replicas: min_isr };
+        let replicas = self.place(&live, partitions as usize, rf as usize);
+        Ok(Entry::TopicCreated {
+            name: name.to_string(),
+            replicas,
+            min_insync_replicas: min_isr,
+            topic_id: new_topic_id(),
+        })
+    }
+
+    /// Replicas for `partitions` new partitions of `rf` each, round-robin over `live` from where
+    /// the last placement stopped.
+    fn place(&self, live: &[i32], partitions: usize, rf: usize) -> Vec<Vec<i32>> {
+        (0..partitions).map(|i| (0..rf).map(|j| live[(self.next_placement + i + j) % live.len()]).collect()).collect()
+    }
+
+    /// Refuse `more` partitions for topic `name` if the cluster would pass its limit.
+    fn check_cluster_partitions(&self, name: &str, more: i32) -> Result<(), Status> {
+        let (have, cluster_max) = (self.partition_count(), i64::from(self.config.cluster_partitions_max));
+        if have + i64::from(more) > cluster_max {
+            return Err(Status::new(
+                ErrorCode::InvalidPartitions,
+                format!(
+                    "topic '{name}' with {more} more partitions would take the cluster past {cluster_max} \
+                     partitions (the coordinator's --cluster-partitions-max; {have} exist): delete topics or \
+                     raise the limit"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Delete a topic named by `name` (or, empty, by `topic_id`; with both they must match).
+    /// Its partitions disappear from every broker's assignments; its brokers drop their
+    /// replicas, and a topic created later under the name is another (another id).
+    pub fn handle_delete_topic(&mut self, name: &str, topic_id: u128) -> Result<Entry, Status> {
+        let found = if name.is_empty() {
+            self.topics.iter().find(|(_, t)| t.id == topic_id).map(|(n, t)| (n.clone(), t.id))
+        } else {
+            self.topics.get(name).map(|t| (name.to_string(), t.id)).filter(|(_, id)| topic_id == 0 || *id == topic_id)
+        };
+        let Some((name, topic_id)) = found else {
+            let what = if name.is_empty() { format!("topic id {topic_id:032x}") } else { format!("topic '{name}'") };
+            let code = if name.is_empty() { ErrorCode::UnknownTopicId } else { ErrorCode::UnknownTopicOrPartition };
+            return Err(Status::new(code, format!("{what} does not exist")));
+        };
+        let entry = Entry::TopicDeleted { name, topic_id };
         self.apply(&entry);
         Ok(entry)
+    }
+
+    /// Give topic `name` `count` partitions in all (more than it has), placed as a new topic's
+    /// are; with `validate_only` only check.
+    pub fn handle_create_partitions(
+        &mut self,
+        now_ms: u64,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> Result<Option<Entry>, Status> {
+        let Some(t) = self.topics.get(name) else {
+            return Err(Status::new(ErrorCode::UnknownTopicOrPartition, format!("topic '{name}' does not exist")));
+        };
+        let have = t.partitions.len() as i32;
+        let max = self.config.topic_partitions_max;
+        if count <= have || count > max {
+            return Err(Status::new(
+                ErrorCode::InvalidPartitions,
+                format!(
+                    "topic '{name}' has {have} partitions; ask for more than that, and at most {max} (the \
+                     coordinator's --topic-partitions-max)"
+                ),
+            ));
+        }
+        self.check_cluster_partitions(name, count - have)?;
+        let rf = t.partitions.first().map_or(1, |p| p.replicas.len());
+        let live = self.live_brokers(now_ms);
+        if live.len() < rf {
+            return Err(Status::new(
+                ErrorCode::InvalidReplicationFactor,
+                format!("topic '{name}' has {rf} replicas per partition but {} live broker(s)", live.len()),
+            ));
+        }
+        let entry =
+            Entry::PartitionsAdded { name: name.to_string(), replicas: self.place(&live, (count - have) as usize, rf) };
+        if validate_only {
+            return Ok(None);
+        }
+        self.next_placement = self.next_placement.wrapping_add((count - have) as usize);
+        self.apply(&entry);
+        Ok(Some(entry))
+    }
+
+    /// The deleted topics among `reports` (a broker's replicas): it drops the replicas that
+    /// carry the id each had.
+    pub fn deleted_among(&self, reports: &[ReplicaReport]) -> Vec<DeletedTopic> {
+        let mut out: Vec<DeletedTopic> = Vec::new();
+        for r in reports {
+            if self.topics.contains_key(&r.topic) || out.iter().any(|d| d.name == r.topic) {
+                continue;
+            }
+            if let Some(id) = self.deleted.get(&r.topic) {
+                out.push(DeletedTopic { name: r.topic.clone(), topic_id: *id });
+            }
+        }
+        out
+    }
+
+    /// Whether `topic` exists.
+    pub fn topic_exists(&self, topic: &str) -> bool {
+        self.topics.contains_key(topic)
+    }
+
+    /// Whether a live broker may still serve deleted topic `topic` (it has not heartbeated
+    /// without it since the deletion). A marker to it waits for this to end, so a fence is
+    /// answered only once the zombie cannot write there either.
+    pub fn drop_pending(&self, topic: &str, now_ms: u64) -> bool {
+        !self.topics.contains_key(topic)
+            && self.dropping.get(topic).is_some_and(|holders| holders.iter().any(|b| self.alive(*b, now_ms)))
     }
 
     /// Move leaderships away from brokers whose lease expired (or whose replica's log failed),
@@ -755,7 +925,8 @@ impl Cluster {
                         .collect()
                 })
                 .unwrap_or_default();
-            out.push(TopicInfo { name, status, partitions, created });
+            let (topic_id, min_insync_replicas) = self.topics.get(&name).map_or((0, 0), |t| (t.id, t.min_isr));
+            out.push(TopicInfo { name, status, partitions, created, topic_id, min_insync_replicas });
         }
         (self.broker_infos(now_ms), out, entries)
     }
@@ -841,10 +1012,12 @@ impl Cluster {
             log_dir_id: r.log_dir_id,
             broker_epoch: r.broker_epoch,
         });
+        let deleted = self.deleted.iter().map(|(name, id)| Entry::TopicDeleted { name: name.clone(), topic_id: *id });
         self.topics
             .iter()
             .map(|(name, t)| Entry::TopicSnapshot {
                 name: name.clone(),
+                topic_id: t.id,
                 min_insync_replicas: t.min_isr,
                 partitions: t
                     .partitions
@@ -859,6 +1032,7 @@ impl Cluster {
                     })
                     .collect(),
             })
+            .chain(deleted)
             .chain(incarnations)
             .collect()
     }
@@ -870,7 +1044,7 @@ impl Cluster {
     /// Apply a journal entry (topics and leaderships; other entries belong to the producer table).
     pub fn apply(&mut self, entry: &Entry) {
         match entry {
-            Entry::TopicCreated { name, replicas, min_insync_replicas } => {
+            Entry::TopicCreated { name, replicas, min_insync_replicas, topic_id } => {
                 let rf = replicas.first().map_or(1, |r| r.len() as i32);
                 let min_isr = if *min_insync_replicas > 0 { *min_insync_replicas } else { self.default_min_isr(rf) };
                 let partitions = replicas
@@ -884,7 +1058,33 @@ impl Cluster {
                         elr: Vec::new(),
                     })
                     .collect();
-                self.topics.insert(name.clone(), Topic { min_isr, partitions });
+                let id = topic_id_or_legacy(*topic_id, name);
+                self.topics.insert(name.clone(), Topic { min_isr, partitions, id });
+                // Markers to the name now go to this topic's partitions (a broker still holding
+                // the deleted one takes them there, by name, until it drops it).
+                self.dropping.remove(name);
+            }
+            Entry::TopicDeleted { name, topic_id } => {
+                if let Some(t) = self.topics.get(name).filter(|t| t.id == *topic_id) {
+                    let holders = t.partitions.iter().flat_map(|p| p.replicas.iter().copied()).collect();
+                    self.dropping.insert(name.clone(), holders);
+                    self.topics.remove(name);
+                    self.reports.retain(|(t, _), _| t != name);
+                    self.offline.retain(|(t, ..)| t != name);
+                }
+                self.deleted.insert(name.clone(), *topic_id);
+            }
+            Entry::PartitionsAdded { name, replicas } => {
+                if let Some(t) = self.topics.get_mut(name) {
+                    t.partitions.extend(replicas.iter().map(|r| Partition {
+                        replicas: r.clone(),
+                        leader_id: r.first().copied().unwrap_or(NO_LEADER),
+                        leader_epoch: 0,
+                        partition_epoch: 0,
+                        isr: r.clone(),
+                        elr: Vec::new(),
+                    }));
+                }
             }
             Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr, elr } => {
                 if let Some(p) = self.partition_mut(topic, *partition) {
@@ -897,7 +1097,7 @@ impl Cluster {
                     }
                 }
             }
-            Entry::TopicSnapshot { name, min_insync_replicas, partitions } => {
+            Entry::TopicSnapshot { name, min_insync_replicas, partitions, topic_id } => {
                 let rf = partitions.first().map_or(1, |p| p.replicas.len() as i32);
                 let min_isr = if *min_insync_replicas > 0 { *min_insync_replicas } else { self.default_min_isr(rf) };
                 let partitions = partitions
@@ -911,7 +1111,8 @@ impl Cluster {
                         elr: p.elr.clone(),
                     })
                     .collect();
-                self.topics.insert(name.clone(), Topic { min_isr, partitions });
+                let id = topic_id_or_legacy(*topic_id, name);
+                self.topics.insert(name.clone(), Topic { min_isr, partitions, id });
             }
             Entry::BrokerIncarnation { broker_id, incarnation, log_dir_id, broker_epoch } => {
                 let r =
@@ -1437,5 +1638,79 @@ mod tests {
         c.handle_elect_leader(170, "t", 0, true).unwrap();
         let p = state(&c, "t");
         assert_eq!((p.leader_id, p.isr.clone()), (others[1], vec![others[1]]), "the longest log leads");
+    }
+
+    fn report(topic: &str) -> ReplicaReport {
+        ReplicaReport { topic: topic.into(), partition: 0, log_end_offset: 0, high_watermark: 0, offline: false }
+    }
+
+    /// A deleted topic: gone from metadata and assignments, its brokers told to drop it, a
+    /// marker to it waiting until they have; created again it is another topic.
+    #[test]
+    fn a_deleted_topic_is_dropped_by_its_brokers_and_its_name_is_another_topic_after() {
+        let mut c = cluster(&[1, 2]);
+        let e = c.handle_create_topic(0, "t", 2, 2, -1).unwrap();
+        let Entry::TopicCreated { topic_id: first, .. } = e else { panic!("{e:?}") };
+        assert_ne!(first, 0);
+        let (_, assignments, _) = c.handle_heartbeat(1, 1, "a:1", &[report("t")]);
+        assert!(assignments.iter().all(|a| a.topic_id == first));
+        let deleted = c.handle_delete_topic("t", 0).unwrap();
+        assert_eq!(deleted, Entry::TopicDeleted { name: "t".into(), topic_id: first });
+        assert!(!c.topic_exists("t"));
+        assert_eq!(c.handle_delete_topic("t", 0).unwrap_err().code, ErrorCode::UnknownTopicOrPartition);
+        assert_eq!(c.handle_delete_topic("", first).unwrap_err().code, ErrorCode::UnknownTopicId);
+        // Its brokers still serve it until they heartbeat without it.
+        assert!(c.drop_pending("t", 2));
+        assert_eq!(c.deleted_among(&[report("t")]), [DeletedTopic { name: "t".into(), topic_id: first }]);
+        let (_, assignments, _) = c.handle_heartbeat(3, 1, "a:1", &[report("t")]);
+        assert!(assignments.is_empty());
+        assert!(c.drop_pending("t", 3), "broker 1 still reports it, broker 2 never said");
+        c.handle_heartbeat(4, 1, "a:1", &[]);
+        assert!(c.drop_pending("t", 4), "broker 2 has not heartbeated without it");
+        c.handle_heartbeat(5, 2, "a:2", &[]);
+        assert!(!c.drop_pending("t", 5));
+        // The name again: another id; a replay and a snapshot agree.
+        let e = c.handle_create_topic(6, "t", 1, 1, -1).unwrap();
+        let Entry::TopicCreated { topic_id: second, .. } = e.clone() else { panic!() };
+        assert_ne!(second, first);
+        let mut replayed = Cluster::new(ClusterConfig::default());
+        for e in c.snapshot() {
+            replayed.apply(&Entry::decode(e.encode()).unwrap());
+        }
+        let (_, topics, _) = replayed.handle_metadata(7, &["t".to_string()], false);
+        assert_eq!(topics[0].topic_id, second);
+        assert!(replayed.deleted_among(&[report("t")]).is_empty(), "it exists again");
+    }
+
+    #[test]
+    fn a_topic_from_before_ids_gets_one_from_its_name() {
+        let mut c = cluster(&[1]);
+        c.apply(&Entry::TopicCreated {
+            name: "old".into(),
+            replicas: vec![vec![1]],
+            min_insync_replicas: 1,
+            topic_id: 0,
+        });
+        let (_, topics, _) = c.handle_metadata(1, &["old".to_string()], false);
+        assert_eq!(topics[0].topic_id, legacy_topic_id("old"));
+        assert_ne!(legacy_topic_id("old"), legacy_topic_id("older"));
+        assert_ne!(legacy_topic_id("old"), 0);
+    }
+
+    #[test]
+    fn partitions_are_added_and_validate_only_checks_alone() {
+        let mut c = cluster(&[1, 2]);
+        c.handle_create_topic(0, "t", 2, 2, -1).unwrap();
+        assert!(c.handle_create_partitions(1, "t", 4, true).unwrap().is_none());
+        assert_eq!(c.handle_metadata(1, &["t".to_string()], false).1[0].partitions.len(), 2);
+        c.handle_create_partitions(1, "t", 4, false).unwrap().unwrap();
+        let (_, topics, _) = c.handle_metadata(1, &["t".to_string()], false);
+        assert_eq!(topics[0].partitions.len(), 4);
+        assert!(topics[0].partitions.iter().all(|p| p.replicas.len() == 2 && p.leader_id >= 0));
+        assert_eq!(c.handle_create_partitions(1, "t", 3, false).unwrap_err().code, ErrorCode::InvalidPartitions);
+        assert_eq!(c.handle_create_partitions(1, "u", 3, false).unwrap_err().code, ErrorCode::UnknownTopicOrPartition);
+        // The topic's default: -1 partitions.
+        c.handle_create_topic(1, "d", -1, 1, -1).unwrap();
+        assert_eq!(c.handle_metadata(1, &["d".to_string()], false).1[0].partitions.len(), 1);
     }
 }

@@ -142,6 +142,8 @@ pub enum Entry {
         min_insync_replicas: i32,
         /// Per partition: replicas, leader, leader epoch, partition epoch, ISR, ELR.
         partitions: Vec<PartitionSnapshot>,
+        /// Its id (0 in snapshots written before topics had ids: derived from the name).
+        topic_id: u128,
     },
     /// A topic was created; partition `i` has replicas `replicas[i]`, the first one leading at
     /// leader epoch 0, all in sync.
@@ -153,6 +155,24 @@ pub enum Entry {
         /// Its `min.insync.replicas` (0 in entries written before it existed: the
         /// coordinator's default).
         min_insync_replicas: i32,
+        /// Its id, new for every topic created (0 in entries written before topics had ids:
+        /// derived from the name).
+        topic_id: u128,
+    },
+    /// A topic was deleted (also, in a snapshot, the record of one deleted earlier).
+    TopicDeleted {
+        /// Topic name.
+        name: String,
+        /// The id it had.
+        topic_id: u128,
+    },
+    /// Partitions were added to a topic: new partition `n + i` has replicas `replicas[i]`, the
+    /// first leading at leader epoch 0, all in sync.
+    PartitionsAdded {
+        /// Topic name.
+        name: String,
+        /// Replicas of each new partition.
+        replicas: Vec<Vec<i32>>,
     },
 }
 
@@ -235,6 +255,12 @@ const GRANT_SEQ: i8 = 18;
 const END_TXN_SEQ: i8 = 19;
 /// [`TXN_SNAPSHOT`] with the pending markers' sequences and the next one.
 const TXN_SNAPSHOT_SEQ: i8 = 20;
+/// [`TOPIC_CREATED_MIN_ISR`] with the topic's id.
+const TOPIC_CREATED_ID: i8 = 21;
+/// [`TOPIC_SNAPSHOT_ELR`] with the topic's id.
+const TOPIC_SNAPSHOT_ID: i8 = 22;
+const TOPIC_DELETED: i8 = 23;
+const PARTITIONS_ADDED: i8 = 24;
 
 impl Entry {
     /// Encode for the journal.
@@ -344,8 +370,9 @@ impl Entry {
                     b.put_string(tid);
                 }
             }
-            Entry::TopicSnapshot { name, min_insync_replicas, partitions } => {
-                b.put_i8(TOPIC_SNAPSHOT_ELR);
+            Entry::TopicSnapshot { name, min_insync_replicas, partitions, topic_id } => {
+                b.put_i8(TOPIC_SNAPSHOT_ID);
+                b.put_u128(*topic_id);
                 b.put_string(name);
                 b.put_i32(*min_insync_replicas);
                 b.put_i32(partitions.len() as i32);
@@ -358,14 +385,28 @@ impl Entry {
                     b.put_i32_array(&p.elr);
                 }
             }
-            Entry::TopicCreated { name, replicas, min_insync_replicas } => {
-                b.put_i8(TOPIC_CREATED_MIN_ISR);
+            Entry::TopicCreated { name, replicas, min_insync_replicas, topic_id } => {
+                b.put_i8(TOPIC_CREATED_ID);
                 b.put_string(name);
                 b.put_i32(replicas.len() as i32);
                 for r in replicas {
                     b.put_i32_array(r);
                 }
                 b.put_i32(*min_insync_replicas);
+                b.put_u128(*topic_id);
+            }
+            Entry::TopicDeleted { name, topic_id } => {
+                b.put_i8(TOPIC_DELETED);
+                b.put_string(name);
+                b.put_u128(*topic_id);
+            }
+            Entry::PartitionsAdded { name, replicas } => {
+                b.put_i8(PARTITIONS_ADDED);
+                b.put_string(name);
+                b.put_i32(replicas.len() as i32);
+                for r in replicas {
+                    b.put_i32_array(r);
+                }
             }
         }
         b.freeze()
@@ -410,15 +451,26 @@ impl Entry {
                 markers: get_targets(&mut r, tag == END_TXN_SEQ)?,
             },
             FENCE_DONE => Entry::FenceDone { transactional_id: r.string("transactional_id")?, epoch: r.i16("epoch")? },
-            TOPIC_CREATED | TOPIC_CREATED_MIN_ISR => {
+            TOPIC_CREATED | TOPIC_CREATED_MIN_ISR | TOPIC_CREATED_ID => {
                 let name = r.string("name")?;
                 let n = r.array_len("replicas", 4)?;
                 let mut replicas = Vec::with_capacity(n);
                 for _ in 0..n {
                     replicas.push(r.i32_array("replicas")?);
                 }
-                let min_insync_replicas = if tag == TOPIC_CREATED_MIN_ISR { r.i32("min_insync_replicas")? } else { 0 };
-                Entry::TopicCreated { name, replicas, min_insync_replicas }
+                let min_insync_replicas = if tag == TOPIC_CREATED { 0 } else { r.i32("min_insync_replicas")? };
+                let topic_id = if tag == TOPIC_CREATED_ID { r.u128("topic_id")? } else { 0 };
+                Entry::TopicCreated { name, replicas, min_insync_replicas, topic_id }
+            }
+            TOPIC_DELETED => Entry::TopicDeleted { name: r.string("name")?, topic_id: r.u128("topic_id")? },
+            PARTITIONS_ADDED => {
+                let name = r.string("name")?;
+                let n = r.array_len("replicas", 4)?;
+                let mut replicas = Vec::with_capacity(n);
+                for _ in 0..n {
+                    replicas.push(r.i32_array("replicas")?);
+                }
+                Entry::PartitionsAdded { name, replicas }
             }
             TXN_SNAPSHOT | TXN_SNAPSHOT_SEQ => {
                 let transactional_id = r.string("transactional_id")?;
@@ -475,9 +527,11 @@ impl Entry {
                 }
                 Entry::ProducerIds { next_producer_id, owners }
             }
-            TOPIC_SNAPSHOT | TOPIC_SNAPSHOT_EPOCHS | TOPIC_SNAPSHOT_ELR => {
+            TOPIC_SNAPSHOT | TOPIC_SNAPSHOT_EPOCHS | TOPIC_SNAPSHOT_ELR | TOPIC_SNAPSHOT_ID => {
+                let topic_id = if tag == TOPIC_SNAPSHOT_ID { r.u128("topic_id")? } else { 0 };
+                let elr = matches!(tag, TOPIC_SNAPSHOT_ELR | TOPIC_SNAPSHOT_ID);
                 let name = r.string("name")?;
-                let min_insync_replicas = if tag == TOPIC_SNAPSHOT_ELR { r.i32("min_insync_replicas")? } else { 0 };
+                let min_insync_replicas = if elr { r.i32("min_insync_replicas")? } else { 0 };
                 let n = r.array_len("partitions", 16)?;
                 let mut partitions = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -487,10 +541,10 @@ impl Entry {
                         leader_epoch: r.i32("leader_epoch")?,
                         partition_epoch: if tag == TOPIC_SNAPSHOT { 0 } else { r.i32("partition_epoch")? },
                         isr: r.i32_array("isr")?,
-                        elr: if tag == TOPIC_SNAPSHOT_ELR { r.i32_array("elr")? } else { Vec::new() },
+                        elr: if elr { r.i32_array("elr")? } else { Vec::new() },
                     });
                 }
-                Entry::TopicSnapshot { name, min_insync_replicas, partitions }
+                Entry::TopicSnapshot { name, min_insync_replicas, partitions, topic_id }
             }
             LEADER_CHANGED | LEADER_CHANGED_ELR => Entry::LeaderChanged {
                 topic: r.string("topic")?,
@@ -596,7 +650,14 @@ mod tests {
                 }],
             },
             Entry::FenceDone { transactional_id: "orders".into(), epoch: 4 },
-            Entry::TopicCreated { name: "t".into(), replicas: vec![vec![1, 2], vec![2, 1]], min_insync_replicas: 2 },
+            Entry::TopicCreated {
+                name: "t".into(),
+                replicas: vec![vec![1, 2], vec![2, 1]],
+                min_insync_replicas: 2,
+                topic_id: 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
+            },
+            Entry::TopicDeleted { name: "t".into(), topic_id: 7 },
+            Entry::PartitionsAdded { name: "t".into(), replicas: vec![vec![3, 1]] },
             Entry::LeaderChanged {
                 topic: "t".into(),
                 partition: 1,
@@ -640,6 +701,7 @@ mod tests {
                     isr: vec![2],
                     elr: vec![1],
                 }],
+                topic_id: 9,
             },
         ];
         for e in entries {
@@ -667,7 +729,7 @@ mod tests {
         };
         assert_eq!(
             Entry::decode(b.freeze()).unwrap(),
-            Entry::TopicSnapshot { name: "t".into(), min_insync_replicas: 0, partitions: vec![want] }
+            Entry::TopicSnapshot { name: "t".into(), min_insync_replicas: 0, partitions: vec![want], topic_id: 0 }
         );
     }
 
@@ -682,7 +744,12 @@ mod tests {
         b.put_i32_array(&[1, 2, 3]);
         assert_eq!(
             Entry::decode(b.freeze()).unwrap(),
-            Entry::TopicCreated { name: "t".into(), replicas: vec![vec![1, 2, 3]], min_insync_replicas: 0 }
+            Entry::TopicCreated {
+                name: "t".into(),
+                replicas: vec![vec![1, 2, 3]],
+                min_insync_replicas: 0,
+                topic_id: 0
+            }
         );
         let mut b = BytesMut::new();
         b.put_i8(LEADER_CHANGED);

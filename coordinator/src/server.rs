@@ -296,11 +296,41 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             let rx = {
                 let mut st = shared.lock();
                 let now = shared.now_ms();
-                st.cluster
-                    .handle_create_topic(now, &r.name, r.partitions, r.replication_factor, r.min_insync_replicas)
-                    .map(|e| shared.persist(&[e]))
+                let (name, n, rf, min_isr) = (&r.name, r.partitions, r.replication_factor, r.min_insync_replicas);
+                if r.validate_only {
+                    // Nothing to persist: answered once what is queued is durable.
+                    st.cluster.plan_create_topic(now, name, n, rf, min_isr).map(|_| shared.persist(&[]))
+                } else {
+                    st.cluster.handle_create_topic(now, name, n, rf, min_isr).map(|e| shared.persist(&[e]))
+                }
             };
             Response::CreateTopic(match rx {
+                Ok(rx) => durable(rx).await.err().unwrap_or_else(Status::ok),
+                Err(status) => status,
+            })
+        }
+        Request::DeleteTopic(r) => {
+            let rx = {
+                let mut st = shared.lock();
+                st.cluster.handle_delete_topic(&r.name, r.topic_id).map(|e| {
+                    tracing::info!(entry = ?e, "topic deleted");
+                    shared.persist(&[e])
+                })
+            };
+            Response::DeleteTopic(match rx {
+                Ok(rx) => durable(rx).await.err().unwrap_or_else(Status::ok),
+                Err(status) => status,
+            })
+        }
+        Request::CreatePartitions(r) => {
+            let rx = {
+                let mut st = shared.lock();
+                let now = shared.now_ms();
+                st.cluster
+                    .handle_create_partitions(now, &r.name, r.count, r.validate_only)
+                    .map(|e| shared.persist(e.as_slice()))
+            };
+            Response::CreatePartitions(match rx {
                 Ok(rx) => durable(rx).await.err().unwrap_or_else(Status::ok),
                 Err(status) => status,
             })
@@ -351,15 +381,16 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                     moved.extend(offline);
                     let out = st.cluster.handle_heartbeat(now, r.broker_id, &r.addr, &r.replicas);
                     st.cluster.set_kafka_addr(r.broker_id, &r.kafka_addr);
+                    let deleted = st.cluster.deleted_among(&r.replicas);
                     // Also a barrier: every leadership decided before this answer is durable before
                     // a broker acts on it, so no leader epoch is ever announced and then forgotten.
-                    (broker_epoch, out, shared.persist(&moved))
+                    (broker_epoch, out, deleted, shared.persist(&moved))
                 })
             };
             Response::Heartbeat(match registered {
-                Ok((broker_epoch, (lease_ms, assignments, brokers), rx)) => {
+                Ok((broker_epoch, (lease_ms, assignments, brokers), deleted, rx)) => {
                     let status = durable(rx).await.err().unwrap_or_else(Status::ok);
-                    HeartbeatResponse { status, lease_ms: lease_ms as i32, broker_epoch, assignments, brokers }
+                    HeartbeatResponse { status, lease_ms: lease_ms as i32, broker_epoch, assignments, brokers, deleted }
                 }
                 Err(status) => {
                     tracing::warn!(broker_id = r.broker_id, %status, "broker heartbeat refused");
@@ -369,6 +400,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         broker_epoch: -1,
                         assignments: Vec::new(),
                         brokers: Vec::new(),
+                        deleted: Vec::new(),
                     }
                 }
             })
@@ -409,6 +441,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         partitions: t.partitions,
                         state: t.state.name().to_string(),
                         age_ms: t.age_ms.map_or(-1, |a| a as i64),
+                        transaction_timeout_ms: t.transaction_timeout_ms,
                     })
                     .collect();
                 (DescribeResponse { status: Status::ok(), brokers, partitions, transactional_ids }, shared.persist(&[]))
@@ -634,8 +667,23 @@ fn forget_peer(shared: &Shared, addr: &str, conn: &Connection) {
 async fn write_marker_until_done(shared: &Shared, t: &FenceTarget, commit: bool) {
     let mut backoff = Duration::from_millis(20);
     loop {
-        let leader = shared.lock().cluster.leader_of(&t.topic, t.partition);
+        let (leader, exists, dropping) = {
+            let st = shared.lock();
+            let now = shared.now_ms();
+            let c = &st.cluster;
+            (c.leader_of(&t.topic, t.partition), c.topic_exists(&t.topic), c.drop_pending(&t.topic, now))
+        };
+        if !exists && !dropping {
+            // Deleted since it was registered, and no live broker serves it any more: no write
+            // can reach it, so there is nothing to fence (a topic created again under the name
+            // is another topic, whose partitions verify every producer's first write afresh).
+            tracing::info!(topic = %t.topic, partition = t.partition, "marker not needed: the topic was deleted");
+            return;
+        }
         let outcome = match leader {
+            None if dropping => {
+                Err(format!("{}-{} was deleted; waiting for its brokers to drop it", t.topic, t.partition))
+            }
             None => Err(format!("partition {}-{} does not exist", t.topic, t.partition)),
             Some((id, _, None)) => Err(format!("no address for leader {id} (-1: no leader available now)")),
             Some((_, leader_epoch, Some(addr))) => match peer(shared, &addr).await {

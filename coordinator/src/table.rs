@@ -275,6 +275,8 @@ pub struct TxnSummary {
     pub state: TxnState,
     /// Milliseconds since the open transaction began, if one is open.
     pub age_ms: Option<u64>,
+    /// The transaction timeout asked for, in milliseconds.
+    pub transaction_timeout_ms: i32,
 }
 
 /// Producer ids, epochs, registrations, transactions and fences. See the module docs.
@@ -780,6 +782,8 @@ impl ProducerTable {
                 self.owner.extend(owners.iter().cloned());
             }
             Entry::TopicCreated { .. }
+            | Entry::TopicDeleted { .. }
+            | Entry::PartitionsAdded { .. }
             | Entry::LeaderChanged { .. }
             | Entry::IsrChanged { .. }
             | Entry::BrokerIncarnation { .. }
@@ -834,6 +838,7 @@ impl ProducerTable {
                 partitions: e.registered.iter().map(|(t, p)| format!("{t}-{p}")).collect(),
                 state: e.state(),
                 age_ms: e.txn_started_ms.map(|s| now_ms.saturating_sub(s.min(now_ms))),
+                transaction_timeout_ms: e.transaction_timeout_ms,
             })
             .collect();
         out.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));

@@ -58,8 +58,26 @@ impl Admin {
             partitions,
             replication_factor: replicas,
             min_insync_replicas,
+            validate_only: false,
         });
         self.call(&format!("create topic '{name}'"), req).await.map(|_| ())
+    }
+
+    /// Delete a topic: every broker drops its partitions, and a topic created later under the
+    /// same name is another one.
+    pub async fn delete_topic(&mut self, name: &str) -> Result<(), ClientError> {
+        let req = Request::DeleteTopic(protocol::DeleteTopicRequest { name: name.to_string(), topic_id: 0 });
+        self.call(&format!("delete topic '{name}'"), req).await.map(|_| ())
+    }
+
+    /// Give a topic `count` partitions in all.
+    pub async fn create_partitions(&mut self, name: &str, count: i32) -> Result<(), ClientError> {
+        let req = Request::CreatePartitions(protocol::CreatePartitionsRequest {
+            name: name.to_string(),
+            count,
+            validate_only: false,
+        });
+        self.call(&format!("add partitions to '{name}'"), req).await.map(|_| ())
     }
 
     /// Brokers, partitions and transactional ids.

@@ -128,6 +128,12 @@ error_codes! {
     /// An ISR change was based on a partition epoch that is no longer current: the ISR moved
     /// since, or this very change was already applied. The leader learns the current ISR and asks again.
     InvalidUpdateVersion = 95, "INVALID_UPDATE_VERSION", false;
+    /// No topic has this id (it was deleted, or never existed).
+    UnknownTopicId = 100, "UNKNOWN_TOPIC_ID", true;
+    /// The coordinator holds no state for this transactional id.
+    TransactionalIdNotFound = 105, "TRANSACTIONAL_ID_NOT_FOUND", false;
+    /// The request names a topic in a way this server cannot serve (a config it does not have).
+    TopicAuthorizationFailed = 29, "TOPIC_AUTHORIZATION_FAILED", false;
 }
 
 impl std::fmt::Display for ErrorCode {

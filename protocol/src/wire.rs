@@ -64,6 +64,12 @@ impl Reader {
         Ok(self.buf.get_i64())
     }
 
+    /// A big-endian u128 (a topic id).
+    pub fn u128(&mut self, field: &'static str) -> Result<u128, DecodeError> {
+        self.need(field, 16)?;
+        Ok(self.buf.get_u128())
+    }
+
     /// A nullable string: i16 length, -1 for null, then UTF-8 bytes.
     pub fn nullable_string(&mut self, field: &'static str) -> Result<Option<String>, DecodeError> {
         let len = self.i16(field)?;

@@ -1,4 +1,5 @@
-//! `admin --bootstrap ADDR create-topic T --partitions N` and `admin --bootstrap ADDR describe [--json]`
+//! `admin --bootstrap ADDR create-topic T --partitions N`, `delete-topic T`,
+//! `create-partitions T --count N`, `elect-leader T` and `describe [--json]`
 
 use std::process::ExitCode;
 
@@ -39,6 +40,20 @@ enum Command {
         /// (default: the coordinator's, 2 for three replicas or more, else 1).
         #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
         min_insync_replicas: Option<i32>,
+    },
+    /// Delete a topic: every broker drops its partitions; a topic created again under the name
+    /// is another topic (another id), which nothing of the old one reaches.
+    DeleteTopic {
+        /// Topic name.
+        name: String,
+    },
+    /// Give a topic more partitions.
+    CreatePartitions {
+        /// Topic name.
+        name: String,
+        /// The partition count afterwards.
+        #[arg(long)]
+        count: i32,
     },
     /// Elect a partition's leader again under the next leader epoch (older epochs are then fenced).
     ElectLeader {
@@ -83,6 +98,10 @@ async fn main() -> ExitCode {
             .map(|()| {
                 println!("created topic '{name}' with {partitions} partitions");
             }),
+        Command::DeleteTopic { name } => admin.delete_topic(&name).await.map(|()| println!("deleted topic '{name}'")),
+        Command::CreatePartitions { name, count } => {
+            admin.create_partitions(&name, count).await.map(|()| println!("topic '{name}' has {count} partitions"))
+        }
         Command::ElectLeader { topic, partition, unclean } => {
             admin.elect_leader_with(&topic, partition, unclean).await.map(|(leader, epoch)| {
                 println!("{topic}-{partition}: leader={leader} leader_epoch={epoch}");
@@ -128,6 +147,7 @@ fn describe_json(d: &protocol::DescribeResponse) -> serde_json::Value {
             "partitions": t.partitions,
             "state": t.state,
             "age_ms": (t.age_ms >= 0).then_some(t.age_ms),
+            "transaction_timeout_ms": t.transaction_timeout_ms,
         })).collect::<Vec<_>>(),
     })
 }

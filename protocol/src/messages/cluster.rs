@@ -95,6 +95,11 @@ pub struct TopicInfo {
     pub partitions: Vec<PartitionInfo>,
     /// Created by this request (auto-creation): its leaders have not started leading yet.
     pub created: bool,
+    /// The topic's id (0 if it does not exist): a topic deleted and created again under the
+    /// same name has another.
+    pub topic_id: u128,
+    /// Its `min.insync.replicas` (0 if it does not exist).
+    pub min_insync_replicas: i32,
 }
 
 /// The answer to a metadata request.
@@ -119,6 +124,8 @@ impl MetadataResponse {
             b.put_string(&t.name);
             t.status.encode(b);
             b.put_bool(t.created);
+            b.put_u128(t.topic_id);
+            b.put_i32(t.min_insync_replicas);
             b.put_i32(t.partitions.len() as i32);
             for p in &t.partitions {
                 b.put_i32(p.partition);
@@ -142,6 +149,8 @@ impl MetadataResponse {
             let name = r.string("topic")?;
             let tstatus = Status::decode(r)?;
             let created = r.bool("created")?;
+            let topic_id = r.u128("topic_id")?;
+            let min_insync_replicas = r.i32("min_insync_replicas")?;
             let np = r.array_len("partitions", 20)?;
             let mut partitions = Vec::with_capacity(np);
             for _ in 0..np {
@@ -153,7 +162,7 @@ impl MetadataResponse {
                     isr: r.i32_array("isr")?,
                 });
             }
-            topics.push(TopicInfo { name, status: tstatus, partitions, created });
+            topics.push(TopicInfo { name, status: tstatus, partitions, created, topic_id, min_insync_replicas });
         }
         Ok(MetadataResponse { status, brokers, topics })
     }
@@ -171,6 +180,8 @@ pub struct CreateTopicRequest {
     /// The topic's `min.insync.replicas`: an acks=all write needs at least this many in-sync
     /// replicas. 0 or less for the coordinator's default.
     pub min_insync_replicas: i32,
+    /// Only check that the topic could be created; create nothing.
+    pub validate_only: bool,
 }
 
 impl CreateTopicRequest {
@@ -179,6 +190,7 @@ impl CreateTopicRequest {
         b.put_i32(self.partitions);
         b.put_i32(self.replication_factor);
         b.put_i32(self.min_insync_replicas);
+        b.put_bool(self.validate_only);
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
@@ -187,6 +199,56 @@ impl CreateTopicRequest {
             partitions: r.i32("partitions")?,
             replication_factor: r.i32("replication_factor")?,
             min_insync_replicas: r.i32("min_insync_replicas")?,
+            validate_only: r.bool("validate_only")?,
+        })
+    }
+}
+
+/// Delete a topic (admin -> coordinator): its partitions are removed from every broker, and a
+/// topic created later under the same name is another topic (another id), which no write or
+/// registration of the old one reaches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteTopicRequest {
+    /// Topic name; empty to name it by `topic_id` only.
+    pub name: String,
+    /// Topic id; 0 to name it by `name` only. With both, they must match.
+    pub topic_id: u128,
+}
+
+impl DeleteTopicRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_string(&self.name);
+        b.put_u128(self.topic_id);
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(DeleteTopicRequest { name: r.string("name")?, topic_id: r.u128("topic_id")? })
+    }
+}
+
+/// Give a topic more partitions (admin -> coordinator).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatePartitionsRequest {
+    /// Topic name.
+    pub name: String,
+    /// The topic's partition count afterwards (more than it has).
+    pub count: i32,
+    /// Only check; create nothing.
+    pub validate_only: bool,
+}
+
+impl CreatePartitionsRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_string(&self.name);
+        b.put_i32(self.count);
+        b.put_bool(self.validate_only);
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(CreatePartitionsRequest {
+            name: r.string("name")?,
+            count: r.i32("count")?,
+            validate_only: r.bool("validate_only")?,
         })
     }
 }
@@ -364,6 +426,18 @@ pub struct Assignment {
     /// The topic's `min.insync.replicas`: the leader refuses acks=all writes while its ISR is
     /// smaller, and its high watermark does not move.
     pub min_insync_replicas: i32,
+    /// The topic's id: a replica the broker holds under another id belongs to a deleted topic
+    /// of the same name, and is dropped.
+    pub topic_id: u128,
+}
+
+/// A deleted topic a broker still reported replicas of: it drops them (if they carry this id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeletedTopic {
+    /// Topic name.
+    pub name: String,
+    /// The id it had.
+    pub topic_id: u128,
 }
 
 /// The answer to a heartbeat: every replica the broker hosts, and the brokers' addresses.
@@ -379,6 +453,8 @@ pub struct HeartbeatResponse {
     pub assignments: Vec<Assignment>,
     /// Addresses of the registered brokers.
     pub brokers: Vec<BrokerInfo>,
+    /// Deleted topics of which the broker reported replicas.
+    pub deleted: Vec<DeletedTopic>,
 }
 
 impl HeartbeatResponse {
@@ -395,17 +471,23 @@ impl HeartbeatResponse {
             b.put_i32_array(&a.replicas);
             b.put_i32_array(&a.isr);
             b.put_i32(a.min_insync_replicas);
+            b.put_u128(a.topic_id);
         }
         b.put_i32(self.brokers.len() as i32);
         for br in &self.brokers {
             br.encode(b);
+        }
+        b.put_i32(self.deleted.len() as i32);
+        for d in &self.deleted {
+            b.put_string(&d.name);
+            b.put_u128(d.topic_id);
         }
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
         let lease_ms = r.i32("lease_ms")?;
         let broker_epoch = r.i64("broker_epoch")?;
-        let n = r.array_len("assignments", 26)?;
+        let n = r.array_len("assignments", 42)?;
         let mut assignments = Vec::with_capacity(n);
         for _ in 0..n {
             assignments.push(Assignment {
@@ -417,6 +499,7 @@ impl HeartbeatResponse {
                 replicas: r.i32_array("replicas")?,
                 isr: r.i32_array("isr")?,
                 min_insync_replicas: r.i32("min_insync_replicas")?,
+                topic_id: r.u128("topic_id")?,
             });
         }
         let n = r.array_len("brokers", 9)?;
@@ -424,7 +507,12 @@ impl HeartbeatResponse {
         for _ in 0..n {
             brokers.push(BrokerInfo::decode(r)?);
         }
-        Ok(HeartbeatResponse { status, lease_ms, broker_epoch, assignments, brokers })
+        let n = r.array_len("deleted", 18)?;
+        let mut deleted = Vec::with_capacity(n);
+        for _ in 0..n {
+            deleted.push(DeletedTopic { name: r.string("name")?, topic_id: r.u128("topic_id")? });
+        }
+        Ok(HeartbeatResponse { status, lease_ms, broker_epoch, assignments, brokers, deleted })
     }
 }
 
@@ -560,6 +648,8 @@ pub struct TransactionalState {
     pub state: String,
     /// Milliseconds since the open transaction began (-1 if none is open).
     pub age_ms: i64,
+    /// The transaction timeout its producer asked for, in milliseconds.
+    pub transaction_timeout_ms: i32,
 }
 
 /// The answer to Describe.
@@ -611,6 +701,7 @@ impl DescribeResponse {
             }
             b.put_string(&t.state);
             b.put_i64(t.age_ms);
+            b.put_i32(t.transaction_timeout_ms);
         }
     }
 
@@ -652,7 +743,7 @@ impl DescribeResponse {
                 progress,
             });
         }
-        let n = r.array_len("transactional_ids", 16)?;
+        let n = r.array_len("transactional_ids", 20)?;
         let mut transactional_ids = Vec::with_capacity(n);
         for _ in 0..n {
             let transactional_id = r.string("transactional_id")?;
@@ -670,6 +761,7 @@ impl DescribeResponse {
                 partitions: parts,
                 state: r.string("state")?,
                 age_ms: r.i64("age_ms")?,
+                transaction_timeout_ms: r.i32("transaction_timeout_ms")?,
             });
         }
         Ok(DescribeResponse { status, brokers, partitions, transactional_ids })

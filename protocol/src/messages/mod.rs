@@ -41,6 +41,10 @@ pub enum ApiKey {
     AuthBegin = 17,
     /// Create a topic (admin -> coordinator).
     CreateTopics = 19,
+    /// Delete a topic (admin -> coordinator).
+    DeleteTopics = 20,
+    /// Give a topic more partitions (admin -> coordinator).
+    CreatePartitions = 37,
     /// Get a producer id and epoch; bumps and fences for a known transactional id.
     InitProducerId = 22,
     /// Producer -> coordinator: commit or abort the current transaction.
@@ -73,6 +77,8 @@ impl ApiKey {
             3 => ApiKey::Metadata,
             17 => ApiKey::AuthBegin,
             19 => ApiKey::CreateTopics,
+            20 => ApiKey::DeleteTopics,
+            37 => ApiKey::CreatePartitions,
             22 => ApiKey::InitProducerId,
             26 => ApiKey::EndTxn,
             36 => ApiKey::AuthProve,
@@ -161,6 +167,10 @@ pub enum Request {
     Metadata(MetadataRequest),
     /// See [`CreateTopicRequest`].
     CreateTopic(CreateTopicRequest),
+    /// See [`DeleteTopicRequest`].
+    DeleteTopic(DeleteTopicRequest),
+    /// See [`CreatePartitionsRequest`].
+    CreatePartitions(CreatePartitionsRequest),
     /// See [`InitProducerIdRequest`].
     InitProducerId(InitProducerIdRequest),
     /// See [`EndTxnRequest`].
@@ -196,6 +206,10 @@ pub enum Response {
     Metadata(MetadataResponse),
     /// Status only.
     CreateTopic(Status),
+    /// Status only.
+    DeleteTopic(Status),
+    /// Status only.
+    CreatePartitions(Status),
     /// See [`InitProducerIdResponse`].
     InitProducerId(InitProducerIdResponse),
     /// See [`EndTxnResponse`].
@@ -230,6 +244,8 @@ impl Request {
             Request::Fetch(_) => ApiKey::Fetch,
             Request::Metadata(_) => ApiKey::Metadata,
             Request::CreateTopic(_) => ApiKey::CreateTopics,
+            Request::DeleteTopic(_) => ApiKey::DeleteTopics,
+            Request::CreatePartitions(_) => ApiKey::CreatePartitions,
             Request::InitProducerId(_) => ApiKey::InitProducerId,
             Request::EndTxn(_) => ApiKey::EndTxn,
             Request::ElectLeader(_) => ApiKey::ElectLeaders,
@@ -249,8 +265,9 @@ impl Request {
     /// Requests only cluster members may send when the cluster has a secret: replication,
     /// markers, ISR changes and broker heartbeats (which register brokers and hand out
     /// leaderships), and the admin requests a client could use to hurt the cluster: creating
-    /// topics (each partition costs every replica a log) and electing leaders (each election
-    /// bumps a leader epoch, failing the acks=all writes in flight). An admin proves it holds
+    /// topics and partitions (each partition costs every replica a log), deleting topics, and
+    /// electing leaders (each election bumps a leader epoch, failing the acks=all writes in
+    /// flight). An admin proves it holds
     /// the secret as brokers do.
     pub fn is_internal(&self) -> bool {
         matches!(
@@ -260,6 +277,8 @@ impl Request {
                 | Request::AlterPartition(_)
                 | Request::Heartbeat(_)
                 | Request::CreateTopic(_)
+                | Request::DeleteTopic(_)
+                | Request::CreatePartitions(_)
                 | Request::ElectLeader(_)
         )
     }
@@ -273,6 +292,8 @@ impl Response {
             Response::Fetch(_) => ApiKey::Fetch as i16,
             Response::Metadata(_) => ApiKey::Metadata as i16,
             Response::CreateTopic(_) => ApiKey::CreateTopics as i16,
+            Response::DeleteTopic(_) => ApiKey::DeleteTopics as i16,
+            Response::CreatePartitions(_) => ApiKey::CreatePartitions as i16,
             Response::InitProducerId(_) => ApiKey::InitProducerId as i16,
             Response::EndTxn(_) => ApiKey::EndTxn as i16,
             Response::ElectLeader(_) => ApiKey::ElectLeaders as i16,
@@ -294,7 +315,7 @@ impl Response {
             Response::Produce(r) => &r.status,
             Response::Fetch(r) => &r.status,
             Response::Metadata(r) => &r.status,
-            Response::CreateTopic(s) => s,
+            Response::CreateTopic(s) | Response::DeleteTopic(s) | Response::CreatePartitions(s) => s,
             Response::InitProducerId(r) => &r.status,
             Response::EndTxn(r) => &r.status,
             Response::ElectLeader(r) => &r.status,
@@ -358,6 +379,8 @@ pub fn encode_request_head(correlation_id: i32, req: &Request, b: &mut BytesMut)
         Request::Fetch(f) => f.encode_body(b),
         Request::Metadata(m) => m.encode_body(b),
         Request::CreateTopic(c) => c.encode_body(b),
+        Request::DeleteTopic(d) => d.encode_body(b),
+        Request::CreatePartitions(c) => c.encode_body(b),
         Request::InitProducerId(i) => i.encode_body(b),
         Request::ElectLeader(e) => e.encode_body(b),
         Request::AuthBegin(a) => a.encode_body(b),
@@ -419,6 +442,8 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
         ApiKey::Fetch => Request::Fetch(FetchRequest::decode_body(r)?),
         ApiKey::Metadata => Request::Metadata(MetadataRequest::decode_body(r)?),
         ApiKey::CreateTopics => Request::CreateTopic(CreateTopicRequest::decode_body(r)?),
+        ApiKey::DeleteTopics => Request::DeleteTopic(DeleteTopicRequest::decode_body(r)?),
+        ApiKey::CreatePartitions => Request::CreatePartitions(CreatePartitionsRequest::decode_body(r)?),
         ApiKey::InitProducerId => Request::InitProducerId(InitProducerIdRequest::decode_body(r)?),
         ApiKey::ElectLeaders => Request::ElectLeader(ElectLeaderRequest::decode_body(r)?),
         ApiKey::AuthBegin => Request::AuthBegin(AuthBeginRequest::decode_body(r)?),
@@ -458,7 +483,7 @@ pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesM
         Response::Produce(p) => p.encode_body(b),
         Response::Fetch(f) => f.encode_body(b),
         Response::Metadata(m) => m.encode_body(b),
-        Response::CreateTopic(_) | Response::Error(_) => {}
+        Response::CreateTopic(_) | Response::DeleteTopic(_) | Response::CreatePartitions(_) | Response::Error(_) => {}
         Response::InitProducerId(i) => i.encode_body(b),
         Response::EndTxn(e) => e.encode_body(b),
         Response::AuthBegin(a) => a.encode_body(b),
@@ -495,6 +520,8 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
         ApiKey::Fetch => Response::Fetch(FetchResponse::decode_body(status, r)?),
         ApiKey::Metadata => Response::Metadata(MetadataResponse::decode_body(status, r)?),
         ApiKey::CreateTopics => Response::CreateTopic(status),
+        ApiKey::DeleteTopics => Response::DeleteTopic(status),
+        ApiKey::CreatePartitions => Response::CreatePartitions(status),
         ApiKey::InitProducerId => Response::InitProducerId(InitProducerIdResponse::decode_body(status, r)?),
         ApiKey::AuthBegin => Response::AuthBegin(AuthBeginResponse::decode_body(status, r)?),
         ApiKey::AuthProve => Response::AuthProve(AuthProveResponse::decode_body(status, r)?),
@@ -560,6 +587,13 @@ mod tests {
             partitions: 4,
             replication_factor: -1,
             min_insync_replicas: 2,
+            validate_only: true,
+        }));
+        roundtrip_req(Request::DeleteTopic(DeleteTopicRequest { name: "n".into(), topic_id: u128::MAX - 3 }));
+        roundtrip_req(Request::CreatePartitions(CreatePartitionsRequest {
+            name: "n".into(),
+            count: 7,
+            validate_only: false,
         }));
         roundtrip_req(Request::InitProducerId(InitProducerIdRequest {
             transactional_id: Some("orders".into()),
@@ -662,6 +696,8 @@ mod tests {
                 name: "t".into(),
                 status: Status::ok(),
                 created: true,
+                topic_id: 0xfeed,
+                min_insync_replicas: 2,
                 partitions: vec![PartitionInfo {
                     partition: 0,
                     leader_id: 1,
@@ -672,6 +708,8 @@ mod tests {
             }],
         }));
         roundtrip_resp(Response::CreateTopic(Status::new(ErrorCode::TopicAlreadyExists, "exists")));
+        roundtrip_resp(Response::DeleteTopic(Status::new(ErrorCode::UnknownTopicId, "gone")));
+        roundtrip_resp(Response::CreatePartitions(Status::ok()));
         roundtrip_resp(Response::InitProducerId(InitProducerIdResponse {
             status: Status::ok(),
             producer_id: 1,
@@ -699,8 +737,10 @@ mod tests {
                 replicas: vec![1, 2],
                 isr: vec![2],
                 min_insync_replicas: 1,
+                topic_id: 1 << 100,
             }],
             brokers: vec![BrokerInfo { id: 2, addr: "b:2".into(), kafka_addr: String::new(), alive: false }],
+            deleted: vec![DeletedTopic { name: "old".into(), topic_id: 5 }],
         }));
         roundtrip_resp(Response::Describe(DescribeResponse {
             status: Status::ok(),
@@ -723,6 +763,7 @@ mod tests {
                 partitions: vec!["t-0".into()],
                 state: "Ongoing".into(),
                 age_ms: 17,
+                transaction_timeout_ms: 60_000,
             }],
         }));
         roundtrip_resp(Response::Error(Status::new(ErrorCode::InvalidRequest, "bad")));

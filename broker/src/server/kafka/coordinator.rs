@@ -21,10 +21,7 @@ use kafka_protocol::protocol::StrBytes;
 use protocol::kafka::KafkaAnswer;
 use protocol::{AddPartitionRequest, ErrorCode, Request, Response, Status};
 
-use super::{host_port, kafka_code, KafkaConn};
-
-/// The cluster id Kafka Metadata answers carry.
-const CLUSTER_ID: &str = "epochfence";
+use super::{host_port, kafka_code, KafkaConn, CLUSTER_ID};
 
 /// FindCoordinator's key types: a consumer group, a transactional id.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -114,10 +111,15 @@ impl KafkaConn {
                             out
                         })
                         .collect();
-                    MetadataResponseTopic::default()
+                    let topic = MetadataResponseTopic::default()
                         .with_name(name)
                         .with_error_code(kafka_code(t.status.code, ApiKey::Metadata, version))
-                        .with_partitions(partitions)
+                        .with_partitions(partitions);
+                    if version >= 10 {
+                        topic.with_topic_id(uuid::Uuid::from_u128(t.topic_id))
+                    } else {
+                        topic
+                    }
                 })
                 .collect()
         };

@@ -29,12 +29,16 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use super::Shared;
 
+mod admin;
 mod coordinator;
 mod errors;
 mod fetch;
 mod produce;
 
 pub(crate) use errors::kafka_code;
+
+/// The cluster id Kafka Metadata and DescribeCluster answers carry.
+const CLUSTER_ID: &str = "epochfence";
 
 /// What this listener serves: `(api key, lowest version, highest version)`. Transaction version
 /// 1 only (EndTxn up to v4; no `transaction.version` feature is advertised), since neither
@@ -52,6 +56,14 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::AddPartitionsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 /// The Kafka wire protocol, as [`net::serve_protocol`] serves it.
@@ -204,6 +216,35 @@ impl KafkaConn {
                 let conn = self.clone();
                 Handled::serial(async move { conn.end_txn(r, version).await })
             }
+            RequestKind::CreateTopics(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.create_topics(r, version).await })
+            }
+            RequestKind::DeleteTopics(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.delete_topics(r, version).await })
+            }
+            RequestKind::CreatePartitions(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.create_partitions(r, version).await })
+            }
+            RequestKind::DescribeConfigs(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.describe_configs(r, version).await })
+            }
+            RequestKind::DescribeCluster(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.describe_cluster(r, version).await })
+            }
+            RequestKind::DescribeTransactions(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.describe_transactions(r, version).await })
+            }
+            RequestKind::ListTransactions(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.list_transactions(r, version).await })
+            }
+            RequestKind::DescribeProducers(r) => Handled::answer(admin::describe_producers(&self.shared, r, version)),
             // The codec decodes only what SERVED lists.
             other => {
                 tracing::warn!(request = ?ApiKey::try_from(req.header.api_key), "a Kafka request with no handler; closing");
@@ -243,6 +284,8 @@ impl KafkaConn {
         let timeout = Duration::from_millis(self.shared.config.request_timeout_ms);
         match conn.call_timeout(req, timeout).await {
             Ok(resp) => resp,
+            // The coordinator's own refusal (an internal request from a non-member, say).
+            Err(net::NetError::Refused { status, .. }) => Response::Error(status),
             Err(e) => unavailable(format!("the coordinator did not answer: {e}")),
         }
     }

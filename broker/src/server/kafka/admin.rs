@@ -1,0 +1,505 @@
+//! What Kafka's admin clients call: CreateTopics, DeleteTopics, CreatePartitions (relayed to
+//! the coordinator, which refuses them from a client that proves no cluster secret when the
+//! cluster has one), DescribeConfigs and DescribeCluster (honest minimal answers), and Kafka's
+//! read-only tools for hanging transactions: DescribeProducers (this leader's producer state),
+//! DescribeTransactions and ListTransactions (the coordinator's transactional ids). Not KIP-664's
+//! abort, which would be a side door around the gate.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
+use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
+use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
+use kafka_protocol::messages::list_transactions_response::TransactionState as ListedTransaction;
+use kafka_protocol::messages::{
+    ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
+    DescribeConfigsResponse, DescribeProducersRequest, DescribeProducersResponse, DescribeTransactionsRequest,
+    DescribeTransactionsResponse, ListTransactionsRequest, ListTransactionsResponse, ResponseKind, TopicName,
+    TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+use protocol::kafka::KafkaAnswer;
+use protocol::{ErrorCode, MetadataResponse, Request, Response, Status, TopicInfo, TransactionalState};
+use uuid::Uuid;
+
+use super::super::{leader_status, partition, Shared};
+use super::{host_port, kafka_code, KafkaConn, CLUSTER_ID};
+
+/// DescribeConfigs' resource types.
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+/// Config sources (Kafka's ConfigSource).
+const SOURCE_TOPIC: i8 = 1;
+const SOURCE_STATIC_BROKER: i8 = 4;
+const SOURCE_DEFAULT: i8 = 5;
+/// Config types (Kafka's ConfigType).
+const TYPE_STRING: i8 = 2;
+const TYPE_INT: i8 = 3;
+const TYPE_LONG: i8 = 5;
+const TYPE_LIST: i8 = 7;
+/// DescribeCluster's endpoint types.
+const ENDPOINT_BROKERS: i8 = 1;
+/// Kafka's UNSUPPORTED_ENDPOINT_TYPE.
+const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
+
+/// The one topic config epochfence keeps per topic.
+const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
+
+fn s(v: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
+
+impl KafkaConn {
+    /// Metadata of `topics` from the coordinator (none auto-created).
+    async fn topic_infos(&self, topics: Vec<String>) -> Result<MetadataResponse, Status> {
+        match self.relay(Request::Metadata(protocol::MetadataRequest { topics, allow_auto_create: false })).await {
+            Response::Metadata(m) if m.status.is_ok() => Ok(m),
+            other => Err(other.status().clone()),
+        }
+    }
+
+    /// A coordinator refusal of an admin request, in words a Kafka user can act on.
+    fn admin_refusal(&self, status: Status, what: &str) -> Status {
+        if status.code == ErrorCode::ClusterAuthorizationFailed {
+            return Status::new(
+                status.code,
+                format!(
+                    "{what} needs the cluster secret on this cluster, which a Kafka client cannot prove: use \
+                     epochfence's admin with --cluster-secret-file"
+                ),
+            );
+        }
+        status
+    }
+
+    pub(super) async fn create_topics(self: &Arc<Self>, r: CreateTopicsRequest, version: i16) -> KafkaAnswer {
+        let mut results = Vec::with_capacity(r.topics.len());
+        for t in r.topics {
+            let name = t.name.to_string();
+            let mut min_isr = -1;
+            let mut refused: Option<Status> = None;
+            if !t.assignments.is_empty() {
+                refused = Some(Status::new(
+                    ErrorCode::InvalidRequest,
+                    "replica assignments are chosen by the coordinator: give num_partitions and replication_factor",
+                ));
+            }
+            for c in &t.configs {
+                let value = c.value.as_deref().unwrap_or_default();
+                match (c.name.as_str(), value.parse::<i32>()) {
+                    (MIN_INSYNC_REPLICAS, Ok(v)) if v > 0 => min_isr = v,
+                    (MIN_INSYNC_REPLICAS, _) => {
+                        refused = Some(Status::new(ErrorCode::InvalidConfig, format!("min.insync.replicas {value:?}")))
+                    }
+                    (other, _) => {
+                        refused = Some(Status::new(
+                            ErrorCode::InvalidConfig,
+                            format!(
+                                "topic config {other:?}: epochfence keeps only min.insync.replicas per topic \
+                                 (retention and segment sizes are broker flags)"
+                            ),
+                        ))
+                    }
+                }
+            }
+            let status = match refused {
+                Some(s) => s,
+                None => {
+                    let req = Request::CreateTopic(protocol::CreateTopicRequest {
+                        name: name.clone(),
+                        partitions: t.num_partitions,
+                        replication_factor: i32::from(t.replication_factor),
+                        min_insync_replicas: min_isr,
+                        validate_only: r.validate_only,
+                    });
+                    let status = self.relay(req).await.status().clone();
+                    self.admin_refusal(status, "creating a topic")
+                }
+            };
+            let mut out = CreatableTopicResult::default().with_name(t.name.clone()).with_error_code(kafka_code(
+                status.code,
+                ApiKey::CreateTopics,
+                version,
+            ));
+            if !status.is_ok() {
+                out = out.with_error_message(Some(s(status.message.clone())));
+            }
+            if version >= 5 {
+                let info = if status.is_ok() && !r.validate_only {
+                    self.topic_infos(vec![name]).await.ok().and_then(|m| m.topics.into_iter().next())
+                } else {
+                    None
+                };
+                out = match info.filter(|i| i.status.is_ok()) {
+                    Some(i) => {
+                        let rf = i.partitions.first().map_or(-1, |p| p.replicas.len() as i16);
+                        let configs = vec![CreatableTopicConfigs::default()
+                            .with_name(s(MIN_INSYNC_REPLICAS))
+                            .with_value(Some(s(i.min_insync_replicas.to_string())))
+                            .with_config_source(SOURCE_TOPIC)];
+                        let out = out
+                            .with_num_partitions(i.partitions.len() as i32)
+                            .with_replication_factor(rf)
+                            .with_configs(Some(configs));
+                        if version >= 7 {
+                            out.with_topic_id(Uuid::from_u128(i.topic_id))
+                        } else {
+                            out
+                        }
+                    }
+                    None if status.is_ok() => {
+                        out.with_num_partitions(t.num_partitions).with_replication_factor(t.replication_factor)
+                    }
+                    None => out.with_num_partitions(-1).with_replication_factor(-1),
+                };
+            }
+            results.push(out);
+        }
+        KafkaAnswer::Reply(ResponseKind::CreateTopics(CreateTopicsResponse::default().with_topics(results)))
+    }
+
+    pub(super) async fn delete_topics(self: &Arc<Self>, r: DeleteTopicsRequest, version: i16) -> KafkaAnswer {
+        // Up to v5 by name; v6 by name or id.
+        let asked: Vec<(Option<TopicName>, u128)> = if version >= 6 {
+            r.topics.into_iter().map(|t| (t.name, t.topic_id.as_u128())).collect()
+        } else {
+            r.topic_names.into_iter().map(|n| (Some(n), 0)).collect()
+        };
+        let mut responses = Vec::with_capacity(asked.len());
+        for (name, topic_id) in asked {
+            let req = Request::DeleteTopic(protocol::DeleteTopicRequest {
+                name: name.as_ref().map(|n| n.to_string()).unwrap_or_default(),
+                topic_id,
+            });
+            let status = self.admin_refusal(self.relay(req).await.status().clone(), "deleting a topic");
+            let mut out = DeletableTopicResult::default().with_name(name).with_error_code(kafka_code(
+                status.code,
+                ApiKey::DeleteTopics,
+                version,
+            ));
+            if version >= 6 {
+                out = out.with_topic_id(Uuid::from_u128(topic_id));
+            }
+            if version >= 5 && !status.is_ok() {
+                out = out.with_error_message(Some(s(status.message)));
+            }
+            responses.push(out);
+        }
+        KafkaAnswer::Reply(ResponseKind::DeleteTopics(DeleteTopicsResponse::default().with_responses(responses)))
+    }
+
+    pub(super) async fn create_partitions(self: &Arc<Self>, r: CreatePartitionsRequest, version: i16) -> KafkaAnswer {
+        let mut results = Vec::with_capacity(r.topics.len());
+        for t in r.topics {
+            let status = if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
+                Status::new(
+                    ErrorCode::InvalidRequest,
+                    "replica assignments are chosen by the coordinator: give count only",
+                )
+            } else {
+                let req = Request::CreatePartitions(protocol::CreatePartitionsRequest {
+                    name: t.name.to_string(),
+                    count: t.count,
+                    validate_only: r.validate_only,
+                });
+                self.admin_refusal(self.relay(req).await.status().clone(), "adding partitions")
+            };
+            let mut out = CreatePartitionsTopicResult::default().with_name(t.name).with_error_code(kafka_code(
+                status.code,
+                ApiKey::CreatePartitions,
+                version,
+            ));
+            if !status.is_ok() {
+                out = out.with_error_message(Some(s(status.message)));
+            }
+            results.push(out);
+        }
+        KafkaAnswer::Reply(ResponseKind::CreatePartitions(CreatePartitionsResponse::default().with_results(results)))
+    }
+
+    pub(super) async fn describe_configs(self: &Arc<Self>, r: DescribeConfigsRequest, version: i16) -> KafkaAnswer {
+        let mut results = Vec::with_capacity(r.resources.len());
+        for res in r.resources {
+            let keys = res.configuration_keys.clone();
+            let configs = match res.resource_type {
+                RESOURCE_TOPIC => match self.topic_infos(vec![res.resource_name.to_string()]).await {
+                    Ok(m) => match m.topics.into_iter().next() {
+                        Some(t) if t.status.is_ok() => Ok(topic_configs(&self.shared, &t)),
+                        Some(t) => Err(t.status),
+                        None => Err(Status::new(ErrorCode::UnknownTopicOrPartition, "no such topic")),
+                    },
+                    Err(status) => Err(status),
+                },
+                RESOURCE_BROKER => {
+                    let name = res.resource_name.as_str();
+                    if name.is_empty() || name == self.shared.config.id.to_string() {
+                        Ok(broker_configs(&self.shared))
+                    } else {
+                        Err(Status::new(
+                            ErrorCode::InvalidRequest,
+                            format!("this is broker {}: ask broker {name} for its configs", self.shared.config.id),
+                        ))
+                    }
+                }
+                other => Err(Status::new(
+                    ErrorCode::InvalidRequest,
+                    format!("resource type {other}: only topics (2) and brokers (4) have configs here"),
+                )),
+            };
+            let mut out = DescribeConfigsResult::default()
+                .with_resource_type(res.resource_type)
+                .with_resource_name(res.resource_name);
+            match configs {
+                Ok(all) => {
+                    let configs = all
+                        .into_iter()
+                        .filter(|(name, ..)| keys.as_ref().is_none_or(|k| k.iter().any(|k| k.as_str() == *name)))
+                        .map(|(name, value, source, read_only, config_type)| {
+                            let c = DescribeConfigsResourceResult::default()
+                                .with_name(s(name))
+                                .with_value(Some(s(value)))
+                                .with_read_only(read_only)
+                                .with_config_source(source);
+                            if version >= 3 {
+                                c.with_config_type(config_type)
+                            } else {
+                                c
+                            }
+                        })
+                        .collect();
+                    out = out.with_configs(configs);
+                }
+                Err(status) => {
+                    out = out
+                        .with_error_code(kafka_code(status.code, ApiKey::DescribeConfigs, version))
+                        .with_error_message(Some(s(status.message)));
+                }
+            }
+            results.push(out);
+        }
+        KafkaAnswer::Reply(ResponseKind::DescribeConfigs(DescribeConfigsResponse::default().with_results(results)))
+    }
+
+    pub(super) async fn describe_cluster(self: &Arc<Self>, r: DescribeClusterRequest, version: i16) -> KafkaAnswer {
+        let mut resp = DescribeClusterResponse::default()
+            .with_cluster_id(StrBytes::from_static_str(CLUSTER_ID))
+            .with_controller_id(self.shared.config.id.into());
+        if version >= 1 {
+            resp = resp.with_endpoint_type(r.endpoint_type);
+            if r.endpoint_type != ENDPOINT_BROKERS {
+                let resp = resp
+                    .with_error_code(UNSUPPORTED_ENDPOINT_TYPE)
+                    .with_error_message(Some(s("epochfence's controller is its coordinator: ask for brokers (1)")));
+                return KafkaAnswer::Reply(ResponseKind::DescribeCluster(resp));
+            }
+        }
+        match self.topic_infos(Vec::new()).await {
+            Ok(m) => {
+                let brokers = m
+                    .brokers
+                    .iter()
+                    .filter(|b| b.alive && !b.kafka_addr.is_empty())
+                    .map(|b| {
+                        let (host, port) = host_port(&b.kafka_addr);
+                        DescribeClusterBroker::default().with_broker_id(b.id.into()).with_host(host).with_port(port)
+                    })
+                    .collect();
+                resp = resp.with_brokers(brokers);
+            }
+            Err(status) => {
+                resp = resp
+                    .with_error_code(kafka_code(status.code, ApiKey::DescribeCluster, version))
+                    .with_error_message(Some(s(status.message)));
+            }
+        }
+        KafkaAnswer::Reply(ResponseKind::DescribeCluster(resp))
+    }
+
+    pub(super) async fn describe_transactions(
+        self: &Arc<Self>,
+        r: DescribeTransactionsRequest,
+        version: i16,
+    ) -> KafkaAnswer {
+        let known = self.transactional_ids().await;
+        let states = r
+            .transactional_ids
+            .into_iter()
+            .map(|tid| {
+                let out = TransactionState::default().with_transactional_id(tid.clone());
+                match &known {
+                    Err(status) => out.with_error_code(kafka_code(status.code, ApiKey::DescribeTransactions, version)),
+                    Ok(all) => match all.iter().find(|t| t.transactional_id == tid.as_str()) {
+                        None => out.with_error_code(ErrorCode::TransactionalIdNotFound.code()),
+                        Some(t) => out
+                            .with_transaction_state(s(t.state.clone()))
+                            .with_transaction_timeout_ms(t.transaction_timeout_ms)
+                            .with_transaction_start_time_ms(if t.age_ms >= 0 { now_wall_ms() - t.age_ms } else { -1 })
+                            .with_producer_id(t.producer_id.into())
+                            .with_producer_epoch(t.producer_epoch)
+                            .with_topics(topic_data(&t.partitions)),
+                    },
+                }
+            })
+            .collect();
+        KafkaAnswer::Reply(ResponseKind::DescribeTransactions(
+            DescribeTransactionsResponse::default().with_transaction_states(states),
+        ))
+    }
+
+    pub(super) async fn list_transactions(self: &Arc<Self>, r: ListTransactionsRequest, version: i16) -> KafkaAnswer {
+        const STATES: [&str; 6] =
+            ["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort"];
+        let unknown: Vec<StrBytes> =
+            r.state_filters.iter().filter(|f| !STATES.contains(&f.as_str())).cloned().collect();
+        let resp = match self.transactional_ids().await {
+            Err(status) => ListTransactionsResponse::default().with_error_code(kafka_code(
+                status.code,
+                ApiKey::ListTransactions,
+                version,
+            )),
+            Ok(all) => {
+                let listed = all
+                    .into_iter()
+                    .filter(|t| r.state_filters.is_empty() || r.state_filters.iter().any(|f| f.as_str() == t.state))
+                    .filter(|t| {
+                        r.producer_id_filters.is_empty() || r.producer_id_filters.iter().any(|p| p.0 == t.producer_id)
+                    })
+                    .filter(|t| version < 1 || r.duration_filter < 0 || t.age_ms >= r.duration_filter)
+                    .map(|t| {
+                        ListedTransaction::default()
+                            .with_transactional_id(TransactionalId(s(t.transactional_id)))
+                            .with_producer_id(t.producer_id.into())
+                            .with_transaction_state(s(t.state))
+                    })
+                    .collect();
+                ListTransactionsResponse::default().with_transaction_states(listed)
+            }
+        };
+        KafkaAnswer::Reply(ResponseKind::ListTransactions(resp.with_unknown_state_filters(unknown)))
+    }
+
+    /// Every transactional id the coordinator holds (its Describe, which is read-only).
+    async fn transactional_ids(&self) -> Result<Vec<TransactionalState>, Status> {
+        match self.relay(Request::Describe).await {
+            Response::Describe(d) if d.status.is_ok() => Ok(d.transactional_ids),
+            other => Err(other.status().clone()),
+        }
+    }
+}
+
+/// DescribeProducers: the producers this leader's partitions know.
+pub(super) fn describe_producers(shared: &Shared, r: DescribeProducersRequest, version: i16) -> KafkaAnswer {
+    let topics = r
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partition_indexes
+                .iter()
+                .map(|&index| {
+                    let out = PartitionResponse::default().with_partition_index(index);
+                    let found = partition(shared, &t.name, index)
+                        .and_then(|p| p.active_producers(-1).map_err(|e| leader_status(shared, &t.name, index, &e)));
+                    match found {
+                        Ok(producers) => out.with_active_producers(
+                            producers
+                                .into_iter()
+                                .map(|p| {
+                                    ProducerState::default()
+                                        .with_producer_id(p.producer_id.into())
+                                        .with_producer_epoch(i32::from(p.epoch))
+                                        .with_last_sequence(p.last_sequence)
+                                        .with_last_timestamp(-1)
+                                        .with_coordinator_epoch(-1)
+                                        .with_current_txn_start_offset(p.txn_start_offset.unwrap_or(-1))
+                                })
+                                .collect(),
+                        ),
+                        Err(status) => out
+                            .with_error_code(kafka_code(status.code, ApiKey::DescribeProducers, version))
+                            .with_error_message(Some(s(status.message))),
+                    }
+                })
+                .collect();
+            TopicResponse::default().with_name(t.name).with_partitions(partitions)
+        })
+        .collect();
+    KafkaAnswer::Reply(ResponseKind::DescribeProducers(DescribeProducersResponse::default().with_topics(topics)))
+}
+
+/// `["t-0", "t-1", "u-3"]` as DescribeTransactions' topics.
+fn topic_data(partitions: &[String]) -> Vec<TopicData> {
+    let mut out: Vec<TopicData> = Vec::new();
+    for p in partitions {
+        let Some((topic, index)) = p.rsplit_once('-') else { continue };
+        let Ok(index) = index.parse::<i32>() else { continue };
+        match out.iter_mut().find(|t| t.topic.as_str() == topic) {
+            Some(t) => t.partitions.push(index),
+            None => out.push(TopicData::default().with_topic(TopicName(s(topic))).with_partitions(vec![index])),
+        }
+    }
+    out
+}
+
+fn now_wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// (name, value, source, read only, type).
+type ConfigEntry = (&'static str, String, i8, bool, i8);
+
+/// A topic's configs: its min.insync.replicas, and what this broker applies to every topic.
+fn topic_configs(shared: &Shared, t: &TopicInfo) -> Vec<ConfigEntry> {
+    let c = &shared.config;
+    let opt = |v: Option<i64>| v.map_or("-1".to_string(), |v| v.to_string());
+    vec![
+        (MIN_INSYNC_REPLICAS, t.min_insync_replicas.to_string(), SOURCE_TOPIC, false, TYPE_INT),
+        ("cleanup.policy", "delete".into(), SOURCE_DEFAULT, true, TYPE_LIST),
+        ("retention.ms", opt(c.log.retention_ms), SOURCE_STATIC_BROKER, true, TYPE_LONG),
+        ("retention.bytes", opt(c.log.retention_bytes.map(|b| b as i64)), SOURCE_STATIC_BROKER, true, TYPE_LONG),
+        ("segment.bytes", c.log.segment_bytes.to_string(), SOURCE_STATIC_BROKER, true, TYPE_INT),
+        ("max.message.bytes", c.batch_bytes_max.to_string(), SOURCE_STATIC_BROKER, true, TYPE_INT),
+        ("message.timestamp.type", "CreateTime".into(), SOURCE_DEFAULT, true, TYPE_STRING),
+        (
+            "message.timestamp.after.max.ms",
+            opt(c.message_timestamp_after_max_ms.map(|v| v as i64)),
+            SOURCE_STATIC_BROKER,
+            true,
+            TYPE_LONG,
+        ),
+        (
+            "message.timestamp.before.max.ms",
+            opt(c.message_timestamp_before_max_ms.map(|v| v as i64)),
+            SOURCE_STATIC_BROKER,
+            true,
+            TYPE_LONG,
+        ),
+    ]
+}
+
+/// This broker's settings, as Kafka names them.
+fn broker_configs(shared: &Shared) -> Vec<ConfigEntry> {
+    let c = &shared.config;
+    let opt = |v: Option<i64>| v.map_or("-1".to_string(), |v| v.to_string());
+    vec![
+        ("broker.id", c.id.to_string(), SOURCE_STATIC_BROKER, true, TYPE_INT),
+        ("transaction.max.timeout.ms", c.transaction_max_timeout_ms.to_string(), SOURCE_STATIC_BROKER, true, TYPE_INT),
+        ("message.max.bytes", c.batch_bytes_max.to_string(), SOURCE_STATIC_BROKER, true, TYPE_INT),
+        ("log.segment.bytes", c.log.segment_bytes.to_string(), SOURCE_STATIC_BROKER, true, TYPE_INT),
+        ("log.retention.ms", opt(c.log.retention_ms), SOURCE_STATIC_BROKER, true, TYPE_LONG),
+        ("log.retention.bytes", opt(c.log.retention_bytes.map(|b| b as i64)), SOURCE_STATIC_BROKER, true, TYPE_LONG),
+        ("replica.lag.time.max.ms", c.replica_lag_ms.to_string(), SOURCE_STATIC_BROKER, true, TYPE_LONG),
+        (
+            "log.message.timestamp.after.max.ms",
+            opt(c.message_timestamp_after_max_ms.map(|v| v as i64)),
+            SOURCE_STATIC_BROKER,
+            true,
+            TYPE_LONG,
+        ),
+    ]
+}

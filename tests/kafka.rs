@@ -681,3 +681,114 @@ async fn hanging_transaction_tools_describe_producers_and_transactions() {
     assert!(listed.transaction_states.is_empty());
     c.shutdown().await;
 }
+
+/// A batch of `values` compressed with `codec` (producer id -1), as a Kafka client builds it.
+fn compressed_batch(codec: kafka_protocol::records::Compression, values: &[Bytes]) -> Bytes {
+    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+    use std::io::Write;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder starts a new batch where offset - sequence changes.
+            sequence: i as i32,
+            timestamp: now,
+            key: None,
+            value: Some(v.clone()),
+            headers: Default::default(),
+        })
+        .collect();
+    let compress = |input: &mut BytesMut, out: &mut BytesMut, c: Compression| -> anyhow::Result<()> {
+        let data = input.split().freeze();
+        let packed = match c {
+            Compression::Gzip => {
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                e.write_all(&data)?;
+                e.finish()?
+            }
+            Compression::Snappy => snap::raw::Encoder::new().compress_vec(&data)?,
+            Compression::Lz4 => {
+                let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
+                e.write_all(&data)?;
+                e.finish()?
+            }
+            Compression::Zstd => {
+                ruzstd::encoding::compress_to_vec(&data[..], ruzstd::encoding::CompressionLevel::Fastest)
+            }
+            Compression::None => data.to_vec(),
+        };
+        out.put_slice(&packed);
+        Ok(())
+    };
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode_with_custom_compression(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions { version: 2, compression: codec },
+        Some(compress),
+    )
+    .unwrap();
+    buf.freeze()
+}
+
+/// Compressed batches (gzip, snappy, lz4, zstd) are accepted, their records checked, stored as
+/// sent (still compressed) and read back; one whose count lies, a decompression bomb and an
+/// unknown codec are refused with Kafka's codes.
+#[tokio::test]
+async fn compressed_batches_are_checked_stored_as_sent_and_read_back() {
+    use kafka_protocol::records::Compression;
+    let c = cluster(true).await;
+    let conn = connect(&c).await;
+    let values: Vec<Bytes> = (0..200).map(|i| Bytes::from(format!("compressed record {i} of many alike"))).collect();
+    let mut expected = Vec::new();
+    for codec in [Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+        let b = compressed_batch(codec, &values);
+        assert_ne!(b[22] & 0x7, 0, "{codec:?} sets the compression bits");
+        let r = conn.call(&produce_request(-1, "t", 0, b.clone()), 9).await.unwrap();
+        assert_eq!(partition_code(&r), 0, "{codec:?}: {r:?}");
+        expected.extend(values.iter().cloned());
+        // Stored as sent: the fetched batch keeps its compression attribute and bytes.
+        let base = r.responses[0].partition_responses[0].base_offset;
+        let fetch = FetchRequest::default().with_max_bytes(1 << 20).with_topics(vec![FetchTopic::default()
+            .with_topic(name("t"))
+            .with_partitions(vec![FetchPartition::default().with_fetch_offset(base).with_partition_max_bytes(1)])]);
+        let got = conn.call(&fetch, 12).await.unwrap().responses[0].partitions[0].records.clone().unwrap();
+        let stored = protocol::batch::BatchHeader::parse(&got).unwrap();
+        assert_eq!(stored.codec(), protocol::batch::BatchHeader::parse(&b).unwrap().codec());
+        assert_eq!(&got[61..stored.total_bytes()], &b[61..], "{codec:?}: the records as sent");
+    }
+    let mut consumer = KafkaConsumer::new(&c.kafka_bootstrap(), c.client_config());
+    let read: Vec<Bytes> = consumer.read_to_end("t", 0, 0).await.unwrap().into_iter().map(|r| r.value).collect();
+    assert_eq!(read, expected, "every record, decompressed by the consumer");
+    // A compressed batch whose record count lies.
+    let mut lying = compressed_batch(Compression::Gzip, &values[..3]).to_vec();
+    lying[57..61].copy_from_slice(&5i32.to_be_bytes());
+    lying[23..27].copy_from_slice(&4i32.to_be_bytes());
+    let crc = protocol::batch::crc32c(&lying[21..]);
+    lying[17..21].copy_from_slice(&crc.to_be_bytes());
+    let r = conn.call(&produce_request(-1, "t", 0, Bytes::from(lying)), 9).await.unwrap();
+    assert_eq!(partition_code(&r), 87, "INVALID_RECORD");
+    // A decompression bomb: 2 MB of zeros in one record, decompressing past a small limit would
+    // be refused; at the default limit (64 MiB) it is a large, honest batch, so take 100 MB.
+    let bomb = compressed_batch(Compression::Gzip, &[Bytes::from(vec![0u8; 100 << 20])]);
+    assert!(bomb.len() < 1 << 20, "{} bytes on the wire", bomb.len());
+    let r = conn.call(&produce_request(-1, "t", 0, bomb), 9).await.unwrap();
+    assert_eq!(partition_code(&r), 10, "MESSAGE_TOO_LARGE");
+    // Compression type 5 does not exist.
+    let mut unknown = batch(-1, -1, -1, &["x"]).to_vec();
+    unknown[22] |= 5;
+    let crc = protocol::batch::crc32c(&unknown[21..]);
+    unknown[17..21].copy_from_slice(&crc.to_be_bytes());
+    let r = conn.call(&produce_request(-1, "t", 0, Bytes::from(unknown)), 9).await.unwrap();
+    assert_eq!(partition_code(&r), 76, "UNSUPPORTED_COMPRESSION_TYPE");
+    c.shutdown().await;
+}

@@ -104,6 +104,9 @@ pub struct BrokerConfig {
     pub replication_inflight_max: usize,
     /// Largest record batch a producer may send, in bytes.
     pub batch_bytes_max: usize,
+    /// Most bytes a compressed batch's records may decompress to (they are checked before the
+    /// batch is stored as it came); more is refused with MESSAGE_TOO_LARGE.
+    pub decompressed_batch_bytes_max: usize,
     /// How far ahead of the broker's clock a record's timestamp may be, in ms (Kafka's
     /// `log.message.timestamp.after.max.ms`; `None`: any).
     pub message_timestamp_after_max_ms: Option<u64>,
@@ -142,6 +145,7 @@ impl BrokerConfig {
             replication_bytes_max: 1024 * 1024,
             replication_inflight_max: REPLICATION_INFLIGHT_MAX_DEFAULT,
             batch_bytes_max: 1024 * 1024,
+            decompressed_batch_bytes_max: protocol::batch::DECOMPRESSED_BATCH_BYTES_MAX_DEFAULT,
             message_timestamp_after_max_ms: Some(MESSAGE_TIMESTAMP_AFTER_MAX_MS_DEFAULT),
             message_timestamp_before_max_ms: None,
             fsync: FsyncPolicy::Always,
@@ -1144,13 +1148,18 @@ fn record_status(e: &RecordError) -> Status {
     let code = match e {
         RecordError::Invalid(_) => ErrorCode::InvalidRecord,
         RecordError::Timestamp(_) => ErrorCode::InvalidTimestamp,
+        RecordError::Compression(protocol::compression::CompressionError::TooLarge { .. }) => {
+            ErrorCode::MessageTooLarge
+        }
+        RecordError::Compression(_) => ErrorCode::CorruptMessage,
     };
     Status::new(code, format!("record batch rejected: {e}"))
 }
 
 fn batch_status(e: &BatchError) -> Status {
     let code = match e {
-        BatchError::UnsupportedMagic(_) | BatchError::Compressed(_) => ErrorCode::UnsupportedForMessageFormat,
+        BatchError::UnsupportedMagic(_) => ErrorCode::UnsupportedForMessageFormat,
+        BatchError::Compressed(_) => ErrorCode::UnsupportedCompressionType,
         _ => ErrorCode::CorruptMessage,
     };
     Status::new(code, format!("record batch rejected: {e}"))
@@ -1376,8 +1385,13 @@ fn check_produce_ref(shared: &Shared, r: &ProduceRequest) -> Result<(BatchHeader
         Ok(h) => h,
         Err(e) => return Err(produce_error(batch_status(&e), -1, -1)),
     };
-    validate_batch(&r.records, &header, Some(timestamp_limits(&shared.config)))
-        .map_err(|e| produce_error(record_status(&e), -1, -1))?;
+    validate_batch(
+        &r.records,
+        &header,
+        Some(timestamp_limits(&shared.config)),
+        shared.config.decompressed_batch_bytes_max,
+    )
+    .map_err(|e| produce_error(record_status(&e), -1, -1))?;
     let part = partition(shared, &r.topic, r.partition).map_err(|s| produce_error(s, -1, -1))?;
     Ok((header, part))
 }

@@ -47,7 +47,10 @@ fn codec(c: &mut Criterion) {
     let h = BatchHeader::parse(&batch).unwrap();
     let limits = TimestampLimits { now_ms: 0, after_max_ms: Some(3_600_000), before_max_ms: None };
     c.bench_function("validate a batch's records against its header (500 x 100 B)", |b| {
-        b.iter(|| validate_batch(black_box(&batch), &h, Some(limits)).unwrap())
+        b.iter(|| {
+            validate_batch(black_box(&batch), &h, Some(limits), protocol::batch::DECOMPRESSED_BATCH_BYTES_MAX_DEFAULT)
+                .unwrap()
+        })
     });
 }
 

@@ -14,6 +14,7 @@
 //! The broker rewrites `base_offset` and `partition_leader_epoch`, both outside the CRC, and
 //! stores every other byte as it came.
 
+use crate::compression::{decompress, Codec, CompressionError};
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -70,8 +71,8 @@ pub enum BatchError {
         /// Its value.
         value: i64,
     },
-    /// Compressed batches are not accepted yet.
-    #[error("compressed batches are not supported (compression type {0})")]
+    /// A compression type Kafka does not have (5 to 7).
+    #[error("compression type {0} is not one of 1 (gzip), 2 (snappy), 3 (lz4) and 4 (zstd)")]
     Compressed(i16),
     /// The records inside do not decode.
     #[error("records do not decode: {0}")]
@@ -158,10 +159,16 @@ impl BatchHeader {
         if h.batch_length < min_len {
             return Err(BatchError::InvalidField { field: "batch_length", value: h.batch_length.into() });
         }
+        let compression = h.attributes & ATTR_COMPRESSION_MASK;
+        if compression != 0 && Codec::from_code(compression).is_none() {
+            return Err(BatchError::Compressed(compression));
+        }
         // Every record takes at least RECORD_BYTES_MIN bytes: a count the batch cannot hold is a
-        // lie, and must not reach a decoder that reserves memory by it.
+        // lie, and must not reach a decoder that reserves memory by it (compressed records are
+        // counted once decompressed, by `validate_batch`).
         let record_bytes = i64::from(h.batch_length) - i64::from(min_len);
-        if h.record_count < 1 || i64::from(h.record_count) * RECORD_BYTES_MIN > record_bytes {
+        let fits = compression != 0 || i64::from(h.record_count) * RECORD_BYTES_MIN <= record_bytes;
+        if h.record_count < 1 || !fits {
             return Err(BatchError::InvalidField { field: "record_count", value: h.record_count.into() });
         }
         if h.last_offset_delta < h.record_count - 1 {
@@ -173,11 +180,12 @@ impl BatchHeader {
         if h.producer_id >= 0 && !h.is_control() && h.base_sequence < 0 {
             return Err(BatchError::InvalidField { field: "base_sequence", value: h.base_sequence.into() });
         }
-        let compression = h.attributes & ATTR_COMPRESSION_MASK;
-        if compression != 0 {
-            return Err(BatchError::Compressed(compression));
-        }
         Ok(h)
+    }
+
+    /// The batch's compression codec, `None` if its records are not compressed.
+    pub fn codec(&self) -> Option<Codec> {
+        Codec::from_code(self.attributes & ATTR_COMPRESSION_MASK)
     }
 
     /// Bytes the whole batch occupies, header included.
@@ -444,15 +452,14 @@ fn zigzag(v: u64) -> i64 {
 /// batch's base offset and first timestamp unchecked, which panics on overflow where overflow
 /// checks are on (debug builds, the fuzzers) and wraps elsewhere. Refuse such a batch first.
 /// Records that do not parse are left to the decoder, which refuses them with an error.
-fn check_record_deltas(batch: &[u8], h: &BatchHeader) -> Result<(), BatchError> {
+fn check_record_deltas(first_timestamp: i64, records: &[u8], h: &BatchHeader) -> Result<(), BatchError> {
     // Offset deltas are i32: the base offset must leave room for any of them.
     if h.base_offset.checked_add(i64::from(i32::MIN)).is_none()
         || h.base_offset.checked_add(i64::from(i32::MAX)).is_none()
     {
         return Err(BatchError::InvalidField { field: "base_offset", value: h.base_offset });
     }
-    let first_timestamp = be_i64(batch, FIRST_TIMESTAMP_AT);
-    let mut rest = &batch[BATCH_HEADER_BYTES..h.total_bytes()];
+    let mut rest = records;
     for _ in 0..h.record_count {
         // Record length (a 32-bit varint), then the record: attributes, timestamp delta, ...
         let Some((len, n)) = uvarint(rest, 5) else { break };
@@ -491,6 +498,9 @@ pub enum RecordError {
     /// A timestamp is out of range, or the batch claims log-append time (Kafka's INVALID_TIMESTAMP).
     #[error("{0}")]
     Timestamp(String),
+    /// Compressed records do not decompress, or to more than the limit.
+    #[error(transparent)]
+    Compression(#[from] CompressionError),
 }
 
 /// Attribute bit 3: the batch's timestamps are the broker's (log-append time), not the
@@ -652,21 +662,62 @@ pub fn validate_records(
     Ok(())
 }
 
-/// [`validate_records`] of an uncompressed batch `b` (whole, header and CRC checked).
-pub fn validate_batch(b: &[u8], h: &BatchHeader, limits: Option<TimestampLimits>) -> Result<(), RecordError> {
-    validate_records(h, be_i64(b, FIRST_TIMESTAMP_AT), &b[BATCH_HEADER_BYTES..h.total_bytes()], limits)
+/// Default bound on what one batch's records may decompress to, in bytes.
+pub const DECOMPRESSED_BATCH_BYTES_MAX_DEFAULT: usize = 64 * 1024 * 1024;
+
+/// [`validate_records`] of batch `b` (whole, header and CRC checked); compressed records are
+/// decompressed first, to at most `decompressed_bytes_max` bytes.
+pub fn validate_batch(
+    b: &[u8],
+    h: &BatchHeader,
+    limits: Option<TimestampLimits>,
+    decompressed_bytes_max: usize,
+) -> Result<(), RecordError> {
+    let records = &b[BATCH_HEADER_BYTES..h.total_bytes()];
+    let first_timestamp = be_i64(b, FIRST_TIMESTAMP_AT);
+    let Some(codec) = h.codec() else {
+        return validate_records(h, first_timestamp, records, limits);
+    };
+    let plain = decompress(codec, records, decompressed_bytes_max)?;
+    if i64::from(h.record_count) * RECORD_BYTES_MIN > plain.len() as i64 {
+        return Err(RecordError::Invalid(format!(
+            "the batch says {} records but its {} bytes of {} records cannot hold them",
+            h.record_count,
+            plain.len(),
+            codec.name()
+        )));
+    }
+    validate_records(h, first_timestamp, &plain, limits)
 }
 
-/// Decode the data records of one batch. Control batches yield no records.
+/// Decode the data records of one batch (decompressing them, to at most
+/// [`DECOMPRESSED_BATCH_BYTES_MAX_DEFAULT`] bytes). Control batches yield no records.
 pub fn decode_records(batch: &Bytes) -> Result<Vec<ConsumedRecord>, BatchError> {
     let header = BatchHeader::parse(batch)?;
     verify_crc(batch, &header)?;
     if header.is_control() {
         return Ok(Vec::new());
     }
-    check_record_deltas(batch, &header)?;
+    let first_timestamp = be_i64(batch, FIRST_TIMESTAMP_AT);
+    let records = &batch[BATCH_HEADER_BYTES..header.total_bytes()];
+    let plain = match header.codec() {
+        None => None,
+        Some(codec) => Some(
+            decompress(codec, records, DECOMPRESSED_BATCH_BYTES_MAX_DEFAULT)
+                .map_err(|e| BatchError::Records(e.to_string()))?,
+        ),
+    };
+    check_record_deltas(first_timestamp, plain.as_deref().unwrap_or(records), &header)?;
     let mut buf = batch.clone();
-    let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| BatchError::Records(e.to_string()))?;
+    // The decoder hands compressed records to this, and reads them from what it returns.
+    let decompressed = |given: &mut Bytes, _: Compression| -> anyhow::Result<Bytes> {
+        Ok(match &plain {
+            Some(p) => Bytes::from(p.clone()),
+            None => given.clone(),
+        })
+    };
+    let set = RecordBatchDecoder::decode_with_custom_compression(&mut buf, Some(decompressed))
+        .map_err(|e| BatchError::Records(e.to_string()))?;
     Ok(set
         .records
         .into_iter()
@@ -700,7 +751,7 @@ mod tests {
     fn check(b: &Bytes, limits: Option<TimestampLimits>) -> Result<(), RecordError> {
         let h = BatchHeader::parse(b).unwrap();
         verify_crc(b, &h).unwrap();
-        validate_batch(b, &h, limits)
+        validate_batch(b, &h, limits, DECOMPRESSED_BATCH_BYTES_MAX_DEFAULT)
     }
 
     fn two(timestamp: i64) -> Bytes {

@@ -128,6 +128,8 @@ error_codes! {
     /// An ISR change was based on a partition epoch that is no longer current: the ISR moved
     /// since, or this very change was already applied. The leader learns the current ISR and asks again.
     InvalidUpdateVersion = 95, "INVALID_UPDATE_VERSION", false;
+    /// A batch's compression type is none Kafka knows (5 to 7).
+    UnsupportedCompressionType = 76, "UNSUPPORTED_COMPRESSION_TYPE", false;
     /// No topic has this id (it was deleted, or never existed).
     UnknownTopicId = 100, "UNKNOWN_TOPIC_ID", true;
     /// The coordinator holds no state for this transactional id.

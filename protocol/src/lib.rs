@@ -5,6 +5,7 @@
 //! - [`codec`]: tokio-util codecs adding the length prefix and the frame size limit.
 //! - [`kafka`]: Kafka's wire format on the broker side (the kafka-protocol crate): its frame codec.
 //! - [`batch`]: Kafka RecordBatch v2: the broker's zero-copy header view, client builders.
+//! - [`compression`]: gzip, snappy, lz4 and zstd records, decompressed with a bound.
 //! - [`auth`]: cluster-membership proofs (HMAC-SHA256 over a challenge).
 //! - [`names`]: validation of topic names and transactional ids.
 //!
@@ -13,6 +14,7 @@
 pub mod auth;
 pub mod batch;
 pub mod codec;
+pub mod compression;
 mod error;
 pub mod kafka;
 pub mod messages;

@@ -85,6 +85,11 @@ struct Args {
     /// Largest record batch a producer may send, in bytes.
     #[arg(long, default_value_t = 1024 * 1024)]
     batch_bytes_max: usize,
+    /// Most bytes a compressed batch's records may decompress to (gzip, snappy, lz4 and zstd
+    /// batches are checked before they are stored as sent); more is refused with
+    /// MESSAGE_TOO_LARGE.
+    #[arg(long, default_value_t = protocol::batch::DECOMPRESSED_BATCH_BYTES_MAX_DEFAULT)]
+    decompressed_batch_bytes_max: usize,
     /// Refuse a batch with a record timestamp further ahead of this broker's clock, in
     /// milliseconds (INVALID_TIMESTAMP; Kafka's log.message.timestamp.after.max.ms).
     #[arg(long, default_value_t = broker::server::MESSAGE_TIMESTAMP_AFTER_MAX_MS_DEFAULT)]
@@ -130,6 +135,7 @@ async fn main() -> anyhow::Result<()> {
     config.heartbeat_ms = args.heartbeat_ms;
     config.fencing = !args.no_fencing;
     config.batch_bytes_max = args.batch_bytes_max;
+    config.decompressed_batch_bytes_max = args.decompressed_batch_bytes_max;
     config.message_timestamp_after_max_ms = Some(args.message_timestamp_after_max_ms);
     config.message_timestamp_before_max_ms = args.message_timestamp_before_max_ms;
     config.fsync = args.fsync;

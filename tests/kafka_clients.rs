@@ -1,0 +1,38 @@
+//! Unmodified Kafka clients against real coordinator and broker processes: confluent-kafka
+//! 2.16.1 (librdkafka 2.16.0) and kafka-python 3.0.12, pinned, in a venv under `target/` that
+//! `scripts/kafka-clients-venv` makes, driven by the pytest suite in `tests/kafka_clients/`
+//! (its README says what each test covers): an idempotent stream read back exactly once,
+//! transactions in a row, the zombie fenced in each client's own terms (and winning against
+//! `--no-fencing` brokers), a write to an untouched partition, a killed leader and a frozen one.
+//!
+//! This test fails, and never skips, when Python 3, its venv module or the packages cannot be
+//! had: the message says what to install.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn unmodified_kafka_clients_are_served_and_fenced_as_kafka_fences_them() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bin_dir = common::bin("broker").parent().expect("the binaries' directory").to_path_buf();
+    let venv = Command::new(root.join("scripts/kafka-clients-venv"))
+        .current_dir(root)
+        .output()
+        .expect("run scripts/kafka-clients-venv (it needs bash)");
+    assert!(
+        venv.status.success(),
+        "scripts/kafka-clients-venv could not make the venv of pinned Kafka clients:\n{}",
+        String::from_utf8_lossy(&venv.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&venv.stdout);
+    let python = stdout.lines().last().expect("the venv's python on the script's last line").trim().to_string();
+    let status = Command::new(&python)
+        .args(["-m", "pytest", "tests/kafka_clients", "-q", "-p", "no:cacheprovider"])
+        .env("EPOCHFENCE_BIN", &bin_dir)
+        .current_dir(root)
+        .status()
+        .unwrap_or_else(|e| panic!("run {python} -m pytest: {e}"));
+    assert!(status.success(), "the real-client suite failed (its output above names the test and the client)");
+}

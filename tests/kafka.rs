@@ -792,3 +792,33 @@ async fn compressed_batches_are_checked_stored_as_sent_and_read_back() {
     assert_eq!(partition_code(&r), 76, "UNSUPPORTED_COMPRESSION_TYPE");
     c.shutdown().await;
 }
+
+/// A pipelining producer's requests read together are appended together, in order; the first
+/// batch of a new producer waits for its verification and the ones behind it wait for it (the
+/// Kafka listener's grouped produce path).
+#[tokio::test]
+async fn pipelined_kafka_produce_requests_are_appended_in_order_behind_a_verification() {
+    let c = cluster(true).await;
+    let conn = connect(&c).await;
+    let init = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_producer_id((-1).into())
+        .with_producer_epoch(-1);
+    let pid = conn.call(&init, 4).await.unwrap().producer_id.0;
+    let mut answers = Vec::new();
+    for i in 0..20 {
+        let req = produce_request(-1, "t", 1, batch(pid, 0, i * 2, &["a", "b"]));
+        answers.push(conn.submit(&req, 9).await.unwrap());
+    }
+    let mut offsets = Vec::new();
+    for a in answers {
+        let r = a.await.unwrap();
+        assert_eq!(partition_code(&r), 0, "{r:?}");
+        offsets.push(r.responses[0].partition_responses[0].base_offset);
+    }
+    assert_eq!(offsets, (0..20).map(|i| i * 2).collect::<Vec<i64>>(), "in the order sent");
+    // A resent batch is answered with its original offset (the group path's duplicate).
+    let again = conn.call(&produce_request(-1, "t", 1, batch(pid, 0, 38, &["a", "b"])), 9).await.unwrap();
+    assert_eq!(again.responses[0].partition_responses[0].base_offset, 38);
+    c.shutdown().await;
+}

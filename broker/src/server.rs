@@ -1294,7 +1294,16 @@ fn produce_under(shared: &Arc<Shared>, r: ProduceRequest, rules: TxnRules) -> ne
 /// was started, and the requests behind the first one that needs the coordinator's
 /// verification, which wait for it.
 fn produce_group(shared: &Arc<Shared>, run: Vec<ProduceRequest>) -> (Vec<net::Handled>, Vec<Request>) {
-    let checks: Vec<Checking> = run.into_iter().map(|r| check_produce(shared, r, TxnRules::Own)).collect();
+    produce_group_under(shared, run, TxnRules::Own)
+}
+
+/// [`produce_group`] under `rules`.
+fn produce_group_under(
+    shared: &Arc<Shared>,
+    run: Vec<ProduceRequest>,
+    rules: TxnRules,
+) -> (Vec<net::Handled>, Vec<Request>) {
+    let checks: Vec<Checking> = run.into_iter().map(|r| check_produce(shared, r, rules)).collect();
     let checked: Vec<&Checked> = checks
         .iter()
         .filter_map(|c| match c {

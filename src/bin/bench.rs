@@ -10,7 +10,10 @@
 //!
 //! Other modes: `replication` (acks=all on three replicas against acks=leader on one broker,
 //! alternating, as paired ratios), `inits` (durable InitProducerId grants per second) and
-//! `recovery` (how fast a partition reopens).
+//! `recovery` (how fast a partition reopens). `--protocol kafka` drives the fenced cluster
+//! through its Kafka listener (the producer crate's Kafka client) instead of the own protocol,
+//! `--protocol both` drives it both ways in the same run, alternating, and reports the Kafka
+//! path's throughput as a fraction of the own path's.
 //!
 //! `cargo run --release --bin bench -- --help`; docs/BENCHMARKS.md records runs.
 
@@ -24,6 +27,7 @@ use futures::stream::FuturesOrdered;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use net::{Connection, ServerLimits};
+use producer::kafka::KafkaConnection;
 use producer::{Client, ClientConfig, Producer, ProducerConfig};
 use protocol::batch::{build_batch, ProducerStamp};
 use protocol::{ProduceRequest, ProduceResponse, Request, Response, Status, ACKS_ALL, ACKS_LEADER};
@@ -132,6 +136,11 @@ struct Args {
     /// report per target the run with the median throughput and the median fenced/unfenced ratio.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Which wire the fenced cluster is driven over: `own` (epochfence's protocol), `kafka`
+    /// (the brokers' Kafka listener, Produce v9), or `both`, alternating in each repeat, with
+    /// the Kafka path's throughput reported as a fraction of the own path's.
+    #[arg(long, default_value = "own", value_parser = ["own", "kafka", "both"])]
+    protocol: String,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -234,11 +243,72 @@ fn crc32c_of(b: &[u8]) -> u32 {
     protocol::batch::crc32c(b)
 }
 
+/// A connection to a partition's leader, over one of the two wires.
+#[derive(Clone)]
+enum Wire {
+    Own(Connection),
+    /// With the Produce version agreed on.
+    Kafka(KafkaConnection, i16),
+}
+
 /// One producer's route to a partition: the connection to its leader and its leader epoch.
 #[derive(Clone)]
 struct Route {
-    conn: Connection,
+    wire: Wire,
     leader_epoch: i32,
+}
+
+/// A produce request's answer, to await: success, or why not.
+type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
+
+impl Route {
+    /// Queue a produce of `batch` to `partition` now (requests go out in the order queued) and
+    /// return its answer to await later.
+    async fn submit(&self, partition: i32, acks: i8, batch: Bytes) -> Result<Answer, String> {
+        match &self.wire {
+            Wire::Own(conn) => {
+                let req = Request::Produce(ProduceRequest {
+                    topic: "bench".into(),
+                    partition,
+                    leader_epoch: self.leader_epoch,
+                    acks,
+                    records: batch,
+                });
+                let answer = conn.submit(req).await.map_err(|e| format!("produce failed: {e}"))?;
+                Ok(Box::pin(async move {
+                    match answer.await {
+                        Ok(Response::Produce(r)) if r.status.is_ok() => Ok(()),
+                        Ok(other) => Err(format!("produce refused: {}", other.status())),
+                        Err(e) => Err(format!("produce failed: {e}")),
+                    }
+                }))
+            }
+            Wire::Kafka(conn, version) => {
+                use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+                let req = kafka_protocol::messages::ProduceRequest::default()
+                    .with_acks(i16::from(acks))
+                    .with_timeout_ms(30_000)
+                    .with_topic_data(vec![TopicProduceData::default()
+                        .with_name(kafka_protocol::messages::TopicName(
+                            kafka_protocol::protocol::StrBytes::from_static_str("bench"),
+                        ))
+                        .with_partition_data(vec![PartitionProduceData::default()
+                            .with_index(partition)
+                            .with_records(Some(batch))])]);
+                let answer = conn.submit(&req, *version).await.map_err(|e| format!("produce failed: {e}"))?;
+                Ok(Box::pin(async move {
+                    let r = answer.await.map_err(|e| format!("produce failed: {e}"))?;
+                    let code =
+                        r.responses.first().and_then(|t| t.partition_responses.first()).map_or(-1, |p| p.error_code);
+                    if code == 0 {
+                        Ok(())
+                    } else {
+                        Err(format!("produce refused: Kafka error {code}"))
+                    }
+                }))
+            }
+        }
+    }
 }
 
 /// Commit the open transaction of `tid`; returns the (producer id, epoch) to continue with.
@@ -321,20 +391,13 @@ async fn drive(
                     let route = routes[part].clone();
                     let batch = template.stamp(producer_id, epoch, sequences[part]);
                     sequences[part] += template.records;
-                    let req = Request::Produce(ProduceRequest {
-                        topic: "bench".into(),
-                        partition: part as i32,
-                        leader_epoch: route.leader_epoch,
-                        acks,
-                        records: batch,
-                    });
                     // Latency counts from the send; with a linger, from when the batch's first
                     // record arrived had the batch gone when its linger ran out (this tool's
                     // timer wakes up to a millisecond late, which is not the broker's doing).
                     let now = Instant::now();
                     let at = now.checked_sub(filling).unwrap_or(now);
                     // Queue it now, so batches go out in sequence order; await answers later.
-                    let answer = route.conn.submit(req).await.map_err(|e| format!("produce failed: {e}"))?;
+                    let answer = route.submit(part as i32, acks, batch).await?;
                     window.push_back(async move { (at, answer.await) });
                     sent += 1;
                 }
@@ -344,14 +407,9 @@ async fn drive(
                     }
                     break;
                 };
-                match answer {
-                    Ok(Response::Produce(r)) if r.status.is_ok() => {
-                        hist.record(at.elapsed().as_micros() as u64).expect("in range");
-                        records += template.records as u64;
-                    }
-                    Ok(other) => return Err(format!("produce refused: {}", other.status())),
-                    Err(e) => return Err(format!("produce failed: {e}")),
-                }
+                answer?;
+                hist.record(at.elapsed().as_micros() as u64).expect("in range");
+                records += template.records as u64;
             }
             Ok::<_, String>((hist, records))
         }));
@@ -436,7 +494,8 @@ async fn loopback(args: &Args, template: Arc<BatchTemplate>) -> Result<Figures, 
         let mut routes = Vec::new();
         for _ in 0..args.producers {
             let conn = Connection::connect(&addr).await.map_err(|e| e.to_string())?;
-            routes.push((0..args.partitions).map(|_| Route { conn: conn.clone(), leader_epoch: 0 }).collect());
+            routes
+                .push((0..args.partitions).map(|_| Route { wire: Wire::Own(conn.clone()), leader_epoch: 0 }).collect());
         }
         let ids = (0..args.producers).map(|p| (p as i64, 0)).collect();
         drive(args, routes, ids, Vec::new(), template).await
@@ -447,8 +506,9 @@ async fn loopback(args: &Args, template: Arc<BatchTemplate>) -> Result<Figures, 
     figures
 }
 
-/// The real broker, with producer fencing on or off.
-async fn cluster(args: &Args, template: Arc<BatchTemplate>, fencing: bool) -> Result<Figures, String> {
+/// The real broker, with producer fencing on or off, driven over the own protocol or (`kafka`)
+/// its Kafka listener.
+async fn cluster(args: &Args, template: Arc<BatchTemplate>, fencing: bool, kafka: bool) -> Result<Figures, String> {
     let log = broker::log::LogConfig {
         preallocate_bytes: args.preallocate_bytes,
         replication_cache_bytes_max: args.replication_cache_bytes_max,
@@ -461,9 +521,11 @@ async fn cluster(args: &Args, template: Arc<BatchTemplate>, fencing: bool) -> Re
         secured: false,
         log,
         replication_inflight_max: args.replication_inflight_max as usize,
+        kafka,
         ..Default::default()
     };
     let c = LocalCluster::start(opts).await.map_err(|e| e.to_string())?;
+    let kafka_addrs = c.kafka_addrs.clone();
     c.create_topic_replicated("bench", args.partitions, args.replicas).await.map_err(|e| e.to_string())?;
     let coordinator = c.coordinator_addr.clone();
     let client_args = args.clone();
@@ -484,7 +546,7 @@ async fn cluster(args: &Args, template: Arc<BatchTemplate>, fencing: bool) -> Re
                 None
             });
             let mut mine = Vec::new();
-            let mut conns: std::collections::HashMap<String, Connection> = Default::default();
+            let mut conns: std::collections::HashMap<String, Wire> = Default::default();
             for part in 0..args.partitions {
                 let leader = loop {
                     // Leaders are learnt through heartbeats: wait (bounded) until each partition has one.
@@ -496,15 +558,26 @@ async fn cluster(args: &Args, template: Arc<BatchTemplate>, fencing: bool) -> Re
                         }
                     }
                 };
-                let conn = match conns.get(&leader.addr) {
-                    Some(c) => c.clone(),
+                let wire = match conns.get(&leader.addr) {
+                    Some(w) => w.clone(),
                     None => {
-                        let c = Connection::connect(&leader.addr).await.map_err(|e| e.to_string())?;
-                        conns.insert(leader.addr.clone(), c.clone());
-                        c
+                        let w = if kafka {
+                            let addr = &kafka_addrs[(leader.broker_id - 1) as usize];
+                            let c = KafkaConnection::connect(addr, None, Duration::from_secs(10))
+                                .await
+                                .map_err(|e| e.to_string())?;
+                            let version = c
+                                .version(kafka_protocol::messages::ApiKey::Produce, (3, 9))
+                                .map_err(|e| e.to_string())?;
+                            Wire::Kafka(c, version)
+                        } else {
+                            Wire::Own(Connection::connect(&leader.addr).await.map_err(|e| e.to_string())?)
+                        };
+                        conns.insert(leader.addr.clone(), w.clone());
+                        w
                     }
                 };
-                mine.push(Route { conn, leader_epoch: leader.leader_epoch });
+                mine.push(Route { wire, leader_epoch: leader.leader_epoch });
             }
             routes.push(mine);
         }
@@ -523,22 +596,20 @@ async fn warm_up(routes: &[Vec<Route>], ids: &[(i64, i16)], record_bytes: usize)
     for (p, rs) in routes.iter().enumerate() {
         for (part, route) in rs.iter().enumerate() {
             for _ in 0..500 {
-                let probe = Request::Produce(ProduceRequest {
-                    topic: "bench".into(),
-                    partition: part as i32,
-                    leader_epoch: route.leader_epoch,
-                    acks: ACKS_LEADER,
-                    // An empty-producer batch: no sequence to disturb.
-                    records: build_batch(
-                        ProducerStamp { producer_id: -1, producer_epoch: -1, base_sequence: -1 },
-                        false,
-                        0,
-                        &[Bytes::from_static(b"warm-up")],
-                    ),
-                });
-                match route.conn.call(probe).await {
-                    Ok(Response::Produce(r)) if r.status.is_ok() => break,
-                    _ => tokio::time::sleep(Duration::from_millis(10)).await,
+                // An empty-producer batch: no sequence to disturb.
+                let probe = build_batch(
+                    ProducerStamp { producer_id: -1, producer_epoch: -1, base_sequence: -1 },
+                    false,
+                    0,
+                    &[Bytes::from_static(b"warm-up")],
+                );
+                let answered = match route.submit(part as i32, ACKS_LEADER, probe).await {
+                    Ok(answer) => answer.await,
+                    Err(e) => Err(e),
+                };
+                match answered {
+                    Ok(()) => break,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
                 }
             }
             let _ = ids[p];
@@ -731,12 +802,13 @@ async fn replication(args: &Args, template: Arc<BatchTemplate>) -> Result<(), St
     let all = Args { brokers: 3, replicas: 3, acks: "all".into(), ..args.clone() };
     let (mut leaders, mut alls, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for rep in 0..args.repeat.max(1) {
+        let kafka = args.protocol == "kafka";
         let (l, a) = if rep % 2 == 0 {
-            let l = cluster(&leader, template.clone(), true).await?;
-            (l, cluster(&all, template.clone(), true).await?)
+            let l = cluster(&leader, template.clone(), true, kafka).await?;
+            (l, cluster(&all, template.clone(), true, kafka).await?)
         } else {
-            let a = cluster(&all, template.clone(), true).await?;
-            (cluster(&leader, template.clone(), true).await?, a)
+            let a = cluster(&all, template.clone(), true, kafka).await?;
+            (cluster(&leader, template.clone(), true, kafka).await?, a)
         };
         ratios.push(a.records_per_s / l.records_per_s);
         leaders.push(l);
@@ -842,15 +914,25 @@ async fn main() -> std::process::ExitCode {
             }
         };
     }
-    let run = |m: &str| args.mode == "all" || args.mode == m;
+    // The own protocol's targets, and "kafka": the fenced cluster through its Kafka listener.
+    let run = |m: &str| match (m, args.protocol.as_str()) {
+        ("kafka", "own") => false,
+        ("kafka", _) => args.mode == "all" || args.mode == "fenced",
+        ("fenced" | "unfenced", "kafka") => false,
+        (m, _) => args.mode == "all" || args.mode == m,
+    };
     let mut results: Vec<(&str, Figures)> = Vec::new();
     let mut all: Vec<(&str, Figures)> = Vec::new();
     let mut ratios: Vec<f64> = Vec::new();
+    let mut kafka_ratios: Vec<f64> = Vec::new();
     for rep in 0..args.repeat.max(1) {
         // Alternate which cluster runs first: order effects (page cache, allocator, CPU clocks)
-        // would otherwise pass for fencing overhead.
-        let order: [&str; 3] =
-            if rep % 2 == 0 { ["loopback", "fenced", "unfenced"] } else { ["loopback", "unfenced", "fenced"] };
+        // would otherwise pass for fencing overhead (or for the Kafka listener's cost).
+        let order: [&str; 4] = if rep % 2 == 0 {
+            ["loopback", "fenced", "kafka", "unfenced"]
+        } else {
+            ["loopback", "unfenced", "kafka", "fenced"]
+        };
         let mut this: Vec<(&str, Figures)> = Vec::new();
         for name in order {
             if !run(name) {
@@ -858,8 +940,9 @@ async fn main() -> std::process::ExitCode {
             }
             let out = match name {
                 "loopback" => loopback(&args, template.clone()).await,
-                "fenced" => cluster(&args, template.clone(), true).await,
-                _ => cluster(&args, template.clone(), false).await,
+                "fenced" => cluster(&args, template.clone(), true, false).await,
+                "kafka" => cluster(&args, template.clone(), true, true).await,
+                _ => cluster(&args, template.clone(), false, false).await,
             };
             match out {
                 Ok(f) => this.push((name, f)),
@@ -873,10 +956,13 @@ async fn main() -> std::process::ExitCode {
         if let (Some(f), Some(u)) = (rate("fenced"), rate("unfenced")) {
             ratios.push(f / u);
         }
+        if let (Some(k), Some(f)) = (rate("kafka"), rate("fenced")) {
+            kafka_ratios.push(k / f);
+        }
         all.extend(this);
     }
     // Per target, the run with the median throughput.
-    for name in ["loopback", "fenced", "unfenced"] {
+    for name in ["loopback", "fenced", "kafka", "unfenced"] {
         let runs: Vec<Figures> = all.iter().filter(|(n, _)| *n == name).map(|(_, f)| f.clone()).collect();
         if let Some(median) = median_run(runs) {
             results.push((name, median));
@@ -885,6 +971,7 @@ async fn main() -> std::process::ExitCode {
     let get = |n: &str| results.iter().find(|(m, _)| *m == n).map(|(_, f)| f.clone());
     let ceiling = get("loopback");
     let overhead = median_ratio(&mut ratios);
+    let kafka_share = median_ratio(&mut kafka_ratios);
     if args.json {
         let value = serde_json::json!({
             "config": {
@@ -892,11 +979,14 @@ async fn main() -> std::process::ExitCode {
                 "rate": args.rate, "linger_ms": args.linger_ms,
                 "inflight": args.inflight, "producers": args.producers, "partitions": args.partitions, "client_threads": args.client_threads,
                 "brokers": args.brokers, "replicas": args.replicas, "acks": args.acks, "fsync": format!("{:?}", args.fsync),
+                "protocol": args.protocol,
             },
             "results": results.iter().map(|(n, f)| (n.to_string(), serde_json::to_value(f).expect("plain struct"))).collect::<serde_json::Map<_, _>>(),
             "fraction_of_loopback": ceiling.as_ref().map(|c| results.iter().map(|(n, f)| (n.to_string(), serde_json::json!(f.records_per_s / c.records_per_s))).collect::<serde_json::Map<_, _>>()),
             "fenced_over_unfenced": overhead,
             "fenced_over_unfenced_each_repeat": ratios,
+            "kafka_over_own": kafka_share,
+            "kafka_over_own_each_repeat": kafka_ratios,
         });
         println!("{}", serde_json::to_string_pretty(&value).expect("json serialises"));
     } else {
@@ -923,6 +1013,14 @@ async fn main() -> std::process::ExitCode {
                 100.0 * o,
                 ratios.len(),
                 ratios.iter().map(|r| format!("{:.3}", r)).collect::<Vec<_>>().join(" ")
+            );
+        }
+        if let Some(k) = kafka_share {
+            println!(
+                "Kafka listener: its throughput is {:.1}% of the own protocol's (median of {} paired runs: {})",
+                100.0 * k,
+                kafka_ratios.len(),
+                kafka_ratios.iter().map(|r| format!("{:.3}", r)).collect::<Vec<_>>().join(" ")
             );
         }
     }

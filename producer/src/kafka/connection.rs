@@ -7,15 +7,15 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
-use futures::{SinkExt, StreamExt};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures::StreamExt;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use net::ClientTls;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
 use super::KafkaError;
 
@@ -59,11 +59,11 @@ impl KafkaConnection {
                 .new_codec();
             match tls {
                 None => {
-                    tokio::spawn(run(addr.to_string(), Framed::new(stream, codec), rx));
+                    tokio::spawn(run(addr.to_string(), stream, codec, rx));
                 }
                 Some(tls) => {
                     let stream = tls.handshake(addr, stream).await.map_err(err)?;
-                    tokio::spawn(run(addr.to_string(), Framed::new(stream, codec), rx));
+                    tokio::spawn(run(addr.to_string(), stream, codec, rx));
                 }
             }
             Ok::<_, KafkaError>(tx)
@@ -120,16 +120,30 @@ impl KafkaConnection {
 
     /// Send `req` at `version` and wait for its answer.
     pub async fn call<R: Request>(&self, req: &R, version: i16) -> Result<R::Response, KafkaError> {
+        self.submit(req, version).await?.await
+    }
+
+    /// Queue `req` at `version` now and return its answer to await later: requests submitted
+    /// one after another go out (and are handled) in that order, however their answers are
+    /// awaited (a pipelining producer's batches).
+    pub async fn submit<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+    ) -> Result<impl std::future::Future<Output = Result<R::Response, KafkaError>>, KafkaError> {
         let (frame, id) = self.frame(req, version)?;
         let (done, rx) = oneshot::channel();
         self.tx.send((frame, Some((id, done)))).await.map_err(|_| self.closed("connection task ended"))?;
-        let mut body = rx.await.map_err(|_| self.closed("connection task ended"))??;
-        let decode = |e: anyhow::Error| KafkaError::Decode {
-            what: format!("{:?} v{version} answer", api(R::KEY)),
-            detail: format!("{e:#}"),
-        };
-        ResponseHeader::decode(&mut body, R::Response::header_version(version)).map_err(decode)?;
-        R::Response::decode(&mut body, version).map_err(decode)
+        let closed = self.closed("connection task ended");
+        Ok(async move {
+            let mut body = rx.await.map_err(|_| closed)??;
+            let decode = |e: anyhow::Error| KafkaError::Decode {
+                what: format!("{:?} v{version} answer", api(R::KEY)),
+                detail: format!("{e:#}"),
+            };
+            ResponseHeader::decode(&mut body, R::Response::header_version(version)).map_err(decode)?;
+            R::Response::decode(&mut body, version).map_err(decode)
+        })
     }
 
     /// Send `req` at `version` without waiting for an answer (a produce request with acks=0,
@@ -144,24 +158,32 @@ impl KafkaConnection {
     /// malformed requests. `correlation_id` is what the answer must carry.
     pub async fn call_raw(&self, body: Bytes, correlation_id: i32) -> Result<Bytes, KafkaError> {
         let (done, rx) = oneshot::channel();
-        self.tx.send((body, Some((correlation_id, done)))).await.map_err(|_| self.closed("connection task ended"))?;
+        let mut frame = BytesMut::with_capacity(4 + body.len());
+        frame.put_u32(body.len() as u32);
+        frame.put_slice(&body);
+        let frame = frame.freeze();
+        self.tx.send((frame, Some((correlation_id, done)))).await.map_err(|_| self.closed("connection task ended"))?;
         rx.await.map_err(|_| self.closed("connection task ended"))?
     }
 
+    /// The whole frame of `req` (length prefix included), in one buffer sized for it up front,
+    /// and its correlation id.
     fn frame<R: Request>(&self, req: &R, version: i16) -> Result<(Bytes, i32), KafkaError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
-        let mut b = BytesMut::with_capacity(64);
         let encode = |e: anyhow::Error| KafkaError::Encode {
             what: format!("{:?} v{version}", api(R::KEY)),
             detail: format!("{e:#}"),
         };
-        RequestHeader::default()
+        let header = RequestHeader::default()
             .with_request_api_key(R::KEY)
             .with_request_api_version(version)
             .with_correlation_id(id)
-            .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)))
-            .encode(&mut b, R::header_version(version))
-            .map_err(encode)?;
+            .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
+        let header_version = R::header_version(version);
+        let size = header.compute_size(header_version).map_err(encode)? + req.compute_size(version).map_err(encode)?;
+        let mut b = BytesMut::with_capacity(4 + size);
+        b.put_u32(u32::try_from(size).map_err(|_| encode(anyhow::anyhow!("a request over 4 GiB")))?);
+        header.encode(&mut b, header_version).map_err(encode)?;
         req.encode(&mut b, version).map_err(encode)?;
         Ok((b.freeze(), id))
     }
@@ -175,11 +197,19 @@ fn api(key: i16) -> ApiKey {
     ApiKey::try_from(key).unwrap_or(ApiKey::ApiVersions)
 }
 
+/// Frames written through this much buffer: smaller ones are gathered into one write, larger
+/// ones (a produce request's batch) go to the socket as they are, uncopied.
+const WRITE_BUFFER_BYTES: usize = 16 * 1024;
+
 async fn run<S: AsyncRead + AsyncWrite + Unpin>(
     addr: String,
-    mut framed: Framed<S, LengthDelimitedCodec>,
+    stream: S,
+    codec: LengthDelimitedCodec,
     mut rx: mpsc::Receiver<Outgoing>,
 ) {
+    let (read, write) = tokio::io::split(stream);
+    let mut reader = FramedRead::new(read, codec);
+    let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write);
     let mut pending: VecDeque<(i32, oneshot::Sender<Result<Bytes, KafkaError>>)> = VecDeque::new();
     let mut open = true;
     let failure = loop {
@@ -188,19 +218,30 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
         }
         tokio::select! {
             out = rx.recv(), if open => {
-                let Some((frame, answer)) = out else {
+                let Some(mut out) = out else {
                     open = false;
                     continue;
                 };
-                // Queued before the write: the answer may arrive before the write returns.
-                if let Some(a) = answer {
-                    pending.push_back(a);
-                }
-                if let Err(e) = framed.send(frame).await {
+                // Every frame queued now goes out before one flush.
+                let written = loop {
+                    let (frame, answer) = out;
+                    // Queued before the write: the answer may arrive before the write returns.
+                    if let Some(a) = answer {
+                        pending.push_back(a);
+                    }
+                    if let Err(e) = writer.write_all(&frame).await {
+                        break Err(e);
+                    }
+                    match rx.try_recv() {
+                        Ok(next) => out = next,
+                        Err(_) => break writer.flush().await,
+                    }
+                };
+                if let Err(e) = written {
                     break e.to_string();
                 }
             }
-            frame = framed.next(), if !pending.is_empty() => {
+            frame = reader.next(), if !pending.is_empty() => {
                 let frame = match frame {
                     Some(Ok(f)) => f.freeze(),
                     Some(Err(e)) => break e.to_string(),

@@ -21,7 +21,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
-use net::{Connection, Decoded, Dialer, Handled, Handler, Handlers, ServerLimits};
+use net::{Connection, Decoded, Dialer, GroupHandler, Handled, Handler, Handlers, ServerLimits};
 use protocol::codec::CodecError;
 use protocol::kafka::{KafkaAnswer, KafkaBody, KafkaFrame, KafkaHeader, KafkaRequest, KafkaServerCodec, Served};
 use protocol::{ErrorCode, Request, Response, Status};
@@ -162,8 +162,15 @@ pub(super) fn handlers(shared: &Arc<Shared>) -> Handlers<KafkaWire> {
     let shared = shared.clone();
     Arc::new(move || {
         let conn = Arc::new(KafkaConn { shared: shared.clone(), relay: Mutex::new(None) });
+        let for_group = conn.clone();
         let handler: Handler<KafkaWire> = Arc::new(move |req| conn.start(req));
-        (handler, None)
+        let group: GroupHandler<KafkaWire> = Arc::new(move |requests| {
+            if *for_group.shared.control.paused.borrow() {
+                return Vec::new(); // each alone, through the handler, which waits
+            }
+            produce::produce_group(&for_group.shared, requests, |r| for_group.start(r))
+        });
+        (handler, Some(group))
     })
 }
 

@@ -12,13 +12,29 @@ use net::Handled;
 use protocol::kafka::KafkaAnswer;
 use protocol::{ErrorCode, Response, Status, ACKS_ALL, ACKS_LEADER};
 
-use super::super::{produce_under, Shared, TxnRules};
+use std::collections::VecDeque;
+
+use protocol::kafka::{KafkaBody, KafkaRequest};
+
+use super::super::{produce_group_under, produce_under, Shared, TxnRules};
 use super::kafka_code;
 
 /// One partition of a Kafka Produce, started or refused outright.
 enum Part {
     Started(Handled),
     Refused(Status),
+}
+
+/// A partition's batch as the own protocol's produce request (Kafka's Produce carries no leader
+/// epoch: whoever leads now takes it).
+fn own_request(topic: &TopicName, index: i32, acks: i16, records: Option<bytes::Bytes>) -> protocol::ProduceRequest {
+    protocol::ProduceRequest {
+        topic: topic.to_string(),
+        partition: index,
+        leader_epoch: -1,
+        acks: if acks == -1 { ACKS_ALL } else { ACKS_LEADER },
+        records: records.unwrap_or_default(),
+    }
 }
 
 /// Start every partition's append in the handler call, in request order. The answer waits for
@@ -36,19 +52,88 @@ pub(super) fn produce(shared: &Arc<Shared>, r: ProduceRequest, version: i16) -> 
                     format!("acks {acks} is not -1 (all), 0 (none) or 1 (leader)"),
                 ))
             } else {
-                let own = protocol::ProduceRequest {
-                    topic: topic.name.to_string(),
-                    partition: p.index,
-                    // Kafka's Produce carries no leader epoch: whoever leads now takes it.
-                    leader_epoch: -1,
-                    acks: if acks == -1 { ACKS_ALL } else { ACKS_LEADER },
-                    records: p.records.unwrap_or_default(),
-                };
-                Part::Started(produce_under(shared, own, TxnRules::KafkaTv1))
+                Part::Started(produce_under(
+                    shared,
+                    own_request(&topic.name, p.index, acks, p.records),
+                    TxnRules::KafkaTv1,
+                ))
             };
             parts.push((topic.name.clone(), p.index, part));
         }
     }
+    answer(shared, parts, acks, version)
+}
+
+/// The one partition of a Produce request that writes to one (with valid acks): its topic,
+/// index and acks.
+fn single_partition(req: &KafkaRequest) -> Option<(&TopicName, i32, i16)> {
+    let KafkaBody::Request(body) = &req.body else { return None };
+    let kafka_protocol::messages::RequestKind::Produce(p) = body.as_ref() else { return None };
+    let [topic] = p.topic_data.as_slice() else { return None };
+    let [part] = topic.partition_data.as_slice() else { return None };
+    matches!(p.acks, -1..=1).then_some((&topic.name, part.index, p.acks))
+}
+
+/// Start the requests one read brought in, in arrival order (see [`net::GroupHandler`]): a run of
+/// Produce requests that each write one batch to the same partition, with the same acks, is
+/// appended together, as the own listener appends a pipelining producer's batches (one gate,
+/// one write); anything else is started alone by `start`. Stops after a request that must
+/// finish before the next starts (a batch waiting for its verification).
+pub(super) fn produce_group(
+    shared: &Arc<Shared>,
+    requests: &mut VecDeque<KafkaRequest>,
+    start: impl Fn(KafkaRequest) -> Handled<KafkaAnswer>,
+) -> Vec<Handled<KafkaAnswer>> {
+    let mut out = Vec::new();
+    while let Some(first) = requests.pop_front() {
+        let Some((name, index, acks)) = single_partition(&first).map(|(n, i, a)| (n.clone(), i, a)) else {
+            let h = start(first);
+            let serial = h.is_serial();
+            out.push(h);
+            if serial {
+                break;
+            }
+            continue;
+        };
+        let mut run = vec![first];
+        while requests.front().and_then(single_partition).is_some_and(|(n, i, a)| *n == name && i == index && a == acks)
+        {
+            run.extend(requests.pop_front());
+        }
+        let owns: Vec<protocol::ProduceRequest> = run
+            .iter()
+            .map(|r| match &r.body {
+                KafkaBody::Request(b) => match b.as_ref() {
+                    kafka_protocol::messages::RequestKind::Produce(p) => {
+                        own_request(&name, index, acks, p.topic_data[0].partition_data[0].records.clone())
+                    }
+                    _ => unreachable!("a run holds produce requests only"),
+                },
+                KafkaBody::UnsupportedApiVersions => unreachable!("a run holds produce requests only"),
+            })
+            .collect();
+        let (started, _) = produce_group_under(shared, owns, TxnRules::KafkaTv1);
+        let mut run = run.into_iter();
+        let mut waiting = false;
+        for h in started {
+            let Some(req) = run.next() else { break };
+            waiting = h.is_serial();
+            out.push(answer(shared, vec![(name.clone(), index, Part::Started(h))], acks, req.header.api_version));
+        }
+        // Not started (behind a batch waiting for its verification): they wait for it.
+        let behind: Vec<KafkaRequest> = run.collect();
+        for r in behind.into_iter().rev() {
+            requests.push_front(r);
+        }
+        if waiting {
+            break;
+        }
+    }
+    out
+}
+
+/// The answer to a Produce whose partitions were started as `parts`: serial if any of them is.
+fn answer(shared: &Arc<Shared>, parts: Vec<(TopicName, i32, Part)>, acks: i16, version: i16) -> Handled<KafkaAnswer> {
     let serial = parts.iter().any(|(.., p)| matches!(p, Part::Started(h) if h.is_serial()));
     let shared = shared.clone();
     let answer = async move {

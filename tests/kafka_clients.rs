@@ -3,7 +3,8 @@
 //! `scripts/kafka-clients-venv` makes, driven by the pytest suite in `tests/kafka_clients/`
 //! (its README says what each test covers): an idempotent stream read back exactly once,
 //! transactions in a row, the zombie fenced in each client's own terms (and winning against
-//! `--no-fencing` brokers), a write to an untouched partition, a killed leader and a frozen one.
+//! `--no-fencing` brokers), a write to an untouched partition, a killed leader and a frozen one,
+//! compressed batches; then the README's `examples/kafka_zombie.py`.
 //!
 //! This test fails, and never skips, when Python 3, its venv module or the packages cannot be
 //! had: the message says what to install.
@@ -35,4 +36,15 @@ fn unmodified_kafka_clients_are_served_and_fenced_as_kafka_fences_them() {
         .status()
         .unwrap_or_else(|e| panic!("run {python} -m pytest: {e}"));
     assert!(status.success(), "the real-client suite failed (its output above names the test and the client)");
+    // The README's example with an unmodified client: fenced, and (against --no-fencing) not.
+    let example = Command::new(&python)
+        .arg("examples/kafka_zombie.py")
+        .env("EPOCHFENCE_BIN", &bin_dir)
+        .current_dir(root)
+        .output()
+        .unwrap_or_else(|e| panic!("run examples/kafka_zombie.py: {e}"));
+    let out = String::from_utf8_lossy(&example.stdout);
+    assert!(example.status.success(), "examples/kafka_zombie.py failed:\n{out}\n{}", String::from_utf8_lossy(&example.stderr));
+    assert!(out.contains("read_committed view: ['B: debit 100']"), "{out}");
+    assert!(out.contains("its late write 'A: debit 100 again' was ACKNOWLEDGED"), "the negative case: {out}");
 }

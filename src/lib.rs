@@ -69,6 +69,8 @@ pub struct LocalOptions {
     pub storage: Option<Arc<dyn broker::storage::Storage>>,
     /// Give every broker a Kafka-protocol listener too ([`LocalCluster::kafka_addrs`]).
     pub kafka: bool,
+    /// How long the brokers keep an idle Kafka connection's relay to the coordinator, in ms.
+    pub kafka_relay_idle_ms: u64,
 }
 
 impl Default for LocalOptions {
@@ -88,6 +90,7 @@ impl Default for LocalOptions {
             replication_inflight_max: broker::server::REPLICATION_INFLIGHT_MAX_DEFAULT,
             storage: None,
             kafka: false,
+            kafka_relay_idle_ms: broker::server::KAFKA_RELAY_IDLE_MS_DEFAULT,
         }
     }
 }
@@ -172,6 +175,7 @@ impl LocalCluster {
             config.log = opts.log;
             config.retention_check_ms = opts.retention_check_ms;
             config.replication_inflight_max = opts.replication_inflight_max;
+            config.kafka_relay_idle_ms = opts.kafka_relay_idle_ms;
             if let Some(storage) = &opts.storage {
                 config.storage = storage.clone();
             }

@@ -822,3 +822,59 @@ async fn pipelined_kafka_produce_requests_are_appended_in_order_behind_a_verific
     assert_eq!(again.responses[0].partition_responses[0].base_offset, 38);
     c.shutdown().await;
 }
+
+/// Wait until the broker's count of open relay connections to the coordinator is `n`.
+async fn relay_connections_become(c: &LocalCluster, n: u64, within: Duration) {
+    use std::sync::atomic::Ordering;
+    let gauge = &c.switches[0].stats.kafka_relay_connections;
+    let deadline = Instant::now() + within;
+    while gauge.load(Ordering::Relaxed) != n {
+        assert!(
+            Instant::now() < deadline,
+            "relay connections {} after {within:?}, not {n}",
+            gauge.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Each Kafka connection relays to the coordinator over a connection of its own, which closes
+/// when the client goes away, or after `kafka_relay_idle_ms` without use while the client stays
+/// connected (idle clients would otherwise hold the coordinator's connections_max); the next
+/// relayed request dials again.
+#[tokio::test]
+async fn idle_kafka_clients_do_not_hold_connections_to_the_coordinator() {
+    // The default idle time (10 s): the relay lives as long as its Kafka connection.
+    let c = cluster(true).await;
+    relay_connections_become(&c, 0, T).await;
+    let conn = connect(&c).await;
+    assert_eq!(metadata(&conn, "t").await.error_code, 0);
+    relay_connections_become(&c, 1, T).await;
+    drop(conn);
+    relay_connections_become(&c, 0, Duration::from_secs(5)).await;
+    c.shutdown().await;
+
+    // A short idle time: five connected clients, each relayed once, hold nothing after it.
+    let opts = LocalOptions { kafka: true, kafka_relay_idle_ms: 50, ..LocalOptions::default() };
+    let c = LocalCluster::start(opts).await.unwrap();
+    c.create_topic("t", 1).await.unwrap();
+    let mut clients = Vec::new();
+    for _ in 0..5 {
+        let conn = connect(&c).await;
+        assert_eq!(metadata(&conn, "t").await.error_code, 0);
+        clients.push(conn);
+    }
+    relay_connections_become(&c, 0, T).await;
+    // Still connected, they are relayed again on demand: a transactional init at the coordinator.
+    for (i, conn) in clients.iter().enumerate() {
+        assert_eq!(metadata(conn, "t").await.error_code, 0);
+        let init = InitProducerIdRequest::default()
+            .with_transactional_id(Some(tid(&format!("idle-{i}"))))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id((-1).into())
+            .with_producer_epoch(-1);
+        assert_eq!(conn.call(&init, 4).await.unwrap().error_code, 0);
+    }
+    relay_connections_become(&c, 0, T).await;
+    c.shutdown().await;
+}

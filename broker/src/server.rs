@@ -83,6 +83,9 @@ pub struct BrokerConfig {
     /// milliseconds (Kafka's `transaction.max.timeout.ms`); above it the init is refused with
     /// INVALID_TRANSACTION_TIMEOUT. The coordinator's own maximum applies too.
     pub transaction_max_timeout_ms: i32,
+    /// How long a Kafka connection's relay connection to the coordinator stays open without
+    /// use, in milliseconds (then it is closed, and dialled again when needed).
+    pub kafka_relay_idle_ms: u64,
     /// Producer fencing on (the default). Off only to demonstrate and measure what it prevents.
     pub fencing: bool,
     /// Followers refuse replication from other leader epochs (the default). Off only to
@@ -136,6 +139,7 @@ impl BrokerConfig {
             advertised_addr: None,
             kafka_advertised_addr: None,
             transaction_max_timeout_ms: TRANSACTION_MAX_TIMEOUT_MS_DEFAULT,
+            kafka_relay_idle_ms: KAFKA_RELAY_IDLE_MS_DEFAULT,
             fencing: true,
             leader_epoch_checks: true,
             heartbeat_ms: 300,
@@ -180,6 +184,9 @@ pub const FETCH_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// Default of [`BrokerConfig::transaction_max_timeout_ms`]: 15 minutes, as Kafka's.
 pub const TRANSACTION_MAX_TIMEOUT_MS_DEFAULT: i32 = 15 * 60 * 1000;
 
+/// Default of [`BrokerConfig::kafka_relay_idle_ms`]: 10 seconds.
+pub const KAFKA_RELAY_IDLE_MS_DEFAULT: u64 = 10_000;
+
 /// Default of [`BrokerConfig::message_timestamp_after_max_ms`]: one hour, as Kafka 4.0's.
 pub const MESSAGE_TIMESTAMP_AFTER_MAX_MS_DEFAULT: u64 = 3_600_000;
 
@@ -200,6 +207,9 @@ pub struct BrokerStats {
     pub replication_refused_by_epoch: AtomicU64,
     /// Replicate requests this broker received and refused by leader epoch.
     pub replication_refusals_sent: AtomicU64,
+    /// Relay connections from Kafka connections to the coordinator open now (one per Kafka
+    /// connection that has relayed a request in the last `kafka_relay_idle_ms`).
+    pub kafka_relay_connections: AtomicU64,
 }
 
 /// Switches that freeze a broker in place, as a long GC pause or SIGSTOP would: requests,

@@ -40,6 +40,11 @@ struct Args {
     /// INVALID_TRANSACTION_TIMEOUT. The coordinator's own maximum applies as well.
     #[arg(long, default_value_t = broker::server::TRANSACTION_MAX_TIMEOUT_MS_DEFAULT, value_parser = clap::value_parser!(i32).range(1..))]
     transaction_max_timeout_ms: i32,
+    /// How long a Kafka connection's relay connection to the coordinator stays open without
+    /// use, in milliseconds; then it is closed (and dialled again when the client next needs
+    /// the coordinator), so idle Kafka clients do not hold the coordinator's connections.
+    #[arg(long, default_value_t = broker::server::KAFKA_RELAY_IDLE_MS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
+    kafka_relay_idle_ms: u64,
     /// Interval between heartbeats to the coordinator, in milliseconds.
     #[arg(long, default_value_t = 300)]
     heartbeat_ms: u64,
@@ -132,6 +137,7 @@ async fn main() -> anyhow::Result<()> {
     config.advertised_addr = args.advertise;
     config.kafka_advertised_addr = args.kafka_advertise;
     config.transaction_max_timeout_ms = args.transaction_max_timeout_ms;
+    config.kafka_relay_idle_ms = args.kafka_relay_idle_ms;
     config.heartbeat_ms = args.heartbeat_ms;
     config.fencing = !args.no_fencing;
     config.batch_bytes_max = args.batch_bytes_max;

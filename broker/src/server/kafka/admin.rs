@@ -56,7 +56,7 @@ fn s(v: impl Into<String>) -> StrBytes {
 
 impl KafkaConn {
     /// Metadata of `topics` from the coordinator (none auto-created).
-    async fn topic_infos(&self, topics: Vec<String>) -> Result<MetadataResponse, Status> {
+    async fn topic_infos(self: &Arc<Self>, topics: Vec<String>) -> Result<MetadataResponse, Status> {
         match self.relay(Request::Metadata(protocol::MetadataRequest { topics, allow_auto_create: false })).await {
             Response::Metadata(m) if m.status.is_ok() => Ok(m),
             other => Err(other.status().clone()),
@@ -384,7 +384,7 @@ impl KafkaConn {
     }
 
     /// Every transactional id the coordinator holds (its Describe, which is read-only).
-    async fn transactional_ids(&self) -> Result<Vec<TransactionalState>, Status> {
+    async fn transactional_ids(self: &Arc<Self>) -> Result<Vec<TransactionalState>, Status> {
         match self.relay(Request::Describe).await {
             Response::Describe(d) if d.status.is_ok() => Ok(d.transactional_ids),
             other => Err(other.status().clone()),

@@ -15,8 +15,9 @@
 //! ordering (answers in request order; a request that must finish before the next starts is
 //! [`net::Handled::Serial`]).
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestKind, ResponseKind};
@@ -154,14 +155,77 @@ impl net::Protocol for KafkaWire {
 /// needed, without a membership proof.
 struct KafkaConn {
     shared: Arc<Shared>,
-    relay: Mutex<Option<Connection>>,
+    relay: Mutex<Relay>,
+}
+
+/// A Kafka connection's relay to the coordinator. Each Kafka connection has its own, so its
+/// requests reach the coordinator in the order it sent them (the coordinator decides one
+/// connection's InitProducerId and EndTxn one at a time) and one client's wait does not hold
+/// up another's. It is closed after `kafka_relay_idle_ms` without use, so idle clients do not
+/// hold the coordinator's connections (its `connections_max`), and dialled again when needed;
+/// never while a call on it is under way or went unanswered (a late EndTxn must stay ahead of
+/// its retry, which goes on the same connection).
+#[derive(Default)]
+struct Relay {
+    conn: Option<RelayConn>,
+    /// Calls on `conn` under way now.
+    leases: usize,
+    /// When the last of them ended.
+    last_used: Option<Instant>,
+    /// A call on `conn` timed out: the coordinator may still decide it, so `conn` is kept.
+    unanswered: bool,
+    /// A task is watching `conn` for idleness.
+    watched: bool,
+}
+
+/// An open relay connection, counted in [`super::BrokerStats::kafka_relay_connections`].
+struct RelayConn {
+    conn: Connection,
+    stats: Arc<super::BrokerStats>,
+}
+
+impl Drop for RelayConn {
+    fn drop(&mut self) {
+        self.stats.kafka_relay_connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A call's use of the relay connection: while one is held, the connection stays open.
+struct RelayLease {
+    conn: Connection,
+    owner: Arc<KafkaConn>,
+}
+
+impl RelayLease {
+    /// The call on this connection went unanswered: keep the connection (see [`Relay`]).
+    fn unanswered(&self) {
+        let mut relay = self.owner.relay.lock().unwrap_or_else(|p| p.into_inner());
+        if relay.conn.as_ref().is_some_and(|c| c.conn.same_as(&self.conn)) {
+            relay.unanswered = true;
+        }
+    }
+}
+
+impl std::ops::Deref for RelayLease {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl Drop for RelayLease {
+    fn drop(&mut self) {
+        let mut relay = self.owner.relay.lock().unwrap_or_else(|p| p.into_inner());
+        relay.leases = relay.leases.saturating_sub(1);
+        relay.last_used = Some(Instant::now());
+    }
 }
 
 /// The handlers of each new Kafka connection.
 pub(super) fn handlers(shared: &Arc<Shared>) -> Handlers<KafkaWire> {
     let shared = shared.clone();
     Arc::new(move || {
-        let conn = Arc::new(KafkaConn { shared: shared.clone(), relay: Mutex::new(None) });
+        let conn = Arc::new(KafkaConn { shared: shared.clone(), relay: Mutex::new(Relay::default()) });
         let for_group = conn.clone();
         let handler: Handler<KafkaWire> = Arc::new(move |req| conn.start(req));
         let group: GroupHandler<KafkaWire> = Arc::new(move |requests| {
@@ -261,11 +325,11 @@ impl KafkaConn {
         }
     }
 
-    /// The relay connection to the coordinator (dialled now if there is none or it broke).
-    async fn coordinator(&self) -> Result<Connection, Status> {
-        let cached = self.relay.lock().unwrap_or_else(|p| p.into_inner()).clone().filter(|c| !c.is_closed());
-        if let Some(c) = cached {
-            return Ok(c);
+    /// The relay connection to the coordinator (dialled now if there is none or it broke),
+    /// held open until the returned lease is dropped.
+    async fn coordinator(self: &Arc<Self>) -> Result<RelayLease, Status> {
+        if let Some(lease) = self.lease_open() {
+            return Ok(lease);
         }
         // No membership proof: the coordinator serves these requests to anyone, and a client's
         // request must not pass for the broker's own.
@@ -273,13 +337,72 @@ impl KafkaConn {
         let c = dialer.dial(&self.shared.config.coordinator).await.map_err(|e| {
             Status::new(ErrorCode::CoordinatorNotAvailable, format!("cannot reach the coordinator: {e}; retry"))
         })?;
-        *self.relay.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.clone());
-        Ok(c)
+        let stats = self.shared.control.stats.clone();
+        stats.kafka_relay_connections.fetch_add(1, Ordering::Relaxed);
+        let fresh = RelayConn { conn: c.clone(), stats };
+        let (replaced, watch) = {
+            let mut relay = self.relay.lock().unwrap_or_else(|p| p.into_inner());
+            let replaced = relay.conn.replace(fresh);
+            relay.unanswered = false;
+            relay.leases += 1;
+            let watch = !std::mem::replace(&mut relay.watched, true);
+            (replaced, watch)
+        };
+        drop(replaced);
+        if watch {
+            self.watch_relay();
+        }
+        Ok(RelayLease { conn: c, owner: self.clone() })
+    }
+
+    /// A lease on the open relay connection, if there is one.
+    fn lease_open(self: &Arc<Self>) -> Option<RelayLease> {
+        let mut relay = self.relay.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = relay.conn.as_ref().filter(|c| !c.conn.is_closed())?.conn.clone();
+        relay.leases += 1;
+        Some(RelayLease { conn, owner: self.clone() })
+    }
+
+    /// Close the relay connection once it has been idle for `kafka_relay_idle_ms` (see
+    /// [`Relay`]). The task ends with the Kafka connection, or when it closes the relay.
+    fn watch_relay(self: &Arc<Self>) {
+        let idle = Duration::from_millis(self.shared.config.kafka_relay_idle_ms.max(1));
+        let owner = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut wait = idle;
+            loop {
+                tokio::time::sleep(wait).await;
+                let Some(owner) = owner.upgrade() else { return };
+                let closed = {
+                    let mut relay = owner.relay.lock().unwrap_or_else(|p| p.into_inner());
+                    let idle_for = relay.last_used.map(|t| t.elapsed()).unwrap_or(idle);
+                    if relay.conn.is_none() {
+                        relay.watched = false;
+                        return;
+                    }
+                    if relay.leases == 0 && !relay.unanswered && idle_for >= idle {
+                        relay.watched = false;
+                        relay.conn.take()
+                    } else {
+                        wait = if relay.leases == 0 {
+                            idle.saturating_sub(idle_for).max(Duration::from_millis(1))
+                        } else {
+                            idle
+                        };
+                        None
+                    }
+                };
+                if closed.is_some() {
+                    tracing::debug!("closing an idle Kafka relay connection to the coordinator");
+                    return;
+                }
+            }
+        });
     }
 
     /// Relay `req` to the coordinator and return its answer; a failure is an answer with
     /// COORDINATOR_NOT_AVAILABLE (retriable everywhere).
-    async fn relay(&self, req: Request) -> Response {
+    async fn relay(self: &Arc<Self>, req: Request) -> Response {
         let unavailable = |detail: String| {
             Response::Error(Status::new(ErrorCode::CoordinatorNotAvailable, format!("{detail}; retry")))
         };
@@ -293,7 +416,12 @@ impl KafkaConn {
             Ok(resp) => resp,
             // The coordinator's own refusal (an internal request from a non-member, say).
             Err(net::NetError::Refused { status, .. }) => Response::Error(status),
-            Err(e) => unavailable(format!("the coordinator did not answer: {e}")),
+            Err(e) => {
+                if matches!(e, net::NetError::Timeout { .. }) {
+                    conn.unanswered();
+                }
+                unavailable(format!("the coordinator did not answer: {e}"))
+            }
         }
     }
 

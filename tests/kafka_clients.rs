@@ -44,7 +44,11 @@ fn unmodified_kafka_clients_are_served_and_fenced_as_kafka_fences_them() {
         .output()
         .unwrap_or_else(|e| panic!("run examples/kafka_zombie.py: {e}"));
     let out = String::from_utf8_lossy(&example.stdout);
-    assert!(example.status.success(), "examples/kafka_zombie.py failed:\n{out}\n{}", String::from_utf8_lossy(&example.stderr));
+    assert!(
+        example.status.success(),
+        "examples/kafka_zombie.py failed:\n{out}\n{}",
+        String::from_utf8_lossy(&example.stderr)
+    );
     assert!(out.contains("read_committed view: ['B: debit 100']"), "{out}");
     assert!(out.contains("its late write 'A: debit 100 again' was ACKNOWLEDGED"), "the negative case: {out}");
 }

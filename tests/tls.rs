@@ -55,3 +55,41 @@ async fn a_tls_cluster_serves_tls_clients_and_refuses_plaintext_and_strangers() 
     assert_eq!(admin.describe().await.unwrap().brokers.len(), 3);
     c.shutdown().await;
 }
+
+/// The Kafka listener serves TLS as the own one does: a Kafka client trusting the cluster's CA
+/// produces, is fenced and reads back over TLS (the relays to the coordinator and the markers
+/// are TLS too), and a plaintext Kafka client gets no answer.
+#[tokio::test]
+async fn the_kafka_listener_serves_tls_and_refuses_plaintext() {
+    use kafka_protocol::messages::ApiVersionsRequest;
+    use producer::kafka::{KafkaConnection, KafkaConsumer, KafkaProducer};
+    let c =
+        LocalCluster::start(LocalOptions { brokers: 2, tls: true, kafka: true, ..Default::default() }).await.unwrap();
+    c.create_topic_replicated("t", 1, 2).await.unwrap();
+    let mut config = ProducerConfig::transactional("kafka-tls");
+    config.client = c.client_config();
+    let mut a = KafkaProducer::init(&c.kafka_bootstrap(), config.clone()).await.unwrap();
+    a.begin().unwrap();
+    a.send("t", 0, Bytes::from_static(b"A-0")).await.unwrap();
+    let mut b = KafkaProducer::init(&c.kafka_bootstrap(), config).await.unwrap();
+    assert!(b.epoch() > a.epoch(), "the relayed init went over TLS");
+    assert!(a.send("t", 0, Bytes::from_static(b"A-1")).await.unwrap_err().is_fenced(), "the fence went over TLS");
+    b.begin().unwrap();
+    b.send("t", 0, Bytes::from_static(b"B-0")).await.unwrap();
+    b.commit().await.unwrap();
+    let mut consumer = KafkaConsumer::read_committed(&c.kafka_bootstrap(), c.client_config());
+    let values: Vec<_> = consumer.read_to_end("t", 0, 0).await.unwrap().into_iter().map(|r| r.value).collect();
+    assert_eq!(values, [Bytes::from_static(b"B-0")], "read_committed: A's aborted write is not shown");
+
+    // A plaintext Kafka client gets no answer from the TLS listener.
+    let t = std::time::Duration::from_secs(5);
+    match KafkaConnection::connect(&c.kafka_addrs[0], None, t).await {
+        Err(_) => {}
+        Ok(plain) => assert!(plain.call(&ApiVersionsRequest::default(), 3).await.is_err(), "plaintext was served"),
+    }
+    // A TLS client that trusts another CA refuses the listener's certificate.
+    let (other_ca, _, _) = local_certificates().unwrap();
+    let stranger = ClientTls::new(other_ca.as_bytes()).unwrap();
+    assert!(KafkaConnection::connect(&c.kafka_addrs[0], Some(&stranger), t).await.is_err());
+    c.shutdown().await;
+}

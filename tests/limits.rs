@@ -42,8 +42,11 @@ fn start(dir: &std::path::Path, extra_broker: &[&str], extra_coordinator: &[&str
     (c, b)
 }
 
-/// Bound on the broker's resident memory while it holds the connections, in KiB.
-const HELD_RSS_KIB_MAX: u64 = 128 * 1024;
+/// Bound on the broker's resident memory while it holds the connections, in KiB. The debug
+/// broker holds about 90 MB with them (22 MB before the first); connections that started with
+/// an 8 KiB write buffer as well as their read buffer, as tokio-util's `Framed` makes them,
+/// took it to 130 MB.
+const HELD_RSS_KIB_MAX: u64 = 112 * 1024;
 
 #[tokio::test]
 async fn five_thousand_held_connections_stay_within_bounds_and_a_producer_gets_through() {

@@ -42,6 +42,9 @@ pub enum ClientError {
     /// An answer of the wrong kind arrived.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The broker does not serve an api (or any version of it this client speaks).
+    #[error("not supported by the broker: {0}")]
+    Unsupported(String),
     /// A send inside the open transaction failed, so the transaction holds an unknown subset of
     /// its records: it cannot commit. Abort it; the next transaction starts clean.
     #[error(

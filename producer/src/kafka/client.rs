@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, MetadataRequest, TopicName};
+use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, FindCoordinatorRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 use super::{KafkaConnection, KafkaError};
@@ -16,6 +17,10 @@ use crate::error::ClientError;
 const METADATA_VERSIONS: (i16, i16) = (1, 12);
 /// FindCoordinator versions (from 1: the key type; not 4's batched keys).
 const FIND_COORDINATOR_VERSIONS: (i16, i16) = (1, 3);
+/// CreateTopics versions (from 2, as Kafka 4 serves it).
+const CREATE_TOPICS_VERSIONS: (i16, i16) = (2, 7);
+/// Kafka's TOPIC_ALREADY_EXISTS.
+pub const TOPIC_ALREADY_EXISTS: i16 = 36;
 
 /// A partition's leader as Metadata last gave it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +37,8 @@ pub struct KafkaClient {
     config: ClientConfig,
     connections: HashMap<String, KafkaConnection>,
     brokers: HashMap<i32, String>,
+    /// The broker Metadata named as controller (where CreateTopics goes), if any.
+    controller: Option<i32>,
     topics: HashMap<String, Vec<PartitionLeader>>,
     /// Transactional id -> its coordinator's address.
     coordinators: HashMap<String, String>,
@@ -46,6 +53,7 @@ impl KafkaClient {
             config,
             connections: HashMap::new(),
             brokers: HashMap::new(),
+            controller: None,
             topics: HashMap::new(),
             coordinators: HashMap::new(),
         }
@@ -122,6 +130,7 @@ impl KafkaClient {
         for b in &resp.brokers {
             self.brokers.insert(b.node_id.0, format!("{}:{}", b.host.as_str(), b.port));
         }
+        self.controller = Some(resp.controller_id.0).filter(|id| *id >= 0);
         for t in resp.topics {
             let Some(name) = t.name.map(|n| n.to_string()) else { continue };
             if t.error_code != 0 {
@@ -173,6 +182,45 @@ impl KafkaClient {
             }
             tokio::time::sleep(self.backoff(attempt)).await;
             attempt += 1;
+        }
+    }
+
+    /// The brokers Metadata last named, by id.
+    pub fn brokers(&self) -> &HashMap<i32, String> {
+        &self.brokers
+    }
+
+    /// Create `topic` with CreateTopics at the controller Metadata names (any broker if it
+    /// names none). A topic that exists already is refused with [`TOPIC_ALREADY_EXISTS`]; the
+    /// topic may have no leaders yet when this returns.
+    pub async fn create_topic(
+        &mut self,
+        topic: &str,
+        partitions: i32,
+        replication_factor: i16,
+    ) -> Result<(), ClientError> {
+        self.refresh_metadata(&[], false).await?;
+        let conn = match self.controller.and_then(|id| self.brokers.get(&id).cloned()) {
+            Some(addr) => self.connection(&addr).await?,
+            None => self.any().await?,
+        };
+        let version = conn.version(ApiKey::CreateTopics, CREATE_TOPICS_VERSIONS)?;
+        let timeout_ms = i32::try_from(self.config.request_timeout_ms).unwrap_or(i32::MAX);
+        let req =
+            CreateTopicsRequest::default().with_timeout_ms(timeout_ms).with_topics(vec![CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_num_partitions(partitions)
+                .with_replication_factor(replication_factor)]);
+        let resp = conn.call(&req, version).await?;
+        match resp.topics.first() {
+            Some(t) if t.error_code == 0 => Ok(()),
+            Some(t) => Err(KafkaError::Refused {
+                what: format!("CreateTopics '{topic}'"),
+                code: t.error_code,
+                message: t.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default(),
+            }
+            .into()),
+            None => Err(ClientError::Protocol(format!("CreateTopics '{topic}': an answer without the topic"))),
         }
     }
 

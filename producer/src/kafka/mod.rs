@@ -12,7 +12,7 @@ mod connection;
 mod consumer;
 mod producer;
 
-pub use client::{KafkaClient, PartitionLeader};
+pub use client::{KafkaClient, PartitionLeader, TOPIC_ALREADY_EXISTS};
 pub use connection::{KafkaConnection, CLIENT_ID};
 pub use consumer::KafkaConsumer;
 pub use producer::KafkaProducer;
@@ -118,6 +118,7 @@ impl From<KafkaError> for ClientError {
                 };
                 ClientError::Refused { what, status: Status::new(known, message) }
             }
+            e @ KafkaError::Unsupported { .. } => ClientError::Unsupported(e.to_string()),
             other => ClientError::Protocol(other.to_string()),
         }
     }

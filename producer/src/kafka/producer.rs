@@ -208,6 +208,12 @@ impl KafkaProducer {
         self.register_partitions = on;
     }
 
+    /// Give the next batch to `topic-partition` the sequence `sequence`, as a retry of a batch
+    /// whose answer was lost would carry: only for testing a broker's duplicate detection.
+    pub fn set_next_sequence(&mut self, topic: &str, partition: i32, sequence: i32) {
+        self.sequences.insert((topic.to_string(), partition), sequence);
+    }
+
     /// Start a transaction.
     pub fn begin(&mut self) -> Result<(), ClientError> {
         if self.config.transactional_id.is_none() {

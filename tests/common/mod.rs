@@ -17,7 +17,7 @@ pub fn bin(name: &str) -> PathBuf {
     BUILD.call_once(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--bins", "-p", "coordinator", "-p", "broker", "-p", "producer"]);
+        cmd.args(["build", "--bins", "-p", "coordinator", "-p", "broker", "-p", "producer", "-p", "fencecheck"]);
         match profile_dir.file_name().and_then(|n| n.to_str()) {
             Some("debug") | None => {}
             Some("release") => {
@@ -71,6 +71,13 @@ impl Proc {
             .unwrap_or_else(|| panic!("{name} did not print its address; log: {}", log.display()))
             .to_string();
         Proc { child, addr, _stdout: stdout }
+    }
+
+    /// The next line the process prints after its first (a broker's Kafka listening line).
+    pub fn next_line(&mut self) -> String {
+        let mut line = String::new();
+        self._stdout.read_line(&mut line).expect("read a line of the process's output");
+        line.trim().to_string()
     }
 
     /// SIGKILL and reap.

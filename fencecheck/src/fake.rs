@@ -577,6 +577,14 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_topic_that_does_not_exist_is_an_error_and_is_not_made() {
+        let fake = Fake::start(Faults::default()).await;
+        let o = Options { topic: Some("missing".into()), ..opts(&fake) };
+        assert!(matches!(run(&o, |_| {}).await, Err(RunError::Topic(m)) if m.contains("'missing' does not exist")));
+        assert!(fake.state.lock().unwrap().topics.is_empty());
+    }
+
+    #[tokio::test]
     async fn an_unreachable_peer_is_an_error_not_a_verdict() {
         let fake = Fake::start(Faults::default()).await;
         let o = opts(&fake);

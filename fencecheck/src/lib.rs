@@ -207,7 +207,17 @@ impl Ctx {
         };
         let mut client = KafkaClient::new(&cx.bootstrap, cx.client());
         cx.topic = match &opts.topic {
-            Some(t) => t.clone(),
+            Some(t) => {
+                // Asked without auto-creation: a mistyped name is an error, not a new topic.
+                client.refresh_metadata(&[t], false).await.map_err(|e| RunError::Topic(format!("Metadata: {e}")))?;
+                if client.known_partitions(t).is_none_or(|n| n == 0) {
+                    return Err(RunError::Topic(format!(
+                        "topic '{t}' does not exist (or has no partitions yet); give one that exists, or no --topic \
+                         to let fencecheck make its own"
+                    )));
+                }
+                t.clone()
+            }
             None => {
                 let topic = format!("{}-{}", cx.prefix, cx.nonce);
                 client.refresh_metadata(&[], false).await.map_err(|e| RunError::Topic(format!("Metadata: {e}")))?;
@@ -261,7 +271,7 @@ impl Ctx {
         }
     }
 
-    /// This run's transactional id for `check` (and `instance` of it).
+    /// This run's transactional id for `check`.
     pub fn tid(&self, check: &str) -> String {
         format!("{}-{}-{check}", self.prefix, self.nonce)
     }

@@ -185,6 +185,11 @@ impl KafkaClient {
         }
     }
 
+    /// How many partitions Metadata last gave `topic` (none if it did not list the topic).
+    pub fn known_partitions(&self, topic: &str) -> Option<usize> {
+        self.topics.get(topic).map(Vec::len)
+    }
+
     /// The brokers Metadata last named, by id.
     pub fn brokers(&self) -> &HashMap<i32, String> {
         &self.brokers

@@ -15,6 +15,7 @@
 pub mod leader;
 pub mod log;
 pub mod log_dir;
+pub mod metrics;
 pub mod partition;
 pub mod producer_state;
 pub mod replication;

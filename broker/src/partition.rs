@@ -1117,6 +1117,33 @@ impl Partition {
         Some((leader_epoch, rs.partition_epoch(), isr))
     }
 
+    /// What the metrics' gauges read off this partition (see
+    /// [`crate::metrics::BrokerMetrics::refresh`]).
+    pub fn reading(&self) -> crate::metrics::PartitionReading {
+        let g = self.lock();
+        let leading = g.leadership.is_leader;
+        let (under_replicated, replication_lag_records) = match (leading, g.replica_set.as_ref()) {
+            (true, Some(rs)) => {
+                let leo = g.log.end_offset();
+                let followers = rs.follower_ids();
+                let lag = followers
+                    .iter()
+                    .filter_map(|id| rs.follower(*id))
+                    .map(|f| (leo - f.log_end_offset).max(0))
+                    .max()
+                    .unwrap_or(0);
+                (rs.isr().len() < followers.len() + 1, lag)
+            }
+            _ => (false, 0),
+        };
+        crate::metrics::PartitionReading {
+            leading,
+            under_replicated,
+            replication_lag_records,
+            truncations: g.truncations,
+        }
+    }
+
     /// As leader: the replicas the high watermark waits for (see [`ReplicaSet::counted`]).
     pub fn counted_replicas(&self) -> Option<Vec<i32>> {
         self.lock().replica_set.as_ref().map(ReplicaSet::counted)

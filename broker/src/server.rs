@@ -27,6 +27,7 @@ use tokio::sync::{watch, Notify};
 use crate::leader::LeaderEpochError;
 use crate::log::LogConfig;
 use crate::log_dir::LogDir;
+use crate::metrics::Refusal;
 use crate::partition::{
     AppendError, Appended, Committed, FetchError, Offer, Partition, PartitionRef, ReplicateError, RoleChange,
 };
@@ -210,6 +211,8 @@ pub struct BrokerStats {
     /// Relay connections from Kafka connections to the coordinator open now (one per Kafka
     /// connection that has relayed a request in the last `kafka_relay_idle_ms`).
     pub kafka_relay_connections: AtomicU64,
+    /// The Prometheus metrics (`--metrics-listen`).
+    pub metrics: crate::metrics::BrokerMetrics,
 }
 
 /// Switches that freeze a broker in place, as a long GC pause or SIGSTOP would: requests,
@@ -517,7 +520,10 @@ async fn flush_loop(shared: Arc<Shared>) {
             .filter_map(|p| p.sync_target().map(|(end, file, generation)| (p.clone(), end, file, generation)))
             .collect();
         for (part, end, file, generation) in targets {
-            match tokio::task::spawn_blocking(move || file.sync_data()).await {
+            let at = Instant::now();
+            let synced = tokio::task::spawn_blocking(move || file.sync_data()).await;
+            shared.control.stats.metrics.fsync_latency.observe(at.elapsed().as_secs_f64());
+            match synced {
                 Ok(Ok(())) => part.mark_durable(end, generation),
                 Ok(Err(e)) => part.storage_failed(format!("fdatasync failed: {e}")),
                 Err(e) => part.storage_failed(format!("fdatasync task failed: {e}")),
@@ -632,6 +638,8 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             tracing::warn!(error = %e, "heartbeat to the coordinator failed; retrying");
         }
         maintain_isr(&shared).await;
+        let readings = shared.partitions.iter().map(|p| (p.key().clone(), p.reading())).collect::<Vec<_>>();
+        shared.control.stats.metrics.refresh(readings);
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = shared.refresh.notified() => {}
@@ -827,6 +835,7 @@ async fn maintain_isr(shared: &Arc<Shared>) {
     for part in led {
         // Chosen and counted just before the call (earlier calls may have taken seconds). A
         // change not sent stays counted, and is asked again next round.
+        let before = part.counted_replicas().map_or(0, |r| r.len());
         let Some((leader_epoch, partition_epoch, isr)) =
             part.propose_isr(shared.now_ms(), shared.config.replica_lag_ms)
         else {
@@ -844,6 +853,12 @@ async fn maintain_isr(shared: &Arc<Shared>) {
         match conn.call_timeout(req, Duration::from_millis(shared.config.verify_timeout_ms)).await {
             Ok(Response::AlterPartition(r)) => {
                 if r.status.is_ok() {
+                    let metrics = &shared.control.stats.metrics;
+                    if isr.len() < before {
+                        metrics.isr_shrinks.inc();
+                    } else {
+                        metrics.isr_expands.inc();
+                    }
                     tracing::info!(topic = %part.topic, partition = part.index, leader_epoch, partition_epoch = r.partition_epoch, ?isr, "ISR changed");
                 } else {
                     tracing::warn!(topic = %part.topic, partition = part.index, leader_epoch, status = %r.status, "ISR change refused");
@@ -1109,7 +1124,12 @@ fn handle_group(shared: &Arc<Shared>, requests: &mut VecDeque<Request>) -> Vec<n
 fn handle(shared: &Arc<Shared>, req: Request) -> net::Handled {
     match req {
         Request::Produce(r) => produce(shared, r),
-        Request::Fetch(r) => net::Handled::answer(Response::Fetch(fetch(shared, r))),
+        Request::Fetch(r) => {
+            let at = Instant::now();
+            let answer = fetch(shared, r);
+            shared.control.stats.metrics.fetch_latency.observe(at.elapsed().as_secs_f64());
+            net::Handled::answer(Response::Fetch(answer))
+        }
         Request::WriteMarker(r) => write_marker(shared, r),
         Request::Replicate(r) => replicate(shared, r),
         other => net::Handled::answer(Response::Error(Status::new(
@@ -1419,13 +1439,23 @@ fn check_produce_ref(shared: &Shared, r: &ProduceRequest) -> Result<(BatchHeader
 /// disk and the replicas, the coordinator's verification first, or an answer now.
 fn started(shared: &Arc<Shared>, checked: Checked, appended: Result<Appended, AppendError>) -> net::Handled {
     let shared = shared.clone();
+    let at = Instant::now();
+    let observe =
+        move |shared: &Shared| shared.control.stats.metrics.produce_latency.observe(at.elapsed().as_secs_f64());
     match attempt(&shared, &checked, appended) {
         Attempt::Appended(appended) => net::Handled::Applied(Box::pin(async move {
-            Response::Produce(finish_produce(&shared, &checked, appended).await)
+            let answer = finish_produce(&shared, &checked, appended).await;
+            observe(&shared);
+            Response::Produce(answer)
         })),
-        Attempt::Answer(answer) => net::Handled::answer(Response::Produce(answer)),
+        Attempt::Answer(answer) => {
+            observe(&shared);
+            net::Handled::answer(Response::Produce(answer))
+        }
         Attempt::Verify { producer_id, epoch, guard, leader_epoch } => net::Handled::serial(async move {
-            Response::Produce(verify_and_produce(&shared, &checked, (producer_id, epoch), guard, leader_epoch).await)
+            let answer = verify_and_produce(&shared, &checked, (producer_id, epoch), guard, leader_epoch).await;
+            observe(&shared);
+            Response::Produce(answer)
         }),
     }
 }
@@ -1435,6 +1465,19 @@ fn attempt(shared: &Shared, c: &Checked, appended: Result<Appended, AppendError>
     let (r, header) = (&c.r, &c.header);
     // Only a refusal reports the leader epoch; an append carries its own.
     let leader_epoch = if appended.is_ok() { -1 } else { c.part.leadership().leader_epoch };
+    let metrics = &shared.control.stats.metrics;
+    match &appended {
+        Ok(Appended::New { .. }) => {
+            metrics.records_appended.inc_by(u64::try_from(header.record_count).unwrap_or(0));
+            metrics.bytes_appended.inc_by(r.records.len() as u64);
+        }
+        Ok(Appended::Duplicate { .. }) | Err(AppendError::NeedsVerification { .. }) => {}
+        Err(e) => {
+            let why = refusal(e);
+            metrics.refused(why);
+            fencing_event(why, &r.topic, r.partition, header, r.leader_epoch, leader_epoch, e);
+        }
+    }
     match appended {
         Ok(appended) => Attempt::Appended(appended),
         Err(AppendError::NeedsVerification { producer_id, epoch, guard }) => {
@@ -1472,6 +1515,49 @@ fn attempt(shared: &Shared, c: &Checked, appended: Result<Appended, AppendError>
     }
 }
 
+/// A refused write as a structured `tracing` event (target `epochfence::fencing`), so that
+/// `RUST_LOG` and any JSON log pipeline see every fencing decision with its epochs.
+fn fencing_event(
+    why: Refusal,
+    topic: &str,
+    partition: i32,
+    header: &BatchHeader,
+    request_leader_epoch: i32,
+    leader_epoch: i32,
+    e: &AppendError,
+) {
+    let current_producer_epoch = match e {
+        AppendError::Gate(GateError::StaleEpoch { current, .. }) => i32::from(*current),
+        _ => -1,
+    };
+    tracing::info!(
+        target: "epochfence::fencing",
+        reason = why.label(),
+        topic,
+        partition,
+        producer_id = header.producer_id,
+        producer_epoch = header.producer_epoch,
+        current_producer_epoch,
+        request_leader_epoch,
+        leader_epoch,
+        error = %e,
+        "write refused"
+    );
+}
+
+/// The `reason` a refused append is counted under.
+fn refusal(e: &AppendError) -> Refusal {
+    match e {
+        AppendError::Leader(LeaderEpochError::WrongRole { .. }) => Refusal::NotLeader,
+        AppendError::Leader(_) => Refusal::LeaderEpoch,
+        AppendError::Gate(GateError::StaleEpoch { .. }) => Refusal::ProducerEpoch,
+        AppendError::Gate(_) => Refusal::Sequence,
+        AppendError::NeedsVerification { .. } => Refusal::Coordinator,
+        AppendError::NotEnoughReplicas { .. } => Refusal::NotEnoughReplicas,
+        AppendError::Storage(_) => Refusal::Storage,
+    }
+}
+
 /// Ask the coordinator, then offer the batch once more: after one verification round the gate
 /// decides with the coordinator's answer.
 async fn verify_and_produce(
@@ -1493,9 +1579,13 @@ async fn verify_and_produce(
         verify_only,
     };
     if let Err((status, current)) = verify(shared, asked).await {
+        if status.code != ErrorCode::CoordinatorNotAvailable {
+            shared.control.stats.metrics.refused(Refusal::Coordinator);
+        }
         return produce_error(status, current, leader_epoch);
     }
     if !c.part.mark_verified(producer_id, epoch, transactional, guard) {
+        shared.control.stats.metrics.refused(Refusal::Coordinator);
         return produce_error(
             Status::new(
                 ErrorCode::InvalidTxnState,
@@ -1548,6 +1638,7 @@ async fn finish_produce(shared: &Shared, c: &Checked, appended: Appended) -> Pro
         }
     }
     if matches!(appended, Appended::Duplicate { .. }) {
+        shared.control.stats.metrics.duplicates_answered.inc();
         tracing::debug!(topic = %r.topic, partition = r.partition, base_offset, "duplicate batch answered with its original offset");
     }
     ProduceResponse {
@@ -1713,7 +1804,16 @@ fn write_marker(shared: &Arc<Shared>, r: WriteMarkerRequest) -> net::Handled {
         Err(e) => return err(Status::new(ErrorCode::InvalidRequest, format!("marker does not form a batch: {e}")), -1),
     };
     // A marker is committed only with min.insync.replicas in sync, as an acks=all write.
-    match part.append(&marker, &header, r.leader_epoch, true) {
+    let appended = part.append(&marker, &header, r.leader_epoch, true);
+    let metrics = &shared.control.stats.metrics;
+    match &appended {
+        Ok(Appended::New { .. }) => {
+            metrics.markers_written.inc();
+        }
+        Ok(Appended::Duplicate { .. }) | Err(AppendError::NeedsVerification { .. }) => {}
+        Err(e) => metrics.refused(refusal(e)),
+    }
+    match appended {
         Ok(appended) => {
             let shared = shared.clone();
             net::Handled::Applied(Box::pin(async move {

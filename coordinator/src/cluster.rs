@@ -229,7 +229,8 @@ impl Cluster {
         self.alive(id, now_ms) && !self.offline.contains(&(topic.to_string(), partition, id))
     }
 
-    fn live_brokers(&self, now_ms: u64) -> Vec<i32> {
+    /// The brokers whose lease holds at `now_ms`.
+    pub fn live_brokers(&self, now_ms: u64) -> Vec<i32> {
         self.brokers.iter().filter(|(_, b)| b.lease_until_ms > now_ms).map(|(id, _)| *id).collect()
     }
 

@@ -20,8 +20,10 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
+use std::time::Instant;
 
 use bytes::{Buf, Bytes};
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use thiserror::Error;
 use tokio::sync::oneshot;
 
@@ -62,7 +64,7 @@ pub enum JournalError {
 type Done = oneshot::Sender<Result<(), JournalError>>;
 
 enum Job {
-    Append { payloads: Vec<Bytes>, done: Done },
+    Append { payloads: Vec<Bytes>, done: Done, queued: Instant },
     Rotate { snapshot: Vec<Bytes>, done: Done },
 }
 
@@ -71,6 +73,8 @@ enum Job {
 pub struct Journal {
     tx: mpsc::Sender<Job>,
     syncs: Arc<AtomicU64>,
+    /// From an append's queueing to its completion, in seconds.
+    latency: Histogram,
 }
 
 /// What [`Journal::open`] read back.
@@ -223,12 +227,14 @@ impl Journal {
         let syncs = Arc::new(AtomicU64::new(0));
         let counter = syncs.clone();
         let writer_dir = dir.clone();
+        let latency = Histogram::new(exponential_buckets(0.000_05, 2.0, 16));
+        let writer_latency = latency.clone();
         std::thread::Builder::new()
             .name("journal-writer".into())
-            .spawn(move || writer(writer_dir, newest, file, rx, counter))
+            .spawn(move || writer(writer_dir, newest, file, rx, counter, writer_latency))
             .map_err(|e| JournalError::Io { path: String::new(), op: "spawn writer", detail: e.to_string() })?;
         Ok((
-            Journal { tx, syncs },
+            Journal { tx, syncs, latency },
             Replay { snapshot, payloads, truncated_bytes, generation: newest, skipped_snapshots },
         ))
     }
@@ -246,7 +252,7 @@ impl Journal {
     /// are on disk. With no payloads it completes once everything queued before is on disk.
     pub fn append(&self, payloads: Vec<Bytes>) -> oneshot::Receiver<Result<(), JournalError>> {
         let (done, rx) = oneshot::channel();
-        self.send(Job::Append { payloads, done });
+        self.send(Job::Append { payloads, done, queued: Instant::now() });
         rx
     }
 
@@ -256,6 +262,11 @@ impl Journal {
         let (done, rx) = oneshot::channel();
         self.send(Job::Rotate { snapshot, done });
         rx
+    }
+
+    /// How long appends took, from queueing to completion (on disk, or failed), in seconds.
+    pub fn append_latency(&self) -> Histogram {
+        self.latency.clone()
     }
 
     /// Number of flushes so far (group commit makes it smaller than the number of appends).
@@ -368,10 +379,23 @@ impl Writer {
     }
 }
 
-fn writer(dir: PathBuf, generation: u64, file: File, rx: mpsc::Receiver<Job>, syncs: Arc<AtomicU64>) {
+fn writer(
+    dir: PathBuf,
+    generation: u64,
+    file: File,
+    rx: mpsc::Receiver<Job>,
+    syncs: Arc<AtomicU64>,
+    latency: Histogram,
+) {
     let mut w = Writer { dir, generation, file, syncs, stopped: None };
     let mut buf = Vec::new();
-    let mut waiting: Vec<Done> = Vec::new();
+    let mut waiting: Vec<(Done, Instant)> = Vec::new();
+    let complete = |waiting: &mut Vec<(Done, Instant)>, result: &Result<(), JournalError>| {
+        for (d, queued) in waiting.drain(..) {
+            latency.observe(queued.elapsed().as_secs_f64());
+            let _ = d.send(result.clone());
+        }
+    };
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
         while jobs.len() < GROUP_COMMIT_JOBS_MAX {
@@ -383,11 +407,11 @@ fn writer(dir: PathBuf, generation: u64, file: File, rx: mpsc::Receiver<Job>, sy
         buf.clear();
         for job in jobs {
             match job {
-                Job::Append { payloads, done } => {
+                Job::Append { payloads, done, queued } => {
                     for p in &payloads {
                         frame(&mut buf, p);
                     }
-                    waiting.push(done);
+                    waiting.push((done, queued));
                 }
                 Job::Rotate { snapshot, done } => {
                     // Everything queued before the rotation goes into the old generation.
@@ -399,9 +423,7 @@ fn writer(dir: PathBuf, generation: u64, file: File, rx: mpsc::Receiver<Job>, sy
                     if let Err(e) = &result {
                         w.fail(e);
                     }
-                    for d in waiting.drain(..) {
-                        let _ = d.send(result.clone());
-                    }
+                    complete(&mut waiting, &result);
                     let _ = done.send(result);
                 }
             }
@@ -415,9 +437,7 @@ fn writer(dir: PathBuf, generation: u64, file: File, rx: mpsc::Receiver<Job>, sy
                 w.fail(e);
             }
         }
-        for d in waiting.drain(..) {
-            let _ = d.send(result.clone());
-        }
+        complete(&mut waiting, &result);
     }
 }
 

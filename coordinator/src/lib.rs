@@ -4,12 +4,14 @@
 //! - [`cluster`]: brokers, leases, topics and leaders (rules, no I/O).
 //! - [`entry`]: the journal records both of them are rebuilt from.
 //! - [`journal`]: the durable, group-committed journal.
+//! - [`metrics`]: the Prometheus metrics (`--metrics-listen`).
 //! - [`server`]: the tokio shell that wires them to the network.
 
 pub mod cluster;
 pub mod entry;
 pub mod journal;
+pub mod metrics;
 pub mod server;
 pub mod table;
 
-pub use server::{recover, run, CoordinatorConfig, CoordinatorError, Recovered};
+pub use server::{recover, run, run_with_metrics, CoordinatorConfig, CoordinatorError, Recovered};

@@ -25,6 +25,7 @@ use tokio::sync::oneshot;
 use crate::cluster::{BrokerStart, Cluster, ClusterConfig};
 use crate::entry::{Entry, FenceTarget};
 use crate::journal::{Journal, JournalError};
+use crate::metrics::CoordinatorMetrics;
 use crate::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, Registration, TableConfig};
 
 /// Coordinator settings.
@@ -105,6 +106,7 @@ struct Shared {
     config: CoordinatorConfig,
     /// Connections to brokers for markers, by address; never held across an `.await`.
     peers: Mutex<HashMap<String, Connection>>,
+    metrics: CoordinatorMetrics,
 }
 
 impl Shared {
@@ -119,6 +121,7 @@ impl Shared {
     /// Queue entries; call under the state lock so journal order is decision order.
     fn persist(&self, entries: &[Entry]) -> oneshot::Receiver<Result<(), JournalError>> {
         self.since_snapshot.fetch_add(entries.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.metrics.count(entries);
         self.journal.append(entries.iter().map(Entry::encode).collect())
     }
 }
@@ -137,6 +140,17 @@ pub async fn run(
     config: CoordinatorConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), CoordinatorError> {
+    run_with_metrics(listener, None, config, shutdown).await
+}
+
+/// [`run`], also serving the coordinator's Prometheus metrics at `GET /metrics` on
+/// `metrics_listener`.
+pub async fn run_with_metrics(
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    config: CoordinatorConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), CoordinatorError> {
     let mut config = config;
     // The connection layer's deadline must outlast an init's or EndTxn's wait for its markers.
     config.limits.request_timeout_ms = config.limits.request_timeout_ms.max(config.fence_wait_ms + 5_000);
@@ -145,12 +159,22 @@ pub async fn run(
     let pending = table.pending_fences();
     let shared = Arc::new(Shared {
         state: Mutex::new(State { table, cluster }),
-        journal,
         since_snapshot: std::sync::atomic::AtomicU64::new(replayed as u64),
         started: Instant::now(),
         peers: Mutex::new(HashMap::new()),
+        metrics: CoordinatorMetrics::new(journal.append_latency()),
+        journal,
         config: config.clone(),
     });
+    if let Some(l) = metrics_listener {
+        let scrape = shared.clone();
+        let encode = move || {
+            let live = scrape.lock().cluster.live_brokers(scrape.now_ms()).len();
+            scrape.metrics.set_live_brokers(live);
+            scrape.metrics.encode()
+        };
+        tokio::spawn(net::metrics::serve_metrics(l, Arc::new(encode), std::future::pending()));
+    }
     tokio::spawn(tick_loop(shared.clone()));
     tokio::spawn(snapshot_loop(shared.clone()));
     for (tid, epoch, commit, targets) in pending {

@@ -5,10 +5,12 @@
 //! - [`client`]: a pipelined client connection: many requests in flight on one socket,
 //!   answers matched by correlation id; [`Dialer`] adds TLS and the membership proof.
 //! - [`tls`]: optional TLS for listeners and diallers (rustls).
+//! - [`metrics`]: the `/metrics` endpoint Prometheus scrapes.
 //!
 //! No rules live here: handlers decide, this crate only moves frames.
 
 pub mod client;
+pub mod metrics;
 pub mod server;
 pub mod tls;
 

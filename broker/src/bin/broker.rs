@@ -2,6 +2,8 @@
 //! partitions, and with `--kafka-listen` serves Kafka clients too.
 
 use broker::BrokerConfig;
+use std::sync::Arc;
+
 use clap::Parser;
 
 /// mimalloc rather than glibc's allocator: glibc hands large freed buffers (request frames)
@@ -124,6 +126,9 @@ struct Args {
     /// (0: always read the file).
     #[arg(long, default_value_t = broker::log::REPLICATION_CACHE_BYTES_MAX_DEFAULT)]
     replication_cache_bytes_max: usize,
+    /// Serve Prometheus metrics at `GET /metrics` on this address.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<String>,
     /// DANGER: turn producer fencing off (demonstrations and overhead measurements only).
     #[arg(long)]
     no_fencing: bool,
@@ -182,20 +187,23 @@ async fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
+    let control = broker::server::BrokerControl::running();
+    if let Some(metrics) = &args.metrics_listen {
+        let l = tokio::net::TcpListener::bind(metrics)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {metrics} (--metrics-listen): {e}"))?;
+        println!("metrics listening on {}", l.local_addr()?);
+        let stats = control.stats.clone();
+        tokio::spawn(net::metrics::serve_metrics(l, Arc::new(move || stats.metrics.encode()), std::future::pending()));
+    }
     // SIGINT or SIGTERM: stop cleanly (logs synced, producer state snapshotted).
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    broker::server::run_listeners(
-        listener,
-        kafka_listener,
-        config,
-        broker::server::BrokerControl::running(),
-        async move {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        },
-    )
+    broker::server::run_listeners(listener, kafka_listener, config, control, async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    })
     .await?;
     Ok(())
 }

@@ -71,6 +71,9 @@ struct Args {
     /// How long an init or EndTxn waits for its markers before answering CONCURRENT_TRANSACTIONS, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     fence_wait_ms: u64,
+    /// Serve Prometheus metrics at `GET /metrics` on this address.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<String>,
 }
 
 #[tokio::main]
@@ -103,7 +106,17 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(%addr, data_dir = %args.data_dir.display(), "coordinator listening");
     // Scripts wait for this line to learn the bound address (useful with port 0).
     println!("coordinator listening on {addr}");
-    coordinator::run(listener, config, async {
+    let metrics_listener = match &args.metrics_listen {
+        Some(metrics) => {
+            let l = tokio::net::TcpListener::bind(metrics)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {metrics} (--metrics-listen): {e}"))?;
+            println!("metrics listening on {}", l.local_addr()?);
+            Some(l)
+        }
+        None => None,
+    };
+    coordinator::run_with_metrics(listener, metrics_listener, config, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await?;

@@ -42,7 +42,17 @@ const EARLIEST: i64 = -2;
 /// on the connection go ahead while it waits.
 pub(super) fn fetch(shared: &Arc<Shared>, r: FetchRequest, version: i16) -> Handled<KafkaAnswer> {
     let shared = shared.clone();
+    let at = std::time::Instant::now();
     Handled::Applied(Box::pin(async move {
+        let answer = fetch_waiting(&shared, r, version).await;
+        shared.control.stats.metrics.fetch_latency.observe(at.elapsed().as_secs_f64());
+        answer
+    }))
+}
+
+/// [`fetch`]: read, and wait up to `max_wait_ms` for `min_bytes`.
+async fn fetch_waiting(shared: &Arc<Shared>, r: FetchRequest, version: i16) -> KafkaAnswer {
+    {
         if r.session_id != 0 {
             // This broker never creates a fetch session (it answers session id 0), so a client
             // naming one has it from elsewhere.
@@ -60,18 +70,18 @@ pub(super) fn fetch(shared: &Arc<Shared>, r: FetchRequest, version: i16) -> Hand
                 .flat_map(|t| t.partitions.iter().map(move |p| (t.topic.to_string(), p.partition)))
                 .filter_map(|key| shared.partitions.get(&key).map(|p| p.subscribe()))
                 .collect();
-            let (resp, bytes, failed) = fetch_once(&shared, &r, isolation, version);
+            let (resp, bytes, failed) = fetch_once(shared, &r, isolation, version);
             let enough = bytes >= r.min_bytes.max(1) as usize;
             if enough || failed || watchers.is_empty() || tokio::time::Instant::now() >= deadline {
                 return KafkaAnswer::Reply(ResponseKind::Fetch(resp));
             }
             let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                let (resp, ..) = fetch_once(&shared, &r, isolation, version);
+                let (resp, ..) = fetch_once(shared, &r, isolation, version);
                 return KafkaAnswer::Reply(ResponseKind::Fetch(resp));
             }
         }
-    }))
+    }
 }
 
 /// One read of every partition: the response, the bytes of records in it, and whether any

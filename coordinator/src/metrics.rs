@@ -1,0 +1,130 @@
+//! The coordinator's Prometheus metrics, in a registry of its own (`epochfence_coordinator_*`).
+//! The counters are read off the journal entries the coordinator's decisions queue
+//! ([`CoordinatorMetrics::count`]): every grant, bump, fence, transaction end, election and
+//! ISR change is one, so one place counts them all.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::entry::Entry;
+
+/// A coordinator's metrics.
+pub struct CoordinatorMetrics {
+    registry: Registry,
+    grants: Counter,
+    epoch_bumps: Counter,
+    fences_written: Counter,
+    committed: Counter,
+    aborted: Counter,
+    timed_out: Counter,
+    elections: Counter,
+    isr_changes: Counter,
+    live_brokers: Gauge,
+}
+
+impl std::fmt::Debug for CoordinatorMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoordinatorMetrics").finish_non_exhaustive()
+    }
+}
+
+impl CoordinatorMetrics {
+    /// Fresh metrics; `journal_latency` is the journal's own append histogram.
+    pub fn new(journal_latency: Histogram) -> CoordinatorMetrics {
+        let mut registry = Registry::with_prefix("epochfence_coordinator");
+        let m = CoordinatorMetrics {
+            registry: Registry::default(),
+            grants: Counter::default(),
+            epoch_bumps: Counter::default(),
+            fences_written: Counter::default(),
+            committed: Counter::default(),
+            aborted: Counter::default(),
+            timed_out: Counter::default(),
+            elections: Counter::default(),
+            isr_changes: Counter::default(),
+            live_brokers: Gauge::default(),
+        };
+        registry.register(
+            "init_producer_id_grants",
+            "Producer ids and epochs granted (InitProducerId)",
+            m.grants.clone(),
+        );
+        registry.register(
+            "epoch_bumps",
+            "Epochs of a transactional id moved up (an init fencing an earlier instance, a bumping EndTxn, a timeout)",
+            m.epoch_bumps.clone(),
+        );
+        registry.register(
+            "fences_written",
+            "Fence markers (one per partition) a grant or a transaction timeout wrote at a bumped epoch",
+            m.fences_written.clone(),
+        );
+        registry.register("transactions_committed", "Transactions committed", m.committed.clone());
+        registry.register("transactions_aborted", "Transactions aborted (timed-out ones included)", m.aborted.clone());
+        registry.register(
+            "transactions_timed_out",
+            "Transactions aborted because they outlived their timeout",
+            m.timed_out.clone(),
+        );
+        registry.register("elections", "Partition leaderships changed under a new leader epoch", m.elections.clone());
+        registry.register("isr_changes", "ISR changes", m.isr_changes.clone());
+        registry.register("live_brokers", "Brokers whose lease holds", m.live_brokers.clone());
+        registry.register_with_unit(
+            "journal_append_latency",
+            "Journal appends, from queueing to on disk",
+            Unit::Seconds,
+            journal_latency,
+        );
+        CoordinatorMetrics { registry, ..m }
+    }
+
+    /// Count the decisions in `entries` (queued for the journal).
+    pub fn count(&self, entries: &[Entry]) {
+        for e in entries {
+            match e {
+                Entry::Grant { transactional_id, epoch, fence, .. } => {
+                    self.grants.inc();
+                    if transactional_id.is_some() && *epoch > 0 {
+                        self.epoch_bumps.inc();
+                    }
+                    self.fences_written.inc_by(fence.len() as u64);
+                }
+                Entry::EndTxn { epoch, prev, commit, timed_out, markers, .. } => {
+                    if *commit {
+                        self.committed.inc();
+                    } else {
+                        self.aborted.inc();
+                    }
+                    if *timed_out {
+                        self.timed_out.inc();
+                        self.fences_written.inc_by(markers.len() as u64);
+                    }
+                    if *epoch != prev.1 {
+                        self.epoch_bumps.inc();
+                    }
+                }
+                Entry::LeaderChanged { .. } => {
+                    self.elections.inc();
+                }
+                Entry::IsrChanged { .. } => {
+                    self.isr_changes.inc();
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Set the live-broker gauge.
+    pub fn set_live_brokers(&self, n: usize) {
+        self.live_brokers.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// The registry as Prometheus (OpenMetrics) text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -128,3 +128,49 @@ impl CoordinatorMetrics {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::FenceTarget;
+
+    fn target(partition: i32) -> FenceTarget {
+        FenceTarget { producer_id: 7, marker_epoch: 1, marker_sequence: 0, topic: "t".into(), partition }
+    }
+
+    #[test]
+    fn decisions_are_counted_off_their_entries() {
+        let m = CoordinatorMetrics::new(Histogram::new([0.1].into_iter()));
+        let grant = |epoch, fence| Entry::Grant {
+            transactional_id: Some("z".into()),
+            producer_id: 7,
+            epoch,
+            requested_by: None,
+            transaction_timeout_ms: 60_000,
+            fence,
+        };
+        let end = |commit, timed_out, epoch| Entry::EndTxn {
+            transactional_id: "z".into(),
+            producer_id: 7,
+            epoch,
+            prev: (7, 1),
+            commit,
+            timed_out,
+            markers: vec![target(0)],
+        };
+        m.count(&[grant(0, vec![]), grant(1, vec![target(0), target(1)])]);
+        m.count(&[end(true, false, 1), end(false, true, 2)]);
+        let text = m.encode();
+        for (sample, want) in [
+            ("epochfence_coordinator_init_producer_id_grants_total", 2),
+            // The second grant and the timeout's abort bump; the first grant and a TV1 commit do not.
+            ("epochfence_coordinator_epoch_bumps_total", 2),
+            ("epochfence_coordinator_fences_written_total", 3),
+            ("epochfence_coordinator_transactions_committed_total", 1),
+            ("epochfence_coordinator_transactions_aborted_total", 1),
+            ("epochfence_coordinator_transactions_timed_out_total", 1),
+        ] {
+            assert!(text.contains(&format!("{sample} {want}\n")), "{sample} {want}: {text}");
+        }
+    }
+}

@@ -775,10 +775,11 @@ mod tests {
         entries.iter().for_each(|e| table.apply(e));
         let shared = Arc::new(Shared {
             state: Mutex::new(State { table, cluster }),
-            journal,
             since_snapshot: std::sync::atomic::AtomicU64::new(0),
             started: Instant::now(),
             peers: Mutex::new(HashMap::new()),
+            metrics: CoordinatorMetrics::new(journal.append_latency()),
+            journal,
             config,
         });
         let handle = handler(shared.clone());

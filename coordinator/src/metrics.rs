@@ -140,7 +140,7 @@ mod tests {
 
     #[test]
     fn decisions_are_counted_off_their_entries() {
-        let m = CoordinatorMetrics::new(Histogram::new([0.1].into_iter()));
+        let m = CoordinatorMetrics::new(Histogram::new([0.1]));
         let grant = |epoch, fence| Entry::Grant {
             transactional_id: Some("z".into()),
             producer_id: 7,

@@ -6,11 +6,13 @@
 //!   answers matched by correlation id; [`Dialer`] adds TLS and the membership proof.
 //! - [`tls`]: optional TLS for listeners and diallers (rustls).
 //! - [`metrics`]: the `/metrics` endpoint Prometheus scrapes.
+//! - [`progress`]: progress of long runs on a terminal (`sim --seeds`, `bench`).
 //!
 //! No rules live here: handlers decide, this crate only moves frames.
 
 pub mod client;
 pub mod metrics;
+pub mod progress;
 pub mod server;
 pub mod tls;
 

@@ -69,8 +69,11 @@ fn main() -> ExitCode {
     let mut decisions: BTreeMap<&'static str, u64> = BTreeMap::new();
     let (mut steps, mut acked, mut fenced, mut elections, mut consumed) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut committed, mut aborted, mut timed_out, mut skipped, mut spanning) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    // A bar (or plain lines on stderr) for a range of seeds; nothing for one replayed seed.
+    let progress = net::progress::Progress::new("sim", Some(seeds.len() as u64), "seeds", seeds.len() <= 1);
     for &seed in &seeds {
         let out = run(seed, cfg.clone());
+        progress.inc(1);
         if args.verbose && std::io::stdout().write_all(out.trace.as_bytes()).is_err() {
             return ExitCode::from(1);
         }
@@ -95,6 +98,7 @@ fn main() -> ExitCode {
             failing.push(seed);
         }
     }
+    progress.finish();
     say!(
         "{} seeds, mutation {}: {} failed; {steps} steps, {acked} records acknowledged, {fenced} zombie writes \
          refused, {elections} elections, {consumed} batches read by the consumer",

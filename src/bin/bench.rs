@@ -342,6 +342,9 @@ async fn drive(
         }
         _ => Duration::ZERO,
     };
+    // A bar on a terminal (plain lines otherwise), nothing with --json.
+    let total = (args.duration_ms == 0).then_some(args.records);
+    let progress = Arc::new(net::progress::Progress::new("bench", total, "records", args.json));
     let started = Instant::now();
     let cpu_before = CpuTimes::now();
     // With a duration, producers send until it is over rather than a fixed count.
@@ -358,6 +361,7 @@ async fn drive(
         let interval = (args.rate > 0)
             .then(|| Duration::from_secs_f64(template.records as f64 * args.producers as f64 / args.rate as f64));
         let start = Instant::now();
+        let progress = progress.clone();
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new(3).expect("3 significant digits is valid");
             let mut sequences = vec![0i32; routes.len()];
@@ -410,6 +414,7 @@ async fn drive(
                 answer?;
                 hist.record(at.elapsed().as_micros() as u64).expect("in range");
                 records += template.records as u64;
+                progress.inc(template.records as u64);
             }
             Ok::<_, String>((hist, records))
         }));
@@ -422,6 +427,7 @@ async fn drive(
         records += r;
     }
     let seconds = started.elapsed().as_secs_f64();
+    progress.finish();
     let cpu_busy_pct = cpu_before.zip(CpuTimes::now()).and_then(|(before, after)| before.busy_pct(after));
     let records_per_s = records as f64 / seconds;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;

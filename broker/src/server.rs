@@ -1760,11 +1760,16 @@ fn replicate(shared: &Arc<Shared>, r: ReplicateRequest) -> net::Handled {
         Err(ReplicateError::Leader(e)) => {
             if matches!(e, LeaderEpochError::Fenced { .. }) {
                 shared.control.stats.replication_refusals_sent.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(topic = %r.topic, partition = r.partition, sender = r.leader_id, sender_epoch = r.leader_epoch, epoch, "refused replication from a stale leader");
+                // A stale leader's append, refused here as its client's would be there.
+                shared.control.stats.metrics.refused(Refusal::LeaderEpoch);
+                tracing::warn!(target: "epochfence::fencing", reason = Refusal::LeaderEpoch.label(), topic = %r.topic, partition = r.partition, sender = r.leader_id, sender_epoch = r.leader_epoch, epoch, "refused replication from a stale leader");
             }
             answer(leader_status(shared, &r.topic, r.partition, &e), -1, -1, epoch)
         }
         Err(ReplicateError::Gate(e)) => {
+            let why =
+                if matches!(e, GateError::StaleEpoch { .. }) { Refusal::ProducerEpoch } else { Refusal::Sequence };
+            shared.control.stats.metrics.refused(why);
             tracing::error!(topic = %r.topic, partition = r.partition, error = %e, "replicated batch breaks the producer gate; refused");
             answer(Status::new(ErrorCode::InvalidProducerEpoch, e.to_string()), -1, -1, epoch)
         }

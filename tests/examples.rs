@@ -22,7 +22,11 @@ fn example(name: &str) -> PathBuf {
 }
 
 fn run(name: &str) -> String {
-    let out = Command::new(example(name)).output().unwrap();
+    run_with(name, &[])
+}
+
+fn run_with(name: &str, args: &[&str]) -> String {
+    let out = Command::new(example(name)).args(args).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{name} failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     stdout
@@ -36,6 +40,85 @@ fn zombie_producer_example_sees_both_outcomes() {
         out.contains("fenced: transactional id 'balance-writer' is at epoch 1, this producer holds epoch 0"),
         "{out}"
     );
+}
+
+/// The flags the machine's notes give for a headless Chromium on a closed network.
+const CHROMIUM_FLAGS: [&str; 8] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+];
+
+#[test]
+fn the_zombie_timeline_renders_in_a_real_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("zombie.html");
+    let out = run_with("zombie_producer", &["--timeline", page.to_str().unwrap()]);
+    assert!(out.contains(&format!("timeline written to {}", page.display())), "{out}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    for banned in ["<script", "<link", "<img", "url("] {
+        assert!(!html.contains(banned), "the page loads nothing: {banned}");
+    }
+    // Debian's chromium, installed by the project's script if missing.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let found = Command::new(root.join("scripts/chromium")).output().expect("run scripts/chromium (it needs bash)");
+    assert!(found.status.success(), "scripts/chromium: {}", String::from_utf8_lossy(&found.stderr));
+    let chromium = String::from_utf8_lossy(&found.stdout).lines().last().unwrap().trim().to_string();
+    let url = format!("file://{}", page.display());
+    let profile = dir.path().join("profile");
+    let browser = |extra: &[&str]| {
+        let out = Command::new(&chromium)
+            .args(CHROMIUM_FLAGS)
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(extra)
+            .arg(&url)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The DOM the browser built: a lane per participant in both runs, the refusal with its epochs.
+    let dom = browser(&["--dump-dom"]);
+    assert_eq!(dom.matches("<g class=\"lane\"").count(), 8, "4 lanes in each of the 2 runs");
+    for lane in ["producer A", "producer B", "broker 1 (accounts-0)", "coordinator"] {
+        assert!(dom.contains(&format!("data-lane=\"{lane}\"")), "{lane}");
+    }
+    let refused = dom.split("<g class=\"mark refused\">").skip(1).collect::<Vec<_>>();
+    assert_eq!(refused.len(), 2, "A's two late writes are refused, in the fenced run only");
+    assert!(refused[0].contains("is at epoch 1, this producer holds epoch 0"), "{}", refused[0]);
+    // What it drew: not blank, and the refusals' red crosses are on the screen. The fenced
+    // run's picture alone (no legend, no list, whose red would count too).
+    let svg = &html[html.find("<svg").unwrap()..html.find("</svg>").unwrap() + "</svg>".len()];
+    let picture = dir.path().join("fenced.html");
+    std::fs::write(&picture, format!("<!DOCTYPE html><html><body style=\"margin:0\">{svg}</body></html>")).unwrap();
+    let shot = dir.path().join("fenced.png");
+    let out = Command::new(&chromium)
+        .args(CHROMIUM_FLAGS)
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(["--window-size=1300,600", &format!("--screenshot={}", shot.display())])
+        .arg(format!("file://{}", picture.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    let channels = info.color_type.samples();
+    let rgb = pixels[..info.buffer_size()].chunks(channels).map(|p| (p[0], p[1], p[2]));
+    let (mut inked, mut red, mut total) = (0usize, 0usize, 0usize);
+    for (r, g, b) in rgb {
+        total += 1;
+        inked += usize::from(r < 200 || g < 200 || b < 200);
+        red += usize::from(r > 180 && g < 90 && b < 90);
+    }
+    assert!(inked * 100 > total, "the screenshot is blank: {inked} of {total} pixels drawn");
+    assert!(red > 200, "no refused mark on the screen: {red} red pixels");
 }
 
 #[test]

@@ -59,6 +59,7 @@ mod checks;
 mod clients;
 mod coord;
 mod faults;
+pub mod timeline;
 
 const TOPIC: &str = "sim";
 const BROKERS: [i32; 3] = [1, 2, 3];

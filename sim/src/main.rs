@@ -30,6 +30,10 @@ struct Args {
     /// Ticks with faults.
     #[arg(long, default_value_t = 3_000)]
     fault_ticks: u64,
+    /// With --seed: write the run's timeline (a lane per process, epochs as bands, every fault,
+    /// election, fence and refusal as a mark) to this HTML file.
+    #[arg(long, value_name = "FILE.html")]
+    timeline: Option<std::path::PathBuf>,
     /// Partitions of the simulated topic (1 to 16).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(i32).range(1..=16))]
     partitions: i32,
@@ -53,11 +57,16 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     };
+    if args.timeline.is_some() && args.seed.is_none() {
+        eprintln!("error: --timeline draws one run: give it with --seed S");
+        return ExitCode::from(2);
+    }
     let cfg = Config {
         mutation,
         fault_ticks: args.fault_ticks,
         partitions: args.partitions,
-        verbose: args.verbose,
+        // The timeline is drawn from the trace.
+        verbose: args.verbose || args.timeline.is_some(),
         ..Config::default()
     };
     let seeds: Vec<u64> = match args.seed {
@@ -76,6 +85,23 @@ fn main() -> ExitCode {
         progress.inc(1);
         if args.verbose && std::io::stdout().write_all(out.trace.as_bytes()).is_err() {
             return ExitCode::from(1);
+        }
+        if let Some(path) = &args.timeline {
+            let mut page = timeline::Page::new(
+                format!("epochfence simulation, seed {seed}"),
+                format!(
+                    "One simulated run (mutation {}): a lane per process, producer epochs and leaderships as bands, \
+                     every crash, pause, election, grant, append, marker and refusal as a mark, in the trace's order. \
+                     Replay it with: sim --seed {seed} --verbose",
+                    args.mutation
+                ),
+            );
+            page.push(sim::timeline::timeline_of(seed, &out.trace));
+            if let Err(e) = std::fs::write(path, page.render()) {
+                eprintln!("error: cannot write the timeline to {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+            say!("timeline written to {}", path.display());
         }
         for (k, v) in &out.faults {
             *faults.entry(k).or_default() += v;

@@ -130,6 +130,25 @@ impl Timeline {
         bands.push(Band { from: at, to: None, label: label.into() });
     }
 
+    /// Every mark in the order recorded: (lane, kind, label).
+    pub fn events(&self) -> Vec<(&str, MarkKind, &str)> {
+        let mut all: Vec<(u32, &str, MarkKind, &str)> = self
+            .lanes
+            .iter()
+            .flat_map(|l| l.marks.iter().map(move |m| (m.at, l.name.as_str(), m.kind, m.label.as_str())))
+            .collect();
+        all.sort_by_key(|e| e.0);
+        all.into_iter().map(|(_, lane, kind, label)| (lane, kind, label)).collect()
+    }
+
+    /// The lane called `name`, added if there is none yet.
+    pub fn lane_named(&mut self, name: &str) -> LaneId {
+        match self.lanes.iter().position(|l| l.name == name) {
+            Some(i) => LaneId(i),
+            None => self.lane(name),
+        }
+    }
+
     /// Marks of `kind` so far, on every lane.
     pub fn count(&self, kind: MarkKind) -> usize {
         self.lanes.iter().flat_map(|l| &l.marks).filter(|m| m.kind == kind).count()

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use bytes::Bytes;
 use epochfence::{LocalCluster, LocalOptions};
 use producer::{ClientConfig, ClientError, Consumer, Producer, ProducerConfig};
+use timeline::{LaneId, MarkKind, Page, Timeline};
 
 const INPUT: &str = "orders";
 const OUTPUT: &str = "invoices";
@@ -28,14 +29,23 @@ fn say(line: impl AsRef<str>) {
 /// names the order offset it came from, so a new worker resumes after the last committed one.
 struct Worker {
     name: &'static str,
+    lane: LaneId,
     producer: Producer,
     input: Consumer,
     output: Consumer,
 }
 
 impl Worker {
-    async fn start(name: &'static str, bootstrap: &str) -> Result<Worker, Error> {
+    async fn start(name: &'static str, bootstrap: &str, t: &mut Timeline, lanes: &Lanes) -> Result<Worker, Error> {
         let producer = Producer::init(bootstrap, ProducerConfig::transactional(TID)).await?;
+        let lane = t.lane_named(name);
+        t.mark(
+            lanes.coordinator,
+            MarkKind::Grant,
+            format!("{name}: epoch {}", producer.epoch()),
+            format!("grants {name} producer id {} epoch {}", producer.producer_id(), producer.epoch()),
+        );
+        t.band(lane, format!("{name} holds epoch {}", producer.epoch()));
         say(format!(
             "  {name} starts with transactional id '{TID}': producer id {}, epoch {}",
             producer.producer_id(),
@@ -43,6 +53,7 @@ impl Worker {
         ));
         Ok(Worker {
             name,
+            lane,
             producer,
             input: Consumer::read_committed(bootstrap, ClientConfig::default()),
             output: Consumer::read_committed(bootstrap, ClientConfig::default()),
@@ -60,12 +71,33 @@ impl Worker {
     }
 
     /// Read up to `n` orders from `from` and write their invoices in the open transaction.
-    async fn process(&mut self, from: i64, n: usize) -> Result<i64, ClientError> {
+    async fn process(&mut self, from: i64, n: usize, t: &mut Timeline) -> Result<i64, ClientError> {
         let orders = self.input.read_to_end(INPUT, 0, from).await?;
         let mut next = from;
         for order in orders.iter().take(n) {
             let invoice = format!("INVOICE for {}|from={}", String::from_utf8_lossy(&order.value), order.offset);
-            self.producer.send(OUTPUT, 0, Bytes::from(invoice.clone())).await?;
+            let sent = self.producer.send(OUTPUT, 0, Bytes::from(invoice.clone())).await;
+            let name = String::from_utf8_lossy(&order.value).into_owned();
+            match &sent {
+                Ok(m) => t.mark(
+                    self.lane,
+                    MarkKind::Write,
+                    format!("invoice {name}"),
+                    format!(
+                        "{} writes \"{invoice}\" at epoch {}: offset {}",
+                        self.name,
+                        self.producer.epoch(),
+                        m.base_offset
+                    ),
+                ),
+                Err(e) => t.mark(
+                    self.lane,
+                    MarkKind::Refused,
+                    format!("REFUSED: epoch {}", self.producer.epoch()),
+                    format!("{}'s invoice for {name} at epoch {} REFUSED: {e}", self.name, self.producer.epoch()),
+                ),
+            }
+            sent?;
             say(format!("    {} wrote \"{invoice}\"", self.name));
             next = order.offset + 1;
         }
@@ -73,7 +105,22 @@ impl Worker {
     }
 }
 
-async fn run() -> Result<bool, Error> {
+/// The lanes every worker's marks share.
+struct Lanes {
+    broker: LaneId,
+    coordinator: LaneId,
+}
+
+/// A commit on the timeline: the worker's, and the marker on the broker.
+fn committed(t: &mut Timeline, lanes: &Lanes, w: &Worker, orders: String) {
+    t.mark(w.lane, MarkKind::Marker, "commit", format!("{} commits {orders}", w.name));
+    t.mark(lanes.broker, MarkKind::Marker, "commit marker", format!("commit marker at epoch {}", w.producer.epoch()));
+}
+
+async fn run(t: &mut Timeline) -> Result<bool, Error> {
+    t.lane("worker-1");
+    t.lane("worker-2");
+    let lanes = Lanes { broker: t.lane("broker 1 (invoices-0)"), coordinator: t.lane("coordinator") };
     let c = LocalCluster::start(LocalOptions::default()).await?;
     c.create_topic(INPUT, 1).await?;
     c.create_topic(OUTPUT, 1).await?;
@@ -85,19 +132,28 @@ async fn run() -> Result<bool, Error> {
     say(format!("  {ORDERS} orders wait in '{INPUT}'."));
 
     // Worker 1: one committed transaction, then a pause in the middle of the second.
-    let mut w1 = Worker::start("worker-1", &bootstrap).await?;
+    let mut w1 = Worker::start("worker-1", &bootstrap, t, &lanes).await?;
     let from = w1.resume_point().await?;
     w1.producer.begin()?;
-    let next = w1.process(from, PER_TXN).await?;
+    let next = w1.process(from, PER_TXN, t).await?;
     w1.producer.commit().await?;
+    committed(t, &lanes, &w1, format!("orders {from}..{}", next - 1));
     say(format!("  worker-1 commits its first transaction (orders {from}..{}).", next - 1));
     w1.producer.begin()?;
-    let stalled_at = w1.process(next, 2).await?;
+    let stalled_at = w1.process(next, 2, t).await?;
+    t.mark(w1.lane, MarkKind::Pause, "freezes", "worker-1 freezes mid-transaction (2 invoices written, not committed)");
     say("  worker-1 freezes mid-transaction (a long GC pause): 2 invoices written, not committed.");
     say("  The scheduler gives up on it and starts a replacement.");
 
     // Worker 2 takes over: its init aborts worker-1's open transaction.
-    let mut w2 = Worker::start("worker-2", &bootstrap).await?;
+    t.mark(
+        lanes.broker,
+        MarkKind::Fence,
+        "abort marker",
+        "abort marker at the new epoch: worker-1's open transaction is aborted before worker-2 is answered",
+    );
+    t.band(lanes.broker, "refuses worker-1's epoch");
+    let mut w2 = Worker::start("worker-2", &bootstrap, t, &lanes).await?;
     say("    (its init made the coordinator abort worker-1's open transaction with markers at the new epoch)");
     let d = c.admin().describe().await?;
     let state =
@@ -108,15 +164,17 @@ async fn run() -> Result<bool, Error> {
     say(format!("  worker-2 resumes after the last committed invoice: order offset {from}."));
     while from < ORDERS {
         w2.producer.begin()?;
-        let next = w2.process(from, PER_TXN).await?;
+        let next = w2.process(from, PER_TXN, t).await?;
         w2.producer.commit().await?;
+        committed(t, &lanes, &w2, format!("orders {from}..{}", next - 1));
         say(format!("  worker-2 commits orders {from}..{}.", next - 1));
         from = next;
     }
 
     // Worker 1 wakes and carries on where it was.
     say("  worker-1 wakes and carries on with its transaction:");
-    let late_write_refused = match w1.process(stalled_at, 1).await {
+    t.mark(w1.lane, MarkKind::Pause, "wakes", "worker-1 wakes and carries on with its transaction");
+    let late_write_refused = match w1.process(stalled_at, 1, t).await {
         Err(e @ ClientError::Fenced { .. }) => {
             say(format!("    its next invoice is REFUSED: {e}"));
             true
@@ -130,7 +188,12 @@ async fn run() -> Result<bool, Error> {
             false
         }
     };
-    let late_commit_refused = match w1.producer.commit().await {
+    let late_commit = w1.producer.commit().await;
+    match &late_commit {
+        Ok(()) => t.mark(w1.lane, MarkKind::Marker, "commit SUCCEEDED", "worker-1's late commit succeeded"),
+        Err(e) => t.mark(w1.lane, MarkKind::Refused, "commit REFUSED", format!("worker-1's late commit REFUSED: {e}")),
+    }
+    let late_commit_refused = match late_commit {
         Err(e @ ClientError::Fenced { .. }) => {
             say(format!("    its commit is REFUSED: {e}"));
             true
@@ -175,7 +238,31 @@ async fn main() -> ExitCode {
     say("====================================================");
     say("A read-process-write worker consumes orders and produces invoices inside transactions.");
     say("");
-    match run().await {
+    let timeline_path = match epochfence::timeline_flag() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut t =
+        Timeline::new("A worker replaced mid-transaction: its late invoice and commit bounce off the new epoch");
+    let ran = run(&mut t).await;
+    if let Some(path) = timeline_path {
+        let mut page = Page::new(
+            "epochfence: exactly once through a worker replacement",
+            "A read-process-write worker freezes mid-transaction and is replaced; its open transaction is aborted \
+             and its late writes refused. Each row is a participant; bands are the epochs held; red crosses are \
+             refused writes.",
+        );
+        page.push(t);
+        if let Err(e) = std::fs::write(&path, page.render()) {
+            eprintln!("cannot write the timeline to {path}: {e}");
+            return ExitCode::FAILURE;
+        }
+        say(format!("timeline written to {path}"));
+    }
+    match ran {
         Ok(true) => {
             say("");
             say("The zombie's transaction was aborted, its late commit refused, and every order invoiced once.");

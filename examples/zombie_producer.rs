@@ -208,19 +208,6 @@ fn report(result: Result<producer::RecordMetadata, ClientError>, what: &str) -> 
     }
 }
 
-/// `--timeline FILE.html`, if given.
-fn timeline_arg() -> Result<Option<String>, String> {
-    let mut args = std::env::args().skip(1);
-    let mut path = None;
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--timeline" => path = Some(args.next().ok_or("--timeline needs a file name: --timeline FILE.html")?),
-            other => return Err(format!("unknown argument '{other}'; the only option is --timeline FILE.html")),
-        }
-    }
-    Ok(path)
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     say("epochfence: how a zombie producer is fenced");
@@ -228,7 +215,7 @@ async fn main() -> ExitCode {
     say("A producer that pauses and comes back still thinks it owns its transactional id. Every");
     say("InitProducerId bumps the id's epoch; brokers refuse writes carrying an older epoch.");
     say("");
-    let timeline_path = match timeline_arg() {
+    let timeline_path = match epochfence::timeline_flag() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("{e}");

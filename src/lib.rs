@@ -322,3 +322,17 @@ pub fn local_certificates() -> Result<(String, String, String), LocalError> {
     let cert = params.signed_by(&key, &ca, &ca_key).map_err(err)?;
     Ok((ca.pem(), cert.pem(), key.serialize_pem()))
 }
+
+/// An example's command line: `--timeline FILE.html` (the only option the examples take), if
+/// given. An unknown argument or a missing file name is an error to print (exit 2).
+pub fn timeline_flag() -> Result<Option<String>, String> {
+    let mut args = std::env::args().skip(1);
+    let mut path = None;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--timeline" => path = Some(args.next().ok_or("--timeline needs a file name: --timeline FILE.html")?),
+            other => return Err(format!("unknown argument '{other}'; the only option is --timeline FILE.html")),
+        }
+    }
+    Ok(path)
+}

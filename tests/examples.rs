@@ -122,6 +122,50 @@ fn the_zombie_timeline_renders_in_a_real_browser() {
 }
 
 #[test]
+fn the_other_examples_and_the_simulator_draw_their_timelines() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, lanes, refused, why) in
+        [("stale_leader", 10, 2, "with FENCED_LEADER_EPOCH"), ("exactly_once", 4, 2, "late commit REFUSED: fenced")]
+    {
+        let page = dir.path().join(format!("{name}.html"));
+        let out = run_with(name, &["--timeline", page.to_str().unwrap()]);
+        assert!(out.contains("timeline written to"), "{out}");
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert_eq!(html.matches("<g class=\"lane\"").count(), lanes, "{name}");
+        // stale_leader: the follower's refusal and the stale write's (and, without epoch checks,
+        // whatever became of it there); exactly_once: the late invoice and the late commit.
+        assert!(html.matches("<g class=\"mark refused\">").count() >= refused, "{name}");
+        assert!(html.contains(why), "{name}: {why}");
+    }
+    let bad = Command::new(example("zombie_producer")).arg("--timelines").output().unwrap();
+    assert_eq!(bad.status.code(), Some(2), "an unknown argument is refused");
+    // The simulator: one seed's run; a range of seeds is refused (one picture per run).
+    let sim = |args: &[&str]| Command::new(sim_binary()).args(args).output().unwrap();
+    let page = dir.path().join("sim.html");
+    let out = sim(&["--seed", "30", "--timeline", page.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    for kind in ["crash", "pause", "election", "refused"] {
+        assert!(html.contains(&format!("<g class=\"mark {kind}\">")), "seed 30 has a {kind} mark");
+    }
+    assert_eq!(sim(&["--seeds", "3", "--timeline", page.to_str().unwrap()]).status.code(), Some(2));
+}
+
+/// The `sim` binary, built with this test's profile.
+fn sim_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "-p", "sim", "--bin", "sim"]);
+    if profile_dir.ends_with("release") {
+        cmd.arg("--release");
+    }
+    assert!(cmd.status().unwrap().success());
+    profile_dir.join("sim")
+}
+
+#[test]
 fn stale_leader_example_sees_both_outcomes() {
     let out = run("stale_leader");
     assert!(out.contains("FENCED_LEADER_EPOCH") && out.contains("the replicas diverge"), "{out}");

@@ -7,8 +7,11 @@
 
 use timeline::{MarkKind, Timeline};
 
-/// What one trace line becomes, if anything: (lane, kind, caption), and a band it starts.
-fn classify(line: &str) -> Option<(String, MarkKind, String, Option<(String, String)>)> {
+/// What one trace line becomes: (lane, kind, caption), and the (lane, label) of a band it starts.
+type Drawn = (String, MarkKind, String, Option<(String, String)>);
+
+/// What one trace line becomes, if anything.
+fn classify(line: &str) -> Option<Drawn> {
     let (actor, rest) = match line.split_once(": ") {
         Some((a, r)) if !a.contains(' ') || a.split(' ').count() == 2 => (a.to_string(), r),
         _ => (String::new(), line),

@@ -286,9 +286,45 @@ fn add_partition(shared: &Arc<Shared>, r: AddPartitionRequest) -> net::Handled {
             }))
         }
         RegisterDecision::Refuse { status, epoch } => {
+            fencing_event(
+                "add_partition",
+                None,
+                r.producer_id,
+                r.producer_epoch,
+                epoch,
+                Some((&r.topic, r.partition)),
+                &status,
+            );
             net::Handled::answer(Response::AddPartition(AddPartitionResponse { status, current_epoch: epoch }))
         }
     }
+}
+
+/// A refusal by the coordinator (a stale epoch, a fenced producer, a transaction not open) as a
+/// structured `tracing` event (target `epochfence::fencing`).
+fn fencing_event(
+    request: &str,
+    transactional_id: Option<&str>,
+    producer_id: i64,
+    producer_epoch: i16,
+    current_epoch: i16,
+    partition: Option<(&str, i32)>,
+    status: &Status,
+) {
+    let (topic, partition) = partition.unwrap_or(("", -1));
+    tracing::info!(
+        target: "epochfence::fencing",
+        request,
+        reason = status.code.name(),
+        transactional_id = transactional_id.unwrap_or(""),
+        producer_id,
+        producer_epoch,
+        current_epoch,
+        topic,
+        partition,
+        detail = %status.message,
+        "refused by the coordinator"
+    );
 }
 
 async fn handle(shared: Arc<Shared>, req: Request) -> Response {
@@ -564,12 +600,17 @@ async fn init(
         (d, rx)
     };
     let (producer_id, epoch, fence) = match decision {
-        InitDecision::Refuse { status, epoch } => return refused(status, epoch),
+        InitDecision::Refuse { status, epoch } => {
+            let (pid, own) = current.unwrap_or((-1, -1));
+            fencing_event("init_producer_id", tid, pid, own, epoch, None, &status);
+            return refused(status, epoch);
+        }
         InitDecision::Grant { producer_id, epoch, fence, .. } => (producer_id, epoch, fence),
     };
     if let Err(status) = durable(rx.expect("grant persists")).await {
         return refused(status, -1);
     }
+    let fenced = fence.len();
     if !fence.is_empty() {
         let tid = tid.expect("only transactional ids are fenced").to_string();
         let done = start_markers(shared.clone(), tid.clone(), epoch, false, fence);
@@ -588,7 +629,14 @@ async fn init(
             );
         }
     }
-    tracing::info!(transactional_id = tid.unwrap_or("-"), producer_id, epoch, "granted");
+    tracing::info!(
+        target: "epochfence::fencing",
+        transactional_id = tid.unwrap_or("-"),
+        producer_id,
+        epoch,
+        fenced_partitions = fenced,
+        "granted"
+    );
     InitProducerIdResponse { status: Status::ok(), producer_id, producer_epoch: epoch }
 }
 
@@ -607,7 +655,11 @@ async fn end_txn(shared: &Arc<Shared>, r: EndTxnRequest) -> EndTxnResponse {
     };
     let refused = |status, epoch| EndTxnResponse { status, producer_id: -1, producer_epoch: epoch };
     let (producer_id, epoch, markers) = match decision {
-        EndDecision::Refuse { status, epoch } => return refused(status, epoch),
+        EndDecision::Refuse { status, epoch } => {
+            let tid = Some(r.transactional_id.as_str());
+            fencing_event("end_txn", tid, r.producer_id, r.producer_epoch, epoch, None, &status);
+            return refused(status, epoch);
+        }
         EndDecision::Done { producer_id, epoch } => (producer_id, epoch, None),
         EndDecision::Markers { producer_id, epoch, commit, markers, .. } => {
             (producer_id, epoch, Some((commit, markers)))

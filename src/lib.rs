@@ -71,6 +71,8 @@ pub struct LocalOptions {
     pub kafka: bool,
     /// How long the brokers keep an idle Kafka connection's relay to the coordinator, in ms.
     pub kafka_relay_idle_ms: u64,
+    /// How long the coordinator waits for one marker write's answer before it dials again, in ms.
+    pub marker_timeout_ms: u64,
 }
 
 impl Default for LocalOptions {
@@ -91,6 +93,7 @@ impl Default for LocalOptions {
             storage: None,
             kafka: false,
             kafka_relay_idle_ms: broker::server::KAFKA_RELAY_IDLE_MS_DEFAULT,
+            marker_timeout_ms: CoordinatorConfig::new("").marker_timeout_ms,
         }
     }
 }
@@ -142,6 +145,7 @@ impl LocalCluster {
         config.limits.tls = acceptor.clone();
         config.peer_tls = peer_tls.clone();
         config.cluster.broker_lease_ms = opts.broker_lease_ms;
+        config.marker_timeout_ms = opts.marker_timeout_ms;
         config.limits.cluster_secret = secret.clone();
         tasks.push(tokio::spawn(async move {
             if let Err(e) = coordinator::run(listener, config, async {

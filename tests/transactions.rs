@@ -91,7 +91,10 @@ async fn a_transaction_with_a_failed_send_can_only_abort() {
 /// markers to different partitions proceed independently.
 #[tokio::test]
 async fn a_stuck_marker_on_one_partition_does_not_hold_up_commits_on_another() {
-    let opts = LocalOptions { brokers: 3, replica_lag_ms: 120_000, ..LocalOptions::default() };
+    // A marker not answered is dialled again only after a minute: y's marker must not be queued
+    // behind x's on one connection (the broker answers a connection's requests in order) at all.
+    let opts =
+        LocalOptions { brokers: 3, replica_lag_ms: 120_000, marker_timeout_ms: 60_000, ..LocalOptions::default() };
     let c = LocalCluster::start(opts).await.unwrap();
     c.wait_for("three live brokers", Duration::from_secs(10), |d| d.brokers.iter().filter(|b| b.alive).count() == 3)
         .await

@@ -104,8 +104,9 @@ struct Shared {
     since_snapshot: std::sync::atomic::AtomicU64,
     started: Instant,
     config: CoordinatorConfig,
-    /// Connections to brokers for markers, by address; never held across an `.await`.
-    peers: Mutex<HashMap<String, Connection>>,
+    /// Idle marker connections to brokers, by address; never held across an `.await`. Each
+    /// connection carries one marker call at a time (see [`MARKER_CONNECTIONS_MAX`]).
+    peers: Mutex<HashMap<String, MarkerPeers>>,
     metrics: CoordinatorMetrics,
 }
 
@@ -717,26 +718,55 @@ fn start_markers(
     rx
 }
 
-async fn peer(shared: &Shared, addr: &str) -> Result<Connection, net::NetError> {
-    let cached = shared.peers.lock().unwrap_or_else(|p| p.into_inner()).get(addr).filter(|c| !c.is_closed()).cloned();
-    if let Some(c) = cached {
-        return Ok(c);
+/// Marker calls in flight to one broker at once, each on a connection of its own: a broker
+/// answers a connection's requests in order, so a marker waiting for its partition's ISR (a
+/// frozen follower) would hold back every marker behind it on a shared connection. More wait
+/// for a free one.
+pub const MARKER_CONNECTIONS_MAX: usize = 16;
+
+/// One broker's marker connections: the idle ones, and the slots of those in use.
+struct MarkerPeers {
+    idle: Vec<Connection>,
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+/// A marker connection to `addr`, with its slot: an idle one, or a new one.
+async fn peer(shared: &Shared, addr: &str) -> Result<(Connection, tokio::sync::OwnedSemaphorePermit), net::NetError> {
+    let slots = {
+        let mut peers = shared.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let p = peers.entry(addr.to_string()).or_insert_with(|| MarkerPeers {
+            idle: Vec::new(),
+            slots: Arc::new(tokio::sync::Semaphore::new(MARKER_CONNECTIONS_MAX)),
+        });
+        p.slots.clone()
+    };
+    let slot = slots.acquire_owned().await.expect("the semaphore is never closed");
+    let idle = {
+        let mut peers = shared.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let idle = peers.get_mut(addr).map(|p| &mut p.idle);
+        idle.and_then(|idle| {
+            idle.retain(|c| !c.is_closed());
+            idle.pop()
+        })
+    };
+    if let Some(c) = idle {
+        return Ok((c, slot));
     }
     let dialer = Dialer {
         tls: shared.config.peer_tls.clone(),
         secret: shared.config.limits.cluster_secret.clone(),
         member: "coordinator".into(),
     };
-    let c = dialer.dial(addr).await?;
-    shared.peers.lock().unwrap_or_else(|p| p.into_inner()).insert(addr.to_string(), c.clone());
-    Ok(c)
+    Ok((dialer.dial(addr).await?, slot))
 }
 
-/// Drop the cached connection to `addr` if it is still `conn`.
-fn forget_peer(shared: &Shared, addr: &str, conn: &Connection) {
+/// A marker call on `conn` was answered: it can carry the next one.
+fn return_peer(shared: &Shared, addr: &str, conn: Connection) {
     let mut peers = shared.peers.lock().unwrap_or_else(|p| p.into_inner());
-    if peers.get(addr).is_some_and(|c| c.same_as(conn)) {
-        peers.remove(addr);
+    if let Some(p) = peers.get_mut(addr) {
+        if p.idle.len() < MARKER_CONNECTIONS_MAX {
+            p.idle.push(conn);
+        }
     }
 }
 
@@ -764,7 +794,7 @@ async fn write_marker_until_done(shared: &Shared, t: &FenceTarget, commit: bool)
             Some((id, _, None)) => Err(format!("no address for leader {id} (-1: no leader available now)")),
             Some((_, leader_epoch, Some(addr))) => match peer(shared, &addr).await {
                 Err(e) => Err(e.to_string()),
-                Ok(conn) => {
+                Ok((conn, _slot)) => {
                     let req = Request::WriteMarker(WriteMarkerRequest {
                         topic: t.topic.clone(),
                         partition: t.partition,
@@ -775,11 +805,10 @@ async fn write_marker_until_done(shared: &Shared, t: &FenceTarget, commit: bool)
                         leader_epoch,
                     });
                     let answer = conn.call_timeout(req, Duration::from_millis(shared.config.marker_timeout_ms)).await;
-                    if answer.is_err() {
-                        // Not answered in time (or the connection broke): drop the connection,
-                        // so that the retry and the other markers to this broker do not queue
-                        // behind whatever holds this one up.
-                        forget_peer(shared, &addr, &conn);
+                    // Not answered in time (or the connection broke): the connection is dropped,
+                    // so that the retry does not queue behind whatever holds this one up.
+                    if answer.is_ok() {
+                        return_peer(shared, &addr, conn);
                     }
                     match answer {
                         Ok(Response::WriteMarker(r)) if r.status.is_ok() => Ok(()),

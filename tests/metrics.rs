@@ -146,6 +146,20 @@ async fn metrics_count_the_fence_and_the_failover() {
     assert_eq!(value(&text, stale_sample) - refused_before, 1.0, "{text}");
     assert!(value(&text, "epochfence_broker_records_appended_total") >= 1.0, "B's record: {text}");
 
+    // A write to the replica that follows is refused as not the leader's.
+    let (_, new_epoch) = leader(&c.addr);
+    let follower = (1..=3).find(|b| *b != old_leader && *b != new_leader).unwrap();
+    let conn = Connection::connect(&brokers[at(follower)].addr).await.unwrap();
+    let records = build_batch(stamp, false, 0, &[Bytes::from_static(b"to a follower")]);
+    let req =
+        ProduceRequest { topic: "t".into(), partition: 0, leader_epoch: new_epoch as i32, acks: ACKS_ALL, records };
+    match conn.call(Request::Produce(req)).await.unwrap() {
+        Response::Produce(r) => assert_eq!(r.status.code, ErrorCode::NotLeaderOrFollower, "{}", r.status),
+        other => panic!("{other:?}"),
+    }
+    let not_leader = "epochfence_broker_writes_refused_total{reason=\"not_leader\"}";
+    assert_eq!(value(&scrape(&b_metrics[at(follower)]), not_leader), 1.0);
+
     parses_as_openmetrics(&text);
     parses_as_openmetrics(&scrape(&c_metrics));
 }

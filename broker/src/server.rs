@@ -1391,7 +1391,13 @@ enum Checking {
 fn check_produce(shared: &Shared, r: ProduceRequest, rules: TxnRules) -> Checking {
     match check_produce_ref(shared, &r) {
         Ok((header, part)) => Checking::Passed(Checked { r, header, part, rules }),
-        Err(answer) => Checking::Refused(r, answer),
+        Err(answer) => {
+            // A broker hosting no replica of the partition refuses before any gate.
+            if answer.status.code == ErrorCode::NotLeaderOrFollower {
+                shared.control.stats.metrics.refused(Refusal::NotLeader);
+            }
+            Checking::Refused(r, answer)
+        }
     }
 }
 

@@ -20,13 +20,15 @@ use prometheus_client::registry::{Registry, Unit};
 pub enum Refusal {
     /// A producer epoch older than the partition's (a zombie producer).
     ProducerEpoch,
-    /// A leader epoch that is not the partition's (a stale leader or client).
+    /// A leader epoch older than the partition's (a stale leader, or a client with old
+    /// metadata).
     LeaderEpoch,
     /// A sequence that does not follow the last one.
     Sequence,
     /// The coordinator's verification refused the producer (fenced, or not in a transaction).
     Coordinator,
-    /// This broker does not lead the partition.
+    /// This broker does not lead the partition (or hosts no replica of it, or has not learnt
+    /// the leadership the request names yet).
     NotLeader,
     /// Fewer in-sync replicas than `min.insync.replicas`.
     NotEnoughReplicas,

@@ -1536,26 +1536,38 @@ fn fencing_event(
         AppendError::Gate(GateError::StaleEpoch { current, .. }) => i32::from(*current),
         _ => -1,
     };
-    tracing::info!(
-        target: "epochfence::fencing",
-        reason = why.label(),
-        topic,
-        partition,
-        producer_id = header.producer_id,
-        producer_epoch = header.producer_epoch,
-        current_producer_epoch,
-        request_leader_epoch,
-        leader_epoch,
-        error = %e,
-        "write refused"
-    );
+    macro_rules! event {
+        ($level:expr) => {
+            tracing::event!(
+                target: "epochfence::fencing",
+                $level,
+                reason = why.label(),
+                topic,
+                partition,
+                producer_id = header.producer_id,
+                producer_epoch = header.producer_epoch,
+                current_producer_epoch,
+                request_leader_epoch,
+                leader_epoch,
+                error = %e,
+                "write refused"
+            )
+        };
+    }
+    // Fences at info; the retriable refusals a producer may meet many times in a row at debug.
+    match why {
+        Refusal::ProducerEpoch | Refusal::LeaderEpoch | Refusal::Sequence | Refusal::Coordinator => {
+            event!(tracing::Level::INFO)
+        }
+        Refusal::NotLeader | Refusal::NotEnoughReplicas | Refusal::Storage => event!(tracing::Level::DEBUG),
+    }
 }
 
 /// The `reason` a refused append is counted under.
 fn refusal(e: &AppendError) -> Refusal {
     match e {
-        AppendError::Leader(LeaderEpochError::WrongRole { .. }) => Refusal::NotLeader,
-        AppendError::Leader(_) => Refusal::LeaderEpoch,
+        AppendError::Leader(LeaderEpochError::Fenced { .. }) => Refusal::LeaderEpoch,
+        AppendError::Leader(_) => Refusal::NotLeader,
         AppendError::Gate(GateError::StaleEpoch { .. }) => Refusal::ProducerEpoch,
         AppendError::Gate(_) => Refusal::Sequence,
         AppendError::NeedsVerification { .. } => Refusal::Coordinator,

@@ -167,6 +167,8 @@ pub async fn run_with_metrics(
         journal,
         config: config.clone(),
     });
+    // The metrics endpoint stops with the coordinator.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
     if let Some(l) = metrics_listener {
         let scrape = shared.clone();
         let encode = move || {
@@ -174,7 +176,10 @@ pub async fn run_with_metrics(
             scrape.metrics.set_live_brokers(live);
             scrape.metrics.encode()
         };
-        tokio::spawn(net::metrics::serve_metrics(l, Arc::new(encode), std::future::pending()));
+        let mut stopped = stop_rx.clone();
+        tokio::spawn(net::metrics::serve_metrics(l, Arc::new(encode), async move {
+            let _ = stopped.changed().await;
+        }));
     }
     tokio::spawn(tick_loop(shared.clone()));
     tokio::spawn(snapshot_loop(shared.clone()));
@@ -186,6 +191,7 @@ pub async fn run_with_metrics(
         tracing::warn!("no cluster secret: broker heartbeats and ISR changes are accepted from anyone who can connect");
     }
     net::serve(listener, handler(shared), config.limits.clone(), shutdown).await;
+    let _ = stop_tx.send(());
     Ok(())
 }
 

@@ -109,16 +109,26 @@ impl Consumer {
         partition: i32,
         from: i64,
     ) -> Result<Vec<ConsumedRecord>, ClientError> {
-        let mut out = Vec::new();
-        let mut offset = from;
-        loop {
-            let f = self.fetch(topic, partition, offset, FETCH_BYTES_MAX_DEFAULT).await?;
-            out.extend(f.records);
-            if f.next_offset >= f.readable_end || f.next_offset == offset {
-                return Ok(out);
-            }
-            offset = f.next_offset;
+        read_to_end_with(from, async |offset| self.fetch(topic, partition, offset, FETCH_BYTES_MAX_DEFAULT).await).await
+    }
+}
+
+/// Fetch from `from` on, one fetch after another, until one reaches where reading stops (the
+/// last stable offset read_committed, else the high watermark) or brings nothing new: every
+/// record on the way. Both consumers' `read_to_end`.
+pub(crate) async fn read_to_end_with(
+    from: i64,
+    mut fetch: impl AsyncFnMut(i64) -> Result<Fetched, ClientError>,
+) -> Result<Vec<ConsumedRecord>, ClientError> {
+    let mut out = Vec::new();
+    let mut offset = from;
+    loop {
+        let f = fetch(offset).await?;
+        out.extend(f.records);
+        if f.next_offset >= f.readable_end || f.next_offset == offset {
+            return Ok(out);
         }
+        offset = f.next_offset;
     }
 }
 

@@ -11,7 +11,7 @@ use protocol::{AbortedTxn, ErrorCode, Status, READ_COMMITTED, READ_UNCOMMITTED};
 
 use super::{KafkaClient, KafkaError};
 use crate::client::ClientConfig;
-use crate::consumer::{decode, Fetched, FETCH_BYTES_MAX_DEFAULT};
+use crate::consumer::{decode, read_to_end_with, Fetched, FETCH_BYTES_MAX_DEFAULT};
 use crate::error::ClientError;
 
 const FETCH_VERSIONS: (i16, i16) = (4, 12);
@@ -157,15 +157,6 @@ impl KafkaConsumer {
         partition: i32,
         from: i64,
     ) -> Result<Vec<ConsumedRecord>, ClientError> {
-        let mut out = Vec::new();
-        let mut offset = from;
-        loop {
-            let f = self.fetch(topic, partition, offset, FETCH_BYTES_MAX_DEFAULT).await?;
-            out.extend(f.records);
-            if f.next_offset >= f.readable_end || f.next_offset == offset {
-                return Ok(out);
-            }
-            offset = f.next_offset;
-        }
+        read_to_end_with(from, async |offset| self.fetch(topic, partition, offset, FETCH_BYTES_MAX_DEFAULT).await).await
     }
 }

@@ -11,6 +11,7 @@ pub mod consumer;
 pub mod error;
 pub mod kafka;
 pub mod producer;
+mod session;
 
 pub use admin::Admin;
 pub use client::{Client, ClientConfig};

@@ -1,11 +1,9 @@
 //! The producer: InitProducerId, then batches stamped with (producer id, epoch, sequence),
 //! retried with the same bytes until acknowledged, fenced, or out of time.
 
-use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use protocol::batch::{build_batch, increment_sequence, ProducerStamp};
 use protocol::{
     AddPartitionRequest, EndTxnRequest, ErrorCode, InitProducerIdRequest, ProduceRequest, Request, Response, Status,
     ACKS_ALL,
@@ -13,6 +11,7 @@ use protocol::{
 
 use crate::client::{Client, ClientConfig};
 use crate::error::ClientError;
+use crate::session::Session;
 
 /// Producer settings.
 #[derive(Debug, Clone)]
@@ -69,19 +68,9 @@ pub struct RecordMetadata {
 pub struct Producer {
     client: Client,
     config: ProducerConfig,
-    producer_id: i64,
-    epoch: i16,
-    sequences: HashMap<(String, i32), i32>,
-    /// The open transaction's partitions, registered with the coordinator; `None` outside one.
-    txn: Option<HashSet<(String, i32)>>,
-    /// Set when a send gave up without knowing whether its batch was written: its sequence
-    /// can never be reused (a retry of different records would be taken as a duplicate), so
-    /// this instance refuses further sends until its epoch moves (an abort, which bumps it),
-    /// or must be replaced.
-    poisoned: Option<String>,
-    /// Set when a send inside the open transaction failed: the transaction may hold any subset
-    /// of its records, so it can only be aborted (Kafka's abortable error state).
-    txn_failed: Option<String>,
+    /// Producer id, epoch, sequences and the open transaction (its partitions registered with
+    /// the coordinator).
+    session: Session,
 }
 
 fn retriable(code: ErrorCode) -> bool {
@@ -130,16 +119,7 @@ impl Producer {
         match call_coordinator_retrying(&mut client, "InitProducerId", config.delivery_timeout_ms, req).await? {
             Response::InitProducerId(r) if r.status.is_ok() => {
                 tracing::info!(transactional_id = ?config.transactional_id, producer_id = r.producer_id, epoch = r.producer_epoch, "initialised");
-                Ok(Producer {
-                    client,
-                    config,
-                    producer_id: r.producer_id,
-                    epoch: r.producer_epoch,
-                    sequences: HashMap::new(),
-                    txn: None,
-                    poisoned: None,
-                    txn_failed: None,
-                })
+                Ok(Producer { client, config, session: Session::new(r.producer_id, r.producer_epoch) })
             }
             other => Err(ClientError::Refused { what: "InitProducerId".into(), status: other.status().clone() }),
         }
@@ -148,28 +128,19 @@ impl Producer {
     /// Begin a transaction: until [`Producer::commit`] or [`Producer::abort`], every batch is
     /// transactional, and read_committed consumers see none of them before the commit.
     pub fn begin(&mut self) -> Result<(), ClientError> {
-        if self.config.transactional_id.is_none() {
-            return Err(ClientError::Protocol("transactions need a transactional id".into()));
-        }
-        if self.txn.is_some() {
-            return Err(ClientError::Protocol("a transaction is already open".into()));
-        }
-        self.txn = Some(HashSet::new());
-        Ok(())
+        self.session.begin(self.config.transactional_id.is_some())
     }
 
     /// Whether a transaction is open.
     pub fn in_transaction(&self) -> bool {
-        self.txn.is_some()
+        self.session.txn.is_some()
     }
 
     /// Commit the open transaction. The coordinator writes a commit marker to every partition
     /// it touched and bumps the epoch (KIP-890), which this producer continues with. Refused
     /// with [`ClientError::Abortable`], changing nothing, if a send in the transaction failed.
     pub async fn commit(&mut self) -> Result<(), ClientError> {
-        if let (Some(why), true) = (&self.txn_failed, self.txn.is_some()) {
-            return Err(ClientError::Abortable(why.clone()));
-        }
+        self.session.refuse_if_abortable()?;
         self.end(true).await
     }
 
@@ -182,34 +153,29 @@ impl Producer {
 
     /// Why the open transaction can only be aborted, if a send in it failed.
     pub fn transaction_failed(&self) -> Option<&str> {
-        self.txn_failed.as_deref()
+        self.session.txn_failed.as_deref()
     }
 
     async fn end(&mut self, commit: bool) -> Result<(), ClientError> {
         let Some(tid) = self.config.transactional_id.clone() else {
             return Err(ClientError::Protocol("transactions need a transactional id".into()));
         };
-        if self.txn.is_none() {
+        if self.session.txn.is_none() {
             return Err(ClientError::Protocol("no transaction is open".into()));
         }
         let req = Request::EndTxn(EndTxnRequest {
             transactional_id: tid,
-            producer_id: self.producer_id,
-            producer_epoch: self.epoch,
+            producer_id: self.session.producer_id,
+            producer_epoch: self.session.epoch,
             commit,
             bump_epoch: true,
         });
         let what = if commit { "commit" } else { "abort" };
         match call_coordinator_retrying(&mut self.client, what, self.config.delivery_timeout_ms, req).await? {
             Response::EndTxn(r) if r.status.is_ok() => {
-                self.txn = None;
-                self.txn_failed = None;
-                if (r.producer_id, r.producer_epoch) != (self.producer_id, self.epoch) {
-                    self.producer_id = r.producer_id;
-                    self.epoch = r.producer_epoch;
-                    self.sequences.clear();
-                    // A new epoch: no batch of it can be taken for one sent under the old.
-                    self.poisoned = None;
+                self.session.ended();
+                if (r.producer_id, r.producer_epoch) != (self.session.producer_id, self.session.epoch) {
+                    self.session.granted(r.producer_id, r.producer_epoch);
                 }
                 Ok(())
             }
@@ -223,12 +189,12 @@ impl Producer {
     /// Register a partition with the coordinator before the transaction's first write there.
     async fn add_to_txn(&mut self, topic: &str, partition: i32) -> Result<(), ClientError> {
         let key = (topic.to_string(), partition);
-        if self.txn.as_ref().is_none_or(|t| t.contains(&key)) {
+        if self.session.txn.as_ref().is_none_or(|t| t.contains(&key)) {
             return Ok(());
         }
         let req = Request::AddPartition(AddPartitionRequest {
-            producer_id: self.producer_id,
-            producer_epoch: self.epoch,
+            producer_id: self.session.producer_id,
+            producer_epoch: self.session.epoch,
             topic: topic.to_string(),
             partition,
             transactional: true,
@@ -238,7 +204,7 @@ impl Producer {
             .await?
         {
             Response::AddPartition(a) if a.status.is_ok() => {
-                if let Some(t) = self.txn.as_mut() {
+                if let Some(t) = self.session.txn.as_mut() {
                     t.insert(key);
                 }
                 Ok(())
@@ -257,12 +223,12 @@ impl Producer {
 
     /// The granted producer id.
     pub fn producer_id(&self) -> i64 {
-        self.producer_id
+        self.session.producer_id
     }
 
     /// The granted epoch.
     pub fn epoch(&self) -> i16 {
-        self.epoch
+        self.session.epoch
     }
 
     /// The transactional id.
@@ -292,15 +258,9 @@ impl Producer {
         partition: i32,
         values: &[Bytes],
     ) -> Result<RecordMetadata, ClientError> {
-        if let (Some(why), true) = (&self.txn_failed, self.txn.is_some()) {
-            return Err(ClientError::Abortable(why.clone()));
-        }
+        self.session.refuse_if_abortable()?;
         let sent = self.send_batch_once(topic, partition, values).await;
-        if let Err(e) = &sent {
-            if self.txn.is_some() && !e.is_fenced() {
-                self.txn_failed = Some(format!("sending to {topic}-{partition}: {e}"));
-            }
-        }
+        self.session.note_sent(topic, partition, &sent);
         sent
     }
 
@@ -310,18 +270,9 @@ impl Producer {
         partition: i32,
         values: &[Bytes],
     ) -> Result<RecordMetadata, ClientError> {
-        if let Some(why) = &self.poisoned {
-            return Err(ClientError::Protocol(format!(
-                "this producer cannot send again: {why}; initialise a new producer (which bumps the epoch)"
-            )));
-        }
+        self.session.refuse_if_poisoned("initialise a new producer (which bumps the epoch)")?;
         self.add_to_txn(topic, partition).await?;
-        let key = (topic.to_string(), partition);
-        let seq = self.sequences.get(&key).copied().unwrap_or(0);
-        let now_ms =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-        let stamp = ProducerStamp { producer_id: self.producer_id, producer_epoch: self.epoch, base_sequence: seq };
-        let batch = build_batch(stamp, self.txn.is_some(), now_ms, values);
+        let (seq, batch) = self.session.next_batch(topic, partition, values);
         let deadline = Instant::now() + Duration::from_millis(self.config.delivery_timeout_ms);
         let what = || format!("produce to {topic}-{partition}");
         let mut attempt = 0;
@@ -341,13 +292,13 @@ impl Producer {
                     });
                     match self.client.call_broker(&leader.addr, req).await {
                         Ok(Response::Produce(r)) if r.status.is_ok() => {
-                            self.sequences.insert(key, increment_sequence(seq, values.len() as i32));
+                            self.session.acked(topic, partition, seq, values.len());
                             return Ok(RecordMetadata {
                                 topic: topic.to_string(),
                                 partition,
                                 base_offset: r.base_offset,
-                                producer_id: self.producer_id,
-                                producer_epoch: self.epoch,
+                                producer_id: self.session.producer_id,
+                                producer_epoch: self.session.epoch,
                             });
                         }
                         Ok(Response::Produce(r)) => match r.status.code {
@@ -379,7 +330,8 @@ impl Producer {
             };
             let pause = self.client.backoff(attempt);
             if Instant::now() + pause > deadline {
-                self.poisoned = Some(format!("a batch to {topic}-{partition} may or may not have been written"));
+                self.session.poisoned =
+                    Some(format!("a batch to {topic}-{partition} may or may not have been written"));
                 return Err(ClientError::Timeout {
                     what: what(),
                     timeout_ms: self.config.delivery_timeout_ms,
@@ -398,8 +350,8 @@ impl Producer {
     async fn explain_fence(&mut self, current_epoch: i16, status: Status, topic: &str, partition: i32) -> ClientError {
         if self.config.transactional_id.is_some() {
             let req = Request::AddPartition(AddPartitionRequest {
-                producer_id: self.producer_id,
-                producer_epoch: self.epoch,
+                producer_id: self.session.producer_id,
+                producer_epoch: self.session.epoch,
                 topic: topic.to_string(),
                 partition,
                 transactional: false,
@@ -417,8 +369,8 @@ impl Producer {
     fn fenced(&self, current_epoch: i16, status: Status) -> ClientError {
         ClientError::Fenced {
             transactional_id: self.config.transactional_id.clone(),
-            producer_id: self.producer_id,
-            own_epoch: self.epoch,
+            producer_id: self.session.producer_id,
+            own_epoch: self.session.epoch,
             current_epoch,
             detail: status.to_string(),
         }

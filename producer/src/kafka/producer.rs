@@ -3,7 +3,6 @@
 //! for an idempotent one), AddPartitionsToTxn before a transaction's first write to a
 //! partition, EndTxn without an epoch bump, and sequences that go on across transactions.
 
-use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -13,12 +12,12 @@ use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, ApiKey, EndTxnRequest, InitProducerIdRequest, ProduceRequest, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
-use protocol::batch::{build_batch, increment_sequence, ProducerStamp};
 use protocol::{ErrorCode, Status};
 
 use super::{KafkaClient, KafkaConnection, KafkaError};
 use crate::error::ClientError;
 use crate::producer::{ProducerConfig, RecordMetadata};
+use crate::session::Session;
 
 const PRODUCE_VERSIONS: (i16, i16) = (3, 10);
 const INIT_PRODUCER_ID_VERSIONS: (i16, i16) = (0, 4);
@@ -36,19 +35,11 @@ const COORDINATOR_MOVED: [i16; 3] = [16, 14, 15];
 pub struct KafkaProducer {
     client: KafkaClient,
     config: ProducerConfig,
-    producer_id: i64,
-    epoch: i16,
-    sequences: HashMap<(String, i32), i32>,
-    /// The open transaction's partitions; `None` outside one.
-    txn: Option<HashSet<(String, i32)>>,
+    /// Producer id, epoch, sequences and the open transaction (its partitions).
+    session: Session,
     /// Whether a transaction's partitions are added with AddPartitionsToTxn before its first
     /// write (as every Kafka client does). Off only to test a broker's own fence.
     register_partitions: bool,
-    /// A send gave up without knowing whether its batch was written: its sequence cannot be
-    /// reused, so the epoch must move first (an abort bumps it, KIP-360).
-    poisoned: Option<String>,
-    /// A send inside the open transaction failed: it can only be aborted.
-    txn_failed: Option<String>,
 }
 
 /// Whether a Kafka error code is worth retrying.
@@ -66,17 +57,7 @@ impl KafkaProducer {
     /// producer id and epoch: for a known transactional id this fences every earlier instance.
     pub async fn init(bootstrap: &str, config: ProducerConfig) -> Result<KafkaProducer, ClientError> {
         let client = KafkaClient::new(bootstrap, config.client.clone());
-        let mut p = KafkaProducer {
-            client,
-            config,
-            producer_id: -1,
-            epoch: -1,
-            sequences: HashMap::new(),
-            txn: None,
-            register_partitions: true,
-            poisoned: None,
-            txn_failed: None,
-        };
+        let mut p = KafkaProducer { client, config, session: Session::new(-1, -1), register_partitions: true };
         p.init_producer_id(None).await?;
         Ok(p)
     }
@@ -106,10 +87,7 @@ impl KafkaProducer {
                     }
                     match conn.call(&req, version).await {
                         Ok(r) if r.error_code == 0 => {
-                            self.producer_id = r.producer_id.0;
-                            self.epoch = r.producer_epoch;
-                            self.sequences.clear();
-                            self.poisoned = None;
+                            self.session.granted(r.producer_id.0, r.producer_epoch);
                             return Ok(());
                         }
                         Ok(r) if fenced_code(r.error_code) => {
@@ -193,8 +171,8 @@ impl KafkaProducer {
         let detail = KafkaError::Refused { what: what.to_string(), code, message }.to_string();
         ClientError::Fenced {
             transactional_id: self.config.transactional_id.clone(),
-            producer_id: self.producer_id,
-            own_epoch: self.epoch,
+            producer_id: self.session.producer_id,
+            own_epoch: self.session.epoch,
             current_epoch,
             detail,
         }
@@ -211,37 +189,27 @@ impl KafkaProducer {
     /// Give the next batch to `topic-partition` the sequence `sequence`, as a retry of a batch
     /// whose answer was lost would carry: only for testing a broker's duplicate detection.
     pub fn set_next_sequence(&mut self, topic: &str, partition: i32, sequence: i32) {
-        self.sequences.insert((topic.to_string(), partition), sequence);
+        self.session.sequences.insert((topic.to_string(), partition), sequence);
     }
 
     /// Start a transaction.
     pub fn begin(&mut self) -> Result<(), ClientError> {
-        if self.config.transactional_id.is_none() {
-            return Err(ClientError::Protocol("transactions need a transactional id".into()));
-        }
-        if self.txn.is_some() {
-            return Err(ClientError::Protocol("a transaction is already open".into()));
-        }
-        self.txn = Some(HashSet::new());
-        self.txn_failed = None;
-        Ok(())
+        self.session.begin(self.config.transactional_id.is_some())
     }
 
     /// Whether a transaction is open.
     pub fn in_transaction(&self) -> bool {
-        self.txn.is_some()
+        self.session.txn.is_some()
     }
 
     /// Why the open transaction can only be aborted, if it can.
     pub fn transaction_failed(&self) -> Option<&str> {
-        self.txn_failed.as_deref()
+        self.session.txn_failed.as_deref()
     }
 
     /// Commit the open transaction (EndTxn; the epoch stays).
     pub async fn commit(&mut self) -> Result<(), ClientError> {
-        if let Some(why) = self.txn_failed.clone() {
-            return Err(ClientError::Abortable(why));
-        }
+        self.session.refuse_if_abortable()?;
         self.end(true).await
     }
 
@@ -249,8 +217,8 @@ impl KafkaProducer {
     /// written, the epoch is bumped afterwards (KIP-360), so its sequences start over.
     pub async fn abort(&mut self) -> Result<(), ClientError> {
         self.end(false).await?;
-        if self.poisoned.is_some() {
-            self.init_producer_id(Some((self.producer_id, self.epoch))).await?;
+        if self.session.poisoned.is_some() {
+            self.init_producer_id(Some((self.session.producer_id, self.session.epoch))).await?;
         }
         Ok(())
     }
@@ -259,20 +227,19 @@ impl KafkaProducer {
         let Some(tid) = self.config.transactional_id.clone() else {
             return Err(ClientError::Protocol("transactions need a transactional id".into()));
         };
-        let Some(partitions) = self.txn.clone() else {
+        let Some(partitions) = self.session.txn.clone() else {
             return Err(ClientError::Protocol("no transaction is open".into()));
         };
         let what = if commit { "commit" } else { "abort" };
         if partitions.is_empty() && self.register_partitions {
             // Nothing was added to it: Kafka clients send no EndTxn then.
-            self.txn = None;
-            self.txn_failed = None;
+            self.session.ended();
             return Ok(());
         }
         let req = EndTxnRequest::default()
             .with_transactional_id(TransactionalId(StrBytes::from_string(tid)))
-            .with_producer_id(self.producer_id.into())
-            .with_producer_epoch(self.epoch)
+            .with_producer_id(self.session.producer_id.into())
+            .with_producer_epoch(self.session.epoch)
             .with_committed(commit);
         let deadline = self.deadline();
         let mut attempt = 0;
@@ -282,8 +249,7 @@ impl KafkaProducer {
                     let version = conn.version(ApiKey::EndTxn, END_TXN_VERSIONS)?;
                     match conn.call(&req, version).await {
                         Ok(r) if r.error_code == 0 => {
-                            self.txn = None;
-                            self.txn_failed = None;
+                            self.session.ended();
                             return Ok(());
                         }
                         Ok(r) if fenced_code(r.error_code) => {
@@ -315,19 +281,19 @@ impl KafkaProducer {
     async fn add_to_txn(&mut self, topic: &str, partition: i32) -> Result<(), ClientError> {
         let key = (topic.to_string(), partition);
         if !self.register_partitions {
-            if let Some(t) = self.txn.as_mut() {
+            if let Some(t) = self.session.txn.as_mut() {
                 t.insert(key);
             }
             return Ok(());
         }
-        if self.txn.as_ref().is_none_or(|t| t.contains(&key)) {
+        if self.session.txn.as_ref().is_none_or(|t| t.contains(&key)) {
             return Ok(());
         }
         let tid = self.config.transactional_id.clone().unwrap_or_default();
         let req = AddPartitionsToTxnRequest::default()
             .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(tid)))
-            .with_v3_and_below_producer_id(self.producer_id.into())
-            .with_v3_and_below_producer_epoch(self.epoch)
+            .with_v3_and_below_producer_id(self.session.producer_id.into())
+            .with_v3_and_below_producer_epoch(self.session.epoch)
             .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
                 .with_name(TopicName(StrBytes::from_string(topic.to_string())))
                 .with_partitions(vec![partition])]);
@@ -349,7 +315,7 @@ impl KafkaProducer {
                                 .unwrap_or(0);
                             match code {
                                 0 => {
-                                    if let Some(t) = self.txn.as_mut() {
+                                    if let Some(t) = self.session.txn.as_mut() {
                                         t.insert(key);
                                     }
                                     return Ok(());
@@ -374,12 +340,12 @@ impl KafkaProducer {
 
     /// The producer id.
     pub fn producer_id(&self) -> i64 {
-        self.producer_id
+        self.session.producer_id
     }
 
     /// The epoch.
     pub fn epoch(&self) -> i16 {
-        self.epoch
+        self.session.epoch
     }
 
     /// The transactional id, if any.
@@ -407,15 +373,9 @@ impl KafkaProducer {
         partition: i32,
         values: &[Bytes],
     ) -> Result<RecordMetadata, ClientError> {
-        if let (Some(why), true) = (&self.txn_failed, self.txn.is_some()) {
-            return Err(ClientError::Abortable(why.clone()));
-        }
+        self.session.refuse_if_abortable()?;
         let sent = self.send_batch_once(topic, partition, values).await;
-        if let Err(e) = &sent {
-            if self.txn.is_some() && !e.is_fenced() {
-                self.txn_failed = Some(format!("sending to {topic}-{partition}: {e}"));
-            }
-        }
+        self.session.note_sent(topic, partition, &sent);
         sent
     }
 
@@ -425,18 +385,10 @@ impl KafkaProducer {
         partition: i32,
         values: &[Bytes],
     ) -> Result<RecordMetadata, ClientError> {
-        if let Some(why) = &self.poisoned {
-            return Err(ClientError::Protocol(format!(
-                "this producer cannot send again: {why}; abort the transaction (which bumps the epoch) or initialise a new producer"
-            )));
-        }
+        self.session
+            .refuse_if_poisoned("abort the transaction (which bumps the epoch) or initialise a new producer")?;
         self.add_to_txn(topic, partition).await?;
-        let key = (topic.to_string(), partition);
-        let seq = self.sequences.get(&key).copied().unwrap_or(0);
-        let now_ms =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-        let stamp = ProducerStamp { producer_id: self.producer_id, producer_epoch: self.epoch, base_sequence: seq };
-        let batch = build_batch(stamp, self.txn.is_some(), now_ms, values);
+        let (seq, batch) = self.session.next_batch(topic, partition, values);
         let acks: i16 = self.config.acks.into();
         let req = ProduceRequest::default()
             .with_transactional_id(
@@ -472,13 +424,13 @@ impl KafkaProducer {
                             let message = p.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default();
                             match p.error_code {
                                 0 => {
-                                    self.sequences.insert(key, increment_sequence(seq, values.len() as i32));
+                                    self.session.acked(topic, partition, seq, values.len());
                                     return Ok(RecordMetadata {
                                         topic: topic.to_string(),
                                         partition,
                                         base_offset: p.base_offset,
-                                        producer_id: self.producer_id,
-                                        producer_epoch: self.epoch,
+                                        producer_id: self.session.producer_id,
+                                        producer_epoch: self.session.epoch,
                                     });
                                 }
                                 c if fenced_code(c) => return Err(self.fenced(-1, &what(), c, message)),
@@ -503,7 +455,8 @@ impl KafkaProducer {
             };
             let pause = self.client.backoff(attempt);
             if Instant::now() + pause > deadline {
-                self.poisoned = Some(format!("a batch to {topic}-{partition} may or may not have been written"));
+                self.session.poisoned =
+                    Some(format!("a batch to {topic}-{partition} may or may not have been written"));
                 return Err(ClientError::Timeout {
                     what: what(),
                     timeout_ms: self.config.delivery_timeout_ms,

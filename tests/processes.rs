@@ -256,3 +256,42 @@ async fn init_waits_for_the_fence_while_a_leader_is_down() {
     }
     newer.send("t", 0, Bytes::from_static(b"B-0")).await.unwrap();
 }
+
+/// A broker's Kafka listener serves only once the broker has registered with the coordinator,
+/// as a Kafka broker enables request processing once registered: before, its Metadata would
+/// list no broker and a CreateTopics would find none to place a replica on (a client started
+/// beside a new broker, such as fencecheck, then failed).
+#[tokio::test]
+async fn the_kafka_listener_serves_once_the_broker_has_registered() {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::{CreateTopicsRequest, MetadataRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    use producer::kafka::KafkaConnection;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    // The coordinator's address, with nothing listening there yet.
+    let coordinator_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let mut b = common::broker_with(1, &coordinator_addr, dir.path(), &["--kafka-listen", "127.0.0.1:0"]);
+    let kafka = b.next_line().rsplit(' ').next().unwrap().to_string();
+    // ApiVersions is answered at once (connect asks it); Metadata waits for the registration.
+    let t = Duration::from_secs(30);
+    let early = KafkaConnection::connect(&kafka, None, t).await.unwrap();
+    let metadata = early.submit(&MetadataRequest::default().with_topics(None), 4).await.unwrap();
+    let mut metadata = Box::pin(metadata);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut metadata).await.is_err(),
+        "an unregistered broker answered Metadata"
+    );
+    let data = dir.path().join("coordinator");
+    let args = ["--listen", &coordinator_addr, "--data-dir", data.to_str().unwrap()];
+    let _c = common::Proc::start("coordinator", &args, &dir.path().join("coordinator.log"));
+    let m = tokio::time::timeout(t, metadata).await.expect("Metadata answered once registered").unwrap();
+    assert_eq!(m.brokers.iter().map(|b| b.node_id.0).collect::<Vec<_>>(), [1], "{m:?}");
+    let req = CreateTopicsRequest::default().with_timeout_ms(10_000).with_topics(vec![CreatableTopic::default()
+        .with_name(TopicName(StrBytes::from_static_str("t")))
+        .with_num_partitions(1)
+        .with_replication_factor(1)]);
+    let r = early.call(&req, 4).await.unwrap();
+    assert_eq!(r.topics[0].error_code, 0, "{r:?}");
+}

@@ -312,6 +312,10 @@ struct Shared {
     started: Instant,
     control: BrokerControl,
     stop: watch::Receiver<bool>,
+    /// Set once the coordinator first answers a heartbeat. The Kafka listener serves only
+    /// then (as a Kafka broker enables request processing once registered): before it, its
+    /// Metadata would list no broker and a CreateTopics would find none to place replicas on.
+    registered: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -402,6 +406,7 @@ pub async fn run_listeners(
         started: Instant::now(),
         control,
         stop: stop_rx.clone(),
+        registered: watch::Sender::new(false),
         config: config.clone(),
     });
     let heartbeats = tokio::spawn(heartbeat_loop(shared.clone()));
@@ -703,6 +708,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
         }
         shared.broker_epoch.store(epoch, Ordering::Relaxed);
         tracing::info!(broker_epoch = epoch, "registered with the coordinator");
+        shared.registered.send_replace(true);
     }
     {
         let mut addrs = shared.broker_addrs.lock().unwrap_or_else(|p| p.into_inner());

@@ -229,7 +229,7 @@ pub(super) fn handlers(shared: &Arc<Shared>) -> Handlers<KafkaWire> {
         let for_group = conn.clone();
         let handler: Handler<KafkaWire> = Arc::new(move |req| conn.start(req));
         let group: GroupHandler<KafkaWire> = Arc::new(move |requests| {
-            if *for_group.shared.control.paused.borrow() {
+            if *for_group.shared.control.paused.borrow() || !*for_group.shared.registered.borrow() {
                 return Vec::new(); // each alone, through the handler, which waits
             }
             produce::produce_group(&for_group.shared, requests, |r| for_group.start(r))
@@ -242,6 +242,16 @@ impl KafkaConn {
     /// Start a request in arrival order (see [`net::Handled`]). A frozen broker (a test's
     /// SIGSTOP stand-in) holds it, and the requests behind it, until it thaws.
     fn start(self: &Arc<Self>, req: KafkaRequest) -> Handled<KafkaAnswer> {
+        let stateless = matches!(&req.body, KafkaBody::UnsupportedApiVersions)
+            || matches!(&req.body, KafkaBody::Request(b) if matches!(**b, RequestKind::ApiVersions(_)));
+        if !stateless && !*self.shared.registered.borrow() {
+            // Not registered yet: the request waits (bounded by the connection's request timeout).
+            let conn = self.clone();
+            return Handled::serial(async move {
+                let _ = conn.shared.registered.subscribe().wait_for(|r| *r).await;
+                conn.start(req).into_future().await
+            });
+        }
         if *self.shared.control.paused.borrow() {
             let conn = self.clone();
             return Handled::serial(async move {

@@ -205,6 +205,100 @@ async fn every_served_api_answers_at_every_served_version() {
                 ApiKey::ListTransactions => {
                     conn.call(&ListTransactionsRequest::default(), v).await.map(|r| r.error_code)
                 }
+                ApiKey::JoinGroup => {
+                    // A session timeout under the coordinator's minimum: refused at every version.
+                    let req = JoinGroupRequest::default()
+                        .with_group_id(GroupId(StrBytes::from_static_str("sweep")))
+                        .with_session_timeout_ms(1)
+                        .with_rebalance_timeout_ms(1)
+                        .with_protocol_type(StrBytes::from_static_str("consumer"))
+                        .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default()
+                            .with_name(StrBytes::from_static_str("range"))]);
+                    assert_eq!(conn.call(&req, v).await.unwrap().error_code, 26, "v{v}: INVALID_SESSION_TIMEOUT");
+                    Ok(0)
+                }
+                ApiKey::SyncGroup => {
+                    let req = SyncGroupRequest::default()
+                        .with_group_id(GroupId(StrBytes::from_static_str("nobody")))
+                        .with_member_id(StrBytes::from_static_str("m"));
+                    assert_eq!(conn.call(&req, v).await.unwrap().error_code, 25, "v{v}: UNKNOWN_MEMBER_ID");
+                    Ok(0)
+                }
+                ApiKey::Heartbeat => {
+                    let req = HeartbeatRequest::default()
+                        .with_group_id(GroupId(StrBytes::from_static_str("nobody")))
+                        .with_member_id(StrBytes::from_static_str("m"));
+                    assert_eq!(conn.call(&req, v).await.unwrap().error_code, 25, "v{v}: UNKNOWN_MEMBER_ID");
+                    Ok(0)
+                }
+                ApiKey::LeaveGroup => {
+                    let req = LeaveGroupRequest::default().with_group_id(GroupId(StrBytes::from_static_str("nobody")));
+                    let req = if v >= 3 {
+                        req.with_members(vec![leave_group_request::MemberIdentity::default()
+                            .with_member_id(StrBytes::from_static_str("m"))])
+                    } else {
+                        req.with_member_id(StrBytes::from_static_str("m"))
+                    };
+                    let r = conn.call(&req, v).await.unwrap();
+                    let code = if v >= 3 { r.members[0].error_code } else { r.error_code };
+                    assert_eq!(code, 25, "v{v}: UNKNOWN_MEMBER_ID");
+                    Ok(0)
+                }
+                ApiKey::OffsetCommit => {
+                    // A standalone commit (generation -1, no member), as assign() consumers make.
+                    let req = OffsetCommitRequest::default()
+                        .with_group_id(GroupId(StrBytes::from_static_str("sweep")))
+                        .with_generation_id_or_member_epoch(-1)
+                        .with_topics(vec![offset_commit_request::OffsetCommitRequestTopic::default()
+                            .with_name(name("t"))
+                            .with_partitions(vec![offset_commit_request::OffsetCommitRequestPartition::default()
+                                .with_committed_offset(i64::from(v))])]);
+                    conn.call(&req, v).await.map(|r| r.topics[0].partitions[0].error_code)
+                }
+                ApiKey::OffsetFetch => {
+                    let req = OffsetFetchRequest::default()
+                        .with_group_id(GroupId(StrBytes::from_static_str("sweep")))
+                        .with_topics(Some(vec![offset_fetch_request::OffsetFetchRequestTopic::default()
+                            .with_name(name("t"))
+                            .with_partition_indexes(vec![0])]));
+                    let r = conn.call(&req, v).await.unwrap();
+                    let p = &r.topics[0].partitions[0];
+                    assert_eq!(p.committed_offset, 8, "v{v}: the last commit of the OffsetCommit sweep");
+                    Ok(p.error_code)
+                }
+                ApiKey::ListGroups => {
+                    let r = conn.call(&ListGroupsRequest::default(), v).await.unwrap();
+                    assert!(r.groups.iter().any(|g| g.group_id.0.as_str() == "sweep"), "v{v}: {r:?}");
+                    Ok(r.error_code)
+                }
+                ApiKey::DescribeGroups => {
+                    let req =
+                        DescribeGroupsRequest::default().with_groups(vec![GroupId(StrBytes::from_static_str("sweep"))]);
+                    let r = conn.call(&req, v).await.unwrap();
+                    assert_eq!(r.groups[0].group_state.as_str(), "Empty", "v{v}");
+                    Ok(r.groups[0].error_code)
+                }
+                ApiKey::AddOffsetsToTxn => {
+                    let req = AddOffsetsToTxnRequest::default()
+                        .with_transactional_id(tid("nobody"))
+                        .with_producer_id(9_999.into())
+                        .with_group_id(GroupId(StrBytes::from_static_str("sweep")));
+                    assert_eq!(conn.call(&req, v).await.unwrap().error_code, 49, "v{v}");
+                    Ok(0)
+                }
+                ApiKey::TxnOffsetCommit => {
+                    let req = TxnOffsetCommitRequest::default()
+                        .with_transactional_id(tid("nobody"))
+                        .with_producer_id(9_999.into())
+                        .with_group_id(GroupId(StrBytes::from_static_str("sweep")))
+                        .with_topics(vec![txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                            .with_name(name("t"))
+                            .with_partitions(vec![
+                                txn_offset_commit_request::TxnOffsetCommitRequestPartition::default(),
+                            ])]);
+                    assert_eq!(conn.call(&req, v).await.unwrap().topics[0].partitions[0].error_code, 49, "v{v}");
+                    Ok(0)
+                }
                 other => panic!("{other:?} is advertised but this test does not know it"),
             };
             assert_eq!(ok.unwrap_or_else(|e| panic!("{key:?} v{v}: {e}")), 0, "{key:?} v{v}");

@@ -174,6 +174,83 @@ pub enum Entry {
         /// Replicas of each new partition.
         replicas: Vec<Vec<i32>>,
     },
+    /// A consumer group's generation: written when a rebalance completes (members joined,
+    /// `stable` false) and when the leader's assignment makes it stable; also a snapshot's
+    /// record of a group. A generation never goes back, so a restarted coordinator still
+    /// refuses a zombie's older one.
+    GroupGeneration(GroupRecord),
+    /// Offsets committed for a group (OffsetCommit, or a transaction's commit applied).
+    OffsetsCommitted {
+        /// Group id.
+        group: String,
+        /// The offsets.
+        offsets: Vec<OffsetRecord>,
+    },
+    /// Offsets staged by a transaction (TxnOffsetCommit): visible once it commits, dropped if
+    /// it aborts (its EndTxn, or a new epoch's Grant, resolves them).
+    TxnOffsetsStaged {
+        /// The transaction's transactional id.
+        transactional_id: String,
+        /// Group id.
+        group: String,
+        /// The offsets.
+        offsets: Vec<OffsetRecord>,
+    },
+}
+
+/// A group's membership at one generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupRecord {
+    /// Group id.
+    pub group: String,
+    /// Generation.
+    pub generation: i32,
+    /// Protocol type (`consumer`), empty for a group that only stores offsets.
+    pub protocol_type: String,
+    /// The chosen protocol (assignor), empty when the group has no members.
+    pub protocol: String,
+    /// The leader's member id.
+    pub leader: String,
+    /// Whether the leader's assignment was received (SyncGroup).
+    pub stable: bool,
+    /// Members.
+    pub members: Vec<MemberRecord>,
+}
+
+/// One member of a [`GroupRecord`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberRecord {
+    /// Member id.
+    pub member_id: String,
+    /// `group.instance.id` of a static member.
+    pub instance_id: Option<String>,
+    /// Client id.
+    pub client_id: String,
+    /// Client host.
+    pub client_host: String,
+    /// Session timeout.
+    pub session_timeout_ms: i32,
+    /// Rebalance timeout.
+    pub rebalance_timeout_ms: i32,
+    /// Its metadata for the chosen protocol.
+    pub metadata: Bytes,
+    /// Its assignment (empty until stable).
+    pub assignment: Bytes,
+}
+
+/// A committed (or staged) offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetRecord {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// The next offset to consume.
+    pub offset: i64,
+    /// The leader epoch of the last record consumed (-1: unknown).
+    pub leader_epoch: i32,
+    /// Client metadata.
+    pub metadata: Option<String>,
 }
 
 /// A transactional id's state, as a snapshot records it.
@@ -261,6 +338,9 @@ const TOPIC_CREATED_ID: i8 = 21;
 const TOPIC_SNAPSHOT_ID: i8 = 22;
 const TOPIC_DELETED: i8 = 23;
 const PARTITIONS_ADDED: i8 = 24;
+const GROUP_GENERATION: i8 = 25;
+const OFFSETS_COMMITTED: i8 = 26;
+const TXN_OFFSETS_STAGED: i8 = 27;
 
 impl Entry {
     /// Encode for the journal.
@@ -407,6 +487,37 @@ impl Entry {
                 for r in replicas {
                     b.put_i32_array(r);
                 }
+            }
+            Entry::GroupGeneration(g) => {
+                b.put_i8(GROUP_GENERATION);
+                b.put_string(&g.group);
+                b.put_i32(g.generation);
+                b.put_string(&g.protocol_type);
+                b.put_string(&g.protocol);
+                b.put_string(&g.leader);
+                b.put_bool(g.stable);
+                b.put_i32(g.members.len() as i32);
+                for m in &g.members {
+                    b.put_string(&m.member_id);
+                    b.put_nullable_string(m.instance_id.as_deref());
+                    b.put_string(&m.client_id);
+                    b.put_string(&m.client_host);
+                    b.put_i32(m.session_timeout_ms);
+                    b.put_i32(m.rebalance_timeout_ms);
+                    b.put_blob(&m.metadata);
+                    b.put_blob(&m.assignment);
+                }
+            }
+            Entry::OffsetsCommitted { group, offsets } => {
+                b.put_i8(OFFSETS_COMMITTED);
+                b.put_string(group);
+                put_offsets(&mut b, offsets);
+            }
+            Entry::TxnOffsetsStaged { transactional_id, group, offsets } => {
+                b.put_i8(TXN_OFFSETS_STAGED);
+                b.put_string(transactional_id);
+                b.put_string(group);
+                put_offsets(&mut b, offsets);
             }
         }
         b.freeze()
@@ -567,6 +678,43 @@ impl Entry {
                 isr: r.i32_array("isr")?,
                 elr: if tag == ISR_CHANGED_ELR { r.i32_array("elr")? } else { Vec::new() },
             },
+            GROUP_GENERATION => {
+                let group = r.string("group")?;
+                let generation = r.i32("generation")?;
+                let protocol_type = r.string("protocol_type")?;
+                let protocol = r.string("protocol")?;
+                let leader = r.string("leader")?;
+                let stable = r.bool("stable")?;
+                let n = r.array_len("members", 30)?;
+                let mut members = Vec::with_capacity(n);
+                for _ in 0..n {
+                    members.push(MemberRecord {
+                        member_id: r.string("member_id")?,
+                        instance_id: r.nullable_string("instance_id")?,
+                        client_id: r.string("client_id")?,
+                        client_host: r.string("client_host")?,
+                        session_timeout_ms: r.i32("session_timeout_ms")?,
+                        rebalance_timeout_ms: r.i32("rebalance_timeout_ms")?,
+                        metadata: r.bytes("metadata")?,
+                        assignment: r.bytes("assignment")?,
+                    });
+                }
+                Entry::GroupGeneration(GroupRecord {
+                    group,
+                    generation,
+                    protocol_type,
+                    protocol,
+                    leader,
+                    stable,
+                    members,
+                })
+            }
+            OFFSETS_COMMITTED => Entry::OffsetsCommitted { group: r.string("group")?, offsets: get_offsets(&mut r)? },
+            TXN_OFFSETS_STAGED => Entry::TxnOffsetsStaged {
+                transactional_id: r.string("transactional_id")?,
+                group: r.string("group")?,
+                offsets: get_offsets(&mut r)?,
+            },
             _ => return Err(DecodeError::InvalidValue { field: "tag", detail: format!("unknown entry tag {tag}") }),
         };
         r.finish()?;
@@ -604,6 +752,32 @@ fn get_targets(r: &mut Reader, with_sequence: bool) -> Result<Vec<FenceTarget>, 
     Ok(out)
 }
 
+fn put_offsets(b: &mut BytesMut, offsets: &[OffsetRecord]) {
+    b.put_i32(offsets.len() as i32);
+    for o in offsets {
+        b.put_string(&o.topic);
+        b.put_i32(o.partition);
+        b.put_i64(o.offset);
+        b.put_i32(o.leader_epoch);
+        b.put_nullable_string(o.metadata.as_deref());
+    }
+}
+
+fn get_offsets(r: &mut Reader) -> Result<Vec<OffsetRecord>, DecodeError> {
+    let n = r.array_len("offsets", 20)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(OffsetRecord {
+            topic: r.string("topic")?,
+            partition: r.i32("partition")?,
+            offset: r.i64("offset")?,
+            leader_epoch: r.i32("leader_epoch")?,
+            metadata: r.nullable_string("metadata")?,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -611,6 +785,45 @@ mod tests {
     #[test]
     fn entries_roundtrip() {
         let entries = vec![
+            Entry::GroupGeneration(GroupRecord {
+                group: "g".into(),
+                generation: 3,
+                protocol_type: "consumer".into(),
+                protocol: "range".into(),
+                leader: "m-1".into(),
+                stable: true,
+                members: vec![MemberRecord {
+                    member_id: "m-1".into(),
+                    instance_id: Some("i".into()),
+                    client_id: "c".into(),
+                    client_host: "h".into(),
+                    session_timeout_ms: 10_000,
+                    rebalance_timeout_ms: 30_000,
+                    metadata: Bytes::from_static(b"m"),
+                    assignment: Bytes::from_static(b"a"),
+                }],
+            }),
+            Entry::OffsetsCommitted {
+                group: "g".into(),
+                offsets: vec![OffsetRecord {
+                    topic: "t".into(),
+                    partition: 1,
+                    offset: 9,
+                    leader_epoch: 2,
+                    metadata: None,
+                }],
+            },
+            Entry::TxnOffsetsStaged {
+                transactional_id: "w".into(),
+                group: "g".into(),
+                offsets: vec![OffsetRecord {
+                    topic: "t".into(),
+                    partition: 0,
+                    offset: 1,
+                    leader_epoch: -1,
+                    metadata: Some("x".into()),
+                }],
+            },
             Entry::Grant {
                 transactional_id: Some("orders".into()),
                 producer_id: 3,

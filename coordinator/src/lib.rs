@@ -2,6 +2,7 @@
 //!
 //! - [`table`]: producer ids, epochs, partition registrations and fences (rules, no I/O).
 //! - [`cluster`]: brokers, leases, topics and leaders (rules, no I/O).
+//! - [`groups`]: consumer groups, generations and committed offsets (rules, no I/O).
 //! - [`entry`]: the journal records both of them are rebuilt from.
 //! - [`journal`]: the durable, group-committed journal.
 //! - [`metrics`]: the Prometheus metrics (`--metrics-listen`).
@@ -9,6 +10,7 @@
 
 pub mod cluster;
 pub mod entry;
+pub mod groups;
 pub mod journal;
 pub mod metrics;
 pub mod server;

@@ -24,6 +24,9 @@ use tokio::sync::oneshot;
 
 use crate::cluster::{BrokerStart, Cluster, ClusterConfig};
 use crate::entry::{Entry, FenceTarget};
+use crate::groups::{GroupConfig, GroupTable, OFFSETS_TOPIC};
+
+mod groups;
 use crate::journal::{Journal, JournalError};
 use crate::metrics::CoordinatorMetrics;
 use crate::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, Registration, TableConfig};
@@ -37,6 +40,8 @@ pub struct CoordinatorConfig {
     pub cluster: ClusterConfig,
     /// Producer table limits.
     pub table: TableConfig,
+    /// Consumer group limits and switches.
+    pub groups: GroupConfig,
     /// Connection limits.
     pub limits: ServerLimits,
     /// How long an init or EndTxn waits for its markers before answering CONCURRENT_TRANSACTIONS
@@ -58,6 +63,7 @@ impl CoordinatorConfig {
             data_dir: data_dir.into(),
             cluster: ClusterConfig::default(),
             table: TableConfig::default(),
+            groups: GroupConfig::default(),
             limits: ServerLimits::default(),
             fence_wait_ms: 10_000,
             marker_timeout_ms: 5_000,
@@ -94,7 +100,21 @@ pub enum CoordinatorError {
 struct State {
     table: ProducerTable,
     cluster: Cluster,
+    groups: GroupTable,
 }
+
+impl State {
+    /// Apply the producer table's entries to the groups too: a transaction's end commits or
+    /// drops the offsets it staged.
+    fn observe(&mut self, entries: &[Entry]) {
+        for e in entries {
+            self.groups.apply(e);
+        }
+    }
+}
+
+/// Who waits for a group answer: (group, member id, a SyncGroup rather than a JoinGroup).
+type WaiterKey = (String, String, bool);
 
 struct Shared {
     /// Decisions and the queueing of their entries; never held across an `.await`.
@@ -108,6 +128,9 @@ struct Shared {
     /// connection carries one marker call at a time (see [`MARKER_CONNECTIONS_MAX`]).
     peers: Mutex<HashMap<String, MarkerPeers>>,
     metrics: CoordinatorMetrics,
+    /// JoinGroup and SyncGroup requests waiting for their rebalance; never held across an
+    /// `.await`.
+    group_waiters: Mutex<HashMap<WaiterKey, oneshot::Sender<Response>>>,
 }
 
 impl Shared {
@@ -155,11 +178,13 @@ pub async fn run_with_metrics(
     let mut config = config;
     // The connection layer's deadline must outlast an init's or EndTxn's wait for its markers.
     config.limits.request_timeout_ms = config.limits.request_timeout_ms.max(config.fence_wait_ms + 5_000);
-    let Recovered { journal, mut table, cluster, replayed } = recover(&config)?;
+    let Recovered { journal, mut table, cluster, mut groups, replayed } = recover(&config)?;
     table.restart_clocks(0);
+    groups.restart_clocks(0);
     let pending = table.pending_fences();
     let shared = Arc::new(Shared {
-        state: Mutex::new(State { table, cluster }),
+        state: Mutex::new(State { table, cluster, groups }),
+        group_waiters: Mutex::new(HashMap::new()),
         since_snapshot: std::sync::atomic::AtomicU64::new(replayed as u64),
         started: Instant::now(),
         peers: Mutex::new(HashMap::new()),
@@ -182,6 +207,7 @@ pub async fn run_with_metrics(
         }));
     }
     tokio::spawn(tick_loop(shared.clone()));
+    tokio::spawn(groups::group_tick_loop(shared.clone()));
     tokio::spawn(snapshot_loop(shared.clone()));
     for (tid, epoch, commit, targets) in pending {
         tracing::info!(transactional_id = %tid, epoch, commit, partitions = targets.len(), "resuming markers after restart");
@@ -204,6 +230,8 @@ pub struct Recovered {
     pub table: ProducerTable,
     /// Cluster metadata.
     pub cluster: Cluster,
+    /// Consumer groups and their offsets.
+    pub groups: GroupTable,
     /// Entries replayed (snapshot and journal).
     pub replayed: usize,
 }
@@ -217,6 +245,12 @@ pub fn recover(config: &CoordinatorConfig) -> Result<Recovered, CoordinatorError
     let (journal, replay) = Journal::open(config.data_dir.join("journal"))?;
     let mut table = ProducerTable::new(config.table.clone());
     let mut cluster = Cluster::new(config.cluster.clone());
+    let mut nonce = [0u8; 8];
+    getrandom::fill(&mut nonce).map_err(|e| CoordinatorError::DataDir {
+        path: config.data_dir.display().to_string(),
+        detail: format!("no random source for member ids: {e}"),
+    })?;
+    let mut groups = GroupTable::new(config.groups.clone(), u64::from_be_bytes(nonce));
     for skipped in &replay.skipped_snapshots {
         tracing::error!(%skipped, "skipped a damaged snapshot; recovered from the generation before it");
     }
@@ -225,6 +259,7 @@ pub fn recover(config: &CoordinatorConfig) -> Result<Recovered, CoordinatorError
         let entry = Entry::decode(payload).map_err(|e| CoordinatorError::BadRecord { index, detail: e.to_string() })?;
         table.apply(&entry);
         cluster.apply(&entry);
+        groups.apply(&entry);
     }
     tracing::info!(
         next_producer_id = table.next_producer_id(),
@@ -232,7 +267,7 @@ pub fn recover(config: &CoordinatorConfig) -> Result<Recovered, CoordinatorError
         truncated_bytes = replay.truncated_bytes,
         "coordinator state replayed"
     );
-    Ok(Recovered { journal, table, cluster, replayed })
+    Ok(Recovered { journal, table, cluster, groups, replayed })
 }
 
 /// How the coordinator's requests meet the connection loop (see [`net::Handled`]).
@@ -518,6 +553,14 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             let status = durable(rx).await.err().unwrap_or(resp.status);
             Response::Describe(DescribeResponse { status, ..resp })
         }
+        req @ (Request::JoinGroup(_)
+        | Request::SyncGroup(_)
+        | Request::GroupHeartbeat(_)
+        | Request::LeaveGroup(_)
+        | Request::OffsetCommit(_)
+        | Request::OffsetFetch(_)
+        | Request::AddOffsets(_)
+        | Request::DescribeGroups(_)) => groups::handle_group(shared, req).await,
         Request::AuthBegin(_) | Request::AuthProve(_) => Response::Error(Status::new(
             ErrorCode::InvalidRequest,
             "the membership handshake is answered by the connection layer",
@@ -545,6 +588,7 @@ async fn snapshot_loop(shared: Arc<Shared>) {
             let st = shared.lock();
             let mut snapshot = st.table.snapshot();
             snapshot.extend(st.cluster.snapshot());
+            snapshot.extend(st.groups.snapshot());
             shared.since_snapshot.store(0, Relaxed);
             shared.journal.rotate(snapshot.iter().map(Entry::encode).collect())
         };
@@ -567,6 +611,7 @@ async fn tick_loop(shared: Arc<Shared>) {
         for (tid, decision) in st.table.handle_timeouts(now) {
             if let EndDecision::Markers { epoch, entries, markers, .. } = decision {
                 tracing::warn!(transactional_id = %tid, epoch, "transaction timed out; aborting it and fencing its producer");
+                st.observe(&entries);
                 // Markers are written only once the abort (and its epoch) is durable.
                 let rx = shared.persist(&entries);
                 let shared = shared.clone();
@@ -601,7 +646,10 @@ async fn init(
         let mut st = shared.lock();
         let d = st.table.handle_init(tid, timeout_ms, current);
         let rx = match &d {
-            InitDecision::Grant { entries, .. } => Some(shared.persist(entries)),
+            InitDecision::Grant { entries, .. } => {
+                st.observe(entries);
+                Some(shared.persist(entries))
+            }
             InitDecision::Refuse { .. } => None,
         };
         (d, rx)
@@ -654,7 +702,10 @@ async fn end_txn(shared: &Arc<Shared>, r: EndTxnRequest) -> EndTxnResponse {
         let mut st = shared.lock();
         let d = st.table.handle_end_txn(&r.transactional_id, r.producer_id, r.producer_epoch, r.commit, r.bump_epoch);
         let rx = match &d {
-            EndDecision::Markers { entries, .. } => Some(shared.persist(entries)),
+            EndDecision::Markers { entries, .. } => {
+                st.observe(entries);
+                Some(shared.persist(entries))
+            }
             EndDecision::Done { .. } => Some(shared.persist(&[])),
             EndDecision::Refuse { .. } => None,
         };
@@ -777,6 +828,11 @@ fn return_peer(shared: &Shared, addr: &str, conn: Connection) {
 }
 
 async fn write_marker_until_done(shared: &Shared, t: &FenceTarget, commit: bool) {
+    if t.topic == OFFSETS_TOPIC {
+        // A transaction's group offsets live here: its end (journaled before the markers
+        // start) already applied or dropped them.
+        return;
+    }
     let mut backoff = Duration::from_millis(20);
     loop {
         let (leader, exists, dropping) = {
@@ -861,7 +917,8 @@ mod tests {
         };
         entries.iter().for_each(|e| table.apply(e));
         let shared = Arc::new(Shared {
-            state: Mutex::new(State { table, cluster }),
+            state: Mutex::new(State { table, cluster, groups: GroupTable::new(GroupConfig::default(), 0) }),
+            group_waiters: Mutex::new(HashMap::new()),
             since_snapshot: std::sync::atomic::AtomicU64::new(0),
             started: Instant::now(),
             peers: Mutex::new(HashMap::new()),

@@ -784,6 +784,9 @@ impl ProducerTable {
             Entry::TopicCreated { .. }
             | Entry::TopicDeleted { .. }
             | Entry::PartitionsAdded { .. }
+            | Entry::GroupGeneration(_)
+            | Entry::OffsetsCommitted { .. }
+            | Entry::TxnOffsetsStaged { .. }
             | Entry::LeaderChanged { .. }
             | Entry::IsrChanged { .. }
             | Entry::BrokerIncarnation { .. }

@@ -136,6 +136,31 @@ error_codes! {
     TransactionalIdNotFound = 105, "TRANSACTIONAL_ID_NOT_FOUND", false;
     /// The request names a topic in a way this server cannot serve (a config it does not have).
     TopicAuthorizationFailed = 29, "TOPIC_AUTHORIZATION_FAILED", false;
+    /// The group's coordinator is loading its state; retry shortly.
+    CoordinatorLoadInProgress = 14, "COORDINATOR_LOAD_IN_PROGRESS", true;
+    /// The generation the request names is not the group's current one: the caller was
+    /// removed from the group by a rebalance (a zombie worker), and must join again.
+    IllegalGeneration = 22, "ILLEGAL_GENERATION", false;
+    /// The member's protocol type or protocols do not match the group's.
+    InconsistentGroupProtocol = 23, "INCONSISTENT_GROUP_PROTOCOL", false;
+    /// The group id is empty.
+    InvalidGroupId = 24, "INVALID_GROUP_ID", false;
+    /// The member id is not a member of the group (its session expired, or it left).
+    UnknownMemberId = 25, "UNKNOWN_MEMBER_ID", false;
+    /// The session timeout is outside the coordinator's bounds.
+    InvalidSessionTimeout = 26, "INVALID_SESSION_TIMEOUT", false;
+    /// The group is rebalancing: join it again.
+    RebalanceInProgress = 27, "REBALANCE_IN_PROGRESS", false;
+    /// The group has reached its member limit.
+    GroupMaxSizeReached = 81, "GROUP_MAX_SIZE_REACHED", false;
+    /// A new member id was assigned: join again with it (JoinGroup v4+).
+    MemberIdRequired = 79, "MEMBER_ID_REQUIRED", false;
+    /// Another instance joined with the same `group.instance.id`: this static member was replaced.
+    FencedInstanceId = 82, "FENCED_INSTANCE_ID", false;
+    /// A transaction holds uncommitted offsets for the partition; retry once it ends.
+    UnstableOffsetCommit = 88, "UNSTABLE_OFFSET_COMMIT", true;
+    /// The group does not exist.
+    GroupIdNotFound = 69, "GROUP_ID_NOT_FOUND", false;
 }
 
 impl std::fmt::Display for ErrorCode {

@@ -74,6 +74,22 @@ struct Args {
     /// Serve Prometheus metrics at `GET /metrics` on this address.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<String>,
+    /// Shortest session timeout a consumer group member may ask for, in milliseconds
+    /// (Kafka's `group.min.session.timeout.ms`).
+    #[arg(long, default_value_t = 6_000, value_parser = clap::value_parser!(i32).range(1..))]
+    group_min_session_timeout_ms: i32,
+    /// Longest session timeout a consumer group member may ask for, in milliseconds
+    /// (Kafka's `group.max.session.timeout.ms`).
+    #[arg(long, default_value_t = 1_800_000, value_parser = clap::value_parser!(i32).range(1..))]
+    group_max_session_timeout_ms: i32,
+    /// How long the first rebalance of an empty group waits for more members, in milliseconds
+    /// (Kafka's `group.initial.rebalance.delay.ms`).
+    #[arg(long, default_value_t = 3_000)]
+    group_initial_rebalance_delay_ms: u64,
+    /// Accept transactional offset commits from any generation (no KIP-447 fence): for
+    /// demonstrations of what a zombie worker does without it, never in production.
+    #[arg(long)]
+    no_generation_fencing: bool,
 }
 
 #[tokio::main]
@@ -82,6 +98,20 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut config = CoordinatorConfig::new(&args.data_dir);
     config.cluster.broker_lease_ms = args.broker_lease_ms;
+    if args.group_min_session_timeout_ms > args.group_max_session_timeout_ms {
+        eprintln!(
+            "--group-min-session-timeout-ms {} is above --group-max-session-timeout-ms {}; give a min at most the max",
+            args.group_min_session_timeout_ms, args.group_max_session_timeout_ms
+        );
+        std::process::exit(2);
+    }
+    config.groups.session_timeout_min_ms = args.group_min_session_timeout_ms;
+    config.groups.session_timeout_max_ms = args.group_max_session_timeout_ms;
+    config.groups.initial_rebalance_delay_ms = args.group_initial_rebalance_delay_ms;
+    config.groups.generation_fencing = !args.no_generation_fencing;
+    if args.no_generation_fencing {
+        tracing::warn!("--no-generation-fencing: transactional offset commits of stale group generations are accepted");
+    }
     config.cluster.default_partitions = args.default_partitions;
     config.cluster.auto_create_topics = !args.no_auto_create_topics;
     config.limits.frame_bytes_max = args.frame_bytes_max;

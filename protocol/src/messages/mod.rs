@@ -17,12 +17,14 @@ use crate::{DecodeError, ErrorCode};
 
 mod auth;
 mod cluster;
+mod group;
 mod produce;
 mod replicate;
 mod txn;
 
 pub use auth::*;
 pub use cluster::*;
+pub use group::*;
 pub use produce::*;
 pub use replicate::*;
 pub use txn::*;
@@ -66,6 +68,22 @@ pub enum ApiKey {
     Replicate = 1001,
     /// Admin -> coordinator: brokers, partitions and transactional ids.
     Describe = 1000,
+    /// Join a consumer group (Kafka listener -> coordinator).
+    JoinGroup = 11,
+    /// A group member's heartbeat.
+    GroupHeartbeat = 12,
+    /// Members leave a group.
+    LeaveGroup = 13,
+    /// The group leader's assignment, and every member's share of it.
+    SyncGroup = 14,
+    /// Groups as they stand (Kafka's DescribeGroups and ListGroups).
+    DescribeGroups = 15,
+    /// Commit a group's offsets, at once or staged in a transaction (TxnOffsetCommit).
+    OffsetCommit = 8,
+    /// A group's committed offsets.
+    OffsetFetch = 9,
+    /// A transaction will carry a group's offsets (opens it if none is open).
+    AddOffsetsToTxn = 25,
 }
 
 impl ApiKey {
@@ -89,6 +107,14 @@ impl ApiKey {
             63 => ApiKey::BrokerHeartbeat,
             1001 => ApiKey::Replicate,
             1000 => ApiKey::Describe,
+            11 => ApiKey::JoinGroup,
+            12 => ApiKey::GroupHeartbeat,
+            13 => ApiKey::LeaveGroup,
+            14 => ApiKey::SyncGroup,
+            15 => ApiKey::DescribeGroups,
+            8 => ApiKey::OffsetCommit,
+            9 => ApiKey::OffsetFetch,
+            25 => ApiKey::AddOffsetsToTxn,
             _ => return None,
         })
     }
@@ -193,6 +219,22 @@ pub enum Request {
     AlterPartition(AlterPartitionRequest),
     /// Admin describe (no fields).
     Describe,
+    /// See [`JoinGroupRequest`].
+    JoinGroup(JoinGroupRequest),
+    /// See [`SyncGroupRequest`].
+    SyncGroup(SyncGroupRequest),
+    /// See [`GroupHeartbeatRequest`].
+    GroupHeartbeat(GroupHeartbeatRequest),
+    /// See [`LeaveGroupRequest`].
+    LeaveGroup(LeaveGroupRequest),
+    /// See [`OffsetCommitRequest`].
+    OffsetCommit(OffsetCommitRequest),
+    /// See [`OffsetFetchRequest`].
+    OffsetFetch(OffsetFetchRequest),
+    /// See [`AddOffsetsRequest`].
+    AddOffsets(AddOffsetsRequest),
+    /// See [`DescribeGroupsRequest`].
+    DescribeGroups(DescribeGroupsRequest),
 }
 
 /// A response body.
@@ -232,6 +274,22 @@ pub enum Response {
     AlterPartition(AlterPartitionResponse),
     /// See [`DescribeResponse`].
     Describe(DescribeResponse),
+    /// See [`JoinGroupResponse`].
+    JoinGroup(JoinGroupResponse),
+    /// See [`SyncGroupResponse`].
+    SyncGroup(SyncGroupResponse),
+    /// Status only.
+    GroupHeartbeat(Status),
+    /// See [`LeaveGroupResponse`].
+    LeaveGroup(LeaveGroupResponse),
+    /// A status per partition.
+    OffsetCommit(OffsetsResponse),
+    /// Each partition's offset and status.
+    OffsetFetch(OffsetsResponse),
+    /// Status only.
+    AddOffsets(Status),
+    /// See [`DescribeGroupsResponse`].
+    DescribeGroups(DescribeGroupsResponse),
     /// The reply to a request that could not be decoded or served at all.
     Error(Status),
 }
@@ -257,6 +315,14 @@ impl Request {
             Request::Replicate(_) => ApiKey::Replicate,
             Request::AlterPartition(_) => ApiKey::AlterPartition,
             Request::Describe => ApiKey::Describe,
+            Request::JoinGroup(_) => ApiKey::JoinGroup,
+            Request::SyncGroup(_) => ApiKey::SyncGroup,
+            Request::GroupHeartbeat(_) => ApiKey::GroupHeartbeat,
+            Request::LeaveGroup(_) => ApiKey::LeaveGroup,
+            Request::OffsetCommit(_) => ApiKey::OffsetCommit,
+            Request::OffsetFetch(_) => ApiKey::OffsetFetch,
+            Request::AddOffsets(_) => ApiKey::AddOffsetsToTxn,
+            Request::DescribeGroups(_) => ApiKey::DescribeGroups,
         }
     }
 }
@@ -305,6 +371,14 @@ impl Response {
             Response::Replicate(_) => ApiKey::Replicate as i16,
             Response::AlterPartition(_) => ApiKey::AlterPartition as i16,
             Response::Describe(_) => ApiKey::Describe as i16,
+            Response::JoinGroup(_) => ApiKey::JoinGroup as i16,
+            Response::SyncGroup(_) => ApiKey::SyncGroup as i16,
+            Response::GroupHeartbeat(_) => ApiKey::GroupHeartbeat as i16,
+            Response::LeaveGroup(_) => ApiKey::LeaveGroup as i16,
+            Response::OffsetCommit(_) => ApiKey::OffsetCommit as i16,
+            Response::OffsetFetch(_) => ApiKey::OffsetFetch as i16,
+            Response::AddOffsets(_) => ApiKey::AddOffsetsToTxn as i16,
+            Response::DescribeGroups(_) => ApiKey::DescribeGroups as i16,
             Response::Error(_) => ERROR_RESPONSE_KEY,
         }
     }
@@ -327,6 +401,12 @@ impl Response {
             Response::Replicate(r) => &r.status,
             Response::AlterPartition(r) => &r.status,
             Response::Describe(r) => &r.status,
+            Response::JoinGroup(r) => &r.status,
+            Response::SyncGroup(r) => &r.status,
+            Response::GroupHeartbeat(s) | Response::AddOffsets(s) => s,
+            Response::LeaveGroup(r) => &r.status,
+            Response::OffsetCommit(r) | Response::OffsetFetch(r) => &r.status,
+            Response::DescribeGroups(r) => &r.status,
             Response::Error(s) => s,
         }
     }
@@ -392,6 +472,14 @@ pub fn encode_request_head(correlation_id: i32, req: &Request, b: &mut BytesMut)
         Request::Replicate(p) => p.encode_head(b), // the payload follows
         Request::AlterPartition(a) => a.encode_body(b),
         Request::Describe => {}
+        Request::JoinGroup(j) => j.encode_body(b),
+        Request::SyncGroup(g) => g.encode_body(b),
+        Request::GroupHeartbeat(h) => h.encode_body(b),
+        Request::LeaveGroup(l) => l.encode_body(b),
+        Request::OffsetCommit(c) => c.encode_body(b),
+        Request::OffsetFetch(f) => f.encode_body(b),
+        Request::AddOffsets(a) => a.encode_body(b),
+        Request::DescribeGroups(d) => d.encode_body(b),
     }
 }
 
@@ -455,6 +543,14 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
         ApiKey::Replicate => Request::Replicate(ReplicateRequest::decode_body(r)?),
         ApiKey::AlterPartition => Request::AlterPartition(AlterPartitionRequest::decode_body(r)?),
         ApiKey::Describe => Request::Describe,
+        ApiKey::JoinGroup => Request::JoinGroup(JoinGroupRequest::decode_body(r)?),
+        ApiKey::SyncGroup => Request::SyncGroup(SyncGroupRequest::decode_body(r)?),
+        ApiKey::GroupHeartbeat => Request::GroupHeartbeat(GroupHeartbeatRequest::decode_body(r)?),
+        ApiKey::LeaveGroup => Request::LeaveGroup(LeaveGroupRequest::decode_body(r)?),
+        ApiKey::OffsetCommit => Request::OffsetCommit(OffsetCommitRequest::decode_body(r)?),
+        ApiKey::OffsetFetch => Request::OffsetFetch(OffsetFetchRequest::decode_body(r)?),
+        ApiKey::AddOffsetsToTxn => Request::AddOffsets(AddOffsetsRequest::decode_body(r)?),
+        ApiKey::DescribeGroups => Request::DescribeGroups(DescribeGroupsRequest::decode_body(r)?),
     })
 }
 
@@ -483,7 +579,12 @@ pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesM
         Response::Produce(p) => p.encode_body(b),
         Response::Fetch(f) => f.encode_body(b),
         Response::Metadata(m) => m.encode_body(b),
-        Response::CreateTopic(_) | Response::DeleteTopic(_) | Response::CreatePartitions(_) | Response::Error(_) => {}
+        Response::CreateTopic(_)
+        | Response::DeleteTopic(_)
+        | Response::CreatePartitions(_)
+        | Response::GroupHeartbeat(_)
+        | Response::AddOffsets(_)
+        | Response::Error(_) => {}
         Response::InitProducerId(i) => i.encode_body(b),
         Response::EndTxn(e) => e.encode_body(b),
         Response::AuthBegin(a) => a.encode_body(b),
@@ -495,6 +596,11 @@ pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesM
         Response::Replicate(r) => r.encode_body(b),
         Response::AlterPartition(a) => a.encode_body(b),
         Response::Describe(d) => d.encode_body(b),
+        Response::JoinGroup(j) => j.encode_body(b),
+        Response::SyncGroup(g) => g.encode_body(b),
+        Response::LeaveGroup(l) => l.encode_body(b),
+        Response::OffsetCommit(o) | Response::OffsetFetch(o) => o.encode_body(b),
+        Response::DescribeGroups(d) => d.encode_body(b),
     }
 }
 
@@ -533,6 +639,14 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
         ApiKey::Replicate => Response::Replicate(ReplicateResponse::decode_body(status, r)?),
         ApiKey::AlterPartition => Response::AlterPartition(AlterPartitionResponse::decode_body(status, r)?),
         ApiKey::Describe => Response::Describe(DescribeResponse::decode_body(status, r)?),
+        ApiKey::JoinGroup => Response::JoinGroup(JoinGroupResponse::decode_body(status, r)?),
+        ApiKey::SyncGroup => Response::SyncGroup(SyncGroupResponse::decode_body(status, r)?),
+        ApiKey::GroupHeartbeat => Response::GroupHeartbeat(status),
+        ApiKey::LeaveGroup => Response::LeaveGroup(LeaveGroupResponse::decode_body(status, r)?),
+        ApiKey::OffsetCommit => Response::OffsetCommit(OffsetsResponse::decode_body(status, r)?),
+        ApiKey::OffsetFetch => Response::OffsetFetch(OffsetsResponse::decode_body(status, r)?),
+        ApiKey::AddOffsetsToTxn => Response::AddOffsets(status),
+        ApiKey::DescribeGroups => Response::DescribeGroups(DescribeGroupsResponse::decode_body(status, r)?),
     })
 }
 
@@ -662,6 +776,102 @@ mod tests {
             isr: vec![1, 3],
         }));
         roundtrip_req(Request::Describe);
+        let member =
+            GroupMember { group: "g".into(), generation: 3, member_id: "m-1".into(), instance_id: Some("i".into()) };
+        roundtrip_req(Request::JoinGroup(JoinGroupRequest {
+            group: "g".into(),
+            member_id: String::new(),
+            instance_id: None,
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 300_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"meta")), ("roundrobin".into(), Bytes::new())],
+            require_known_member: true,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+        }));
+        roundtrip_req(Request::SyncGroup(SyncGroupRequest {
+            member: member.clone(),
+            assignments: vec![("m-1".into(), Bytes::from_static(b"a"))],
+        }));
+        roundtrip_req(Request::GroupHeartbeat(GroupHeartbeatRequest { member: member.clone() }));
+        roundtrip_req(Request::LeaveGroup(LeaveGroupRequest {
+            group: "g".into(),
+            members: vec![("m-1".into(), None), (String::new(), Some("i".into()))],
+        }));
+        let offset = PartitionOffset {
+            topic: "t".into(),
+            partition: 2,
+            offset: 17,
+            leader_epoch: 4,
+            metadata: Some("x".into()),
+        };
+        roundtrip_req(Request::OffsetCommit(OffsetCommitRequest {
+            member: member.clone(),
+            txn: Some(TxnOwner { transactional_id: "w".into(), producer_id: 5, producer_epoch: 6 }),
+            offsets: vec![offset.clone()],
+        }));
+        roundtrip_req(Request::OffsetCommit(OffsetCommitRequest { member, txn: None, offsets: vec![] }));
+        roundtrip_req(Request::OffsetFetch(OffsetFetchRequest {
+            group: "g".into(),
+            partitions: Some(vec![("t".into(), 1)]),
+            require_stable: true,
+        }));
+        roundtrip_req(Request::OffsetFetch(OffsetFetchRequest {
+            group: "g".into(),
+            partitions: None,
+            require_stable: false,
+        }));
+        roundtrip_req(Request::AddOffsets(AddOffsetsRequest {
+            txn: TxnOwner { transactional_id: "w".into(), producer_id: 5, producer_epoch: 6 },
+            group: "g".into(),
+        }));
+        roundtrip_req(Request::DescribeGroups(DescribeGroupsRequest { groups: vec!["g".into()] }));
+        roundtrip_resp(Response::JoinGroup(JoinGroupResponse {
+            status: Status::ok(),
+            generation: 4,
+            protocol_type: "consumer".into(),
+            protocol: "range".into(),
+            leader: "m-1".into(),
+            member_id: "m-1".into(),
+            members: vec![("m-1".into(), Some("i".into()), Bytes::from_static(b"meta"))],
+        }));
+        roundtrip_resp(Response::SyncGroup(SyncGroupResponse {
+            status: Status::ok(),
+            protocol_type: "consumer".into(),
+            protocol: "range".into(),
+            assignment: Bytes::from_static(b"a"),
+        }));
+        roundtrip_resp(Response::GroupHeartbeat(Status::new(ErrorCode::RebalanceInProgress, "rejoin")));
+        roundtrip_resp(Response::LeaveGroup(LeaveGroupResponse {
+            status: Status::ok(),
+            members: vec![Status::ok(), Status::new(ErrorCode::UnknownMemberId, "who")],
+        }));
+        roundtrip_resp(Response::OffsetFetch(OffsetsResponse {
+            status: Status::ok(),
+            partitions: vec![(offset.clone(), Status::new(ErrorCode::UnstableOffsetCommit, "pending"))],
+        }));
+        roundtrip_resp(Response::AddOffsets(Status::ok()));
+        roundtrip_resp(Response::DescribeGroups(DescribeGroupsResponse {
+            status: Status::ok(),
+            groups: vec![GroupState {
+                group: "g".into(),
+                state: "Stable".into(),
+                protocol_type: "consumer".into(),
+                protocol: "range".into(),
+                generation: 2,
+                leader: "m-1".into(),
+                members: vec![GroupMemberState {
+                    member_id: "m-1".into(),
+                    instance_id: None,
+                    client_id: "c".into(),
+                    client_host: "h".into(),
+                    metadata: Bytes::from_static(b"m"),
+                    assignment: Bytes::from_static(b"a"),
+                }],
+                offsets: vec![offset],
+            }],
+        }));
         roundtrip_req(Request::AuthBegin(AuthBeginRequest { member: "broker-1".into() }));
         roundtrip_req(Request::AuthProve(AuthProveRequest {
             member: "broker-1".into(),

@@ -28,6 +28,20 @@ pub(crate) fn kafka_code(code: ErrorCode, key: ApiKey, version: i16) -> i16 {
         (ApiKey::AddPartitionsToTxn | ApiKey::EndTxn | ApiKey::AddOffsetsToTxn, E::ProducerFenced) if version < 2 => {
             E::InvalidProducerEpoch
         }
+        // TxnOffsetCommit has no PRODUCER_FENCED in Kafka's transaction version 1 (its group
+        // coordinator does not check the epoch); INVALID_PRODUCER_EPOCH is what both clients
+        // raise as fenced there.
+        (ApiKey::TxnOffsetCommit, E::ProducerFenced) => E::InvalidProducerEpoch,
+        // The group's generation and member fields came with TxnOffsetCommit v3 (KIP-447) and
+        // static members with v3 too: older clients cannot meet these.
+        (ApiKey::TxnOffsetCommit, E::FencedInstanceId) if version < 3 => E::UnknownMemberId,
+        // Static membership (KIP-345) came with these versions.
+        (ApiKey::JoinGroup, E::FencedInstanceId) if version < 5 => E::UnknownMemberId,
+        (ApiKey::SyncGroup | ApiKey::Heartbeat, E::FencedInstanceId) if version < 3 => E::UnknownMemberId,
+        (ApiKey::OffsetCommit, E::FencedInstanceId) if version < 7 => E::UnknownMemberId,
+        (ApiKey::LeaveGroup, E::FencedInstanceId) if version < 3 => E::UnknownMemberId,
+        // UNSTABLE_OFFSET_COMMIT came with OffsetFetch v7 (require_stable).
+        (ApiKey::OffsetFetch, E::UnstableOffsetCommit) if version < 7 => E::CoordinatorLoadInProgress,
         (_, code) => code,
     };
     mapped.code()

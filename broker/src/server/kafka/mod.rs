@@ -34,6 +34,7 @@ mod admin;
 mod coordinator;
 mod errors;
 mod fetch;
+mod groups;
 mod produce;
 
 pub(crate) use errors::kafka_code;
@@ -65,6 +66,17 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 8),
+    // From v8 a request asks for several groups at once: not served.
+    (ApiKey::OffsetFetch, 1, 7),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
 ];
 
 /// The Kafka wire protocol, as [`net::serve_protocol`] serves it.
@@ -326,6 +338,47 @@ impl KafkaConn {
                 Handled::serial(async move { conn.list_transactions(r, version).await })
             }
             RequestKind::DescribeProducers(r) => Handled::answer(admin::describe_producers(&self.shared, r, version)),
+            RequestKind::JoinGroup(r) => {
+                let conn = self.clone();
+                let client_id = req.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+                Handled::serial(async move { conn.join_group(r, version, client_id).await })
+            }
+            RequestKind::SyncGroup(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.sync_group(r, version).await })
+            }
+            RequestKind::Heartbeat(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.heartbeat(r, version).await })
+            }
+            RequestKind::LeaveGroup(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.leave_group(r, version).await })
+            }
+            RequestKind::OffsetCommit(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.offset_commit(r, version).await })
+            }
+            RequestKind::OffsetFetch(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.offset_fetch(r, version).await })
+            }
+            RequestKind::ListGroups(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.list_groups(r, version).await })
+            }
+            RequestKind::DescribeGroups(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.describe_groups(r, version).await })
+            }
+            RequestKind::AddOffsetsToTxn(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.add_offsets_to_txn(r, version).await })
+            }
+            RequestKind::TxnOffsetCommit(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.txn_offset_commit(r, version).await })
+            }
             // The codec decodes only what SERVED lists.
             other => {
                 tracing::warn!(request = ?ApiKey::try_from(req.header.api_key), "a Kafka request with no handler; closing");

@@ -1,0 +1,455 @@
+//! Consumer groups over the Kafka wire (the classic protocol), relayed to the coordinator,
+//! which holds every group: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+//! OffsetFetch, ListGroups, DescribeGroups, and the transactional AddOffsetsToTxn and
+//! TxnOffsetCommit (KIP-447: the generation fences a zombie worker's offsets).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponsePartition, OffsetFetchResponseTopic};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use protocol::kafka::KafkaAnswer;
+use protocol::{ErrorCode, GroupMember, PartitionOffset, Request, Response, Status, TxnOwner};
+
+use super::{kafka_code, KafkaConn};
+
+fn text(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+fn opt(s: &Option<StrBytes>) -> Option<String> {
+    s.as_ref().map(|s| s.to_string())
+}
+
+/// The status of a relayed group call's answer.
+fn status_of(resp: &Response) -> Status {
+    resp.status().clone()
+}
+
+/// Offsets by topic, in first-seen order, as Kafka's answers group them.
+fn by_topic<T>(items: Vec<(String, T)>) -> Vec<(String, Vec<T>)> {
+    let mut out: Vec<(String, Vec<T>)> = Vec::new();
+    for (topic, item) in items {
+        match out.iter_mut().find(|(t, _)| *t == topic) {
+            Some((_, v)) => v.push(item),
+            None => out.push((topic, vec![item])),
+        }
+    }
+    out
+}
+
+impl KafkaConn {
+    /// Relay a group request that may wait for a rebalance (JoinGroup, SyncGroup) up to its
+    /// rebalance timeout.
+    async fn relay_long(self: &Arc<Self>, req: Request, wait_ms: i32) -> Response {
+        let conn = match self.coordinator().await {
+            Ok(c) => c,
+            Err(status) => return Response::Error(status),
+        };
+        let timeout = Duration::from_millis(self.shared.config.request_timeout_ms.max(wait_ms.max(0) as u64 + 5_000));
+        match conn.call_timeout(req, timeout).await {
+            Ok(resp) => resp,
+            Err(net::NetError::Refused { status, .. }) => Response::Error(status),
+            Err(e) => {
+                if matches!(e, net::NetError::Timeout { .. }) {
+                    conn.unanswered();
+                }
+                Response::Error(Status::new(
+                    ErrorCode::CoordinatorNotAvailable,
+                    format!("the coordinator did not answer: {e}; retry"),
+                ))
+            }
+        }
+    }
+
+    pub(super) async fn join_group(
+        self: &Arc<Self>,
+        r: JoinGroupRequest,
+        version: i16,
+        client_id: String,
+    ) -> KafkaAnswer {
+        let rebalance_timeout_ms = if version >= 1 { r.rebalance_timeout_ms } else { r.session_timeout_ms };
+        let req = Request::JoinGroup(protocol::JoinGroupRequest {
+            group: r.group_id.to_string(),
+            member_id: r.member_id.to_string(),
+            instance_id: if version >= 5 { opt(&r.group_instance_id) } else { None },
+            session_timeout_ms: r.session_timeout_ms,
+            rebalance_timeout_ms,
+            protocol_type: r.protocol_type.to_string(),
+            protocols: r.protocols.into_iter().map(|p| (p.name.to_string(), p.metadata)).collect(),
+            require_known_member: version >= 4,
+            client_id,
+            client_host: String::new(),
+        });
+        let resp = match self.relay_long(req, rebalance_timeout_ms).await {
+            Response::JoinGroup(j) => j,
+            other => protocol::JoinGroupResponse::error(status_of(&other), &r.member_id.to_string()),
+        };
+        if !resp.status.is_ok() && resp.status.code != ErrorCode::MemberIdRequired {
+            tracing::info!(group = %r.group_id.0, status = %resp.status, "Kafka JoinGroup refused");
+        }
+        let members = resp
+            .members
+            .into_iter()
+            .map(|(id, instance, metadata)| {
+                let m = JoinGroupResponseMember::default().with_member_id(text(&id)).with_metadata(metadata);
+                if version >= 5 {
+                    m.with_group_instance_id(instance.map(|i| text(&i)))
+                } else {
+                    m
+                }
+            })
+            .collect();
+        let mut out = JoinGroupResponse::default()
+            .with_error_code(kafka_code(resp.status.code, ApiKey::JoinGroup, version))
+            .with_generation_id(resp.generation)
+            .with_protocol_name(Some(text(&resp.protocol)))
+            .with_leader(text(&resp.leader))
+            .with_member_id(text(&resp.member_id))
+            .with_members(members);
+        if version >= 7 {
+            out = out.with_protocol_type(Some(text(&resp.protocol_type)));
+        }
+        KafkaAnswer::Reply(ResponseKind::JoinGroup(out))
+    }
+
+    pub(super) async fn sync_group(self: &Arc<Self>, r: SyncGroupRequest, version: i16) -> KafkaAnswer {
+        let member = GroupMember {
+            group: r.group_id.to_string(),
+            generation: r.generation_id,
+            member_id: r.member_id.to_string(),
+            instance_id: if version >= 3 { opt(&r.group_instance_id) } else { None },
+        };
+        let req = Request::SyncGroup(protocol::SyncGroupRequest {
+            member,
+            assignments: r.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect(),
+        });
+        // A follower waits for the leader, which has its rebalance timeout to send the assignment.
+        let resp = match self.relay_long(req, 300_000).await {
+            Response::SyncGroup(s) => s,
+            other => protocol::SyncGroupResponse::error(status_of(&other)),
+        };
+        if !resp.status.is_ok() {
+            tracing::info!(group = %r.group_id.0, status = %resp.status, "Kafka SyncGroup refused");
+        }
+        let mut out = SyncGroupResponse::default()
+            .with_error_code(kafka_code(resp.status.code, ApiKey::SyncGroup, version))
+            .with_assignment(resp.assignment);
+        if version >= 5 {
+            out =
+                out.with_protocol_type(Some(text(&resp.protocol_type))).with_protocol_name(Some(text(&resp.protocol)));
+        }
+        KafkaAnswer::Reply(ResponseKind::SyncGroup(out))
+    }
+
+    pub(super) async fn heartbeat(self: &Arc<Self>, r: HeartbeatRequest, version: i16) -> KafkaAnswer {
+        let member = GroupMember {
+            group: r.group_id.to_string(),
+            generation: r.generation_id,
+            member_id: r.member_id.to_string(),
+            instance_id: if version >= 3 { opt(&r.group_instance_id) } else { None },
+        };
+        let status = status_of(&self.relay(Request::GroupHeartbeat(protocol::GroupHeartbeatRequest { member })).await);
+        KafkaAnswer::Reply(ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(kafka_code(
+            status.code,
+            ApiKey::Heartbeat,
+            version,
+        ))))
+    }
+
+    pub(super) async fn leave_group(self: &Arc<Self>, r: LeaveGroupRequest, version: i16) -> KafkaAnswer {
+        let members: Vec<(String, Option<String>)> = if version >= 3 {
+            r.members.iter().map(|m| (m.member_id.to_string(), opt(&m.group_instance_id))).collect()
+        } else {
+            vec![(r.member_id.to_string(), None)]
+        };
+        let req = Request::LeaveGroup(protocol::LeaveGroupRequest {
+            group: r.group_id.to_string(),
+            members: members.clone(),
+        });
+        let (status, each) = match self.relay(req).await {
+            Response::LeaveGroup(l) => (l.status, l.members),
+            other => (status_of(&other), Vec::new()),
+        };
+        let code = |s: &Status| kafka_code(s.code, ApiKey::LeaveGroup, version);
+        let mut out = LeaveGroupResponse::default();
+        if version >= 3 {
+            let results = members
+                .iter()
+                .enumerate()
+                .map(|(i, (id, instance))| {
+                    let c = each.get(i).map_or(code(&status), code);
+                    MemberResponse::default()
+                        .with_member_id(text(id))
+                        .with_group_instance_id(instance.as_deref().map(text))
+                        .with_error_code(c)
+                })
+                .collect();
+            out = out.with_error_code(code(&status)).with_members(results);
+        } else {
+            let first = each.first().map_or(code(&status), code);
+            out = out.with_error_code(if status.is_ok() { first } else { code(&status) });
+        }
+        KafkaAnswer::Reply(ResponseKind::LeaveGroup(out))
+    }
+
+    pub(super) async fn offset_commit(self: &Arc<Self>, r: OffsetCommitRequest, version: i16) -> KafkaAnswer {
+        let member = GroupMember {
+            group: r.group_id.to_string(),
+            generation: r.generation_id_or_member_epoch,
+            member_id: r.member_id.to_string(),
+            instance_id: if version >= 7 { opt(&r.group_instance_id) } else { None },
+        };
+        let offsets: Vec<PartitionOffset> = r
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(|p| PartitionOffset {
+                    topic: t.name.to_string(),
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: if version >= 6 { p.committed_leader_epoch } else { -1 },
+                    metadata: opt(&p.committed_metadata),
+                })
+            })
+            .collect();
+        let req = Request::OffsetCommit(protocol::OffsetCommitRequest { member, txn: None, offsets: offsets.clone() });
+        let statuses = self.offsets_answer(req, &offsets).await;
+        let topics = by_topic(offsets.iter().zip(statuses).map(|(o, s)| (o.topic.clone(), (o.partition, s))).collect())
+            .into_iter()
+            .map(|(topic, ps)| {
+                OffsetCommitResponseTopic::default().with_name(TopicName(text(&topic))).with_partitions(
+                    ps.into_iter()
+                        .map(|(p, s)| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_error_code(kafka_code(s.code, ApiKey::OffsetCommit, version))
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        KafkaAnswer::Reply(ResponseKind::OffsetCommit(OffsetCommitResponse::default().with_topics(topics)))
+    }
+
+    /// Relay an offset commit; a status per offset, in order.
+    async fn offsets_answer(self: &Arc<Self>, req: Request, offsets: &[PartitionOffset]) -> Vec<Status> {
+        match self.relay(req).await {
+            Response::OffsetCommit(o) if o.partitions.len() == offsets.len() => {
+                o.partitions.into_iter().map(|(_, s)| s).collect()
+            }
+            other => {
+                let s = status_of(&other);
+                let s = if s.is_ok() { Status::new(ErrorCode::UnknownServerError, "a malformed answer") } else { s };
+                vec![s; offsets.len()]
+            }
+        }
+    }
+
+    pub(super) async fn txn_offset_commit(self: &Arc<Self>, r: TxnOffsetCommitRequest, version: i16) -> KafkaAnswer {
+        let member = if version >= 3 {
+            GroupMember {
+                group: r.group_id.to_string(),
+                generation: r.generation_id,
+                member_id: r.member_id.to_string(),
+                instance_id: opt(&r.group_instance_id),
+            }
+        } else {
+            GroupMember { group: r.group_id.to_string(), generation: -1, member_id: String::new(), instance_id: None }
+        };
+        let txn = TxnOwner {
+            transactional_id: r.transactional_id.to_string(),
+            producer_id: r.producer_id.0,
+            producer_epoch: r.producer_epoch,
+        };
+        let offsets: Vec<PartitionOffset> = r
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(|p| PartitionOffset {
+                    topic: t.name.to_string(),
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: if version >= 2 { p.committed_leader_epoch } else { -1 },
+                    metadata: opt(&p.committed_metadata),
+                })
+            })
+            .collect();
+        let req =
+            Request::OffsetCommit(protocol::OffsetCommitRequest { member, txn: Some(txn), offsets: offsets.clone() });
+        let statuses = self.offsets_answer(req, &offsets).await;
+        if let Some(s) = statuses.iter().find(|s| !s.is_ok()) {
+            tracing::info!(transactional_id = %r.transactional_id.0, group = %r.group_id.0, status = %s, "Kafka TxnOffsetCommit refused");
+        }
+        let topics = by_topic(offsets.iter().zip(statuses).map(|(o, s)| (o.topic.clone(), (o.partition, s))).collect())
+            .into_iter()
+            .map(|(topic, ps)| {
+                TxnOffsetCommitResponseTopic::default().with_name(TopicName(text(&topic))).with_partitions(
+                    ps.into_iter()
+                        .map(|(p, s)| {
+                            TxnOffsetCommitResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_error_code(kafka_code(s.code, ApiKey::TxnOffsetCommit, version))
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        KafkaAnswer::Reply(ResponseKind::TxnOffsetCommit(TxnOffsetCommitResponse::default().with_topics(topics)))
+    }
+
+    pub(super) async fn offset_fetch(self: &Arc<Self>, r: OffsetFetchRequest, version: i16) -> KafkaAnswer {
+        let partitions = r.topics.as_ref().map(|ts| {
+            ts.iter().flat_map(|t| t.partition_indexes.iter().map(|p| (t.name.to_string(), *p))).collect::<Vec<_>>()
+        });
+        let req = Request::OffsetFetch(protocol::OffsetFetchRequest {
+            group: r.group_id.to_string(),
+            partitions,
+            require_stable: version >= 7 && r.require_stable,
+        });
+        let (status, answered) = match self.relay(req).await {
+            Response::OffsetFetch(o) => (o.status, o.partitions),
+            other => (status_of(&other), Vec::new()),
+        };
+        let topics = by_topic(answered.into_iter().map(|(o, s)| (o.topic.clone(), (o, s))).collect())
+            .into_iter()
+            .map(|(topic, ps)| {
+                OffsetFetchResponseTopic::default().with_name(TopicName(text(&topic))).with_partitions(
+                    ps.into_iter()
+                        .map(|(o, s)| {
+                            let p = OffsetFetchResponsePartition::default()
+                                .with_partition_index(o.partition)
+                                .with_committed_offset(o.offset)
+                                .with_metadata(Some(text(o.metadata.as_deref().unwrap_or(""))))
+                                .with_error_code(kafka_code(s.code, ApiKey::OffsetFetch, version));
+                            if version >= 5 {
+                                p.with_committed_leader_epoch(o.leader_epoch)
+                            } else {
+                                p
+                            }
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        let mut out = OffsetFetchResponse::default().with_topics(topics);
+        if version >= 2 {
+            out = out.with_error_code(kafka_code(status.code, ApiKey::OffsetFetch, version));
+        }
+        KafkaAnswer::Reply(ResponseKind::OffsetFetch(out))
+    }
+
+    async fn groups(self: &Arc<Self>, names: Vec<String>) -> Result<Vec<protocol::GroupState>, Status> {
+        match self.relay(Request::DescribeGroups(protocol::DescribeGroupsRequest { groups: names })).await {
+            Response::DescribeGroups(d) if d.status.is_ok() => Ok(d.groups),
+            other => Err(status_of(&other)),
+        }
+    }
+
+    pub(super) async fn list_groups(self: &Arc<Self>, r: ListGroupsRequest, version: i16) -> KafkaAnswer {
+        let mut out = ListGroupsResponse::default();
+        match self.groups(Vec::new()).await {
+            Ok(groups) => {
+                let wanted = |state: &str| {
+                    version < 4
+                        || r.states_filter.is_empty()
+                        || r.states_filter.iter().any(|f| f.eq_ignore_ascii_case(state))
+                };
+                let listed = groups
+                    .into_iter()
+                    .filter(|g| wanted(&g.state))
+                    .map(|g| {
+                        let l = ListedGroup::default()
+                            .with_group_id(GroupId(text(&g.group)))
+                            .with_protocol_type(text(&g.protocol_type));
+                        if version >= 4 {
+                            l.with_group_state(text(&g.state))
+                        } else {
+                            l
+                        }
+                    })
+                    .collect();
+                out = out.with_groups(listed);
+            }
+            Err(s) => out = out.with_error_code(kafka_code(s.code, ApiKey::ListGroups, version)),
+        }
+        KafkaAnswer::Reply(ResponseKind::ListGroups(out))
+    }
+
+    pub(super) async fn describe_groups(self: &Arc<Self>, r: DescribeGroupsRequest, version: i16) -> KafkaAnswer {
+        let names: Vec<String> = r.groups.iter().map(|g| g.to_string()).collect();
+        let described = match self.groups(names.clone()).await {
+            Ok(groups) if !names.is_empty() => groups
+                .into_iter()
+                .map(|g| {
+                    let members = g
+                        .members
+                        .into_iter()
+                        .map(|m| {
+                            let d = DescribedGroupMember::default()
+                                .with_member_id(text(&m.member_id))
+                                .with_client_id(text(&m.client_id))
+                                .with_client_host(text(&m.client_host))
+                                .with_member_metadata(m.metadata)
+                                .with_member_assignment(m.assignment);
+                            if version >= 4 {
+                                d.with_group_instance_id(m.instance_id.as_deref().map(text))
+                            } else {
+                                d
+                            }
+                        })
+                        .collect();
+                    DescribedGroup::default()
+                        .with_group_id(GroupId(text(&g.group)))
+                        .with_group_state(text(&g.state))
+                        .with_protocol_type(text(&g.protocol_type))
+                        .with_protocol_data(text(&g.protocol))
+                        .with_members(members)
+                })
+                .collect(),
+            Ok(_) => Vec::new(),
+            Err(s) => names
+                .iter()
+                .map(|n| {
+                    DescribedGroup::default().with_group_id(GroupId(text(n))).with_error_code(kafka_code(
+                        s.code,
+                        ApiKey::DescribeGroups,
+                        version,
+                    ))
+                })
+                .collect(),
+        };
+        KafkaAnswer::Reply(ResponseKind::DescribeGroups(DescribeGroupsResponse::default().with_groups(described)))
+    }
+
+    pub(super) async fn add_offsets_to_txn(self: &Arc<Self>, r: AddOffsetsToTxnRequest, version: i16) -> KafkaAnswer {
+        let req = Request::AddOffsets(protocol::AddOffsetsRequest {
+            txn: TxnOwner {
+                transactional_id: r.transactional_id.to_string(),
+                producer_id: r.producer_id.0,
+                producer_epoch: r.producer_epoch,
+            },
+            group: r.group_id.to_string(),
+        });
+        let status = status_of(&self.relay(req).await);
+        if !status.is_ok() {
+            tracing::info!(transactional_id = %r.transactional_id.0, group = %r.group_id.0, %status, "Kafka AddOffsetsToTxn refused");
+        }
+        KafkaAnswer::Reply(ResponseKind::AddOffsetsToTxn(
+            AddOffsetsToTxnResponse::default().with_error_code(kafka_code(
+                status.code,
+                ApiKey::AddOffsetsToTxn,
+                version,
+            )),
+        ))
+    }
+}

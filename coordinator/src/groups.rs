@@ -1,0 +1,1232 @@
+//! Consumer groups: Kafka's classic group protocol and committed offsets (rules, no I/O).
+//!
+//! [`GroupTable`] takes `now` with every call and returns decisions; what must be durable it
+//! queues as journal entries, and the answers to requests that wait (a JoinGroup until its
+//! rebalance completes, a follower's SyncGroup until the leader's assignment) as [`Wake`]s.
+//! The shell drains both with [`GroupTable::take_effects`] after every call, makes the entries
+//! durable, and only then sends the wakes and its own answer. Replaying the entries through
+//! [`GroupTable::apply`] rebuilds every group's generation, members and offsets.
+//!
+//! The fence: a generation is journaled before any member learns it, and generations only go
+//! up, so a member that a rebalance left behind (a frozen worker) holds an older generation or
+//! a member id no longer in the group; its offset commits, transactional ones included
+//! (KIP-447), are refused with ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID or, for a static member
+//! replaced by a new instance (KIP-345), FENCED_INSTANCE_ID.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+use protocol::{
+    ErrorCode, GroupMember, GroupMemberState, GroupState, JoinGroupRequest, JoinGroupResponse, PartitionOffset, Status,
+    SyncGroupRequest, SyncGroupResponse,
+};
+
+use crate::entry::{Entry, GroupRecord, MemberRecord, OffsetRecord};
+
+/// The pseudo-partition a transaction registers when it carries group offsets
+/// (AddOffsetsToTxn), as Kafka adds its `__consumer_offsets` partition: the coordinator holds
+/// the offsets itself, so no broker gets a marker for it.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// Limits and switches of the group rules.
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// Shortest session timeout a member may ask for (Kafka's `group.min.session.timeout.ms`).
+    pub session_timeout_min_ms: i32,
+    /// Longest session timeout (Kafka's `group.max.session.timeout.ms`).
+    pub session_timeout_max_ms: i32,
+    /// How long the first rebalance of an empty group waits for more members
+    /// (Kafka's `group.initial.rebalance.delay.ms`).
+    pub initial_rebalance_delay_ms: u64,
+    /// Members per group (Kafka's `group.max.size`).
+    pub members_max: usize,
+    /// Groups the coordinator holds.
+    pub groups_max: usize,
+    /// Check the generation and member of a transactional offset commit (KIP-447). Off only to
+    /// demonstrate what a zombie worker does without it (`--no-generation-fencing`).
+    pub generation_fencing: bool,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            session_timeout_min_ms: 6_000,
+            session_timeout_max_ms: 1_800_000,
+            initial_rebalance_delay_ms: 3_000,
+            members_max: 1_000,
+            groups_max: 100_000,
+            generation_fencing: true,
+        }
+    }
+}
+
+/// Kafka's group states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupPhase {
+    /// No members (a group that only stores offsets, or whose members all left).
+    Empty,
+    /// Waiting for the members to join the next generation.
+    PreparingRebalance,
+    /// The generation is formed; waiting for the leader's assignment.
+    CompletingRebalance,
+    /// Every member has its assignment.
+    Stable,
+}
+
+impl GroupPhase {
+    /// Kafka's name for the state.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupPhase::Empty => "Empty",
+            GroupPhase::PreparingRebalance => "PreparingRebalance",
+            GroupPhase::CompletingRebalance => "CompletingRebalance",
+            GroupPhase::Stable => "Stable",
+        }
+    }
+}
+
+/// An answer to a request that waited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wake {
+    /// A JoinGroup of `member_id` in `group` is answered.
+    Join {
+        /// Group id.
+        group: String,
+        /// The member whose join it was.
+        member_id: String,
+        /// Its answer.
+        response: JoinGroupResponse,
+    },
+    /// A SyncGroup of `member_id` in `group` is answered.
+    Sync {
+        /// Group id.
+        group: String,
+        /// The member whose sync it was.
+        member_id: String,
+        /// Its answer.
+        response: SyncGroupResponse,
+    },
+}
+
+/// What a JoinGroup decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinDecision {
+    /// Answered now (an error, or MEMBER_ID_REQUIRED).
+    Answer(JoinGroupResponse),
+    /// `member_id` waits for the rebalance; its answer comes as a [`Wake::Join`] (perhaps among
+    /// this call's own effects).
+    Wait {
+        /// The member id it joined as.
+        member_id: String,
+    },
+}
+
+/// What a SyncGroup decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyncDecision {
+    /// Answered now.
+    Answer(SyncGroupResponse),
+    /// Waits for the leader's assignment; answered as a [`Wake::Sync`].
+    Wait,
+}
+
+#[derive(Debug, Clone)]
+struct Member {
+    instance_id: Option<String>,
+    client_id: String,
+    client_host: String,
+    session_timeout_ms: i32,
+    rebalance_timeout_ms: i32,
+    /// Supported protocols with their metadata (only the chosen one's survives a restart).
+    protocols: Vec<(String, Bytes)>,
+    assignment: Bytes,
+    /// Past this the member is removed (no heartbeat within its session timeout).
+    deadline_ms: u64,
+    /// Has joined the rebalance under way.
+    joined: bool,
+    /// Waits in SyncGroup.
+    syncing: bool,
+}
+
+impl Member {
+    fn metadata(&self, protocol: &str) -> Bytes {
+        self.protocols.iter().find(|(n, _)| n == protocol).map(|(_, m)| m.clone()).unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Group {
+    phase: GroupPhase,
+    generation: i32,
+    protocol_type: String,
+    protocol: String,
+    leader: String,
+    members: BTreeMap<String, Member>,
+    /// Static members: instance id -> its current member id.
+    statics: HashMap<String, String>,
+    /// Member ids handed out with MEMBER_ID_REQUIRED, not joined yet, and when they lapse.
+    pending: HashMap<String, u64>,
+    /// When the rebalance under way completes even if not every member joined.
+    rebalance_deadline_ms: u64,
+    /// The first rebalance of an empty group completes no earlier than this.
+    join_not_before_ms: u64,
+    offsets: Offsets,
+}
+
+impl Group {
+    fn new() -> Group {
+        Group {
+            phase: GroupPhase::Empty,
+            generation: 0,
+            protocol_type: String::new(),
+            protocol: String::new(),
+            leader: String::new(),
+            members: BTreeMap::new(),
+            statics: HashMap::new(),
+            pending: HashMap::new(),
+            rebalance_deadline_ms: 0,
+            join_not_before_ms: 0,
+            offsets: BTreeMap::new(),
+        }
+    }
+
+    fn record(&self) -> GroupRecord {
+        GroupRecord {
+            group: String::new(),
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol: self.protocol.clone(),
+            leader: self.leader.clone(),
+            stable: self.phase == GroupPhase::Stable,
+            members: self
+                .members
+                .iter()
+                .map(|(id, m)| MemberRecord {
+                    member_id: id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    session_timeout_ms: m.session_timeout_ms,
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    metadata: m.metadata(&self.protocol),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The protocol every member supports, in the leader's (or first member's) order.
+    fn choose_protocol(&self) -> Option<String> {
+        let first = self.members.get(&self.leader).or_else(|| self.members.values().next())?;
+        first
+            .protocols
+            .iter()
+            .map(|(n, _)| n)
+            .find(|n| self.members.values().all(|m| m.protocols.iter().any(|(p, _)| p == *n)))
+            .cloned()
+    }
+}
+
+/// Offsets by (topic, partition).
+type Offsets = BTreeMap<(String, i32), OffsetRecord>;
+
+fn status(code: ErrorCode, message: String) -> Status {
+    Status::new(code, message)
+}
+
+/// Every consumer group and its offsets. See the module docs.
+#[derive(Debug)]
+pub struct GroupTable {
+    config: GroupConfig,
+    groups: BTreeMap<String, Group>,
+    /// Offsets staged by open transactions: transactional id -> group -> partition -> offset.
+    staged: HashMap<String, BTreeMap<String, Offsets>>,
+    /// Makes member ids unique across coordinator processes (new at every start).
+    member_nonce: u64,
+    next_member: u64,
+    wakes: Vec<Wake>,
+    entries: Vec<Entry>,
+}
+
+impl GroupTable {
+    /// An empty table; `member_nonce` (random, new at every start) goes into every member id,
+    /// so no id handed out before a restart is handed out again.
+    pub fn new(config: GroupConfig, member_nonce: u64) -> Self {
+        GroupTable {
+            config,
+            groups: BTreeMap::new(),
+            staged: HashMap::new(),
+            member_nonce,
+            next_member: 0,
+            wakes: Vec::new(),
+            entries: Vec::new(),
+        }
+    }
+
+    /// The answers and journal entries the calls since the last take produced: make the entries
+    /// durable, then send the answers.
+    pub fn take_effects(&mut self) -> (Vec<Wake>, Vec<Entry>) {
+        (std::mem::take(&mut self.wakes), std::mem::take(&mut self.entries))
+    }
+
+    /// Whether calls since the last [`GroupTable::take_effects`] produced anything.
+    pub fn has_effects(&self) -> bool {
+        !self.wakes.is_empty() || !self.entries.is_empty()
+    }
+
+    /// After a replay: every member's session starts now.
+    pub fn restart_clocks(&mut self, now_ms: u64) {
+        for g in self.groups.values_mut() {
+            for m in g.members.values_mut() {
+                m.deadline_ms = now_ms + m.session_timeout_ms.max(0) as u64;
+            }
+        }
+    }
+
+    fn new_member_id(&mut self, client_id: &str) -> String {
+        self.next_member += 1;
+        format!("{client_id}-{:016x}-{}", self.member_nonce, self.next_member)
+    }
+
+    fn journal_generation(&mut self, name: &str) {
+        if let Some(g) = self.groups.get(name) {
+            let mut record = g.record();
+            record.group = name.to_string();
+            self.entries.push(Entry::GroupGeneration(record));
+        }
+    }
+
+    /// JoinGroup.
+    pub fn handle_join(&mut self, now_ms: u64, r: &JoinGroupRequest) -> JoinDecision {
+        let refuse =
+            |code, msg: String| JoinDecision::Answer(JoinGroupResponse::error(status(code, msg), &r.member_id));
+        if r.group.is_empty() {
+            return refuse(ErrorCode::InvalidGroupId, "the group id is empty; give one (group.id)".into());
+        }
+        let (min, max) = (self.config.session_timeout_min_ms, self.config.session_timeout_max_ms);
+        if r.session_timeout_ms < min || r.session_timeout_ms > max {
+            return refuse(
+                ErrorCode::InvalidSessionTimeout,
+                format!(
+                    "session timeout {} ms is outside the coordinator's bounds [{min}, {max}] ms \
+                     (--group-min-session-timeout-ms, --group-max-session-timeout-ms)",
+                    r.session_timeout_ms
+                ),
+            );
+        }
+        if r.protocol_type.is_empty() || r.protocols.is_empty() {
+            return refuse(
+                ErrorCode::InconsistentGroupProtocol,
+                "a join must name its protocol type and protocols".into(),
+            );
+        }
+        if !self.groups.contains_key(&r.group) && self.groups.len() >= self.config.groups_max {
+            return refuse(
+                ErrorCode::CoordinatorNotAvailable,
+                format!("the coordinator holds groups_max {} groups; delete some", self.config.groups_max),
+            );
+        }
+        let mut g = self.groups.remove(&r.group).unwrap_or_else(Group::new);
+        let decision = self.join(&mut g, now_ms, r);
+        self.groups.insert(r.group.clone(), g);
+        self.fill_group_names(&r.group);
+        if let JoinDecision::Wait { .. } = decision {
+            self.maybe_complete_join(&r.group, now_ms);
+        }
+        decision
+    }
+
+    fn join(&mut self, g: &mut Group, now_ms: u64, r: &JoinGroupRequest) -> JoinDecision {
+        let refuse =
+            |code, msg: String| JoinDecision::Answer(JoinGroupResponse::error(status(code, msg), &r.member_id));
+        let supported = |g: &Group| {
+            g.members.is_empty()
+                || (g.protocol_type == r.protocol_type
+                    && r.protocols
+                        .iter()
+                        .any(|(p, _)| g.members.values().all(|m| m.protocols.iter().any(|(q, _)| q == p))))
+        };
+        let member_id = match (&r.instance_id, r.member_id.is_empty()) {
+            (Some(instance), true) => {
+                // A static member's (new) instance: it replaces the one before, which is fenced.
+                let new_id = self.new_member_id(&r.client_id);
+                if let Some(old) = g.statics.get(instance).cloned() {
+                    self.remove_member(
+                        g,
+                        &old,
+                        ErrorCode::FencedInstanceId,
+                        format!(
+                            "static member '{instance}' was replaced by a new instance with the same group.instance.id"
+                        ),
+                    );
+                }
+                g.statics.insert(instance.clone(), new_id.clone());
+                new_id
+            }
+            (Some(instance), false) => {
+                if g.statics.get(instance) != Some(&r.member_id) {
+                    return refuse(
+                        ErrorCode::FencedInstanceId,
+                        format!(
+                            "member '{}' of static instance '{instance}' was replaced by a newer instance; stop this one",
+                            r.member_id
+                        ),
+                    );
+                }
+                r.member_id.clone()
+            }
+            (None, true) => {
+                let id = self.new_member_id(&r.client_id);
+                if r.require_known_member {
+                    g.pending.insert(id.clone(), now_ms + r.session_timeout_ms.max(0) as u64);
+                    return JoinDecision::Answer(JoinGroupResponse::error(
+                        status(ErrorCode::MemberIdRequired, "join again with the member id given".into()),
+                        &id,
+                    ));
+                }
+                id
+            }
+            (None, false) => {
+                if !g.members.contains_key(&r.member_id) && g.pending.remove(&r.member_id).is_none() {
+                    return refuse(
+                        ErrorCode::UnknownMemberId,
+                        format!(
+                            "'{}' is not a member of group '{}' (its session expired or it left); join with no member id",
+                            r.member_id, r.group
+                        ),
+                    );
+                }
+                r.member_id.clone()
+            }
+        };
+        if !supported(g) {
+            if let Some(instance) = &r.instance_id {
+                g.statics.remove(instance);
+            }
+            return refuse(
+                ErrorCode::InconsistentGroupProtocol,
+                format!(
+                    "group '{}' uses protocol type '{}' with protocols none of which this member supports",
+                    r.group, g.protocol_type
+                ),
+            );
+        }
+        if !g.members.contains_key(&member_id) && g.members.len() >= self.config.members_max {
+            return refuse(
+                ErrorCode::GroupMaxSizeReached,
+                format!("group '{}' has members_max {} members", r.group, self.config.members_max),
+            );
+        }
+        let assignment = g.members.get(&member_id).map(|m| m.assignment.clone()).unwrap_or_default();
+        g.members.insert(
+            member_id.clone(),
+            Member {
+                instance_id: r.instance_id.clone(),
+                client_id: r.client_id.clone(),
+                client_host: r.client_host.clone(),
+                session_timeout_ms: r.session_timeout_ms,
+                rebalance_timeout_ms: r.rebalance_timeout_ms,
+                protocols: r.protocols.clone(),
+                assignment,
+                deadline_ms: now_ms + r.session_timeout_ms.max(0) as u64,
+                joined: true,
+                syncing: false,
+            },
+        );
+        g.protocol_type = r.protocol_type.clone();
+        self.prepare_rebalance(g, now_ms);
+        JoinDecision::Wait { member_id }
+    }
+
+    /// Remove a member, answering its waiting requests with `code`.
+    fn remove_member(&mut self, g: &mut Group, member_id: &str, code: ErrorCode, why: String) {
+        let Some(m) = g.members.remove(member_id) else { return };
+        if let Some(instance) = &m.instance_id {
+            if g.statics.get(instance).map(String::as_str) == Some(member_id) {
+                g.statics.remove(instance);
+            }
+        }
+        if m.joined {
+            self.wakes.push(Wake::Join {
+                group: String::new(),
+                member_id: member_id.to_string(),
+                response: JoinGroupResponse::error(status(code, why.clone()), member_id),
+            });
+        }
+        if m.syncing {
+            self.wakes.push(Wake::Sync {
+                group: String::new(),
+                member_id: member_id.to_string(),
+                response: SyncGroupResponse::error(status(code, why)),
+            });
+        }
+    }
+
+    fn prepare_rebalance(&mut self, g: &mut Group, now_ms: u64) {
+        if g.phase == GroupPhase::PreparingRebalance {
+            return;
+        }
+        for (id, m) in g.members.iter_mut() {
+            if m.syncing {
+                m.syncing = false;
+                self.wakes.push(Wake::Sync {
+                    group: String::new(),
+                    member_id: id.clone(),
+                    response: SyncGroupResponse::error(status(
+                        ErrorCode::RebalanceInProgress,
+                        "the group is rebalancing: join again".into(),
+                    )),
+                });
+            }
+        }
+        let timeout = g.members.values().map(|m| m.rebalance_timeout_ms.max(0) as u64).max().unwrap_or(0);
+        g.join_not_before_ms =
+            if g.phase == GroupPhase::Empty { now_ms + self.config.initial_rebalance_delay_ms } else { 0 };
+        g.rebalance_deadline_ms = now_ms + timeout.max(self.config.initial_rebalance_delay_ms);
+        g.phase = GroupPhase::PreparingRebalance;
+    }
+
+    /// Complete the rebalance under way if every member has joined (and the initial delay passed).
+    fn maybe_complete_join(&mut self, name: &str, now_ms: u64) {
+        let ready = self.groups.get(name).is_some_and(|g| {
+            g.phase == GroupPhase::PreparingRebalance
+                && now_ms >= g.join_not_before_ms
+                && g.members.values().all(|m| m.joined)
+        });
+        if ready {
+            self.complete_join(name, now_ms);
+        }
+    }
+
+    /// Form the next generation from the members that joined; the others are removed.
+    fn complete_join(&mut self, name: &str, now_ms: u64) {
+        let Some(mut g) = self.groups.remove(name) else { return };
+        let late: Vec<String> = g.members.iter().filter(|(_, m)| !m.joined).map(|(id, _)| id.clone()).collect();
+        for id in late {
+            self.remove_member(&mut g, &id, ErrorCode::UnknownMemberId, "it did not join the rebalance in time".into());
+        }
+        g.generation += 1;
+        if g.members.is_empty() {
+            g.phase = GroupPhase::Empty;
+            g.protocol.clear();
+            g.leader.clear();
+        } else {
+            if !g.members.contains_key(&g.leader) {
+                g.leader = g.members.keys().next().cloned().unwrap_or_default();
+            }
+            g.protocol = g.choose_protocol().unwrap_or_default();
+            g.phase = GroupPhase::CompletingRebalance;
+            let everyone: Vec<(String, Option<String>, Bytes)> =
+                g.members.iter().map(|(id, m)| (id.clone(), m.instance_id.clone(), m.metadata(&g.protocol))).collect();
+            for (id, m) in g.members.iter_mut() {
+                m.joined = false;
+                m.assignment = Bytes::new();
+                m.deadline_ms = now_ms + m.session_timeout_ms.max(0) as u64;
+                self.wakes.push(Wake::Join {
+                    group: name.to_string(),
+                    member_id: id.clone(),
+                    response: JoinGroupResponse {
+                        status: Status::ok(),
+                        generation: g.generation,
+                        protocol_type: g.protocol_type.clone(),
+                        protocol: g.protocol.clone(),
+                        leader: g.leader.clone(),
+                        member_id: id.clone(),
+                        members: if *id == g.leader { everyone.clone() } else { Vec::new() },
+                    },
+                });
+            }
+        }
+        self.groups.insert(name.to_string(), g);
+        self.journal_generation(name);
+        self.fill_group_names(name);
+    }
+
+    /// Wakes queued while a group was out of the map carry no name yet.
+    fn fill_group_names(&mut self, name: &str) {
+        for w in &mut self.wakes {
+            let (Wake::Join { group, .. } | Wake::Sync { group, .. }) = w;
+            if group.is_empty() {
+                *group = name.to_string();
+            }
+        }
+    }
+
+    /// Check that `who` is a current member at the current generation.
+    fn check_member(g: &Group, who: &GroupMember) -> Result<(), Status> {
+        if let Some(instance) = &who.instance_id {
+            if g.statics.get(instance) != Some(&who.member_id) {
+                return Err(status(
+                    ErrorCode::FencedInstanceId,
+                    format!(
+                        "member '{}' of static instance '{instance}' was replaced by a newer instance; stop this one",
+                        who.member_id
+                    ),
+                ));
+            }
+        }
+        if !g.members.contains_key(&who.member_id) {
+            return Err(status(
+                ErrorCode::UnknownMemberId,
+                format!(
+                    "'{}' is not a member of group '{}' (its session expired, or it left); join again",
+                    who.member_id, who.group
+                ),
+            ));
+        }
+        if who.generation != g.generation {
+            return Err(status(
+                ErrorCode::IllegalGeneration,
+                format!(
+                    "generation {} of group '{}' is over: the group is at generation {} (a rebalance moved on \
+                     without this member); join again",
+                    who.generation, who.group, g.generation
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// SyncGroup.
+    pub fn handle_sync(&mut self, now_ms: u64, r: &SyncGroupRequest) -> SyncDecision {
+        let who = &r.member;
+        let Some(g) = self.groups.get_mut(&who.group) else {
+            return SyncDecision::Answer(SyncGroupResponse::error(status(
+                ErrorCode::UnknownMemberId,
+                format!("group '{}' does not exist; join it first", who.group),
+            )));
+        };
+        if let Err(s) = Self::check_member(g, who) {
+            return SyncDecision::Answer(SyncGroupResponse::error(s));
+        }
+        let answer = |g: &Group, id: &str| SyncGroupResponse {
+            status: Status::ok(),
+            protocol_type: g.protocol_type.clone(),
+            protocol: g.protocol.clone(),
+            assignment: g.members.get(id).map(|m| m.assignment.clone()).unwrap_or_default(),
+        };
+        match g.phase {
+            GroupPhase::Empty | GroupPhase::PreparingRebalance => SyncDecision::Answer(SyncGroupResponse::error(
+                status(ErrorCode::RebalanceInProgress, "the group is rebalancing: join again".into()),
+            )),
+            GroupPhase::Stable => SyncDecision::Answer(answer(g, &who.member_id)),
+            GroupPhase::CompletingRebalance => {
+                if let Some(m) = g.members.get_mut(&who.member_id) {
+                    m.syncing = true;
+                    m.deadline_ms = now_ms + m.session_timeout_ms.max(0) as u64;
+                }
+                if who.member_id == g.leader {
+                    for m in g.members.values_mut() {
+                        m.assignment = Bytes::new();
+                    }
+                    for (id, a) in &r.assignments {
+                        if let Some(m) = g.members.get_mut(id) {
+                            m.assignment = a.clone();
+                        }
+                    }
+                    g.phase = GroupPhase::Stable;
+                    let mut wakes = Vec::new();
+                    for (id, m) in g.members.iter_mut() {
+                        if m.syncing {
+                            m.syncing = false;
+                            wakes.push(id.clone());
+                        }
+                    }
+                    let g = &self.groups[&who.group];
+                    let responses: Vec<Wake> = wakes
+                        .into_iter()
+                        .map(|id| Wake::Sync { group: who.group.clone(), response: answer(g, &id), member_id: id })
+                        .collect();
+                    self.wakes.extend(responses);
+                    self.journal_generation(&who.group);
+                }
+                SyncDecision::Wait
+            }
+        }
+    }
+
+    /// A member's heartbeat.
+    pub fn handle_heartbeat(&mut self, now_ms: u64, who: &GroupMember) -> Status {
+        let Some(g) = self.groups.get_mut(&who.group) else {
+            return status(ErrorCode::UnknownMemberId, format!("group '{}' does not exist; join it", who.group));
+        };
+        if let Err(s) = Self::check_member(g, who) {
+            return s;
+        }
+        if let Some(m) = g.members.get_mut(&who.member_id) {
+            m.deadline_ms = now_ms + m.session_timeout_ms.max(0) as u64;
+        }
+        match g.phase {
+            GroupPhase::PreparingRebalance => {
+                status(ErrorCode::RebalanceInProgress, "the group is rebalancing: join again".into())
+            }
+            _ => Status::ok(),
+        }
+    }
+
+    /// LeaveGroup: a status per member, in order.
+    pub fn handle_leave(&mut self, now_ms: u64, group: &str, members: &[(String, Option<String>)]) -> Vec<Status> {
+        let Some(mut g) = self.groups.remove(group) else {
+            let s = status(ErrorCode::UnknownMemberId, format!("group '{group}' does not exist"));
+            return vec![s; members.len()];
+        };
+        let mut out = Vec::with_capacity(members.len());
+        let mut left = false;
+        for (member_id, instance) in members {
+            let id = match instance {
+                Some(i) => match g.statics.get(i) {
+                    Some(current) if member_id.is_empty() || current == member_id => current.clone(),
+                    Some(_) => {
+                        out.push(status(
+                            ErrorCode::FencedInstanceId,
+                            format!("member '{member_id}' of static instance '{i}' was replaced by a newer instance"),
+                        ));
+                        continue;
+                    }
+                    None => member_id.clone(),
+                },
+                None => member_id.clone(),
+            };
+            if !g.members.contains_key(&id) {
+                out.push(status(ErrorCode::UnknownMemberId, format!("'{id}' is not a member of group '{group}'")));
+                continue;
+            }
+            self.remove_member(&mut g, &id, ErrorCode::UnknownMemberId, "it left the group".into());
+            left = true;
+            out.push(Status::ok());
+        }
+        if left {
+            if g.members.is_empty() && g.phase != GroupPhase::PreparingRebalance {
+                // Nobody to wait for: the next generation is empty at once.
+                g.phase = GroupPhase::PreparingRebalance;
+            } else {
+                self.prepare_rebalance(&mut g, now_ms);
+            }
+        }
+        self.groups.insert(group.to_string(), g);
+        self.fill_group_names(group);
+        if left {
+            let ready = self.groups.get(group).is_some_and(|g| g.members.values().all(|m| m.joined));
+            if ready {
+                self.complete_join(group, now_ms);
+            }
+        }
+        out
+    }
+
+    /// Whether `who` may commit offsets for its group now; `transactional` for TxnOffsetCommit
+    /// (KIP-447: a member id of an older client may be absent, and then only the producer's
+    /// epoch fences).
+    pub fn check_commit(&self, who: &GroupMember, transactional: bool) -> Result<(), Status> {
+        let anonymous = who.generation < 0 && who.member_id.is_empty() && who.instance_id.is_none();
+        let g = self.groups.get(&who.group);
+        if anonymous {
+            return match g {
+                Some(g) if !transactional && !g.members.is_empty() => Err(status(
+                    ErrorCode::UnknownMemberId,
+                    format!(
+                        "group '{}' has members: a commit without a member id and generation is only for a group \
+                         with none (assign() consumers); commit as a member",
+                        who.group
+                    ),
+                )),
+                _ => Ok(()),
+            };
+        }
+        if transactional && !self.config.generation_fencing {
+            return Ok(());
+        }
+        let Some(g) = g else {
+            return Err(status(
+                ErrorCode::IllegalGeneration,
+                format!("group '{}' has no generation {}; join it", who.group, who.generation),
+            ));
+        };
+        Self::check_member(g, who)?;
+        if !transactional && g.phase == GroupPhase::CompletingRebalance {
+            return Err(status(ErrorCode::RebalanceInProgress, "the group is rebalancing: join again".into()));
+        }
+        Ok(())
+    }
+
+    /// Whether a group can take one more (a commit to a group that does not exist creates it).
+    fn room_for(&self, group: &str) -> Result<(), Status> {
+        if group.is_empty() {
+            return Err(status(ErrorCode::InvalidGroupId, "the group id is empty".into()));
+        }
+        if !self.groups.contains_key(group) && self.groups.len() >= self.config.groups_max {
+            return Err(status(
+                ErrorCode::CoordinatorNotAvailable,
+                format!("the coordinator holds groups_max {} groups", self.config.groups_max),
+            ));
+        }
+        Ok(())
+    }
+
+    /// OffsetCommit: checked by [`GroupTable::check_commit`], applied and journaled.
+    pub fn handle_commit(&mut self, who: &GroupMember, offsets: &[PartitionOffset]) -> Result<(), Status> {
+        self.room_for(&who.group)?;
+        self.check_commit(who, false)?;
+        let entry = Entry::OffsetsCommitted { group: who.group.clone(), offsets: records(offsets) };
+        self.apply(&entry);
+        self.entries.push(entry);
+        Ok(())
+    }
+
+    /// TxnOffsetCommit after the producer's transaction was checked: the offsets wait for the
+    /// transaction's end.
+    pub fn handle_txn_commit(
+        &mut self,
+        transactional_id: &str,
+        who: &GroupMember,
+        offsets: &[PartitionOffset],
+    ) -> Result<(), Status> {
+        self.room_for(&who.group)?;
+        self.check_commit(who, true)?;
+        let entry = Entry::TxnOffsetsStaged {
+            transactional_id: transactional_id.to_string(),
+            group: who.group.clone(),
+            offsets: records(offsets),
+        };
+        self.apply(&entry);
+        self.entries.push(entry);
+        Ok(())
+    }
+
+    /// OffsetFetch: each asked partition's committed offset (-1 if none), or every committed one.
+    pub fn handle_fetch(
+        &self,
+        group: &str,
+        partitions: Option<&[(String, i32)]>,
+        require_stable: bool,
+    ) -> Vec<(PartitionOffset, Status)> {
+        let g = self.groups.get(group);
+        let pending = |key: &(String, i32)| {
+            self.staged.values().any(|by_group| by_group.get(group).is_some_and(|o| o.contains_key(key)))
+        };
+        let keys: Vec<(String, i32)> = match partitions {
+            Some(ps) => ps.to_vec(),
+            None => g.map(|g| g.offsets.keys().cloned().collect()).unwrap_or_default(),
+        };
+        keys.into_iter()
+            .map(|key| {
+                let committed = g.and_then(|g| g.offsets.get(&key));
+                let offset = PartitionOffset {
+                    topic: key.0.clone(),
+                    partition: key.1,
+                    offset: committed.map_or(-1, |o| o.offset),
+                    leader_epoch: committed.map_or(-1, |o| o.leader_epoch),
+                    metadata: committed.and_then(|o| o.metadata.clone()),
+                };
+                let s = if require_stable && pending(&key) {
+                    status(
+                        ErrorCode::UnstableOffsetCommit,
+                        format!("a transaction holds uncommitted offsets for {}-{}; retry once it ends", key.0, key.1),
+                    )
+                } else {
+                    Status::ok()
+                };
+                (offset, s)
+            })
+            .collect()
+    }
+
+    /// Expire members whose session lapsed and rebalances past their deadline.
+    pub fn handle_tick(&mut self, now_ms: u64) {
+        let names: Vec<String> = self.groups.keys().cloned().collect();
+        for name in names {
+            let Some(mut g) = self.groups.remove(&name) else { continue };
+            g.pending.retain(|_, deadline| *deadline > now_ms);
+            match g.phase {
+                GroupPhase::Stable | GroupPhase::CompletingRebalance => {
+                    let expired: Vec<String> =
+                        g.members.iter().filter(|(_, m)| m.deadline_ms <= now_ms).map(|(id, _)| id.clone()).collect();
+                    if !expired.is_empty() {
+                        for id in &expired {
+                            tracing::info!(group = %name, member_id = %id, generation = g.generation, "group member's session expired");
+                            self.remove_member(&mut g, id, ErrorCode::UnknownMemberId, "its session expired".into());
+                        }
+                        self.prepare_rebalance(&mut g, now_ms);
+                        if g.members.is_empty() {
+                            g.rebalance_deadline_ms = now_ms;
+                        }
+                    }
+                }
+                GroupPhase::PreparingRebalance | GroupPhase::Empty => {}
+            }
+            let due = g.phase == GroupPhase::PreparingRebalance && now_ms >= g.rebalance_deadline_ms;
+            self.groups.insert(name.clone(), g);
+            self.fill_group_names(&name);
+            if due {
+                self.complete_join(&name, now_ms);
+            } else {
+                self.maybe_complete_join(&name, now_ms);
+            }
+        }
+    }
+
+    /// Apply one entry: how decisions take effect, and how the journal is replayed. Also takes
+    /// the producer table's entries: a transaction's end applies (commit) or drops (abort) the
+    /// offsets it staged, and a new epoch's grant drops those of the transaction it aborted.
+    pub fn apply(&mut self, entry: &Entry) {
+        match entry {
+            Entry::GroupGeneration(r) => {
+                let g = self.groups.entry(r.group.clone()).or_insert_with(Group::new);
+                g.generation = r.generation;
+                g.protocol_type = r.protocol_type.clone();
+                g.protocol = r.protocol.clone();
+                g.leader = r.leader.clone();
+                g.phase = if r.members.is_empty() {
+                    GroupPhase::Empty
+                } else if r.stable {
+                    GroupPhase::Stable
+                } else {
+                    GroupPhase::CompletingRebalance
+                };
+                g.statics.clear();
+                g.members = r
+                    .members
+                    .iter()
+                    .map(|m| {
+                        if let Some(i) = &m.instance_id {
+                            g.statics.insert(i.clone(), m.member_id.clone());
+                        }
+                        let member = Member {
+                            instance_id: m.instance_id.clone(),
+                            client_id: m.client_id.clone(),
+                            client_host: m.client_host.clone(),
+                            session_timeout_ms: m.session_timeout_ms,
+                            rebalance_timeout_ms: m.rebalance_timeout_ms,
+                            protocols: vec![(r.protocol.clone(), m.metadata.clone())],
+                            assignment: m.assignment.clone(),
+                            deadline_ms: m.session_timeout_ms.max(0) as u64,
+                            joined: false,
+                            syncing: false,
+                        };
+                        (m.member_id.clone(), member)
+                    })
+                    .collect();
+            }
+            Entry::OffsetsCommitted { group, offsets } => {
+                let g = self.groups.entry(group.clone()).or_insert_with(Group::new);
+                for o in offsets {
+                    g.offsets.insert((o.topic.clone(), o.partition), o.clone());
+                }
+            }
+            Entry::TxnOffsetsStaged { transactional_id, group, offsets } => {
+                let staged = self.staged.entry(transactional_id.clone()).or_default().entry(group.clone()).or_default();
+                for o in offsets {
+                    staged.insert((o.topic.clone(), o.partition), o.clone());
+                }
+            }
+            Entry::EndTxn { transactional_id, commit, .. } => {
+                if let Some(by_group) = self.staged.remove(transactional_id) {
+                    if *commit {
+                        for (group, offsets) in by_group {
+                            let g = self.groups.entry(group).or_insert_with(Group::new);
+                            g.offsets.extend(offsets);
+                        }
+                    }
+                }
+            }
+            Entry::Grant { transactional_id: Some(tid), .. } => {
+                self.staged.remove(tid);
+            }
+            _ => {}
+        }
+    }
+
+    /// Entries that rebuild every group, its offsets and the staged offsets.
+    pub fn snapshot(&self) -> Vec<Entry> {
+        let mut out = Vec::new();
+        for (name, g) in &self.groups {
+            let mut record = g.record();
+            record.group = name.clone();
+            if g.phase == GroupPhase::PreparingRebalance {
+                // Mid-rebalance: the generation stands as last formed.
+                record.stable = !g.members.values().any(|m| m.assignment.is_empty());
+            }
+            out.push(Entry::GroupGeneration(record));
+            if !g.offsets.is_empty() {
+                out.push(Entry::OffsetsCommitted {
+                    group: name.clone(),
+                    offsets: g.offsets.values().cloned().collect(),
+                });
+            }
+        }
+        for (tid, by_group) in &self.staged {
+            for (group, offsets) in by_group {
+                out.push(Entry::TxnOffsetsStaged {
+                    transactional_id: tid.clone(),
+                    group: group.clone(),
+                    offsets: offsets.values().cloned().collect(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Groups as they stand (`names` empty: all).
+    pub fn describe(&self, names: &[String]) -> Vec<GroupState> {
+        let one = |name: &str, g: Option<&Group>| match g {
+            None => GroupState {
+                group: name.to_string(),
+                state: "Dead".into(),
+                protocol_type: String::new(),
+                protocol: String::new(),
+                generation: -1,
+                leader: String::new(),
+                members: Vec::new(),
+                offsets: Vec::new(),
+            },
+            Some(g) => GroupState {
+                group: name.to_string(),
+                state: g.phase.name().into(),
+                protocol_type: g.protocol_type.clone(),
+                protocol: g.protocol.clone(),
+                generation: g.generation,
+                leader: g.leader.clone(),
+                members: g
+                    .members
+                    .iter()
+                    .map(|(id, m)| GroupMemberState {
+                        member_id: id.clone(),
+                        instance_id: m.instance_id.clone(),
+                        client_id: m.client_id.clone(),
+                        client_host: m.client_host.clone(),
+                        metadata: m.metadata(&g.protocol),
+                        assignment: m.assignment.clone(),
+                    })
+                    .collect(),
+                offsets: g
+                    .offsets
+                    .values()
+                    .map(|o| PartitionOffset {
+                        topic: o.topic.clone(),
+                        partition: o.partition,
+                        offset: o.offset,
+                        leader_epoch: o.leader_epoch,
+                        metadata: o.metadata.clone(),
+                    })
+                    .collect(),
+            },
+        };
+        if names.is_empty() {
+            self.groups.iter().map(|(n, g)| one(n, Some(g))).collect()
+        } else {
+            names.iter().map(|n| one(n, self.groups.get(n))).collect()
+        }
+    }
+}
+
+fn records(offsets: &[PartitionOffset]) -> Vec<OffsetRecord> {
+    offsets
+        .iter()
+        .map(|o| OffsetRecord {
+            topic: o.topic.clone(),
+            partition: o.partition,
+            offset: o.offset,
+            leader_epoch: o.leader_epoch,
+            metadata: o.metadata.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> GroupConfig {
+        GroupConfig { initial_rebalance_delay_ms: 0, ..GroupConfig::default() }
+    }
+
+    fn join_req(member_id: &str, instance: Option<&str>) -> JoinGroupRequest {
+        JoinGroupRequest {
+            group: "g".into(),
+            member_id: member_id.into(),
+            instance_id: instance.map(str::to_string),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"m"))],
+            require_known_member: false,
+            client_id: "c".into(),
+            client_host: String::new(),
+        }
+    }
+
+    fn who(member_id: &str, generation: i32, instance: Option<&str>) -> GroupMember {
+        GroupMember {
+            group: "g".into(),
+            generation,
+            member_id: member_id.into(),
+            instance_id: instance.map(str::to_string),
+        }
+    }
+
+    fn offset(partition: i32, offset: i64) -> PartitionOffset {
+        PartitionOffset { topic: "in".into(), partition, offset, leader_epoch: -1, metadata: None }
+    }
+
+    /// Join as a new member and complete the join (alone or with the others rejoining).
+    fn join(t: &mut GroupTable, now: u64, instance: Option<&str>) -> String {
+        let JoinDecision::Wait { member_id } = t.handle_join(now, &join_req("", instance)) else {
+            panic!("a first join waits")
+        };
+        member_id
+    }
+
+    fn generation_of(t: &mut GroupTable, member: &str) -> Option<i32> {
+        let (wakes, _) = t.take_effects();
+        wakes.into_iter().rev().find_map(|w| match w {
+            Wake::Join { member_id, response, .. } if member_id == member && response.status.is_ok() => {
+                Some(response.generation)
+            }
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn a_member_left_behind_by_a_rebalance_cannot_commit_its_transactional_offsets() {
+        let mut t = GroupTable::new(config(), 1);
+        let a = join(&mut t, 0, None);
+        assert_eq!(generation_of(&mut t, &a), Some(1));
+        // A second member joins: a rebalance that a's rejoin completes, at generation 2.
+        let b = join(&mut t, 10, None);
+        let JoinDecision::Wait { .. } = t.handle_join(20, &join_req(&a, None)) else { panic!("rejoin waits") };
+        assert_eq!(generation_of(&mut t, &b), Some(2));
+        // The zombie's view (generation 1) is refused; the current one is accepted.
+        let stale = t.handle_txn_commit("w", &who(&a, 1, None), &[offset(0, 5)]).unwrap_err();
+        assert_eq!(stale.code, ErrorCode::IllegalGeneration, "{stale}");
+        t.handle_txn_commit("w", &who(&b, 2, None), &[offset(0, 5)]).unwrap();
+        // a's session lapses: it is no member at all any more.
+        t.handle_heartbeat(30, &who(&b, 2, None));
+        t.handle_tick(10_031);
+        let gone = t.handle_txn_commit("w", &who(&a, 2, None), &[offset(0, 6)]).unwrap_err();
+        assert_eq!(gone.code, ErrorCode::UnknownMemberId, "{gone}");
+    }
+
+    #[test]
+    fn without_generation_fencing_the_zombie_commits() {
+        let mut t = GroupTable::new(GroupConfig { generation_fencing: false, ..config() }, 1);
+        let a = join(&mut t, 0, None);
+        let _ = t.take_effects();
+        t.handle_txn_commit("w", &who(&a, 0, None), &[offset(0, 5)]).expect("the mutation lets it through");
+    }
+
+    #[test]
+    fn a_replaced_static_member_is_fenced() {
+        let mut t = GroupTable::new(config(), 1);
+        let old = join(&mut t, 0, Some("worker-1"));
+        assert_eq!(generation_of(&mut t, &old), Some(1));
+        let new = join(&mut t, 5, Some("worker-1"));
+        assert_ne!(old, new);
+        let s = t.handle_heartbeat(6, &who(&old, 1, Some("worker-1")));
+        assert_eq!(s.code, ErrorCode::FencedInstanceId, "{s}");
+        let JoinDecision::Answer(a) = t.handle_join(7, &join_req(&old, Some("worker-1"))) else { panic!() };
+        assert_eq!(a.status.code, ErrorCode::FencedInstanceId);
+        let c = t.handle_commit(&who(&old, 1, Some("worker-1")), &[offset(0, 1)]).unwrap_err();
+        assert_eq!(c.code, ErrorCode::FencedInstanceId);
+    }
+
+    #[test]
+    fn staged_offsets_appear_at_commit_and_vanish_at_abort() {
+        let mut t = GroupTable::new(config(), 1);
+        t.handle_txn_commit("w", &who("", -1, None), &[offset(0, 7)]).unwrap();
+        let fetched = t.handle_fetch("g", Some(&[("in".into(), 0)]), true);
+        assert_eq!(fetched[0].0.offset, -1, "not visible before the commit");
+        assert_eq!(fetched[0].1.code, ErrorCode::UnstableOffsetCommit);
+        let end = |commit| Entry::EndTxn {
+            transactional_id: "w".into(),
+            producer_id: 1,
+            epoch: 0,
+            prev: (1, 0),
+            commit,
+            timed_out: false,
+            markers: vec![],
+        };
+        t.apply(&end(true));
+        let fetched = t.handle_fetch("g", None, true);
+        assert_eq!((fetched[0].0.offset, fetched[0].1.code), (7, ErrorCode::None));
+        t.handle_txn_commit("w", &who("", -1, None), &[offset(0, 9)]).unwrap();
+        t.apply(&end(false));
+        assert_eq!(t.handle_fetch("g", None, false)[0].0.offset, 7, "the abort dropped 9");
+        // A new epoch's grant drops what an open transaction staged.
+        t.handle_txn_commit("w", &who("", -1, None), &[offset(0, 11)]).unwrap();
+        t.apply(&Entry::Grant {
+            transactional_id: Some("w".into()),
+            producer_id: 1,
+            epoch: 1,
+            requested_by: None,
+            transaction_timeout_ms: 60_000,
+            fence: vec![],
+        });
+        t.apply(&end(true));
+        assert_eq!(t.handle_fetch("g", None, false)[0].0.offset, 7);
+    }
+
+    #[test]
+    fn a_replay_keeps_generations_members_and_offsets() {
+        let mut t = GroupTable::new(config(), 1);
+        let a = join(&mut t, 0, Some("i"));
+        let _ = t.take_effects();
+        let SyncDecision::Wait = t.handle_sync(
+            1,
+            &SyncGroupRequest {
+                member: who(&a, 1, Some("i")),
+                assignments: vec![(a.clone(), Bytes::from_static(b"all"))],
+            },
+        ) else {
+            panic!("the leader's sync is answered as a wake")
+        };
+        t.handle_commit(&who(&a, 1, Some("i")), &[offset(2, 42)]).unwrap();
+        let (_, journal) = t.take_effects();
+        let mut back = GroupTable::new(config(), 2);
+        journal.iter().for_each(|e| back.apply(e));
+        back.restart_clocks(100);
+        assert_eq!(back.handle_heartbeat(101, &who(&a, 1, Some("i"))).code, ErrorCode::None);
+        assert_eq!(back.handle_fetch("g", None, false)[0].0.offset, 42);
+        let d = &back.describe(&[])[0];
+        assert_eq!((d.state.as_str(), d.generation), ("Stable", 1));
+        // The snapshot rebuilds the same.
+        let mut again = GroupTable::new(config(), 3);
+        back.snapshot().iter().for_each(|e| again.apply(e));
+        assert_eq!(again.describe(&[]), back.describe(&[]));
+        // A member id handed out after the restart is new.
+        let b = join(&mut back, 200, None);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_standalone_commit_needs_a_group_without_members() {
+        let mut t = GroupTable::new(config(), 1);
+        t.handle_commit(&who("", -1, None), &[offset(0, 3)]).unwrap();
+        let _a = join(&mut t, 0, None);
+        let s = t.handle_commit(&who("", -1, None), &[offset(0, 4)]).unwrap_err();
+        assert_eq!(s.code, ErrorCode::UnknownMemberId);
+    }
+
+    #[test]
+    fn session_timeouts_outside_the_bounds_are_refused() {
+        let mut t = GroupTable::new(config(), 1);
+        let mut r = join_req("", None);
+        r.session_timeout_ms = 5_999;
+        let JoinDecision::Answer(a) = t.handle_join(0, &r) else { panic!() };
+        assert_eq!(a.status.code, ErrorCode::InvalidSessionTimeout);
+        r.session_timeout_ms = 1_800_001;
+        let JoinDecision::Answer(a) = t.handle_join(0, &r) else { panic!() };
+        assert_eq!(a.status.code, ErrorCode::InvalidSessionTimeout);
+    }
+
+    #[test]
+    fn a_first_join_of_a_new_client_gets_a_member_id_to_join_with() {
+        let mut t = GroupTable::new(config(), 1);
+        let mut r = join_req("", None);
+        r.require_known_member = true;
+        let JoinDecision::Answer(a) = t.handle_join(0, &r) else { panic!() };
+        assert_eq!(a.status.code, ErrorCode::MemberIdRequired);
+        r.member_id = a.member_id.clone();
+        assert_eq!(t.handle_join(1, &r), JoinDecision::Wait { member_id: a.member_id.clone() });
+        assert_eq!(generation_of(&mut t, &a.member_id), Some(1));
+    }
+}

@@ -1,0 +1,325 @@
+//! The group requests' shell: decide under the state lock with [`GroupTable`], journal what the
+//! decision produced, and answer (the waiting joins and syncs too) once that is durable.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use protocol::{
+    AddOffsetsRequest, DescribeGroupsResponse, ErrorCode, GroupMember, JoinGroupResponse, LeaveGroupResponse,
+    OffsetCommitRequest, OffsetsResponse, Request, Response, Status, SyncGroupResponse, TxnOwner,
+};
+use tokio::sync::oneshot;
+
+use super::{durable, Shared, State, WaiterKey};
+use crate::groups::{JoinDecision, SyncDecision, Wake, OFFSETS_TOPIC};
+use crate::table::{RegisterDecision, Registration};
+
+/// How often member sessions and rebalance deadlines are checked, in milliseconds.
+pub const GROUP_TICK_MS: u64 = 100;
+
+/// Journal the group table's entries and deliver its wakes once they are durable. Call under
+/// the state lock, after registering the caller's own waiter. The receiver says whether the
+/// entries became durable.
+fn flush_groups(shared: &Arc<Shared>, st: &mut State) -> oneshot::Receiver<Result<(), Status>> {
+    let (wakes, entries) = st.groups.take_effects();
+    let rx = shared.persist(&entries);
+    let sends: Vec<(oneshot::Sender<Response>, Response, Response)> = {
+        let mut waiters = shared.group_waiters.lock().unwrap_or_else(|p| p.into_inner());
+        wakes
+            .into_iter()
+            .filter_map(|w| {
+                let (key, ok, failed): (WaiterKey, Response, Response) = match w {
+                    Wake::Join { group, member_id, response } => {
+                        let failed = |s| Response::JoinGroup(JoinGroupResponse::error(s, &member_id));
+                        let f = failed(Status::new(ErrorCode::CoordinatorNotAvailable, "coordinator cannot persist"));
+                        ((group, member_id.clone(), false), Response::JoinGroup(response), f)
+                    }
+                    Wake::Sync { group, member_id, response } => {
+                        let f = Response::SyncGroup(SyncGroupResponse::error(Status::new(
+                            ErrorCode::CoordinatorNotAvailable,
+                            "coordinator cannot persist",
+                        )));
+                        ((group, member_id, true), Response::SyncGroup(response), f)
+                    }
+                };
+                waiters.remove(&key).map(|tx| (tx, ok, failed))
+            })
+            .collect()
+    };
+    let (done_tx, done_rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let outcome = durable(rx).await;
+        for (tx, ok, failed) in sends {
+            let _ = tx.send(if outcome.is_ok() { ok } else { failed });
+        }
+        let _ = done_tx.send(outcome);
+    });
+    done_rx
+}
+
+async fn settled(rx: oneshot::Receiver<Result<(), Status>>) -> Result<(), Status> {
+    rx.await.unwrap_or_else(|_| Err(Status::new(ErrorCode::CoordinatorNotAvailable, "coordinator stopping")))
+}
+
+/// Wait for the answer registered under `key`.
+async fn waited(rx: oneshot::Receiver<Response>, superseded: Response) -> Response {
+    rx.await.unwrap_or(superseded)
+}
+
+fn register_waiter(shared: &Shared, key: WaiterKey) -> oneshot::Receiver<Response> {
+    let (tx, rx) = oneshot::channel();
+    // A member's earlier request still waiting is superseded (its sender dropped: answered
+    // with an error).
+    shared.group_waiters.lock().unwrap_or_else(|p| p.into_inner()).insert(key, tx);
+    rx
+}
+
+fn group_refusal(request: &str, who: &GroupMember, status: &Status) {
+    tracing::info!(
+        target: "epochfence::fencing",
+        request,
+        reason = status.code.name(),
+        group = %who.group,
+        generation = who.generation,
+        member_id = %who.member_id,
+        instance_id = who.instance_id.as_deref().unwrap_or(""),
+        detail = %status.message,
+        "refused by the group coordinator"
+    );
+}
+
+/// The producer side of AddOffsetsToTxn and TxnOffsetCommit: the transactional id owns the
+/// producer id, and (`verify_only`) its open transaction carries offsets, or (otherwise) will.
+fn check_txn(
+    st: &mut State,
+    txn: &TxnOwner,
+    verify_only: bool,
+    now_ms: u64,
+) -> Result<Vec<crate::entry::Entry>, Status> {
+    match st.table.current(&txn.transactional_id) {
+        Some((pid, _)) if pid == txn.producer_id => {}
+        Some((pid, _)) => {
+            return Err(Status::new(
+                ErrorCode::InvalidProducerIdMapping,
+                format!("transactional id '{}' uses producer id {pid}, not {}", txn.transactional_id, txn.producer_id),
+            ))
+        }
+        None => {
+            return Err(Status::new(
+                ErrorCode::InvalidProducerIdMapping,
+                format!("transactional id '{}' is unknown; call InitProducerId first", txn.transactional_id),
+            ))
+        }
+    }
+    let reg = Registration {
+        producer_id: txn.producer_id,
+        epoch: txn.producer_epoch,
+        topic: OFFSETS_TOPIC,
+        partition: 0,
+        transactional: true,
+        verify_only,
+    };
+    match st.table.handle_register(&reg, now_ms) {
+        RegisterDecision::Accept { entries, .. } => Ok(entries),
+        RegisterDecision::Refuse { status, .. } => {
+            if verify_only && status.code == ErrorCode::InvalidTxnState {
+                return Err(Status::new(
+                    ErrorCode::InvalidTxnState,
+                    format!(
+                        "transactional id '{}' has no open transaction carrying offsets: call AddOffsetsToTxn first",
+                        txn.transactional_id
+                    ),
+                ));
+            }
+            Err(status)
+        }
+    }
+}
+
+/// Serve one group request.
+pub(super) async fn handle_group(shared: Arc<Shared>, req: Request) -> Response {
+    let now = shared.now_ms();
+    match req {
+        Request::JoinGroup(r) => {
+            let (answer, done) = {
+                let mut st = shared.lock();
+                let answer = match st.groups.handle_join(now, &r) {
+                    JoinDecision::Answer(a) => Err(a),
+                    JoinDecision::Wait { member_id } => {
+                        Ok((register_waiter(&shared, (r.group.clone(), member_id.clone(), false)), member_id))
+                    }
+                };
+                (answer, flush_groups(&shared, &mut st))
+            };
+            match answer {
+                Err(a) => {
+                    let status = settled(done).await.err();
+                    Response::JoinGroup(match status {
+                        Some(s) => JoinGroupResponse::error(s, &a.member_id),
+                        None => a,
+                    })
+                }
+                Ok((rx, member_id)) => {
+                    let superseded = Response::JoinGroup(JoinGroupResponse::error(
+                        Status::new(
+                            ErrorCode::RebalanceInProgress,
+                            "a later JoinGroup of this member replaced this one",
+                        ),
+                        &member_id,
+                    ));
+                    waited(rx, superseded).await
+                }
+            }
+        }
+        Request::SyncGroup(r) => {
+            let (answer, done) = {
+                let mut st = shared.lock();
+                let key = (r.member.group.clone(), r.member.member_id.clone(), true);
+                let rx = register_waiter(&shared, key.clone());
+                let answer = match st.groups.handle_sync(now, &r) {
+                    SyncDecision::Answer(a) => {
+                        shared.group_waiters.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+                        Err(a)
+                    }
+                    SyncDecision::Wait => Ok(rx),
+                };
+                (answer, flush_groups(&shared, &mut st))
+            };
+            match answer {
+                Err(a) => {
+                    if !a.status.is_ok() {
+                        group_refusal("sync_group", &r.member, &a.status);
+                    }
+                    Response::SyncGroup(match settled(done).await {
+                        Ok(()) => a,
+                        Err(s) => SyncGroupResponse::error(s),
+                    })
+                }
+                Ok(rx) => {
+                    let superseded = Response::SyncGroup(SyncGroupResponse::error(Status::new(
+                        ErrorCode::RebalanceInProgress,
+                        "a later SyncGroup of this member replaced this one",
+                    )));
+                    waited(rx, superseded).await
+                }
+            }
+        }
+        Request::GroupHeartbeat(r) => {
+            let status = shared.lock().groups.handle_heartbeat(now, &r.member);
+            Response::GroupHeartbeat(status)
+        }
+        Request::LeaveGroup(r) => {
+            let (members, done) = {
+                let mut st = shared.lock();
+                let members = st.groups.handle_leave(now, &r.group, &r.members);
+                (members, flush_groups(&shared, &mut st))
+            };
+            let status = settled(done).await.err().unwrap_or_else(Status::ok);
+            Response::LeaveGroup(LeaveGroupResponse { status, members })
+        }
+        Request::OffsetCommit(r) => Response::OffsetCommit(commit(&shared, r, now).await),
+        Request::OffsetFetch(r) => {
+            let (partitions, done) = {
+                let mut st = shared.lock();
+                let partitions = st.groups.handle_fetch(&r.group, r.partitions.as_deref(), r.require_stable);
+                // Only what is durable is answered: wait for every commit queued before.
+                (partitions, flush_groups(&shared, &mut st))
+            };
+            match settled(done).await {
+                Ok(()) => Response::OffsetFetch(OffsetsResponse { status: Status::ok(), partitions }),
+                Err(status) => Response::OffsetFetch(OffsetsResponse { status, partitions: Vec::new() }),
+            }
+        }
+        Request::AddOffsets(AddOffsetsRequest { txn, group }) => {
+            let done = {
+                let mut st = shared.lock();
+                if group.is_empty() {
+                    return Response::AddOffsets(Status::new(ErrorCode::InvalidGroupId, "the group id is empty"));
+                }
+                match check_txn(&mut st, &txn, false, now) {
+                    Ok(entries) => shared.persist(&entries),
+                    Err(status) => {
+                        super::fencing_event(
+                            "add_offsets_to_txn",
+                            Some(&txn.transactional_id),
+                            txn.producer_id,
+                            txn.producer_epoch,
+                            -1,
+                            None,
+                            &status,
+                        );
+                        return Response::AddOffsets(status);
+                    }
+                }
+            };
+            Response::AddOffsets(durable(done).await.err().unwrap_or_else(Status::ok))
+        }
+        Request::DescribeGroups(r) => {
+            let (groups, done) = {
+                let mut st = shared.lock();
+                (st.groups.describe(&r.groups), flush_groups(&shared, &mut st))
+            };
+            let status = settled(done).await.err().unwrap_or_else(Status::ok);
+            Response::DescribeGroups(DescribeGroupsResponse { status, groups })
+        }
+        other => Response::Error(Status::new(
+            ErrorCode::InvalidRequest,
+            format!("not a group request: {:?}", other.api_key()),
+        )),
+    }
+}
+
+/// OffsetCommit and TxnOffsetCommit.
+async fn commit(shared: &Arc<Shared>, r: OffsetCommitRequest, now: u64) -> OffsetsResponse {
+    let outcome = {
+        let mut st = shared.lock();
+        let decided = match &r.txn {
+            None => st.groups.handle_commit(&r.member, &r.offsets),
+            Some(txn) => check_txn(&mut st, txn, true, now)
+                .and_then(|_| st.groups.handle_txn_commit(&txn.transactional_id, &r.member, &r.offsets)),
+        };
+        decided.map(|()| flush_groups(shared, &mut st))
+    };
+    let status = match outcome {
+        Ok(done) => settled(done).await.err().unwrap_or_else(Status::ok),
+        Err(status) => {
+            match &r.txn {
+                Some(t)
+                    if !matches!(
+                        status.code,
+                        ErrorCode::IllegalGeneration | ErrorCode::UnknownMemberId | ErrorCode::FencedInstanceId
+                    ) =>
+                {
+                    super::fencing_event(
+                        "txn_offset_commit",
+                        Some(&t.transactional_id),
+                        t.producer_id,
+                        t.producer_epoch,
+                        -1,
+                        None,
+                        &status,
+                    )
+                }
+                Some(_) => group_refusal("txn_offset_commit", &r.member, &status),
+                None => group_refusal("offset_commit", &r.member, &status),
+            }
+            status
+        }
+    };
+    let partitions = r.offsets.into_iter().map(|o| (o, status.clone())).collect();
+    OffsetsResponse { status, partitions }
+}
+
+/// Expire members whose session lapsed and complete rebalances past their deadline. Runs for
+/// the life of the process.
+pub(super) async fn group_tick_loop(shared: Arc<Shared>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(GROUP_TICK_MS)).await;
+        let mut st = shared.lock();
+        let now = shared.now_ms();
+        st.groups.handle_tick(now);
+        if st.groups.has_effects() {
+            drop(flush_groups(&shared, &mut st));
+        }
+    }
+}

@@ -4,7 +4,9 @@
 //! (its README says what each test covers): an idempotent stream read back exactly once,
 //! transactions in a row, the zombie fenced in each client's own terms (and winning against
 //! `--no-fencing` brokers), a write to an untouched partition, a killed leader and a frozen one,
-//! compressed batches; then the README's `examples/kafka_zombie.py`.
+//! compressed batches, consumer groups (subscribe, committed offsets across a coordinator
+//! kill -9, a frozen read-process-write worker fenced by its group's generation, and not with
+//! `--no-generation-fencing`); then the README's `examples/kafka_zombie.py`.
 //!
 //! This test fails, and never skips, when Python 3, its venv module or the packages cannot be
 //! had: the message says what to install.

@@ -441,6 +441,7 @@ impl GroupTable {
     /// Remove a member, answering its waiting requests with `code`.
     fn remove_member(&mut self, g: &mut Group, member_id: &str, code: ErrorCode, why: String) {
         let Some(m) = g.members.remove(member_id) else { return };
+        tracing::info!(%member_id, generation = g.generation, reason = %why, "group member removed");
         if let Some(instance) = &m.instance_id {
             if g.statics.get(instance).map(String::as_str) == Some(member_id) {
                 g.statics.remove(instance);
@@ -537,6 +538,7 @@ impl GroupTable {
                 });
             }
         }
+        tracing::info!(group = %name, generation = g.generation, members = ?g.members.keys().collect::<Vec<_>>(), leader = %g.leader, "group generation formed");
         self.groups.insert(name.to_string(), g);
         self.journal_generation(name);
         self.fill_group_names(name);
@@ -837,22 +839,25 @@ impl GroupTable {
         for name in names {
             let Some(mut g) = self.groups.remove(&name) else { continue };
             g.pending.retain(|_, deadline| *deadline > now_ms);
-            match g.phase {
-                GroupPhase::Stable | GroupPhase::CompletingRebalance => {
-                    let expired: Vec<String> =
-                        g.members.iter().filter(|(_, m)| m.deadline_ms <= now_ms).map(|(id, _)| id.clone()).collect();
-                    if !expired.is_empty() {
-                        for id in &expired {
-                            tracing::info!(group = %name, member_id = %id, generation = g.generation, "group member's session expired");
-                            self.remove_member(&mut g, id, ErrorCode::UnknownMemberId, "its session expired".into());
-                        }
-                        self.prepare_rebalance(&mut g, now_ms);
-                        if g.members.is_empty() {
-                            g.rebalance_deadline_ms = now_ms;
-                        }
-                    }
+            // A member waiting in its join does not expire (the rebalance deadline bounds it);
+            // every other one does once its session lapses, in every state (after a
+            // coordinator restart, a member that never comes back must not hold a rebalance).
+            let preparing = g.phase == GroupPhase::PreparingRebalance;
+            let expired: Vec<String> = g
+                .members
+                .iter()
+                .filter(|(_, m)| m.deadline_ms <= now_ms && !(preparing && m.joined))
+                .map(|(id, _)| id.clone())
+                .collect();
+            if !expired.is_empty() {
+                for id in &expired {
+                    tracing::info!(group = %name, member_id = %id, generation = g.generation, "group member's session expired");
+                    self.remove_member(&mut g, id, ErrorCode::UnknownMemberId, "its session expired".into());
                 }
-                GroupPhase::PreparingRebalance | GroupPhase::Empty => {}
+                self.prepare_rebalance(&mut g, now_ms);
+                if g.members.is_empty() {
+                    g.rebalance_deadline_ms = now_ms;
+                }
             }
             let due = g.phase == GroupPhase::PreparingRebalance && now_ms >= g.rebalance_deadline_ms;
             self.groups.insert(name.clone(), g);
@@ -1033,14 +1038,14 @@ fn records(offsets: &[PartitionOffset]) -> Vec<OffsetRecord> {
 }
 
 #[cfg(test)]
-mod tests {
+mod tests_support {
     use super::*;
 
-    fn config() -> GroupConfig {
+    pub fn config() -> GroupConfig {
         GroupConfig { initial_rebalance_delay_ms: 0, ..GroupConfig::default() }
     }
 
-    fn join_req(member_id: &str, instance: Option<&str>) -> JoinGroupRequest {
+    pub fn join_req(member_id: &str, instance: Option<&str>) -> JoinGroupRequest {
         JoinGroupRequest {
             group: "g".into(),
             member_id: member_id.into(),
@@ -1055,7 +1060,7 @@ mod tests {
         }
     }
 
-    fn who(member_id: &str, generation: i32, instance: Option<&str>) -> GroupMember {
+    pub fn who(member_id: &str, generation: i32, instance: Option<&str>) -> GroupMember {
         GroupMember {
             group: "g".into(),
             generation,
@@ -1064,19 +1069,19 @@ mod tests {
         }
     }
 
-    fn offset(partition: i32, offset: i64) -> PartitionOffset {
+    pub fn offset(partition: i32, offset: i64) -> PartitionOffset {
         PartitionOffset { topic: "in".into(), partition, offset, leader_epoch: -1, metadata: None }
     }
 
     /// Join as a new member and complete the join (alone or with the others rejoining).
-    fn join(t: &mut GroupTable, now: u64, instance: Option<&str>) -> String {
+    pub fn join(t: &mut GroupTable, now: u64, instance: Option<&str>) -> String {
         let JoinDecision::Wait { member_id } = t.handle_join(now, &join_req("", instance)) else {
             panic!("a first join waits")
         };
         member_id
     }
 
-    fn generation_of(t: &mut GroupTable, member: &str) -> Option<i32> {
+    pub fn generation_of(t: &mut GroupTable, member: &str) -> Option<i32> {
         let (wakes, _) = t.take_effects();
         wakes.into_iter().rev().find_map(|w| match w {
             Wake::Join { member_id, response, .. } if member_id == member && response.status.is_ok() => {
@@ -1085,6 +1090,13 @@ mod tests {
             _ => None,
         })
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use super::tests_support::*;
 
     #[test]
     fn a_member_left_behind_by_a_rebalance_cannot_commit_its_transactional_offsets() {
@@ -1228,5 +1240,25 @@ mod tests {
         r.member_id = a.member_id.clone();
         assert_eq!(t.handle_join(1, &r), JoinDecision::Wait { member_id: a.member_id.clone() });
         assert_eq!(generation_of(&mut t, &a.member_id), Some(1));
+    }
+}
+
+#[cfg(test)]
+mod restart_tests {
+    use super::tests_support::*;
+    use super::*;
+
+    #[test]
+    fn a_member_that_never_returns_after_a_restart_does_not_hold_the_rebalance() {
+        let mut t = GroupTable::new(GroupConfig { initial_rebalance_delay_ms: 0, ..GroupConfig::default() }, 1);
+        let gone = join(&mut t, 0, None);
+        let (_, journal) = t.take_effects();
+        let mut back = GroupTable::new(GroupConfig { initial_rebalance_delay_ms: 0, ..GroupConfig::default() }, 2);
+        journal.iter().for_each(|e| back.apply(e));
+        back.restart_clocks(0);
+        let fresh = join(&mut back, 100, None);
+        assert_eq!(generation_of(&mut back, &fresh), None, "waits for the member it knew");
+        back.handle_tick(10_001);
+        assert_eq!(generation_of(&mut back, &fresh), Some(2), "{gone} expired and the join completed");
     }
 }

@@ -236,6 +236,14 @@ class Cluster:
             self.close()
             raise
 
+    def restart_coordinator(self):
+        """Start the coordinator again (after `coordinator.kill9()`), on its address and data."""
+        argv = list(self.coordinator.argv)
+        argv[argv.index("--listen") + 1] = self.coord_addr
+        self.coordinator = self._spawn("coordinator", argv)
+        self.coordinator.wait_line(r"^coordinator listening on (\S+)")
+        return self.coordinator
+
     def _bin(self, name):
         return os.path.join(self.bin, name)
 

@@ -139,6 +139,7 @@ fn check_txn(
 /// Serve one group request.
 pub(super) async fn handle_group(shared: Arc<Shared>, req: Request) -> Response {
     let now = shared.now_ms();
+    tracing::debug!(request = ?req, "group request");
     match req {
         Request::JoinGroup(r) => {
             let (answer, done) = {

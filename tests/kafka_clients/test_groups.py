@@ -1,0 +1,182 @@
+"""Consumer groups with confluent-kafka: subscribe() consumers sharing a topic, committed
+offsets across a coordinator kill -9, and read-process-write workers where one freezes past its
+session timeout (but not its transaction timeout): the group's generation fences its commit
+(KIP-447), and against `--no-generation-fencing` its output is doubled.
+
+These run once (the group paths are confluent-kafka's; kafka-python's consumer is not used).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import efcluster
+from efcluster import wait_until
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GROUP_ARGS = ["--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "1000"]
+PARTITIONS = 4
+PER_PARTITION = 10
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A factory: cluster(coordinator_args) starts a coordinator and one broker."""
+    made = []
+
+    def start(coordinator_args=()):
+        c = efcluster.Cluster(str(tmp_path / f"cluster-{len(made)}"), coordinator_args=GROUP_ARGS + list(coordinator_args))
+        made.append(c)
+        return c
+
+    yield start
+    for c in made:
+        c.close()
+
+
+def _fill(bootstrap, topic):
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(PARTITIONS * PER_PARTITION):
+        p.produce(topic, key=str(i).encode(), value=str(i).encode(), partition=i % PARTITIONS)
+    assert p.flush(30) == 0
+
+
+def _consumer(bootstrap, name, **extra):
+    from confluent_kafka import Consumer
+    config = {"bootstrap.servers": bootstrap, "group.id": "readers", "client.id": name, "auto.offset.reset": "earliest",
+              "enable.auto.commit": False, "session.timeout.ms": 2000, "heartbeat.interval.ms": 200}
+    config.update(extra)
+    return Consumer(config)
+
+
+def _committed(bootstrap, group, topic):
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        got = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
+        return {tp.partition: tp.offset for tp in got}
+    finally:
+        c.close()
+
+
+def _drain(consumers, want, seen, timeout=30):
+    """Poll every consumer until `want` values are seen in all (each value counted)."""
+    def step():
+        for c in consumers:
+            m = c.poll(0.05)
+            if m is not None and not m.error():
+                seen.append(int(m.value()))
+        return len(set(seen)) >= want
+    wait_until(step, timeout, f"{want} distinct records consumed", interval=0)
+
+
+@pytest.mark.timeout(120)
+def test_subscribers_share_partitions_and_resume_from_committed_offsets(cluster):
+    c = cluster()
+    c.create_topic("in", partitions=PARTITIONS, replicas=1)
+    bs = c.bootstrap()
+    _fill(bs, "in")
+    a, b = _consumer(bs, "a"), _consumer(bs, "b")
+    a.subscribe(["in"])
+    b.subscribe(["in"])
+    seen = []
+    _drain([a, b], PARTITIONS * PER_PARTITION, seen)
+    # Before the second member joined, the first read every partition; those that moved were
+    # read again from the start (nothing was committed yet), as Kafka's eager rebalance does.
+    assert set(seen) == set(range(PARTITIONS * PER_PARTITION)), "every record read by the group"
+    wait_until(lambda: (a.poll(0.01), b.poll(0.01), len(a.assignment()) == len(b.assignment()) == PARTITIONS // 2)[2],
+               30, "the partitions shared two each", interval=0)
+    # Commit half of what was read, per partition: offset 5 everywhere.
+    from confluent_kafka import TopicPartition
+    for cons in (a, b):
+        cons.commit(offsets=[TopicPartition("in", tp.partition, PER_PARTITION // 2) for tp in cons.assignment()],
+                    asynchronous=False)
+    # a is killed (no LeaveGroup): its session lapses and b takes every partition.
+    a_parts = {tp.partition for tp in a.assignment()}
+    del a  # never closed: librdkafka's threads stop with the process; the member just goes silent
+    wait_until(lambda: (b.poll(0.05), len(b.assignment()) == PARTITIONS)[1], 30, "b to own every partition", interval=0)
+    # The coordinator is killed and restarted: the offsets are durable.
+    c.coordinator.kill9()
+    c.restart_coordinator()
+    assert _committed(bs, "readers", "in") == {p: PER_PARTITION // 2 for p in range(PARTITIONS)}
+    # b resumes a's partitions from the committed offsets: exactly the second halves.
+    b.close()
+    fresh = _consumer(bs, "c")
+    fresh.subscribe(["in"])
+    again = []
+    _drain([fresh], PARTITIONS * PER_PARTITION // 2, again)
+    want = sorted(i for i in range(PARTITIONS * PER_PARTITION) if i // PARTITIONS >= PER_PARTITION // 2)
+    assert sorted(again) == want, f"resumed at the committed offsets ({a_parts} were a's)"
+    fresh.close()
+
+
+def _worker(bs, name, freeze=False):
+    argv = [sys.executable, os.path.join(HERE, "rpw_worker.py"), bs, name] + (["--freeze"] if freeze else [])
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def _read_line(proc, prefix, timeout=30):
+    import select
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if r:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith(prefix):
+                return line.strip()
+    raise AssertionError(f"no line starting {prefix!r} within {timeout} s")
+
+
+def _zombie_worker_run(c):
+    """Two workers; the first freezes with an uncommitted batch past its session; returns what
+    the zombie printed when woken and the committed output values."""
+    c.create_topic("in", partitions=PARTITIONS, replicas=1)
+    c.create_topic("out", partitions=1, replicas=1)
+    bs = c.bootstrap()
+    zombie = _worker(bs, "zombie", freeze=True)
+    healthy = None
+    try:
+        _fill(bs, "in")
+        _read_line(zombie, "FROZEN")
+        zombie.send_signal(signal.SIGSTOP)
+        healthy = _worker(bs, "healthy")
+        # The healthy worker takes every partition once the zombie's session lapses, and
+        # commits every input.
+        want = {p: PER_PARTITION for p in range(PARTITIONS)}
+        wait_until(lambda: _committed(bs, "workers", "in") == want, 60, "every input committed",
+                   state=lambda: _committed(bs, "workers", "in"))
+        zombie.send_signal(signal.SIGCONT)
+        zombie.stdin.write("\n")
+        zombie.stdin.flush()
+        outcome = _read_line(zombie, "ZOMBIE")
+    finally:
+        for p in (zombie, healthy):
+            if p is not None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+                p.wait()
+    import clients
+    values = [int(v) for v in clients.make_client("confluent").read(bs, "out", [0], "read_committed").values(0)]
+    return outcome, values
+
+
+@pytest.mark.timeout(180)
+def test_a_frozen_worker_is_fenced_by_the_group_generation(cluster):
+    outcome, values = _zombie_worker_run(cluster())
+    assert outcome.startswith("ZOMBIE REFUSED"), outcome
+    assert sorted(values) == list(range(PARTITIONS * PER_PARTITION)), "every input exactly once in the output"
+
+
+@pytest.mark.timeout(180)
+def test_without_generation_fencing_the_zombie_doubles_output(cluster):
+    outcome, values = _zombie_worker_run(cluster(["--no-generation-fencing"]))
+    assert outcome == "ZOMBIE COMMITTED", outcome
+    dups = sorted(v for v in set(values) if values.count(v) > 1)
+    assert dups, f"the zombie's batch was committed a second time: {sorted(values)}"

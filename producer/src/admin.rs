@@ -88,6 +88,16 @@ impl Admin {
         }
     }
 
+    /// Every consumer group: state, generation, members with their assignments, committed
+    /// offsets.
+    pub async fn describe_groups(&mut self) -> Result<Vec<protocol::GroupState>, ClientError> {
+        let req = Request::DescribeGroups(protocol::DescribeGroupsRequest { groups: Vec::new() });
+        match self.call("describe groups", req).await? {
+            Response::DescribeGroups(d) => Ok(d.groups),
+            other => Err(ClientError::Protocol(format!("describe groups answered with {}", other.status()))),
+        }
+    }
+
     /// Elect a partition's leader again under a new leader epoch; returns (leader, epoch).
     pub async fn elect_leader(&mut self, topic: &str, partition: i32) -> Result<(i32, i32), ClientError> {
         self.elect_leader_with(topic, partition, false).await

@@ -1,5 +1,6 @@
 //! `admin --bootstrap ADDR create-topic T --partitions N`, `delete-topic T`,
-//! `create-partitions T --count N`, `elect-leader T` and `describe [--json]`
+//! `create-partitions T --count N`, `elect-leader T` and `describe [--json]` (brokers, partitions,
+//! transactional ids and consumer groups)
 
 use std::process::ExitCode;
 
@@ -107,13 +108,19 @@ async fn main() -> ExitCode {
                 println!("{topic}-{partition}: leader={leader} leader_epoch={epoch}");
             })
         }
-        Command::Describe { json } => admin.describe().await.map(|d| {
-            if json {
-                println!("{}", serde_json::to_string_pretty(&describe_json(&d)).expect("json values serialise"));
-            } else {
-                print_describe(&d);
-            }
-        }),
+        Command::Describe { json } => match admin.describe().await {
+            Ok(d) => admin.describe_groups().await.map(|groups| {
+                if json {
+                    let mut v = describe_json(&d);
+                    v["groups"] = groups_json(&groups);
+                    println!("{}", serde_json::to_string_pretty(&v).expect("json values serialise"));
+                } else {
+                    print_describe(&d);
+                    print_groups(&groups);
+                }
+            }),
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -150,6 +157,63 @@ fn describe_json(d: &protocol::DescribeResponse) -> serde_json::Value {
             "transaction_timeout_ms": t.transaction_timeout_ms,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// A member's assigned partitions as `topic-partition`, for a `consumer` group (the
+/// assignment of another protocol type is opaque: its size in bytes).
+fn assignment(protocol_type: &str, bytes: &bytes::Bytes) -> Vec<String> {
+    match (protocol_type, producer::kafka::assigned_partitions(bytes)) {
+        ("consumer", Ok(parts)) => parts.into_iter().map(|(t, p)| format!("{t}-{p}")).collect(),
+        _ if bytes.is_empty() => Vec::new(),
+        _ => vec![format!("({} bytes)", bytes.len())],
+    }
+}
+
+fn groups_json(groups: &[protocol::GroupState]) -> serde_json::Value {
+    serde_json::Value::Array(
+        groups
+            .iter()
+            .map(|g| {
+                serde_json::json!({
+                    "group": g.group,
+                    "state": g.state,
+                    "protocol_type": g.protocol_type,
+                    "protocol": g.protocol,
+                    "generation": g.generation,
+                    "leader": g.leader,
+                    "members": g.members.iter().map(|m| serde_json::json!({
+                        "member_id": m.member_id,
+                        "instance_id": m.instance_id,
+                        "client_id": m.client_id,
+                        "assignment": assignment(&g.protocol_type, &m.assignment),
+                    })).collect::<Vec<_>>(),
+                    "committed_offsets": g.offsets.iter().map(|o| serde_json::json!({
+                        "topic": o.topic, "partition": o.partition, "offset": o.offset,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
+fn print_groups(groups: &[protocol::GroupState]) {
+    println!("groups:");
+    for g in groups {
+        println!(
+            "  {} state={} generation={} protocol={} leader={}",
+            g.group, g.state, g.generation, g.protocol, g.leader
+        );
+        for m in &g.members {
+            let instance = m.instance_id.as_deref().map(|i| format!(" instance_id={i}")).unwrap_or_default();
+            println!(
+                "    member {}{instance} partitions=[{}]",
+                m.member_id,
+                assignment(&g.protocol_type, &m.assignment).join(",")
+            );
+        }
+        let offsets = g.offsets.iter().map(|o| format!("{}-{}={}", o.topic, o.partition, o.offset)).collect::<Vec<_>>();
+        println!("    committed [{}]", offsets.join(" "));
+    }
 }
 
 fn ids(v: &[i32]) -> String {

@@ -1,14 +1,17 @@
 //! `consumer --bootstrap ADDR --topic T --partition P [--from OFFSET] [--follow] [--json] [--kafka]`
+//! `consumer --kafka --bootstrap ADDR --topic T --group G [--follow] [--json]`
 //!
 //! With `--kafka` it reads over the Kafka protocol from any Kafka-compatible broker, printing the
-//! same lines.
+//! same lines. With `--group` it is a member of consumer group G (`subscribe()`): it reads the
+//! partitions the group assigns it from the group's committed offsets, commits what it printed,
+//! and leaves the group when it exits; its lines then start with the partition.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use producer::consumer::{Fetched, FETCH_BYTES_MAX_DEFAULT};
-use producer::kafka::KafkaConsumer;
+use producer::kafka::{GroupConfig, KafkaConsumer, KafkaGroupConsumer};
 use producer::{ClientConfig, ClientError, Consumer};
 
 /// Prints every record of a partition: offset, producer id, producer epoch, sequence, value.
@@ -34,6 +37,16 @@ struct Args {
     /// First offset to read.
     #[arg(long, default_value_t = 0)]
     from: i64,
+    /// Join this consumer group (needs `--kafka`): read the partitions it assigns, from its
+    /// committed offsets, and commit.
+    #[arg(long, requires = "kafka", conflicts_with_all = ["partition", "from"])]
+    group: Option<String>,
+    /// With `--group`: the session timeout asked of the group coordinator, in milliseconds.
+    #[arg(long, default_value_t = 10_000, requires = "group")]
+    session_timeout_ms: i32,
+    /// With `--group`: `group.instance.id`, making this a static member.
+    #[arg(long, requires = "group")]
+    group_instance_id: Option<String>,
     /// Keep waiting for new records instead of exiting at the end of the log.
     #[arg(long)]
     follow: bool,
@@ -48,6 +61,8 @@ struct Args {
 
 #[derive(serde::Serialize)]
 struct Line<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partition: Option<i32>,
     offset: i64,
     producer_id: i64,
     producer_epoch: i16,
@@ -68,6 +83,9 @@ async fn main() -> ExitCode {
         }
     };
     let committed = args.isolation == "read_committed";
+    if let Some(group) = &args.group {
+        return group_member(&args, group, config, committed).await;
+    }
     let mut consumer = match (args.kafka, committed) {
         (false, true) => Either::Own(Consumer::read_committed(&args.bootstrap, config)),
         (false, false) => Either::Own(Consumer::new(&args.bootstrap, config)),
@@ -83,30 +101,89 @@ async fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        for r in &f.records {
-            let value = String::from_utf8_lossy(&r.value);
-            if args.json {
-                let line = Line {
-                    offset: r.offset,
-                    producer_id: r.producer_id,
-                    producer_epoch: r.producer_epoch,
-                    sequence: r.sequence,
-                    leader_epoch: r.leader_epoch,
-                    value: &value,
-                };
-                println!("{}", serde_json::to_string(&line).expect("plain struct serialises"));
-            } else {
-                println!(
-                    "offset={} producer_id={} producer_epoch={} sequence={} value={}",
-                    r.offset, r.producer_id, r.producer_epoch, r.sequence, value
-                );
-            }
-        }
+        print_records(&f, None, args.json);
         let at_end = f.next_offset >= f.readable_end || f.next_offset == offset;
         offset = f.next_offset;
         if at_end {
             if !args.follow {
                 return ExitCode::SUCCESS;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn print_records(f: &Fetched, partition: Option<i32>, json: bool) {
+    for r in &f.records {
+        let value = String::from_utf8_lossy(&r.value);
+        if json {
+            let line = Line {
+                partition,
+                offset: r.offset,
+                producer_id: r.producer_id,
+                producer_epoch: r.producer_epoch,
+                sequence: r.sequence,
+                leader_epoch: r.leader_epoch,
+                value: &value,
+            };
+            println!("{}", serde_json::to_string(&line).expect("plain struct serialises"));
+        } else {
+            let at = partition.map(|p| format!("partition={p} ")).unwrap_or_default();
+            println!(
+                "{at}offset={} producer_id={} producer_epoch={} sequence={} value={}",
+                r.offset, r.producer_id, r.producer_epoch, r.sequence, value
+            );
+        }
+    }
+}
+
+/// `--group`: a member of the group until every assigned partition is read to its end (or, with
+/// `--follow`, until stopped), committing after every poll that printed something.
+async fn group_member(args: &Args, group: &str, config: ClientConfig, committed: bool) -> ExitCode {
+    let group_config = GroupConfig {
+        session_timeout_ms: args.session_timeout_ms,
+        heartbeat_interval_ms: (args.session_timeout_ms.max(3) / 3) as u64,
+        instance_id: args.group_instance_id.clone(),
+        ..GroupConfig::default()
+    };
+    let mut member = KafkaGroupConsumer::new(&args.bootstrap, config, group, &[&args.topic], committed, group_config);
+    let fail = |e: ClientError| {
+        eprintln!("error: {e}");
+        ExitCode::FAILURE
+    };
+    let mut generation = -1;
+    loop {
+        let polled = match member.poll().await {
+            Ok(p) => p,
+            Err(e) => return fail(e),
+        };
+        let (member_id, now) = member.membership();
+        if now != generation {
+            generation = now;
+            let parts = member.assignment().iter().map(|(t, p)| format!("{t}-{p}")).collect::<Vec<_>>().join(",");
+            eprintln!("joined group {group} as {member_id} at generation {generation}: partitions [{parts}]");
+        }
+        let mut printed = false;
+        let mut all_at_end = true;
+        for (_, partition, f) in &polled {
+            printed |= !f.records.is_empty();
+            all_at_end &= f.next_offset >= f.readable_end || f.records.is_empty();
+            print_records(f, Some(*partition), args.json);
+        }
+        if printed {
+            if let Err(e) = member.commit().await {
+                return fail(e);
+            }
+        }
+        if all_at_end {
+            if !args.follow {
+                if let Err(e) = member.commit().await {
+                    return fail(e);
+                }
+                return match member.leave().await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => fail(e),
+                };
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

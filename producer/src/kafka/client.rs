@@ -41,6 +41,7 @@ pub struct KafkaClient {
     controller: Option<i32>,
     topics: HashMap<String, Vec<PartitionLeader>>,
     /// Transactional id -> its coordinator's address.
+    /// Coordinator addresses by `"{key type}/{key}"`.
     coordinators: HashMap<String, String>,
 }
 
@@ -264,35 +265,53 @@ impl KafkaClient {
 
     /// The transaction coordinator of `transactional_id` (FindCoordinator, key type 1).
     pub async fn transaction_coordinator(&mut self, transactional_id: &str) -> Result<KafkaConnection, ClientError> {
-        if let Some(addr) = self.coordinators.get(transactional_id).cloned() {
+        self.coordinator(1, transactional_id).await
+    }
+
+    /// The group coordinator of `group` (FindCoordinator, key type 0).
+    pub async fn group_coordinator(&mut self, group: &str) -> Result<KafkaConnection, ClientError> {
+        self.coordinator(0, group).await
+    }
+
+    async fn coordinator(&mut self, key_type: i8, key: &str) -> Result<KafkaConnection, ClientError> {
+        let cached = format!("{key_type}/{key}");
+        if let Some(addr) = self.coordinators.get(&cached).cloned() {
             if let Ok(c) = self.connection(&addr).await {
                 return Ok(c);
             }
-            self.coordinators.remove(transactional_id);
+            self.coordinators.remove(&cached);
         }
         let conn = self.any().await?;
         let version = conn.version(ApiKey::FindCoordinator, FIND_COORDINATOR_VERSIONS)?;
-        let req = FindCoordinatorRequest::default()
-            .with_key(StrBytes::from_string(transactional_id.to_string()))
-            .with_key_type(1);
+        let req =
+            FindCoordinatorRequest::default().with_key(StrBytes::from_string(key.to_string())).with_key_type(key_type);
         let resp = conn.call(&req, version).await?;
         if resp.error_code != 0 {
             return Err(KafkaError::Refused {
-                what: format!("FindCoordinator for '{transactional_id}'"),
+                what: format!("FindCoordinator for '{key}'"),
                 code: resp.error_code,
                 message: resp.error_message.map(|m| m.to_string()).unwrap_or_default(),
             }
             .into());
         }
         let addr = format!("{}:{}", resp.host.as_str(), resp.port);
-        self.coordinators.insert(transactional_id.to_string(), addr.clone());
+        self.coordinators.insert(cached, addr.clone());
         Ok(self.connection(&addr).await?)
     }
 
     /// Forget the coordinator of `transactional_id` (after NOT_COORDINATOR or a broken
     /// connection).
     pub fn forget_coordinator(&mut self, transactional_id: &str) {
-        if let Some(addr) = self.coordinators.remove(transactional_id) {
+        self.forget_cached_coordinator(&format!("1/{transactional_id}"));
+    }
+
+    /// Forget the coordinator of `group`.
+    pub fn forget_group_coordinator(&mut self, group: &str) {
+        self.forget_cached_coordinator(&format!("0/{group}"));
+    }
+
+    fn forget_cached_coordinator(&mut self, cached: &str) {
+        if let Some(addr) = self.coordinators.remove(cached) {
             self.forget(&addr);
         }
     }

@@ -1,7 +1,8 @@
 //! A Kafka-protocol client (the kafka-protocol crate, client side), for any Kafka-compatible
 //! broker: [`KafkaConnection`] (one socket, api versions agreed on), [`KafkaClient`] (brokers,
 //! leaders, the transaction coordinator), [`KafkaProducer`] (idempotent and transactional, the
-//! rules Kafka clients follow: transaction version 1) and [`KafkaConsumer`].
+//! rules Kafka clients follow: transaction version 1), [`KafkaConsumer`] and
+//! [`KafkaGroupConsumer`] (a consumer-group member, `subscribe()`).
 //!
 //! `--bootstrap` is any broker's Kafka address here, not epochfence's coordinator.
 
@@ -10,11 +11,13 @@ use thiserror::Error;
 mod client;
 mod connection;
 mod consumer;
+mod group;
 mod producer;
 
 pub use client::{KafkaClient, PartitionLeader, TOPIC_ALREADY_EXISTS};
 pub use connection::{KafkaConnection, CLIENT_ID};
 pub use consumer::KafkaConsumer;
+pub use group::{assigned_partitions, range_assign, GroupConfig, KafkaGroupConsumer};
 pub use producer::KafkaProducer;
 
 use crate::error::ClientError;

@@ -1,0 +1,166 @@
+//! Consumer groups with the bundled CLIs, against real processes: `consumer --kafka --group`
+//! reads the partitions its group assigns from the committed offsets and commits what it
+//! printed; two members share a topic; `admin describe` lists the groups (text and `--json`).
+//! The real clients' group tests are in tests/kafka_clients/test_groups.py.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::Proc;
+use producer::kafka::KafkaProducer;
+use producer::ProducerConfig;
+
+const PARTITIONS: i32 = 4;
+
+/// A coordinator whose groups form at once and accept short sessions, and one broker with a
+/// Kafka listener; returns them and the Kafka address.
+fn cluster(dir: &std::path::Path) -> (Proc, Proc, String) {
+    let c = common::coordinator_with(
+        dir,
+        &["--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "1000"],
+    );
+    let mut b = common::broker_with(1, &c.addr, dir, &["--kafka-listen", "127.0.0.1:0"]);
+    let kafka = b.next_line().rsplit(' ').next().unwrap().to_string();
+    common::create_topic(&c.addr, "in", PARTITIONS);
+    (c, b, kafka)
+}
+
+async fn produce(kafka: &str, from: usize, to: usize) {
+    let mut p = KafkaProducer::init(kafka, ProducerConfig::idempotent()).await.unwrap();
+    for i in from..to {
+        p.send("in", i as i32 % PARTITIONS, Bytes::from(i.to_string())).await.unwrap();
+    }
+}
+
+/// The values a `consumer --json` printed, and its stderr.
+fn group_read(kafka: &str, group: &str) -> (Vec<(i32, u64)>, String) {
+    let out = common::run("consumer", &["--kafka", "--bootstrap", kafka, "--topic", "in", "--group", group, "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["partition"].as_i64().unwrap() as i32, v["value"].as_str().unwrap().parse().unwrap())
+        })
+        .collect();
+    (lines, err)
+}
+
+fn describe_groups(coordinator: &str) -> serde_json::Value {
+    let out = common::run("admin", &["--bootstrap", coordinator, "describe", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["groups"].clone()
+}
+
+#[tokio::test]
+async fn a_group_member_reads_from_the_committed_offsets_and_commits_what_it_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, _b, kafka) = cluster(dir.path());
+    produce(&kafka, 0, 40).await;
+    let (read, err) = group_read(&kafka, "g");
+    let mut values: Vec<u64> = read.iter().map(|(_, v)| *v).collect();
+    values.sort();
+    assert_eq!(values, (0..40).collect::<Vec<u64>>(), "{err}");
+    assert!(read.iter().all(|(p, v)| *p == (*v % 4) as i32), "lines carry their partition");
+    assert!(err.contains("joined group g as ") && err.contains("partitions [in-0,in-1,in-2,in-3]"), "{err}");
+    // It left: the group is empty, with every partition committed at its end.
+    let groups = describe_groups(&c.addr);
+    assert_eq!(groups[0]["group"], "g");
+    assert_eq!(groups[0]["state"], "Empty", "{groups}");
+    let committed: Vec<(i64, i64)> = groups[0]["committed_offsets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["partition"].as_i64().unwrap(), o["offset"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(committed, [(0, 10), (1, 10), (2, 10), (3, 10)]);
+    // Read again: only what came after the committed offsets.
+    produce(&kafka, 40, 44).await;
+    let (read, err) = group_read(&kafka, "g");
+    let mut values: Vec<u64> = read.iter().map(|(_, v)| *v).collect();
+    values.sort();
+    assert_eq!(values, [40, 41, 42, 43], "{err}");
+    // Another group has its own offsets.
+    assert_eq!(group_read(&kafka, "other").0.len(), 44);
+    let text = common::run("admin", &["--bootstrap", &c.addr, "describe"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("groups:\n  g state=Empty") && text.contains("committed [in-0=11 in-1=11 in-2=11 in-3=11]"),
+        "{text}"
+    );
+}
+
+/// A `consumer --group --follow` whose stderr lines arrive on a channel.
+fn member(kafka: &str, group: &str) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(common::bin("consumer"))
+        .args([
+            "--kafka",
+            "--bootstrap",
+            kafka,
+            "--topic",
+            "in",
+            "--group",
+            group,
+            "--follow",
+            "--session-timeout-ms",
+            "2000",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// The next `joined group` line with `n` partitions.
+fn joined_with(rx: &mpsc::Receiver<String>, n: usize) -> String {
+    loop {
+        let line = rx.recv_timeout(Duration::from_secs(60)).expect("a joined line within 60 s");
+        if let Some(parts) = line.split_once("partitions [").map(|(_, p)| p.trim_end_matches(']')) {
+            if parts.split(',').filter(|p| !p.is_empty()).count() == n {
+                return line;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn two_members_share_the_partitions_and_one_takes_all_when_the_other_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, _b, kafka) = cluster(dir.path());
+    produce(&kafka, 0, 8).await;
+    let (mut a, a_lines) = member(&kafka, "shared");
+    joined_with(&a_lines, 4);
+    let (mut b, b_lines) = member(&kafka, "shared");
+    joined_with(&b_lines, 2);
+    joined_with(&a_lines, 2);
+    let groups = describe_groups(&c.addr);
+    let members = groups[0]["members"].as_array().unwrap();
+    assert_eq!(members.len(), 2, "{groups}");
+    let mut assigned: Vec<String> =
+        members.iter().flat_map(|m| m["assignment"].as_array().unwrap().iter().map(|p| p.to_string())).collect();
+    assigned.sort();
+    assert_eq!(assigned, ["\"in-0\"", "\"in-1\"", "\"in-2\"", "\"in-3\""], "each partition to one member");
+    // b is killed (no LeaveGroup): once its session lapses, a owns every partition again.
+    b.kill().unwrap();
+    b.wait().unwrap();
+    joined_with(&a_lines, 4);
+    a.kill().unwrap();
+    a.wait().unwrap();
+}

@@ -6,7 +6,8 @@
 //! `--no-fencing` brokers), a write to an untouched partition, a killed leader and a frozen one,
 //! compressed batches, consumer groups (subscribe, committed offsets across a coordinator
 //! kill -9, a frozen read-process-write worker fenced by its group's generation, and not with
-//! `--no-generation-fencing`); then the README's `examples/kafka_zombie.py`.
+//! `--no-generation-fencing`); then the README's `examples/kafka_zombie.py` and
+//! `examples/kafka_workers.py`.
 //!
 //! This test fails, and never skips, when Python 3, its venv module or the packages cannot be
 //! had: the message says what to install.
@@ -53,4 +54,23 @@ fn unmodified_kafka_clients_are_served_and_fenced_as_kafka_fences_them() {
     );
     assert!(out.contains("read_committed view: ['B: debit 100']"), "{out}");
     assert!(out.contains("its late write 'A: debit 100 again' was ACKNOWLEDGED"), "the negative case: {out}");
+    // The README's read-process-write example: a frozen worker fenced by its group's
+    // generation, and (against --no-generation-fencing) its batch doubled.
+    let example = Command::new(&python)
+        .arg("examples/kafka_workers.py")
+        .env("EPOCHFENCE_BIN", &bin_dir)
+        .current_dir(root)
+        .output()
+        .unwrap_or_else(|e| panic!("run examples/kafka_workers.py: {e}"));
+    let out = String::from_utf8_lossy(&example.stdout);
+    assert!(
+        example.status.success(),
+        "examples/kafka_workers.py failed:\n{out}\n{}",
+        String::from_utf8_lossy(&example.stderr)
+    );
+    assert!(out.contains("ZOMBIE REFUSED") && out.contains("40 records for 40 inputs; duplicated inputs: []"), "{out}");
+    assert!(
+        out.contains("ZOMBIE COMMITTED") && out.contains("its batch committed a second time: True"),
+        "the negative case: {out}"
+    );
 }

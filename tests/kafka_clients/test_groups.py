@@ -115,7 +115,9 @@ def test_subscribers_share_partitions_and_resume_from_committed_offsets(cluster)
 
 
 def _worker(bs, name, freeze=False):
-    argv = [sys.executable, os.path.join(HERE, "rpw_worker.py"), bs, name] + (["--freeze"] if freeze else [])
+    """The read-process-write worker of examples/kafka_workers.py (see its docs)."""
+    example = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "kafka_workers.py")
+    argv = [sys.executable, example, "--worker", bs, name] + (["--freeze"] if freeze else [])
     return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 

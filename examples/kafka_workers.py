@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Two read-process-write workers and a zombie, told with an unmodified Kafka client
+(confluent-kafka, librdkafka): exactly-once with consumer-group generation fencing (KIP-447).
+
+Starts a coordinator and a broker with a Kafka listener (the binaries of `cargo build --release`,
+or of EPOCHFENCE_BIN), a topic `in` of 4 partitions holding 40 records and a topic `out`, then:
+
+1. worker "zombie" joins group "workers", reads a batch, writes its outputs inside a
+   transaction (its own transactional id), and freezes (SIGSTOP) before committing: it misses
+   its session timeout (2 s) but not its transaction timeout (60 s), so only the group's
+   generation can fence it;
+2. worker "healthy" joins; once the zombie's session lapses the group moves every partition
+   to it, and it processes every input from the committed offsets, committing outputs and
+   offsets in its transactions;
+3. the zombie wakes and commits its batch with the generation it held: the coordinator refuses
+   its TxnOffsetCommit (UNKNOWN_MEMBER_ID: its generation is over), it aborts, and the
+   committed output holds every input exactly once.
+
+Then the same against a coordinator started with --no-generation-fencing: the zombie's commit
+succeeds and its batch is in the output twice. Exits 0 only if both outcomes were seen.
+
+    cargo build --release
+    py="$(scripts/kafka-clients-venv | tail -n1)"     # confluent-kafka 2.16.1, pinned
+    "$py" examples/kafka_workers.py
+
+`kafka_workers.py --worker BOOTSTRAP NAME [--freeze]` runs one worker (the example starts two).
+"""
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("EPOCHFENCE_BIN", os.path.join(ROOT, "target", "release"))
+PARTITIONS = 4
+PER_PARTITION = 10
+INPUTS = PARTITIONS * PER_PARTITION
+
+
+def worker(bootstrap, name, freeze):
+    """Consume `in` in group `workers`, write each record to `out`, and commit the consumed
+    offsets in the same transaction. With `freeze`: after writing the first batch, print FROZEN,
+    wait for a line on stdin (the example SIGSTOPs the worker meanwhile), then try to commit that
+    batch with the generation held, and print ZOMBIE COMMITTED or ZOMBIE REFUSED <error>."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "workers", "client.id": name,
+        "auto.offset.reset": "earliest", "enable.auto.commit": False, "isolation.level": "read_committed",
+        "session.timeout.ms": 2000, "heartbeat.interval.ms": 200,
+    })
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "transactional.id": f"worker-{name}", "transaction.timeout.ms": 60000,
+    })
+    producer.init_transactions(30)
+    consumer.subscribe(["in"])
+    while True:
+        batch = [m for m in consumer.consume(num_messages=100, timeout=0.2) if not m.error()]
+        if not batch:
+            continue
+        # What the worker holds while it processes: its positions and its group generation.
+        positions = consumer.position(consumer.assignment())
+        metadata = consumer.consumer_group_metadata()
+        producer.begin_transaction()
+        for m in batch:
+            producer.produce("out", key=m.key(), value=m.value())
+        producer.flush(30)
+        if freeze:
+            print("FROZEN", flush=True)
+            sys.stdin.readline()
+            try:
+                producer.send_offsets_to_transaction(positions, metadata, 30)
+                producer.commit_transaction(30)
+                print("ZOMBIE COMMITTED", flush=True)
+            except KafkaException as e:
+                # Abortable, as librdkafka raises it: abort, as an application must.
+                producer.abort_transaction(30)
+                print(f"ZOMBIE REFUSED {e.args[0].name()}", flush=True)
+            return
+        producer.send_offsets_to_transaction(positions, metadata, 30)
+        producer.commit_transaction(30)
+        print(f"COMMITTED {len(batch)}", flush=True)
+
+
+def start(argv, log, pattern):
+    """Start a process, return it and the address its stdout line matching `pattern` names."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
+    for line in proc.stdout:
+        m = re.match(pattern, line)
+        if m:
+            return proc, m.group(1)
+    raise SystemExit(f"{argv[0]} exited before printing its address (see {log.name})")
+
+
+def cluster(tmp, generation_fencing):
+    """A coordinator and one broker with a Kafka listener; returns (processes, Kafka bootstrap)."""
+    log = open(os.path.join(tmp, "log"), "a")
+    argv = [os.path.join(BIN, "coordinator"), "--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "coordinator"),
+            "--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "1000"]
+    if not generation_fencing:
+        argv.append("--no-generation-fencing")
+    coordinator, coord = start(argv, log, r"coordinator listening on (\S+)")
+    broker, _ = start([os.path.join(BIN, "broker"), "--id", "1", "--listen", "127.0.0.1:0",
+                       "--kafka-listen", "127.0.0.1:0", "--coordinator", coord,
+                       "--data-dir", os.path.join(tmp, "broker-1")],
+                      log, r"broker 1 listening on (\S+)")
+    kafka = re.match(r"broker 1 kafka listening on (\S+)", broker.stdout.readline()).group(1)
+    for topic, n in (("in", PARTITIONS), ("out", 1)):
+        for _ in range(100):  # retried while the broker registers
+            made = subprocess.run([os.path.join(BIN, "admin"), "--bootstrap", coord, "create-topic", topic,
+                                   "--partitions", str(n)], capture_output=True, text=True)
+            if made.returncode == 0:
+                break
+            time.sleep(0.1)
+        else:
+            raise SystemExit(f"cannot create topic {topic}: {made.stderr}")
+    return [coordinator, broker], kafka
+
+
+def committed_offsets(bootstrap):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "workers"})
+    try:
+        return {tp.partition: tp.offset for tp in c.committed([TopicPartition("in", p) for p in range(PARTITIONS)], 10)}
+    finally:
+        c.close()
+
+
+def committed_output(bootstrap):
+    """Every value a read_committed consumer sees in `out`."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4()}",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition("out", 0), timeout=10)
+        c.assign([TopicPartition("out", 0, 0)])
+        out = []
+        # The position passes every record and marker up to the high watermark.
+        while hi > lo and c.position([TopicPartition("out", 0)])[0].offset < hi:
+            for m in c.consume(1000, 0.5):
+                if not m.error():
+                    out.append(int(m.value()))
+        return out
+    finally:
+        c.close()
+
+
+def line(proc, prefix, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        text = proc.stdout.readline()
+        if not text:
+            break
+        if text.startswith(prefix):
+            return text.strip()
+    raise SystemExit(f"no '{prefix}' line from a worker within {timeout} s")
+
+
+def spawn_worker(bootstrap, name, freeze):
+    argv = [sys.executable, os.path.abspath(__file__), "--worker", bootstrap, name] + (["--freeze"] if freeze else [])
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def story(bootstrap, generation_fencing):
+    """Returns (what the zombie printed when woken, the committed output values)."""
+    print(f"--- a coordinator with generation fencing {'on' if generation_fencing else 'OFF (--no-generation-fencing)'} ---")
+    zombie = spawn_worker(bootstrap, "zombie", True)
+    healthy = None
+    try:
+        p = Producer({"bootstrap.servers": bootstrap})
+        for i in range(INPUTS):
+            p.produce("in", key=str(i).encode(), value=str(i).encode(), partition=i % PARTITIONS)
+        p.flush(30)
+        print(f"{INPUTS} inputs written to 'in' ({PARTITIONS} partitions)")
+        line(zombie, "FROZEN")
+        zombie.send_signal(signal.SIGSTOP)
+        print("zombie: read a batch, wrote its outputs in an open transaction, and froze before committing")
+        healthy = spawn_worker(bootstrap, "healthy", False)
+        want = {p: PER_PARTITION for p in range(PARTITIONS)}
+        deadline = time.monotonic() + 60
+        while committed_offsets(bootstrap) != want:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the healthy worker did not commit every input: {committed_offsets(bootstrap)}")
+            time.sleep(0.1)
+        print("healthy: the group moved the zombie's partitions to it; it committed every input")
+        zombie.send_signal(signal.SIGCONT)
+        zombie.stdin.write("\n")
+        zombie.stdin.flush()
+        outcome = line(zombie, "ZOMBIE")
+        print(f"zombie: woke and committed with the generation it held: {outcome}")
+    finally:
+        for proc in (zombie, healthy):
+            if proc is not None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait()
+    values = committed_output(bootstrap)
+    dups = sorted({v for v in values if values.count(v) > 1})
+    print(f"committed output: {len(values)} records for {INPUTS} inputs; duplicated inputs: {dups}")
+    return outcome, values
+
+
+def main():
+    if sys.argv[1:2] == ["--worker"]:
+        return worker(sys.argv[2], sys.argv[3], "--freeze" in sys.argv[4:])
+    outcomes = []
+    for generation_fencing in (True, False):
+        with tempfile.TemporaryDirectory() as tmp:
+            procs, bootstrap = cluster(tmp, generation_fencing)
+            try:
+                outcomes.append(story(bootstrap, generation_fencing))
+            finally:
+                for p in procs:
+                    p.kill()
+                    p.wait()
+    (fenced, fenced_values), (open_, open_values) = outcomes
+    exactly_once = fenced.startswith("ZOMBIE REFUSED") and sorted(fenced_values) == list(range(INPUTS))
+    doubled = open_ == "ZOMBIE COMMITTED" and len(open_values) > len(set(open_values))
+    print()
+    print(f"with generation fencing: the zombie's commit refused, every input exactly once: {exactly_once}")
+    print(f"without generation fencing: the zombie's batch committed a second time: {doubled}")
+    sys.exit(0 if exactly_once and doubled else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -399,6 +399,9 @@ impl GroupTable {
                 r.member_id.clone()
             }
         };
+        if let Some(answer) = Self::rejoin_unchanged(g, &member_id, r, now_ms) {
+            return JoinDecision::Answer(answer);
+        }
         if !supported(g) {
             if let Some(instance) = &r.instance_id {
                 g.statics.remove(instance);
@@ -436,6 +439,43 @@ impl GroupTable {
         g.protocol_type = r.protocol_type.clone();
         self.prepare_rebalance(g, now_ms);
         JoinDecision::Wait { member_id }
+    }
+
+    /// Kafka's answer to a known member joining again with the same protocols while the
+    /// generation stands (a follower in a stable group, or anyone while the leader's assignment
+    /// is awaited): the current generation, at once, and no rebalance. Clients join again after
+    /// a join whose answer they dropped (kafka-python does when it completes between polls);
+    /// rebalancing for each would never settle.
+    fn rejoin_unchanged(
+        g: &mut Group,
+        member_id: &str,
+        r: &JoinGroupRequest,
+        now_ms: u64,
+    ) -> Option<JoinGroupResponse> {
+        let standing = match g.phase {
+            GroupPhase::CompletingRebalance => true,
+            GroupPhase::Stable => member_id != g.leader,
+            GroupPhase::Empty | GroupPhase::PreparingRebalance => false,
+        };
+        let m = g.members.get_mut(member_id)?;
+        if !standing || m.protocols != r.protocols || r.protocol_type != g.protocol_type {
+            return None;
+        }
+        m.deadline_ms = now_ms + m.session_timeout_ms.max(0) as u64;
+        let members = if member_id == g.leader {
+            g.members.iter().map(|(id, m)| (id.clone(), m.instance_id.clone(), m.metadata(&g.protocol))).collect()
+        } else {
+            Vec::new()
+        };
+        Some(JoinGroupResponse {
+            status: Status::ok(),
+            generation: g.generation,
+            protocol_type: g.protocol_type.clone(),
+            protocol: g.protocol.clone(),
+            leader: g.leader.clone(),
+            member_id: member_id.to_string(),
+            members,
+        })
     }
 
     /// Remove a member, answering its waiting requests with `code`.
@@ -1124,6 +1164,27 @@ mod tests {
         let a = join(&mut t, 0, None);
         let _ = t.take_effects();
         t.handle_txn_commit("w", &who(&a, 0, None), &[offset(0, 5)]).expect("the mutation lets it through");
+    }
+
+    #[test]
+    fn a_follower_joining_again_unchanged_keeps_the_generation() {
+        let mut t = GroupTable::new(config(), 1);
+        let a = join(&mut t, 0, None);
+        let b = join(&mut t, 1, None);
+        let JoinDecision::Wait { .. } = t.handle_join(2, &join_req(&a, None)) else { panic!() };
+        let generation = generation_of(&mut t, &b).unwrap();
+        let sync = |member: &str, assignments| SyncGroupRequest { member: who(member, generation, None), assignments };
+        let _ = t.handle_sync(3, &sync(&a, vec![]));
+        let JoinDecision::Answer(again) = t.handle_join(4, &join_req(&b, None)) else {
+            panic!("answered at once, with no rebalance")
+        };
+        assert_eq!((again.generation, again.status.code), (generation, ErrorCode::None));
+        assert_eq!(t.describe(&[])[0].state, "Stable");
+        // Changed protocols, or the leader joining again, do rebalance.
+        let mut changed = join_req(&b, None);
+        changed.protocols = vec![("roundrobin".into(), Bytes::new()), ("range".into(), Bytes::new())];
+        assert!(matches!(t.handle_join(5, &changed), JoinDecision::Wait { .. }));
+        assert_eq!(t.describe(&[])[0].state, "PreparingRebalance");
     }
 
     #[test]

@@ -182,3 +182,79 @@ def test_without_generation_fencing_the_zombie_doubles_output(cluster):
     assert outcome == "ZOMBIE COMMITTED", outcome
     dups = sorted(v for v in set(values) if values.count(v) > 1)
     assert dups, f"the zombie's batch was committed a second time: {sorted(values)}"
+
+
+@pytest.mark.timeout(120)
+def test_a_replaced_static_member_is_fenced(cluster):
+    """Static membership (KIP-345): a new instance with the same group.instance.id replaces the
+    old one, which librdkafka then reports fatally fenced (FENCED_INSTANCE_ID)."""
+    c = cluster()
+    c.create_topic("in", partitions=PARTITIONS, replicas=1)
+    bs = c.bootstrap()
+    _fill(bs, "in")
+    old = _consumer(bs, "old", **{"group.instance.id": "worker-1"})
+    old.subscribe(["in"])
+    wait_until(lambda: (old.poll(0.05), len(old.assignment()) == PARTITIONS)[1], 30, "the old instance assigned",
+               interval=0)
+    new = _consumer(bs, "new", **{"group.instance.id": "worker-1"})
+    new.subscribe(["in"])
+    errors = []
+
+    def old_fenced():
+        m = old.poll(0.05)
+        new.poll(0.01)
+        if m is not None and m.error():
+            errors.append(m.error())
+        return any("Static consumer fenced" in e.str() for e in errors)
+    wait_until(old_fenced, 30, "the old instance fenced", interval=0, state=lambda: errors)
+    from confluent_kafka import KafkaError
+    assert any(e.code() == KafkaError._FATAL for e in errors), errors
+    wait_until(lambda: (new.poll(0.05), len(new.assignment()) == PARTITIONS)[1], 30, "the new instance assigned",
+               interval=0)
+    new.close()
+
+
+@pytest.mark.timeout(120)
+def test_kafka_python_subscribers_share_partitions_and_commit(cluster):
+    """kafka-python's group consumer: two members share the topic, commit, and a third resumes
+    at the committed offsets."""
+    from kafka import KafkaConsumer
+    c = cluster()
+    c.create_topic("in", partitions=PARTITIONS, replicas=1)
+    bs = c.bootstrap()
+    _fill(bs, "in")
+
+    def member(name):
+        k = KafkaConsumer(bootstrap_servers=bs.split(","), group_id="py", client_id=name, auto_offset_reset="earliest",
+                          enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500,
+                          consumer_timeout_ms=100)
+        k.subscribe(["in"])
+        return k
+
+    a, b = member("a"), member("b")
+    seen = set()
+
+    def shared():
+        for k in (a, b):
+            for recs in k.poll(timeout_ms=50).values():
+                seen.update(int(r.value) for r in recs)
+        return len(seen) == PARTITIONS * PER_PARTITION and len(a.assignment()) == len(b.assignment()) == 2
+    wait_until(shared, 60, "two kafka-python members sharing the partitions", interval=0,
+               state=lambda: (len(seen), a.assignment(), b.assignment()))
+    from kafka import OffsetAndMetadata, TopicPartition
+    from kafka.errors import RebalanceInProgressError
+
+    def committed_by(k):
+        try:
+            k.commit({tp: OffsetAndMetadata(PER_PARTITION, "", -1) for tp in k.assignment()})
+            return True
+        except RebalanceInProgressError:
+            # What the client says to do: poll (completing the rebalance), then retry.
+            for other in (a, b):
+                other.poll(timeout_ms=50)
+            return False
+    for k in (a, b):
+        wait_until(lambda: committed_by(k), 30, "a kafka-python commit", interval=0)
+    a.close()
+    b.close()
+    assert _committed(bs, "py", "in") == {p: PER_PARTITION for p in range(PARTITIONS)}

@@ -34,6 +34,10 @@
 //!
 //! and, after the faults stop, that the replicas and the consumer converge (liveness).
 //!
+//! [`groups`] is a second, smaller simulation: read-process-write workers of one consumer group
+//! on the real group and producer rules, checking that each input's output is committed exactly
+//! once (`sim --groups`).
+//!
 //! This file holds the model's types, the event loop and the network; the methods of `Sim`
 //! for each part are beside it: `brokers`, `coord` (the coordinator), `clients` (producers and
 //! the consumer), `faults` (the fault injector and restarts) and `checks` (the invariants).
@@ -59,6 +63,7 @@ mod checks;
 mod clients;
 mod coord;
 mod faults;
+pub mod groups;
 pub mod timeline;
 
 const TOPIC: &str = "sim";

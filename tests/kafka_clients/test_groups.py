@@ -90,6 +90,15 @@ def test_subscribers_share_partitions_and_resume_from_committed_offsets(cluster)
     assert set(seen) == set(range(PARTITIONS * PER_PARTITION)), "every record read by the group"
     wait_until(lambda: (a.poll(0.01), b.poll(0.01), len(a.assignment()) == len(b.assignment()) == PARTITIONS // 2)[2],
                30, "the partitions shared two each", interval=0)
+    # librdkafka's admin client lists and describes the group (ListGroups, DescribeGroups).
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bs})
+    listed = admin.list_consumer_groups().result(10)
+    assert [g.group_id for g in listed.valid] == ["readers"], listed.valid
+    described = admin.describe_consumer_groups(["readers"])["readers"].result(10)
+    assert str(described.state).endswith("STABLE") and len(described.members) == 2, described
+    assigned = sorted(tp.partition for m in described.members for tp in m.assignment.topic_partitions)
+    assert assigned == list(range(PARTITIONS)), assigned
     # Commit half of what was read, per partition: offset 5 everywhere.
     from confluent_kafka import TopicPartition
     for cons in (a, b):

@@ -23,7 +23,8 @@ succeeds and its batch is in the output twice. Exits 0 only if both outcomes wer
     py="$(scripts/kafka-clients-venv | tail -n1)"     # confluent-kafka 2.16.1, pinned
     "$py" examples/kafka_workers.py
 
-`kafka_workers.py --worker BOOTSTRAP NAME [--freeze]` runs one worker (the example starts two).
+`kafka_workers.py --worker BOOTSTRAP NAME [--freeze] [--kafka-python]` runs one worker (the example
+starts two; `--kafka-python` makes it a kafka-python 3.0.12 worker, as the real-client tests do).
 """
 
 import os
@@ -85,6 +86,44 @@ def worker(bootstrap, name, freeze):
             return
         producer.send_offsets_to_transaction(positions, metadata, 30)
         producer.commit_transaction(30)
+        print(f"COMMITTED {len(batch)}", flush=True)
+
+
+def kafka_python_worker(bootstrap, name, freeze):
+    """`worker`, with kafka-python 3.0.12 (KafkaConsumer.group_metadata(): KIP-447)."""
+    from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata
+    from kafka.errors import KafkaError
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap.split(","), group_id="workers", client_id=name, auto_offset_reset="earliest",
+        enable_auto_commit=False, isolation_level="read_committed", session_timeout_ms=2000,
+        heartbeat_interval_ms=200)
+    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), transactional_id=f"worker-{name}",
+                             transaction_timeout_ms=60000)
+    producer.init_transactions()
+    consumer.subscribe(["in"])
+    while True:
+        batch = [r for records in consumer.poll(timeout_ms=200).values() for r in records]
+        if not batch:
+            continue
+        offsets = {tp: OffsetAndMetadata(consumer.position(tp), "", -1) for tp in consumer.assignment()}
+        metadata = consumer.group_metadata()
+        producer.begin_transaction()
+        for r in batch:
+            producer.send("out", key=r.key, value=r.value)
+        producer.flush()
+        if freeze:
+            print("FROZEN", flush=True)
+            sys.stdin.readline()
+            try:
+                producer.send_offsets_to_transaction(offsets, metadata)
+                producer.commit_transaction()
+                print("ZOMBIE COMMITTED", flush=True)
+            except KafkaError as e:
+                producer.abort_transaction()
+                print(f"ZOMBIE REFUSED {type(e).__name__}", flush=True)
+            return
+        producer.send_offsets_to_transaction(offsets, metadata)
+        producer.commit_transaction()
         print(f"COMMITTED {len(batch)}", flush=True)
 
 
@@ -209,7 +248,8 @@ def story(bootstrap, generation_fencing):
 
 def main():
     if sys.argv[1:2] == ["--worker"]:
-        return worker(sys.argv[2], sys.argv[3], "--freeze" in sys.argv[4:])
+        run = kafka_python_worker if "--kafka-python" in sys.argv[4:] else worker
+        return run(sys.argv[2], sys.argv[3], "--freeze" in sys.argv[4:])
     outcomes = []
     for generation_fencing in (True, False):
         with tempfile.TemporaryDirectory() as tmp:

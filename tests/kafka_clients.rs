@@ -70,7 +70,7 @@ fn unmodified_kafka_clients_are_served_and_fenced_as_kafka_fences_them() {
     );
     assert!(out.contains("ZOMBIE REFUSED") && out.contains("40 records for 40 inputs; duplicated inputs: []"), "{out}");
     assert!(
-        out.contains("ZOMBIE COMMITTED") && out.contains("its batch committed a second time: True"),
+        out.contains("ZOMBIE COMMITTED") && out.contains("the zombie's batch committed a second time: True"),
         "the negative case: {out}"
     );
 }

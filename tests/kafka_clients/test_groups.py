@@ -1,9 +1,11 @@
-"""Consumer groups with confluent-kafka: subscribe() consumers sharing a topic, committed
+"""Consumer groups with real clients: subscribe() consumers sharing a topic, committed
 offsets across a coordinator kill -9, and read-process-write workers where one freezes past its
 session timeout (but not its transaction timeout): the group's generation fences its commit
 (KIP-447), and against `--no-generation-fencing` its output is doubled.
 
-These run once (the group paths are confluent-kafka's; kafka-python's consumer is not used).
+They do not take the suite's `client` fixture: the read-process-write tests run with each client's
+worker (examples/kafka_workers.py), kafka-python's subscribers have a test of their own, and the
+rest are confluent-kafka's.
 """
 
 import os
@@ -123,10 +125,12 @@ def test_subscribers_share_partitions_and_resume_from_committed_offsets(cluster)
     fresh.close()
 
 
-def _worker(bs, name, freeze=False):
+def _worker(bs, name, freeze=False, client="confluent"):
     """The read-process-write worker of examples/kafka_workers.py (see its docs)."""
     example = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "kafka_workers.py")
     argv = [sys.executable, example, "--worker", bs, name] + (["--freeze"] if freeze else [])
+    if client == "kafka-python":
+        argv.append("--kafka-python")
     return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
@@ -145,19 +149,19 @@ def _read_line(proc, prefix, timeout=30):
     raise AssertionError(f"no line starting {prefix!r} within {timeout} s")
 
 
-def _zombie_worker_run(c):
+def _zombie_worker_run(c, client="confluent"):
     """Two workers; the first freezes with an uncommitted batch past its session; returns what
     the zombie printed when woken and the committed output values."""
     c.create_topic("in", partitions=PARTITIONS, replicas=1)
     c.create_topic("out", partitions=1, replicas=1)
     bs = c.bootstrap()
-    zombie = _worker(bs, "zombie", freeze=True)
+    zombie = _worker(bs, "zombie", freeze=True, client=client)
     healthy = None
     try:
         _fill(bs, "in")
         _read_line(zombie, "FROZEN")
         zombie.send_signal(signal.SIGSTOP)
-        healthy = _worker(bs, "healthy")
+        healthy = _worker(bs, "healthy", client=client)
         # The healthy worker takes every partition once the zombie's session lapses, and
         # commits every input.
         want = {p: PER_PARTITION for p in range(PARTITIONS)}
@@ -178,16 +182,21 @@ def _zombie_worker_run(c):
     return outcome, values
 
 
+WORKER_CLIENTS = ("confluent", "kafka-python")
+
+
 @pytest.mark.timeout(180)
-def test_a_frozen_worker_is_fenced_by_the_group_generation(cluster):
-    outcome, values = _zombie_worker_run(cluster())
+@pytest.mark.parametrize("client", WORKER_CLIENTS)
+def test_a_frozen_worker_is_fenced_by_the_group_generation(cluster, client):
+    outcome, values = _zombie_worker_run(cluster(), client)
     assert outcome.startswith("ZOMBIE REFUSED"), outcome
     assert sorted(values) == list(range(PARTITIONS * PER_PARTITION)), "every input exactly once in the output"
 
 
 @pytest.mark.timeout(180)
-def test_without_generation_fencing_the_zombie_doubles_output(cluster):
-    outcome, values = _zombie_worker_run(cluster(["--no-generation-fencing"]))
+@pytest.mark.parametrize("client", WORKER_CLIENTS)
+def test_without_generation_fencing_the_zombie_doubles_output(cluster, client):
+    outcome, values = _zombie_worker_run(cluster(["--no-generation-fencing"]), client)
     assert outcome == "ZOMBIE COMMITTED", outcome
     dups = sorted(v for v in set(values) if values.count(v) > 1)
     assert dups, f"the zombie's batch was committed a second time: {sorted(values)}"

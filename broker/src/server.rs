@@ -441,8 +441,10 @@ pub async fn run_listeners(
     let own = net::serve_grouped(listener, handler, Some(group), config.limits.clone(), down(down_rx.clone()));
     let kafka = async {
         if let Some(l) = kafka_listener {
-            net::serve_protocol::<kafka::KafkaWire>(l, kafka::handlers(&shared), config.limits.clone(), down(down_rx))
-                .await;
+            // A JoinGroup waits for its rebalance: the deadline outlasts the longest.
+            let mut limits = config.limits.clone();
+            limits.request_timeout_ms = limits.request_timeout_ms.max(kafka::GROUP_WAIT_MS_MAX + 5_000);
+            net::serve_protocol::<kafka::KafkaWire>(l, kafka::handlers(&shared), limits, down(down_rx)).await;
         }
     };
     tokio::join!(

@@ -38,8 +38,19 @@ pub struct GroupConfig {
     /// How long the first rebalance of an empty group waits for more members
     /// (Kafka's `group.initial.rebalance.delay.ms`).
     pub initial_rebalance_delay_ms: u64,
-    /// Members per group (Kafka's `group.max.size`).
+    /// Members per group (Kafka's `group.max.size`). With `member_bytes_max` it bounds a
+    /// generation's journal record (`members_max` x 2 x `member_bytes_max`, under the journal's
+    /// `RECORD_BYTES_MAX`).
     pub members_max: usize,
+    /// Bytes a member may bring: its ids, client id and host and protocol metadata, and (from
+    /// the leader) its assignment, each.
+    pub member_bytes_max: usize,
+    /// Longest rebalance a member can ask for; a longer `rebalance_timeout_ms` counts as this.
+    pub rebalance_timeout_max_ms: i32,
+    /// Bytes of a committed offset's metadata (Kafka's `offset.metadata.max.bytes`).
+    pub offset_metadata_bytes_max: usize,
+    /// Partitions one offset commit may carry (bounds its journal record).
+    pub offsets_per_commit_max: usize,
     /// Groups the coordinator holds.
     pub groups_max: usize,
     /// Check the generation and member of a transactional offset commit (KIP-447). Off only to
@@ -53,7 +64,11 @@ impl Default for GroupConfig {
             session_timeout_min_ms: 6_000,
             session_timeout_max_ms: 1_800_000,
             initial_rebalance_delay_ms: 3_000,
-            members_max: 1_000,
+            members_max: 100,
+            member_bytes_max: 64 * 1024,
+            rebalance_timeout_max_ms: 300_000,
+            offset_metadata_bytes_max: 4_096,
+            offsets_per_commit_max: 1_000,
             groups_max: 100_000,
             generation_fencing: true,
         }
@@ -171,6 +186,9 @@ struct Group {
     /// The first rebalance of an empty group completes no earlier than this.
     join_not_before_ms: u64,
     offsets: Offsets,
+    /// The last generation journaled: what a snapshot records (the members as they are in
+    /// memory mid-rebalance are not a generation anyone was told).
+    journaled: Option<GroupRecord>,
 }
 
 impl Group {
@@ -187,6 +205,7 @@ impl Group {
             rebalance_deadline_ms: 0,
             join_not_before_ms: 0,
             offsets: BTreeMap::new(),
+            journaled: None,
         }
     }
 
@@ -289,9 +308,10 @@ impl GroupTable {
     }
 
     fn journal_generation(&mut self, name: &str) {
-        if let Some(g) = self.groups.get(name) {
+        if let Some(g) = self.groups.get_mut(name) {
             let mut record = g.record();
             record.group = name.to_string();
+            g.journaled = Some(record.clone());
             self.entries.push(Entry::GroupGeneration(record));
         }
     }
@@ -328,6 +348,10 @@ impl GroupTable {
         }
         let mut g = self.groups.remove(&r.group).unwrap_or_else(Group::new);
         let decision = self.join(&mut g, now_ms, r);
+        if g.generation == 0 && g.members.is_empty() && g.pending.is_empty() && g.offsets.is_empty() {
+            // A refused first join leaves no group behind.
+            return decision;
+        }
         self.groups.insert(r.group.clone(), g);
         self.fill_group_names(&r.group);
         if let JoinDecision::Wait { .. } = decision {
@@ -346,6 +370,31 @@ impl GroupTable {
                         .iter()
                         .any(|(p, _)| g.members.values().all(|m| m.protocols.iter().any(|(q, _)| q == p))))
         };
+        // Every check that can refuse comes before anything changes (a refused new instance of
+        // a static member must not have removed the old one).
+        let bytes = r.member_id.len()
+            + r.instance_id.as_ref().map_or(0, String::len)
+            + r.client_id.len()
+            + r.client_host.len()
+            + r.protocols.iter().map(|(n, m)| n.len() + m.len()).sum::<usize>();
+        if bytes > self.config.member_bytes_max {
+            return refuse(
+                ErrorCode::MessageTooLarge,
+                format!(
+                    "the member's ids and protocol metadata take {bytes} bytes, above member_bytes_max {}",
+                    self.config.member_bytes_max
+                ),
+            );
+        }
+        if !supported(g) {
+            return refuse(
+                ErrorCode::InconsistentGroupProtocol,
+                format!(
+                    "group '{}' uses protocol type '{}' with protocols none of which this member supports",
+                    r.group, g.protocol_type
+                ),
+            );
+        }
         let member_id = match (&r.instance_id, r.member_id.is_empty()) {
             (Some(instance), true) => {
                 // A static member's (new) instance: it replaces the one before, which is fenced.
@@ -364,13 +413,19 @@ impl GroupTable {
                 new_id
             }
             (Some(instance), false) => {
-                if g.statics.get(instance) != Some(&r.member_id) {
+                if g.statics.get(instance).is_some_and(|current| *current != r.member_id) {
                     return refuse(
                         ErrorCode::FencedInstanceId,
                         format!(
                             "member '{}' of static instance '{instance}' was replaced by a newer instance; stop this one",
                             r.member_id
                         ),
+                    );
+                }
+                if !g.members.contains_key(&r.member_id) {
+                    return refuse(
+                        ErrorCode::UnknownMemberId,
+                        format!("'{}' is not a member of group '{}'; join with no member id", r.member_id, r.group),
                     );
                 }
                 r.member_id.clone()
@@ -401,18 +456,6 @@ impl GroupTable {
         };
         if let Some(answer) = Self::rejoin_unchanged(g, &member_id, r, now_ms) {
             return JoinDecision::Answer(answer);
-        }
-        if !supported(g) {
-            if let Some(instance) = &r.instance_id {
-                g.statics.remove(instance);
-            }
-            return refuse(
-                ErrorCode::InconsistentGroupProtocol,
-                format!(
-                    "group '{}' uses protocol type '{}' with protocols none of which this member supports",
-                    r.group, g.protocol_type
-                ),
-            );
         }
         if !g.members.contains_key(&member_id) && g.members.len() >= self.config.members_max {
             return refuse(
@@ -520,7 +563,8 @@ impl GroupTable {
                 });
             }
         }
-        let timeout = g.members.values().map(|m| m.rebalance_timeout_ms.max(0) as u64).max().unwrap_or(0);
+        let cap = self.config.rebalance_timeout_max_ms.max(0) as u64;
+        let timeout = g.members.values().map(|m| (m.rebalance_timeout_ms.max(0) as u64).min(cap)).max().unwrap_or(0);
         g.join_not_before_ms =
             if g.phase == GroupPhase::Empty { now_ms + self.config.initial_rebalance_delay_ms } else { 0 };
         g.rebalance_deadline_ms = now_ms + timeout.max(self.config.initial_rebalance_delay_ms);
@@ -597,7 +641,9 @@ impl GroupTable {
     /// Check that `who` is a current member at the current generation.
     fn check_member(g: &Group, who: &GroupMember) -> Result<(), Status> {
         if let Some(instance) = &who.instance_id {
-            if g.statics.get(instance) != Some(&who.member_id) {
+            // Fenced only by a newer instance; an instance the group no longer has (its
+            // session lapsed) is an unknown member, which joins again.
+            if g.statics.get(instance).is_some_and(|current| *current != who.member_id) {
                 return Err(status(
                     ErrorCode::FencedInstanceId,
                     format!(
@@ -658,6 +704,16 @@ impl GroupTable {
                     m.deadline_ms = now_ms + m.session_timeout_ms.max(0) as u64;
                 }
                 if who.member_id == g.leader {
+                    if let Some((id, a)) = r.assignments.iter().find(|(_, a)| a.len() > self.config.member_bytes_max) {
+                        return SyncDecision::Answer(SyncGroupResponse::error(status(
+                            ErrorCode::MessageTooLarge,
+                            format!(
+                                "the assignment of '{id}' takes {} bytes, above member_bytes_max {}",
+                                a.len(),
+                                self.config.member_bytes_max
+                            ),
+                        )));
+                    }
                     for m in g.members.values_mut() {
                         m.assignment = Bytes::new();
                     }
@@ -791,6 +847,30 @@ impl GroupTable {
         Ok(())
     }
 
+    /// An offset commit's size limits.
+    fn check_offsets(&self, offsets: &[PartitionOffset]) -> Result<(), Status> {
+        if offsets.len() > self.config.offsets_per_commit_max {
+            return Err(status(
+                ErrorCode::MessageTooLarge,
+                format!(
+                    "{} partitions in one offset commit, above offsets_per_commit_max {}; commit in parts",
+                    offsets.len(),
+                    self.config.offsets_per_commit_max
+                ),
+            ));
+        }
+        let max = self.config.offset_metadata_bytes_max;
+        if let Some(o) =
+            offsets.iter().find(|o| o.metadata.as_ref().map_or(0, String::len) > max || o.topic.len() > 255)
+        {
+            return Err(status(
+                ErrorCode::OffsetMetadataTooLarge,
+                format!("the metadata of {}-{} is above offset_metadata_bytes_max {max} bytes", o.topic, o.partition),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether a group can take one more (a commit to a group that does not exist creates it).
     fn room_for(&self, group: &str) -> Result<(), Status> {
         if group.is_empty() {
@@ -808,6 +888,7 @@ impl GroupTable {
     /// OffsetCommit: checked by [`GroupTable::check_commit`], applied and journaled.
     pub fn handle_commit(&mut self, who: &GroupMember, offsets: &[PartitionOffset]) -> Result<(), Status> {
         self.room_for(&who.group)?;
+        self.check_offsets(offsets)?;
         self.check_commit(who, false)?;
         let entry = Entry::OffsetsCommitted { group: who.group.clone(), offsets: records(offsets) };
         self.apply(&entry);
@@ -824,6 +905,7 @@ impl GroupTable {
         offsets: &[PartitionOffset],
     ) -> Result<(), Status> {
         self.room_for(&who.group)?;
+        self.check_offsets(offsets)?;
         self.check_commit(who, true)?;
         let entry = Entry::TxnOffsetsStaged {
             transactional_id: transactional_id.to_string(),
@@ -879,14 +961,15 @@ impl GroupTable {
         for name in names {
             let Some(mut g) = self.groups.remove(&name) else { continue };
             g.pending.retain(|_, deadline| *deadline > now_ms);
-            // A member waiting in its join does not expire (the rebalance deadline bounds it);
+            // A member waiting in its join does not expire (the rebalance deadline bounds it),
+            // nor one waiting in SyncGroup for the leader's assignment (as in Kafka);
             // every other one does once its session lapses, in every state (after a
             // coordinator restart, a member that never comes back must not hold a rebalance).
             let preparing = g.phase == GroupPhase::PreparingRebalance;
             let expired: Vec<String> = g
                 .members
                 .iter()
-                .filter(|(_, m)| m.deadline_ms <= now_ms && !(preparing && m.joined))
+                .filter(|(_, m)| m.deadline_ms <= now_ms && !(preparing && m.joined) && !m.syncing)
                 .map(|(id, _)| id.clone())
                 .collect();
             if !expired.is_empty() {
@@ -900,6 +983,9 @@ impl GroupTable {
                 }
             }
             let due = g.phase == GroupPhase::PreparingRebalance && now_ms >= g.rebalance_deadline_ms;
+            if g.generation == 0 && g.members.is_empty() && g.pending.is_empty() && g.offsets.is_empty() {
+                continue; // only lapsed first joins: nothing to keep
+            }
             self.groups.insert(name.clone(), g);
             self.fill_group_names(&name);
             if due {
@@ -917,6 +1003,7 @@ impl GroupTable {
         match entry {
             Entry::GroupGeneration(r) => {
                 let g = self.groups.entry(r.group.clone()).or_insert_with(Group::new);
+                g.journaled = Some(r.clone());
                 g.generation = r.generation;
                 g.protocol_type = r.protocol_type.clone();
                 g.protocol = r.protocol.clone();
@@ -981,31 +1068,31 @@ impl GroupTable {
         }
     }
 
-    /// Entries that rebuild every group, its offsets and the staged offsets.
+    /// Entries that rebuild every group, its offsets and the staged offsets: each group's last
+    /// journaled generation (not its members mid-rebalance), and the offsets in records of at
+    /// most `offsets_per_commit_max`, as a commit's.
     pub fn snapshot(&self) -> Vec<Entry> {
+        let chunk = self.config.offsets_per_commit_max.max(1);
         let mut out = Vec::new();
         for (name, g) in &self.groups {
-            let mut record = g.record();
-            record.group = name.clone();
-            if g.phase == GroupPhase::PreparingRebalance {
-                // Mid-rebalance: the generation stands as last formed.
-                record.stable = !g.members.values().any(|m| m.assignment.is_empty());
+            if let Some(record) = &g.journaled {
+                out.push(Entry::GroupGeneration(record.clone()));
             }
-            out.push(Entry::GroupGeneration(record));
-            if !g.offsets.is_empty() {
-                out.push(Entry::OffsetsCommitted {
-                    group: name.clone(),
-                    offsets: g.offsets.values().cloned().collect(),
-                });
+            let offsets: Vec<OffsetRecord> = g.offsets.values().cloned().collect();
+            for part in offsets.chunks(chunk) {
+                out.push(Entry::OffsetsCommitted { group: name.clone(), offsets: part.to_vec() });
             }
         }
         for (tid, by_group) in &self.staged {
             for (group, offsets) in by_group {
-                out.push(Entry::TxnOffsetsStaged {
-                    transactional_id: tid.clone(),
-                    group: group.clone(),
-                    offsets: offsets.values().cloned().collect(),
-                });
+                let offsets: Vec<OffsetRecord> = offsets.values().cloned().collect();
+                for part in offsets.chunks(chunk) {
+                    out.push(Entry::TxnOffsetsStaged {
+                        transactional_id: tid.clone(),
+                        group: group.clone(),
+                        offsets: part.to_vec(),
+                    });
+                }
             }
         }
         out
@@ -1185,6 +1272,62 @@ mod tests {
         changed.protocols = vec![("roundrobin".into(), Bytes::new()), ("range".into(), Bytes::new())];
         assert!(matches!(t.handle_join(5, &changed), JoinDecision::Wait { .. }));
         assert_eq!(t.describe(&[])[0].state, "PreparingRebalance");
+    }
+
+    #[test]
+    fn a_snapshot_mid_rebalance_records_the_generation_members_were_told() {
+        let mut t = GroupTable::new(config(), 1);
+        let a = join(&mut t, 0, None);
+        let _ = t.take_effects();
+        let _ = t.handle_sync(1, &SyncGroupRequest { member: who(&a, 1, None), assignments: vec![] });
+        let _c = join(&mut t, 2, None); // a rebalance under way: c is in memory, in no generation
+        let mut back = GroupTable::new(config(), 2);
+        t.snapshot().iter().for_each(|e| back.apply(e));
+        let d = &back.describe(&[])[0];
+        assert_eq!(d.generation, 1);
+        assert_eq!(d.members.iter().map(|m| m.member_id.clone()).collect::<Vec<_>>(), [a]);
+    }
+
+    #[test]
+    fn a_static_member_whose_session_lapsed_is_unknown_not_fenced() {
+        let mut t = GroupTable::new(config(), 1);
+        let m = join(&mut t, 0, Some("i"));
+        let _ = t.take_effects();
+        t.handle_tick(20_000);
+        let s = t.handle_heartbeat(20_001, &who(&m, 1, Some("i")));
+        assert_eq!(s.code, ErrorCode::UnknownMemberId, "it may join again: {s}");
+    }
+
+    #[test]
+    fn a_refused_new_instance_leaves_the_static_member_in_place() {
+        let mut t = GroupTable::new(config(), 1);
+        let old = join(&mut t, 0, Some("i"));
+        let _ = t.take_effects();
+        let mut other = join_req("", Some("i"));
+        other.protocols = vec![("sticky".into(), Bytes::new())];
+        let JoinDecision::Answer(a) = t.handle_join(1, &other) else { panic!("refused") };
+        assert_eq!(a.status.code, ErrorCode::InconsistentGroupProtocol);
+        assert_eq!(t.handle_heartbeat(2, &who(&old, 1, Some("i"))).code, ErrorCode::None);
+    }
+
+    #[test]
+    fn offset_commits_over_the_limits_are_refused() {
+        let mut t = GroupTable::new(config(), 1);
+        let mut big = offset(0, 1);
+        big.metadata = Some("x".repeat(4_097));
+        assert_eq!(t.handle_commit(&who("", -1, None), &[big]).unwrap_err().code, ErrorCode::OffsetMetadataTooLarge);
+        let many: Vec<PartitionOffset> = (0..1_001).map(|p| offset(p, 1)).collect();
+        assert_eq!(t.handle_commit(&who("", -1, None), &many).unwrap_err().code, ErrorCode::MessageTooLarge);
+        assert!(t.describe(&[]).is_empty(), "nothing was committed");
+    }
+
+    #[test]
+    fn a_refused_first_join_leaves_no_group() {
+        let mut t = GroupTable::new(config(), 1);
+        let mut r = join_req("", None);
+        r.session_timeout_ms = 1;
+        assert!(matches!(t.handle_join(0, &r), JoinDecision::Answer(_)));
+        assert!(t.describe(&[]).is_empty());
     }
 
     #[test]

@@ -178,6 +178,9 @@ pub async fn run_with_metrics(
     let mut config = config;
     // The connection layer's deadline must outlast an init's or EndTxn's wait for its markers.
     config.limits.request_timeout_ms = config.limits.request_timeout_ms.max(config.fence_wait_ms + 5_000);
+    // A JoinGroup waits for its rebalance, which completes within `rebalance_timeout_max_ms`.
+    config.limits.request_timeout_ms =
+        config.limits.request_timeout_ms.max(config.groups.rebalance_timeout_max_ms.max(0) as u64 + 10_000);
     let Recovered { journal, mut table, cluster, mut groups, replayed } = recover(&config)?;
     table.restart_clocks(0);
     groups.restart_clocks(0);

@@ -157,6 +157,8 @@ error_codes! {
     MemberIdRequired = 79, "MEMBER_ID_REQUIRED", false;
     /// Another instance joined with the same `group.instance.id`: this static member was replaced.
     FencedInstanceId = 82, "FENCED_INSTANCE_ID", false;
+    /// A committed offset's metadata is longer than the coordinator takes.
+    OffsetMetadataTooLarge = 12, "OFFSET_METADATA_TOO_LARGE", false;
     /// A transaction holds uncommitted offsets for the partition; retry once it ends.
     UnstableOffsetCommit = 88, "UNSTABLE_OFFSET_COMMIT", true;
     /// The group does not exist.

@@ -318,14 +318,29 @@ impl KafkaGroupConsumer {
                     })
                     .collect(),
             ));
-        let offsets = conn.call(&fetch, version).await?;
+        // A transaction holding offsets for a partition (UNSTABLE_OFFSET_COMMIT) is waited out
+        // here, not by joining again (a leader's rejoin would start another rebalance).
+        let deadline = Instant::now() + Duration::from_millis(self.config.rebalance_timeout_ms.max(1) as u64);
+        let mut attempt = 0;
+        let offsets = loop {
+            let offsets = conn.call(&fetch, version).await?;
+            let unstable = offsets
+                .topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .any(|p| ErrorCode::from_code(p.error_code) == ErrorCode::UnstableOffsetCommit);
+            if !unstable || Instant::now() >= deadline {
+                break offsets;
+            }
+            tokio::time::sleep(self.client.backoff(attempt)).await;
+            attempt += 1;
+        };
         if offsets.error_code != 0 {
             return Err(refused(format!("OffsetFetch '{}'", self.group), offsets.error_code));
         }
         for t in &offsets.topics {
             for p in &t.partitions {
                 if p.error_code != 0 {
-                    // UNSTABLE_OFFSET_COMMIT (a transaction holds offsets for it) is retriable.
                     return Err(refused(
                         format!("OffsetFetch {}-{}", t.name.as_str(), p.partition_index),
                         p.error_code,

@@ -22,6 +22,11 @@ use protocol::{ErrorCode, GroupMember, PartitionOffset, Request, Response, Statu
 
 use super::{kafka_code, KafkaConn};
 
+/// Longest a relayed JoinGroup or SyncGroup waits for its rebalance, in milliseconds: the
+/// coordinator completes a rebalance within its `rebalance_timeout_max_ms` (300,000), and the
+/// Kafka listener's connection deadline is raised to outlast this.
+pub(crate) const GROUP_WAIT_MS_MAX: u64 = 330_000;
+
 fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
@@ -55,7 +60,8 @@ impl KafkaConn {
             Ok(c) => c,
             Err(status) => return Response::Error(status),
         };
-        let timeout = Duration::from_millis(self.shared.config.request_timeout_ms.max(wait_ms.max(0) as u64 + 5_000));
+        let wait = (wait_ms.max(0) as u64 + 5_000).min(GROUP_WAIT_MS_MAX);
+        let timeout = Duration::from_millis(self.shared.config.request_timeout_ms.max(wait));
         match conn.call_timeout(req, timeout).await {
             Ok(resp) => resp,
             Err(net::NetError::Refused { status, .. }) => Response::Error(status),
@@ -134,7 +140,7 @@ impl KafkaConn {
             assignments: r.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect(),
         });
         // A follower waits for the leader, which has its rebalance timeout to send the assignment.
-        let resp = match self.relay_long(req, 300_000).await {
+        let resp = match self.relay_long(req, GROUP_WAIT_MS_MAX as i32).await {
             Response::SyncGroup(s) => s,
             other => protocol::SyncGroupResponse::error(status_of(&other)),
         };
@@ -316,10 +322,22 @@ impl KafkaConn {
             partitions,
             require_stable: version >= 7 && r.require_stable,
         });
-        let (status, answered) = match self.relay(req).await {
+        let (status, mut answered) = match self.relay(req).await {
             Response::OffsetFetch(o) => (o.status, o.partitions),
             other => (status_of(&other), Vec::new()),
         };
+        if version < 2 && !status.is_ok() {
+            // Version 1 has no top-level error code: each partition asked carries it, as Kafka
+            // answers (an empty answer would read as "nothing committed").
+            let asked =
+                r.topics.iter().flatten().flat_map(|t| t.partition_indexes.iter().map(|p| (t.name.to_string(), *p)));
+            answered = asked
+                .map(|(topic, partition)| {
+                    let o = PartitionOffset { topic, partition, offset: -1, leader_epoch: -1, metadata: None };
+                    (o, status.clone())
+                })
+                .collect();
+        }
         let topics = by_topic(answered.into_iter().map(|(o, s)| (o.topic.clone(), (o, s))).collect())
             .into_iter()
             .map(|(topic, ps)| {

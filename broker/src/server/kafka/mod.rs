@@ -38,6 +38,7 @@ mod groups;
 mod produce;
 
 pub(crate) use errors::kafka_code;
+pub(crate) use groups::GROUP_WAIT_MS_MAX;
 
 /// The cluster id Kafka Metadata and DescribeCluster answers carry.
 const CLUSTER_ID: &str = "epochfence";

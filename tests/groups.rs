@@ -17,12 +17,19 @@ use producer::ProducerConfig;
 
 const PARTITIONS: i32 = 4;
 
-/// A coordinator whose groups form at once and accept short sessions, and one broker with a
-/// Kafka listener; returns them and the Kafka address.
+/// A coordinator whose groups form at once and accept short sessions (and serves /metrics),
+/// and one broker with a Kafka listener; returns them and the Kafka address.
 fn cluster(dir: &std::path::Path) -> (Proc, Proc, String) {
     let c = common::coordinator_with(
         dir,
-        &["--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "1000"],
+        &[
+            "--group-initial-rebalance-delay-ms",
+            "0",
+            "--group-min-session-timeout-ms",
+            "1000",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
     );
     let mut b = common::broker_with(1, &c.addr, dir, &["--kafka-listen", "127.0.0.1:0"]);
     let kafka = b.next_line().rsplit(' ').next().unwrap().to_string();
@@ -52,6 +59,25 @@ fn group_read(kafka: &str, group: &str) -> (Vec<(i32, u64)>, String) {
     (lines, err)
 }
 
+/// The coordinator's /metrics text (its address is the process's next output line: call once).
+fn scrape(c: &mut Proc) -> String {
+    use std::io::{Read, Write};
+    let line = c.next_line();
+    let addr = line.strip_prefix("metrics listening on ").unwrap_or_else(|| panic!("{line}")).to_string();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: epochfence\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// A sample's value in a /metrics text (0 if absent).
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
 fn describe_groups(coordinator: &str) -> serde_json::Value {
     let out = common::run("admin", &["--bootstrap", coordinator, "describe", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -62,7 +88,7 @@ fn describe_groups(coordinator: &str) -> serde_json::Value {
 #[tokio::test]
 async fn a_group_member_reads_from_the_committed_offsets_and_commits_what_it_printed() {
     let dir = tempfile::tempdir().unwrap();
-    let (c, _b, kafka) = cluster(dir.path());
+    let (mut c, _b, kafka) = cluster(dir.path());
     produce(&kafka, 0, 40).await;
     let (read, err) = group_read(&kafka, "g");
     let mut values: Vec<u64> = read.iter().map(|(_, v)| *v).collect();
@@ -81,6 +107,11 @@ async fn a_group_member_reads_from_the_committed_offsets_and_commits_what_it_pri
         .map(|o| (o["partition"].as_i64().unwrap(), o["offset"].as_i64().unwrap()))
         .collect();
     assert_eq!(committed, [(0, 10), (1, 10), (2, 10), (3, 10)]);
+    // The coordinator counted the member's generation and its commits; nothing refused.
+    let metrics = scrape(&mut c);
+    assert!(sample(&metrics, "epochfence_coordinator_group_rebalances_total") >= 1.0, "{metrics}");
+    assert!(sample(&metrics, "epochfence_coordinator_group_offset_commits_total") >= 1.0, "{metrics}");
+    assert!(!metrics.contains("epochfence_coordinator_group_offset_commits_refused_total{"), "{metrics}");
     // Read again: only what came after the committed offsets.
     produce(&kafka, 40, 44).await;
     let (read, err) = group_read(&kafka, "g");

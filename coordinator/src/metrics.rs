@@ -1,9 +1,13 @@
 //! The coordinator's Prometheus metrics, in a registry of its own (`epochfence_coordinator_*`).
 //! The counters are read off the journal entries the coordinator's decisions queue
 //! ([`CoordinatorMetrics::count`]): every grant, bump, fence, transaction end, election and
-//! ISR change is one, so one place counts them all.
+//! ISR change is one, so one place counts them all; so are a group's rebalances and offset
+//! commits. Refused offset commits, which write nothing, are counted where they are refused
+//! ([`CoordinatorMetrics::offset_commit_refused`]).
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
@@ -22,6 +26,17 @@ pub struct CoordinatorMetrics {
     elections: Counter,
     isr_changes: Counter,
     live_brokers: Gauge,
+    rebalances: Counter,
+    offset_commits: Counter,
+    txn_offset_commits: Counter,
+    offset_commits_refused: Family<ReasonLabels, Counter>,
+}
+
+/// The `reason` label of `epochfence_coordinator_group_offset_commits_refused_total`: `generation`
+/// (ILLEGAL_GENERATION), `member` (UNKNOWN_MEMBER_ID), `instance` (FENCED_INSTANCE_ID), `other`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
 }
 
 impl std::fmt::Debug for CoordinatorMetrics {
@@ -45,6 +60,10 @@ impl CoordinatorMetrics {
             elections: Counter::default(),
             isr_changes: Counter::default(),
             live_brokers: Gauge::default(),
+            rebalances: Counter::default(),
+            offset_commits: Counter::default(),
+            txn_offset_commits: Counter::default(),
+            offset_commits_refused: Family::default(),
         };
         registry.register(
             "init_producer_id_grants",
@@ -71,6 +90,19 @@ impl CoordinatorMetrics {
         registry.register("elections", "Partition leaderships changed under a new leader epoch", m.elections.clone());
         registry.register("isr_changes", "ISR changes", m.isr_changes.clone());
         registry.register("live_brokers", "Brokers whose lease holds", m.live_brokers.clone());
+        registry.register("group_rebalances", "Consumer-group generations formed", m.rebalances.clone());
+        registry.register("group_offset_commits", "Offset commits (OffsetCommit) journaled", m.offset_commits.clone());
+        registry.register(
+            "group_txn_offset_commits",
+            "Transactional offset commits (TxnOffsetCommit) staged",
+            m.txn_offset_commits.clone(),
+        );
+        registry.register(
+            "group_offset_commits_refused",
+            "Offset commits refused for a stale generation, an unknown member or a replaced static instance \
+             (KIP-447: a zombie worker's), or another reason",
+            m.offset_commits_refused.clone(),
+        );
         registry.register_with_unit(
             "journal_append_latency",
             "Journal appends, from queueing to on disk",
@@ -111,9 +143,30 @@ impl CoordinatorMetrics {
                 Entry::IsrChanged { .. } => {
                     self.isr_changes.inc();
                 }
+                Entry::GroupGeneration(g) if !g.stable => {
+                    self.rebalances.inc();
+                }
+                Entry::OffsetsCommitted { .. } => {
+                    self.offset_commits.inc();
+                }
+                Entry::TxnOffsetsStaged { .. } => {
+                    self.txn_offset_commits.inc();
+                }
                 _ => {}
             }
         }
+    }
+
+    /// Count an offset commit refused with `code`.
+    pub fn offset_commit_refused(&self, code: protocol::ErrorCode) {
+        use protocol::ErrorCode as E;
+        let reason = match code {
+            E::IllegalGeneration => "generation",
+            E::UnknownMemberId => "member",
+            E::FencedInstanceId => "instance",
+            _ => "other",
+        };
+        self.offset_commits_refused.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     /// Set the live-broker gauge.
@@ -169,6 +222,32 @@ mod tests {
             ("epochfence_coordinator_transactions_committed_total", 1),
             ("epochfence_coordinator_transactions_aborted_total", 1),
             ("epochfence_coordinator_transactions_timed_out_total", 1),
+        ] {
+            assert!(text.contains(&format!("{sample} {want}\n")), "{sample} {want}: {text}");
+        }
+        let generation = |stable| {
+            Entry::GroupGeneration(crate::entry::GroupRecord {
+                group: "g".into(),
+                generation: 1,
+                protocol_type: "consumer".into(),
+                protocol: "range".into(),
+                leader: String::new(),
+                stable,
+                members: vec![],
+            })
+        };
+        // A rebalance is journaled twice (formed, then stable with the assignment): counted once.
+        m.count(&[generation(false), generation(true)]);
+        m.count(&[Entry::OffsetsCommitted { group: "g".into(), offsets: vec![] }]);
+        m.offset_commit_refused(protocol::ErrorCode::IllegalGeneration);
+        m.offset_commit_refused(protocol::ErrorCode::IllegalGeneration);
+        m.offset_commit_refused(protocol::ErrorCode::FencedInstanceId);
+        let text = m.encode();
+        for (sample, want) in [
+            ("epochfence_coordinator_group_rebalances_total", 1),
+            ("epochfence_coordinator_group_offset_commits_total", 1),
+            ("epochfence_coordinator_group_offset_commits_refused_total{reason=\"generation\"}", 2),
+            ("epochfence_coordinator_group_offset_commits_refused_total{reason=\"instance\"}", 1),
         ] {
             assert!(text.contains(&format!("{sample} {want}\n")), "{sample} {want}: {text}");
         }

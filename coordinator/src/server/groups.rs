@@ -284,6 +284,7 @@ async fn commit(shared: &Arc<Shared>, r: OffsetCommitRequest, now: u64) -> Offse
     let status = match outcome {
         Ok(done) => settled(done).await.err().unwrap_or_else(Status::ok),
         Err(status) => {
+            shared.metrics.offset_commit_refused(status.code);
             match &r.txn {
                 Some(t)
                     if !matches!(

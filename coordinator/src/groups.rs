@@ -295,10 +295,14 @@ impl GroupTable {
 
     /// After a replay: every member's session starts now.
     pub fn restart_clocks(&mut self, now_ms: u64) {
+        let cap = self.config.rebalance_timeout_max_ms.max(0) as u64;
         for g in self.groups.values_mut() {
             for m in g.members.values_mut() {
                 m.deadline_ms = now_ms + m.session_timeout_ms.max(0) as u64;
             }
+            // A generation replayed before its assignment: its members sync afresh.
+            let timeout = g.members.values().map(|m| (m.rebalance_timeout_ms.max(0) as u64).min(cap)).max();
+            g.rebalance_deadline_ms = now_ms + timeout.unwrap_or(0);
         }
     }
 
@@ -601,6 +605,11 @@ impl GroupTable {
             }
             g.protocol = g.choose_protocol().unwrap_or_default();
             g.phase = GroupPhase::CompletingRebalance;
+            // The members have this long to sync (the leader with the assignment).
+            let cap = self.config.rebalance_timeout_max_ms.max(0) as u64;
+            let timeout =
+                g.members.values().map(|m| (m.rebalance_timeout_ms.max(0) as u64).min(cap)).max().unwrap_or(0);
+            g.rebalance_deadline_ms = now_ms + timeout;
             let everyone: Vec<(String, Option<String>, Bytes)> =
                 g.members.iter().map(|(id, m)| (id.clone(), m.instance_id.clone(), m.metadata(&g.protocol))).collect();
             for (id, m) in g.members.iter_mut() {
@@ -966,10 +975,14 @@ impl GroupTable {
             // every other one does once its session lapses, in every state (after a
             // coordinator restart, a member that never comes back must not hold a rebalance).
             let preparing = g.phase == GroupPhase::PreparingRebalance;
+            // A generation whose members have not all synced by its deadline (a leader that
+            // never sends the assignment) loses those that did not, as Kafka's pending-sync
+            // timeout does; the rest join again.
+            let sync_due = g.phase == GroupPhase::CompletingRebalance && now_ms >= g.rebalance_deadline_ms;
             let expired: Vec<String> = g
                 .members
                 .iter()
-                .filter(|(_, m)| m.deadline_ms <= now_ms && !(preparing && m.joined) && !m.syncing)
+                .filter(|(_, m)| (m.deadline_ms <= now_ms || sync_due) && !(preparing && m.joined) && !m.syncing)
                 .map(|(id, _)| id.clone())
                 .collect();
             if !expired.is_empty() {
@@ -1319,6 +1332,38 @@ mod tests {
         let many: Vec<PartitionOffset> = (0..1_001).map(|p| offset(p, 1)).collect();
         assert_eq!(t.handle_commit(&who("", -1, None), &many).unwrap_err().code, ErrorCode::MessageTooLarge);
         assert!(t.describe(&[]).is_empty(), "nothing was committed");
+    }
+
+    #[test]
+    fn a_leader_that_never_syncs_is_removed_at_the_rebalance_deadline() {
+        let mut t = GroupTable::new(config(), 1);
+        let a = join(&mut t, 0, None);
+        let b = join(&mut t, 1, None);
+        let JoinDecision::Wait { .. } = t.handle_join(2, &join_req(&a, None)) else { panic!() };
+        let generation = generation_of(&mut t, &b).unwrap();
+        let leader = if t.describe(&[])[0].leader == a { a.clone() } else { b.clone() };
+        let follower = if leader == a { b.clone() } else { a.clone() };
+        let SyncDecision::Wait =
+            t.handle_sync(3, &SyncGroupRequest { member: who(&follower, generation, None), assignments: vec![] })
+        else {
+            panic!("the follower waits for the leader")
+        };
+        // The leader heartbeats (its session holds) but never syncs.
+        for now in (10..30_000).step_by(5_000) {
+            t.handle_heartbeat(now, &who(&leader, generation, None));
+            t.handle_tick(now);
+        }
+        let _ = t.take_effects();
+        t.handle_heartbeat(30_002, &who(&leader, generation, None));
+        t.handle_tick(30_003);
+        let (wakes, _) = t.take_effects();
+        let woken = wakes.iter().any(|w| {
+            matches!(w, Wake::Sync { member_id, response, .. }
+                if *member_id == follower && response.status.code == ErrorCode::RebalanceInProgress)
+        });
+        assert!(woken, "the follower is told to join again: {wakes:?}");
+        let members: Vec<String> = t.describe(&[])[0].members.iter().map(|m| m.member_id.clone()).collect();
+        assert_eq!(members, [follower], "the leader that never synced is out");
     }
 
     #[test]

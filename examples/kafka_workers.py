@@ -202,15 +202,18 @@ def line(proc, prefix, timeout=60):
     raise SystemExit(f"no '{prefix}' line from a worker within {timeout} s")
 
 
-def spawn_worker(bootstrap, name, freeze):
+def spawn_worker(bootstrap, name, freeze, client="confluent"):
     argv = [sys.executable, os.path.abspath(__file__), "--worker", bootstrap, name] + (["--freeze"] if freeze else [])
+    if client == "kafka-python":
+        argv.append("--kafka-python")
     return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
-def story(bootstrap, generation_fencing):
-    """Returns (what the zombie printed when woken, the committed output values)."""
+def story(bootstrap, generation_fencing, client="confluent"):
+    """Returns (what the zombie printed when woken, the committed output values). The topics
+    `in` and `out` must exist. tests/kafka_clients/test_groups.py runs it too, with each client."""
     print(f"--- a coordinator with generation fencing {'on' if generation_fencing else 'OFF (--no-generation-fencing)'} ---")
-    zombie = spawn_worker(bootstrap, "zombie", True)
+    zombie = spawn_worker(bootstrap, "zombie", True, client)
     healthy = None
     try:
         p = Producer({"bootstrap.servers": bootstrap})
@@ -221,7 +224,7 @@ def story(bootstrap, generation_fencing):
         line(zombie, "FROZEN")
         zombie.send_signal(signal.SIGSTOP)
         print("zombie: read a batch, wrote its outputs in an open transaction, and froze before committing")
-        healthy = spawn_worker(bootstrap, "healthy", False)
+        healthy = spawn_worker(bootstrap, "healthy", False, client)
         want = {p: PER_PARTITION for p in range(PARTITIONS)}
         deadline = time.monotonic() + 60
         while committed_offsets(bootstrap) != want:

@@ -238,20 +238,8 @@ pub struct MemberRecord {
     pub assignment: Bytes,
 }
 
-/// A committed (or staged) offset.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OffsetRecord {
-    /// Topic.
-    pub topic: String,
-    /// Partition index.
-    pub partition: i32,
-    /// The next offset to consume.
-    pub offset: i64,
-    /// The leader epoch of the last record consumed (-1: unknown).
-    pub leader_epoch: i32,
-    /// Client metadata.
-    pub metadata: Option<String>,
-}
+/// A committed (or staged) offset: the wire's, recorded as it travels.
+pub use protocol::PartitionOffset as OffsetRecord;
 
 /// A transactional id's state, as a snapshot records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -511,13 +499,13 @@ impl Entry {
             Entry::OffsetsCommitted { group, offsets } => {
                 b.put_i8(OFFSETS_COMMITTED);
                 b.put_string(group);
-                put_offsets(&mut b, offsets);
+                OffsetRecord::encode_list(offsets, &mut b);
             }
             Entry::TxnOffsetsStaged { transactional_id, group, offsets } => {
                 b.put_i8(TXN_OFFSETS_STAGED);
                 b.put_string(transactional_id);
                 b.put_string(group);
-                put_offsets(&mut b, offsets);
+                OffsetRecord::encode_list(offsets, &mut b);
             }
         }
         b.freeze()
@@ -709,11 +697,13 @@ impl Entry {
                     members,
                 })
             }
-            OFFSETS_COMMITTED => Entry::OffsetsCommitted { group: r.string("group")?, offsets: get_offsets(&mut r)? },
+            OFFSETS_COMMITTED => {
+                Entry::OffsetsCommitted { group: r.string("group")?, offsets: OffsetRecord::decode_list(&mut r)? }
+            }
             TXN_OFFSETS_STAGED => Entry::TxnOffsetsStaged {
                 transactional_id: r.string("transactional_id")?,
                 group: r.string("group")?,
-                offsets: get_offsets(&mut r)?,
+                offsets: OffsetRecord::decode_list(&mut r)?,
             },
             _ => return Err(DecodeError::InvalidValue { field: "tag", detail: format!("unknown entry tag {tag}") }),
         };
@@ -747,32 +737,6 @@ fn get_targets(r: &mut Reader, with_sequence: bool) -> Result<Vec<FenceTarget>, 
             marker_sequence: if with_sequence { r.i32("marker_sequence")? } else { -1 },
             topic: r.string("topic")?,
             partition: r.i32("partition")?,
-        });
-    }
-    Ok(out)
-}
-
-fn put_offsets(b: &mut BytesMut, offsets: &[OffsetRecord]) {
-    b.put_i32(offsets.len() as i32);
-    for o in offsets {
-        b.put_string(&o.topic);
-        b.put_i32(o.partition);
-        b.put_i64(o.offset);
-        b.put_i32(o.leader_epoch);
-        b.put_nullable_string(o.metadata.as_deref());
-    }
-}
-
-fn get_offsets(r: &mut Reader) -> Result<Vec<OffsetRecord>, DecodeError> {
-    let n = r.array_len("offsets", 20)?;
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        out.push(OffsetRecord {
-            topic: r.string("topic")?,
-            partition: r.i32("partition")?,
-            offset: r.i64("offset")?,
-            leader_epoch: r.i32("leader_epoch")?,
-            metadata: r.nullable_string("metadata")?,
         });
     }
     Ok(out)

@@ -899,7 +899,7 @@ impl GroupTable {
         self.room_for(&who.group)?;
         self.check_offsets(offsets)?;
         self.check_commit(who, false)?;
-        let entry = Entry::OffsetsCommitted { group: who.group.clone(), offsets: records(offsets) };
+        let entry = Entry::OffsetsCommitted { group: who.group.clone(), offsets: offsets.to_vec() };
         self.apply(&entry);
         self.entries.push(entry);
         Ok(())
@@ -919,7 +919,7 @@ impl GroupTable {
         let entry = Entry::TxnOffsetsStaged {
             transactional_id: transactional_id.to_string(),
             group: who.group.clone(),
-            offsets: records(offsets),
+            offsets: offsets.to_vec(),
         };
         self.apply(&entry);
         self.entries.push(entry);
@@ -943,14 +943,13 @@ impl GroupTable {
         };
         keys.into_iter()
             .map(|key| {
-                let committed = g.and_then(|g| g.offsets.get(&key));
-                let offset = PartitionOffset {
+                let offset = g.and_then(|g| g.offsets.get(&key)).cloned().unwrap_or_else(|| PartitionOffset {
                     topic: key.0.clone(),
                     partition: key.1,
-                    offset: committed.map_or(-1, |o| o.offset),
-                    leader_epoch: committed.map_or(-1, |o| o.leader_epoch),
-                    metadata: committed.and_then(|o| o.metadata.clone()),
-                };
+                    offset: -1,
+                    leader_epoch: -1,
+                    metadata: None,
+                });
                 let s = if require_stable && pending(&key) {
                     status(
                         ErrorCode::UnstableOffsetCommit,
@@ -1143,17 +1142,7 @@ impl GroupTable {
                         assignment: m.assignment.clone(),
                     })
                     .collect(),
-                offsets: g
-                    .offsets
-                    .values()
-                    .map(|o| PartitionOffset {
-                        topic: o.topic.clone(),
-                        partition: o.partition,
-                        offset: o.offset,
-                        leader_epoch: o.leader_epoch,
-                        metadata: o.metadata.clone(),
-                    })
-                    .collect(),
+                offsets: g.offsets.values().cloned().collect(),
             },
         };
         if names.is_empty() {
@@ -1162,19 +1151,6 @@ impl GroupTable {
             names.iter().map(|n| one(n, self.groups.get(n))).collect()
         }
     }
-}
-
-fn records(offsets: &[PartitionOffset]) -> Vec<OffsetRecord> {
-    offsets
-        .iter()
-        .map(|o| OffsetRecord {
-            topic: o.topic.clone(),
-            partition: o.partition,
-            offset: o.offset,
-            leader_epoch: o.leader_epoch,
-            metadata: o.metadata.clone(),
-        })
-        .collect()
 }
 
 #[cfg(test)]

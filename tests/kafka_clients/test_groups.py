@@ -9,8 +9,6 @@ rest are confluent-kafka's.
 """
 
 import os
-import signal
-import subprocess
 import sys
 
 import pytest
@@ -125,61 +123,16 @@ def test_subscribers_share_partitions_and_resume_from_committed_offsets(cluster)
     fresh.close()
 
 
-def _worker(bs, name, freeze=False, client="confluent"):
-    """The read-process-write worker of examples/kafka_workers.py (see its docs)."""
-    example = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "kafka_workers.py")
-    argv = [sys.executable, example, "--worker", bs, name] + (["--freeze"] if freeze else [])
-    if client == "kafka-python":
-        argv.append("--kafka-python")
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-
-def _read_line(proc, prefix, timeout=30):
-    import select
-    import time
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        r, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-        if r:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            if line.startswith(prefix):
-                return line.strip()
-    raise AssertionError(f"no line starting {prefix!r} within {timeout} s")
-
-
-def _zombie_worker_run(c, client="confluent"):
-    """Two workers; the first freezes with an uncommitted batch past its session; returns what
-    the zombie printed when woken and the committed output values."""
+def _zombie_worker_run(c, client):
+    """examples/kafka_workers.py's story on cluster `c` with `client`'s workers: two workers, the
+    first frozen with an uncommitted batch past its session; returns what the zombie printed
+    when woken and the committed output values."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
+    import kafka_workers
     c.create_topic("in", partitions=PARTITIONS, replicas=1)
     c.create_topic("out", partitions=1, replicas=1)
-    bs = c.bootstrap()
-    zombie = _worker(bs, "zombie", freeze=True, client=client)
-    healthy = None
-    try:
-        _fill(bs, "in")
-        _read_line(zombie, "FROZEN")
-        zombie.send_signal(signal.SIGSTOP)
-        healthy = _worker(bs, "healthy", client=client)
-        # The healthy worker takes every partition once the zombie's session lapses, and
-        # commits every input.
-        want = {p: PER_PARTITION for p in range(PARTITIONS)}
-        wait_until(lambda: _committed(bs, "workers", "in") == want, 60, "every input committed",
-                   state=lambda: _committed(bs, "workers", "in"))
-        zombie.send_signal(signal.SIGCONT)
-        zombie.stdin.write("\n")
-        zombie.stdin.flush()
-        outcome = _read_line(zombie, "ZOMBIE")
-    finally:
-        for p in (zombie, healthy):
-            if p is not None:
-                p.send_signal(signal.SIGCONT)
-                p.kill()
-                p.wait()
-    import clients
-    values = [int(v) for v in clients.make_client("confluent").read(bs, "out", [0], "read_committed").values(0)]
-    return outcome, values
+    fencing = "--no-generation-fencing" not in c.coordinator.argv
+    return kafka_workers.story(c.bootstrap(), fencing, client)
 
 
 WORKER_CLIENTS = ("confluent", "kafka-python")

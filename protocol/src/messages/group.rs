@@ -331,30 +331,42 @@ pub struct PartitionOffset {
     pub metadata: Option<String>,
 }
 
-fn put_offsets(b: &mut BytesMut, offsets: &[PartitionOffset]) {
-    b.put_i32(offsets.len() as i32);
-    for o in offsets {
-        b.put_string(&o.topic);
-        b.put_i32(o.partition);
-        b.put_i64(o.offset);
-        b.put_i32(o.leader_epoch);
-        b.put_nullable_string(o.metadata.as_deref());
+impl PartitionOffset {
+    /// Append `offsets` as a counted list (the coordinator's journal records them so too).
+    pub fn encode_list(offsets: &[PartitionOffset], b: &mut BytesMut) {
+        b.put_i32(offsets.len() as i32);
+        for o in offsets {
+            b.put_string(&o.topic);
+            b.put_i32(o.partition);
+            b.put_i64(o.offset);
+            b.put_i32(o.leader_epoch);
+            b.put_nullable_string(o.metadata.as_deref());
+        }
+    }
+
+    /// Read a list written by [`PartitionOffset::encode_list`].
+    pub fn decode_list(r: &mut Reader) -> Result<Vec<PartitionOffset>, DecodeError> {
+        let n = r.array_len("offsets", 20)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(PartitionOffset {
+                topic: r.string("topic")?,
+                partition: r.i32("partition")?,
+                offset: r.i64("offset")?,
+                leader_epoch: r.i32("leader_epoch")?,
+                metadata: r.nullable_string("metadata")?,
+            });
+        }
+        Ok(out)
     }
 }
 
+fn put_offsets(b: &mut BytesMut, offsets: &[PartitionOffset]) {
+    PartitionOffset::encode_list(offsets, b)
+}
+
 fn get_offsets(r: &mut Reader) -> Result<Vec<PartitionOffset>, DecodeError> {
-    let n = r.array_len("offsets", 20)?;
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        out.push(PartitionOffset {
-            topic: r.string("topic")?,
-            partition: r.i32("partition")?,
-            offset: r.i64("offset")?,
-            leader_epoch: r.i32("leader_epoch")?,
-            metadata: r.nullable_string("metadata")?,
-        });
-    }
-    Ok(out)
+    PartitionOffset::decode_list(r)
 }
 
 /// The transaction a TxnOffsetCommit stages its offsets in.

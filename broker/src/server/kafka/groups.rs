@@ -229,27 +229,29 @@ impl KafkaConn {
             })
             .collect();
         let req = Request::OffsetCommit(protocol::OffsetCommitRequest { member, txn: None, offsets: offsets.clone() });
-        let statuses = self.offsets_answer(req, &offsets).await;
-        let topics = by_topic(offsets.iter().zip(statuses).map(|(o, s)| (o.topic.clone(), (o.partition, s))).collect())
+        let (_, codes) = self.offsets_answer(req, &offsets, ApiKey::OffsetCommit, version).await;
+        let topics = codes
             .into_iter()
             .map(|(topic, ps)| {
-                OffsetCommitResponseTopic::default().with_name(TopicName(text(&topic))).with_partitions(
-                    ps.into_iter()
-                        .map(|(p, s)| {
-                            OffsetCommitResponsePartition::default()
-                                .with_partition_index(p)
-                                .with_error_code(kafka_code(s.code, ApiKey::OffsetCommit, version))
-                        })
-                        .collect(),
-                )
+                let ps = ps
+                    .into_iter()
+                    .map(|(p, c)| OffsetCommitResponsePartition::default().with_partition_index(p).with_error_code(c));
+                OffsetCommitResponseTopic::default().with_name(TopicName(text(&topic))).with_partitions(ps.collect())
             })
             .collect();
         KafkaAnswer::Reply(ResponseKind::OffsetCommit(OffsetCommitResponse::default().with_topics(topics)))
     }
 
-    /// Relay an offset commit; a status per offset, in order.
-    async fn offsets_answer(self: &Arc<Self>, req: Request, offsets: &[PartitionOffset]) -> Vec<Status> {
-        match self.relay(req).await {
+    /// Relay an offset commit: the first refusal, if any, and the Kafka code of each offset
+    /// (for `key` at `version`), by topic in first-seen order.
+    async fn offsets_answer(
+        self: &Arc<Self>,
+        req: Request,
+        offsets: &[PartitionOffset],
+        key: ApiKey,
+        version: i16,
+    ) -> (Option<Status>, Vec<(String, Vec<(i32, i16)>)>) {
+        let statuses = match self.relay(req).await {
             Response::OffsetCommit(o) if o.partitions.len() == offsets.len() => {
                 o.partitions.into_iter().map(|(_, s)| s).collect()
             }
@@ -258,7 +260,14 @@ impl KafkaConn {
                 let s = if s.is_ok() { Status::new(ErrorCode::UnknownServerError, "a malformed answer") } else { s };
                 vec![s; offsets.len()]
             }
-        }
+        };
+        let refused = statuses.iter().find(|s| !s.is_ok()).cloned();
+        let codes = offsets
+            .iter()
+            .zip(statuses)
+            .map(|(o, s)| (o.topic.clone(), (o.partition, kafka_code(s.code, key, version))))
+            .collect();
+        (refused, by_topic(codes))
     }
 
     pub(super) async fn txn_offset_commit(self: &Arc<Self>, r: TxnOffsetCommitRequest, version: i16) -> KafkaAnswer {
@@ -292,22 +301,17 @@ impl KafkaConn {
             .collect();
         let req =
             Request::OffsetCommit(protocol::OffsetCommitRequest { member, txn: Some(txn), offsets: offsets.clone() });
-        let statuses = self.offsets_answer(req, &offsets).await;
-        if let Some(s) = statuses.iter().find(|s| !s.is_ok()) {
+        let (refused, codes) = self.offsets_answer(req, &offsets, ApiKey::TxnOffsetCommit, version).await;
+        if let Some(s) = refused {
             tracing::info!(transactional_id = %r.transactional_id.0, group = %r.group_id.0, status = %s, "Kafka TxnOffsetCommit refused");
         }
-        let topics = by_topic(offsets.iter().zip(statuses).map(|(o, s)| (o.topic.clone(), (o.partition, s))).collect())
+        let topics = codes
             .into_iter()
             .map(|(topic, ps)| {
-                TxnOffsetCommitResponseTopic::default().with_name(TopicName(text(&topic))).with_partitions(
-                    ps.into_iter()
-                        .map(|(p, s)| {
-                            TxnOffsetCommitResponsePartition::default()
-                                .with_partition_index(p)
-                                .with_error_code(kafka_code(s.code, ApiKey::TxnOffsetCommit, version))
-                        })
-                        .collect(),
-                )
+                let ps = ps.into_iter().map(|(p, c)| {
+                    TxnOffsetCommitResponsePartition::default().with_partition_index(p).with_error_code(c)
+                });
+                TxnOffsetCommitResponseTopic::default().with_name(TopicName(text(&topic))).with_partitions(ps.collect())
             })
             .collect();
         KafkaAnswer::Reply(ResponseKind::TxnOffsetCommit(TxnOffsetCommitResponse::default().with_topics(topics)))

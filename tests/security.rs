@@ -80,6 +80,7 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
                 marker_sequence: 0,
                 commit: true,
                 leader_epoch: 0,
+                coordinator_epoch: 0,
             }))
             .await,
     );
@@ -155,6 +156,7 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
             marker_sequence: 0,
             commit: true,
             leader_epoch: 0,
+            coordinator_epoch: 0,
         }))
         .await
         .unwrap();

@@ -19,6 +19,9 @@
 //! The file also keeps the broker epoch the coordinator assigned the last process (KIP-903):
 //! the next process registers naming it, as its predecessor's, which tells the coordinator
 //! that it is the broker's next process and not a late message of an older one.
+//!
+//! And the highest coordinator epoch the broker has seen: markers and answers from a
+//! coordinator replica with a lower one (a deposed coordinator) are refused, across restarts.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -41,6 +44,10 @@ pub struct LogDir {
     fsync_always: bool,
     /// The broker epoch recorded for this process (-1 until the coordinator assigns one).
     broker_epoch: std::sync::Mutex<i64>,
+    /// The highest coordinator epoch seen, recorded (-1: none yet).
+    coordinator_epoch: std::sync::Mutex<i32>,
+    /// Rewrites of the file, one at a time.
+    writes: std::sync::Mutex<()>,
 }
 
 /// What `broker.meta` records.
@@ -51,6 +58,7 @@ struct Meta {
     fsync_always: bool,
     clean: bool,
     broker_epoch: i64,
+    coordinator_epoch: i32,
 }
 
 impl Meta {
@@ -61,6 +69,7 @@ impl Meta {
         }
         let (mut id, mut boot_id, mut fsync_always, mut clean) = (None, None, None, None);
         let mut broker_epoch = -1;
+        let mut coordinator_epoch = -1;
         for line in lines {
             let (key, value) = line.split_once(' ')?;
             match key {
@@ -69,20 +78,29 @@ impl Meta {
                 "fsync_always" => fsync_always = value.parse::<bool>().ok(),
                 "clean" => clean = value.parse::<bool>().ok(),
                 "broker_epoch" => broker_epoch = value.parse::<i64>().ok()?,
+                "coordinator_epoch" => coordinator_epoch = value.parse::<i32>().ok()?,
                 _ => {}
             }
         }
-        Some(Meta { id: id?, boot_id: boot_id?, fsync_always: fsync_always?, clean: clean?, broker_epoch })
+        Some(Meta {
+            id: id?,
+            boot_id: boot_id?,
+            fsync_always: fsync_always?,
+            clean: clean?,
+            broker_epoch,
+            coordinator_epoch,
+        })
     }
 
     fn render(&self) -> String {
         format!(
-            "{HEADER}\nlog_dir_id {}\nboot_id {}\nfsync_always {}\nclean {}\nbroker_epoch {}\n",
+            "{HEADER}\nlog_dir_id {}\nboot_id {}\nfsync_always {}\nclean {}\nbroker_epoch {}\ncoordinator_epoch {}\n",
             self.id,
             self.boot_id.as_deref().unwrap_or("-"),
             self.fsync_always,
             self.clean,
-            self.broker_epoch
+            self.broker_epoch,
+            self.coordinator_epoch
         )
     }
 }
@@ -128,6 +146,8 @@ impl LogDir {
             // Until the coordinator assigns this process one, the previous one's stays recorded:
             // a process that dies before registering leaves its predecessor's for the next.
             broker_epoch: std::sync::Mutex::new(previous_broker_epoch),
+            coordinator_epoch: std::sync::Mutex::new(previous.as_ref().map_or(-1, |m| m.coordinator_epoch)),
+            writes: std::sync::Mutex::new(()),
         };
         dir.write(false)?;
         Ok(dir)
@@ -139,15 +159,50 @@ impl LogDir {
         self.write(false)
     }
 
+    /// The highest coordinator epoch recorded here (-1: none).
+    pub fn coordinator_epoch(&self) -> i32 {
+        *self.coordinator_epoch.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A coordinator with epoch `epoch` answered: record it (if higher) durably before acting
+    /// on the answer, so no restart forgets it.
+    pub fn record_coordinator_epoch(&self, epoch: i32) -> std::io::Result<()> {
+        // Under the write lock: a value read here is on disk already.
+        let _one = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+        let old = self.coordinator_epoch();
+        if epoch <= old {
+            return Ok(());
+        }
+        *self.coordinator_epoch.lock().unwrap_or_else(|p| p.into_inner()) = epoch;
+        let written = self.write_now(false);
+        if written.is_err() {
+            *self.coordinator_epoch.lock().unwrap_or_else(|p| p.into_inner()) = old;
+        }
+        written
+    }
+
     /// The process stops cleanly: every log is synced and checkpointed.
     pub fn mark_clean(&self) -> std::io::Result<()> {
         self.write(true)
     }
 
     fn write(&self, clean: bool) -> std::io::Result<()> {
+        let _one = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+        self.write_now(clean)
+    }
+
+    /// Rewrite the file (under the write lock).
+    fn write_now(&self, clean: bool) -> std::io::Result<()> {
         let broker_epoch = *self.broker_epoch.lock().unwrap_or_else(|p| p.into_inner());
-        let meta =
-            Meta { id: self.id, boot_id: self.boot_id.clone(), fsync_always: self.fsync_always, clean, broker_epoch };
+        let coordinator_epoch = self.coordinator_epoch();
+        let meta = Meta {
+            id: self.id,
+            boot_id: self.boot_id.clone(),
+            fsync_always: self.fsync_always,
+            clean,
+            broker_epoch,
+            coordinator_epoch,
+        };
         let tmp = self.path.with_extension("meta.tmp");
         {
             let mut f = std::fs::File::create(&tmp)?;
@@ -195,6 +250,18 @@ mod tests {
         open(false, "c").mark_clean().unwrap();
         assert!(open(false, "d").intact, "stopped cleanly before the machine restarted");
         assert!(!open(false, "e").intact, "this process did not stop cleanly and did not sync");
+    }
+
+    #[test]
+    fn the_highest_coordinator_epoch_survives_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = LogDir::open_on_boot(dir.path(), false, boot("a")).unwrap();
+        assert_eq!(first.coordinator_epoch(), -1);
+        first.record_coordinator_epoch(4).unwrap();
+        first.record_coordinator_epoch(2).unwrap(); // lower: kept at 4
+        first.mark_clean().unwrap();
+        let second = LogDir::open_on_boot(dir.path(), false, boot("b")).unwrap();
+        assert_eq!(second.coordinator_epoch(), 4);
     }
 
     #[test]

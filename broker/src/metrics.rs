@@ -34,6 +34,8 @@ pub enum Refusal {
     NotEnoughReplicas,
     /// The log cannot take writes (a failed disk).
     Storage,
+    /// A marker from a deposed coordinator replica (an older coordinator epoch).
+    CoordinatorEpoch,
 }
 
 impl Refusal {
@@ -47,6 +49,7 @@ impl Refusal {
             Refusal::NotLeader => "not_leader",
             Refusal::NotEnoughReplicas => "not_enough_replicas",
             Refusal::Storage => "storage",
+            Refusal::CoordinatorEpoch => "coordinator_epoch",
         }
     }
 }

@@ -300,7 +300,7 @@ struct Shared {
     /// `topic.id` records it.
     topic_ids: DashMap<(String, i32), u128>,
     /// Cached connection to the coordinator; never held across an `.await`.
-    coordinator: Mutex<Option<Connection>>,
+    coordinators: net::Coordinators,
     /// Connections to other brokers, by address; never held across an `.await`.
     peers: Mutex<HashMap<String, Connection>>,
     /// Broker addresses from the last heartbeat; never held across an `.await`.
@@ -398,7 +398,7 @@ pub async fn run_listeners(
         },
         partitions: DashMap::new(),
         topic_ids: DashMap::new(),
-        coordinator: Mutex::new(None),
+        coordinators: net::Coordinators::new(&config.coordinator),
         peers: Mutex::new(HashMap::new()),
         broker_addrs: Mutex::new(HashMap::new()),
         refresh: Notify::new(),
@@ -611,14 +611,36 @@ fn cached(map: &Mutex<HashMap<String, Connection>>, addr: &str) -> Option<Connec
     map.lock().unwrap_or_else(|p| p.into_inner()).get(addr).filter(|c| !c.is_closed()).cloned()
 }
 
-async fn coordinator(shared: &Shared) -> Result<Connection, net::NetError> {
-    let cached = shared.coordinator.lock().unwrap_or_else(|p| p.into_inner()).clone().filter(|c| !c.is_closed());
-    if let Some(c) = cached {
-        return Ok(c);
+/// Call the active coordinator replica (following NOT_COORDINATOR to it) within `timeout`.
+async fn call_coordinator(shared: &Shared, req: Request, timeout: Duration) -> Result<Response, net::NetError> {
+    shared.coordinators.call(&shared.dialer, req, timeout).await
+}
+
+/// A coordinator at `epoch` sent a request or an answer: refuse it if a newer coordinator
+/// replica has been seen (a deposed one's), and record a newer epoch durably before acting on
+/// what it says, so no restart forgets it.
+async fn check_coordinator_epoch(shared: &Shared, epoch: i32) -> Result<(), Status> {
+    let highest = shared.log_dir.coordinator_epoch();
+    if epoch < highest {
+        return Err(Status::new(
+            ErrorCode::TransactionCoordinatorFenced,
+            format!(
+                "coordinator epoch {epoch} is older than {highest}, the newest this broker has seen: a deposed coordinator replica"
+            ),
+        ));
     }
-    let c = shared.dialer.dial(&shared.config.coordinator).await?;
-    *shared.coordinator.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.clone());
-    Ok(c)
+    if epoch > highest {
+        let log_dir = shared.log_dir.clone();
+        let recorded = tokio::task::spawn_blocking(move || log_dir.record_coordinator_epoch(epoch)).await;
+        if !matches!(recorded, Ok(Ok(()))) {
+            return Err(Status::new(
+                ErrorCode::KafkaStorageError,
+                format!("cannot record coordinator epoch {epoch} in {}; not acting on it", crate::log_dir::META_FILE),
+            ));
+        }
+        tracing::info!(coordinator_epoch = epoch, previous = highest, "following a new coordinator epoch");
+    }
+    Ok(())
 }
 
 async fn peer(shared: &Shared, addr: &str) -> Result<Connection, net::NetError> {
@@ -656,7 +678,6 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
 }
 
 async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
-    let conn = coordinator(shared).await.map_err(|e| e.to_string())?;
     let replicas = shared
         .partitions
         .iter()
@@ -682,13 +703,14 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
         intact: shared.log_dir.intact,
         replicas,
     });
-    let resp = conn
-        .call_timeout(req, Duration::from_millis(shared.config.heartbeat_ms * 10))
+    let resp = call_coordinator(shared, req, Duration::from_millis(shared.config.heartbeat_ms * 10))
         .await
         .map_err(|e| e.to_string())?;
     let Response::Heartbeat(hb) = resp else {
         return Err(format!("unexpected answer to a heartbeat: {}", resp.status()));
     };
+    // A deposed coordinator's answer renews nothing and moves no leader.
+    check_coordinator_epoch(shared, hb.coordinator_epoch).await.map_err(|s| s.to_string())?;
     match hb.status.code {
         ErrorCode::None => {}
         ErrorCode::StaleBrokerEpoch => {
@@ -849,7 +871,6 @@ async fn maintain_isr(shared: &Arc<Shared>) {
         else {
             continue;
         };
-        let Ok(conn) = coordinator(shared).await else { return };
         let req = Request::AlterPartition(AlterPartitionRequest {
             broker_id: shared.config.id,
             topic: part.topic.clone(),
@@ -858,7 +879,15 @@ async fn maintain_isr(shared: &Arc<Shared>) {
             partition_epoch,
             isr: isr.clone(),
         });
-        match conn.call_timeout(req, Duration::from_millis(shared.config.verify_timeout_ms)).await {
+        let answer = call_coordinator(shared, req, Duration::from_millis(shared.config.verify_timeout_ms)).await;
+        let answer = match answer {
+            Ok(Response::AlterPartition(r)) => match check_coordinator_epoch(shared, r.coordinator_epoch).await {
+                Ok(()) => Ok(Response::AlterPartition(r)),
+                Err(status) => Err(status.to_string()),
+            },
+            other => other.map_err(|e| e.to_string()),
+        };
+        match answer {
             Ok(Response::AlterPartition(r)) => {
                 if r.status.is_ok() {
                     let metrics = &shared.control.stats.metrics;
@@ -1564,7 +1593,11 @@ fn fencing_event(
     }
     // Fences at info; the retriable refusals a producer may meet many times in a row at debug.
     match why {
-        Refusal::ProducerEpoch | Refusal::LeaderEpoch | Refusal::Sequence | Refusal::Coordinator => {
+        Refusal::ProducerEpoch
+        | Refusal::LeaderEpoch
+        | Refusal::Sequence
+        | Refusal::Coordinator
+        | Refusal::CoordinatorEpoch => {
             event!(tracing::Level::INFO)
         }
         Refusal::NotLeader | Refusal::NotEnoughReplicas | Refusal::Storage => event!(tracing::Level::DEBUG),
@@ -1690,10 +1723,8 @@ async fn verify(shared: &Shared, req: AddPartitionRequest) -> Result<(), (Status
             -1,
         )
     };
-    let conn = coordinator(shared).await.map_err(|e| unavailable(e.to_string()))?;
     let req = Request::AddPartition(req);
-    let resp = conn
-        .call_timeout(req, Duration::from_millis(shared.config.verify_timeout_ms))
+    let resp = call_coordinator(shared, req, Duration::from_millis(shared.config.verify_timeout_ms))
         .await
         .map_err(|e| unavailable(e.to_string()))?;
     let Response::AddPartition(a) = resp else {
@@ -1813,7 +1844,32 @@ fn replicate(shared: &Arc<Shared>, r: ReplicateRequest) -> net::Handled {
 /// committed runs beside the connection's later requests, so markers to different partitions
 /// (the coordinator sends them all on one connection) do not wait for each other: one
 /// partition whose followers lag does not hold back every fence and commit on this broker.
+///
+/// Every marker carries its coordinator's epoch: one from a deposed coordinator replica is
+/// refused (TRANSACTION_COORDINATOR_FENCED); the first from a newer one waits until its epoch
+/// is recorded, and the connection's later requests wait behind it.
 fn write_marker(shared: &Arc<Shared>, r: WriteMarkerRequest) -> net::Handled {
+    let highest = shared.log_dir.coordinator_epoch();
+    if r.coordinator_epoch == highest {
+        return append_marker(shared, r);
+    }
+    let shared = shared.clone();
+    let checked = async move {
+        if let Err(status) = check_coordinator_epoch(&shared, r.coordinator_epoch).await {
+            tracing::warn!(topic = %r.topic, partition = r.partition, coordinator_epoch = r.coordinator_epoch, %status, "marker refused");
+            if status.code == ErrorCode::TransactionCoordinatorFenced {
+                shared.control.stats.metrics.refused(crate::metrics::Refusal::CoordinatorEpoch);
+            }
+            return Response::WriteMarker(WriteMarkerResponse { status, offset: -1, current_producer_epoch: -1 });
+        }
+        match append_marker(&shared, r) {
+            net::Handled::Applied(answer) | net::Handled::Serial(answer) => answer.await,
+        }
+    };
+    net::Handled::serial(checked)
+}
+
+fn append_marker(shared: &Arc<Shared>, r: WriteMarkerRequest) -> net::Handled {
     let err = |status, current| {
         net::Handled::answer(Response::WriteMarker(WriteMarkerResponse {
             status,
@@ -1829,7 +1885,14 @@ fn write_marker(shared: &Arc<Shared>, r: WriteMarkerRequest) -> net::Handled {
         return err(Status::new(ErrorCode::InvalidRequest, "a marker needs a producer id and epoch of 0 or more"), -1);
     }
     let kind = if r.commit { MarkerKind::Commit } else { MarkerKind::Abort };
-    let marker = build_marker(r.producer_id, r.producer_epoch, r.marker_sequence, kind, 0, shared.now_ms() as i64);
+    let marker = build_marker(
+        r.producer_id,
+        r.producer_epoch,
+        r.marker_sequence,
+        kind,
+        r.coordinator_epoch,
+        shared.now_ms() as i64,
+    );
     let header = match BatchHeader::parse(&marker) {
         Ok(h) => h,
         Err(e) => return err(Status::new(ErrorCode::InvalidRequest, format!("marker does not form a batch: {e}")), -1),

@@ -826,7 +826,16 @@ impl Cluster {
             (&r.topic, r.partition, r.broker_id, r.leader_epoch, &r.isr);
         let Some((min_isr, p)) = self.topic_partition(topic, partition) else {
             let status = Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist"));
-            return (None, AlterPartitionResponse { status, leader_epoch: -1, partition_epoch: -1, isr: Vec::new() });
+            return (
+                None,
+                AlterPartitionResponse {
+                    status,
+                    leader_epoch: -1,
+                    partition_epoch: -1,
+                    isr: Vec::new(),
+                    coordinator_epoch: -1,
+                },
+            );
         };
         let refuse = |code, msg: String| {
             let status = Status::new(code, msg);
@@ -835,6 +844,7 @@ impl Cluster {
                 leader_epoch: p.leader_epoch,
                 partition_epoch: p.partition_epoch,
                 isr: p.isr.clone(),
+                coordinator_epoch: -1,
             };
             (None, resp)
         };
@@ -877,7 +887,13 @@ impl Cluster {
         let entry = Entry::IsrChanged { topic: topic.to_string(), partition, leader_epoch, isr: isr.to_vec(), elr };
         self.apply(&entry);
         let partition_epoch = self.partition(topic, partition).map_or(-1, |p| p.partition_epoch);
-        let resp = AlterPartitionResponse { status: Status::ok(), leader_epoch, partition_epoch, isr: isr.to_vec() };
+        let resp = AlterPartitionResponse {
+            status: Status::ok(),
+            leader_epoch,
+            partition_epoch,
+            isr: isr.to_vec(),
+            coordinator_epoch: -1,
+        };
         (Some(entry), resp)
     }
 

@@ -56,6 +56,9 @@ pub enum JournalError {
         /// What.
         detail: String,
     },
+    /// The store refused a guarded write: another coordinator replica took over.
+    #[error("journal write fenced: {0}")]
+    Deposed(String),
     /// An earlier write failed; the journal accepts nothing more.
     #[error("journal stopped after an earlier failure: {0}")]
     Stopped(String),
@@ -75,6 +78,18 @@ pub struct Journal {
     syncs: Arc<AtomicU64>,
     /// From an append's queueing to its completion, in seconds.
     latency: Histogram,
+    /// Set (to why) when a write failed and the journal stopped.
+    stopped: tokio::sync::watch::Receiver<Option<String>>,
+}
+
+/// Where a journal's records are kept: the writer thread calls these in queue order, one
+/// call at a time. The writer owns the two rules every store keeps with it: completions in
+/// queue order, and after a failed (or uncertain) call nothing later succeeds.
+pub trait JournalStore: Send + 'static {
+    /// Make `records` durable, after everything written before. Called with at least one record.
+    fn write(&mut self, records: &[Bytes]) -> Result<(), JournalError>;
+    /// Replace the history written so far by `snapshot`, the whole state after it.
+    fn rotate(&mut self, snapshot: &[Bytes]) -> Result<(), JournalError>;
 }
 
 /// What [`Journal::open`] read back.
@@ -130,8 +145,13 @@ fn sync_dir(dir: &Path) {
 /// snapshot that lost records is detected as well as one with a damaged record.
 fn read_snapshot(path: &Path) -> Result<Vec<Bytes>, String> {
     let raw = std::fs::read(path).map_err(|e| e.to_string())?;
+    parse_snapshot(path, Bytes::from(raw))
+}
+
+/// The records of a snapshot's bytes (see [`read_snapshot`]).
+pub(crate) fn parse_snapshot(path: &Path, raw: Bytes) -> Result<Vec<Bytes>, String> {
     let total = raw.len() as u64;
-    let (mut records, good) = scan(path, Bytes::from(raw)).map_err(|e| e.to_string())?;
+    let (mut records, good) = scan(path, raw).map_err(|e| e.to_string())?;
     if good != total {
         return Err(format!("{} trailing bytes do not form a record", total - good));
     }
@@ -140,6 +160,25 @@ fn read_snapshot(path: &Path) -> Result<Vec<Bytes>, String> {
         return Err("record count does not match".into());
     }
     Ok(records)
+}
+
+/// A snapshot's bytes: its records framed, then the record count.
+pub(crate) fn frame_snapshot(snapshot: &[Bytes]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    for p in snapshot {
+        frame(&mut buf, p);
+    }
+    frame(&mut buf, &(snapshot.len() as u64).to_be_bytes());
+    buf
+}
+
+/// Records framed one after another, as a journal keeps them.
+pub(crate) fn frame_records(records: &[Bytes]) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(records.iter().map(|r| r.len() + RECORD_HEADER_BYTES).sum());
+    for p in records {
+        frame(&mut buf, p);
+    }
+    buf
 }
 
 impl Journal {
@@ -223,20 +262,29 @@ impl Journal {
         }
         sync_dir(&dir);
         let file = file.expect("the newest generation's journal is opened");
+        let store = FileStore { dir, generation: newest, file };
+        let journal = Journal::start(store)?;
+        Ok((journal, Replay { snapshot, payloads, truncated_bytes, generation: newest, skipped_snapshots }))
+    }
+
+    /// Start the writer thread over `store` (whose history the caller has read back).
+    pub fn start(store: impl JournalStore) -> Result<Journal, JournalError> {
         let (tx, rx) = mpsc::channel::<Job>();
         let syncs = Arc::new(AtomicU64::new(0));
         let counter = syncs.clone();
-        let writer_dir = dir.clone();
         let latency = Histogram::new(exponential_buckets(0.000_05, 2.0, 16));
         let writer_latency = latency.clone();
+        let (stopped_tx, stopped) = tokio::sync::watch::channel(None);
         std::thread::Builder::new()
             .name("journal-writer".into())
-            .spawn(move || writer(writer_dir, newest, file, rx, counter, writer_latency))
+            .spawn(move || writer(Box::new(store), rx, counter, writer_latency, stopped_tx))
             .map_err(|e| JournalError::Io { path: String::new(), op: "spawn writer", detail: e.to_string() })?;
-        Ok((
-            Journal { tx, syncs, latency },
-            Replay { snapshot, payloads, truncated_bytes, generation: newest, skipped_snapshots },
-        ))
+        Ok(Journal { tx, syncs, latency, stopped })
+    }
+
+    /// Fires (with why) once a write failed and the journal stopped for good.
+    pub fn stopped(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.stopped.clone()
     }
 
     fn send(&self, job: Job) {
@@ -281,7 +329,7 @@ impl Journal {
 /// a last record whose CRC fails, or only zero bytes (what some file systems leave after a
 /// power loss; eight zeros would otherwise read as an empty record, since the CRC32C of
 /// nothing is 0). Any other damage, with bytes after it, is corruption.
-fn scan(path: &Path, mut buf: Bytes) -> Result<(Vec<Bytes>, u64), JournalError> {
+pub(crate) fn scan(path: &Path, mut buf: Bytes) -> Result<(Vec<Bytes>, u64), JournalError> {
     let total = buf.len() as u64;
     let mut payloads = Vec::new();
     let mut offset = 0u64;
@@ -320,37 +368,29 @@ fn scan(path: &Path, mut buf: Bytes) -> Result<(Vec<Bytes>, u64), JournalError> 
     Ok((payloads, offset))
 }
 
-struct Writer {
+/// The local journal: files in one directory (see the module's documentation).
+struct FileStore {
     dir: PathBuf,
     generation: u64,
     file: File,
-    syncs: Arc<AtomicU64>,
-    stopped: Option<String>,
 }
 
-impl Writer {
+impl FileStore {
     fn path(&self) -> PathBuf {
         journal_path(&self.dir, self.generation)
     }
+}
 
-    fn flush(&mut self, buf: &[u8]) -> Result<(), JournalError> {
-        if buf.is_empty() {
-            return Ok(()); // a barrier: everything before it was flushed by an earlier round
-        }
+impl JournalStore for FileStore {
+    fn write(&mut self, records: &[Bytes]) -> Result<(), JournalError> {
         let path = self.path();
-        self.file.write_all(buf).map_err(io_err(&path, "write"))?;
-        self.file.sync_data().map_err(io_err(&path, "fdatasync"))?;
-        self.syncs.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        self.file.write_all(&frame_records(records)).map_err(io_err(&path, "write"))?;
+        self.file.sync_data().map_err(io_err(&path, "fdatasync"))
     }
 
     fn rotate(&mut self, snapshot: &[Bytes]) -> Result<(), JournalError> {
         let next = self.generation + 1;
-        let mut buf = Vec::new();
-        for p in snapshot {
-            frame(&mut buf, p);
-        }
-        frame(&mut buf, &(snapshot.len() as u64).to_be_bytes());
+        let buf = frame_snapshot(snapshot);
         let tmp = self.dir.join(format!("snapshot-{next:020}.tmp"));
         let path = snapshot_path(&self.dir, next);
         {
@@ -372,23 +412,62 @@ impl Writer {
         tracing::info!(generation = next, records = snapshot.len(), "journal snapshot written");
         Ok(())
     }
+}
+
+/// The writer thread: group commit over `store`, completions in queue order, and a stop for
+/// good at the first failure.
+struct Writer {
+    store: Box<dyn JournalStore>,
+    syncs: Arc<AtomicU64>,
+    stopped: Option<String>,
+    stopped_tx: tokio::sync::watch::Sender<Option<String>>,
+}
+
+impl Writer {
+    fn flush(&mut self, records: &[Bytes]) -> Result<(), JournalError> {
+        if let Some(why) = &self.stopped {
+            return Err(JournalError::Stopped(why.clone()));
+        }
+        if records.is_empty() {
+            return Ok(()); // a barrier: everything before it was flushed by an earlier round
+        }
+        let result = self.store.write(records);
+        match &result {
+            Ok(()) => {
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => self.fail(e),
+        }
+        result
+    }
+
+    fn rotate(&mut self, snapshot: &[Bytes]) -> Result<(), JournalError> {
+        if let Some(why) = &self.stopped {
+            return Err(JournalError::Stopped(why.clone()));
+        }
+        let result = self.store.rotate(snapshot);
+        if let Err(e) = &result {
+            self.fail(e);
+        }
+        result
+    }
 
     fn fail(&mut self, e: &JournalError) {
         tracing::error!(error = %e, "journal write failed; the coordinator stops granting");
         self.stopped = Some(e.to_string());
+        self.stopped_tx.send_replace(Some(e.to_string()));
     }
 }
 
 fn writer(
-    dir: PathBuf,
-    generation: u64,
-    file: File,
+    store: Box<dyn JournalStore>,
     rx: mpsc::Receiver<Job>,
     syncs: Arc<AtomicU64>,
     latency: Histogram,
+    stopped_tx: tokio::sync::watch::Sender<Option<String>>,
 ) {
-    let mut w = Writer { dir, generation, file, syncs, stopped: None };
-    let mut buf = Vec::new();
+    let mut w = Writer { store, syncs, stopped: None, stopped_tx };
+    let mut records: Vec<Bytes> = Vec::new();
     let mut waiting: Vec<(Done, Instant)> = Vec::new();
     let complete = |waiting: &mut Vec<(Done, Instant)>, result: &Result<(), JournalError>| {
         for (d, queued) in waiting.drain(..) {
@@ -404,39 +483,23 @@ fn writer(
                 Err(_) => break,
             }
         }
-        buf.clear();
+        records.clear();
         for job in jobs {
             match job {
                 Job::Append { payloads, done, queued } => {
-                    for p in &payloads {
-                        frame(&mut buf, p);
-                    }
+                    records.extend(payloads);
                     waiting.push((done, queued));
                 }
                 Job::Rotate { snapshot, done } => {
                     // Everything queued before the rotation goes into the old generation.
-                    let result = match &w.stopped {
-                        Some(why) => Err(JournalError::Stopped(why.clone())),
-                        None => w.flush(&buf).and_then(|()| w.rotate(&snapshot)),
-                    };
-                    buf.clear();
-                    if let Err(e) = &result {
-                        w.fail(e);
-                    }
+                    let result = w.flush(&records).and_then(|()| w.rotate(&snapshot));
+                    records.clear();
                     complete(&mut waiting, &result);
                     let _ = done.send(result);
                 }
             }
         }
-        let result = match &w.stopped {
-            Some(why) => Err(JournalError::Stopped(why.clone())),
-            None => w.flush(&buf),
-        };
-        if let Err(e) = &result {
-            if w.stopped.is_none() {
-                w.fail(e);
-            }
-        }
+        let result = w.flush(&records);
         complete(&mut waiting, &result);
     }
 }

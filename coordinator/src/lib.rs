@@ -4,14 +4,19 @@
 //! - [`cluster`]: brokers, leases, topics and leaders (rules, no I/O).
 //! - [`groups`]: consumer groups, generations and committed offsets (rules, no I/O).
 //! - [`entry`]: the journal records both of them are rebuilt from.
-//! - [`journal`]: the durable, group-committed journal.
+//! - [`journal`]: the durable, group-committed journal, on local files or on a [`kv_journal`].
+//! - [`kv_journal`]: the journal in a guarded key-value store (etcd, or in memory).
+//! - `etcd` (feature `etcd`): coordinator replicas on etcd, one active.
 //! - [`metrics`]: the Prometheus metrics (`--metrics-listen`).
 //! - [`server`]: the tokio shell that wires them to the network.
 
 pub mod cluster;
 pub mod entry;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod groups;
 pub mod journal;
+pub mod kv_journal;
 pub mod metrics;
 pub mod server;
 pub mod table;

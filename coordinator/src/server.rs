@@ -87,6 +87,9 @@ pub enum CoordinatorError {
     /// The journal could not be opened or replayed.
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// etcd could not be reached or used (`--etcd-endpoints`).
+    #[error("{0}")]
+    Etcd(String),
     /// A journal record does not decode.
     #[error("journal record {index} does not decode: {detail}")]
     BadRecord {
@@ -116,7 +119,7 @@ impl State {
 /// Who waits for a group answer: (group, member id, a SyncGroup rather than a JoinGroup).
 type WaiterKey = (String, String, bool);
 
-struct Shared {
+pub(crate) struct Shared {
     /// Decisions and the queueing of their entries; never held across an `.await`.
     state: Mutex<State>,
     journal: Journal,
@@ -131,9 +134,72 @@ struct Shared {
     /// JoinGroup and SyncGroup requests waiting for their rebalance; never held across an
     /// `.await`.
     group_waiters: Mutex<HashMap<WaiterKey, oneshot::Sender<Response>>>,
+    /// This replica's coordinator epoch (0 on the local journal; bumped in etcd at every
+    /// takeover), on every marker and every answer to a broker.
+    coordinator_epoch: i32,
+    /// The etcd lease this replica leads under, as its own clock sees it (none on the local
+    /// journal): past it, nothing is answered.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    lease: Option<Arc<LeaseClock>>,
+    /// Stops the background work (loops, markers) when this replica steps down.
+    cancel: tokio_util::sync::CancellationToken,
+}
+
+/// Until when a replica's lease holds, by its own clock: the send time of the last keep-alive
+/// that etcd answered, plus the TTL it answered. etcd renews the lease when the keep-alive
+/// arrives, after it was sent, so the lease lasts at least this long there too (with clocks
+/// that run at the same rate).
+#[derive(Debug)]
+pub struct LeaseClock {
+    base: Instant,
+    valid_until_us: std::sync::atomic::AtomicU64,
+}
+
+impl LeaseClock {
+    /// A lease valid until `until`.
+    pub fn new(until: Instant) -> LeaseClock {
+        let base = Instant::now();
+        let clock = LeaseClock { base, valid_until_us: std::sync::atomic::AtomicU64::new(0) };
+        clock.extend(until);
+        clock
+    }
+
+    /// The lease holds until `until` (never moves back).
+    pub fn extend(&self, until: Instant) {
+        let us = until.saturating_duration_since(self.base).as_micros() as u64;
+        self.valid_until_us.fetch_max(us, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// End the lease now (stepping down).
+    pub fn end(&self) {
+        self.valid_until_us.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the lease still holds now.
+    pub fn holds(&self) -> bool {
+        (self.base.elapsed().as_micros() as u64) < self.valid_until_us.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 impl Shared {
+    /// Run `fut` until it ends or this replica steps down.
+    fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
+        let cancel = self.cancel.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = fut => {}
+                _ = cancel.cancelled() => {}
+            }
+        });
+    }
+
+    /// Whether this replica may answer now: always on the local journal; with etcd, while its
+    /// lease holds by its own clock and it has not stepped down.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn serving(&self) -> bool {
+        !self.cancel.is_cancelled() && self.lease.as_ref().is_none_or(|l| l.holds())
+    }
+
     fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
@@ -175,13 +241,44 @@ pub async fn run_with_metrics(
     config: CoordinatorConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), CoordinatorError> {
-    let mut config = config;
-    // The connection layer's deadline must outlast an init's or EndTxn's wait for its markers.
+    let config = with_request_deadlines(config);
+    let recovered = recover(&config)?;
+    let shared = start(recovered, config.clone(), 0, None);
+    // The metrics endpoint stops with the coordinator.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
+    if let Some(l) = metrics_listener {
+        let scrape = shared.clone();
+        let encode = move || scrape.encode_metrics();
+        let mut stopped = stop_rx.clone();
+        tokio::spawn(net::metrics::serve_metrics(l, Arc::new(encode), async move {
+            let _ = stopped.changed().await;
+        }));
+    }
+    net::serve(listener, handler(shared.clone()), config.limits.clone(), shutdown).await;
+    shared.cancel.cancel();
+    let _ = stop_tx.send(());
+    Ok(())
+}
+
+/// The connection deadline `config` needs: longer than an init's or EndTxn's wait for its
+/// markers, and than a rebalance a JoinGroup waits for.
+pub(crate) fn with_request_deadlines(mut config: CoordinatorConfig) -> CoordinatorConfig {
     config.limits.request_timeout_ms = config.limits.request_timeout_ms.max(config.fence_wait_ms + 5_000);
-    // A JoinGroup waits for its rebalance, which completes within `rebalance_timeout_max_ms`.
     config.limits.request_timeout_ms =
         config.limits.request_timeout_ms.max(config.groups.rebalance_timeout_max_ms.max(0) as u64 + 10_000);
-    let Recovered { journal, mut table, cluster, mut groups, replayed } = recover(&config)?;
+    config
+}
+
+/// Serve `recovered` as the active coordinator (at `coordinator_epoch`, under `lease` if it
+/// leads under one): start the background loops and resume unfinished markers. Handle its
+/// requests with [`handler`]; `cancel` the returned state's token to stop it.
+pub(crate) fn start(
+    recovered: Recovered,
+    config: CoordinatorConfig,
+    coordinator_epoch: i32,
+    lease: Option<Arc<LeaseClock>>,
+) -> Arc<Shared> {
+    let Recovered { journal, mut table, cluster, mut groups, replayed } = recovered;
     table.restart_clocks(0);
     groups.restart_clocks(0);
     let pending = table.pending_fences();
@@ -194,24 +291,13 @@ pub async fn run_with_metrics(
         metrics: CoordinatorMetrics::new(journal.append_latency()),
         journal,
         config: config.clone(),
+        coordinator_epoch,
+        lease,
+        cancel: tokio_util::sync::CancellationToken::new(),
     });
-    // The metrics endpoint stops with the coordinator.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
-    if let Some(l) = metrics_listener {
-        let scrape = shared.clone();
-        let encode = move || {
-            let live = scrape.lock().cluster.live_brokers(scrape.now_ms()).len();
-            scrape.metrics.set_live_brokers(live);
-            scrape.metrics.encode()
-        };
-        let mut stopped = stop_rx.clone();
-        tokio::spawn(net::metrics::serve_metrics(l, Arc::new(encode), async move {
-            let _ = stopped.changed().await;
-        }));
-    }
-    tokio::spawn(tick_loop(shared.clone()));
-    tokio::spawn(groups::group_tick_loop(shared.clone()));
-    tokio::spawn(snapshot_loop(shared.clone()));
+    shared.spawn(tick_loop(shared.clone()));
+    shared.spawn(groups::group_tick_loop(shared.clone()));
+    shared.spawn(snapshot_loop(shared.clone()));
     for (tid, epoch, commit, targets) in pending {
         tracing::info!(transactional_id = %tid, epoch, commit, partitions = targets.len(), "resuming markers after restart");
         start_markers(shared.clone(), tid, epoch, commit, targets);
@@ -219,9 +305,31 @@ pub async fn run_with_metrics(
     if config.limits.cluster_secret.is_none() {
         tracing::warn!("no cluster secret: broker heartbeats and ISR changes are accepted from anyone who can connect");
     }
-    net::serve(listener, handler(shared), config.limits.clone(), shutdown).await;
-    let _ = stop_tx.send(());
-    Ok(())
+    shared
+}
+
+impl Shared {
+    /// The Prometheus exposition of this replica's metrics.
+    pub(crate) fn encode_metrics(&self) -> String {
+        let live = self.lock().cluster.live_brokers(self.now_ms()).len();
+        self.metrics.set_live_brokers(live);
+        self.metrics.encode()
+    }
+
+    /// Stop: no more answers, no more background work.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn step_down(&self) {
+        self.cancel.cancel();
+        if let Some(l) = &self.lease {
+            l.end();
+        }
+    }
+
+    /// Fires once the journal stopped for good (a failed or uncertain write).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn journal_stopped(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.journal.stopped()
+    }
 }
 
 /// The state a coordinator restarts with: its journal (open for appending) and the producer
@@ -246,6 +354,16 @@ pub fn recover(config: &CoordinatorConfig) -> Result<Recovered, CoordinatorError
         detail: e.to_string(),
     })?;
     let (journal, replay) = Journal::open(config.data_dir.join("journal"))?;
+    rebuild(config, journal, replay)
+}
+
+/// The state `replay` holds (a snapshot, then the journal after it), with `journal` open to
+/// append to.
+pub(crate) fn rebuild(
+    config: &CoordinatorConfig,
+    journal: Journal,
+    replay: crate::journal::Replay,
+) -> Result<Recovered, CoordinatorError> {
     let mut table = ProducerTable::new(config.table.clone());
     let mut cluster = Cluster::new(config.cluster.clone());
     let mut nonce = [0u8; 8];
@@ -274,7 +392,7 @@ pub fn recover(config: &CoordinatorConfig) -> Result<Recovered, CoordinatorError
 }
 
 /// How the coordinator's requests meet the connection loop (see [`net::Handled`]).
-fn handler(shared: Arc<Shared>) -> net::Handler {
+pub(crate) fn handler(shared: Arc<Shared>) -> net::Handler {
     Arc::new(move |req| match req {
         // Decided at once, in order; only the wait for the journal overlaps the connection's
         // next requests, so a broker's verifications (all on its one connection) share flushes.
@@ -495,7 +613,15 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             Response::Heartbeat(match registered {
                 Ok((broker_epoch, (lease_ms, assignments, brokers), deleted, rx)) => {
                     let status = durable(rx).await.err().unwrap_or_else(Status::ok);
-                    HeartbeatResponse { status, lease_ms: lease_ms as i32, broker_epoch, assignments, brokers, deleted }
+                    HeartbeatResponse {
+                        status,
+                        lease_ms: lease_ms as i32,
+                        broker_epoch,
+                        assignments,
+                        brokers,
+                        deleted,
+                        coordinator_epoch: shared.coordinator_epoch,
+                    }
                 }
                 Err(status) => {
                     tracing::warn!(broker_id = r.broker_id, %status, "broker heartbeat refused");
@@ -506,6 +632,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         assignments: Vec::new(),
                         brokers: Vec::new(),
                         deleted: Vec::new(),
+                        coordinator_epoch: shared.coordinator_epoch,
                     }
                 }
             })
@@ -519,11 +646,15 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 (shared.persist(entry.as_slice()), resp)
             };
             Response::AlterPartition(match durable(rx).await {
-                Ok(()) => resp,
+                Ok(()) => AlterPartitionResponse { coordinator_epoch: shared.coordinator_epoch, ..resp },
                 // Not known to be durable: no state to learn from this answer.
-                Err(status) => {
-                    AlterPartitionResponse { status, leader_epoch: -1, partition_epoch: -1, isr: Vec::new() }
-                }
+                Err(status) => AlterPartitionResponse {
+                    status,
+                    leader_epoch: -1,
+                    partition_epoch: -1,
+                    isr: Vec::new(),
+                    coordinator_epoch: shared.coordinator_epoch,
+                },
             })
         }
         Request::Describe => {
@@ -617,8 +748,9 @@ async fn tick_loop(shared: Arc<Shared>) {
                 st.observe(&entries);
                 // Markers are written only once the abort (and its epoch) is durable.
                 let rx = shared.persist(&entries);
-                let shared = shared.clone();
-                tokio::spawn(async move {
+                let done = shared.clone();
+                shared.spawn(async move {
+                    let shared = done;
                     if durable(rx).await.is_ok() {
                         start_markers(shared, tid, epoch, false, markers);
                     }
@@ -763,7 +895,8 @@ fn start_markers(
     targets: Vec<FenceTarget>,
 ) -> oneshot::Receiver<()> {
     let (tx, rx) = oneshot::channel();
-    tokio::spawn(async move {
+    let spawner = shared.clone();
+    spawner.spawn(async move {
         futures::future::join_all(targets.iter().map(|t| write_marker_until_done(&shared, t, commit))).await;
         {
             let mut st = shared.lock();
@@ -868,6 +1001,7 @@ async fn write_marker_until_done(shared: &Shared, t: &FenceTarget, commit: bool)
                         marker_sequence: t.marker_sequence,
                         commit,
                         leader_epoch,
+                        coordinator_epoch: shared.coordinator_epoch,
                     });
                     let answer = conn.call_timeout(req, Duration::from_millis(shared.config.marker_timeout_ms)).await;
                     // Not answered in time (or the connection broke): the connection is dropped,
@@ -928,6 +1062,9 @@ mod tests {
             metrics: CoordinatorMetrics::new(journal.append_latency()),
             journal,
             config,
+            coordinator_epoch: 0,
+            lease: None,
+            cancel: tokio_util::sync::CancellationToken::new(),
         });
         let handle = handler(shared.clone());
         let add = |partition| {

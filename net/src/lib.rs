@@ -4,6 +4,7 @@
 //!   order, with limits on frame size, in-flight requests, connections and idle time.
 //! - [`client`]: a pipelined client connection: many requests in flight on one socket,
 //!   answers matched by correlation id; [`Dialer`] adds TLS and the membership proof.
+//! - [`coordinators`]: the coordinator replicas a client knows, following the active one.
 //! - [`tls`]: optional TLS for listeners and diallers (rustls).
 //! - [`metrics`]: the `/metrics` endpoint Prometheus scrapes.
 //! - [`progress`]: progress of long runs on a terminal (`sim --seeds`, `bench`).
@@ -11,12 +12,14 @@
 //! No rules live here: handlers decide, this crate only moves frames.
 
 pub mod client;
+pub mod coordinators;
 pub mod metrics;
 pub mod progress;
 pub mod server;
 pub mod tls;
 
 pub use client::{Connection, Dialer, NetError};
+pub use coordinators::Coordinators;
 pub use server::{
     serve, serve_grouped, serve_protocol, Decoded, GroupHandler, Handled, Handler, Handlers, Own, Protocol,
     ServerLimits,

@@ -47,9 +47,9 @@ impl ClientConfig {
 
 /// Coordinator and broker connections plus cached metadata.
 pub struct Client {
-    bootstrap: String,
+    /// The coordinator replicas (`--bootstrap A1,A2`), following the active one.
+    coordinators: net::Coordinators,
     config: ClientConfig,
-    coordinator: Option<Connection>,
     brokers: HashMap<String, Connection>,
     broker_addrs: HashMap<i32, String>,
     topics: HashMap<String, Vec<PartitionInfo>>,
@@ -67,12 +67,12 @@ pub struct LeaderInfo {
 }
 
 impl Client {
-    /// A client bootstrapping from the coordinator at `bootstrap`; connects lazily.
+    /// A client bootstrapping from the coordinator at `bootstrap` (one address, or several
+    /// replicas' comma-separated); connects lazily.
     pub fn new(bootstrap: impl Into<String>, config: ClientConfig) -> Client {
         Client {
-            bootstrap: bootstrap.into(),
+            coordinators: net::Coordinators::new(&bootstrap.into()),
             config,
-            coordinator: None,
             brokers: HashMap::new(),
             broker_addrs: HashMap::new(),
             topics: HashMap::new(),
@@ -92,21 +92,10 @@ impl Client {
         Duration::from_millis(self.config.request_timeout_ms)
     }
 
-    /// Call the coordinator, reconnecting if needed.
+    /// Call the coordinator, reconnecting if needed: with several replicas, the active one
+    /// (a standby's NOT_COORDINATOR is followed to it within the request timeout).
     pub async fn call_coordinator(&mut self, req: Request) -> Result<Response, NetError> {
-        let conn = match self.coordinator.clone().filter(|c| !c.is_closed()) {
-            Some(c) => c,
-            None => {
-                let c = self.dialer().dial(&self.bootstrap).await?;
-                self.coordinator = Some(c.clone());
-                c
-            }
-        };
-        let r = conn.call_timeout(req, self.timeout()).await;
-        if r.is_err() {
-            self.coordinator = None;
-        }
-        r
+        self.coordinators.call(&self.dialer(), req, self.timeout()).await
     }
 
     /// Call a broker by address, reconnecting if needed.

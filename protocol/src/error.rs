@@ -67,6 +67,12 @@ error_codes! {
     MessageTooLarge = 10, "MESSAGE_TOO_LARGE", false;
     /// The coordinator cannot serve the request now.
     CoordinatorNotAvailable = 15, "COORDINATOR_NOT_AVAILABLE", true;
+    /// This coordinator replica is not the active one (a standby, or one whose lease lapsed):
+    /// the message names the active replica when it is known.
+    NotCoordinator = 16, "NOT_COORDINATOR", true;
+    /// A request from a coordinator replica older than the newest one this broker has seen
+    /// (its coordinator epoch is lower): a deposed coordinator.
+    TransactionCoordinatorFenced = 52, "TRANSACTION_COORDINATOR_FENCED", false;
     /// The topic name is empty, too long or has characters outside `[A-Za-z0-9._-]`.
     InvalidTopicException = 17, "INVALID_TOPIC_EXCEPTION", false;
     /// The api version is not supported.

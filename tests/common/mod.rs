@@ -18,6 +18,10 @@ pub fn bin(name: &str) -> PathBuf {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.args(["build", "--bins", "-p", "coordinator", "-p", "broker", "-p", "producer", "-p", "fencecheck"]);
+        // The etcd tests (`--features etcd`) need a coordinator built with etcd support.
+        if cfg!(feature = "etcd") {
+            cmd.args(["--features", "coordinator/etcd"]);
+        }
         match profile_dir.file_name().and_then(|n| n.to_str()) {
             Some("debug") | None => {}
             Some("release") => {
@@ -37,7 +41,38 @@ pub fn bin(name: &str) -> PathBuf {
 pub struct Proc {
     pub child: Child,
     pub addr: String,
-    _stdout: BufReader<ChildStdout>,
+    stdout: Option<BufReader<ChildStdout>>,
+}
+
+/// The lines a process prints, read by a thread of their own (see [`Proc::watch`]).
+#[derive(Clone, Default)]
+pub struct Lines {
+    seen: std::sync::Arc<(std::sync::Mutex<Vec<String>>, std::sync::Condvar)>,
+}
+
+impl Lines {
+    /// Wait (up to `timeout`) for the `n`-th line (1 = the first) that starts with `prefix`,
+    /// counting from the lines printed after [`Proc::watch`].
+    pub fn wait_for(&self, prefix: &str, n: usize, timeout: std::time::Duration) -> Option<String> {
+        let (lock, ready) = &*self.seen;
+        let deadline = std::time::Instant::now() + timeout;
+        let mut seen = lock.lock().unwrap();
+        loop {
+            if let Some(line) = seen.iter().filter(|l| l.starts_with(prefix)).nth(n - 1) {
+                return Some(line.clone());
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            seen = ready.wait_timeout(seen, left).unwrap().0;
+        }
+    }
+
+    /// How many lines so far start with `prefix`.
+    pub fn count(&self, prefix: &str) -> usize {
+        self.seen.0.lock().unwrap().iter().filter(|l| l.starts_with(prefix)).count()
+    }
 }
 
 impl Proc {
@@ -70,14 +105,34 @@ impl Proc {
             .filter(|a| a.contains(':'))
             .unwrap_or_else(|| panic!("{name} did not print its address; log: {}", log.display()))
             .to_string();
-        Proc { child, addr, _stdout: stdout }
+        Proc { child, addr, stdout: Some(stdout) }
     }
 
     /// The next line the process prints after its first (a broker's Kafka listening line).
     pub fn next_line(&mut self) -> String {
         let mut line = String::new();
-        self._stdout.read_line(&mut line).expect("read a line of the process's output");
+        let stdout = self.stdout.as_mut().expect("stdout is not watched");
+        stdout.read_line(&mut line).expect("read a line of the process's output");
         line.trim().to_string()
+    }
+
+    /// Read every later line of the process's output on a thread, into the returned [`Lines`].
+    pub fn watch(&mut self) -> Lines {
+        let mut stdout = self.stdout.take().expect("stdout is watched once");
+        let lines = Lines::default();
+        let feed = lines.clone();
+        std::thread::spawn(move || loop {
+            let mut line = String::new();
+            match stdout.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    let (lock, ready) = &*feed.seen;
+                    lock.lock().unwrap().push(line.trim().to_string());
+                    ready.notify_all();
+                }
+            }
+        });
+        lines
     }
 
     /// SIGKILL and reap.

@@ -21,7 +21,7 @@ struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:9093")]
     listen: String,
-    /// The coordinator's address.
+    /// The coordinator's address, or its replicas' (comma-separated: the active one is followed).
     #[arg(long)]
     coordinator: String,
     /// Directory for partition logs.

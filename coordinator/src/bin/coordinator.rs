@@ -1,4 +1,5 @@
-//! `coordinator --listen ADDR --data-dir DIR`: the transaction coordinator and cluster metadata.
+//! `coordinator --listen ADDR --data-dir DIR [--etcd-endpoints URL,...]`: the transaction coordinator and
+//! cluster metadata, on its local journal or as one of several replicas on etcd.
 
 use clap::Parser;
 use coordinator::CoordinatorConfig;
@@ -90,12 +91,36 @@ struct Args {
     /// demonstrations of what a zombie worker does without it, never in production.
     #[arg(long)]
     no_generation_fencing: bool,
+    /// Run as one of several coordinator replicas sharing this etcd (client URLs,
+    /// comma-separated): at most one is active, the others stand by. Keeps the state in etcd
+    /// instead of `--data-dir`. Needs a coordinator built with the cargo feature `etcd`.
+    #[arg(long, value_name = "URL[,URL...]", value_delimiter = ',')]
+    etcd_endpoints: Vec<String>,
+    /// Every etcd key of this coordinator's replicas starts with this (one etcd can serve
+    /// several clusters under different prefixes).
+    #[arg(long, default_value = "/epochfence", requires = "etcd_endpoints")]
+    etcd_prefix: String,
+    /// The etcd lease a replica leads under, in milliseconds (rounded up to whole seconds):
+    /// a replica that stops renewing it is replaced about this long after.
+    #[arg(long, default_value_t = 2_000, requires = "etcd_endpoints")]
+    etcd_lease_ms: u64,
+    /// Deadline of one etcd request, in milliseconds: a journal write not answered by then
+    /// is uncertain, and the replica steps down.
+    #[arg(long, default_value_t = 5_000, requires = "etcd_endpoints")]
+    etcd_timeout_ms: u64,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     net::init_logging("info");
     let args = Args::parse();
+    if !args.etcd_endpoints.is_empty() && !cfg!(feature = "etcd") {
+        eprintln!(
+            "--etcd-endpoints: this coordinator was built without etcd support; build it with the cargo feature \
+             `etcd` (cargo build --release --features coordinator/etcd, which needs protoc: scripts/etcd installs it)"
+        );
+        std::process::exit(2);
+    }
     let mut config = CoordinatorConfig::new(&args.data_dir);
     config.cluster.broker_lease_ms = args.broker_lease_ms;
     if args.group_min_session_timeout_ms > args.group_max_session_timeout_ms {
@@ -146,9 +171,18 @@ async fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
-    coordinator::run_with_metrics(listener, metrics_listener, config, async {
+    let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
+    };
+    #[cfg(feature = "etcd")]
+    if !args.etcd_endpoints.is_empty() {
+        let mut etcd = coordinator::etcd::EtcdConfig::new(args.etcd_endpoints.clone());
+        etcd.prefix = args.etcd_prefix.trim_end_matches('/').to_string();
+        etcd.lease_ms = args.etcd_lease_ms;
+        etcd.request_timeout_ms = args.etcd_timeout_ms;
+        coordinator::etcd::run_replica(listener, metrics_listener, config, etcd, shutdown).await?;
+        return Ok(());
+    }
+    coordinator::run_with_metrics(listener, metrics_listener, config, shutdown).await?;
     Ok(())
 }

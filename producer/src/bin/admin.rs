@@ -11,7 +11,7 @@ use producer::{Admin, ClientConfig};
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// The coordinator's address.
+    /// The coordinator's address, or its replicas' (comma-separated: the active one is followed).
     #[arg(long)]
     bootstrap: String,
     /// Connect over TLS, trusting the CA certificates in this PEM file.

@@ -18,7 +18,8 @@ use producer::{ClientConfig, ClientError, Consumer};
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// The coordinator's address (with `--kafka`: brokers' Kafka addresses, comma separated).
+    /// The coordinator's address, or its replicas' (comma-separated: the active one is followed);
+    /// with `--kafka`: brokers' Kafka addresses, comma separated.
     #[arg(long)]
     bootstrap: String,
     /// Speak the Kafka protocol to `--bootstrap`'s brokers (epochfence's `--kafka-listen`, or

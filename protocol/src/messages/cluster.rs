@@ -455,6 +455,9 @@ pub struct HeartbeatResponse {
     pub brokers: Vec<BrokerInfo>,
     /// Deleted topics of which the broker reported replicas.
     pub deleted: Vec<DeletedTopic>,
+    /// The answering coordinator replica's epoch: a broker ignores an answer with one lower
+    /// than the highest it has seen (a deposed coordinator's).
+    pub coordinator_epoch: i32,
 }
 
 impl HeartbeatResponse {
@@ -482,6 +485,7 @@ impl HeartbeatResponse {
             b.put_string(&d.name);
             b.put_u128(d.topic_id);
         }
+        b.put_i32(self.coordinator_epoch);
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
@@ -512,7 +516,8 @@ impl HeartbeatResponse {
         for _ in 0..n {
             deleted.push(DeletedTopic { name: r.string("name")?, topic_id: r.u128("topic_id")? });
         }
-        Ok(HeartbeatResponse { status, lease_ms, broker_epoch, assignments, brokers, deleted })
+        let coordinator_epoch = r.i32("coordinator_epoch")?;
+        Ok(HeartbeatResponse { status, lease_ms, broker_epoch, assignments, brokers, deleted, coordinator_epoch })
     }
 }
 
@@ -567,6 +572,8 @@ pub struct AlterPartitionResponse {
     pub partition_epoch: i32,
     /// The ISR now in force.
     pub isr: Vec<i32>,
+    /// The answering coordinator replica's epoch (see [`HeartbeatResponse::coordinator_epoch`]).
+    pub coordinator_epoch: i32,
 }
 
 impl AlterPartitionResponse {
@@ -574,6 +581,7 @@ impl AlterPartitionResponse {
         b.put_i32(self.leader_epoch);
         b.put_i32(self.partition_epoch);
         b.put_i32_array(&self.isr);
+        b.put_i32(self.coordinator_epoch);
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
@@ -582,6 +590,7 @@ impl AlterPartitionResponse {
             leader_epoch: r.i32("leader_epoch")?,
             partition_epoch: r.i32("partition_epoch")?,
             isr: r.i32_array("isr")?,
+            coordinator_epoch: r.i32("coordinator_epoch")?,
         })
     }
 }

@@ -737,6 +737,7 @@ mod tests {
             marker_sequence: 12,
             commit: false,
             leader_epoch: 3,
+            coordinator_epoch: 7,
         }));
         roundtrip_req(Request::Heartbeat(HeartbeatRequest {
             broker_id: 1,
@@ -951,6 +952,7 @@ mod tests {
             }],
             brokers: vec![BrokerInfo { id: 2, addr: "b:2".into(), kafka_addr: String::new(), alive: false }],
             deleted: vec![DeletedTopic { name: "old".into(), topic_id: 5 }],
+            coordinator_epoch: 7,
         }));
         roundtrip_resp(Response::Describe(DescribeResponse {
             status: Status::ok(),
@@ -997,6 +999,7 @@ mod tests {
             leader_epoch: 2,
             partition_epoch: 8,
             isr: vec![1],
+            coordinator_epoch: 7,
         }));
     }
 

@@ -215,6 +215,9 @@ pub struct WriteMarkerRequest {
     pub commit: bool,
     /// The partition's leader epoch as the coordinator knows it.
     pub leader_epoch: i32,
+    /// The coordinator epoch of the replica that writes it (the control record's
+    /// `coordinator_epoch`): a broker refuses one lower than the highest it has seen.
+    pub coordinator_epoch: i32,
 }
 
 impl WriteMarkerRequest {
@@ -226,6 +229,7 @@ impl WriteMarkerRequest {
         b.put_i32(self.marker_sequence);
         b.put_bool(self.commit);
         b.put_i32(self.leader_epoch);
+        b.put_i32(self.coordinator_epoch);
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
@@ -237,6 +241,7 @@ impl WriteMarkerRequest {
             marker_sequence: r.i32("marker_sequence")?,
             commit: r.bool("commit")?,
             leader_epoch: r.i32("leader_epoch")?,
+            coordinator_epoch: r.i32("coordinator_epoch")?,
         })
     }
 }

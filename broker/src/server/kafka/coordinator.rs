@@ -240,10 +240,18 @@ impl KafkaConn {
                 Ok(answer) => match answer.await {
                     Ok(Response::AddPartition(a)) => a.status,
                     Ok(other) => other.status().clone(),
+                    Err(net::NetError::Refused { status, .. }) => status,
                     Err(e) => Status::new(ErrorCode::CoordinatorNotAvailable, e.to_string()),
                 },
                 Err(e) => Status::new(ErrorCode::CoordinatorNotAvailable, e),
             };
+            if status.code == ErrorCode::NotCoordinator {
+                // A standby: the client retries (COORDINATOR_NOT_AVAILABLE), on a relay to the
+                // active replica.
+                if let Some(c) = &conn {
+                    self.relay_not_served(c, &status);
+                }
+            }
             if !status.is_ok() {
                 tracing::info!(producer_id, epoch, %status, "Kafka AddPartitionsToTxn: a partition was refused");
             }

@@ -19,7 +19,17 @@ pub(crate) fn kafka_code(code: ErrorCode, key: ApiKey, version: i16) -> i16 {
         // A verification that could not be made now: Kafka sends NOT_ENOUGH_REPLICAS, which
         // clients retry without refreshing metadata (librdkafka takes an unexpected
         // CONCURRENT_TRANSACTIONS on Produce as abortable).
-        (ApiKey::Produce, E::ConcurrentTransactions | E::CoordinatorNotAvailable) => E::NotEnoughReplicas,
+        (
+            ApiKey::Produce,
+            E::ConcurrentTransactions
+            | E::CoordinatorNotAvailable
+            | E::NotCoordinator
+            | E::TransactionCoordinatorFenced,
+        ) => E::NotEnoughReplicas,
+        // A coordinator replica that is not the active one: the broker is the Kafka client's
+        // coordinator and follows the active replica itself, so to the client it is only
+        // not available yet (a takeover in progress).
+        (_, E::NotCoordinator | E::TransactionCoordinatorFenced) => E::CoordinatorNotAvailable,
         // INVALID_RECORD came with Produce v8 (KIP-467); before, a bad record is corrupt.
         (ApiKey::Produce, E::InvalidRecord) if version < 8 => E::CorruptMessage,
         // PRODUCER_FENCED came with these versions (KIP-588): older clients know the fence as
@@ -71,6 +81,8 @@ mod tests {
             assert_eq!(kafka_code(code, ApiKey::InitProducerId, 4), code.code(), "retried there as it is");
         }
         assert_eq!(kafka_code(ErrorCode::InvalidTxnState, ApiKey::Produce, 9), 48, "stays");
+        assert_eq!(kafka_code(ErrorCode::NotCoordinator, ApiKey::Produce, 9), ErrorCode::NotEnoughReplicas.code());
+        assert_eq!(kafka_code(ErrorCode::NotCoordinator, ApiKey::InitProducerId, 4), 15, "a takeover in progress");
     }
 
     #[test]

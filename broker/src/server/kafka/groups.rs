@@ -56,25 +56,9 @@ impl KafkaConn {
     /// Relay a group request that may wait for a rebalance (JoinGroup, SyncGroup) up to its
     /// rebalance timeout.
     async fn relay_long(self: &Arc<Self>, req: Request, wait_ms: i32) -> Response {
-        let conn = match self.coordinator().await {
-            Ok(c) => c,
-            Err(status) => return Response::Error(status),
-        };
         let wait = (wait_ms.max(0) as u64 + 5_000).min(GROUP_WAIT_MS_MAX);
         let timeout = Duration::from_millis(self.shared.config.request_timeout_ms.max(wait));
-        match conn.call_timeout(req, timeout).await {
-            Ok(resp) => resp,
-            Err(net::NetError::Refused { status, .. }) => Response::Error(status),
-            Err(e) => {
-                if matches!(e, net::NetError::Timeout { .. }) {
-                    conn.unanswered();
-                }
-                Response::Error(Status::new(
-                    ErrorCode::CoordinatorNotAvailable,
-                    format!("the coordinator did not answer: {e}; retry"),
-                ))
-            }
-        }
+        self.relay_call(req, timeout).await
     }
 
     pub(super) async fn join_group(

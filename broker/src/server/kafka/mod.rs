@@ -398,7 +398,7 @@ impl KafkaConn {
         // No membership proof: the coordinator serves these requests to anyone, and a client's
         // request must not pass for the broker's own.
         let dialer = Dialer { tls: self.shared.config.peer_tls.clone(), secret: None, member: String::new() };
-        let c = dialer.dial(&self.shared.config.coordinator).await.map_err(|e| {
+        let c = self.shared.coordinators.dial(&dialer).await.map_err(|e| {
             Status::new(ErrorCode::CoordinatorNotAvailable, format!("cannot reach the coordinator: {e}; retry"))
         })?;
         let stats = self.shared.control.stats.clone();
@@ -417,6 +417,53 @@ impl KafkaConn {
             self.watch_relay();
         }
         Ok(RelayLease { conn: c, owner: self.clone() })
+    }
+
+    /// The coordinator replica behind `conn` answered NOT_COORDINATOR (a standby, or a deposed
+    /// one): close the relay, so that the next call dials the replica the refusal names (else
+    /// the next one).
+    fn relay_not_served(&self, conn: &Connection, status: &Status) {
+        let hint = net::coordinators::active_hint(&status.message);
+        self.shared.coordinators.follow(conn.addr(), hint);
+        let mut relay = self.relay.lock().unwrap_or_else(|p| p.into_inner());
+        if relay.conn.as_ref().is_some_and(|c| c.conn.same_as(conn)) {
+            relay.conn = None;
+        }
+    }
+
+    /// Call the coordinator on the relay within `timeout`, following NOT_COORDINATOR to the
+    /// active replica (a refused request was not applied, so it is sent again).
+    async fn relay_call(self: &Arc<Self>, req: Request, timeout: Duration) -> Response {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let conn = match self.coordinator().await {
+                Ok(c) => c,
+                Err(status) => return Response::Error(status),
+            };
+            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            match conn.call_timeout(req.clone(), left).await {
+                Ok(resp) => return resp,
+                Err(net::NetError::Refused { status, .. }) if status.code == ErrorCode::NotCoordinator => {
+                    self.relay_not_served(&conn, &status);
+                    if Instant::now() >= deadline {
+                        return Response::Error(status);
+                    }
+                    let pause = Duration::from_millis(net::coordinators::FOLLOW_PAUSE_MS);
+                    tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+                }
+                // The coordinator's own refusal (an internal request from a non-member, say).
+                Err(net::NetError::Refused { status, .. }) => return Response::Error(status),
+                Err(e) => {
+                    if matches!(e, net::NetError::Timeout { .. }) {
+                        conn.unanswered();
+                    }
+                    return Response::Error(Status::new(
+                        ErrorCode::CoordinatorNotAvailable,
+                        format!("the coordinator did not answer: {e}; retry"),
+                    ));
+                }
+            }
+        }
     }
 
     /// A lease on the open relay connection, if there is one.
@@ -467,26 +514,9 @@ impl KafkaConn {
     /// Relay `req` to the coordinator and return its answer; a failure is an answer with
     /// COORDINATOR_NOT_AVAILABLE (retriable everywhere).
     async fn relay(self: &Arc<Self>, req: Request) -> Response {
-        let unavailable = |detail: String| {
-            Response::Error(Status::new(ErrorCode::CoordinatorNotAvailable, format!("{detail}; retry")))
-        };
-        let conn = match self.coordinator().await {
-            Ok(c) => c,
-            Err(status) => return Response::Error(status),
-        };
         // The coordinator's own deadline (an init's wait for its markers) is well inside this.
         let timeout = Duration::from_millis(self.shared.config.request_timeout_ms);
-        match conn.call_timeout(req, timeout).await {
-            Ok(resp) => resp,
-            // The coordinator's own refusal (an internal request from a non-member, say).
-            Err(net::NetError::Refused { status, .. }) => Response::Error(status),
-            Err(e) => {
-                if matches!(e, net::NetError::Timeout { .. }) {
-                    conn.unanswered();
-                }
-                unavailable(format!("the coordinator did not answer: {e}"))
-            }
-        }
+        self.relay_call(req, timeout).await
     }
 
     /// This broker's Kafka address as (host, port).

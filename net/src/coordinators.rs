@@ -1,0 +1,272 @@
+//! The coordinator replicas a broker or a client knows (`--coordinator A1,A2`,
+//! `--bootstrap A1,A2`), and which one it follows.
+//!
+//! One replica is active; the others answer every request with NOT_COORDINATOR, naming the
+//! active replica when they know it (see [`active_hint`]). A refused request was not applied,
+//! so it is sent again to the replica named, or to the next one. A request whose answer was
+//! lost (a timeout, a closed connection) is not: whether it was applied is unknown, and the
+//! caller decides, as it does with one coordinator.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use protocol::{ErrorCode, Request, Response};
+
+use crate::{Connection, Dialer, NetError};
+
+/// Pause between rounds over every replica while none is active (a takeover in progress).
+pub const FOLLOW_PAUSE_MS: u64 = 100;
+/// With several replicas, how long a dial (with its TLS and membership handshakes) may take
+/// before the next replica is tried: a frozen process's kernel still accepts connections.
+pub const DIAL_TIMEOUT_MS: u64 = 2_000;
+/// With several replicas, how often the others are asked who is active while an answer is
+/// awaited: a replica frozen mid-request (and deposed meanwhile) never answers.
+pub const PROBE_MS: u64 = 1_000;
+
+/// What a standby's NOT_COORDINATOR message says before the active replica's address.
+pub const ACTIVE_HINT: &str = "the active replica is at ";
+
+/// The active replica's address named in a NOT_COORDINATOR message, if any.
+pub fn active_hint(message: &str) -> Option<&str> {
+    let at = message.find(ACTIVE_HINT)? + ACTIVE_HINT.len();
+    let addr = message[at..].split(|c: char| c.is_whitespace() || c == ',' || c == ';').next()?;
+    (!addr.is_empty()).then_some(addr)
+}
+
+/// A list of coordinator replicas and the connection to the one followed now.
+#[derive(Debug)]
+pub struct Coordinators {
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    addrs: Vec<String>,
+    /// Index in `addrs` of the replica followed now.
+    current: usize,
+    conn: Option<Connection>,
+}
+
+impl Coordinators {
+    /// Replicas from a comma-separated list (one address works as before).
+    pub fn new(list: &str) -> Coordinators {
+        let mut addrs: Vec<String> =
+            list.split(',').map(str::trim).filter(|a| !a.is_empty()).map(str::to_string).collect();
+        if addrs.is_empty() {
+            addrs.push(list.to_string());
+        }
+        Coordinators { state: Mutex::new(State { addrs, current: 0, conn: None }) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every replica's address.
+    pub fn addrs(&self) -> Vec<String> {
+        self.lock().addrs.clone()
+    }
+
+    /// The address of the replica followed now.
+    pub fn current(&self) -> String {
+        let s = self.lock();
+        s.addrs[s.current].clone()
+    }
+
+    /// The open connection to the followed replica, or a new one (see [`Coordinators::dial`]),
+    /// kept for the next call.
+    pub async fn connection(&self, dialer: &Dialer) -> Result<Connection, NetError> {
+        if let Some(c) = self.lock().conn.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let c = self.dial(dialer).await?;
+        let mut s = self.lock();
+        if let Some(open) = s.conn.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(open.clone()); // another caller connected meanwhile
+        }
+        s.conn = Some(c.clone());
+        Ok(c)
+    }
+
+    /// A new connection: to the followed replica first, then each other in turn (the first
+    /// that accepts is followed from then on).
+    pub async fn dial(&self, dialer: &Dialer) -> Result<Connection, NetError> {
+        let (addrs, start) = {
+            let s = self.lock();
+            (s.addrs.clone(), s.current)
+        };
+        let mut last = None;
+        for i in 0..addrs.len() {
+            let at = (start + i) % addrs.len();
+            match dial_bounded(dialer, &addrs[at], addrs.len() > 1).await {
+                Ok(c) => {
+                    self.lock().current = at;
+                    return Ok(c);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("at least one address"))
+    }
+
+    /// Whether another replica than `waiting_on` is active now: asked of each other replica
+    /// (a standby names the active one; an active one answers the probe).
+    async fn active_elsewhere(&self, dialer: &Dialer, waiting_on: &str) -> Option<String> {
+        let others: Vec<String> = self.addrs().into_iter().filter(|a| a != waiting_on).collect();
+        for addr in others {
+            let Ok(conn) = dial_bounded(dialer, &addr, true).await else { continue };
+            let probe = Request::Metadata(protocol::MetadataRequest { topics: Vec::new(), allow_auto_create: false });
+            match conn.call_timeout(probe, Duration::from_millis(DIAL_TIMEOUT_MS)).await {
+                Err(NetError::Refused { status, .. }) if status.code == ErrorCode::NotCoordinator => {
+                    match active_hint(&status.message) {
+                        Some(h) if h != waiting_on => return Some(h.to_string()),
+                        Some(_) => return None, // the one waited on is still the active one
+                        None => continue,
+                    }
+                }
+                Ok(_) => return Some(addr), // it answers: it is the active one
+                Err(_) => continue,
+            }
+        }
+        None
+    }
+
+    /// `conn` did not serve (NOT_COORDINATOR, or it broke): drop it and follow the replica
+    /// `hint` names, else the next one.
+    pub fn not_served(&self, conn: &Connection, hint: Option<&str>) {
+        {
+            let mut s = self.lock();
+            if s.conn.as_ref().is_some_and(|c| c.same_as(conn)) {
+                s.conn = None;
+            }
+        }
+        self.follow(conn.addr(), hint);
+    }
+
+    /// The replica at `failed` did not serve: if it is the one followed, follow the one
+    /// `hint` names (added if it is not in the list), else the next one.
+    pub fn follow(&self, failed: &str, hint: Option<&str>) {
+        let mut s = self.lock();
+        if s.addrs[s.current] != failed {
+            return; // already moved on
+        }
+        s.current = match hint.filter(|h| *h != failed) {
+            Some(h) => match s.addrs.iter().position(|a| a == h) {
+                Some(i) => i,
+                None => {
+                    s.addrs.push(h.to_string());
+                    s.addrs.len() - 1
+                }
+            },
+            None => (s.current + 1) % s.addrs.len(),
+        };
+    }
+
+    /// Call the active replica: a NOT_COORDINATOR answer (or a replica that cannot be reached)
+    /// moves on to the replica named, or the next, until one serves or `timeout` passes (then
+    /// the last refusal or error is returned). An answer that was lost is returned as is.
+    pub async fn call(&self, dialer: &Dialer, req: Request, timeout: Duration) -> Result<Response, NetError> {
+        let deadline = Instant::now() + timeout;
+        let mut refusals = 0usize;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let conn = match self.connection(dialer).await {
+                Ok(c) => c,
+                Err(e) if left.is_zero() => return Err(e),
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(FOLLOW_PAUSE_MS).min(left)).await;
+                    continue;
+                }
+            };
+            let answer = conn.call_timeout(req.clone(), left.max(Duration::from_millis(1)));
+            let answer = if self.lock().addrs.len() > 1 {
+                // A replica frozen mid-request never answers: give up on it once another
+                // replica is active (the request may or may not have been applied).
+                tokio::pin!(answer);
+                loop {
+                    tokio::select! {
+                        a = &mut answer => break a,
+                        _ = tokio::time::sleep(Duration::from_millis(PROBE_MS)) => {
+                            if let Some(active) = self.active_elsewhere(dialer, conn.addr()).await {
+                                self.not_served(&conn, Some(&active));
+                                break Err(NetError::Closed {
+                                    addr: conn.addr().to_string(),
+                                    detail: format!(
+                                        "no answer, and {active} has taken over as the active coordinator replica: the request may or may not have been applied"
+                                    ),
+                                });
+                            }
+                        }
+                    }
+                }
+            } else {
+                answer.await
+            };
+            match answer {
+                Err(NetError::Refused { addr, status }) if status.code == ErrorCode::NotCoordinator => {
+                    let hint = active_hint(&status.message).map(str::to_string);
+                    self.not_served(&conn, hint.as_deref());
+                    if Instant::now() >= deadline {
+                        return Err(NetError::Refused { addr, status });
+                    }
+                    refusals += 1;
+                    // A hint is followed at once; a full round of refusals (a takeover in
+                    // progress) waits a little before the next.
+                    if hint.is_none() || refusals.is_multiple_of(self.lock().addrs.len().max(1) + 1) {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        tokio::time::sleep(Duration::from_millis(FOLLOW_PAUSE_MS).min(left)).await;
+                    }
+                }
+                Err(e) => {
+                    // Closed, or no answer in time (a replica frozen with its socket open):
+                    // the next call dials again, the next replica if there is one.
+                    self.not_served(&conn, None);
+                    return Err(e);
+                }
+                Ok(r) => return Ok(r),
+            }
+        }
+    }
+}
+
+/// Dial `addr`, within [`DIAL_TIMEOUT_MS`] if `bounded`.
+async fn dial_bounded(dialer: &Dialer, addr: &str, bounded: bool) -> Result<Connection, NetError> {
+    if !bounded {
+        return dialer.dial(addr).await;
+    }
+    match tokio::time::timeout(Duration::from_millis(DIAL_TIMEOUT_MS), dialer.dial(addr)).await {
+        Ok(r) => r,
+        Err(_) => Err(NetError::Timeout { addr: addr.to_string(), timeout_ms: DIAL_TIMEOUT_MS }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hint_is_the_address_after_the_phrase() {
+        let m = format!("this coordinator replica is a standby; {ACTIVE_HINT}127.0.0.1:9092 (coordinator epoch 3)");
+        assert_eq!(active_hint(&m), Some("127.0.0.1:9092"));
+        assert_eq!(active_hint("this replica is a standby; no active replica is known"), None);
+    }
+
+    #[test]
+    fn a_refusal_follows_the_hint_or_the_next_replica() {
+        let c = Coordinators::new("a:1,b:2,c:3");
+        c.follow("a:1", Some("c:3"));
+        assert_eq!(c.current(), "c:3");
+        c.follow("b:2", None); // not the one followed: nothing changes
+        assert_eq!(c.current(), "c:3");
+        c.follow("c:3", None);
+        assert_eq!(c.current(), "a:1", "wraps around");
+        c.follow("a:1", Some("d:4"));
+        assert_eq!((c.current(), c.addrs().len()), ("d:4".to_string(), 4), "a replica not listed is added");
+    }
+
+    #[test]
+    fn a_list_of_one_address_is_that_address() {
+        assert_eq!(Coordinators::new("127.0.0.1:1").addrs(), ["127.0.0.1:1"]);
+        assert_eq!(Coordinators::new(" a:1, b:2 ,").addrs(), ["a:1", "b:2"]);
+    }
+}

@@ -109,6 +109,25 @@ fn prefix_end(p: &[u8]) -> Vec<u8> {
     end
 }
 
+/// The records of one log key's value (records framed as the journal frames them), or why
+/// they do not read back.
+pub fn log_records(value: &[u8]) -> Result<Vec<Bytes>, JournalError> {
+    let (records, good) = scan(Path::new("etcd log"), Bytes::copy_from_slice(value))?;
+    if good != value.len() as u64 {
+        return Err(JournalError::Corrupt {
+            path: "etcd log".into(),
+            offset: good,
+            detail: "a record is cut short".into(),
+        });
+    }
+    Ok(records)
+}
+
+/// Whether `key` is a log key under `prefix`.
+pub fn is_log_key(prefix: &str, key: &[u8]) -> bool {
+    key.starts_with(&self::key(prefix, "log/"))
+}
+
 /// The election's name under `prefix`: candidates' keys are created under it.
 pub fn election_name(prefix: &str) -> Vec<u8> {
     key(prefix, "election")
@@ -401,6 +420,20 @@ impl MemKv {
             }
             None => false,
         }
+    }
+
+    /// Revoke `lease` now, deleting its keys (a replica stepping down).
+    pub fn lease_revoke(&self, lease: i64) {
+        let mut s = self.store();
+        if s.leases.remove(&lease).is_some() {
+            s.revision += 1;
+            s.keys.retain(|_, (_, _, _, l)| *l != lease);
+        }
+    }
+
+    /// Whether `leadership`'s key is still there (its holder still leads).
+    pub fn holds(&self, leadership: &Leadership) -> bool {
+        self.store().keys.get(&leadership.key).is_some_and(|v| v.1 == leadership.revision)
     }
 
     /// Expire the leases due by `now`, deleting their keys.

@@ -38,6 +38,9 @@
 //! on the real group and producer rules, checking that each input's output is committed exactly
 //! once (`sim --groups`).
 //!
+//! [`replicas`] is a third: coordinator replicas on a guarded store with leases, checking that
+//! no write of a deposed replica lands (`sim --coordinators`).
+//!
 //! This file holds the model's types, the event loop and the network; the methods of `Sim`
 //! for each part are beside it: `brokers`, `coord` (the coordinator), `clients` (producers and
 //! the consumer), `faults` (the fault injector and restarts) and `checks` (the invariants).
@@ -64,6 +67,7 @@ mod clients;
 mod coord;
 mod faults;
 pub mod groups;
+pub mod replicas;
 pub mod timeline;
 
 const TOPIC: &str = "sim";

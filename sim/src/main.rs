@@ -41,6 +41,11 @@ struct Args {
     /// each input's output committed exactly once. Its mutations: none, no-generation-fencing.
     #[arg(long, conflicts_with_all = ["timeline", "partitions"])]
     groups: bool,
+    /// Run the coordinator-replica simulation instead: three replicas on a guarded store with
+    /// leases, paused past their lease, crashed, cut off from the store; no write of a deposed
+    /// replica lands. Its mutations: none, unguarded-writes.
+    #[arg(long, conflicts_with_all = ["timeline", "partitions", "groups"])]
+    coordinators: bool,
 }
 
 /// Print a line; a closed stdout (`sim ... | head`) ends the run quietly instead of panicking.
@@ -56,6 +61,9 @@ fn main() -> ExitCode {
     let args = Args::parse();
     if args.groups {
         return groups(&args);
+    }
+    if args.coordinators {
+        return coordinators(&args);
     }
     let Some(mutation) = Mutation::parse(&args.mutation) else {
         eprintln!(
@@ -211,6 +219,61 @@ fn groups(args: &Args) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         say!("replay one with: cargo run -p sim --release -- --groups --seed {} --verbose", failing[0]);
+        ExitCode::from(1)
+    }
+}
+
+/// `sim --coordinators`: the coordinator-replica simulation over a range of seeds (or one).
+fn coordinators(args: &Args) -> ExitCode {
+    let guarded = match args.mutation.as_str() {
+        "none" => true,
+        "unguarded-writes" => false,
+        other => {
+            eprintln!("error: unknown mutation '{other}' for --coordinators; use none or unguarded-writes");
+            return ExitCode::from(2);
+        }
+    };
+    let cfg = sim::replicas::ReplicasConfig { fault_ticks: args.fault_ticks, guarded, verbose: args.verbose };
+    let seeds: Vec<u64> = match args.seed {
+        Some(s) => vec![s],
+        None => (args.first_seed..args.first_seed + args.seeds).collect(),
+    };
+    let progress =
+        net::progress::Progress::new("sim --coordinators", Some(seeds.len() as u64), "seeds", seeds.len() <= 1);
+    let mut failing = Vec::new();
+    let (mut grants, mut takeovers, mut refused) = (0u64, 0u64, 0u64);
+    let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for &seed in &seeds {
+        let out = sim::replicas::run_replicas(seed, cfg.clone());
+        progress.inc(1);
+        if args.verbose && std::io::stdout().write_all(out.trace.as_bytes()).is_err() {
+            return ExitCode::from(1);
+        }
+        grants += out.grants;
+        takeovers += out.takeovers;
+        refused += out.deposed_writes_refused;
+        for (k, v) in &out.faults {
+            *faults.entry(k).or_default() += v;
+        }
+        if let Some(v) = out.violation {
+            say!("seed {seed} FAILED: {v}");
+            failing.push(seed);
+        }
+    }
+    progress.finish();
+    say!(
+        "{} seeds (coordinators), mutation {}: {} failed; {grants} grants, {takeovers} takeovers, \
+         {refused} writes of deposed replicas refused",
+        seeds.len(),
+        args.mutation,
+        failing.len()
+    );
+    let faults: Vec<String> = faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    say!("faults: {}", faults.join(", "));
+    if failing.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        say!("replay one with: cargo run -p sim --release -- --coordinators --seed {} --verbose", failing[0]);
         ExitCode::from(1)
     }
 }

@@ -295,3 +295,21 @@ async fn the_kafka_listener_serves_once_the_broker_has_registered() {
     let r = early.call(&req, 4).await.unwrap();
     assert_eq!(r.topics[0].error_code, 0, "{r:?}");
 }
+
+/// A coordinator built without the `etcd` feature refuses `--etcd-endpoints`, naming the
+/// feature, rather than run on its local journal as if it were one of several replicas.
+#[cfg(not(feature = "etcd"))]
+#[test]
+fn etcd_endpoints_without_the_etcd_feature_exit_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("c");
+    let out = Command::new(common::bin("coordinator"))
+        .args(["--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()])
+        .args(["--etcd-endpoints", "http://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("feature") && err.contains("etcd") && err.contains("--features coordinator/etcd"), "{err}");
+    assert!(out.stdout.is_empty(), "it never listened: {}", String::from_utf8_lossy(&out.stdout));
+}

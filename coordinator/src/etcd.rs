@@ -38,12 +38,21 @@ pub struct EtcdConfig {
     /// Deadline of one etcd request, in milliseconds: a write not answered by then is
     /// uncertain, and stops the journal.
     pub request_timeout_ms: u64,
+    /// Print `coordinator standby on ADDR` and `coordinator active on ADDR (coordinator epoch
+    /// E)` on stdout as the role changes (the binary's contract; off in process).
+    pub announce: bool,
 }
 
 impl EtcdConfig {
     /// Defaults for `endpoints`.
     pub fn new(endpoints: Vec<String>) -> EtcdConfig {
-        EtcdConfig { endpoints, prefix: "/epochfence".into(), lease_ms: 2_000, request_timeout_ms: 5_000 }
+        EtcdConfig {
+            endpoints,
+            prefix: "/epochfence".into(),
+            lease_ms: 2_000,
+            request_timeout_ms: 5_000,
+            announce: true,
+        }
     }
 }
 
@@ -287,7 +296,9 @@ async fn campaign_forever(
     let ttl_s = etcd.lease_ms.div_ceil(1000).max(1) as i64;
     let mut backoff = Duration::from_millis(100);
     loop {
-        println!("coordinator standby on {addr}");
+        if etcd.announce {
+            println!("coordinator standby on {addr}");
+        }
         let sent = Instant::now();
         let lease = match client.lease_grant(ttl_s, None).await {
             Ok(l) => l,
@@ -351,7 +362,9 @@ async fn campaign_forever(
         let shared = start(recovered, config.clone(), epoch, Some(clock.clone()));
         let mut stopped = shared.journal_stopped();
         role.set_active(Some((shared.clone(), handler(shared.clone()))));
-        println!("coordinator active on {addr} (coordinator epoch {epoch})");
+        if etcd.announce {
+            println!("coordinator active on {addr} (coordinator epoch {epoch})");
+        }
         tracing::info!(coordinator_epoch = epoch, "active: took over as the coordinator");
         let why = tokio::select! {
             _ = stopped.wait_for(|s| s.is_some()) => "the journal stopped after a failed or uncertain etcd write",

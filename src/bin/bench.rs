@@ -80,6 +80,10 @@ struct Args {
     /// Grants per client for `--mode inits`.
     #[arg(long, default_value_t = 500)]
     inits_per_client: usize,
+    /// `--mode inits`: also measure a coordinator replica on this etcd (client URLs), after the
+    /// local journal, in the same run. Needs `--features etcd`.
+    #[arg(long, value_name = "URL[,URL...]", value_delimiter = ',')]
+    etcd_endpoints: Vec<String>,
     /// Bytes per record value.
     #[arg(long, default_value_t = 100)]
     record_bytes: usize,
@@ -635,16 +639,43 @@ fn row(name: &str, f: &Figures, ceiling: Option<&Figures>) -> String {
 }
 
 /// InitProducerId throughput: `clients` connections, each granting `per_client` epochs to its
-/// own transactional id, one after another; every grant is in the journal (fsynced) before it
-/// is answered, and concurrent grants share flushes.
+/// own transactional id, one after another; every grant is in the journal (fsynced, or in etcd)
+/// before it is answered, and concurrent grants share flushes (one etcd txn per group commit).
+/// With `--etcd-endpoints`, the local journal first, then a coordinator replica on etcd.
 async fn inits(args: &Args) -> Result<(), String> {
+    if !args.etcd_endpoints.is_empty() && !cfg!(feature = "etcd") {
+        return Err("--etcd-endpoints needs a bench built with `--features etcd` (scripts/etcd installs protoc)".into());
+    }
     let c = LocalCluster::start(LocalOptions { brokers: 0, secured: false, ..Default::default() })
         .await
         .map_err(|e| e.to_string())?;
+    let local = grant_load(&c.coordinator_addr, args).await?;
+    c.shutdown().await;
+    report("local journal", args, &local);
+    #[cfg(feature = "etcd")]
+    if !args.etcd_endpoints.is_empty() {
+        let (addr, stop, _dir) = etcd_replica(&args.etcd_endpoints).await?;
+        let on_etcd = grant_load(&addr, args).await?;
+        let _ = stop.send(());
+        report("etcd", args, &on_etcd);
+        if args.json {
+            let both = serde_json::json!({ "local": local, "etcd": on_etcd });
+            println!("{}", serde_json::to_string_pretty(&both).expect("json serialises"));
+        }
+        return Ok(());
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&local).expect("json serialises"));
+    }
+    Ok(())
+}
+
+/// Run `--clients` x `--inits-per-client` grants against the coordinator at `addr`.
+async fn grant_load(addr: &str, args: &Args) -> Result<serde_json::Value, String> {
     let mut tasks = Vec::new();
     let started = Instant::now();
     for client in 0..args.clients {
-        let addr = c.coordinator_addr.clone();
+        let addr = addr.to_string();
         let per_client = args.inits_per_client;
         tasks.push(tokio::spawn(async move {
             let conn = Connection::connect(&addr).await.map_err(|e| e.to_string())?;
@@ -673,24 +704,54 @@ async fn inits(args: &Args) -> Result<(), String> {
     }
     let seconds = started.elapsed().as_secs_f64();
     let grants = (args.clients * args.inits_per_client) as f64;
-    let value = serde_json::json!({
+    Ok(serde_json::json!({
         "clients": args.clients, "grants": grants, "seconds": seconds, "grants_per_s": grants / seconds,
         "p50_us": hist.value_at_quantile(0.5), "p99_us": hist.value_at_quantile(0.99), "max_us": hist.max(),
-    });
+    }))
+}
+
+fn report(backend: &str, args: &Args, v: &serde_json::Value) {
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&value).expect("json serialises"));
-    } else {
-        println!(
-            "InitProducerId: {} clients, {grants} grants in {seconds:.2} s = {:.0} grants/s; latency p50 {} us, p99 {} us, max {} us",
-            args.clients,
-            grants / seconds,
-            hist.value_at_quantile(0.5),
-            hist.value_at_quantile(0.99),
-            hist.max()
-        );
+        return;
     }
-    c.shutdown().await;
-    Ok(())
+    println!(
+        "InitProducerId ({backend}): {} clients, {} grants in {:.2} s = {:.0} grants/s; latency p50 {} us, p99 {} us, max {} us",
+        args.clients, v["grants"], v["seconds"].as_f64().unwrap_or(0.0), v["grants_per_s"].as_f64().unwrap_or(0.0),
+        v["p50_us"], v["p99_us"], v["max_us"]
+    );
+}
+
+/// A coordinator replica on `endpoints` in this process, under a prefix of its own, once it
+/// is active: its address, its stop, and its (unused) data directory.
+#[cfg(feature = "etcd")]
+async fn etcd_replica(
+    endpoints: &[String],
+) -> Result<(String, tokio::sync::oneshot::Sender<()>, tempfile::TempDir), String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?.to_string();
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let config = coordinator::CoordinatorConfig::new(dir.path().join("coordinator"));
+    let mut etcd = coordinator::etcd::EtcdConfig::new(endpoints.to_vec());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    etcd.prefix = format!("/epochfence-bench-{}-{nanos}", std::process::id());
+    etcd.announce = false;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(coordinator::etcd::run_replica(listener, None, config, etcd, async {
+        let _ = stopped.await;
+    }));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let probe = Request::Metadata(protocol::MetadataRequest { topics: Vec::new(), allow_auto_create: false });
+        if let Ok(conn) = Connection::connect(&addr).await {
+            if let Ok(Response::Metadata(_)) = conn.call(probe).await {
+                return Ok((addr, stop, dir));
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the coordinator replica on etcd at {} did not become active", endpoints.join(",")));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Recovery time of one partition: write `--log-mib` of idempotent batches from `--producers`

@@ -715,8 +715,11 @@ fn report(backend: &str, args: &Args, v: &serde_json::Value) {
         return;
     }
     println!(
-        "InitProducerId ({backend}): {} clients, {} grants in {:.2} s = {:.0} grants/s; latency p50 {} us, p99 {} us, max {} us",
-        args.clients, v["grants"], v["seconds"].as_f64().unwrap_or(0.0), v["grants_per_s"].as_f64().unwrap_or(0.0),
+        "InitProducerId ({backend}): {} clients, {:.0} grants in {:.2} s = {:.0} grants/s; latency p50 {} us, p99 {} us, max {} us",
+        args.clients,
+        v["grants"].as_f64().unwrap_or(0.0),
+        v["seconds"].as_f64().unwrap_or(0.0),
+        v["grants_per_s"].as_f64().unwrap_or(0.0),
         v["p50_us"], v["p99_us"], v["max_us"]
     );
 }

@@ -625,7 +625,10 @@ async fn check_coordinator_epoch(shared: &Shared, epoch: i32) -> Result<(), Stat
         return Err(Status::new(
             ErrorCode::TransactionCoordinatorFenced,
             format!(
-                "coordinator epoch {epoch} is older than {highest}, the newest this broker has seen: a deposed coordinator replica"
+                "coordinator epoch {epoch} is older than {highest}, the newest this broker has seen: a deposed coordinator \
+                 replica. If the coordinator's state was reset on purpose (a new etcd, or back to a local journal), stop \
+                 this broker and remove the coordinator_epoch line of its {}",
+                crate::log_dir::META_FILE
             ),
         ));
     }

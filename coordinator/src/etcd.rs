@@ -335,7 +335,7 @@ async fn campaign_forever(
         };
         backoff = Duration::from_millis(100);
         let kv = EtcdKv {
-            kv: client.kv_client(),
+            kv: client.kv_client().max_decoding_message_size(crate::kv_journal::KV_READ_ANSWER_BYTES_MAX),
             rt: tokio::runtime::Handle::current(),
             timeout: Duration::from_millis(etcd.request_timeout_ms.max(1)),
         };

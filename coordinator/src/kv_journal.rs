@@ -30,9 +30,11 @@ use crate::journal::{frame_records, frame_snapshot, parse_snapshot, scan, Journa
 /// Largest value written to one key, in bytes: under etcd's 1.5 MiB request limit
 /// (`--max-request-bytes`) with room for the key and the compares.
 pub const KV_VALUE_BYTES_MAX: usize = 1024 * 1024;
-/// Keys read per range request: at most [`KV_VALUE_BYTES_MAX`] each, under the etcd client's
-/// 4 MiB answer limit.
-pub const KV_READ_KEYS_MAX: usize = 3;
+/// Keys read per range request: at most [`KV_VALUE_BYTES_MAX`] each, so an answer stays under
+/// [`KV_READ_ANSWER_BYTES_MAX`].
+pub const KV_READ_KEYS_MAX: usize = 64;
+/// Largest range answer the etcd client decodes, in bytes (its default is 4 MiB).
+pub const KV_READ_ANSWER_BYTES_MAX: usize = KV_READ_KEYS_MAX * KV_VALUE_BYTES_MAX + 1024 * 1024;
 
 /// One condition of a transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -557,6 +559,20 @@ mod tests {
         let mut probe = kv.clone();
         let log = probe.range(b"/t/log/", b"/t/log0", 100).unwrap();
         assert_eq!(log.len(), 4, "the log before the snapshot was deleted");
+    }
+
+    #[test]
+    fn a_log_of_many_keys_is_read_back_in_pages() {
+        let kv = MemKv::new();
+        let (mut j, _, _) = KvJournal::take_over(kv.clone(), "/t", leader(&kv, 0)).unwrap();
+        let written: Vec<Bytes> = (0..KV_READ_KEYS_MAX * 2 + 7).map(|i| b(&format!("r{i}"))).collect();
+        for r in &written {
+            j.write(std::slice::from_ref(r)).unwrap(); // one key each
+        }
+        drop(j);
+        kv.expire(1_000);
+        let (_, replay, _) = KvJournal::take_over(kv.clone(), "/t", leader(&kv, 1_000)).unwrap();
+        assert_eq!(replay.payloads, written);
     }
 
     #[test]

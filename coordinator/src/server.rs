@@ -320,6 +320,8 @@ impl Shared {
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn step_down(&self) {
         self.cancel.cancel();
+        // Waiting joins and syncs end now (their answers become NOT_COORDINATOR).
+        self.group_waiters.lock().unwrap_or_else(|p| p.into_inner()).clear();
         if let Some(l) = &self.lease {
             l.end();
         }

@@ -162,6 +162,38 @@ impl Coordinators {
         };
     }
 
+    /// Await `answer`, a call on `conn`; with several replicas, give up on it once another
+    /// replica is active (asked every [`PROBE_MS`]): a replica frozen mid-request (and deposed
+    /// meanwhile) never answers. The request may or may not have been applied then, as with
+    /// any lost answer.
+    pub async fn answer_unless_replaced(
+        &self,
+        dialer: &Dialer,
+        conn: &Connection,
+        answer: impl std::future::Future<Output = Result<Response, NetError>>,
+    ) -> Result<Response, NetError> {
+        if self.lock().addrs.len() < 2 {
+            return answer.await;
+        }
+        tokio::pin!(answer);
+        loop {
+            tokio::select! {
+                a = &mut answer => return a,
+                _ = tokio::time::sleep(Duration::from_millis(PROBE_MS)) => {
+                    if let Some(active) = self.active_elsewhere(dialer, conn.addr()).await {
+                        self.not_served(conn, Some(&active));
+                        return Err(NetError::Closed {
+                            addr: conn.addr().to_string(),
+                            detail: format!(
+                                "no answer, and {active} has taken over as the active coordinator replica: the request may or may not have been applied"
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
     /// Call the active replica: a NOT_COORDINATOR answer (or a replica that cannot be reached)
     /// moves on to the replica named, or the next, until one serves or `timeout` passes (then
     /// the last refusal or error is returned). An answer that was lost is returned as is.
@@ -179,29 +211,7 @@ impl Coordinators {
                 }
             };
             let answer = conn.call_timeout(req.clone(), left.max(Duration::from_millis(1)));
-            let answer = if self.lock().addrs.len() > 1 {
-                // A replica frozen mid-request never answers: give up on it once another
-                // replica is active (the request may or may not have been applied).
-                tokio::pin!(answer);
-                loop {
-                    tokio::select! {
-                        a = &mut answer => break a,
-                        _ = tokio::time::sleep(Duration::from_millis(PROBE_MS)) => {
-                            if let Some(active) = self.active_elsewhere(dialer, conn.addr()).await {
-                                self.not_served(&conn, Some(&active));
-                                break Err(NetError::Closed {
-                                    addr: conn.addr().to_string(),
-                                    detail: format!(
-                                        "no answer, and {active} has taken over as the active coordinator replica: the request may or may not have been applied"
-                                    ),
-                                });
-                            }
-                        }
-                    }
-                }
-            } else {
-                answer.await
-            };
+            let answer = self.answer_unless_replaced(dialer, &conn, answer).await;
             match answer {
                 Err(NetError::Refused { addr, status }) if status.code == ErrorCode::NotCoordinator => {
                     let hint = active_hint(&status.message).map(str::to_string);

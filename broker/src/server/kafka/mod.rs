@@ -441,7 +441,10 @@ impl KafkaConn {
                 Err(status) => return Response::Error(status),
             };
             let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-            match conn.call_timeout(req.clone(), left).await {
+            // A replica frozen mid-request is given up once another has taken over.
+            let probe = Dialer { tls: self.shared.config.peer_tls.clone(), secret: None, member: String::new() };
+            let answer = conn.call_timeout(req.clone(), left);
+            match self.shared.coordinators.answer_unless_replaced(&probe, &conn, answer).await {
                 Ok(resp) => return resp,
                 Err(net::NetError::Refused { status, .. }) if status.code == ErrorCode::NotCoordinator => {
                     self.relay_not_served(&conn, &status);

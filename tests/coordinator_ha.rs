@@ -339,3 +339,41 @@ async fn etcd_losing_its_leader_pauses_grants_and_losing_its_quorum_stops_them()
     assert!(after > *epochs.last().unwrap(), "{after} after {epochs:?}");
     drop((a, b));
 }
+
+/// A Kafka client talks to the brokers only; their relays follow the takeover for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kafka_client_is_served_and_fenced_through_a_takeover() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let etcd = Etcd::start(d, 1);
+    let (a, a_lines) = replica(d, "a", &etcd, &[]);
+    a_lines.wait_for("coordinator active", 1, WAIT).unwrap();
+    let (b, b_lines) = replica(d, "b", &etcd, &[]);
+    b_lines.wait_for("coordinator standby", 1, WAIT).unwrap();
+    let both = format!("{},{}", a.addr, b.addr);
+    let mut broker = common::broker_with(1, &both, d, &["--kafka-listen", "127.0.0.1:0"]);
+    let kafka = broker.next_line().rsplit(' ').next().unwrap().to_string();
+    create_topic_replicated(&both, "k", 1, Some(1));
+
+    let config = || ProducerConfig { delivery_timeout_ms: 60_000, ..ProducerConfig::transactional("kz") };
+    let mut old = producer::kafka::KafkaProducer::init(&kafka, config()).await.unwrap();
+    old.begin().unwrap();
+    old.send("k", 0, "before".into()).await.unwrap();
+    old.commit().await.unwrap();
+    signal(&a, "STOP");
+    b_lines.wait_for("coordinator active", 1, WAIT).expect("the standby takes over");
+    // Through the same broker, whose relay now reaches the new active replica.
+    let mut new = producer::kafka::KafkaProducer::init(&kafka, config()).await.unwrap();
+    assert!(new.epoch() > old.epoch(), "{} then {}", old.epoch(), new.epoch());
+    new.begin().unwrap();
+    new.send("k", 0, "after".into()).await.unwrap();
+    new.commit().await.unwrap();
+    old.begin().unwrap();
+    let zombie = old.send("k", 0, "zombie".into()).await;
+    assert!(zombie.is_err(), "the old instance is fenced: {zombie:?}");
+    signal(&a, "CONT");
+    a_lines.wait_for("coordinator standby", 2, WAIT).expect("the woken replica steps down");
+    let mut consumer = Consumer::read_committed(&both, ClientConfig::default());
+    let values: Vec<_> = consumer.read_to_end("k", 0, 0).await.unwrap().into_iter().map(|r| r.value).collect();
+    assert_eq!(values, ["before", "after"].map(|v| bytes::Bytes::from_static(v.as_bytes())));
+}

@@ -48,6 +48,9 @@ pub struct LogDir {
     coordinator_epoch: std::sync::Mutex<i32>,
     /// Rewrites of the file, one at a time.
     writes: std::sync::Mutex<()>,
+    /// Held (shared) by whoever acts at the recorded coordinator epoch, and (exclusively) while
+    /// a higher one is recorded: nothing is appended at an epoch a newer one is replacing.
+    epoch_gate: std::sync::RwLock<()>,
 }
 
 /// What `broker.meta` records.
@@ -148,6 +151,7 @@ impl LogDir {
             broker_epoch: std::sync::Mutex::new(previous_broker_epoch),
             coordinator_epoch: std::sync::Mutex::new(previous.as_ref().map_or(-1, |m| m.coordinator_epoch)),
             writes: std::sync::Mutex::new(()),
+            epoch_gate: std::sync::RwLock::new(()),
         };
         dir.write(false)?;
         Ok(dir)
@@ -164,21 +168,26 @@ impl LogDir {
         *self.coordinator_epoch.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The highest coordinator epoch recorded, and a guard that keeps a higher one from being
+    /// recorded until it is dropped (see [`LogDir::record_coordinator_epoch`]): what is done at
+    /// the epoch read while it is held is done before any newer coordinator is followed.
+    pub fn coordinator_epoch_held(&self) -> (i32, std::sync::RwLockReadGuard<'_, ()>) {
+        let held = self.epoch_gate.read().unwrap_or_else(|p| p.into_inner());
+        (self.coordinator_epoch(), held)
+    }
+
     /// A coordinator with epoch `epoch` answered: record it (if higher) durably before acting
-    /// on the answer, so no restart forgets it.
+    /// on the answer, so no restart forgets it. The file is written with it first; only then
+    /// does [`LogDir::coordinator_epoch`] return it (a failed write changes nothing).
     pub fn record_coordinator_epoch(&self, epoch: i32) -> std::io::Result<()> {
-        // Under the write lock: a value read here is on disk already.
+        let _exclusive = self.epoch_gate.write().unwrap_or_else(|p| p.into_inner());
         let _one = self.writes.lock().unwrap_or_else(|p| p.into_inner());
-        let old = self.coordinator_epoch();
-        if epoch <= old {
+        if epoch <= self.coordinator_epoch() {
             return Ok(());
         }
+        self.write_now(false, epoch)?;
         *self.coordinator_epoch.lock().unwrap_or_else(|p| p.into_inner()) = epoch;
-        let written = self.write_now(false);
-        if written.is_err() {
-            *self.coordinator_epoch.lock().unwrap_or_else(|p| p.into_inner()) = old;
-        }
-        written
+        Ok(())
     }
 
     /// The process stops cleanly: every log is synced and checkpointed.
@@ -188,13 +197,12 @@ impl LogDir {
 
     fn write(&self, clean: bool) -> std::io::Result<()> {
         let _one = self.writes.lock().unwrap_or_else(|p| p.into_inner());
-        self.write_now(clean)
+        self.write_now(clean, self.coordinator_epoch())
     }
 
-    /// Rewrite the file (under the write lock).
-    fn write_now(&self, clean: bool) -> std::io::Result<()> {
+    /// Rewrite the file with `coordinator_epoch` (under the write lock).
+    fn write_now(&self, clean: bool, coordinator_epoch: i32) -> std::io::Result<()> {
         let broker_epoch = *self.broker_epoch.lock().unwrap_or_else(|p| p.into_inner());
-        let coordinator_epoch = self.coordinator_epoch();
         let meta = Meta {
             id: self.id,
             boot_id: self.boot_id.clone(),

@@ -1733,6 +1733,8 @@ async fn verify(shared: &Shared, req: AddPartitionRequest) -> Result<(), (Status
     let Response::AddPartition(a) = resp else {
         return Err(unavailable(format!("unexpected answer: {}", resp.status())));
     };
+    // A deposed replica's verification (answered from its memory) confirms nothing.
+    check_coordinator_epoch(shared, a.coordinator_epoch).await.map_err(|s| unavailable(s.message))?;
     match a.status.code {
         ErrorCode::None => Ok(()),
         // The partition leader answers a stale producer epoch with INVALID_PRODUCER_EPOCH,
@@ -1852,21 +1854,37 @@ fn replicate(shared: &Arc<Shared>, r: ReplicateRequest) -> net::Handled {
 /// refused (TRANSACTION_COORDINATOR_FENCED); the first from a newer one waits until its epoch
 /// is recorded, and the connection's later requests wait behind it.
 fn write_marker(shared: &Arc<Shared>, r: WriteMarkerRequest) -> net::Handled {
-    let highest = shared.log_dir.coordinator_epoch();
-    if r.coordinator_epoch == highest {
-        return append_marker(shared, r);
+    {
+        // Appended under the epoch gate: no newer coordinator epoch is recorded meanwhile (a
+        // record waits for this append; this waits, once per takeover, for a record's write).
+        let (highest, _held) = shared.log_dir.coordinator_epoch_held();
+        if r.coordinator_epoch == highest {
+            return append_marker(shared, r);
+        }
     }
     let shared = shared.clone();
     let checked = async move {
-        if let Err(status) = check_coordinator_epoch(&shared, r.coordinator_epoch).await {
+        let refused = |status: Status| {
             tracing::warn!(topic = %r.topic, partition = r.partition, coordinator_epoch = r.coordinator_epoch, %status, "marker refused");
             if status.code == ErrorCode::TransactionCoordinatorFenced {
                 shared.control.stats.metrics.refused(crate::metrics::Refusal::CoordinatorEpoch);
             }
-            return Response::WriteMarker(WriteMarkerResponse { status, offset: -1, current_producer_epoch: -1 });
+            Response::WriteMarker(WriteMarkerResponse { status, offset: -1, current_producer_epoch: -1 })
+        };
+        if let Err(status) = check_coordinator_epoch(&shared, r.coordinator_epoch).await {
+            return refused(status);
         }
-        match append_marker(&shared, r) {
-            net::Handled::Applied(answer) | net::Handled::Serial(answer) => answer.await,
+        let appended = {
+            // As in the fast path: appended under the gate, unless a newer epoch came meanwhile.
+            let (highest, _held) = shared.log_dir.coordinator_epoch_held();
+            (r.coordinator_epoch >= highest).then(|| append_marker(&shared, r.clone())).ok_or(highest)
+        };
+        match appended {
+            Ok(net::Handled::Applied(answer) | net::Handled::Serial(answer)) => answer.await,
+            Err(highest) => refused(Status::new(
+                ErrorCode::TransactionCoordinatorFenced,
+                format!("coordinator epoch {} is older than {highest}, recorded meanwhile", r.coordinator_epoch),
+            )),
         }
     };
     net::Handled::serial(checked)

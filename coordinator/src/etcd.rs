@@ -14,7 +14,7 @@
 //! [`crate::server`]'s.
 
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use etcd_client::{Client, Compare as EtcdCompare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Txn, TxnOp};
 use protocol::{ErrorCode, Response, Status};
@@ -38,6 +38,9 @@ pub struct EtcdConfig {
     /// Deadline of one etcd request, in milliseconds: a write not answered by then is
     /// uncertain, and stops the journal.
     pub request_timeout_ms: u64,
+    /// The address published in the election, which standbys name and clients follow (default:
+    /// the bound listen address; give it when listening on 0.0.0.0 or behind another name).
+    pub advertise: Option<String>,
     /// Print `coordinator standby on ADDR` and `coordinator active on ADDR (coordinator epoch
     /// E)` on stdout as the role changes (the binary's contract; off in process).
     pub announce: bool,
@@ -51,6 +54,7 @@ impl EtcdConfig {
             prefix: "/epochfence".into(),
             lease_ms: 2_000,
             request_timeout_ms: 5_000,
+            advertise: None,
             announce: true,
         }
     }
@@ -185,24 +189,37 @@ fn replica_handler(role: Arc<Role>) -> net::Handler {
     })
 }
 
-/// Keep `lease` alive, extending `clock` with every answer, until a keep-alive fails or the
-/// lease is gone (then the clock runs out by itself).
-async fn keep_alive(mut client: Client, lease: i64, ttl: Duration, clock: Arc<LeaseClock>) {
-    let Ok((mut keeper, mut stream)) = client.lease_keep_alive(lease).await else { return };
-    loop {
-        let sent = Instant::now();
-        if keeper.keep_alive().await.is_err() {
-            tracing::warn!(lease, "etcd lease keep-alive failed");
-            return;
-        }
-        match tokio::time::timeout(ttl, stream.message()).await {
-            Ok(Ok(Some(r))) if r.ttl() > 0 => clock.extend(sent + Duration::from_secs(r.ttl() as u64)),
-            other => {
-                tracing::warn!(lease, answer = ?other.map(|r| r.map(|r| r.map(|r| r.ttl()))), "etcd lease lost");
-                return;
+/// Keep `lease` alive, extending `clock` with every answer, for as long as the clock holds:
+/// a broken keep-alive stream (an etcd member gone, a reconnect) is opened again. Ends when the
+/// lease is gone in etcd, or the clock ran out (then the replica steps down).
+async fn keep_alive(client: Client, lease: i64, ttl: Duration, clock: Arc<LeaseClock>) {
+    while clock.holds() {
+        let mut client = client.clone();
+        let opened = tokio::time::timeout(ttl, client.lease_keep_alive(lease)).await;
+        let Ok(Ok((mut keeper, mut stream))) = opened else {
+            tracing::warn!(lease, "cannot open the etcd lease keep-alive; retrying while the lease holds");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        loop {
+            let sent = LeaseClock::now_us();
+            if keeper.keep_alive().await.is_err() {
+                tracing::warn!(lease, "etcd lease keep-alive failed; opening it again");
+                break;
             }
+            match tokio::time::timeout(ttl, stream.message()).await {
+                Ok(Ok(Some(r))) if r.ttl() > 0 => clock.extend(sent + r.ttl() as u64 * 1_000_000),
+                Ok(Ok(Some(_))) => {
+                    tracing::warn!(lease, "the etcd lease is gone (it expired)");
+                    return;
+                }
+                other => {
+                    tracing::warn!(lease, answer = ?other.map(|r| r.map(|r| r.map(|r| r.ttl()))), "no keep-alive answer; opening it again");
+                    break;
+                }
+            }
+            tokio::time::sleep(ttl / 4).await;
         }
-        tokio::time::sleep(ttl / 4).await;
     }
 }
 
@@ -232,7 +249,8 @@ pub async fn run_replica(
         path: config.data_dir.display().to_string(),
         detail: e.to_string(),
     })?;
-    let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let addr = etcd.advertise.clone().unwrap_or(bound);
     let timeout = Duration::from_millis(etcd.request_timeout_ms.max(1));
     let options = ConnectOptions::new().with_connect_timeout(timeout).with_timeout(timeout);
     let client = Client::connect(&etcd.endpoints, Some(options))
@@ -299,7 +317,7 @@ async fn campaign_forever(
         if etcd.announce {
             println!("coordinator standby on {addr}");
         }
-        let sent = Instant::now();
+        let sent = LeaseClock::now_us();
         let lease = match client.lease_grant(ttl_s, None).await {
             Ok(l) => l,
             Err(e) => {
@@ -313,7 +331,7 @@ async fn campaign_forever(
         role.trouble(None);
         *role.lease.lock().unwrap_or_else(|p| p.into_inner()) = Some(lease.id());
         let ttl = Duration::from_secs(lease.ttl().max(1) as u64);
-        let clock = Arc::new(LeaseClock::new(sent + ttl));
+        let clock = Arc::new(LeaseClock::new(sent + ttl.as_micros() as u64));
         let keeper = tokio::spawn(keep_alive(client.clone(), lease.id(), ttl, clock.clone()));
         let won = tokio::select! {
             won = client.campaign(name.clone(), addr.as_bytes().to_vec(), lease.id()) => won,

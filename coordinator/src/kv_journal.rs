@@ -310,6 +310,24 @@ impl<K: GuardedKv> KvJournal<K> {
         if good == total {
             return Ok((records, 0));
         }
+        // Every key is written whole, so the one tail a failed write leaves is a record whose
+        // length runs past the last key (its next keys never landed). A complete record that
+        // fails its CRC, or zeros, is damage: cutting it could forget an answered grant.
+        let rest = &bytes[good as usize..];
+        let cut_short = rest.len() < 8 || {
+            let len = u32::from_be_bytes(rest[..4].try_into().expect("4 bytes")) as u64;
+            8 + len > rest.len() as u64
+        };
+        if !cut_short {
+            return Err(JournalError::Corrupt {
+                path: String::from_utf8_lossy(&log_prefix).into_owned(),
+                offset: good,
+                detail:
+                    "a damaged record (not one cut short by a failed write); refusing to take over, since skipping it \
+                         could reissue epochs. Restore etcd from a backup"
+                        .into(),
+            });
+        }
         // A record cut short by a group commit that failed between its keys: keep the key it
         // starts in up to it, and drop the keys after.
         let at = starts.iter().rposition(|s| (*s as u64) <= good).expect("the first key starts at 0");
@@ -624,6 +642,22 @@ mod tests {
         kv.expire(2_000);
         let (_, replay, _) = KvJournal::take_over(kv.clone(), "/t", leader(&kv, 2_000)).unwrap();
         assert_eq!(replay.payloads, vec![b("kept"), b("after")]);
+    }
+
+    #[test]
+    fn a_damaged_complete_record_is_refused_not_cut() {
+        let kv = MemKv::new();
+        let (mut j, _, _) = KvJournal::take_over(kv.clone(), "/t", leader(&kv, 0)).unwrap();
+        j.write(&[b("kept"), b("granted")]).unwrap();
+        drop(j);
+        let mut raw = kv.clone();
+        let mut value = raw.range(&log_key("/t", 0), &log_key("/t", 1), 1).unwrap().remove(0).value;
+        let last = value.len() - 1;
+        value[last] ^= 1; // the last record's payload flips a bit
+        assert!(raw.txn(&[], &[KvOp::Put(log_key("/t", 0), value)]).unwrap());
+        kv.expire(1_000);
+        let taken = KvJournal::take_over(kv.clone(), "/t", leader(&kv, 1_000));
+        assert!(matches!(taken, Err(JournalError::Corrupt { .. })), "{:?}", taken.err());
     }
 
     #[test]

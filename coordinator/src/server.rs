@@ -148,26 +148,37 @@ pub(crate) struct Shared {
 /// Until when a replica's lease holds, by its own clock: the send time of the last keep-alive
 /// that etcd answered, plus the TTL it answered. etcd renews the lease when the keep-alive
 /// arrives, after it was sent, so the lease lasts at least this long there too (with clocks
-/// that run at the same rate).
+/// that run at the same rate). Counted on CLOCK_BOOTTIME, which goes on counting while the
+/// machine or VM is suspended (CLOCK_MONOTONIC, Rust's `Instant`, stops then, and a resumed
+/// replica would think its lease still held).
 #[derive(Debug)]
 pub struct LeaseClock {
-    base: Instant,
     valid_until_us: std::sync::atomic::AtomicU64,
 }
 
 impl LeaseClock {
-    /// A lease valid until `until`.
-    pub fn new(until: Instant) -> LeaseClock {
-        let base = Instant::now();
-        let clock = LeaseClock { base, valid_until_us: std::sync::atomic::AtomicU64::new(0) };
-        clock.extend(until);
-        clock
+    /// Now on the lease's clock, in microseconds.
+    pub fn now_us() -> u64 {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+            t.tv_sec as u64 * 1_000_000 + t.tv_nsec as u64 / 1_000
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        {
+            static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+            BASE.get_or_init(Instant::now).elapsed().as_micros() as u64
+        }
     }
 
-    /// The lease holds until `until` (never moves back).
-    pub fn extend(&self, until: Instant) {
-        let us = until.saturating_duration_since(self.base).as_micros() as u64;
-        self.valid_until_us.fetch_max(us, std::sync::atomic::Ordering::SeqCst);
+    /// A lease valid until `until_us` (on [`LeaseClock::now_us`]'s clock).
+    pub fn new(until_us: u64) -> LeaseClock {
+        LeaseClock { valid_until_us: std::sync::atomic::AtomicU64::new(until_us) }
+    }
+
+    /// The lease holds until `until_us` (never moves back).
+    pub fn extend(&self, until_us: u64) {
+        self.valid_until_us.fetch_max(until_us, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// End the lease now (stepping down).
@@ -177,7 +188,7 @@ impl LeaseClock {
 
     /// Whether the lease still holds now.
     pub fn holds(&self) -> bool {
-        (self.base.elapsed().as_micros() as u64) < self.valid_until_us.load(std::sync::atomic::Ordering::SeqCst)
+        Self::now_us() < self.valid_until_us.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -443,10 +454,11 @@ fn add_partition(shared: &Arc<Shared>, r: AddPartitionRequest) -> net::Handled {
     match decision {
         RegisterDecision::Accept { epoch, .. } => {
             let rx = rx.expect("accept persists");
+            let coordinator_epoch = shared.coordinator_epoch;
             net::Handled::Applied(Box::pin(async move {
                 Response::AddPartition(match durable(rx).await {
-                    Ok(()) => AddPartitionResponse { status: Status::ok(), current_epoch: epoch },
-                    Err(status) => AddPartitionResponse { status, current_epoch: epoch },
+                    Ok(()) => AddPartitionResponse { status: Status::ok(), current_epoch: epoch, coordinator_epoch },
+                    Err(status) => AddPartitionResponse { status, current_epoch: epoch, coordinator_epoch },
                 })
             }))
         }
@@ -460,7 +472,12 @@ fn add_partition(shared: &Arc<Shared>, r: AddPartitionRequest) -> net::Handled {
                 Some((&r.topic, r.partition)),
                 &status,
             );
-            net::Handled::answer(Response::AddPartition(AddPartitionResponse { status, current_epoch: epoch }))
+            let coordinator_epoch = shared.coordinator_epoch;
+            net::Handled::answer(Response::AddPartition(AddPartitionResponse {
+                status,
+                current_epoch: epoch,
+                coordinator_epoch,
+            }))
         }
     }
 }

@@ -76,10 +76,14 @@ impl Coordinators {
     /// The open connection to the followed replica, or a new one (see [`Coordinators::dial`]),
     /// kept for the next call.
     pub async fn connection(&self, dialer: &Dialer) -> Result<Connection, NetError> {
+        self.connection_within(dialer, None).await
+    }
+
+    async fn connection_within(&self, dialer: &Dialer, deadline: Option<Instant>) -> Result<Connection, NetError> {
         if let Some(c) = self.lock().conn.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
-        let c = self.dial(dialer).await?;
+        let c = self.dial_within(dialer, deadline).await?;
         let mut s = self.lock();
         if let Some(open) = s.conn.as_ref().filter(|c| !c.is_closed()) {
             return Ok(open.clone()); // another caller connected meanwhile
@@ -91,6 +95,11 @@ impl Coordinators {
     /// A new connection: to the followed replica first, then each other in turn (the first
     /// that accepts is followed from then on).
     pub async fn dial(&self, dialer: &Dialer) -> Result<Connection, NetError> {
+        self.dial_within(dialer, None).await
+    }
+
+    /// [`Coordinators::dial`], giving up at `deadline`.
+    async fn dial_within(&self, dialer: &Dialer, deadline: Option<Instant>) -> Result<Connection, NetError> {
         let (addrs, start) = {
             let s = self.lock();
             (s.addrs.clone(), s.current)
@@ -98,7 +107,15 @@ impl Coordinators {
         let mut last = None;
         for i in 0..addrs.len() {
             let at = (start + i) % addrs.len();
-            match dial_bounded(dialer, &addrs[at], addrs.len() > 1).await {
+            let mut limit = (addrs.len() > 1).then_some(Duration::from_millis(DIAL_TIMEOUT_MS));
+            if let Some(d) = deadline {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() && last.is_some() {
+                    break;
+                }
+                limit = Some(limit.map_or(left, |l| l.min(left)).max(Duration::from_millis(1)));
+            }
+            match dial_bounded(dialer, &addrs[at], limit).await {
                 Ok(c) => {
                     self.lock().current = at;
                     return Ok(c);
@@ -109,23 +126,24 @@ impl Coordinators {
         Err(last.expect("at least one address"))
     }
 
-    /// Whether another replica than `waiting_on` is active now: asked of each other replica
-    /// (a standby names the active one; an active one answers the probe).
+    /// Whether another replica than `waiting_on` is active now: asked of each other replica (a
+    /// standby names the active one; an active one answers the probe). A replica named is
+    /// believed only once it answers a probe itself, and only if it is not `waiting_on` under
+    /// another name (both resolve to a common address).
     async fn active_elsewhere(&self, dialer: &Dialer, waiting_on: &str) -> Option<String> {
         let others: Vec<String> = self.addrs().into_iter().filter(|a| a != waiting_on).collect();
         for addr in others {
-            let Ok(conn) = dial_bounded(dialer, &addr, true).await else { continue };
-            let probe = Request::Metadata(protocol::MetadataRequest { topics: Vec::new(), allow_auto_create: false });
-            match conn.call_timeout(probe, Duration::from_millis(DIAL_TIMEOUT_MS)).await {
-                Err(NetError::Refused { status, .. }) if status.code == ErrorCode::NotCoordinator => {
-                    match active_hint(&status.message) {
-                        Some(h) if h != waiting_on => return Some(h.to_string()),
-                        Some(_) => return None, // the one waited on is still the active one
-                        None => continue,
-                    }
-                }
-                Ok(_) => return Some(addr), // it answers: it is the active one
-                Err(_) => continue,
+            let named = match probe(dialer, &addr).await {
+                Probe::Serves => addr.clone(),
+                Probe::Names(h) if h != waiting_on => h,
+                Probe::Names(_) => return None, // the one waited on is still the active one
+                Probe::Unknown => continue,
+            };
+            if same_replica(&named, waiting_on).await {
+                return None;
+            }
+            if named == addr || matches!(probe(dialer, &named).await, Probe::Serves) {
+                return Some(named);
             }
         }
         None
@@ -177,10 +195,15 @@ impl Coordinators {
         }
         tokio::pin!(answer);
         loop {
+            // The probe runs beside the wait: an answer that comes meanwhile is taken at once.
+            let replaced = async {
+                tokio::time::sleep(Duration::from_millis(PROBE_MS)).await;
+                self.active_elsewhere(dialer, conn.addr()).await
+            };
             tokio::select! {
                 a = &mut answer => return a,
-                _ = tokio::time::sleep(Duration::from_millis(PROBE_MS)) => {
-                    if let Some(active) = self.active_elsewhere(dialer, conn.addr()).await {
+                found = replaced => {
+                    if let Some(active) = found {
                         self.not_served(conn, Some(&active));
                         return Err(NetError::Closed {
                             addr: conn.addr().to_string(),
@@ -202,7 +225,7 @@ impl Coordinators {
         let mut refusals = 0usize;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let conn = match self.connection(dialer).await {
+            let conn = match self.connection_within(dialer, Some(deadline)).await {
                 Ok(c) => c,
                 Err(e) if left.is_zero() => return Err(e),
                 Err(_) => {
@@ -239,15 +262,51 @@ impl Coordinators {
     }
 }
 
-/// Dial `addr`, within [`DIAL_TIMEOUT_MS`] if `bounded`.
-async fn dial_bounded(dialer: &Dialer, addr: &str, bounded: bool) -> Result<Connection, NetError> {
-    if !bounded {
-        return dialer.dial(addr).await;
-    }
-    match tokio::time::timeout(Duration::from_millis(DIAL_TIMEOUT_MS), dialer.dial(addr)).await {
+/// Dial `addr`, within `limit` if given.
+async fn dial_bounded(dialer: &Dialer, addr: &str, limit: Option<Duration>) -> Result<Connection, NetError> {
+    let Some(limit) = limit else { return dialer.dial(addr).await };
+    match tokio::time::timeout(limit, dialer.dial(addr)).await {
         Ok(r) => r,
-        Err(_) => Err(NetError::Timeout { addr: addr.to_string(), timeout_ms: DIAL_TIMEOUT_MS }),
+        Err(_) => Err(NetError::Timeout { addr: addr.to_string(), timeout_ms: limit.as_millis() as u64 }),
     }
+}
+
+/// What a replica says about who is active.
+enum Probe {
+    /// It answered a request: it is active.
+    Serves,
+    /// A standby, naming the active replica.
+    Names(String),
+    /// Unreachable, or a standby that knows no active replica.
+    Unknown,
+}
+
+/// Ask the replica at `addr` a cheap request (Metadata of no topic: answered from memory).
+async fn probe(dialer: &Dialer, addr: &str) -> Probe {
+    let Ok(conn) = dial_bounded(dialer, addr, Some(Duration::from_millis(DIAL_TIMEOUT_MS))).await else {
+        return Probe::Unknown;
+    };
+    let req = Request::Metadata(protocol::MetadataRequest { topics: Vec::new(), allow_auto_create: false });
+    match conn.call_timeout(req, Duration::from_millis(DIAL_TIMEOUT_MS)).await {
+        Err(NetError::Refused { status, .. }) if status.code == ErrorCode::NotCoordinator => {
+            active_hint(&status.message).map_or(Probe::Unknown, |h| Probe::Names(h.to_string()))
+        }
+        Ok(_) => Probe::Serves,
+        Err(_) => Probe::Unknown,
+    }
+}
+
+/// Whether two addresses name one replica: equal, or resolving to a common socket address
+/// (`localhost:9092` and `127.0.0.1:9092`).
+async fn same_replica(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    let resolve = |addr: String| async move {
+        tokio::net::lookup_host(addr).await.map(|it| it.collect::<Vec<_>>()).unwrap_or_default()
+    };
+    let (x, y) = (resolve(a.to_string()).await, resolve(b.to_string()).await);
+    x.iter().any(|s| y.contains(s))
 }
 
 #[cfg(test)]

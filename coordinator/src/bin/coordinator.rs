@@ -104,6 +104,11 @@ struct Args {
     /// a replica that stops renewing it is replaced about this long after.
     #[arg(long, default_value_t = 2_000, requires = "etcd_endpoints")]
     etcd_lease_ms: u64,
+    /// The address this replica publishes in etcd, which standbys name in NOT_COORDINATOR and
+    /// brokers and clients follow (default: the bound `--listen` address; give it when
+    /// listening on 0.0.0.0, or when clients reach the replica under another name).
+    #[arg(long, value_name = "HOST:PORT", requires = "etcd_endpoints")]
+    advertise: Option<String>,
     /// Deadline of one etcd request, in milliseconds: a journal write not answered by then
     /// is uncertain, and the replica steps down.
     #[arg(long, default_value_t = 5_000, requires = "etcd_endpoints")]
@@ -180,6 +185,7 @@ async fn main() -> anyhow::Result<()> {
         etcd.prefix = args.etcd_prefix.trim_end_matches('/').to_string();
         etcd.lease_ms = args.etcd_lease_ms;
         etcd.request_timeout_ms = args.etcd_timeout_ms;
+        etcd.advertise = args.advertise.clone();
         coordinator::etcd::run_replica(listener, metrics_listener, config, etcd, shutdown).await?;
         return Ok(());
     }

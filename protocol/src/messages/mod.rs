@@ -929,6 +929,7 @@ mod tests {
         roundtrip_resp(Response::AddPartition(AddPartitionResponse {
             status: Status::new(ErrorCode::ProducerFenced, "x"),
             current_epoch: 3,
+            coordinator_epoch: 3,
         }));
         roundtrip_resp(Response::WriteMarker(WriteMarkerResponse {
             status: Status::ok(),

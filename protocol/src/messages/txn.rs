@@ -120,15 +120,23 @@ pub struct AddPartitionResponse {
     pub status: Status,
     /// The producer id's current epoch (-1 if unknown).
     pub current_epoch: i16,
+    /// The answering coordinator replica's epoch: a broker verifying a producer ignores an
+    /// answer below the highest it has seen (a deposed replica's, from memory).
+    pub coordinator_epoch: i32,
 }
 
 impl AddPartitionResponse {
     pub(crate) fn encode_body(&self, b: &mut BytesMut) {
         b.put_i16(self.current_epoch);
+        b.put_i32(self.coordinator_epoch);
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(AddPartitionResponse { status, current_epoch: r.i16("current_epoch")? })
+        Ok(AddPartitionResponse {
+            status,
+            current_epoch: r.i16("current_epoch")?,
+            coordinator_epoch: r.i32("coordinator_epoch")?,
+        })
     }
 }
 

@@ -235,9 +235,12 @@ impl KafkaConn {
             }
         }
         let mut codes = Vec::with_capacity(pending.len());
+        let probe = net::Dialer { tls: self.shared.config.peer_tls.clone(), secret: None, member: String::new() };
+        let timeout = std::time::Duration::from_millis(self.shared.config.request_timeout_ms);
         for p in pending {
             let status = match p {
-                Ok(answer) => match answer.await {
+                // Bounded, and given up once another replica has taken over (a frozen one).
+                Ok(answer) => match self.answer_bounded(&probe, conn.as_deref(), answer, timeout).await {
                     Ok(Response::AddPartition(a)) => a.status,
                     Ok(other) => other.status().clone(),
                     Err(net::NetError::Refused { status, .. }) => status,

@@ -469,6 +469,30 @@ impl KafkaConn {
         }
     }
 
+    /// Await `answer` (a call submitted on `conn`) within `timeout`, giving up once another
+    /// coordinator replica has taken over from the one behind `conn`.
+    async fn answer_bounded(
+        &self,
+        probe: &Dialer,
+        conn: Option<&Connection>,
+        answer: impl std::future::Future<Output = Result<Response, net::NetError>>,
+        timeout: Duration,
+    ) -> Result<Response, net::NetError> {
+        let bounded = async {
+            match tokio::time::timeout(timeout, answer).await {
+                Ok(r) => r,
+                Err(_) => Err(net::NetError::Timeout {
+                    addr: conn.map(|c| c.addr().to_string()).unwrap_or_default(),
+                    timeout_ms: timeout.as_millis() as u64,
+                }),
+            }
+        };
+        match conn {
+            Some(c) => self.shared.coordinators.answer_unless_replaced(probe, c, bounded).await,
+            None => bounded.await,
+        }
+    }
+
     /// A lease on the open relay connection, if there is one.
     fn lease_open(self: &Arc<Self>) -> Option<RelayLease> {
         let mut relay = self.relay.lock().unwrap_or_else(|p| p.into_inner());

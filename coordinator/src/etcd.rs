@@ -226,7 +226,8 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, clock: Arc<LeaseC
 /// Poll the election's leader into `role` (what standbys name in NOT_COORDINATOR).
 async fn watch_leader(mut client: Client, name: Vec<u8>, role: Arc<Role>) {
     loop {
-        let leader = match client.leader(name.clone()).await {
+        let asked = tokio::time::timeout(Duration::from_secs(2), client.leader(name.clone())).await;
+        let leader = match asked.unwrap_or_else(|_| Err(etcd_client::Error::InvalidArgs("no answer in 2 s".into()))) {
             Ok(r) => r.kv().map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
             Err(_) => None, // no leader, or etcd unreachable
         };
@@ -252,7 +253,9 @@ pub async fn run_replica(
     let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let addr = etcd.advertise.clone().unwrap_or(bound);
     let timeout = Duration::from_millis(etcd.request_timeout_ms.max(1));
-    let options = ConnectOptions::new().with_connect_timeout(timeout).with_timeout(timeout);
+    // No deadline on every request: a campaign waits as long as another replica leads. Each
+    // other call has its own (the journal's `--etcd-timeout-ms`, the lease's TTL).
+    let options = ConnectOptions::new().with_connect_timeout(timeout);
     let client = Client::connect(&etcd.endpoints, Some(options))
         .await
         .map_err(|e| CoordinatorError::Etcd(format!("cannot connect to etcd at {}: {e}", etcd.endpoints.join(","))))?;
@@ -312,13 +315,20 @@ async fn campaign_forever(
     name: Vec<u8>,
 ) {
     let ttl_s = etcd.lease_ms.div_ceil(1000).max(1) as i64;
+    let request_timeout = Duration::from_millis(etcd.request_timeout_ms.max(1));
     let mut backoff = Duration::from_millis(100);
+    // Printed once each time the replica becomes a standby, not at every campaign.
+    let mut announce_standby = etcd.announce;
     loop {
-        if etcd.announce {
+        if std::mem::take(&mut announce_standby) {
             println!("coordinator standby on {addr}");
         }
         let sent = LeaseClock::now_us();
-        let lease = match client.lease_grant(ttl_s, None).await {
+        let granted = match tokio::time::timeout(request_timeout, client.lease_grant(ttl_s, None)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer to a lease grant within {} ms", request_timeout.as_millis())),
+        };
+        let lease = match granted {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot get an etcd lease; retrying");
@@ -394,6 +404,7 @@ async fn campaign_forever(
         role.set_active(None);
         keeper.abort();
         revoke(&mut client, lease.id()).await;
+        announce_standby = etcd.announce;
     }
 }
 

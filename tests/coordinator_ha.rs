@@ -183,9 +183,8 @@ async fn a_frozen_active_replica_is_replaced_and_decides_nothing_when_it_wakes()
     let frozen = Instant::now();
     let a_addr = a.addr.clone();
     let stale_init = tokio::spawn(async move { call(&a_addr, init_request("z")).await });
-    b_lines.wait_for("coordinator active", 1, WAIT).expect("the standby takes over");
+    let epoch_line = b_lines.wait_for("coordinator active", 1, WAIT).expect("the standby takes over");
     eprintln!("the standby took over {:?} after the freeze", frozen.elapsed());
-    let epoch_line = b_lines.wait_for("coordinator active", 1, WAIT).unwrap();
     assert!(epoch_line.ends_with("(coordinator epoch 2)"), "{epoch_line}");
 
     // A new instance fences the old one through the new active replica.
@@ -236,6 +235,15 @@ async fn a_frozen_active_replica_is_replaced_and_decides_nothing_when_it_wakes()
         Response::WriteMarker(r) => assert_eq!(r.status.code, ErrorCode::TransactionCoordinatorFenced, "{}", r.status),
         other => panic!("unexpected answer: {other:?}"),
     }
+    // What the woken replica tried is not in etcd either: the active replica dies, the woken
+    // one takes over from what etcd holds, and finds the leaders and epochs as they were.
+    drop(b);
+    let line = a_lines.wait_for("coordinator active", 2, WAIT).expect("the woken replica takes over again");
+    assert!(line.ends_with("(coordinator epoch 3)"), "{line}");
+    let mut admin = Admin::new(&both, ClientConfig::default());
+    let leaders_now: Vec<(i32, i32)> =
+        admin.describe().await.unwrap().partitions.iter().map(|p| (p.leader_id, p.leader_epoch)).collect();
+    assert_eq!(leaders_now, leaders_before, "{}", log_tails(&[&d.join("a.log")], 30));
     // Epochs only go up: one more init, through whichever replica.
     let last = Producer::init(&both, producer_config("z", 30_000)).await.unwrap();
     assert!(last.epoch() > new.epoch());

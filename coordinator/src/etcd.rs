@@ -226,10 +226,9 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, clock: Arc<LeaseC
 /// Poll the election's leader into `role` (what standbys name in NOT_COORDINATOR).
 async fn watch_leader(mut client: Client, name: Vec<u8>, role: Arc<Role>) {
     loop {
-        let asked = tokio::time::timeout(Duration::from_secs(2), client.leader(name.clone())).await;
-        let leader = match asked.unwrap_or_else(|_| Err(etcd_client::Error::InvalidArgs("no answer in 2 s".into()))) {
-            Ok(r) => r.kv().map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
-            Err(_) => None, // no leader, or etcd unreachable
+        let leader = match tokio::time::timeout(Duration::from_secs(2), client.leader(name.clone())).await {
+            Ok(Ok(r)) => r.kv().map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+            _ => None, // no leader, or etcd unreachable or slow
         };
         *role.leader.lock().unwrap_or_else(|p| p.into_inner()) = leader;
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -167,8 +167,7 @@ impl<K: GuardedKv> KvJournal<K> {
     pub fn take_over(mut kv: K, prefix: &str, leadership: Leadership) -> Result<(Self, Replay, i32), JournalError> {
         let read_err = |what: &'static str| move |e: KvError| failed(what, e);
         let epoch_key = key(prefix, "coordinator_epoch");
-        let found =
-            kv.range(&epoch_key, &prefix_end_key(&epoch_key), 1).map_err(read_err("read the coordinator epoch"))?;
+        let found = kv.range(&epoch_key, &key_end(&epoch_key), 1).map_err(read_err("read the coordinator epoch"))?;
         let (old, mod_revision) = match found.first() {
             None => (0, 0),
             Some(kv) => {
@@ -253,7 +252,7 @@ impl<K: GuardedKv> KvJournal<K> {
         let pointer_key = key(&self.prefix, "snapshot");
         let found = self
             .kv
-            .range(&pointer_key, &prefix_end_key(&pointer_key), 1)
+            .range(&pointer_key, &key_end(&pointer_key), 1)
             .map_err(|e| failed("read the snapshot pointer", e))?;
         let Some(pointer) = found.first() else { return Ok((Vec::new(), 0)) };
         let corrupt = |detail: String| JournalError::Corrupt {
@@ -346,8 +345,8 @@ impl<K: GuardedKv> KvJournal<K> {
     }
 }
 
-/// The key just after `k`: a range of `k` alone.
-fn prefix_end_key(k: &[u8]) -> Vec<u8> {
+/// The key just after `k`: `[k, key_end(k))` is `k` alone.
+fn key_end(k: &[u8]) -> Vec<u8> {
     let mut end = k.to_vec();
     end.push(0);
     end

@@ -73,17 +73,13 @@ impl Coordinators {
         s.addrs[s.current].clone()
     }
 
-    /// The open connection to the followed replica, or a new one (see [`Coordinators::dial`]),
-    /// kept for the next call.
-    pub async fn connection(&self, dialer: &Dialer) -> Result<Connection, NetError> {
-        self.connection_within(dialer, None).await
-    }
-
-    async fn connection_within(&self, dialer: &Dialer, deadline: Option<Instant>) -> Result<Connection, NetError> {
+    /// The open connection to the followed replica, or a new one (see [`Coordinators::dial`])
+    /// dialled by `deadline`, kept for the next call.
+    async fn connection_within(&self, dialer: &Dialer, deadline: Instant) -> Result<Connection, NetError> {
         if let Some(c) = self.lock().conn.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
-        let c = self.dial_within(dialer, deadline).await?;
+        let c = self.dial_within(dialer, Some(deadline)).await?;
         let mut s = self.lock();
         if let Some(open) = s.conn.as_ref().filter(|c| !c.is_closed()) {
             return Ok(open.clone()); // another caller connected meanwhile
@@ -225,7 +221,7 @@ impl Coordinators {
         let mut refusals = 0usize;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let conn = match self.connection_within(dialer, Some(deadline)).await {
+            let conn = match self.connection_within(dialer, deadline).await {
                 Ok(c) => c,
                 Err(e) if left.is_zero() => return Err(e),
                 Err(_) => {

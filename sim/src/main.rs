@@ -179,48 +179,16 @@ fn groups(args: &Args) -> ExitCode {
         verbose: args.verbose,
         ..sim::groups::GroupsConfig::default()
     };
-    let seeds: Vec<u64> = match args.seed {
-        Some(s) => vec![s],
-        None => (args.first_seed..args.first_seed + args.seeds).collect(),
-    };
-    let progress = net::progress::Progress::new("sim --groups", Some(seeds.len() as u64), "seeds", seeds.len() <= 1);
-    let mut failing = Vec::new();
-    let (mut committed, mut aborted, mut refused, mut generations) = (0u64, 0u64, 0u64, 0u64);
-    let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
-    for &seed in &seeds {
+    side_seeds(args, "groups", "sim --groups", |seed| {
         let out = sim::groups::run_groups(seed, cfg.clone());
-        progress.inc(1);
-        if args.verbose && std::io::stdout().write_all(out.trace.as_bytes()).is_err() {
-            return ExitCode::from(1);
-        }
-        committed += out.committed;
-        aborted += out.aborted;
-        refused += out.generation_refusals;
-        generations += out.generations;
-        for (k, v) in &out.faults {
-            *faults.entry(k).or_default() += v;
-        }
-        if let Some(v) = out.violation {
-            say!("seed {seed} FAILED: {v}");
-            failing.push(seed);
-        }
-    }
-    progress.finish();
-    say!(
-        "{} seeds (groups), mutation {}: {} failed; {committed} transactions committed, {aborted} aborted, \
-         {refused} offset commits refused by the generation check, {generations} rebalances",
-        seeds.len(),
-        args.mutation,
-        failing.len()
-    );
-    let faults: Vec<String> = faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    say!("faults: {}", faults.join(", "));
-    if failing.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        say!("replay one with: cargo run -p sim --release -- --groups --seed {} --verbose", failing[0]);
-        ExitCode::from(1)
-    }
+        let counts = vec![
+            ("transactions committed", out.committed),
+            ("aborted", out.aborted),
+            ("offset commits refused by the generation check", out.generation_refusals),
+            ("rebalances", out.generations),
+        ];
+        SideRun { violation: out.violation, trace: out.trace, faults: out.faults, counts }
+    })
 }
 
 /// `sim --coordinators`: the coordinator-replica simulation over a range of seeds (or one).
@@ -234,24 +202,49 @@ fn coordinators(args: &Args) -> ExitCode {
         }
     };
     let cfg = sim::replicas::ReplicasConfig { fault_ticks: args.fault_ticks, guarded, verbose: args.verbose };
+    side_seeds(args, "coordinators", "sim --coordinators", |seed| {
+        let out = sim::replicas::run_replicas(seed, cfg.clone());
+        let counts = vec![
+            ("grants", out.grants),
+            ("takeovers", out.takeovers),
+            ("writes of deposed replicas refused", out.deposed_writes_refused),
+        ];
+        SideRun { violation: out.violation, trace: out.trace, faults: out.faults, counts }
+    })
+}
+
+/// One seed of a side simulation (`--groups`, `--coordinators`), as [`side_seeds`] reports it.
+struct SideRun {
+    violation: Option<String>,
+    trace: String,
+    faults: BTreeMap<&'static str, u64>,
+    /// Totals summed over the seeds, with what they count.
+    counts: Vec<(&'static str, u64)>,
+}
+
+/// Run `run` over the seeds `args` asks for (`--flag`'s simulation, its progress shown as
+/// `label`): the failing seeds, the totals and the faults, then how to replay the first failure.
+fn side_seeds(args: &Args, flag: &str, label: &'static str, run: impl Fn(u64) -> SideRun) -> ExitCode {
     let seeds: Vec<u64> = match args.seed {
         Some(s) => vec![s],
         None => (args.first_seed..args.first_seed + args.seeds).collect(),
     };
-    let progress =
-        net::progress::Progress::new("sim --coordinators", Some(seeds.len() as u64), "seeds", seeds.len() <= 1);
+    let progress = net::progress::Progress::new(label, Some(seeds.len() as u64), "seeds", seeds.len() <= 1);
     let mut failing = Vec::new();
-    let (mut grants, mut takeovers, mut refused) = (0u64, 0u64, 0u64);
+    let mut totals: Vec<(&'static str, u64)> = Vec::new();
     let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
     for &seed in &seeds {
-        let out = sim::replicas::run_replicas(seed, cfg.clone());
+        let out = run(seed);
         progress.inc(1);
         if args.verbose && std::io::stdout().write_all(out.trace.as_bytes()).is_err() {
             return ExitCode::from(1);
         }
-        grants += out.grants;
-        takeovers += out.takeovers;
-        refused += out.deposed_writes_refused;
+        if totals.is_empty() {
+            totals = out.counts.iter().map(|(what, _)| (*what, 0)).collect();
+        }
+        for ((_, total), (_, n)) in totals.iter_mut().zip(&out.counts) {
+            *total += n;
+        }
         for (k, v) in &out.faults {
             *faults.entry(k).or_default() += v;
         }
@@ -261,19 +254,14 @@ fn coordinators(args: &Args) -> ExitCode {
         }
     }
     progress.finish();
-    say!(
-        "{} seeds (coordinators), mutation {}: {} failed; {grants} grants, {takeovers} takeovers, \
-         {refused} writes of deposed replicas refused",
-        seeds.len(),
-        args.mutation,
-        failing.len()
-    );
+    let totals: Vec<String> = totals.iter().map(|(what, n)| format!("{n} {what}")).collect();
+    say!("{} seeds ({flag}), mutation {}: {} failed; {}", seeds.len(), args.mutation, failing.len(), totals.join(", "));
     let faults: Vec<String> = faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
     say!("faults: {}", faults.join(", "));
     if failing.is_empty() {
         ExitCode::SUCCESS
     } else {
-        say!("replay one with: cargo run -p sim --release -- --coordinators --seed {} --verbose", failing[0]);
+        say!("replay one with: cargo run -p sim --release -- --{flag} --seed {} --verbose", failing[0]);
         ExitCode::from(1)
     }
 }

@@ -296,6 +296,59 @@ async fn the_kafka_listener_serves_once_the_broker_has_registered() {
     assert_eq!(r.topics[0].error_code, 0, "{r:?}");
 }
 
+/// A coordinator restarted from its journal knows no broker until each heartbeats again, yet
+/// still knows the topics and their leaders. Meanwhile a broker's Kafka Metadata names the
+/// broker answering it: librdkafka forgets every broker an answer leaves out, its bootstrap
+/// ones too, and then has nothing left to ask (a consumer started then never found its group).
+#[tokio::test]
+async fn kafka_metadata_names_its_broker_while_a_restarted_coordinator_has_not_heard_from_it() {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    use producer::kafka::KafkaConnection;
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    // The broker heartbeats once a minute (the lease outlasts that), so the restarted
+    // coordinator goes on without hearing from it for the whole test.
+    let mut c = coordinator_with(dir.path(), &["--broker-lease-ms", "300000"]);
+    let coordinator_addr = c.addr.clone();
+    let mut b = common::broker_with(
+        1,
+        &coordinator_addr,
+        dir.path(),
+        &["--kafka-listen", "127.0.0.1:0", "--heartbeat-ms", "60000"],
+    );
+    let kafka = b.next_line().rsplit(' ').next().unwrap().to_string();
+    common::create_topic(&coordinator_addr, "t", 1);
+    c.kill9();
+    let data = dir.path().join("coordinator");
+    let args = ["--listen", coordinator_addr.as_str(), "--data-dir", data.to_str().unwrap()];
+    let _c = common::Proc::start("coordinator", &args, &dir.path().join("coordinator.log"));
+    let t = Duration::from_secs(30);
+    let conn = KafkaConnection::connect(&kafka, None, t).await.unwrap();
+    let req = MetadataRequest::default().with_topics(Some(vec![
+        MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_static_str("t"))))
+    ]));
+    // Until the broker's relay reaches the restarted coordinator, it answers from itself alone
+    // (the topic not available yet); then from the coordinator, which names t-0's leader.
+    let deadline = Instant::now() + t;
+    let m = loop {
+        let m = conn.call(&req, 12).await.unwrap();
+        if m.topics.first().is_some_and(|t| t.error_code == 0) {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "the restarted coordinator never answered the relayed Metadata: {m:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let p = &m.topics[0].partitions[0];
+    assert_eq!(p.leader_id.0, 1, "the coordinator's answer: {m:?}");
+    assert!(p.offline_replicas.is_empty(), "the answering broker is not offline: {m:?}");
+    let listed: Vec<(i32, String)> =
+        m.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port))).collect();
+    assert_eq!(listed, [(1, kafka)], "the answering broker is listed: {m:?}");
+}
+
 /// A coordinator built without the `etcd` feature refuses `--etcd-endpoints`, naming the
 /// feature, rather than run on its local journal as if it were one of several replicas.
 #[cfg(not(feature = "etcd"))]

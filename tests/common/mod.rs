@@ -166,7 +166,7 @@ pub fn broker(id: i32, coordinator: &str, dir: &Path) -> Proc {
     broker_with(id, coordinator, dir, &[])
 }
 
-/// [`broker`] with extra flags.
+/// [`broker`] with extra flags (a `--heartbeat-ms` among them replaces the 50 ms default).
 pub fn broker_with(id: i32, coordinator: &str, dir: &Path, extra: &[&str]) -> Proc {
     let data = dir.join(format!("broker-{id}"));
     let id = id.to_string();
@@ -180,7 +180,9 @@ pub fn broker_with(id: i32, coordinator: &str, dir: &Path, extra: &[&str]) -> Pr
         "--data-dir",
         data.to_str().unwrap(),
     ];
-    args.extend_from_slice(&["--heartbeat-ms", "50"]);
+    if !extra.contains(&"--heartbeat-ms") {
+        args.extend_from_slice(&["--heartbeat-ms", "50"]);
+    }
     args.extend_from_slice(extra);
     Proc::start("broker", &args, &dir.join(format!("broker-{id}.log")))
 }

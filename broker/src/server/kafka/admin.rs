@@ -28,7 +28,7 @@ use protocol::{ErrorCode, MetadataResponse, Request, Response, Status, TopicInfo
 use uuid::Uuid;
 
 use super::super::{leader_status, partition, Shared};
-use super::{host_port, kafka_code, KafkaConn, CLUSTER_ID};
+use super::{kafka_code, KafkaConn, CLUSTER_ID};
 
 /// DescribeConfigs' resource types.
 const RESOURCE_TOPIC: i8 = 2;
@@ -300,13 +300,11 @@ impl KafkaConn {
         }
         match self.topic_infos(Vec::new()).await {
             Ok(m) => {
-                let brokers = m
-                    .brokers
-                    .iter()
-                    .filter(|b| b.alive && !b.kafka_addr.is_empty())
-                    .map(|b| {
-                        let (host, port) = host_port(&b.kafka_addr);
-                        DescribeClusterBroker::default().with_broker_id(b.id.into()).with_host(host).with_port(port)
+                let brokers = self
+                    .listed_brokers(&m.brokers)
+                    .into_iter()
+                    .map(|(id, host, port)| {
+                        DescribeClusterBroker::default().with_broker_id(id.into()).with_host(host).with_port(port)
                     })
                     .collect();
                 resp = resp.with_brokers(brokers);

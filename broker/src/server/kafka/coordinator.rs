@@ -21,7 +21,7 @@ use kafka_protocol::protocol::StrBytes;
 use protocol::kafka::KafkaAnswer;
 use protocol::{AddPartitionRequest, ErrorCode, Request, Response, Status};
 
-use super::{host_port, kafka_code, KafkaConn, CLUSTER_ID};
+use super::{kafka_code, KafkaConn, CLUSTER_ID};
 
 /// FindCoordinator's key types: a consumer group, a transactional id.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -40,7 +40,7 @@ impl KafkaConn {
         // Before v4 there is no such flag, and Kafka creates.
         let allow_auto_create = version < 4 || r.allow_auto_topic_creation;
         let req = Request::Metadata(protocol::MetadataRequest { topics: names.clone(), allow_auto_create });
-        let (own_id, (host, port)) = (self.shared.config.id, self.own_address());
+        let own_id = self.shared.config.id;
         let mut resp = MetadataResponse::default();
         if version >= 1 {
             resp = resp.with_controller_id(own_id.into());
@@ -48,13 +48,20 @@ impl KafkaConn {
         if version >= 2 {
             resp = resp.with_cluster_id(Some(StrBytes::from_static_str(CLUSTER_ID)));
         }
+        let listed = |known: &[protocol::BrokerInfo]| -> Vec<MetadataResponseBroker> {
+            let listed = self.listed_brokers(known).into_iter();
+            listed
+                .map(|(id, host, port)| {
+                    MetadataResponseBroker::default().with_node_id(id.into()).with_host(host).with_port(port)
+                })
+                .collect()
+        };
         let own = match self.relay(req).await {
             Response::Metadata(m) if m.status.is_ok() => m,
             other => {
                 // The coordinator is out of reach: this broker, and every topic asked as not
                 // available yet (retriable).
                 tracing::info!(status = %other.status(), "Kafka Metadata: the coordinator did not answer");
-                let me = MetadataResponseBroker::default().with_node_id(own_id.into()).with_host(host).with_port(port);
                 let topics = names
                     .into_iter()
                     .map(|n| {
@@ -63,19 +70,13 @@ impl KafkaConn {
                             .with_error_code(ErrorCode::LeaderNotAvailable.code())
                     })
                     .collect();
-                return KafkaAnswer::Reply(ResponseKind::Metadata(resp.with_brokers(vec![me]).with_topics(topics)));
+                return KafkaAnswer::Reply(ResponseKind::Metadata(resp.with_brokers(listed(&[])).with_topics(topics)));
             }
         };
-        let alive: HashSet<i32> = own.brokers.iter().filter(|b| b.alive).map(|b| b.id).collect();
-        let brokers = own
-            .brokers
-            .iter()
-            .filter(|b| b.alive && !b.kafka_addr.is_empty())
-            .map(|b| {
-                let (host, port) = host_port(&b.kafka_addr);
-                MetadataResponseBroker::default().with_node_id(b.id.into()).with_host(host).with_port(port)
-            })
-            .collect();
+        // This broker is listed whatever the coordinator knows, so it is not offline either.
+        let alive: HashSet<i32> =
+            own.brokers.iter().filter(|b| b.alive).map(|b| b.id).chain(std::iter::once(own_id)).collect();
+        let brokers = listed(&own.brokers);
         let topics = if none {
             Vec::new()
         } else {

@@ -550,6 +550,27 @@ impl KafkaConn {
     fn own_address(&self) -> (StrBytes, i32) {
         host_port(self.shared.kafka_addr.as_deref().unwrap_or_default())
     }
+
+    /// The brokers a Kafka answer lists, as (id, host, port) by id: those the coordinator holds
+    /// alive with a Kafka listener, and always this one, as a registered Kafka broker is in its
+    /// own metadata. A coordinator that restarted knows no broker until each heartbeats again,
+    /// and librdkafka forgets every broker an answer leaves out (its bootstrap ones too): it
+    /// would have nothing left to ask until it bootstraps again, minutes later.
+    fn listed_brokers(&self, known: &[protocol::BrokerInfo]) -> Vec<(i32, StrBytes, i32)> {
+        let own_id = self.shared.config.id;
+        let (host, port) = self.own_address();
+        let mut listed: Vec<(i32, StrBytes, i32)> = known
+            .iter()
+            .filter(|b| b.alive && !b.kafka_addr.is_empty() && b.id != own_id)
+            .map(|b| {
+                let (host, port) = host_port(&b.kafka_addr);
+                (b.id, host, port)
+            })
+            .chain(std::iter::once((own_id, host, port)))
+            .collect();
+        listed.sort_by_key(|(id, _, _)| *id);
+        listed
+    }
 }
 
 /// `host:port` as Kafka's (host, port); port 0 if there is none.

@@ -257,11 +257,22 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
                 }
                 pending.push_back((id, done));
             }
-            frame = framed.next(), if !pending.is_empty() => {
+            // Read while nothing is due too: a peer that closes (a restarted server) is
+            // noticed at once, so `is_closed` tells the next caller to dial again rather than
+            // lose its request on a dead socket.
+            frame = framed.next() => {
                 match frame {
                     Some(Ok((-1, Response::Error(status)))) => {
                         // A frame-level refusal (oversized, unreadable header): the server is closing.
                         let err = NetError::Refused { addr: addr.clone(), status };
+                        if pending.is_empty() {
+                            // Refused before any request (over `connections_max`): the next
+                            // call gets the refusal, which says why.
+                            if let Some((_, done)) = rx.recv().await {
+                                let _ = done.send(Err(err));
+                            }
+                            return;
+                        }
                         for (_, done) in pending.drain(..) {
                             let _ = done.send(Err(err.clone()));
                         }
@@ -489,5 +500,23 @@ mod tests {
         let mut want = BytesMut::new();
         ClientCodec::new(1 << 20).encode((7, req), &mut want).unwrap();
         assert_eq!(reader.await.unwrap(), want.to_vec());
+    }
+
+    /// A server that closes the connection while no answer is due (it restarted, say) is
+    /// noticed without a request: the connection reports closed, so callers dial again.
+    #[tokio::test]
+    async fn a_peer_closing_an_idle_connection_closes_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let conn = Connection::connect(&addr).await.unwrap();
+        let (socket, _) = listener.accept().await.unwrap();
+        assert!(!conn.is_closed());
+        drop(socket);
+        tokio::time::timeout(Duration::from_secs(10), conn.tx.closed())
+            .await
+            .expect("the connection noticed its peer closing");
+        assert!(conn.is_closed());
+        let err = conn.call(Request::Describe).await.unwrap_err();
+        assert!(matches!(err, NetError::Closed { .. }), "{err}");
     }
 }

@@ -88,10 +88,10 @@ impl Coordinators {
         Ok(c)
     }
 
-    /// A new connection: to the followed replica first, then each other in turn (the first
-    /// that accepts is followed from then on).
-    pub async fn dial(&self, dialer: &Dialer) -> Result<Connection, NetError> {
-        self.dial_within(dialer, None).await
+    /// A new connection by `deadline`: to the followed replica first, then each other in turn
+    /// (the first that accepts is followed from then on).
+    pub async fn dial(&self, dialer: &Dialer, deadline: Instant) -> Result<Connection, NetError> {
+        self.dial_within(dialer, Some(deadline)).await
     }
 
     /// [`Coordinators::dial`], giving up at `deadline`.
@@ -333,5 +333,32 @@ mod tests {
     fn a_list_of_one_address_is_that_address() {
         assert_eq!(Coordinators::new("127.0.0.1:1").addrs(), ["127.0.0.1:1"]);
         assert_eq!(Coordinators::new(" a:1, b:2 ,").addrs(), ["a:1", "b:2"]);
+    }
+
+    /// A replica whose host takes no connection (its accept queue full, as a frozen process's
+    /// fills up; or packets dropped) makes a dial give up at its deadline, with one replica too.
+    #[tokio::test]
+    async fn a_dial_gives_up_at_its_deadline() {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(0).unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        // Never accepted: once the queue is full, the kernel drops further handshakes.
+        let mut held = Vec::new();
+        let full = async {
+            loop {
+                match tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(&addr)).await {
+                    Ok(Ok(s)) => held.push(s),
+                    _ => return,
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), full).await.expect("the accept queue fills up");
+        let c = Coordinators::new(&addr);
+        let started = Instant::now();
+        let dial = c.dial(&Dialer::plain(), started + Duration::from_millis(300));
+        let err =
+            tokio::time::timeout(Duration::from_secs(10), dial).await.expect("gave up by its deadline").unwrap_err();
+        assert!(matches!(err, NetError::Timeout { .. }), "{err}");
     }
 }

@@ -210,7 +210,8 @@ impl KafkaConn {
             r.v3_and_below_topics.into_iter().map(|t| (t.name, t.partitions)).collect();
         // Every partition is sent before any answer is awaited: the coordinator decides them in
         // order and each answer comes once its registration is durable.
-        let conn = match self.coordinator().await {
+        let timeout = std::time::Duration::from_millis(self.shared.config.request_timeout_ms);
+        let conn = match self.coordinator(std::time::Instant::now() + timeout).await {
             Ok(c) => Some(c),
             Err(status) => {
                 tracing::info!(%status, "Kafka AddPartitionsToTxn: the coordinator is out of reach");
@@ -237,7 +238,6 @@ impl KafkaConn {
         }
         let mut codes = Vec::with_capacity(pending.len());
         let probe = net::Dialer { tls: self.shared.config.peer_tls.clone(), secret: None, member: String::new() };
-        let timeout = std::time::Duration::from_millis(self.shared.config.request_timeout_ms);
         for p in pending {
             let status = match p {
                 // Bounded, and given up once another replica has taken over (a frozen one).

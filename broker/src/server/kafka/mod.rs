@@ -389,16 +389,16 @@ impl KafkaConn {
         }
     }
 
-    /// The relay connection to the coordinator (dialled now if there is none or it broke),
-    /// held open until the returned lease is dropped.
-    async fn coordinator(self: &Arc<Self>) -> Result<RelayLease, Status> {
+    /// The relay connection to the coordinator (dialled now, by `deadline`, if there is none or
+    /// it broke), held open until the returned lease is dropped.
+    async fn coordinator(self: &Arc<Self>, deadline: Instant) -> Result<RelayLease, Status> {
         if let Some(lease) = self.lease_open() {
             return Ok(lease);
         }
         // No membership proof: the coordinator serves these requests to anyone, and a client's
         // request must not pass for the broker's own.
         let dialer = Dialer { tls: self.shared.config.peer_tls.clone(), secret: None, member: String::new() };
-        let c = self.shared.coordinators.dial(&dialer).await.map_err(|e| {
+        let c = self.shared.coordinators.dial(&dialer, deadline).await.map_err(|e| {
             Status::new(ErrorCode::CoordinatorNotAvailable, format!("cannot reach the coordinator: {e}; retry"))
         })?;
         let stats = self.shared.control.stats.clone();
@@ -436,7 +436,7 @@ impl KafkaConn {
     async fn relay_call(self: &Arc<Self>, req: Request, timeout: Duration) -> Response {
         let deadline = Instant::now() + timeout;
         loop {
-            let conn = match self.coordinator().await {
+            let conn = match self.coordinator(deadline).await {
                 Ok(c) => c,
                 Err(status) => return Response::Error(status),
             };

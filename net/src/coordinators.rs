@@ -356,7 +356,8 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), full).await.expect("the accept queue fills up");
         let c = Coordinators::new(&addr);
         let started = Instant::now();
-        let dial = c.dial(&Dialer::plain(), started + Duration::from_millis(300));
+        let dialer = Dialer::plain();
+        let dial = c.dial(&dialer, started + Duration::from_millis(300));
         let err =
             tokio::time::timeout(Duration::from_secs(10), dial).await.expect("gave up by its deadline").unwrap_err();
         assert!(matches!(err, NetError::Timeout { .. }), "{err}");

@@ -343,17 +343,18 @@ mod tests {
         socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let listener = socket.listen(0).unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        // Never accepted: once the queue is full, the kernel drops further handshakes.
+        // Never accepted: once the queue is full, the kernel drops further handshakes (a
+        // loopback connect that can complete takes far less than the second allowed here).
         let mut held = Vec::new();
         let full = async {
             loop {
-                match tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(&addr)).await {
+                match tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(&addr)).await {
                     Ok(Ok(s)) => held.push(s),
                     _ => return,
                 }
             }
         };
-        tokio::time::timeout(Duration::from_secs(10), full).await.expect("the accept queue fills up");
+        tokio::time::timeout(Duration::from_secs(30), full).await.expect("the accept queue fills up");
         let c = Coordinators::new(&addr);
         let started = Instant::now();
         let dialer = Dialer::plain();

@@ -237,7 +237,7 @@ impl KafkaConn {
             }
         }
         let mut codes = Vec::with_capacity(pending.len());
-        let probe = net::Dialer { tls: self.shared.config.peer_tls.clone(), secret: None, member: String::new() };
+        let probe = self.relay_dialer();
         for p in pending {
             let status = match p {
                 // Bounded, and given up once another replica has taken over (a frozen one).

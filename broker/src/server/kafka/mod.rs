@@ -395,10 +395,7 @@ impl KafkaConn {
         if let Some(lease) = self.lease_open() {
             return Ok(lease);
         }
-        // No membership proof: the coordinator serves these requests to anyone, and a client's
-        // request must not pass for the broker's own.
-        let dialer = Dialer { tls: self.shared.config.peer_tls.clone(), secret: None, member: String::new() };
-        let c = self.shared.coordinators.dial(&dialer, deadline).await.map_err(|e| {
+        let c = self.shared.coordinators.dial(&self.relay_dialer(), deadline).await.map_err(|e| {
             Status::new(ErrorCode::CoordinatorNotAvailable, format!("cannot reach the coordinator: {e}; retry"))
         })?;
         let stats = self.shared.control.stats.clone();
@@ -417,6 +414,12 @@ impl KafkaConn {
             self.watch_relay();
         }
         Ok(RelayLease { conn: c, owner: self.clone() })
+    }
+
+    /// How the relay reaches the coordinator: without a membership proof, since the coordinator
+    /// serves these requests to anyone and a client's request must not pass for the broker's own.
+    fn relay_dialer(&self) -> Dialer {
+        Dialer { tls: self.shared.config.peer_tls.clone(), secret: None, member: String::new() }
     }
 
     /// The coordinator replica behind `conn` answered NOT_COORDINATOR (a standby, or a deposed
@@ -442,9 +445,8 @@ impl KafkaConn {
             };
             let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
             // A replica frozen mid-request is given up once another has taken over.
-            let probe = Dialer { tls: self.shared.config.peer_tls.clone(), secret: None, member: String::new() };
-            let answer = conn.call_timeout(req.clone(), left);
-            match self.shared.coordinators.answer_unless_replaced(&probe, &conn, answer).await {
+            let probe = self.relay_dialer();
+            match self.answer_bounded(&probe, Some(&*conn), conn.call(req.clone()), left).await {
                 Ok(resp) => return resp,
                 Err(net::NetError::Refused { status, .. }) if status.code == ErrorCode::NotCoordinator => {
                     self.relay_not_served(&conn, &status);

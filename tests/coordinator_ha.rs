@@ -1,7 +1,8 @@
 //! Coordinator replicas on a real etcd, as separate processes: a frozen active replica is
 //! replaced and cannot decide anything when it wakes; a commit interrupted by a kill -9 of the
 //! active replica finishes on the next; etcd losing its leader pauses grants, losing its quorum
-//! stops them with a clear error, and nothing granted is lost or reissued.
+//! stops them with a clear error, and nothing granted is lost or reissued; Kafka clients (the
+//! Rust one, confluent-kafka and kafka-python) are served and fenced through takeovers.
 //!
 //! Needs etcd and etcdctl (`scripts/etcd` installs Debian's): `cargo test --features etcd --test
 //! coordinator_ha`. `.ci/run` runs it.
@@ -384,4 +385,70 @@ async fn a_kafka_client_is_served_and_fenced_through_a_takeover() {
     let mut consumer = Consumer::read_committed(&both, ClientConfig::default());
     let values: Vec<_> = consumer.read_to_end("k", 0, 0).await.unwrap().into_iter().map(|r| r.value).collect();
     assert_eq!(values, ["before", "after"].map(|v| bytes::Bytes::from_static(v.as_bytes())));
+}
+
+/// Unmodified Kafka clients, confluent-kafka (librdkafka) then kafka-python, across a takeover
+/// each (the active replica frozen, the other taking over; then back): a new instance of a
+/// transactional id initialises while the takeover is under way, retrying what the brokers
+/// answer meanwhile (COORDINATOR_NOT_AVAILABLE), commits through the new replica and fences the
+/// old instance, whose next transaction is refused; what is read committed is exactly the two
+/// committed transactions. The script is tests/kafka_clients/takeover.py.
+#[tokio::test(flavor = "multi_thread")]
+async fn unmodified_kafka_clients_are_served_and_fenced_through_takeovers() {
+    use std::io::{BufRead, BufReader, Write};
+    let python = common::kafka_clients_python();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka_clients/takeover.py");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let etcd = Etcd::start(d, 1);
+    let (a, a_lines) = replica(d, "a", &etcd, &[]);
+    a_lines.wait_for("coordinator active", 1, WAIT).unwrap();
+    let (b, b_lines) = replica(d, "b", &etcd, &[]);
+    b_lines.wait_for("coordinator standby", 1, WAIT).unwrap();
+    let both = format!("{},{}", a.addr, b.addr);
+    let mut broker = common::broker_with(1, &both, d, &["--kafka-listen", "127.0.0.1:0"]);
+    let kafka = broker.next_line().rsplit(' ').next().unwrap().to_string();
+    // (client, the active replica frozen, its lines, the other's lines, the other's `active`
+    // lines once it has taken over)
+    let turns = [("confluent", &a, &a_lines, &b_lines, 1), ("kafka-python", &b, &b_lines, &a_lines, 2)];
+    for (client, active, active_lines, other_lines, other_active) in turns {
+        let topic = format!("k-{client}");
+        create_topic_replicated(&both, &topic, 1, Some(1));
+        let log = std::fs::File::create(d.join(format!("{client}.log"))).unwrap();
+        let mut py = Command::new(&python)
+            .arg(&script)
+            .args([client, kafka.as_str(), topic.as_str()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap_or_else(|e| panic!("run {python} {}: {e}", script.display()));
+        let (tx, said) = std::sync::mpsc::channel();
+        let stdout = BufReader::new(py.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let logs = [d.join(format!("{client}.log")), d.join("a.log"), d.join("b.log"), d.join("broker-1.log")];
+        let next = |what: &str| {
+            said.recv_timeout(Duration::from_secs(120)).unwrap_or_else(|_| {
+                let logs: Vec<&Path> = logs.iter().map(PathBuf::as_path).collect();
+                panic!("{client}: no `{what}` line\n{}", log_tails(&logs, 30))
+            })
+        };
+        assert_eq!(next("committed before"), "committed before");
+        signal(active, "STOP");
+        writeln!(py.stdin.as_mut().unwrap(), "go").unwrap();
+        assert_eq!(next("committed after"), "committed after", "{client}");
+        let zombie = next("ZOMBIE");
+        assert!(zombie.starts_with("ZOMBIE REFUSED"), "{client}: the old instance is fenced: {zombie}");
+        assert!(py.wait().unwrap().success(), "{client}: the script failed");
+        other_lines.wait_for("coordinator active", other_active, WAIT).expect("the standby took over");
+        signal(active, "CONT");
+        active_lines.wait_for("coordinator standby", 2, WAIT).expect("the woken replica steps down");
+        let mut consumer = Consumer::read_committed(&both, ClientConfig::default());
+        let values: Vec<_> = consumer.read_to_end(&topic, 0, 0).await.unwrap().into_iter().map(|r| r.value).collect();
+        assert_eq!(values, ["before", "after"].map(|v| bytes::Bytes::from_static(v.as_bytes())), "{client}");
+    }
 }

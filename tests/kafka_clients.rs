@@ -21,17 +21,7 @@ use std::process::Command;
 fn unmodified_kafka_clients_are_served_and_fenced_as_kafka_fences_them() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let bin_dir = common::bin("broker").parent().expect("the binaries' directory").to_path_buf();
-    let venv = Command::new(root.join("scripts/kafka-clients-venv"))
-        .current_dir(root)
-        .output()
-        .expect("run scripts/kafka-clients-venv (it needs bash)");
-    assert!(
-        venv.status.success(),
-        "scripts/kafka-clients-venv could not make the venv of pinned Kafka clients:\n{}",
-        String::from_utf8_lossy(&venv.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&venv.stdout);
-    let python = stdout.lines().last().expect("the venv's python on the script's last line").trim().to_string();
+    let python = common::kafka_clients_python();
     let status = Command::new(&python)
         .args(["-m", "pytest", "tests/kafka_clients", "-q", "-p", "no:cacheprovider"])
         .env("EPOCHFENCE_BIN", &bin_dir)

@@ -261,3 +261,20 @@ pub fn log_tails(logs: &[&Path], lines: usize) -> String {
     }
     out
 }
+
+/// The python of the venv of pinned Kafka clients (`scripts/kafka-clients-venv` makes it, or
+/// finds it made); fails, never skips, when it cannot be had.
+pub fn kafka_clients_python() -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = Command::new(root.join("scripts/kafka-clients-venv"))
+        .current_dir(root)
+        .output()
+        .expect("run scripts/kafka-clients-venv (it needs bash)");
+    assert!(
+        venv.status.success(),
+        "scripts/kafka-clients-venv could not make the venv of pinned Kafka clients:\n{}",
+        String::from_utf8_lossy(&venv.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&venv.stdout);
+    stdout.lines().last().expect("the venv's python on the script's last line").trim().to_string()
+}

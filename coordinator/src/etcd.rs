@@ -226,13 +226,18 @@ async fn keep_alive(client: Client, lease: i64, ttl: Duration, clock: Arc<LeaseC
 /// Poll the election's leader into `role` (what standbys name in NOT_COORDINATOR).
 async fn watch_leader(mut client: Client, name: Vec<u8>, role: Arc<Role>) {
     loop {
-        let leader = match tokio::time::timeout(Duration::from_secs(2), client.leader(name.clone())).await {
-            Ok(Ok(r)) => r.kv().map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
-            _ => None, // no leader, or etcd unreachable or slow
-        };
-        *role.leader.lock().unwrap_or_else(|p| p.into_inner()) = leader;
+        refresh_leader(&mut client, &name, &role).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Read the election's leader into `role` once.
+async fn refresh_leader(client: &mut Client, name: &[u8], role: &Role) {
+    let leader = match tokio::time::timeout(Duration::from_secs(2), client.leader(name.to_vec())).await {
+        Ok(Ok(r)) => r.kv().map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+        _ => None, // no leader, or etcd unreachable or slow
+    };
+    *role.leader.lock().unwrap_or_else(|p| p.into_inner()) = leader;
 }
 
 /// Run as one replica of a coordinator on etcd: serve `listener` (refusing as a standby,
@@ -403,6 +408,9 @@ async fn campaign_forever(
         role.set_active(None);
         keeper.abort();
         revoke(&mut client, lease.id()).await;
+        // A standby names the active replica from its first answer on: the leader it knew
+        // (itself) is stale, and the poll may have been frozen with it.
+        refresh_leader(&mut client, &name, &role).await;
         announce_standby = etcd.announce;
     }
 }

@@ -164,10 +164,7 @@ pub(crate) fn parse_snapshot(path: &Path, raw: Bytes) -> Result<Vec<Bytes>, Stri
 
 /// A snapshot's bytes: its records framed, then the record count.
 pub(crate) fn frame_snapshot(snapshot: &[Bytes]) -> Vec<u8> {
-    let mut buf = Vec::new();
-    for p in snapshot {
-        frame(&mut buf, p);
-    }
+    let mut buf = frame_records(snapshot);
     frame(&mut buf, &(snapshot.len() as u64).to_be_bytes());
     buf
 }

@@ -17,11 +17,14 @@
 //!
 //! Opening a log loads each closed segment's index, checked by its CRC32C and against the
 //! segment's size, instead of reading the segment (as Kafka trusts segments below its recovery
-//! point); a closed segment without a valid index is scanned, and any damage in it is
-//! corruption. The active segment is always scanned: every batch's length, CRC32C and offset
-//! continuity are checked. A torn or corrupt last batch is cut off (it was never acknowledged:
-//! acknowledgement follows the write); damage followed by intact data is corruption, and the
-//! log refuses to open rather than serve past it.
+//! point); a closed segment without a valid index is scanned. The active segment is always
+//! scanned: every batch's length, CRC32C and offset continuity are checked. A torn tail (a last
+//! batch cut short or failing its checksum, or zeros, with no good batch after it) is cut off:
+//! it was written after the last sync, and so never acknowledged under `--fsync always`. Any
+//! other damage (a bad batch with good ones after it, damage in a closed segment that was
+//! synced when it rolled) is cut too, but reported ([`Recovered::damage`]) with the cut bytes
+//! kept in `<segment>.damaged`: the replica may have lost acknowledged records, so it must not
+//! lead or count as in sync until it has refetched them from a replica that has them.
 //!
 //! Retention deletes whole closed segments from the front, by total size and by age (the
 //! newest record timestamp in the segment), never past a bound the caller gives (the high
@@ -337,6 +340,10 @@ pub struct Recovered {
     pub truncated_bytes: u64,
     /// Bytes read and checked by the scan (the active segment, and closed ones without index).
     pub scanned_bytes: u64,
+    /// Damage found and cut (not a torn tail: see [`PartitionLog::open`]), described. The log
+    /// may have lost acknowledged records: this replica must leave the ISR and refetch them
+    /// before it may lead.
+    pub damage: Option<String>,
 }
 
 /// Bytes to read for a fetch or a replication push: whole batches of one segment.
@@ -420,6 +427,7 @@ impl PartitionLog {
         let last = files.len() - 1;
         let mut segments: Vec<Segment> = Vec::with_capacity(files.len());
         let (mut truncated_bytes, mut scanned_bytes) = (0, 0);
+        let mut damage = None;
         let mut files = files.into_iter().enumerate();
         while let Some((i, (base_offset, path))) = files.next() {
             if let Some(due) = segments.last().map(Segment::end_offset) {
@@ -447,15 +455,22 @@ impl PartitionLog {
             // its sync, and removed at its next append): then it is not scanned either.
             seg.indexed = load_index(st, &mut seg, i != last) && (i != last || last_batch_checks_out(&seg));
             if !seg.indexed {
-                // Closed segments were synced when they rolled: damage in one is corruption,
-                // unless rolls do not sync (`--fsync never`), where a power loss can tear one.
-                let cut = scan(&mut seg, i == last || !config.sync_on_roll)?;
+                // Closed segments were synced when they rolled: damage in one is damage, unless
+                // rolls do not sync (`--fsync never`), where a power loss can tear one.
+                let Scanned { cut, damage: found } = scan(st, &mut seg, i == last || !config.sync_on_roll)?;
                 truncated_bytes += cut;
                 scanned_bytes += seg.size + cut;
+                let damaged = found.is_some();
+                damage = damage.or(found);
                 if cut > 0 && i != last {
-                    // The log ends in this torn segment: what follows it cannot follow it.
+                    // The log ends in this segment: what follows it cannot follow it.
                     for (_, (_, later)) in files.by_ref() {
-                        tracing::warn!(path = %later.display(), "removing a segment after a torn one");
+                        if damaged {
+                            // It may hold acknowledged records the damage cut off: kept aside.
+                            let bytes = st.read(&later).map_err(io_error(&later, "read"))?;
+                            keep_aside(st, &later, &bytes)?;
+                        }
+                        tracing::warn!(path = %later.display(), "removing a segment after a torn or damaged one");
                         remove_if_present(st, &later.with_extension(INDEX_SUFFIX))?;
                         remove_if_present(st, &later)?;
                     }
@@ -486,7 +501,7 @@ impl PartitionLog {
             tail: Tail::default(),
         };
         log.rebuild_epochs();
-        Ok(Recovered { log, truncated_bytes, scanned_bytes })
+        Ok(Recovered { log, truncated_bytes, scanned_bytes, damage })
     }
 
     fn active(&self) -> &Segment {
@@ -952,10 +967,14 @@ impl PartitionLog {
     }
 
     /// A clean shutdown: fdatasync the active segment and write its index, so the next open
-    /// reads no segment at all.
+    /// reads no segment at all. Without syncs at rolls (`--fsync never`) every closed segment
+    /// is synced too: a clean shutdown vouches for the whole log.
     pub fn checkpoint(&mut self) -> Result<(), LogError> {
         if let Some(e) = self.failed_error() {
             return Err(e);
+        }
+        if !self.config.sync_on_roll {
+            self.sync_closed()?;
         }
         let storage = self.storage.clone();
         let seg = self.active_mut();
@@ -963,6 +982,15 @@ impl PartitionLog {
         write_index(storage.as_ref(), seg).map_err(io_error(&seg.path, "write index"))?;
         seg.indexed = true;
         storage.sync_dir(&self.dir);
+        Ok(())
+    }
+
+    /// fdatasync every closed segment (they were not synced when they rolled under `--fsync
+    /// never`; a process that vouches for the whole log syncs them first).
+    pub fn sync_closed(&self) -> Result<(), LogError> {
+        for seg in &self.segments[..self.segments.len() - 1] {
+            seg.file.sync_data().map_err(io_error(&seg.path, "sync"))?;
+        }
         Ok(())
     }
 
@@ -995,20 +1023,36 @@ fn remove_leftovers(storage: &dyn Storage, dir: &Path) -> Result<(), LogError> {
     Ok(())
 }
 
-/// Read and check every batch of `seg`, building its index. With `repair_tail`, a torn or
-/// corrupt last batch is cut off; otherwise (a closed segment) it is corruption. Returns the
-/// bytes cut.
-fn scan(seg: &mut Segment, repair_tail: bool) -> Result<u64, LogError> {
+/// What [`scan`] found in a segment.
+struct Scanned {
+    /// Bytes cut off its end.
+    cut: u64,
+    /// Damage that was not a torn tail (see [`scan`]), described; the bytes from it on were cut
+    /// and kept aside in a `.damaged` file.
+    damage: Option<String>,
+}
+
+/// Read and check every batch of `seg`, building its index, and cut whatever follows the last
+/// good batch. With `tail_may_tear` (the active segment, or any under `--fsync never`), a torn
+/// tail is expected after a crash: the last batch cut short, a tail of zeros, or a last batch
+/// whose checksum fails, with no good batch anywhere after it. Anything else is *damage*: a
+/// bad batch with a good one after it (a flipped byte in the middle of the log, found by looking
+/// for the next batch that checks out), any damage in a closed segment that was synced when it
+/// rolled, or a batch at the wrong offset. Damage may have taken acknowledged records: the bytes
+/// from it on are kept in `<segment>.damaged` for an operator and cut from the log, and the
+/// replica must not lead until it has caught up again (see [`Recovered::damage`]).
+fn scan(storage: &dyn Storage, seg: &mut Segment, tail_may_tear: bool) -> Result<Scanned, LogError> {
     let raw = seg.file.read_at(0, seg.size as usize).map_err(io_error(&seg.path, "read"))?;
     let total = raw.len() as u64;
-    let corrupt = |pos: u64, detail: String| LogError::Corrupt { path: seg.path.display().to_string(), pos, detail };
     let mut pos = 0u64;
     let mut next_offset = seg.base_offset;
+    let mut damage = None;
     for item in BatchIter::new(raw.clone()) {
-        let damage = match item {
+        let bad = match item {
             Ok((h, bytes)) => match verify_crc(&bytes, &h) {
                 Ok(()) if h.base_offset != next_offset => {
-                    return Err(corrupt(pos, format!("batch at offset {} where {next_offset} was due", h.base_offset)));
+                    damage = Some(format!("batch at offset {} where {next_offset} was due", h.base_offset));
+                    break;
                 }
                 Ok(()) => {
                     seg.index.push(IndexEntry {
@@ -1022,28 +1066,62 @@ fn scan(seg: &mut Segment, repair_tail: bool) -> Result<u64, LogError> {
                     next_offset = h.last_offset() + 1;
                     continue;
                 }
-                Err(e) if pos + bytes.len() as u64 == total => e.to_string(),
-                Err(e) => return Err(corrupt(pos, e.to_string())),
+                Err(e) => e.to_string(),
             },
-            // A batch cut short, or a tail of zeros (what some file systems leave after a power
-            // loss), is a torn tail; any other damage with bytes after it is corruption.
-            Err(e @ protocol::batch::BatchError::Truncated { .. }) => e.to_string(),
             Err(e) if raw[pos as usize..].iter().all(|b| *b == 0) => format!("{e} (a tail of zeros)"),
-            Err(e) => return Err(corrupt(pos, e.to_string())),
+            Err(e) => e.to_string(),
         };
-        // A torn or corrupt last batch.
-        if !repair_tail {
-            return Err(corrupt(pos, format!("{damage} in a closed segment")));
-        }
-        tracing::warn!(path = %seg.path.display(), pos, error = %damage, "cutting a torn or corrupt tail");
+        let zeros = raw[pos as usize..].iter().all(|b| *b == 0);
+        damage = if !tail_may_tear {
+            Some(format!("{bad} in a closed segment, synced when it rolled"))
+        } else if !zeros && good_batch_after(&raw, pos as usize + 1, next_offset) {
+            Some(format!("{bad}, with good batches after it"))
+        } else {
+            tracing::warn!(path = %seg.path.display(), pos, error = %bad, "cutting a torn tail");
+            None
+        };
         break;
+    }
+    if let Some(what) = &damage {
+        let what = format!("{what} at byte {pos} of {}", seg.path.display());
+        tracing::error!(damage = %what, cut_bytes = total - pos, "damaged log: cutting it there, keeping the cut bytes aside");
+        keep_aside(storage, &seg.path, &raw[pos as usize..])?;
+        damage = Some(what);
     }
     if pos < total {
         seg.file.set_len(pos).map_err(io_error(&seg.path, "truncate"))?;
         seg.file.sync_data().map_err(io_error(&seg.path, "sync"))?;
     }
     seg.size = pos;
-    Ok(total - pos)
+    Ok(Scanned { cut: total - pos, damage })
+}
+
+/// Whether a batch that checks out (its header parses, it fits, its checksum holds, and it
+/// starts at or after `min_offset`) starts anywhere in `raw` from byte `from` on: then what
+/// stands before it is damage, not a torn tail.
+fn good_batch_after(raw: &[u8], from: usize, min_offset: i64) -> bool {
+    (from..raw.len()).any(|q| {
+        let b = &raw[q..];
+        b.len() > 16
+            && b[16] == 2
+            && BatchHeader::parse_prefix(b)
+                .is_ok_and(|h| h.base_offset >= min_offset && h.total_bytes() <= b.len() && verify_crc(b, &h).is_ok())
+    })
+}
+
+/// Keep `bytes` cut from the log file at `path` in `<path>.damaged` (or `.damaged-N`), synced,
+/// for an operator to look at.
+fn keep_aside(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<(), LogError> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("segment").to_string();
+    let aside = (0..)
+        .map(|n| path.with_file_name(if n == 0 { format!("{name}.damaged") } else { format!("{name}.damaged-{n}") }))
+        .find(|p| !storage.exists(p))
+        .expect("a free name");
+    storage.write_file_atomically(&aside, bytes).map_err(io_error(&aside, "keep damaged bytes"))?;
+    if let Some(dir) = path.parent() {
+        storage.sync_dir(dir);
+    }
+    Ok(())
 }
 
 /// Whether the last batch an index lists is intact and ends the segment: checked before an
@@ -1301,12 +1379,21 @@ mod tests {
         assert_ne!(std::fs::read(&index).unwrap(), raw, "rewritten");
         drop(r);
 
-        // Damage inside a closed segment without an index is corruption, not a tail to cut.
-        let (_, seg) = segment_files(dir.path()).unwrap()[1].clone();
+        // Damage inside a closed segment without an index is damage, not a tail to cut: it is
+        // cut and reported, and the segments after it are kept aside with the cut bytes.
+        let files = segment_files(dir.path()).unwrap();
+        let (base, seg) = files[1].clone();
         std::fs::remove_file(seg.with_extension(INDEX_SUFFIX)).unwrap();
         let len = std::fs::metadata(&seg).unwrap().len();
         OpenOptions::new().write(true).open(&seg).unwrap().set_len(len - 3).unwrap();
-        assert!(matches!(PartitionLog::open(dir.path(), config(300)), Err(LogError::Corrupt { .. })));
+        let r = PartitionLog::open(dir.path(), config(300)).unwrap();
+        assert!(r.damage.as_deref().is_some_and(|d| d.contains("closed segment")), "{:?}", r.damage);
+        assert!(r.log.end_offset() < files[2].0 && r.log.end_offset() >= base);
+        assert_eq!(r.log.segment_count(), 2);
+        for (_, later) in &files[2..] {
+            assert!(!later.exists());
+            assert!(later.with_file_name(format!("{}.damaged", later.file_name().unwrap().to_str().unwrap())).exists());
+        }
     }
 
     #[test]
@@ -1338,7 +1425,7 @@ mod tests {
     }
 
     #[test]
-    fn torn_tail_is_cut_and_mid_log_damage_refused() {
+    fn a_torn_tail_is_cut_and_mid_log_damage_cut_and_reported() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = PartitionLog::open(dir.path(), LogConfig::default()).unwrap().log;
         for i in 0..3 {
@@ -1360,15 +1447,29 @@ mod tests {
         let r = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
         assert_eq!((r.log.end_offset(), r.truncated_bytes), (2, 100));
         drop(r);
-        // A damaged magic byte with intact batches after it is corruption, not a tail to cut.
-        let mut raw = intact.clone();
-        raw[16] = 7;
-        std::fs::write(&path, &raw).unwrap();
-        assert!(matches!(PartitionLog::open(dir.path(), LogConfig::default()), Err(LogError::Corrupt { pos: 0, .. })));
+        // Damage with good batches after it is not a torn tail: a damaged magic byte, a byte
+        // flipped in the records, a length that reaches past the end. The log is cut there all
+        // the same (it cannot serve past it), but the damage is reported, and the cut bytes are
+        // kept aside.
+        let first_len = BatchIter::new(Bytes::from(intact.clone())).next().unwrap().unwrap().1.len();
+        let aside = path.with_file_name(format!("{}.damaged", path.file_name().unwrap().to_str().unwrap()));
+        for (at, flip) in [(16, 5u8), (70, 0xff), (10, 0x40)] {
+            let mut raw = intact.clone();
+            raw[at] ^= flip;
+            std::fs::write(&path, &raw).unwrap();
+            let _ = std::fs::remove_file(&aside);
+            let r = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
+            assert_eq!(r.log.end_offset(), 0, "byte {at}");
+            assert!(r.damage.as_deref().is_some_and(|d| d.contains("good batches after it")), "{:?}", r.damage);
+            assert_eq!(std::fs::read(&aside).unwrap(), raw, "the cut bytes are kept aside");
+            drop(r);
+        }
+        // Damage in the last batch alone cannot be told from a torn write: cut, not reported.
         let mut raw = intact;
-        raw[70] ^= 0xff; // inside the first batch's records
+        raw[first_len + 70] ^= 0xff;
         std::fs::write(&path, &raw).unwrap();
-        assert!(matches!(PartitionLog::open(dir.path(), LogConfig::default()), Err(LogError::Corrupt { pos: 0, .. })));
+        let r = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
+        assert_eq!((r.log.end_offset(), r.damage), (1, None));
     }
 
     #[test]
@@ -1517,7 +1618,7 @@ mod tests {
         assert!(end < 12 && r.truncated_bytes > 0, "the log ends in the first torn segment ({end})");
         assert_eq!(base_offsets(&r.log, 0), (0..end).collect::<Vec<_>>());
         assert_eq!(r.log.segment_count(), 1, "nothing after the torn segment is kept");
-        // With syncs at rolls the same damage to a closed segment is corruption.
+        // With syncs at rolls the same damage to a closed segment is damage, reported.
         let mut log = r.log;
         for i in end..12 {
             append_at(&mut log, &format!("v{i}"), 1, 0);
@@ -1528,7 +1629,8 @@ mod tests {
         let f = disk.open(&first, false).unwrap();
         let len = f.len().unwrap();
         f.set_len(len - 3).unwrap();
-        assert!(matches!(PartitionLog::open_in(disk, dir, config(200)), Err(LogError::Corrupt { .. })));
+        let r = PartitionLog::open_in(disk, dir, config(200)).unwrap();
+        assert!(r.damage.is_some() && r.log.segment_count() == 1);
     }
 
     /// The kept tail serves exactly the batches the log holds, by the rule `locate` follows,

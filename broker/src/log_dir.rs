@@ -41,7 +41,10 @@ pub struct LogDir {
     pub previous_broker_epoch: i64,
     path: PathBuf,
     boot_id: Option<String>,
-    fsync_always: bool,
+    /// Recorded as `fsync_always`: every log here is synced as far as it was acknowledged.
+    fsync_always: std::sync::atomic::AtomicBool,
+    /// Whether the previous process left every log here on disk (see [`LogDir::vouched`]).
+    vouched: bool,
     /// The broker epoch recorded for this process (-1 until the coordinator assigns one).
     broker_epoch: std::sync::Mutex<i64>,
     /// The highest coordinator epoch seen, recorded (-1: none yet).
@@ -137,6 +140,9 @@ impl LogDir {
         let intact = previous
             .as_ref()
             .is_some_and(|m| m.clean || m.fsync_always || (m.boot_id.is_some() && m.boot_id == boot_id));
+        // Whether every log here was on disk when the previous process ended (it synced all it
+        // wrote, or stopped cleanly), or there was none.
+        let vouched = previous.as_ref().is_none_or(|m| m.clean || m.fsync_always);
         let id = previous.as_ref().map_or_else(random_id, |m| m.id);
         let previous_broker_epoch = previous.as_ref().map_or(-1, |m| m.broker_epoch);
         let dir = LogDir {
@@ -145,7 +151,11 @@ impl LogDir {
             previous_broker_epoch,
             path,
             boot_id,
-            fsync_always,
+            // `fsync_always` in the file vouches for every log in the directory: this process
+            // writes it only once what the previous one left unsynced is synced too (see
+            // [`LogDir::mark_synced`]).
+            fsync_always: std::sync::atomic::AtomicBool::new(fsync_always && vouched),
+            vouched,
             // Until the coordinator assigns this process one, the previous one's stays recorded:
             // a process that dies before registering leaves its predecessor's for the next.
             broker_epoch: std::sync::Mutex::new(previous_broker_epoch),
@@ -190,6 +200,22 @@ impl LogDir {
         Ok(())
     }
 
+    /// Whether the previous process left every log in the directory on disk (it ran with
+    /// `--fsync always`, or stopped cleanly), or there was no previous process. If not, a process
+    /// that acknowledges only what is synced must sync every log before it records itself as
+    /// such ([`LogDir::mark_synced`]): until then the next process after a machine restart
+    /// cannot trust what the earlier one left in the page cache.
+    pub fn vouched(&self) -> bool {
+        self.vouched
+    }
+
+    /// Every log in the directory is synced now, and this process (under `--fsync always`)
+    /// keeps it so: record `fsync_always`.
+    pub fn mark_synced(&self) -> std::io::Result<()> {
+        self.fsync_always.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.write(false)
+    }
+
     /// The process stops cleanly: every log is synced and checkpointed.
     pub fn mark_clean(&self) -> std::io::Result<()> {
         self.write(true)
@@ -206,7 +232,7 @@ impl LogDir {
         let meta = Meta {
             id: self.id,
             boot_id: self.boot_id.clone(),
-            fsync_always: self.fsync_always,
+            fsync_always: self.fsync_always.load(std::sync::atomic::Ordering::SeqCst),
             clean,
             broker_epoch,
             coordinator_epoch,
@@ -253,8 +279,15 @@ mod tests {
         open(false, "a");
         assert!(open(false, "a").intact, "killed and restarted on the same boot");
         assert!(!open(false, "b").intact, "the machine restarted: unsynced writes may be gone");
-        open(true, "b");
-        assert!(open(false, "c").intact, "the previous process synced what it acknowledged");
+        // A process under `--fsync always` after one under `never`: what the earlier one left
+        // unsynced is trusted only once this one has synced every log.
+        let always = open(true, "b");
+        assert!(!always.vouched());
+        assert!(!open(false, "c").intact, "killed before it synced the logs it found");
+        let always = open(true, "c");
+        always.mark_synced().unwrap();
+        assert!(open(true, "d").vouched(), "the previous process synced every log");
+        assert!(open(false, "e").intact, "the previous process synced every log and what it acknowledged");
         open(false, "c").mark_clean().unwrap();
         assert!(open(false, "d").intact, "stopped cleanly before the machine restarted");
         assert!(!open(false, "e").intact, "this process did not stop cleanly and did not sync");

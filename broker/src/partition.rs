@@ -327,6 +327,13 @@ struct Inner {
     sync_before_commit: bool,
     /// The topic's `min.insync.replicas` (1 until the coordinator says).
     min_isr: i32,
+    /// The high watermark last written to [`HIGH_WATERMARK_FILE`] (as far as it was on disk
+    /// here then: see [`Partition::checkpoint_high_watermark`]).
+    checkpointed_hw: i64,
+    /// Why this replica may lack records it acknowledged before its restart (damage cut at
+    /// open, or a log ending below its checkpointed high watermark), until it is back in the
+    /// ISR; `None` when it holds everything it held.
+    lost: Option<String>,
 }
 
 impl Inner {
@@ -452,6 +459,20 @@ impl Inner {
         }
     }
 
+    /// Record `hw` in [`HIGH_WATERMARK_FILE`], durably.
+    fn write_high_watermark(&mut self, hw: i64) -> Result<(), LogError> {
+        let path = self.log.dir().join(HIGH_WATERMARK_FILE);
+        let io = |e: std::io::Error| LogError::Io {
+            path: path.display().to_string(),
+            op: "checkpoint the high watermark",
+            detail: e.to_string(),
+        };
+        self.log.storage().write_file_atomically(&path, format!("{HIGH_WATERMARK_HEADER}\n{hw}\n").as_bytes()).map_err(io)?;
+        self.log.storage().sync_dir(self.log.dir());
+        self.checkpointed_hw = hw;
+        Ok(())
+    }
+
     /// Rebuild the producer state and transaction index: from the newest intact snapshot
     /// within the log, replaying the batches after it; or from the whole log.
     fn recover_state(&mut self, fencing: bool) -> Result<Option<i64>, LogError> {
@@ -467,6 +488,25 @@ impl Inner {
         }
         (self.producers, self.txns) = (producers, txns);
         Ok(used)
+    }
+}
+
+/// The file in a partition's directory holding its checkpointed high watermark.
+pub const HIGH_WATERMARK_FILE: &str = "high-watermark";
+const HIGH_WATERMARK_HEADER: &str = "epochfence high watermark v1";
+
+/// The high watermark checkpointed in `dir` (0 if none, or unreadable: then nothing is
+/// known to have been committed here).
+fn read_high_watermark(storage: &dyn Storage, dir: &Path) -> i64 {
+    let Ok(bytes) = storage.read(&dir.join(HIGH_WATERMARK_FILE)) else { return 0 };
+    let text = String::from_utf8_lossy(&bytes);
+    let mut lines = text.lines();
+    match (lines.next(), lines.next().and_then(|l| l.trim().parse::<i64>().ok())) {
+        (Some(HIGH_WATERMARK_HEADER), Some(hw)) if hw >= 0 => hw,
+        _ => {
+            tracing::warn!(dir = %dir.display(), "unreadable high-watermark checkpoint; ignoring it");
+            0
+        }
     }
 }
 
@@ -504,6 +544,18 @@ impl Partition {
     ) -> Result<Partition, LogError> {
         let recovered = PartitionLog::open_in(storage, dir, config)?;
         let end = recovered.log.end_offset();
+        let checkpointed_hw = read_high_watermark(recovered.log.storage(), dir);
+        let lost = match (&recovered.damage, checkpointed_hw) {
+            (Some(damage), _) => Some(format!("damage cut from its log at the restart: {damage}")),
+            (None, hw) if hw > end => Some(format!(
+                "its log ends at offset {end} after the restart, below the high watermark {hw} it had on disk \
+                 before: acknowledged records are gone from it"
+            )),
+            _ => None,
+        };
+        if let Some(why) = &lost {
+            tracing::error!(topic, partition = index, %why, "replica lost records: it must refetch them before it may lead");
+        }
         // A snapshot past the log end describes batches the log no longer has.
         if let Err(e) = snapshot::remove_outside(recovered.log.storage(), dir, i64::MIN, end) {
             tracing::warn!(dir = %dir.display(), error = %e, "could not remove stale snapshots");
@@ -519,12 +571,16 @@ impl Partition {
             leadership: Leadership { is_leader: false, leader_id: -1, leader_epoch: latest_epoch },
             replicas: Vec::new(),
             replica_set: None,
-            high_watermark: 0,
+            // Records below the high watermark checkpointed before the restart were committed:
+            // readable at once, without waiting for the followers to answer.
+            high_watermark: checkpointed_hw.min(end),
             // Made durable below, once the log is recovered.
             durable_end: 0,
             truncations: 0,
             sync_before_commit: false,
             min_isr: 1,
+            checkpointed_hw,
+            lost,
         };
         let snapshot = inner.recover_state(fencing)?;
         // What the scan found may still sit unsynced in the page cache (a process crash):
@@ -545,6 +601,7 @@ impl Partition {
             producers = inner.producers.len(),
             scanned_bytes = recovered.scanned_bytes,
             truncated_bytes = recovered.truncated_bytes,
+            high_watermark = inner.high_watermark,
             "partition opened"
         );
         let (progress, _) = watch::channel(0);
@@ -907,6 +964,10 @@ impl Partition {
         g.durable_end = g.durable_end.min(cut);
         g.high_watermark = g.high_watermark.min(cut);
         g.truncations += 1;
+        if g.checkpointed_hw > cut {
+            // Else the next start would take the cut for a loss.
+            g.write_high_watermark(cut)?;
+        }
         g.recover_state(self.fencing)?;
         tracing::info!(topic = %self.topic, partition = self.index, from = leo, to = cut, "truncated a divergent suffix");
         Ok(())
@@ -980,7 +1041,8 @@ impl Partition {
     }
 
     /// A clean shutdown: sync the log, index its active segment and snapshot the producer
-    /// state as of its end, so the next open reads and replays nothing.
+    /// state as of its end, so the next open reads and replays nothing; and checkpoint the high
+    /// watermark.
     pub fn checkpoint(&self) -> Result<(), LogError> {
         let mut g = self.lock();
         if g.log.has_failed() {
@@ -988,7 +1050,45 @@ impl Partition {
         }
         g.log.checkpoint()?;
         g.snapshot();
+        g.durable_end = g.log.end_offset();
+        let hw = g.high_watermark;
+        if hw != g.checkpointed_hw {
+            g.write_high_watermark(hw)?;
+        }
         Ok(())
+    }
+
+    /// Write the high watermark to [`HIGH_WATERMARK_FILE`] if it moved since the last write
+    /// (Kafka's `replication-offset-checkpoint`, every `--high-watermark-checkpoint-interval-ms`):
+    /// as far as this replica's log is on disk, so that a log found shorter than it at the next
+    /// start has lost records it held durably, and a restarted leader serves what was committed
+    /// at once. Returns whether it wrote.
+    pub fn checkpoint_high_watermark(&self) -> Result<bool, LogError> {
+        let mut g = self.lock();
+        let hw = g.high_watermark.min(g.durable_end);
+        if hw == g.checkpointed_hw || g.log.has_failed() {
+            return Ok(false);
+        }
+        g.write_high_watermark(hw)?;
+        Ok(true)
+    }
+
+    /// fdatasync the whole log (a directory written without syncs, taken over by a process
+    /// that acknowledges only what is on disk).
+    pub fn sync_all(&self) -> Result<(), LogError> {
+        let g = self.lock();
+        g.log.sync_closed()?;
+        g.log.active_file().sync_data().map_err(|e| LogError::Io {
+            path: g.log.dir().display().to_string(),
+            op: "sync",
+            detail: e.to_string(),
+        })
+    }
+
+    /// Why this replica may lack records it acknowledged before its restart, while it does
+    /// (see [`Inner`]'s `lost`).
+    pub fn lost(&self) -> Option<String> {
+        self.lock().lost.clone()
     }
 
     /// (log start offset, segments, bytes) of this replica's log.
@@ -1188,6 +1288,12 @@ impl Partition {
     ) -> Option<RoleChange> {
         let mut g = self.lock();
         let is_leader = leader_id == self.broker_id;
+        if g.lost.is_some() && isr.contains(&self.broker_id) {
+            // Back in sync (the coordinator took it out at its restart and a leader let it in
+            // once it held every committed record), or the sole replica, which nothing beats.
+            tracing::info!(topic = %self.topic, partition = self.index, "replica back in the ISR: no longer lost");
+            g.lost = None;
+        }
         if !g.leadership.learn(is_leader, leader_id, leader_epoch) {
             // Same epoch: keep the ISR in step with the coordinator's record, if this one is
             // newer than the leader's (a heartbeat answered before a change was applied, and

@@ -124,6 +124,10 @@ pub struct BrokerConfig {
     pub storage: Arc<dyn Storage>,
     /// How often retention runs, in milliseconds.
     pub retention_check_ms: u64,
+    /// How often each partition's high watermark is checkpointed to its directory, in ms
+    /// (Kafka's `replica.high.watermark.checkpoint.interval.ms`): a restarted leader serves what
+    /// was committed up to it at once, and a log found shorter than it has lost records.
+    pub high_watermark_checkpoint_interval_ms: u64,
     /// Connection limits, the cluster secret and this listener's TLS certificate.
     pub limits: ServerLimits,
     /// Dial other members over TLS, trusting these CAs.
@@ -157,6 +161,7 @@ impl BrokerConfig {
             log: LogConfig::default(),
             storage: Arc::new(OsStorage),
             retention_check_ms: 60_000,
+            high_watermark_checkpoint_interval_ms: 5_000,
             limits: ServerLimits::default(),
             peer_tls: None,
         }
@@ -299,6 +304,9 @@ struct Shared {
     /// The topic id each hosted partition belongs to (0: not known yet), as its directory's
     /// `topic.id` records it.
     topic_ids: DashMap<(String, i32), u128>,
+    /// Replicas whose log could not be opened, with why: reported offline (Kafka's offline log
+    /// directory, KIP-112) until this process ends, so that a healthy replica leads instead.
+    unopened: DashMap<(String, i32), String>,
     /// Cached connection to the coordinator; never held across an `.await`.
     coordinators: net::Coordinators,
     /// Connections to other brokers, by address; never held across an `.await`.
@@ -398,6 +406,7 @@ pub async fn run_listeners(
         },
         partitions: DashMap::new(),
         topic_ids: DashMap::new(),
+        unopened: DashMap::new(),
         coordinators: net::Coordinators::new(&config.coordinator),
         peers: Mutex::new(HashMap::new()),
         broker_addrs: Mutex::new(HashMap::new()),
@@ -409,9 +418,16 @@ pub async fn run_listeners(
         registered: watch::Sender::new(false),
         config: config.clone(),
     });
+    // Every replica on disk is opened before the first heartbeat, which reports what each
+    // holds: one that lost records at the restart, or cannot open, must not be left to lead.
+    let opening = shared.clone();
+    tokio::task::spawn_blocking(move || open_existing(&opening))
+        .await
+        .map_err(|e| BrokerError::DataDir { path: config.data_dir.display().to_string(), detail: e.to_string() })?;
     let heartbeats = tokio::spawn(heartbeat_loop(shared.clone()));
     let flusher = tokio::spawn(flush_loop(shared.clone()));
     let retention = tokio::spawn(retention_loop(shared.clone()));
+    let checkpoints = tokio::spawn(high_watermark_loop(shared.clone()));
     let handler_shared = shared.clone();
     let handler: net::Handler = Arc::new(move |req| {
         if !*handler_shared.control.paused.borrow() {
@@ -459,6 +475,7 @@ pub async fn run_listeners(
     let _ = heartbeats.await;
     let _ = flusher.await;
     let _ = retention.await;
+    let _ = checkpoints.await;
     // A clean shutdown: sync every log and snapshot its producer state, so the next start
     // replays nothing.
     let parts: Vec<PartitionRef> = shared.partitions.iter().map(|p| p.clone()).collect();
@@ -480,6 +497,99 @@ pub async fn run_listeners(
     })
     .await;
     Ok(())
+}
+
+/// Open every partition directory in the data directory (`TOPIC-N`, with its `topic.id`):
+/// a replica that cannot open is kept in `unopened` with why, and reported offline. Under
+/// `--fsync always`, a directory the previous process did not vouch for (it ran under `never`
+/// and did not stop cleanly) has every log synced before the directory is recorded as synced.
+fn open_existing(shared: &Shared) {
+    let entries = match std::fs::read_dir(&shared.config.data_dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            tracing::error!(dir = %shared.config.data_dir.display(), error = %e, "cannot list the data directory");
+            return;
+        }
+    };
+    let mut all_synced = true;
+    for entry in entries.flatten() {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((topic, index)) = name.rsplit_once('-').and_then(|(t, i)| Some((t.to_string(), i.parse::<i32>().ok()?)))
+        else {
+            continue;
+        };
+        if index < 0 || protocol::names::validate_topic(&topic).is_err() {
+            continue;
+        }
+        let key = (topic, index);
+        let topic_id = stored_topic_id(&*shared.config.storage, &entry.path());
+        match open_partition(shared, &key) {
+            Ok(p) => {
+                if shared.config.fsync == FsyncPolicy::Always && !shared.log_dir.vouched() {
+                    if let Err(e) = p.sync_all() {
+                        tracing::error!(topic = %key.0, partition = key.1, error = %e, "cannot sync a log written without syncs");
+                        all_synced = false;
+                    }
+                }
+                shared.topic_ids.insert(key.clone(), topic_id);
+                shared.partitions.insert(key, Arc::new(p));
+            }
+            Err(e) => {
+                tracing::error!(topic = %key.0, partition = key.1, error = %e, "cannot open partition: reporting it offline");
+                shared.unopened.insert(key, e.to_string());
+            }
+        }
+    }
+    if shared.config.fsync == FsyncPolicy::Always && !shared.log_dir.vouched() && all_synced {
+        if let Err(e) = shared.log_dir.mark_synced() {
+            tracing::warn!(error = %e, "could not record that every log is synced");
+        }
+    }
+}
+
+/// Open the replica `key` in its directory under the data directory, with this broker's log
+/// settings.
+fn open_partition(shared: &Shared, key: &(String, i32)) -> Result<Partition, crate::log::LogError> {
+    let dir = shared.config.data_dir.join(format!("{}-{}", key.0, key.1));
+    let mut config = shared.config.log;
+    config.sync_on_roll = shared.config.fsync != FsyncPolicy::Never;
+    let p = Partition::open_with(
+        shared.config.storage.clone(),
+        &dir,
+        config,
+        &key.0,
+        key.1,
+        shared.config.id,
+        shared.config.fencing,
+    )?;
+    // Under `--fsync always` nothing is committed before it is on disk on every ISR member,
+    // the leader included.
+    p.set_sync_before_commit(shared.config.fsync == FsyncPolicy::Always);
+    Ok(p)
+}
+
+/// Every `high_watermark_checkpoint_interval_ms`, checkpoint each partition's high watermark
+/// that moved (see [`Partition::checkpoint_high_watermark`]).
+async fn high_watermark_loop(shared: Arc<Shared>) {
+    let mut stop = shared.stop.clone();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(shared.config.high_watermark_checkpoint_interval_ms)) => {}
+            _ = stop.changed() => return,
+        }
+        let parts: Vec<PartitionRef> = shared.partitions.iter().map(|p| p.clone()).collect();
+        let _ = tokio::task::spawn_blocking(move || {
+            for p in parts {
+                if let Err(e) = p.checkpoint_high_watermark() {
+                    tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot checkpoint the high watermark");
+                }
+            }
+        })
+        .await;
+    }
 }
 
 /// Retention: every `retention_check_ms`, delete the closed segments each partition's log
@@ -686,14 +796,31 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
         .iter()
         .map(|p| {
             let (log_end_offset, high_watermark) = p.progress();
+            let lost = p.lost();
+            let offline = p.log_failed();
             ReplicaReport {
                 topic: p.topic.clone(),
                 partition: p.index,
                 log_end_offset,
                 high_watermark,
-                offline: p.log_failed(),
+                offline,
+                lost: lost.is_some(),
+                problem: match (offline, lost) {
+                    (true, _) => "offline: its log failed (a write or fdatasync error); it takes no writes".to_string(),
+                    (false, Some(why)) => format!("lost: {why}"),
+                    (false, None) => String::new(),
+                },
             }
         })
+        .chain(shared.unopened.iter().map(|u| ReplicaReport {
+            topic: u.key().0.clone(),
+            partition: u.key().1,
+            log_end_offset: -1,
+            high_watermark: -1,
+            offline: true,
+            lost: false,
+            problem: format!("offline: its log cannot be opened: {}", u.value()),
+        }))
         .collect();
     let req = Request::Heartbeat(HeartbeatRequest {
         broker_id: shared.config.id,
@@ -745,6 +872,17 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
     }
     let now = shared.now_ms();
     for d in &hb.deleted {
+        let unopened: Vec<(String, i32)> =
+            shared.unopened.iter().map(|u| u.key().clone()).filter(|(t, _)| *t == d.name).collect();
+        for key in unopened {
+            let dir = shared.config.data_dir.join(format!("{}-{}", key.0, key.1));
+            let stored = stored_topic_id(&*shared.config.storage, &dir);
+            if stored == 0 || stored == d.topic_id {
+                shared.unopened.remove(&key);
+                tracing::info!(topic = %key.0, partition = key.1, "dropping a replica that could not open: its topic was deleted");
+                remove_partition_dir(&*shared.config.storage, &dir);
+            }
+        }
         let hosted: Vec<(String, i32)> =
             shared.partitions.iter().map(|p| p.key().clone()).filter(|(t, _)| *t == d.name).collect();
         for key in hosted {
@@ -760,6 +898,9 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
         if known != 0 && a.topic_id != 0 && known != a.topic_id {
             drop_partition(shared, &key, "its topic was deleted and created again under the same name");
         }
+        if shared.unopened.contains_key(&key) {
+            continue; // offline until this process ends (KIP-112): not opened again
+        }
         let part = match shared.partitions.get(&key).map(|p| p.clone()) {
             Some(p) => p,
             None => {
@@ -771,21 +912,8 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
                     tracing::warn!(topic = %a.topic, partition = a.partition, "dropping a replica of a deleted topic of the same name");
                     remove_partition_dir(&*shared.config.storage, &dir);
                 }
-                let mut config = shared.config.log;
-                config.sync_on_roll = shared.config.fsync != FsyncPolicy::Never;
-                match Partition::open_with(
-                    shared.config.storage.clone(),
-                    &dir,
-                    config,
-                    &a.topic,
-                    a.partition,
-                    shared.config.id,
-                    shared.config.fencing,
-                ) {
+                match open_partition(shared, &key) {
                     Ok(p) => {
-                        // Under `--fsync always` nothing is committed before it is on disk on
-                        // every ISR member, the leader included.
-                        p.set_sync_before_commit(shared.config.fsync == FsyncPolicy::Always);
                         if a.topic_id != 0 && stored != a.topic_id {
                             if let Err(e) = store_topic_id(&*shared.config.storage, &dir, a.topic_id) {
                                 tracing::warn!(topic = %a.topic, partition = a.partition, error = %e, "cannot record the topic id");
@@ -797,7 +925,8 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
                         p
                     }
                     Err(e) => {
-                        tracing::error!(topic = %a.topic, partition = a.partition, error = %e, "cannot open partition");
+                        tracing::error!(topic = %a.topic, partition = a.partition, error = %e, "cannot open partition: reporting it offline");
+                        shared.unopened.insert(key, e.to_string());
                         continue;
                     }
                 }

@@ -197,6 +197,9 @@ pub struct Cluster {
     topics: BTreeMap<String, Topic>,
     /// Last progress each broker reported per partition: (log end offset, high watermark).
     reports: HashMap<(String, i32), BTreeMap<i32, (i64, i64)>>,
+    /// What each broker last reported wrong with its replica of a partition (offline, lost,
+    /// refusing its leader), for `admin describe`; in memory only.
+    problems: HashMap<(String, i32), BTreeMap<i32, String>>,
     /// The process each broker id is registered to.
     registrations: HashMap<i32, Registration>,
     /// Replicas whose log failed, as their brokers reported (topic, partition, broker): never
@@ -281,11 +284,16 @@ impl Cluster {
     /// sole in-sync replica and no other is eligible it keeps leading, at a new epoch; and every
     /// other partition it is a replica of gets a new leader epoch too, so that its leader
     /// forgets what the old process acknowledged. It rejoins ISRs by catching up.
+    ///
+    /// `reports` are the replicas the process opened: one reported `lost` (damage cut at open,
+    /// or a log ending below its checkpointed high watermark) is treated as a restart that is
+    /// not intact, for its partition alone.
     pub fn handle_registration(
         &mut self,
         now_ms: u64,
         broker_id: i32,
         start: BrokerStart,
+        reports: &[ReplicaReport],
     ) -> Result<(i64, Vec<Entry>), Status> {
         let current = self.registrations.get(&broker_id).copied();
         if start.broker_epoch >= 0 {
@@ -335,10 +343,11 @@ impl Cluster {
             self.apply(&out[0]);
             return Ok((broker_epoch, out));
         };
-        let lost = !start.intact || (previous.log_dir_id != 0 && previous.log_dir_id != start.log_dir_id);
+        let all_lost = !start.intact || (previous.log_dir_id != 0 && previous.log_dir_id != start.log_dir_id);
         for (topic, t) in &self.topics {
             for (i, p) in t.partitions.iter().enumerate() {
                 let i = i as i32;
+                let lost = all_lost || reports.iter().any(|r| r.lost && r.topic == *topic && r.partition == i);
                 let change = if lost {
                     // Also where it is out of the ISR: a new leader epoch makes the leader
                     // forget what the old process acknowledged (KIP-903's case), so that only
@@ -480,10 +489,15 @@ impl Cluster {
         self.brokers.insert(broker_id, Broker { addr: addr.to_string(), kafka_addr, lease_until_ms });
         for r in reports {
             if self.topics.contains_key(&r.topic) {
-                self.reports
-                    .entry((r.topic.clone(), r.partition))
-                    .or_default()
-                    .insert(broker_id, (r.log_end_offset, r.high_watermark));
+                let key = (r.topic.clone(), r.partition);
+                self.reports.entry(key.clone()).or_default().insert(broker_id, (r.log_end_offset, r.high_watermark));
+                if r.problem.is_empty() {
+                    if let Some(p) = self.problems.get_mut(&key) {
+                        p.remove(&broker_id);
+                    }
+                } else {
+                    self.problems.entry(key).or_default().insert(broker_id, r.problem.clone());
+                }
             }
         }
         let assignments = self
@@ -710,7 +724,10 @@ impl Cluster {
 
     /// Move leaderships away from brokers whose lease expired (or whose replica's log failed),
     /// and give leaderless partitions a leader once an in-sync replica is back, or, with none
-    /// live, an eligible one (KIP-966). Returns the entries to persist; brokers learn the changes
+    /// live, an eligible one (KIP-966). A follower whose broker's lease expired leaves the ISR at
+    /// once (as Kafka's controller takes a fenced broker out of every ISR), into the ELR if the
+    /// ISR is then below `min.insync.replicas`: the leader's high watermark does not wait for it
+    /// until the replica lag timeout. Returns the entries to persist; brokers learn the changes
     /// from their next heartbeat, which is answered only once these are durable.
     pub fn handle_tick(&mut self, now_ms: u64) -> Vec<Entry> {
         let mut out = Vec::new();
@@ -719,6 +736,12 @@ impl Cluster {
                 let i = i as i32;
                 let live = |b: i32| self.electable(topic, i, b, now_ms);
                 if p.leader_id != NO_LEADER && live(p.leader_id) {
+                    if p.isr.iter().any(|b| !self.alive(*b, now_ms)) {
+                        let isr: Vec<i32> = p.isr.iter().copied().filter(|b| self.alive(*b, now_ms)).collect();
+                        let elr = p.elr_after(t.min_isr, &isr, &[]);
+                        let (leader_epoch, partition) = (p.leader_epoch, i);
+                        out.push(Entry::IsrChanged { topic: topic.clone(), partition, leader_epoch, isr, elr });
+                    }
                     continue;
                 }
                 let changed = |leader_id, isr: Vec<i32>, elr| Entry::LeaderChanged {
@@ -730,8 +753,10 @@ impl Cluster {
                     elr,
                 };
                 if let Some(c) = p.isr.iter().copied().find(|b| *b != p.leader_id && live(*b)) {
-                    // A lost leader leaves the ISR (into the ELR if the ISR is now below the minimum).
-                    let isr: Vec<i32> = p.isr.iter().copied().filter(|b| *b != p.leader_id).collect();
+                    // A lost leader leaves the ISR (into the ELR if the ISR is now below the
+                    // minimum), and so does every other member whose lease expired.
+                    let isr: Vec<i32> =
+                        p.isr.iter().copied().filter(|b| *b != p.leader_id && self.alive(*b, now_ms)).collect();
                     let elr = p.elr_after(t.min_isr, &isr, &[]);
                     out.push(changed(c, isr, elr));
                 } else if let Some(c) = p.elr.iter().copied().find(|b| live(*b)) {
@@ -991,6 +1016,7 @@ impl Cluster {
             .flat_map(|(name, t)| {
                 t.partitions.iter().enumerate().map(move |(i, p)| {
                     let reports = self.reports.get(&(name.clone(), i as i32));
+                    let problems = self.problems.get(&(name.clone(), i as i32));
                     PartitionState {
                         topic: name.clone(),
                         partition: i as i32,
@@ -1008,6 +1034,7 @@ impl Cluster {
                                     broker_id: *b,
                                     log_end_offset: *leo,
                                     high_watermark: *hw,
+                                    problem: problems.and_then(|p| p.get(b)).cloned().unwrap_or_default(),
                                 })
                             })
                             .collect(),
@@ -1087,6 +1114,7 @@ impl Cluster {
                     self.dropping.insert(name.clone(), holders);
                     self.topics.remove(name);
                     self.reports.retain(|(t, _), _| t != name);
+                    self.problems.retain(|(t, _), _| t != name);
                     self.offline.retain(|(t, ..)| t != name);
                 }
                 self.deleted.insert(name.clone(), *topic_id);
@@ -1167,7 +1195,7 @@ mod tests {
     /// Register `start` for `broker_id` as the successor of its current registration.
     fn restart(c: &mut Cluster, now: u64, broker_id: i32, start: BrokerStart) -> Vec<Entry> {
         let previous_broker_epoch = c.registration_of(broker_id).map_or(-1, |(_, e)| e);
-        c.handle_registration(now, broker_id, BrokerStart { previous_broker_epoch, ..start }).unwrap().1
+        c.handle_registration(now, broker_id, BrokerStart { previous_broker_epoch, ..start }, &[]).unwrap().1
     }
 
     fn cluster(brokers: &[i32]) -> Cluster {
@@ -1568,6 +1596,8 @@ mod tests {
             log_end_offset: 0,
             high_watermark: 0,
             offline: true,
+            lost: false,
+            problem: "offline".into(),
         };
         assert_eq!(c.handle_offline(10, leader, &[failed("t")]).len(), 1);
         assert!(c.handle_offline(10, leader, &[failed("t")]).is_empty(), "reported once is enough");
@@ -1598,26 +1628,26 @@ mod tests {
     fn heartbeats_of_a_superseded_process_are_refused_and_change_nothing() {
         let mut c = cluster(&[1, 2, 3]);
         c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
-        let (first, _) = c.handle_registration(0, 2, intact(10)).unwrap();
-        assert_eq!(c.handle_registration(0, 2, intact(10)).unwrap(), (first, vec![]), "a repeated registration");
+        let (first, _) = c.handle_registration(0, 2, intact(10), &[]).unwrap();
+        assert_eq!(c.handle_registration(0, 2, intact(10), &[]).unwrap(), (first, vec![]), "a repeated registration");
         // The process restarts; its successor names it.
         let next = BrokerStart { previous_broker_epoch: first, ..intact(11) };
-        let (second, _) = c.handle_registration(5, 2, next).unwrap();
+        let (second, _) = c.handle_registration(5, 2, next, &[]).unwrap();
         assert!(second > first);
         let before = state(&c, "t");
         // A late heartbeat of the old process, and a late registration of it: refused.
-        let late = c.handle_registration(6, 2, BrokerStart { broker_epoch: first, ..lost(10) }).unwrap_err();
+        let late = c.handle_registration(6, 2, BrokerStart { broker_epoch: first, ..lost(10) }, &[]).unwrap_err();
         assert_eq!(late.code, ErrorCode::StaleBrokerEpoch);
-        let late = c.handle_registration(6, 2, lost(10)).unwrap_err();
+        let late = c.handle_registration(6, 2, lost(10), &[]).unwrap_err();
         assert_eq!(late.code, ErrorCode::DuplicateBrokerRegistration);
         assert!(late.message.contains("retry once that lease expires"), "{late}");
         assert_eq!(state(&c, "t"), before, "nothing moved");
-        assert_eq!(c.handle_registration(7, 2, BrokerStart { broker_epoch: second, ..intact(11) }).unwrap().0, second);
+        assert_eq!(c.handle_registration(7, 2, BrokerStart { broker_epoch: second, ..intact(11) }, &[]).unwrap().0, second);
         // A process that does not name the current one (a wiped data directory) registers once
         // the current registration's lease has expired.
         let wiped = BrokerStart { log_dir_id: 9, ..lost(12) };
-        assert_eq!(c.handle_registration(50, 2, wiped).unwrap_err().code, ErrorCode::DuplicateBrokerRegistration);
-        let (third, entries) = c.handle_registration(150, 2, wiped).unwrap();
+        assert_eq!(c.handle_registration(50, 2, wiped, &[]).unwrap_err().code, ErrorCode::DuplicateBrokerRegistration);
+        let (third, entries) = c.handle_registration(150, 2, wiped, &[]).unwrap();
         assert!(third > second && entries.len() > 1, "registered, and out of the ISR");
         assert!(!state(&c, "t").isr.contains(&2));
     }
@@ -1632,7 +1662,7 @@ mod tests {
         c.handle_create_topic(0, "t", 1, 3, 1).unwrap();
         let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
         for b in [1, 2, 3] {
-            c.handle_registration(0, b, intact(b.into())).unwrap();
+            c.handle_registration(0, b, intact(b.into()), &[]).unwrap();
         }
         // The followers fall behind: the ISR is the leader alone (the minimum is 1: nobody eligible).
         assert!(alter(&mut c, leader, epoch, 0, &[leader]).status.is_ok());
@@ -1643,6 +1673,8 @@ mod tests {
             log_end_offset: leo,
             high_watermark: 0,
             offline: false,
+            lost: false,
+            problem: String::new(),
         };
         c.handle_heartbeat(90, others[0], "a", &[report(5)]);
         c.handle_heartbeat(90, others[1], "a", &[report(7)]);
@@ -1658,7 +1690,15 @@ mod tests {
     }
 
     fn report(topic: &str) -> ReplicaReport {
-        ReplicaReport { topic: topic.into(), partition: 0, log_end_offset: 0, high_watermark: 0, offline: false }
+        ReplicaReport {
+            topic: topic.into(),
+            partition: 0,
+            log_end_offset: 0,
+            high_watermark: 0,
+            offline: false,
+            lost: false,
+            problem: String::new(),
+        }
     }
 
     /// A deleted topic: gone from metadata and assignments, its brokers told to drop it, a

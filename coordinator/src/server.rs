@@ -610,7 +610,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                     log_dir_id: r.log_dir_id,
                     intact: r.intact,
                 };
-                st.cluster.handle_registration(now, r.broker_id, start).map(|(broker_epoch, mut moved)| {
+                st.cluster.handle_registration(now, r.broker_id, start, &r.replicas).map(|(broker_epoch, mut moved)| {
                     for e in &moved {
                         if let Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr, elr } = e {
                             tracing::info!(broker_id = r.broker_id, intact = r.intact, %topic, partition, leader_id, leader_epoch, ?isr, ?elr, "broker restarted");

@@ -141,8 +141,18 @@ impl Sim {
         }
         let reports = (0..self.cfg.partitions)
             .map(|partition| {
-                let (log_end_offset, high_watermark) = self.rep(id, partition).part.progress();
-                ReplicaReport { topic: TOPIC.into(), partition, log_end_offset, high_watermark, offline: false }
+                let part = &self.rep(id, partition).part;
+                let (log_end_offset, high_watermark) = part.progress();
+                let lost = part.lost();
+                ReplicaReport {
+                    topic: TOPIC.into(),
+                    partition,
+                    log_end_offset,
+                    high_watermark,
+                    offline: false,
+                    lost: lost.is_some(),
+                    problem: lost.unwrap_or_default(),
+                }
             })
             .collect();
         let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0) as i64;

@@ -933,7 +933,7 @@ impl Sim {
                 if start.broker_epoch < 0 {
                     self.trace(|| format!("coordinator: broker {broker} registers as {start:?}"));
                 }
-                let registered = match self.cluster.handle_registration(now, broker, start) {
+                let registered = match self.cluster.handle_registration(now, broker, start, &reports) {
                     Ok((broker_epoch, moved)) => {
                         self.journal_cluster(moved, "elected (broker restarted)");
                         Ok(broker_epoch)

@@ -89,6 +89,12 @@ struct Args {
     /// How often retention runs, in milliseconds.
     #[arg(long, default_value_t = 60_000)]
     retention_check_ms: u64,
+    /// How often each partition's high watermark is written to its directory, in milliseconds
+    /// (Kafka's replica.high.watermark.checkpoint.interval.ms): a restarted leader serves what
+    /// was committed up to it at once, and a log found shorter than it at a restart has lost
+    /// records, so the replica leaves the ISR and refetches them.
+    #[arg(long, default_value_t = 5_000)]
+    high_watermark_checkpoint_interval_ms: u64,
     /// Largest record batch a producer may send, in bytes.
     #[arg(long, default_value_t = 1024 * 1024)]
     batch_bytes_max: usize,
@@ -160,6 +166,7 @@ async fn main() -> anyhow::Result<()> {
         replication_cache_bytes_max: args.replication_cache_bytes_max,
     };
     config.retention_check_ms = args.retention_check_ms.max(1);
+    config.high_watermark_checkpoint_interval_ms = args.high_watermark_checkpoint_interval_ms.max(1);
     config.limits.idle_ms = args.idle_ms;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.limits.tls = Some(net::tls::acceptor_from_files(cert, key)?);

@@ -144,7 +144,8 @@ fn describe_json(d: &protocol::DescribeResponse) -> serde_json::Value {
             "eligible_leader_replicas": p.elr,
             "min_insync_replicas": p.min_insync_replicas,
             "replica_progress": p.progress.iter().map(|g| serde_json::json!({
-                "broker": g.broker_id, "log_end_offset": g.log_end_offset, "high_watermark": g.high_watermark
+                "broker": g.broker_id, "log_end_offset": g.log_end_offset, "high_watermark": g.high_watermark,
+                "problem": (!g.problem.is_empty()).then_some(&g.problem),
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "transactional_ids": d.transactional_ids.iter().map(|t| serde_json::json!({
@@ -245,6 +246,9 @@ fn print_describe(d: &protocol::DescribeResponse) {
             p.min_insync_replicas,
             progress
         );
+        for g in p.progress.iter().filter(|g| !g.problem.is_empty()) {
+            println!("    replica {}: {}", g.broker_id, g.problem);
+        }
     }
     println!("transactional ids:");
     for t in &d.transactional_ids {

@@ -352,6 +352,8 @@ impl HeartbeatRequest {
             b.put_i64(r.log_end_offset);
             b.put_i64(r.high_watermark);
             b.put_bool(r.offline);
+            b.put_bool(r.lost);
+            b.put_string(&r.problem);
         }
     }
 
@@ -364,7 +366,7 @@ impl HeartbeatRequest {
         let previous_broker_epoch = r.i64("previous_broker_epoch")?;
         let log_dir_id = r.i64("log_dir_id")?;
         let intact = r.bool("intact")?;
-        let n = r.array_len("replicas", 23)?;
+        let n = r.array_len("replicas", 26)?;
         let mut replicas = Vec::with_capacity(n);
         for _ in 0..n {
             replicas.push(ReplicaReport {
@@ -373,6 +375,8 @@ impl HeartbeatRequest {
                 log_end_offset: r.i64("log_end_offset")?,
                 high_watermark: r.i64("high_watermark")?,
                 offline: r.bool("offline")?,
+                lost: r.bool("lost")?,
+                problem: r.string("problem")?,
             });
         }
         Ok(HeartbeatRequest {
@@ -401,8 +405,16 @@ pub struct ReplicaReport {
     /// The replica's high watermark.
     pub high_watermark: i64,
     /// Its log failed (an fdatasync or write error): it takes no writes, and must not lead or
-    /// stay in the ISR (Kafka's offline log directory, KIP-112).
+    /// stay in the ISR (Kafka's offline log directory, KIP-112). Also a log that could not be
+    /// opened at all (`log_end_offset` and `high_watermark` are then -1).
     pub offline: bool,
+    /// Its log came back from a restart without everything it held before (damage was cut, or
+    /// it ends below the high watermark it had checkpointed): it may lack acknowledged records,
+    /// so it must leave the ISR and ELR, and never lead on them, until it has caught up.
+    pub lost: bool,
+    /// What is wrong with it, for operators (`admin describe`): why it is offline or lost, or
+    /// why it refuses its leader; empty when nothing is.
+    pub problem: String,
 }
 
 /// One partition a broker hosts a replica of.
@@ -640,6 +652,9 @@ pub struct ReplicaProgress {
     pub log_end_offset: i64,
     /// High watermark.
     pub high_watermark: i64,
+    /// What its broker last reported wrong with it (offline, lost, refusing its leader); empty
+    /// when nothing is.
+    pub problem: String,
 }
 
 /// A transactional id as the coordinator sees it.
@@ -697,6 +712,7 @@ impl DescribeResponse {
                 b.put_i32(g.broker_id);
                 b.put_i64(g.log_end_offset);
                 b.put_i64(g.high_watermark);
+                b.put_string(&g.problem);
             }
         }
         b.put_i32(self.transactional_ids.len() as i32);
@@ -731,13 +747,14 @@ impl DescribeResponse {
             let isr = r.i32_array("isr")?;
             let elr = r.i32_array("elr")?;
             let min_insync_replicas = r.i32("min_insync_replicas")?;
-            let np = r.array_len("progress", 20)?;
+            let np = r.array_len("progress", 22)?;
             let mut progress = Vec::with_capacity(np);
             for _ in 0..np {
                 progress.push(ReplicaProgress {
                     broker_id: r.i32("broker_id")?,
                     log_end_offset: r.i64("log_end_offset")?,
                     high_watermark: r.i64("high_watermark")?,
+                    problem: r.string("problem")?,
                 });
             }
             partitions.push(PartitionState {

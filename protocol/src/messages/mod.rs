@@ -754,6 +754,8 @@ mod tests {
                 log_end_offset: 5,
                 high_watermark: 4,
                 offline: true,
+                lost: true,
+                problem: "damaged".into(),
             }],
         }));
         roundtrip_req(Request::Replicate(ReplicateRequest {
@@ -967,7 +969,12 @@ mod tests {
                 isr: vec![1, 2],
                 elr: vec![3],
                 min_insync_replicas: 2,
-                progress: vec![ReplicaProgress { broker_id: 2, log_end_offset: 3, high_watermark: 2 }],
+                progress: vec![ReplicaProgress {
+                    broker_id: 2,
+                    log_end_offset: 3,
+                    high_watermark: 2,
+                    problem: "lost".into(),
+                }],
             }],
             transactional_ids: vec![TransactionalState {
                 transactional_id: "x".into(),

@@ -467,7 +467,10 @@ impl Inner {
             op: "checkpoint the high watermark",
             detail: e.to_string(),
         };
-        self.log.storage().write_file_atomically(&path, format!("{HIGH_WATERMARK_HEADER}\n{hw}\n").as_bytes()).map_err(io)?;
+        self.log
+            .storage()
+            .write_file_atomically(&path, format!("{HIGH_WATERMARK_HEADER}\n{hw}\n").as_bytes())
+            .map_err(io)?;
         self.log.storage().sync_dir(self.log.dir());
         self.checkpointed_hw = hw;
         Ok(())

@@ -517,7 +517,8 @@ fn open_existing(shared: &Shared) {
             continue;
         }
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some((topic, index)) = name.rsplit_once('-').and_then(|(t, i)| Some((t.to_string(), i.parse::<i32>().ok()?)))
+        let Some((topic, index)) =
+            name.rsplit_once('-').and_then(|(t, i)| Some((t.to_string(), i.parse::<i32>().ok()?)))
         else {
             continue;
         };

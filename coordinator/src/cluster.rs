@@ -1441,6 +1441,69 @@ mod tests {
         c.describe(0).1.into_iter().find(|p| p.topic == topic).unwrap()
     }
 
+    /// Issue 27: a broker whose lease lapsed leaves every ISR at the next tick, not after the
+    /// leader's replica lag timeout, so the leader's high watermark stops waiting for it; into
+    /// the ELR once the ISR is below `min.insync.replicas`. Its leaderships move as before.
+    #[test]
+    fn a_follower_whose_lease_lapsed_leaves_every_isr_at_once() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3, 2).unwrap();
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        let followers: Vec<i32> = (1..=3).filter(|b| *b != leader).collect();
+        c.handle_heartbeat(80, leader, "a", &[]);
+        c.handle_heartbeat(80, followers[0], "a", &[]);
+        assert!(c.handle_tick(90).is_empty(), "every lease holds");
+        let out = c.handle_tick(120);
+        assert!(matches!(out.as_slice(), [Entry::IsrChanged { .. }]), "{out:?}");
+        let p = state(&c, "t");
+        assert_eq!((p.leader_id, p.leader_epoch), (leader, epoch), "the leader stays");
+        assert!(!p.isr.contains(&followers[1]) && p.isr.len() == 2 && p.elr.is_empty(), "{p:?}");
+        assert!(c.handle_tick(130).is_empty(), "once");
+        c.handle_heartbeat(150, leader, "a", &[]);
+        let out = c.handle_tick(200);
+        assert_eq!(out.len(), 1);
+        let p = state(&c, "t");
+        assert_eq!(p.isr, vec![leader]);
+        assert_eq!(p.elr, vec![followers[0]], "it held everything committed when the ISR fell below the minimum");
+    }
+
+    /// Issue 27: a broker restarts with its logs intact but one replica's log came back short
+    /// (damage cut, or below its checkpointed high watermark). That replica alone is treated as
+    /// lost: out of the ISR and ELR, its leadership moved; the broker's other replicas keep their
+    /// places.
+    #[test]
+    fn a_replica_reported_lost_at_its_restart_leaves_the_isr_alone() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
+        c.handle_create_topic(0, "u", 1, 3, -1).unwrap();
+        for b in [1, 2, 3] {
+            c.handle_registration(0, b, intact(b.into()), &[]).unwrap();
+        }
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        let damaged = ReplicaReport { lost: true, problem: "lost: damage".into(), ..report("t") };
+        restart(&mut c, 10, leader, intact(40));
+        let (_, epoch_after_intact, _) = c.leader_of("t", 0).unwrap();
+        assert_eq!(epoch_after_intact, epoch + 1, "an intact restart keeps the leadership");
+        let previous_broker_epoch = c.registration_of(leader).unwrap().1;
+        let start = BrokerStart { previous_broker_epoch, ..intact(41) };
+        c.handle_registration(20, leader, start, &[damaged, report("u")]).unwrap();
+        let t = state(&c, "t");
+        assert!(
+            t.leader_id != leader && t.leader_id > 0 && !t.isr.contains(&leader) && !t.elr.contains(&leader),
+            "{t:?}"
+        );
+        let u = state(&c, "u");
+        assert!(u.isr.contains(&leader), "its other replica keeps its place: {u:?}");
+        c.handle_heartbeat(
+            30,
+            leader,
+            "a",
+            &[ReplicaReport { lost: true, problem: "lost: damage".into(), ..report("t") }],
+        );
+        let problem = state(&c, "t").progress.iter().find(|g| g.broker_id == leader).unwrap().problem.clone();
+        assert_eq!(problem, "lost: damage", "admin describe shows it");
+    }
+
     /// The restart the hardening review found: every broker of a 3-replica partition is killed;
     /// each one that comes back used to leave the ISR, so the last to return was the only
     /// electable one. Brokers whose logs are intact keep their place: the first back leads.
@@ -1460,7 +1523,10 @@ mod tests {
         c.handle_heartbeat(200, 3, "a:3", &[]);
         c.handle_tick(210);
         assert_eq!(c.leader_of("t", 0).unwrap().0, 3, "an intact in-sync replica leads at once");
-        assert_eq!(state(&c, "t").isr, vec![1, 2, 3], "the others stay in sync: they hold every committed record");
+        // The others' leases lapsed: they leave the ISR (its high watermark must not wait for
+        // them), but stay eligible, since they hold every committed record (KIP-966).
+        let p = state(&c, "t");
+        assert_eq!((p.isr, p.elr), (vec![3], vec![1, 2]));
     }
 
     /// A replica that comes back with a shorter log (lost unsynced writes, a replaced disk) is
@@ -1642,7 +1708,10 @@ mod tests {
         assert_eq!(late.code, ErrorCode::DuplicateBrokerRegistration);
         assert!(late.message.contains("retry once that lease expires"), "{late}");
         assert_eq!(state(&c, "t"), before, "nothing moved");
-        assert_eq!(c.handle_registration(7, 2, BrokerStart { broker_epoch: second, ..intact(11) }, &[]).unwrap().0, second);
+        assert_eq!(
+            c.handle_registration(7, 2, BrokerStart { broker_epoch: second, ..intact(11) }, &[]).unwrap().0,
+            second
+        );
         // A process that does not name the current one (a wiped data directory) registers once
         // the current registration's lease has expired.
         let wiped = BrokerStart { log_dir_id: 9, ..lost(12) };

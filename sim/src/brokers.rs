@@ -142,8 +142,11 @@ impl Sim {
         let reports = (0..self.cfg.partitions)
             .map(|partition| {
                 let part = &self.rep(id, partition).part;
+                // As the broker's checkpoint loop does (here at every heartbeat). The in-memory
+                // disk does not fail writes; a failure would only leave an older checkpoint.
+                let _ = part.checkpoint_high_watermark();
                 let (log_end_offset, high_watermark) = part.progress();
-                let lost = part.lost();
+                let lost = part.lost().filter(|_| self.cfg.mutation != Mutation::TrustDamagedLogs);
                 ReplicaReport {
                     topic: TOPIC.into(),
                     partition,

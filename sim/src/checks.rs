@@ -35,6 +35,10 @@ impl Sim {
             if self.brokers[&m].log_dir_id != i64::from(m) && registered != Some(incarnation) {
                 continue;
             }
+            // So does a replica whose log came back damaged (reported lost by that heartbeat).
+            if self.rep(m, partition).part.lost().is_some() && registered != Some(incarnation) {
+                continue;
+            }
             let part = &self.rep(m, partition).part;
             let (leo, _) = part.progress();
             // On disk, not only written: a power loss must not take it either.
@@ -71,6 +75,7 @@ impl Sim {
             .filter(|b| {
                 self.rep(*b, partition).part.holds_durably(base_offset, end_offset, leader_epoch)
                     || self.brokers[b].disk_replaced_at.is_some_and(|t| t >= appended_at)
+                    || self.rep(*b, partition).damaged_at.is_some_and(|t| t >= appended_at)
             })
             .collect();
         if (holding.len() as i32) < min_isr {

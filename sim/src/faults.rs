@@ -2,6 +2,7 @@
 //! elect, and what a restart of a broker or of the coordinator keeps and loses.
 
 use super::*;
+use broker::storage::Storage;
 
 impl Sim {
     /// The coordinator's timers and the fault injector.
@@ -169,6 +170,9 @@ impl Sim {
             let lost = unsynced - disk.unsynced_bytes();
             self.trace(|| format!("broker {id} loses power with {unsynced} bytes unsynced ({lost} torn off)"));
         }
+        if self.rng.chance(3) {
+            self.damage_a_log(id);
+        }
         let mutation = self.cfg.mutation;
         let b = self.brokers.get_mut(&id).expect("broker");
         for (partition, r) in b.replicas.iter_mut().enumerate() {
@@ -201,6 +205,64 @@ impl Sim {
         self.trace(|| format!("broker {id} crashed; back at {back}"));
         // Its next heartbeat carries a new incarnation: the coordinator takes it out of the
         // ISRs and moves its leaderships under a new leader epoch.
+    }
+
+    /// A byte of one of the broker's replicas flips while it is down (a bad sector, a stray
+    /// write): in its active segment, inside a batch that has a whole batch after it, so that the
+    /// damage cannot pass for a torn tail. Recovery must cut it and report the replica lost: the
+    /// coordinator must neither keep it in sync nor elect it, nor let it make the others cut.
+    fn damage_a_log(&mut self, id: i32) {
+        let disk = self.brokers[&id].disk.clone();
+        let partition = self.rng.below(self.cfg.partitions as u64) as usize;
+        // As with replaced disks, one damaged replica at a time (until its broker has told the
+        // coordinator), and never the last that holds every committed record: three replicas
+        // with min.insync.replicas 2 tolerate one.
+        let unreported = |b: i32| {
+            let incarnation = self.incarnations.get(&(b as usize)).copied().unwrap_or(0) as i64;
+            let registered = self.cluster.registration_of(b).map(|(i, _)| i) == Some(incarnation);
+            !registered
+                && (self.brokers[&b].disk_replaced_at.is_some()
+                    || self.brokers[&b].replicas.iter().any(|r| r.part.lost().is_some()))
+        };
+        let p = partition as i32;
+        let isr = self.cluster.isr_of(TOPIC, p).map(|(isr, _)| isr.to_vec()).unwrap_or_default();
+        let elr = self.cluster.elr_of(TOPIC, p).map(|(elr, _)| elr.to_vec()).unwrap_or_default();
+        let sole = isr.iter().chain(&elr).all(|b| *b == id || unreported(*b));
+        if sole || BROKERS.iter().any(|b| *b != id && unreported(*b)) {
+            return;
+        }
+        let dir = self.brokers[&id].replicas[partition].dir.clone();
+        let Some((_, path)) = broker::log::offset_files(disk.as_ref(), &dir, broker::log::SEGMENT_SUFFIX)
+            .ok()
+            .and_then(|files| files.last().cloned())
+        else {
+            return;
+        };
+        let Ok(mut raw) = disk.read(&path) else { return };
+        let mut ends = Vec::new();
+        for item in protocol::batch::BatchIter::new(bytes::Bytes::from(raw.clone())) {
+            match item {
+                Ok((_, b)) => ends.push(ends.last().copied().unwrap_or(0) + b.len()),
+                Err(_) => break,
+            }
+        }
+        if ends.len() < 2 {
+            return;
+        }
+        // A byte its checksum covers (from its attributes on; its offset, length, leader epoch
+        // and magic are checked otherwise) of any batch but the last.
+        let k = self.rng.below(ends.len() as u64 - 1) as usize;
+        let start = if k == 0 { 0 } else { ends[k - 1] };
+        let at = start + 21 + self.rng.below((ends[k] - start - 21) as u64) as usize;
+        raw[at] ^= 1 << self.rng.below(8);
+        if disk.write_file_atomically(&path, &raw).is_err() {
+            return;
+        }
+        // The segment's clean-shutdown index would describe the bytes as they were.
+        let _ = disk.remove(&path.with_extension(broker::log::INDEX_SUFFIX));
+        self.brokers.get_mut(&id).expect("broker").replicas[partition].damaged_at = Some(self.now);
+        self.fault("a byte of a log flipped");
+        self.trace(|| format!("broker {id}: byte {at} of {} flipped", path.display()));
     }
 
     /// A broker's disk is replaced: the process restarts on an empty disk with another id. It

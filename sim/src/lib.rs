@@ -132,6 +132,9 @@ pub enum Mutation {
     /// Every broker restart counts as intact, even on a replaced disk: the coordinator keeps a
     /// replica that lost its log in sync, and may elect it.
     TrustRestarts,
+    /// Brokers never report a replica lost: one whose log came back damaged (a flipped byte cut
+    /// at open) stays in sync, may lead, and makes the others cut to it.
+    TrustDamagedLogs,
 }
 
 impl Mutation {
@@ -146,6 +149,7 @@ impl Mutation {
             "unversioned-isr" => Some(Mutation::UnversionedIsr),
             "no-min-isr" => Some(Mutation::NoMinIsr),
             "trust-restarts" => Some(Mutation::TrustRestarts),
+            "trust-damaged-logs" => Some(Mutation::TrustDamagedLogs),
             _ => None,
         }
     }
@@ -406,6 +410,9 @@ struct Pending {
 struct Replica {
     part: Partition,
     dir: std::path::PathBuf,
+    /// When a byte of its log last flipped (see `damage_a_log`): like a replaced disk, it may
+    /// lack acknowledged records until its process registers and reports it lost.
+    damaged_at: Option<u64>,
     pending: Vec<Pending>,
     /// Replicate answers held until what they acknowledge is on disk (`--fsync always`):
     /// (leader host, answer, end that must be durable, the log's cut generation when applied;
@@ -579,6 +586,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
                 Ok(part) => replicas.push(Replica {
                     part,
                     dir,
+                    damaged_at: None,
                     pending: Vec::new(),
                     unsynced_acks: Vec::new(),
                     flushing: false,

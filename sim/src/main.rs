@@ -24,7 +24,7 @@ struct Args {
     #[arg(long)]
     verbose: bool,
     /// Switch one check off: none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits,
-    /// read-uncommitted, unversioned-isr, no-min-isr, trust-restarts.
+    /// read-uncommitted, unversioned-isr, no-min-isr, trust-restarts, trust-damaged-logs.
     #[arg(long, default_value = "none")]
     mutation: String,
     /// Ticks with faults.
@@ -67,7 +67,7 @@ fn main() -> ExitCode {
     }
     let Some(mutation) = Mutation::parse(&args.mutation) else {
         eprintln!(
-            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits, read-uncommitted, unversioned-isr, no-min-isr or trust-restarts",
+            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits, read-uncommitted, unversioned-isr, no-min-isr, trust-restarts or trust-damaged-logs",
             args.mutation
         );
         return ExitCode::from(2);

@@ -569,6 +569,11 @@ impl PartitionLog {
         self.storage.as_ref()
     }
 
+    /// Where the log is stored, to use without the log at hand (outside a lock).
+    pub fn storage_arc(&self) -> Arc<dyn Storage> {
+        self.storage.clone()
+    }
+
     /// Whether a batch of `batch_bytes` must go to a new segment (see [`PartitionLog::roll`]).
     pub fn should_roll(&self, batch_bytes: u64) -> bool {
         self.should_roll_after(0, batch_bytes)

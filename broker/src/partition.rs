@@ -459,19 +459,9 @@ impl Inner {
         }
     }
 
-    /// Record `hw` in [`HIGH_WATERMARK_FILE`], durably.
+    /// Record `hw` in [`HIGH_WATERMARK_FILE`], durably (under the partition lock).
     fn write_high_watermark(&mut self, hw: i64) -> Result<(), LogError> {
-        let path = self.log.dir().join(HIGH_WATERMARK_FILE);
-        let io = |e: std::io::Error| LogError::Io {
-            path: path.display().to_string(),
-            op: "checkpoint the high watermark",
-            detail: e.to_string(),
-        };
-        self.log
-            .storage()
-            .write_file_atomically(&path, format!("{HIGH_WATERMARK_HEADER}\n{hw}\n").as_bytes())
-            .map_err(io)?;
-        self.log.storage().sync_dir(self.log.dir());
+        write_high_watermark(self.log.storage(), self.log.dir(), hw)?;
         self.checkpointed_hw = hw;
         Ok(())
     }
@@ -497,6 +487,17 @@ impl Inner {
 /// The file in a partition's directory holding its checkpointed high watermark.
 pub const HIGH_WATERMARK_FILE: &str = "high-watermark";
 const HIGH_WATERMARK_HEADER: &str = "epochfence high watermark v1";
+
+/// Record `hw` in `dir`'s [`HIGH_WATERMARK_FILE`], durably: a synced temporary file renamed over
+/// it, and the directory synced.
+fn write_high_watermark(storage: &dyn Storage, dir: &Path, hw: i64) -> Result<(), LogError> {
+    let path = dir.join(HIGH_WATERMARK_FILE);
+    storage.write_file_atomically(&path, format!("{HIGH_WATERMARK_HEADER}\n{hw}\n").as_bytes()).map_err(|e| {
+        LogError::Io { path: path.display().to_string(), op: "checkpoint the high watermark", detail: e.to_string() }
+    })?;
+    storage.sync_dir(dir);
+    Ok(())
+}
 
 /// The high watermark checkpointed in `dir` (0 if none, or unreadable: then nothing is
 /// known to have been committed here).
@@ -1066,13 +1067,27 @@ impl Partition {
     /// as far as this replica's log is on disk, so that a log found shorter than it at the next
     /// start has lost records it held durably, and a restarted leader serves what was committed
     /// at once. Returns whether it wrote.
+    ///
+    /// The file is written outside the partition lock (two fsyncs must not stall appends); a cut
+    /// made meanwhile is caught afterwards, under the lock, and the checkpoint written again.
     pub fn checkpoint_high_watermark(&self) -> Result<bool, LogError> {
+        let (hw, generation, storage, dir) = {
+            let g = self.lock();
+            let hw = g.high_watermark.min(g.durable_end);
+            if hw == g.checkpointed_hw || g.log.has_failed() {
+                return Ok(false);
+            }
+            (hw, g.truncations, g.log.storage_arc(), g.log.dir().to_path_buf())
+        };
+        write_high_watermark(storage.as_ref(), &dir, hw)?;
         let mut g = self.lock();
-        let hw = g.high_watermark.min(g.durable_end);
-        if hw == g.checkpointed_hw || g.log.has_failed() {
-            return Ok(false);
+        if g.truncations == generation {
+            g.checkpointed_hw = hw;
+        } else {
+            // The log was cut while the file was written: it may name records no longer here.
+            let now = g.high_watermark.min(g.durable_end);
+            g.write_high_watermark(now)?;
         }
-        g.write_high_watermark(hw)?;
         Ok(true)
     }
 

@@ -486,6 +486,9 @@ impl Inner {
 
 /// The file in a partition's directory holding its checkpointed high watermark.
 pub const HIGH_WATERMARK_FILE: &str = "high-watermark";
+/// The file in a partition's directory that marks it lost (why, as text) from the start that
+/// found it so until it is back in an ISR: a restart in between must not forget it.
+pub const LOST_FILE: &str = "lost";
 const HIGH_WATERMARK_HEADER: &str = "epochfence high watermark v1";
 
 /// Record `hw` in `dir`'s [`HIGH_WATERMARK_FILE`], durably: a synced temporary file renamed over
@@ -549,8 +552,12 @@ impl Partition {
         let recovered = PartitionLog::open_in(storage, dir, config)?;
         let end = recovered.log.end_offset();
         let checkpointed_hw = read_high_watermark(recovered.log.storage(), dir);
+        let marked = recovered.log.storage().read(&dir.join(LOST_FILE)).ok();
         let lost = match (&recovered.damage, checkpointed_hw) {
             (Some(damage), _) => Some(format!("damage cut from its log at the restart: {damage}")),
+            // Found at an earlier start and not caught up since (it may have restarted again
+            // before its broker could tell the coordinator).
+            _ if marked.is_some() => Some(String::from_utf8_lossy(&marked.unwrap_or_default()).trim().to_string()),
             (None, hw) if hw > end => Some(format!(
                 "its log ends at offset {end} after the restart, below the high watermark {hw} it had on disk \
                  before: acknowledged records are gone from it"
@@ -559,6 +566,11 @@ impl Partition {
         };
         if let Some(why) = &lost {
             tracing::error!(topic, partition = index, %why, "replica lost records: it must refetch them before it may lead");
+            // Durably, before anything can lower the checkpoint that told it.
+            recovered.log.storage().write_file_atomically(&dir.join(LOST_FILE), why.as_bytes()).map_err(|e| {
+                LogError::Io { path: dir.display().to_string(), op: "record a lost replica", detail: e.to_string() }
+            })?;
+            recovered.log.storage().sync_dir(dir);
         }
         // A snapshot past the log end describes batches the log no longer has.
         if let Err(e) = snapshot::remove_outside(recovered.log.storage(), dir, i64::MIN, end) {
@@ -1310,7 +1322,16 @@ impl Partition {
             // Back in sync (the coordinator took it out at its restart and a leader let it in
             // once it held every committed record), or the sole replica, which nothing beats.
             tracing::info!(topic = %self.topic, partition = self.index, "replica back in the ISR: no longer lost");
-            g.lost = None;
+            let (storage, dir) = (g.log.storage_arc(), g.log.dir().to_path_buf());
+            match storage.remove(&dir.join(LOST_FILE)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the lost mark; it stays lost");
+                }
+                _ => {
+                    storage.sync_dir(&dir);
+                    g.lost = None;
+                }
+            }
         }
         if !g.leadership.learn(is_leader, leader_id, leader_epoch) {
             // Same epoch: keep the ISR in step with the coordinator's record, if this one is

@@ -71,9 +71,11 @@ impl Sim {
                 let id = BROKERS[self.rng.below(3) as usize];
                 // A disk replaced earlier whose broker has not registered since still looks in
                 // sync to the coordinator: it holds nothing.
+                // A log damaged since (a flipped byte) counts the same until its broker reports it.
                 let emptied = |b: i32| {
                     let incarnation = self.incarnations.get(&(b as usize)).copied().unwrap_or(0) as i64;
-                    self.brokers[&b].disk_replaced_at.is_some()
+                    (self.brokers[&b].disk_replaced_at.is_some()
+                        || self.brokers[&b].replicas.iter().any(|r| r.part.lost().is_some()))
                         && self.cluster.registration_of(b).map(|(i, _)| i) != Some(incarnation)
                 };
                 let sole = (0..self.cfg.partitions).any(|p| {
@@ -170,7 +172,7 @@ impl Sim {
             let lost = unsynced - disk.unsynced_bytes();
             self.trace(|| format!("broker {id} loses power with {unsynced} bytes unsynced ({lost} torn off)"));
         }
-        if self.rng.chance(3) {
+        if self.rng.chance(333) {
             self.damage_a_log(id);
         }
         let mutation = self.cfg.mutation;

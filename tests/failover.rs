@@ -470,6 +470,19 @@ enum Damage {
     LostTail,
 }
 
+/// Wait until the replica in `log` has checkpointed high watermark `hw` (bounded).
+async fn checkpointed(log: &std::path::Path, hw: i64) {
+    let checkpoint = log.join(broker::partition::HIGH_WATERMARK_FILE);
+    for _ in 0..400 {
+        let text = std::fs::read_to_string(&checkpoint).unwrap_or_default();
+        if text.lines().nth(1) == Some(hw.to_string().as_str()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{} never checkpointed high watermark {hw}", log.display());
+}
+
 /// Issue 27's first finding: leader L of a 3-replica partition holds 200 acknowledged records
 /// (`--fsync always`), is killed -9, its log is damaged, and it restarts within its lease. It
 /// used to take the damage for a torn tail, cut its log to what preceded it, stay leader at the
@@ -495,13 +508,7 @@ async fn a_damaged_leader_restarted_within_its_lease_leads_nothing_and_refetches
     let d = until(&mut admin, "all in sync", |d| d.partitions[0].isr.len() == 3).await;
     let (old, old_epoch) = (d.partitions[0].leader_id, d.partitions[0].leader_epoch);
     let log = log_path(dir.path(), old, "t", 0);
-    let checkpoint = log.join(broker::partition::HIGH_WATERMARK_FILE);
-    for _ in 0..400 {
-        if std::fs::read_to_string(&checkpoint).is_ok_and(|t| t.lines().nth(1) == Some("200")) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    checkpointed(&log, 200).await;
     brokers[(old - 1) as usize].kill9();
     let segment = log.join(broker::log::offset_file_name(0, broker::log::SEGMENT_SUFFIX));
     let mut raw = std::fs::read(&segment).unwrap();
@@ -558,7 +565,7 @@ async fn a_leader_restarted_below_its_checkpointed_high_watermark_leaves_the_isr
 /// replica lag timeout: nothing readable for 7-10 s. Now each replica starts from the high
 /// watermark it checkpointed, and the coordinator takes the missing broker out of the ISR once
 /// its lease lapses: every acknowledged record is readable as soon as a restarted replica leads.
-/// (The time this takes is measured in docs/BENCHMARKS.md, not asserted here.)
+/// (The time this takes is printed, not asserted.)
 #[tokio::test]
 async fn after_a_whole_cluster_restart_every_acknowledged_record_is_readable_once_a_leader_is_elected() {
     let dir = tempfile::tempdir().unwrap();
@@ -580,13 +587,7 @@ async fn after_a_whole_cluster_restart_every_acknowledged_record_is_readable_onc
     let missing = (1..=3).find(|b| *b != leader).unwrap();
     let back: Vec<i32> = (1..=3).filter(|b| *b != missing).collect();
     for id in &back {
-        let checkpoint = log_path(dir.path(), *id, "t", 0).join(broker::partition::HIGH_WATERMARK_FILE);
-        for _ in 0..400 {
-            if std::fs::read_to_string(&checkpoint).is_ok_and(|t| t.lines().nth(1) == Some("20")) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        checkpointed(&log_path(dir.path(), *id, "t", 0), 20).await;
     }
     for b in brokers.iter_mut() {
         if let Some(mut b) = b.take() {

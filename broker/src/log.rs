@@ -1073,10 +1073,10 @@ fn scan(storage: &dyn Storage, seg: &mut Segment, tail_may_tear: bool) -> Result
                 }
                 Err(e) => e.to_string(),
             },
-            Err(e) if raw[pos as usize..].iter().all(|b| *b == 0) => format!("{e} (a tail of zeros)"),
             Err(e) => e.to_string(),
         };
         let zeros = raw[pos as usize..].iter().all(|b| *b == 0);
+        let bad = if zeros { format!("{bad} (a tail of zeros)") } else { bad };
         damage = if !tail_may_tear {
             Some(format!("{bad} in a closed segment, synced when it rolled"))
         } else if !zeros && good_batch_after(&raw, pos as usize + 1, next_offset) {

@@ -552,17 +552,20 @@ impl Partition {
         let recovered = PartitionLog::open_in(storage, dir, config)?;
         let end = recovered.log.end_offset();
         let checkpointed_hw = read_high_watermark(recovered.log.storage(), dir);
+        // Found at an earlier start and not caught up since (it may have restarted again before
+        // its broker could tell the coordinator).
         let marked = recovered.log.storage().read(&dir.join(LOST_FILE)).ok();
-        let lost = match (&recovered.damage, checkpointed_hw) {
-            (Some(damage), _) => Some(format!("damage cut from its log at the restart: {damage}")),
-            // Found at an earlier start and not caught up since (it may have restarted again
-            // before its broker could tell the coordinator).
-            _ if marked.is_some() => Some(String::from_utf8_lossy(&marked.unwrap_or_default()).trim().to_string()),
-            (None, hw) if hw > end => Some(format!(
-                "its log ends at offset {end} after the restart, below the high watermark {hw} it had on disk \
-                 before: acknowledged records are gone from it"
-            )),
-            _ => None,
+        let lost = if let Some(damage) = &recovered.damage {
+            Some(format!("damage cut from its log at the restart: {damage}"))
+        } else if let Some(why) = marked {
+            Some(String::from_utf8_lossy(&why).trim().to_string())
+        } else {
+            (checkpointed_hw > end).then(|| {
+                format!(
+                    "its log ends at offset {end} after the restart, below the high watermark {checkpointed_hw} it \
+                     had on disk before: acknowledged records are gone from it"
+                )
+            })
         };
         if let Some(why) = &lost {
             tracing::error!(topic, partition = index, %why, "replica lost records: it must refetch them before it may lead");
@@ -1875,6 +1878,43 @@ mod tests {
         let p = Partition::open_with(Arc::new(OsStorage), dir, config, "t", 0, 2, true).unwrap();
         p.learn(1, 1, 0, &[1, 2], &[1, 2], 0);
         p
+    }
+
+    /// Issue 27: a replica starts from the high watermark it checkpointed (readable at once); a
+    /// log that opens shorter than it is lost, and stays lost across another restart until an
+    /// ISR it is in reaches it.
+    #[test]
+    fn a_checkpointed_high_watermark_is_restored_and_a_log_below_it_is_lost_until_back_in_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = follower_of_leader_1(dir.path(), LogConfig::default());
+        let batches: Vec<Bytes> = (0..6).map(|i| stored(i, 1, &format!("v{i}"))).collect();
+        push(&p, &batches, 5);
+        assert_eq!(p.progress(), (6, 5));
+        p.checkpoint().unwrap();
+        drop(p);
+        let open = || Partition::open_with(Arc::new(OsStorage), dir.path(), LogConfig::default(), "t", 0, 2, true);
+        let p = open().unwrap();
+        assert_eq!((p.progress(), p.lost()), ((6, 5), None), "restored, not lost");
+        drop(p);
+        // The last three batches go, as if never written: it looks like a torn tail.
+        let segment = dir.path().join(crate::log::offset_file_name(0, crate::log::SEGMENT_SUFFIX));
+        let keep: usize = batches[..3].iter().map(|b| b.len()).sum();
+        std::fs::OpenOptions::new().write(true).open(&segment).unwrap().set_len(keep as u64).unwrap();
+        let _ = std::fs::remove_file(segment.with_extension(crate::log::INDEX_SUFFIX));
+        let p = open().unwrap();
+        assert_eq!(p.progress(), (3, 3));
+        assert!(p.lost().is_some_and(|why| why.contains("below the high watermark 5")), "{:?}", p.lost());
+        // Its checkpoint is lowered at the next interval; the mark keeps it lost all the same.
+        p.checkpoint().unwrap();
+        drop(p);
+        let p = open().unwrap();
+        assert!(p.lost().is_some_and(|why| why.contains("below the high watermark 5")), "{:?}", p.lost());
+        p.learn(1, 2, 1, &[1, 2], &[1], 0);
+        assert!(p.lost().is_some(), "out of the ISR: still lost");
+        p.learn(1, 2, 2, &[1, 2], &[1, 2], 0);
+        assert_eq!(p.lost(), None, "back in the ISR");
+        drop(p);
+        assert_eq!(open().unwrap().lost(), None, "and the mark is gone");
     }
 
     fn small_segments() -> LogConfig {

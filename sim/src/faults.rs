@@ -71,13 +71,7 @@ impl Sim {
                 let id = BROKERS[self.rng.below(3) as usize];
                 // A disk replaced earlier whose broker has not registered since still looks in
                 // sync to the coordinator: it holds nothing.
-                // A log damaged since (a flipped byte) counts the same until its broker reports it.
-                let emptied = |b: i32| {
-                    let incarnation = self.incarnations.get(&(b as usize)).copied().unwrap_or(0) as i64;
-                    (self.brokers[&b].disk_replaced_at.is_some()
-                        || self.brokers[&b].replicas.iter().any(|r| r.part.lost().is_some()))
-                        && self.cluster.registration_of(b).map(|(i, _)| i) != Some(incarnation)
-                };
+                let emptied = |b: i32| self.unreported_loss(b);
                 let sole = (0..self.cfg.partitions).any(|p| {
                     let isr = self.cluster.isr_of(TOPIC, p).map(|(isr, _)| isr.to_vec()).unwrap_or_default();
                     let elr = self.cluster.elr_of(TOPIC, p).map(|(elr, _)| elr.to_vec()).unwrap_or_default();
@@ -209,6 +203,16 @@ impl Sim {
         // ISRs and moves its leaderships under a new leader epoch.
     }
 
+    /// Whether broker `b` holds less than the coordinator believes: its disk was replaced, or a
+    /// replica's log came back damaged, and its process has not registered since to say so.
+    fn unreported_loss(&self, b: i32) -> bool {
+        let incarnation = self.incarnations.get(&(b as usize)).copied().unwrap_or(0) as i64;
+        let registered = self.cluster.registration_of(b).map(|(i, _)| i) == Some(incarnation);
+        !registered
+            && (self.brokers[&b].disk_replaced_at.is_some()
+                || self.brokers[&b].replicas.iter().any(|r| r.part.lost().is_some()))
+    }
+
     /// A byte of one of the broker's replicas flips while it is down (a bad sector, a stray
     /// write): in its active segment, inside a batch that has a whole batch after it, so that the
     /// damage cannot pass for a torn tail. Recovery must cut it and report the replica lost: the
@@ -219,13 +223,7 @@ impl Sim {
         // As with replaced disks, one damaged replica at a time (until its broker has told the
         // coordinator), and never the last that holds every committed record: three replicas
         // with min.insync.replicas 2 tolerate one.
-        let unreported = |b: i32| {
-            let incarnation = self.incarnations.get(&(b as usize)).copied().unwrap_or(0) as i64;
-            let registered = self.cluster.registration_of(b).map(|(i, _)| i) == Some(incarnation);
-            !registered
-                && (self.brokers[&b].disk_replaced_at.is_some()
-                    || self.brokers[&b].replicas.iter().any(|r| r.part.lost().is_some()))
-        };
+        let unreported = |b: i32| self.unreported_loss(b);
         let p = partition as i32;
         let isr = self.cluster.isr_of(TOPIC, p).map(|(isr, _)| isr.to_vec()).unwrap_or_default();
         let elr = self.cluster.elr_of(TOPIC, p).map(|(elr, _)| elr.to_vec()).unwrap_or_default();

@@ -1367,9 +1367,11 @@ impl Partition {
             g.replica_set = Some(rs);
             // Kept from now on (what came before is read from the file once).
             g.trim_tail();
-            // Verifications made under an earlier leadership stay valid: a verification says
-            // the coordinator registered this partition under that producer epoch, which does
-            // not depend on who leads.
+            // Verifications end with the leadership that made them: one made when this replica
+            // led before may predate a fence whose marker went to another leader while this one
+            // was away (an unclean election brings it back without it), so the first write of
+            // each producer id under this leadership is checked with the coordinator again.
+            g.producers.begin_leadership(leader_epoch);
             RoleChange::BecameLeader { leader_epoch, followers }
         } else {
             g.replica_set = None;
@@ -1878,6 +1880,35 @@ mod tests {
         let p = Partition::open_with(Arc::new(OsStorage), dir, config, "t", 0, 2, true).unwrap();
         p.learn(1, 1, 0, &[1, 2], &[1, 2], 0);
         p
+    }
+
+    /// Issue 28: a zombie's verification does not survive its leader losing the leadership and
+    /// getting it back (an unclean election of a replica that never got the fence marker): its
+    /// next write is checked with the coordinator again, which refuses the old epoch.
+    #[test]
+    fn a_verification_does_not_outlive_the_leadership_that_made_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open_with(Arc::new(OsStorage), dir.path(), LogConfig::default(), "t", 0, 1, true).unwrap();
+        p.learn(1, 1, 0, &[1, 2], &[1, 2], 0);
+        let stamp = |seq| ProducerStamp { producer_id: 7, producer_epoch: 0, base_sequence: seq };
+        let z1 = build_batch(stamp(0), true, 0, &[Bytes::from_static(b"z1")]);
+        let h1 = BatchHeader::parse(&z1).unwrap();
+        let Err(AppendError::NeedsVerification { guard, .. }) = p.append(&z1, &h1, 1, false) else { panic!() };
+        assert!(p.mark_verified(7, 0, true, guard));
+        let asked_before = p.verification_guard(7);
+        assert!(matches!(p.append(&z1, &h1, 1, false), Ok(Appended::New { .. })));
+        // Broker 2 leads at epoch 2 (and gets the fence marker); then broker 1 is elected
+        // uncleanly at epoch 3 without it.
+        p.learn(2, 2, 1, &[1, 2], &[2], 0);
+        p.learn(1, 3, 2, &[1, 2], &[1], 0);
+        let z2 = build_batch(stamp(1), true, 0, &[Bytes::from_static(b"z2")]);
+        let h2 = BatchHeader::parse(&z2).unwrap();
+        assert!(
+            matches!(p.append(&z2, &h2, 3, false), Err(AppendError::NeedsVerification { .. })),
+            "the zombie's write under the new leadership goes to the coordinator"
+        );
+        assert!(!p.mark_verified(7, 0, true, asked_before), "a late answer asked under epoch 1 does not count");
+        assert!(matches!(p.append(&z2, &h2, 3, false), Err(AppendError::NeedsVerification { .. })));
     }
 
     /// Issue 27: a replica starts from the high watermark it checkpointed (readable at once); a

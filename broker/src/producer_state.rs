@@ -9,8 +9,12 @@
 //!
 //! What is *not* rebuilt is the verification: whether the coordinator confirmed that this
 //! partition is registered under an epoch. It is volatile on purpose; after a restart every
-//! producer is verified again. It is kept apart from what the log determines: a verification
-//! says nothing about which batches the log holds, so it never fences a replicated batch.
+//! producer is verified again, and so after every change of leadership
+//! ([`ProducerStates::begin_leadership`]): a verification made under an earlier leader epoch
+//! may predate a fence whose marker this replica never got (it was away while another replica
+//! led), so it must not admit a write now. It is kept apart from what the log determines: a
+//! verification says nothing about which batches the log holds, so it never fences a
+//! replicated batch.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -90,11 +94,16 @@ pub enum Admit {
     NeedsVerification(VerificationGuard),
 }
 
-/// What a verification was asked against: the producer id's last marker here when the gate
-/// asked. A marker appended while the coordinator is asked ends the transaction the answer
-/// speaks of (at the same epoch, transaction version 1), so the answer no longer counts.
+/// What a verification was asked against: the producer id's last marker here, and the
+/// leadership, when the gate asked. A marker appended while the coordinator is asked ends the
+/// transaction the answer speaks of (at the same epoch, transaction version 1), and a change of
+/// leadership meanwhile may have let a fence pass this replica by; either way the answer no
+/// longer counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VerificationGuard(Option<MarkerId>);
+pub struct VerificationGuard {
+    marker: Option<MarkerId>,
+    leadership: i32,
+}
 
 /// Why the gate refuses a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -138,6 +147,8 @@ pub struct ProducerStates {
     /// Per producer id, the epoch the coordinator confirmed for this partition and whether it
     /// confirmed it for transactional writes (which also opens the transaction there).
     verified: HashMap<i64, (i16, bool)>,
+    /// The leader epoch the verifications belong to ([`ProducerStates::begin_leadership`]).
+    leadership: i32,
     fencing: bool,
 }
 
@@ -145,7 +156,21 @@ impl ProducerStates {
     /// An empty table. `fencing = false` turns the gate off entirely (every batch is
     /// appended): only for demonstrating and measuring what fencing prevents and costs.
     pub fn new(fencing: bool) -> Self {
-        ProducerStates { producers: HashMap::new(), verified: HashMap::new(), fencing }
+        ProducerStates { producers: HashMap::new(), verified: HashMap::new(), leadership: -1, fencing }
+    }
+
+    /// This replica leads from now on at `leader_epoch`: every verification made before is
+    /// forgotten, and answers to verifications asked before do not count
+    /// ([`VerificationGuard`]). The first write of each producer id under the new leadership
+    /// is checked with the coordinator again.
+    pub fn begin_leadership(&mut self, leader_epoch: i32) {
+        self.verified.clear();
+        self.leadership = leader_epoch;
+    }
+
+    /// Producer ids holding a verification (for tests and the simulator).
+    pub fn verified_count(&self) -> usize {
+        self.verified.len()
     }
 
     /// The epoch this partition holds for `producer_id`, if it has seen it.
@@ -244,7 +269,7 @@ impl ProducerStates {
         let verified = self.verified.get(&h.producer_id).copied();
         let covers = verified.is_some_and(|(e, txn)| e == h.producer_epoch && (txn || !h.is_transactional()));
         if verify && !covers {
-            return Ok(Admit::NeedsVerification(VerificationGuard(entry.and_then(|e| e.last_marker).map(|(m, _)| m))));
+            return Ok(Admit::NeedsVerification(self.guard(h.producer_id)));
         }
         let expected = match entry {
             Some(e) if e.epoch == h.producer_epoch => match e.batches.back() {
@@ -424,14 +449,15 @@ impl ProducerStates {
                 return Err(Malformed("a producer id twice"));
             }
         }
-        Ok(ProducerStates { producers, verified: HashMap::new(), fencing })
+        Ok(ProducerStates { producers, verified: HashMap::new(), leadership: -1, fencing })
     }
 
     /// The coordinator confirmed that `(producer_id, epoch)` is registered for this partition
     /// (`transactional`: for transactional writes), answering a verification the gate asked for
     /// under `guard`. Ignored if the partition already holds a newer epoch for it (the batch is
     /// then refused as stale). Returns false, recording nothing, if a marker for the producer
-    /// was appended since the gate asked: the transaction the answer confirmed is over.
+    /// was appended since the gate asked (the transaction the answer confirmed is over), or if
+    /// the leadership changed since (a fence may have passed this replica by).
     pub fn mark_verified(
         &mut self,
         producer_id: i64,
@@ -443,7 +469,7 @@ impl ProducerStates {
         if entry.is_some_and(|e| epoch < e.epoch) {
             return true;
         }
-        if entry.and_then(|e| e.last_marker).map(|(m, _)| m) != guard.0 {
+        if entry.and_then(|e| e.last_marker).map(|(m, _)| m) != guard.marker || guard.leadership != self.leadership {
             return false;
         }
         let txn = transactional || self.verified.get(&producer_id).is_some_and(|(v, t)| *v == epoch && *t);
@@ -454,7 +480,10 @@ impl ProducerStates {
     /// The guard a verification of `producer_id` asked now would carry (for tests and the
     /// simulator, which confirm without asking the gate first).
     pub fn guard(&self, producer_id: i64) -> VerificationGuard {
-        VerificationGuard(self.producers.get(&producer_id).and_then(|e| e.last_marker).map(|(m, _)| m))
+        VerificationGuard {
+            marker: self.producers.get(&producer_id).and_then(|e| e.last_marker).map(|(m, _)| m),
+            leadership: self.leadership,
+        }
     }
 }
 
@@ -577,6 +606,28 @@ mod tests {
         admit(&mut s, &marker(1, 5, 0)).unwrap();
         s.mark_verified(1, 4, false, s.guard(1));
         assert!(matches!(s.check(&header(1, 4, 0, 1, 1)), Err(GateError::StaleEpoch { current: 5, .. })));
+    }
+
+    /// Issue 28: a verification ends with the leadership that made it, and an answer to one
+    /// asked under an earlier leadership does not count.
+    #[test]
+    fn verifications_end_with_the_leadership_that_made_them() {
+        let mut s = ProducerStates::new(true);
+        s.begin_leadership(1);
+        let first = header(1, 0, 0, 1, 0);
+        assert!(matches!(s.check(&first), Ok(Admit::NeedsVerification(_))));
+        assert!(s.mark_verified(1, 0, true, s.guard(1)));
+        s.record(&first);
+        let second = header(1, 0, 1, 1, 1);
+        assert!(matches!(s.check(&second), Ok(Admit::Append)), "verified under leadership 1");
+        let asked = s.guard(1);
+        s.begin_leadership(3);
+        assert_eq!(s.verified_count(), 0);
+        assert!(matches!(s.check(&second), Ok(Admit::NeedsVerification(_))), "checked again under leadership 3");
+        assert!(!s.mark_verified(1, 0, true, asked), "an answer asked under leadership 1 does not count");
+        assert!(matches!(s.check(&second), Ok(Admit::NeedsVerification(_))));
+        assert!(s.mark_verified(1, 0, true, s.guard(1)));
+        assert!(matches!(s.check(&second), Ok(Admit::Append)));
     }
 
     #[test]

@@ -811,6 +811,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
                     (false, Some(why)) => format!("lost: {why}"),
                     (false, None) => String::new(),
                 },
+                topic_id: shared.topic_ids.get(&(p.topic.clone(), p.index)).map_or(0, |id| *id),
             }
         })
         .chain(shared.unopened.iter().map(|u| ReplicaReport {
@@ -821,6 +822,10 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
             offline: true,
             lost: false,
             problem: format!("offline: its log cannot be opened: {}", u.value()),
+            topic_id: stored_topic_id(
+                &*shared.config.storage,
+                &shared.config.data_dir.join(format!("{}-{}", u.key().0, u.key().1)),
+            ),
         }))
         .collect();
     let req = Request::Heartbeat(HeartbeatRequest {
@@ -1607,6 +1612,18 @@ fn check_produce_ref(shared: &Shared, r: &ProduceRequest) -> Result<(BatchHeader
         shared.config.decompressed_batch_bytes_max,
     )
     .map_err(|e| produce_error(record_status(&e), -1, -1))?;
+    if protocol::names::is_reserved_topic(&r.topic) {
+        // Kafka's internal names: no topic may have one, and one left in a data directory from
+        // before they were reserved takes no writes (the coordinator once wrote no marker there).
+        return Err(produce_error(
+            Status::new(
+                ErrorCode::InvalidTopicException,
+                format!("topic name '{}' is reserved for Kafka's internal topics: produce to another topic", r.topic),
+            ),
+            -1,
+            -1,
+        ));
+    }
     let part = partition(shared, &r.topic, r.partition).map_err(|s| produce_error(s, -1, -1))?;
     Ok((header, part))
 }
@@ -1769,6 +1786,7 @@ async fn verify_and_produce(
         partition: c.r.partition,
         transactional,
         verify_only,
+        topic_id: shared.topic_ids.get(&(c.r.topic.clone(), c.r.partition)).map_or(0, |id| *id),
     };
     if let Err((status, current)) = verify(shared, asked).await {
         if status.code != ErrorCode::CoordinatorNotAvailable {

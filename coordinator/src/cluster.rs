@@ -108,13 +108,22 @@ struct Topic {
     id: u128,
 }
 
-/// A new topic's id: random, never 0 (Kafka's "no id").
+/// Topic ids below this are reserved (0: Kafka's "no id"; 1: [`OFFSETS_PARTITION_ID`]); no
+/// topic has one.
+const TOPIC_ID_MIN: u128 = 2;
+
+/// The id the transaction table gives the pseudo-partition of a transaction's group offsets
+/// (AddOffsetsToTxn): no topic has it, so whether a marker is owed never depends on a name a
+/// topic can have.
+pub const OFFSETS_PARTITION_ID: u128 = 1;
+
+/// A new topic's id: random, never a reserved one.
 fn new_topic_id() -> u128 {
     loop {
         let mut b = [0u8; 16];
         getrandom::fill(&mut b).expect("the operating system's random source works");
         let id = u128::from_be_bytes(b);
-        if id != 0 {
+        if id >= TOPIC_ID_MIN {
             return id;
         }
     }
@@ -128,7 +137,7 @@ pub fn legacy_topic_id(name: &str) -> u128 {
         bytes.extend_from_slice(name.as_bytes());
         u128::from(protocol::batch::crc32c(&bytes))
     };
-    (part(1) << 96 | part(2) << 64 | part(3) << 32 | part(4)).max(1)
+    (part(1) << 96 | part(2) << 64 | part(3) << 32 | part(4)).max(TOPIC_ID_MIN)
 }
 
 /// `id`, or the name-derived id of a topic that predates ids.
@@ -210,16 +219,27 @@ pub struct Cluster {
     /// Deleted topics, by name, with the id each last had (a broker that was away when one was
     /// deleted drops its replicas on its next heartbeat).
     deleted: BTreeMap<String, u128>,
-    /// Deleted topics some broker may still serve: the brokers that held replicas and have not
-    /// heartbeated without them since. In memory only (a restart rebuilds it from the journal's
-    /// deletions, a snapshot forgets it).
-    dropping: BTreeMap<String, BTreeSet<i32>>,
+    /// Deleted topics some broker may still serve, by topic id: the name, and the brokers that
+    /// held replicas and have not heartbeated without them since (or that reported one since).
+    /// In memory only: a restart rebuilds it from the journal's deletions and from the
+    /// heartbeats that report a replica of a deleted topic; a snapshot forgets who held one,
+    /// which [`Cluster::drop_pending`] covers by waiting one lease after the start.
+    dropping: BTreeMap<u128, (String, BTreeSet<i32>)>,
+    /// Until when a broker not heard from since this process started may still hold a lease
+    /// granted by an earlier one ([`Cluster::set_started`]).
+    earlier_leases_until_ms: u64,
 }
 
 impl Cluster {
     /// An empty cluster.
     pub fn new(config: ClusterConfig) -> Self {
         Cluster { config, ..Default::default() }
+    }
+
+    /// This coordinator process started at `now_ms`: a broker may hold a lease an earlier one
+    /// granted for one more lease.
+    pub fn set_started(&mut self, now_ms: u64) {
+        self.earlier_leases_until_ms = now_ms + self.config.broker_lease_ms;
     }
 
     fn alive(&self, id: i32, now_ms: u64) -> bool {
@@ -478,9 +498,14 @@ impl Cluster {
         reports: &[ReplicaReport],
     ) -> (u64, Vec<Assignment>, Vec<BrokerInfo>) {
         let lease_until_ms = now_ms + self.config.broker_lease_ms;
-        // A deleted topic this broker no longer reports is dropped there.
-        self.dropping.retain(|name, holders| {
-            if !reports.iter().any(|r| r.topic == *name) {
+        // A deleted topic this broker no longer reports is dropped there; one it reports (a
+        // broker that was away when it was deleted) it may still serve.
+        for d in self.deleted_among(reports) {
+            let entry = self.dropping.entry(d.topic_id).or_insert_with(|| (d.name.clone(), BTreeSet::new()));
+            entry.1.insert(broker_id);
+        }
+        self.dropping.retain(|id, (name, holders)| {
+            if !reports.iter().any(|r| r.topic_id == *id || (r.topic_id == 0 && r.topic == *name)) {
                 holders.remove(&broker_id);
             }
             !holders.is_empty()
@@ -488,7 +513,8 @@ impl Cluster {
         let kafka_addr = self.brokers.get(&broker_id).map(|b| b.kafka_addr.clone()).unwrap_or_default();
         self.brokers.insert(broker_id, Broker { addr: addr.to_string(), kafka_addr, lease_until_ms });
         for r in reports {
-            if self.topics.contains_key(&r.topic) {
+            let current = self.topics.get(&r.topic).is_some_and(|t| r.topic_id == 0 || r.topic_id == t.id);
+            if current {
                 let key = (r.topic.clone(), r.partition);
                 self.reports.entry(key.clone()).or_default().insert(broker_id, (r.log_end_offset, r.high_watermark));
                 if r.problem.is_empty() {
@@ -557,6 +583,9 @@ impl Cluster {
     ) -> Result<Entry, Status> {
         if let Err(why) = protocol::names::validate_topic(name) {
             return Err(Status::new(ErrorCode::InvalidTopicException, why));
+        }
+        if protocol::names::is_reserved_topic(name) {
+            return Err(Status::new(ErrorCode::InvalidRequest, protocol::names::reserved_topic_refusal(name)));
         }
         // -1: the coordinator's default (Kafka's num.partitions).
         let partitions = if partitions == -1 { self.config.default_partitions } else { partitions };
@@ -695,15 +724,24 @@ impl Cluster {
     }
 
     /// The deleted topics among `reports` (a broker's replicas): it drops the replicas that
-    /// carry the id each had.
+    /// carry the id each had. A replica is of a deleted topic when it carries an id that is not
+    /// its name's current one (the name was deleted, or deleted and created again, while the
+    /// broker was away), or, from a broker that does not know its replica's id, when its name
+    /// was deleted and not created again. A name this coordinator never knew is left alone.
     pub fn deleted_among(&self, reports: &[ReplicaReport]) -> Vec<DeletedTopic> {
         let mut out: Vec<DeletedTopic> = Vec::new();
         for r in reports {
-            if self.topics.contains_key(&r.topic) || out.iter().any(|d| d.name == r.topic) {
-                continue;
-            }
-            if let Some(id) = self.deleted.get(&r.topic) {
-                out.push(DeletedTopic { name: r.topic.clone(), topic_id: *id });
+            let stale = match (self.topics.get(&r.topic), r.topic_id) {
+                (Some(_), 0) => None,
+                (Some(t), id) if t.id == id => None,
+                (Some(_), id) => Some(id),
+                (None, 0) => self.deleted.get(&r.topic).copied(),
+                (None, id) => (self.deleted.contains_key(&r.topic) || self.dropping.contains_key(&id)).then_some(id),
+            };
+            if let Some(topic_id) = stale {
+                if !out.iter().any(|d| d.name == r.topic && d.topic_id == topic_id) {
+                    out.push(DeletedTopic { name: r.topic.clone(), topic_id });
+                }
             }
         }
         out
@@ -714,12 +752,34 @@ impl Cluster {
         self.topics.contains_key(topic)
     }
 
-    /// Whether a live broker may still serve deleted topic `topic` (it has not heartbeated
-    /// without it since the deletion). A marker to it waits for this to end, so a fence is
-    /// answered only once the zombie cannot write there either.
-    pub fn drop_pending(&self, topic: &str, now_ms: u64) -> bool {
-        !self.topics.contains_key(topic)
-            && self.dropping.get(topic).is_some_and(|holders| holders.iter().any(|b| self.alive(*b, now_ms)))
+    /// The id of topic `name`, if it exists.
+    pub fn topic_id(&self, name: &str) -> Option<u128> {
+        self.topics.get(name).map(|t| t.id)
+    }
+
+    /// The id topic `name` had when it was last deleted, if it was.
+    pub fn deleted_topic_id(&self, name: &str) -> Option<u128> {
+        self.deleted.get(name).copied()
+    }
+
+    /// The name of the topic with id `topic_id`, and its partition count, if it exists.
+    pub fn topic_by_id(&self, topic_id: u128) -> Option<(&str, i32)> {
+        self.topics.iter().find(|(_, t)| t.id == topic_id).map(|(n, t)| (n.as_str(), t.partitions.len() as i32))
+    }
+
+    /// Whether a broker may still serve a replica of the deleted topic with id `topic_id`: one
+    /// that held it (or reported it since) has not heartbeated without it and its lease holds,
+    /// or this process started less than a lease ago (a broker it has not heard from may hold a
+    /// lease an earlier process granted, and a replica nobody told it to drop). A marker owed
+    /// to such a partition waits for this to end, so a fence is answered only once the zombie
+    /// cannot write there either; then it is dropped.
+    pub fn drop_pending(&self, topic_id: u128, now_ms: u64) -> bool {
+        if self.topics.values().any(|t| t.id == topic_id) {
+            return false;
+        }
+        let holder =
+            self.dropping.get(&topic_id).is_some_and(|(_, holders)| holders.iter().any(|b| self.alive(*b, now_ms)));
+        holder || now_ms < self.earlier_leases_until_ms
     }
 
     /// Move leaderships away from brokers whose lease expired (or whose replica's log failed),
@@ -938,7 +998,13 @@ impl Cluster {
             let mut status = Status::ok();
             let mut created = false;
             if !self.topics.contains_key(&name) {
-                if allow_auto_create && self.config.auto_create_topics {
+                if protocol::names::is_reserved_topic(&name) {
+                    // Never auto-created (a topic of that name was once never fenced).
+                    status = Status::new(
+                        ErrorCode::InvalidTopicException,
+                        format!("topic name '{name}' is reserved for Kafka's internal topics; use another name"),
+                    );
+                } else if allow_auto_create && self.config.auto_create_topics {
                     match self.handle_create_topic(now_ms, &name, self.config.default_partitions, -1, -1) {
                         Ok(e) => {
                             entries.push(e);
@@ -1104,14 +1170,11 @@ impl Cluster {
                     .collect();
                 let id = topic_id_or_legacy(*topic_id, name);
                 self.topics.insert(name.clone(), Topic { min_isr, partitions, id });
-                // Markers to the name now go to this topic's partitions (a broker still holding
-                // the deleted one takes them there, by name, until it drops it).
-                self.dropping.remove(name);
             }
             Entry::TopicDeleted { name, topic_id } => {
                 if let Some(t) = self.topics.get(name).filter(|t| t.id == *topic_id) {
                     let holders = t.partitions.iter().flat_map(|p| p.replicas.iter().copied()).collect();
-                    self.dropping.insert(name.clone(), holders);
+                    self.dropping.insert(*topic_id, (name.clone(), holders));
                     self.topics.remove(name);
                     self.reports.retain(|(t, _), _| t != name);
                     self.problems.retain(|(t, _), _| t != name);
@@ -1664,6 +1727,7 @@ mod tests {
             offline: true,
             lost: false,
             problem: "offline".into(),
+            topic_id: 0,
         };
         assert_eq!(c.handle_offline(10, leader, &[failed("t")]).len(), 1);
         assert!(c.handle_offline(10, leader, &[failed("t")]).is_empty(), "reported once is enough");
@@ -1744,6 +1808,7 @@ mod tests {
             offline: false,
             lost: false,
             problem: String::new(),
+            topic_id: 0,
         };
         c.handle_heartbeat(90, others[0], "a", &[report(5)]);
         c.handle_heartbeat(90, others[1], "a", &[report(7)]);
@@ -1767,6 +1832,7 @@ mod tests {
             offline: false,
             lost: false,
             problem: String::new(),
+            topic_id: 0,
         }
     }
 
@@ -1786,15 +1852,15 @@ mod tests {
         assert_eq!(c.handle_delete_topic("t", 0).unwrap_err().code, ErrorCode::UnknownTopicOrPartition);
         assert_eq!(c.handle_delete_topic("", first).unwrap_err().code, ErrorCode::UnknownTopicId);
         // Its brokers still serve it until they heartbeat without it.
-        assert!(c.drop_pending("t", 2));
+        assert!(c.drop_pending(first, 2));
         assert_eq!(c.deleted_among(&[report("t")]), [DeletedTopic { name: "t".into(), topic_id: first }]);
         let (_, assignments, _) = c.handle_heartbeat(3, 1, "a:1", &[report("t")]);
         assert!(assignments.is_empty());
-        assert!(c.drop_pending("t", 3), "broker 1 still reports it, broker 2 never said");
+        assert!(c.drop_pending(first, 3), "broker 1 still reports it, broker 2 never said");
         c.handle_heartbeat(4, 1, "a:1", &[]);
-        assert!(c.drop_pending("t", 4), "broker 2 has not heartbeated without it");
+        assert!(c.drop_pending(first, 4), "broker 2 has not heartbeated without it");
         c.handle_heartbeat(5, 2, "a:2", &[]);
-        assert!(!c.drop_pending("t", 5));
+        assert!(!c.drop_pending(first, 5));
         // The name again: another id; a replay and a snapshot agree.
         let e = c.handle_create_topic(6, "t", 1, 1, -1).unwrap();
         let Entry::TopicCreated { topic_id: second, .. } = e.clone() else { panic!() };
@@ -1806,6 +1872,60 @@ mod tests {
         let (_, topics, _) = replayed.handle_metadata(7, &["t".to_string()], false);
         assert_eq!(topics[0].topic_id, second);
         assert!(replayed.deleted_among(&[report("t")]).is_empty(), "it exists again");
+    }
+
+    /// Issue 28: a broker that was paused while its topic was deleted and created again on
+    /// another broker reports the old replica under the old id: it is told to drop it, it
+    /// counts as a holder until it has, and a marker owed to the old partition waits for that.
+    #[test]
+    fn a_replica_of_a_deleted_topic_whose_name_lives_again_elsewhere_is_dropped() {
+        let mut c = cluster(&[1, 2]);
+        let Entry::TopicCreated { topic_id: old, .. } = c.handle_create_topic(0, "t", 1, 1, -1).unwrap() else {
+            panic!()
+        };
+        let held = ReplicaReport { topic_id: old, ..report("t") };
+        c.handle_delete_topic("t", 0).unwrap();
+        let Entry::TopicCreated { topic_id: new, .. } = c.handle_create_topic(1, "t", 1, 1, -1).unwrap() else {
+            panic!()
+        };
+        assert_ne!(old, new);
+        assert!(!c.drop_pending(new, 2), "the live topic's partitions are not being dropped");
+        assert_eq!(c.deleted_among(&[held.clone()]), [DeletedTopic { name: "t".into(), topic_id: old }]);
+        assert!(c.deleted_among(&[ReplicaReport { topic_id: new, ..report("t") }]).is_empty());
+        assert!(c.deleted_among(&[report("t")]).is_empty(), "without an id, a live name is left alone");
+        assert!(
+            c.deleted_among(&[ReplicaReport { topic_id: 77, ..report("never-known") }]).is_empty(),
+            "a name this coordinator never knew is left alone"
+        );
+        // A coordinator that restarted forgot who held it: the broker that reports it holds it.
+        let mut restarted = Cluster::new(ClusterConfig { broker_lease_ms: 100, ..ClusterConfig::default() });
+        for e in c.snapshot() {
+            restarted.apply(&e);
+        }
+        restarted.set_started(1_000);
+        assert!(restarted.drop_pending(old, 1_050), "one lease after the start, any broker may still hold it");
+        assert!(!restarted.drop_pending(old, 1_100), "nobody reported it: not pending");
+        restarted.handle_heartbeat(1_100, 1, "a:1", &[held.clone()]);
+        assert!(restarted.drop_pending(old, 1_150), "broker 1 reports the old replica");
+        restarted.handle_heartbeat(1_160, 1, "a:1", &[]);
+        assert!(!restarted.drop_pending(old, 1_170), "broker 1 dropped it");
+        restarted.handle_heartbeat(1_180, 2, "a:2", &[held]);
+        assert!(restarted.drop_pending(old, 1_200));
+        assert!(!restarted.drop_pending(old, 1_281), "broker 2's lease lapsed");
+    }
+
+    /// Issue 28: reserved names are never topics.
+    #[test]
+    fn reserved_names_are_never_created() {
+        let mut c = cluster(&[1]);
+        for name in protocol::names::RESERVED_TOPICS {
+            let refused = c.handle_create_topic(0, name, 1, 1, -1).unwrap_err();
+            assert_eq!(refused.code, ErrorCode::InvalidRequest);
+            assert_eq!(refused.message, format!("Creation of internal topic {name} is prohibited."));
+            let (_, topics, entries) = c.handle_metadata(0, &[name.to_string()], true);
+            assert!(entries.is_empty() && !c.topic_exists(name), "{name} auto-created");
+            assert_eq!(topics[0].status.code, ErrorCode::InvalidTopicException);
+        }
     }
 
     #[test]

@@ -22,6 +22,10 @@ pub struct FenceTarget {
     pub topic: String,
     /// Partition index.
     pub partition: i32,
+    /// The id of the topic the partition was registered under: the marker goes to that
+    /// topic's partition, and to no topic created later under the name (0 in entries written
+    /// before registrations carried ids: the topic of that name, as then).
+    pub topic_id: u128,
 }
 
 /// One journal record.
@@ -55,6 +59,8 @@ pub enum Entry {
         partition: i32,
         /// Part of a transaction (which this opens, if none is open).
         transactional: bool,
+        /// The topic's id ([`FenceTarget::topic_id`]).
+        topic_id: u128,
     },
     /// A transaction ended (PrepareCommit / PrepareAbort): the epoch moves to
     /// `(producer_id, epoch)` and `markers` must all be written before it completes.
@@ -254,8 +260,8 @@ pub struct TxnSnapshot {
     pub requested_by: Option<(i64, i16)>,
     /// Transaction timeout.
     pub transaction_timeout_ms: i32,
-    /// Partitions registered under the epoch.
-    pub registered: Vec<(String, i32)>,
+    /// Partitions registered under the epoch: (topic, partition, topic id).
+    pub registered: Vec<(String, i32, u128)>,
     /// Whether a transaction is open.
     pub txn_open: bool,
     /// Markers not yet confirmed, and their kind.
@@ -329,6 +335,25 @@ const PARTITIONS_ADDED: i8 = 24;
 const GROUP_GENERATION: i8 = 25;
 const OFFSETS_COMMITTED: i8 = 26;
 const TXN_OFFSETS_STAGED: i8 = 27;
+/// [`REGISTER`] with the topic's id.
+const REGISTER_ID: i8 = 28;
+/// [`GRANT_SEQ`] with each fence target's topic id.
+const GRANT_ID: i8 = 29;
+/// [`END_TXN_SEQ`] with each marker's topic id.
+const END_TXN_ID: i8 = 30;
+/// [`TXN_SNAPSHOT_SEQ`] with each registered partition's and pending marker's topic id.
+const TXN_SNAPSHOT_ID: i8 = 31;
+
+/// What a list of fence targets carries, by the entry tag it was written under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Targets {
+    /// Before marker sequences.
+    Plain,
+    /// With marker sequences.
+    Sequenced,
+    /// With marker sequences and topic ids.
+    WithIds,
+}
 
 impl Entry {
     /// Encode for the journal.
@@ -336,7 +361,7 @@ impl Entry {
         let mut b = BytesMut::with_capacity(64);
         match self {
             Entry::Grant { transactional_id, producer_id, epoch, requested_by, transaction_timeout_ms, fence } => {
-                b.put_i8(GRANT_SEQ);
+                b.put_i8(GRANT_ID);
                 b.put_nullable_string(transactional_id.as_deref());
                 b.put_i64(*producer_id);
                 b.put_i16(*epoch);
@@ -344,18 +369,19 @@ impl Entry {
                 b.put_i64(rp);
                 b.put_i16(re);
                 b.put_i32(*transaction_timeout_ms);
-                put_targets(&mut b, fence, true);
+                put_targets(&mut b, fence);
             }
-            Entry::Register { producer_id, epoch, topic, partition, transactional } => {
-                b.put_i8(REGISTER);
+            Entry::Register { producer_id, epoch, topic, partition, transactional, topic_id } => {
+                b.put_i8(REGISTER_ID);
                 b.put_i64(*producer_id);
                 b.put_i16(*epoch);
                 b.put_string(topic);
                 b.put_i32(*partition);
                 b.put_bool(*transactional);
+                b.put_u128(*topic_id);
             }
             Entry::EndTxn { transactional_id, producer_id, epoch, prev, commit, timed_out, markers } => {
-                b.put_i8(END_TXN_SEQ);
+                b.put_i8(END_TXN_ID);
                 b.put_string(transactional_id);
                 b.put_i64(*producer_id);
                 b.put_i16(*epoch);
@@ -363,7 +389,7 @@ impl Entry {
                 b.put_i16(prev.1);
                 b.put_bool(*commit);
                 b.put_bool(*timed_out);
-                put_targets(&mut b, markers, true);
+                put_targets(&mut b, markers);
             }
             Entry::FenceDone { transactional_id, epoch } => {
                 b.put_i8(FENCE_DONE);
@@ -395,7 +421,7 @@ impl Entry {
                 b.put_i32_array(elr);
             }
             Entry::TxnSnapshot(t) => {
-                b.put_i8(TXN_SNAPSHOT_SEQ);
+                b.put_i8(TXN_SNAPSHOT_ID);
                 b.put_string(&t.transactional_id);
                 b.put_i64(t.producer_id);
                 b.put_i16(t.epoch);
@@ -404,12 +430,13 @@ impl Entry {
                 b.put_i16(re);
                 b.put_i32(t.transaction_timeout_ms);
                 b.put_i32(t.registered.len() as i32);
-                for (topic, partition) in &t.registered {
+                for (topic, partition, topic_id) in &t.registered {
                     b.put_string(topic);
                     b.put_i32(*partition);
+                    b.put_u128(*topic_id);
                 }
                 b.put_bool(t.txn_open);
-                put_targets(&mut b, &t.pending, true);
+                put_targets(&mut b, &t.pending);
                 b.put_bool(t.pending_commit);
                 b.put_i8(t.last_result.map_or(-1, i8::from));
                 match t.last_end {
@@ -516,14 +543,14 @@ impl Entry {
         let mut r = Reader::new(payload);
         let tag = r.i8("tag")?;
         let e = match tag {
-            GRANT | GRANT_SEQ => {
+            GRANT | GRANT_SEQ | GRANT_ID => {
                 let transactional_id = r.nullable_string("transactional_id")?;
                 let producer_id = r.i64("producer_id")?;
                 let epoch = r.i16("epoch")?;
                 let rp = r.i64("requested_producer_id")?;
                 let re = r.i16("requested_epoch")?;
                 let transaction_timeout_ms = r.i32("transaction_timeout_ms")?;
-                let fence = get_targets(&mut r, tag == GRANT_SEQ)?;
+                let fence = get_targets(&mut r, Targets::of(tag, GRANT_SEQ, GRANT_ID))?;
                 Entry::Grant {
                     transactional_id,
                     producer_id,
@@ -533,21 +560,22 @@ impl Entry {
                     fence,
                 }
             }
-            REGISTER => Entry::Register {
+            REGISTER | REGISTER_ID => Entry::Register {
                 producer_id: r.i64("producer_id")?,
                 epoch: r.i16("epoch")?,
                 topic: r.string("topic")?,
                 partition: r.i32("partition")?,
                 transactional: r.bool("transactional")?,
+                topic_id: if tag == REGISTER_ID { r.u128("topic_id")? } else { 0 },
             },
-            END_TXN | END_TXN_SEQ => Entry::EndTxn {
+            END_TXN | END_TXN_SEQ | END_TXN_ID => Entry::EndTxn {
                 transactional_id: r.string("transactional_id")?,
                 producer_id: r.i64("producer_id")?,
                 epoch: r.i16("epoch")?,
                 prev: (r.i64("prev_producer_id")?, r.i16("prev_epoch")?),
                 commit: r.bool("commit")?,
                 timed_out: r.bool("timed_out")?,
-                markers: get_targets(&mut r, tag == END_TXN_SEQ)?,
+                markers: get_targets(&mut r, Targets::of(tag, END_TXN_SEQ, END_TXN_ID))?,
             },
             FENCE_DONE => Entry::FenceDone { transactional_id: r.string("transactional_id")?, epoch: r.i16("epoch")? },
             TOPIC_CREATED | TOPIC_CREATED_MIN_ISR | TOPIC_CREATED_ID => {
@@ -571,7 +599,8 @@ impl Entry {
                 }
                 Entry::PartitionsAdded { name, replicas }
             }
-            TXN_SNAPSHOT | TXN_SNAPSHOT_SEQ => {
+            TXN_SNAPSHOT | TXN_SNAPSHOT_SEQ | TXN_SNAPSHOT_ID => {
+                let targets = Targets::of(tag, TXN_SNAPSHOT_SEQ, TXN_SNAPSHOT_ID);
                 let transactional_id = r.string("transactional_id")?;
                 let producer_id = r.i64("producer_id")?;
                 let epoch = r.i16("epoch")?;
@@ -581,10 +610,12 @@ impl Entry {
                 let n = r.array_len("registered", 6)?;
                 let mut registered = Vec::with_capacity(n);
                 for _ in 0..n {
-                    registered.push((r.string("topic")?, r.i32("partition")?));
+                    let (topic, partition) = (r.string("topic")?, r.i32("partition")?);
+                    let topic_id = if targets == Targets::WithIds { r.u128("topic_id")? } else { 0 };
+                    registered.push((topic, partition, topic_id));
                 }
                 let txn_open = r.bool("txn_open")?;
-                let pending = get_targets(&mut r, tag == TXN_SNAPSHOT_SEQ)?;
+                let pending = get_targets(&mut r, targets)?;
                 let pending_commit = r.bool("pending_commit")?;
                 let last_result = match r.i8("last_result")? {
                     -1 => None,
@@ -600,7 +631,7 @@ impl Entry {
                 for _ in 0..n {
                     bumps.push((r.i16("bump_epoch")?, r.i8("bump_kind")?, r.i32("bump_timeout_ms")?));
                 }
-                let next_marker_sequence = if tag == TXN_SNAPSHOT_SEQ { r.i32("next_marker_sequence")? } else { 0 };
+                let next_marker_sequence = if targets != Targets::Plain { r.i32("next_marker_sequence")? } else { 0 };
                 Entry::TxnSnapshot(TxnSnapshot {
                     transactional_id,
                     producer_id,
@@ -712,31 +743,44 @@ impl Entry {
     }
 }
 
-/// Targets, each with its marker sequence if `with_sequence` (the entries of tags from
-/// [`GRANT_SEQ`] on), else without (read as -1).
-fn put_targets(b: &mut BytesMut, targets: &[FenceTarget], with_sequence: bool) {
+impl Targets {
+    /// The targets of an entry of `tag`, whose sequenced and id-carrying tags are given.
+    fn of(tag: i8, sequenced: i8, with_ids: i8) -> Targets {
+        if tag == with_ids {
+            Targets::WithIds
+        } else if tag == sequenced {
+            Targets::Sequenced
+        } else {
+            Targets::Plain
+        }
+    }
+}
+
+/// Targets, each with its marker sequence and topic id (as [`Targets::WithIds`]).
+fn put_targets(b: &mut BytesMut, targets: &[FenceTarget]) {
     b.put_i32(targets.len() as i32);
     for f in targets {
         b.put_i64(f.producer_id);
         b.put_i16(f.marker_epoch);
-        if with_sequence {
-            b.put_i32(f.marker_sequence);
-        }
+        b.put_i32(f.marker_sequence);
         b.put_string(&f.topic);
         b.put_i32(f.partition);
+        b.put_u128(f.topic_id);
     }
 }
 
-fn get_targets(r: &mut Reader, with_sequence: bool) -> Result<Vec<FenceTarget>, DecodeError> {
+/// Targets as written under `kind`: a marker sequence missing is read as -1, a topic id as 0.
+fn get_targets(r: &mut Reader, kind: Targets) -> Result<Vec<FenceTarget>, DecodeError> {
     let n = r.array_len("targets", 16)?;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         out.push(FenceTarget {
             producer_id: r.i64("producer_id")?,
             marker_epoch: r.i16("marker_epoch")?,
-            marker_sequence: if with_sequence { r.i32("marker_sequence")? } else { -1 },
+            marker_sequence: if kind != Targets::Plain { r.i32("marker_sequence")? } else { -1 },
             topic: r.string("topic")?,
             partition: r.i32("partition")?,
+            topic_id: if kind == Targets::WithIds { r.u128("topic_id")? } else { 0 },
         });
     }
     Ok(out)
@@ -800,6 +844,7 @@ mod tests {
                     marker_sequence: 2,
                     topic: "t".into(),
                     partition: 1,
+                    topic_id: 0xabc,
                 }],
             },
             Entry::Grant {
@@ -810,7 +855,14 @@ mod tests {
                 transaction_timeout_ms: 0,
                 fence: vec![],
             },
-            Entry::Register { producer_id: 3, epoch: 4, topic: "t".into(), partition: 0, transactional: true },
+            Entry::Register {
+                producer_id: 3,
+                epoch: 4,
+                topic: "t".into(),
+                partition: 0,
+                transactional: true,
+                topic_id: 0x77,
+            },
             Entry::EndTxn {
                 transactional_id: "orders".into(),
                 producer_id: 3,
@@ -824,6 +876,7 @@ mod tests {
                     marker_sequence: 3,
                     topic: "t".into(),
                     partition: 0,
+                    topic_id: 0xdef,
                 }],
             },
             Entry::FenceDone { transactional_id: "orders".into(), epoch: 4 },
@@ -851,7 +904,7 @@ mod tests {
                 epoch: 9,
                 requested_by: Some((4, 8)),
                 transaction_timeout_ms: 1000,
-                registered: vec![("t".into(), 0)],
+                registered: vec![("t".into(), 0, 0x99)],
                 txn_open: true,
                 pending: vec![FenceTarget {
                     producer_id: 4,
@@ -859,6 +912,7 @@ mod tests {
                     marker_sequence: 0,
                     topic: "t".into(),
                     partition: 1,
+                    topic_id: 5,
                 }],
                 pending_commit: true,
                 last_result: Some(false),
@@ -997,7 +1051,8 @@ mod tests {
                     marker_epoch: 5,
                     marker_sequence: -1,
                     topic: "t".into(),
-                    partition: 0
+                    partition: 0,
+                    topic_id: 0,
                 }],
             }
         );

@@ -23,9 +23,11 @@ use protocol::{
 
 use crate::entry::{Entry, GroupRecord, MemberRecord, OffsetRecord};
 
-/// The pseudo-partition a transaction registers when it carries group offsets
-/// (AddOffsetsToTxn), as Kafka adds its `__consumer_offsets` partition: the coordinator holds
-/// the offsets itself, so no broker gets a marker for it.
+/// The name of the pseudo-partition a transaction registers when it carries group offsets
+/// (AddOffsetsToTxn), as Kafka adds its `__consumer_offsets` partition (DescribeTransactions
+/// shows it so). The coordinator holds the offsets itself, so no broker gets a marker for it:
+/// what says so is its topic id, [`crate::cluster::OFFSETS_PARTITION_ID`], which no topic has;
+/// and the name is reserved ([`protocol::names::RESERVED_TOPICS`]), so no topic has it either.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// Limits and switches of the group rules.

@@ -188,7 +188,7 @@ mod tests {
     use crate::entry::FenceTarget;
 
     fn target(partition: i32) -> FenceTarget {
-        FenceTarget { producer_id: 7, marker_epoch: 1, marker_sequence: 0, topic: "t".into(), partition }
+        FenceTarget { producer_id: 7, marker_epoch: 1, marker_sequence: 0, topic: "t".into(), partition, topic_id: 2 }
     }
 
     #[test]

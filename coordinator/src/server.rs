@@ -22,6 +22,7 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+use crate::cluster::OFFSETS_PARTITION_ID;
 use crate::cluster::{BrokerStart, Cluster, ClusterConfig};
 use crate::entry::{Entry, FenceTarget};
 use crate::groups::{GroupConfig, GroupTable, OFFSETS_TOPIC};
@@ -289,9 +290,11 @@ pub(crate) fn start(
     coordinator_epoch: i32,
     lease: Option<Arc<LeaseClock>>,
 ) -> Arc<Shared> {
-    let Recovered { journal, mut table, cluster, mut groups, replayed } = recovered;
+    let Recovered { journal, mut table, mut cluster, mut groups, replayed } = recovered;
     table.restart_clocks(0);
     groups.restart_clocks(0);
+    // The clock starts at 0 below: a broker may hold a lease an earlier process granted.
+    cluster.set_started(0);
     let pending = table.pending_fences();
     let shared = Arc::new(Shared {
         state: Mutex::new(State { table, cluster, groups }),
@@ -424,15 +427,27 @@ pub(crate) fn handler(shared: Arc<Shared>) -> net::Handler {
 fn add_partition(shared: &Arc<Shared>, r: AddPartitionRequest) -> net::Handled {
     let (decision, rx) = {
         let mut st = shared.lock();
-        let d = if st.cluster.leader_of(&r.topic, r.partition).is_none() {
+        let refuse = |code, message: String| RegisterDecision::Refuse { status: Status::new(code, message), epoch: -1 };
+        let topic_id = st.cluster.topic_id(&r.topic);
+        let d = if protocol::names::is_reserved_topic(&r.topic) {
+            refuse(
+                ErrorCode::InvalidTopicException,
+                format!("topic name '{}' is reserved for Kafka's internal topics: no write goes there", r.topic),
+            )
+        } else if st.cluster.leader_of(&r.topic, r.partition).is_none() {
             // A registration is a promise to fence that partition later: only real ones.
-            RegisterDecision::Refuse {
-                status: Status::new(
-                    ErrorCode::UnknownTopicOrPartition,
-                    format!("{}-{} does not exist", r.topic, r.partition),
+            refuse(ErrorCode::UnknownTopicOrPartition, format!("{}-{} does not exist", r.topic, r.partition))
+        } else if r.topic_id != 0 && topic_id != Some(r.topic_id) {
+            // The asking replica belongs to a deleted topic of that name, on a broker that has
+            // not dropped it yet: no marker will ever go there, so no write may be verified.
+            refuse(
+                ErrorCode::UnknownTopicOrPartition,
+                format!(
+                    "{}-{}: this replica belongs to a deleted topic of that name (topic id {:032x}); the topic now \
+                     has another id and other replicas: refresh metadata",
+                    r.topic, r.partition, r.topic_id
                 ),
-                epoch: -1,
-            }
+            )
         } else {
             let now = shared.now_ms();
             let reg = Registration {
@@ -440,6 +455,7 @@ fn add_partition(shared: &Arc<Shared>, r: AddPartitionRequest) -> net::Handled {
                 epoch: r.producer_epoch,
                 topic: &r.topic,
                 partition: r.partition,
+                topic_id: topic_id.unwrap_or(0),
                 transactional: r.transactional,
                 verify_only: r.verify_only,
             };
@@ -983,31 +999,42 @@ fn return_peer(shared: &Shared, addr: &str, conn: Connection) {
 }
 
 async fn write_marker_until_done(shared: &Shared, t: &FenceTarget, commit: bool) {
-    if t.topic == OFFSETS_TOPIC {
+    if t.topic_id == OFFSETS_PARTITION_ID || (t.topic_id == 0 && t.topic == OFFSETS_TOPIC) {
         // A transaction's group offsets live here: its end (journaled before the markers
-        // start) already applied or dropped them.
+        // start) already applied or dropped them. (An entry from before registrations carried
+        // topic ids names it; no topic could be created under the name since.)
         return;
     }
     let mut backoff = Duration::from_millis(20);
     loop {
-        let (leader, exists, dropping) = {
+        let (leader, dropping) = {
             let st = shared.lock();
             let now = shared.now_ms();
             let c = &st.cluster;
-            (c.leader_of(&t.topic, t.partition), c.topic_exists(&t.topic), c.drop_pending(&t.topic, now))
+            // By topic id: a topic created again under the name is another topic, and the
+            // partition this marker is owed to is the deleted one's. (An entry from before
+            // registrations carried ids: the topic of that name.)
+            let id = match t.topic_id {
+                0 => c.topic_id(&t.topic).or_else(|| c.deleted_topic_id(&t.topic)).unwrap_or(0),
+                id => id,
+            };
+            // (A topic id names one topic, under one name: the target's.)
+            match c.topic_by_id(id) {
+                Some(_) => (c.leader_of(&t.topic, t.partition), false),
+                None => (None, id != 0 && c.drop_pending(id, now)),
+            }
         };
-        if !exists && !dropping {
-            // Deleted since it was registered, and no live broker serves it any more: no write
-            // can reach it, so there is nothing to fence (a topic created again under the name
-            // is another topic, whose partitions verify every producer's first write afresh).
+        if leader.is_none() && !dropping {
+            // Its topic was deleted since it was registered (or the partition does not exist
+            // in it), and no broker can still serve the old replica (each that held one dropped
+            // it, or its lease lapsed): no write can reach it, so there is nothing to fence, and
+            // the transaction may end. A topic created again under the name is another topic,
+            // whose partitions verify every producer's first write afresh.
             tracing::info!(topic = %t.topic, partition = t.partition, "marker not needed: the topic was deleted");
             return;
         }
         let outcome = match leader {
-            None if dropping => {
-                Err(format!("{}-{} was deleted; waiting for its brokers to drop it", t.topic, t.partition))
-            }
-            None => Err(format!("partition {}-{} does not exist", t.topic, t.partition)),
+            None => Err(format!("{}-{} was deleted; waiting for its brokers to drop it", t.topic, t.partition)),
             Some((id, _, None)) => Err(format!("no address for leader {id} (-1: no leader available now)")),
             Some((_, leader_epoch, Some(addr))) => match peer(shared, &addr).await {
                 Err(e) => Err(e.to_string()),
@@ -1094,6 +1121,7 @@ mod tests {
                 partition,
                 transactional: true,
                 verify_only: false,
+                topic_id: 0,
             })
         };
         let (net::Handled::Applied(first), net::Handled::Applied(second)) = (handle(add(0)), handle(add(1))) else {
@@ -1113,5 +1141,72 @@ mod tests {
             producer_epoch: -1,
         });
         assert!(matches!(handle(init), net::Handled::Serial(_)), "inits stay one at a time");
+    }
+
+    /// Issue 28: a registration records the topic's id; one asked by a replica of a deleted
+    /// topic whose name lives again (another id) is refused, and so is a reserved name.
+    #[tokio::test]
+    async fn registrations_go_by_topic_id_and_never_to_a_reserved_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = CoordinatorConfig::new(dir.path());
+        let Recovered { journal, mut table, mut cluster, .. } = recover(&config).unwrap();
+        cluster.handle_heartbeat(0, 1, "127.0.0.1:1", &[]);
+        let Entry::TopicCreated { topic_id: old, .. } = cluster.handle_create_topic(0, "t", 1, 1, -1).unwrap() else {
+            panic!()
+        };
+        cluster.handle_delete_topic("t", 0).unwrap();
+        let Entry::TopicCreated { topic_id: new, .. } = cluster.handle_create_topic(0, "t", 1, 1, -1).unwrap() else {
+            panic!()
+        };
+        let InitDecision::Grant { producer_id, epoch, entries, .. } = table.handle_init(Some("tid"), 60_000, None)
+        else {
+            panic!("a new transactional id is granted")
+        };
+        entries.iter().for_each(|e| table.apply(e));
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State { table, cluster, groups: GroupTable::new(GroupConfig::default(), 0) }),
+            group_waiters: Mutex::new(HashMap::new()),
+            since_snapshot: std::sync::atomic::AtomicU64::new(0),
+            started: Instant::now(),
+            peers: Mutex::new(HashMap::new()),
+            metrics: CoordinatorMetrics::new(journal.append_latency()),
+            journal,
+            config,
+            coordinator_epoch: 0,
+            lease: None,
+            cancel: tokio_util::sync::CancellationToken::new(),
+        });
+        let handle = handler(shared.clone());
+        let add = |topic: &str, topic_id| {
+            Request::AddPartition(AddPartitionRequest {
+                producer_id,
+                producer_epoch: epoch,
+                topic: topic.into(),
+                partition: 0,
+                transactional: true,
+                verify_only: false,
+                topic_id,
+            })
+        };
+        let answer = |h: net::Handled| async move {
+            match h {
+                net::Handled::Applied(f) | net::Handled::Serial(f) => match f.await {
+                    Response::AddPartition(r) => r.status,
+                    other => panic!("wrong answer {other:?}"),
+                },
+            }
+        };
+        let refused = answer(handle(add("t", old))).await;
+        assert_eq!(refused.code, ErrorCode::UnknownTopicOrPartition, "{refused}");
+        assert!(refused.message.contains("deleted topic"), "{refused}");
+        let reserved = answer(handle(add("__consumer_offsets", 0))).await;
+        assert_eq!(reserved.code, ErrorCode::InvalidTopicException, "{reserved}");
+        assert!(shared.lock().table.pending_fences().is_empty());
+        assert!(answer(handle(add("t", new))).await.is_ok());
+        let InitDecision::Grant { fence, .. } = shared.lock().table.handle_init(Some("tid"), 60_000, None) else {
+            panic!("granted")
+        };
+        assert_eq!(fence.len(), 1);
+        assert_eq!((fence[0].topic.as_str(), fence[0].topic_id), ("t", new), "the marker is owed to the live topic");
     }
 }

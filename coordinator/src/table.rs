@@ -91,8 +91,8 @@ struct TxnEntry {
     epoch: i16,
     requested_by: Option<(i64, i16)>,
     transaction_timeout_ms: i32,
-    /// Partitions registered under `epoch`.
-    registered: BTreeSet<(String, i32)>,
+    /// Partitions registered under `epoch`: (topic, partition, topic id).
+    registered: BTreeSet<(String, i32, u128)>,
     /// When the open transaction began (volatile: reset to the restart time after a replay).
     txn_started_ms: Option<u64>,
     /// Markers of the bump to `epoch` not yet confirmed written, and their kind.
@@ -247,6 +247,9 @@ pub struct Registration<'a> {
     pub topic: &'a str,
     /// Partition index.
     pub partition: i32,
+    /// The topic's id, as the coordinator knows it now: a marker owed to the partition goes to
+    /// this topic, never to one created later under the name.
+    pub topic_id: u128,
     /// A transactional write (opens the transaction if none is open).
     pub transactional: bool,
     /// Only check that the partition is in the open transaction; register nothing.
@@ -254,9 +257,16 @@ pub struct Registration<'a> {
 }
 
 impl<'a> Registration<'a> {
-    /// A registration (not verify-only) of `topic-partition` under `(producer_id, epoch)`.
-    pub fn new(producer_id: i64, epoch: i16, topic: &'a str, partition: i32, transactional: bool) -> Self {
-        Registration { producer_id, epoch, topic, partition, transactional, verify_only: false }
+    /// A registration (not verify-only) of `topic-partition` under `(producer_id, epoch)`, of
+    /// the topic with id `topic_id`.
+    pub fn new(
+        producer_id: i64,
+        epoch: i16,
+        (topic, topic_id): (&'a str, u128),
+        partition: i32,
+        transactional: bool,
+    ) -> Self {
+        Registration { producer_id, epoch, topic, partition, topic_id, transactional, verify_only: false }
     }
 }
 
@@ -323,12 +333,13 @@ impl ProducerTable {
     fn targets(e: &TxnEntry, marker_epoch: i16) -> Vec<FenceTarget> {
         e.registered
             .iter()
-            .map(|(topic, partition)| FenceTarget {
+            .map(|(topic, partition, topic_id)| FenceTarget {
                 producer_id: e.producer_id,
                 marker_epoch,
                 marker_sequence: e.next_marker_sequence,
                 topic: topic.clone(),
                 partition: *partition,
+                topic_id: *topic_id,
             })
             .collect()
     }
@@ -578,7 +589,8 @@ impl ProducerTable {
     /// transaction if none is open. With `verify_only`, register nothing: accept only a
     /// partition already in the open transaction (a Kafka client's write, transaction version 1).
     pub fn handle_register(&mut self, r: &Registration<'_>, now_ms: u64) -> RegisterDecision {
-        let Registration { producer_id, epoch, topic, partition, transactional, verify_only } = *r;
+        let Registration { producer_id, epoch, topic, partition, topic_id, transactional, verify_only } = *r;
+        let key = (topic.to_string(), partition, topic_id);
         let refuse = |code, msg: String, epoch| RegisterDecision::Refuse { status: Status::new(code, msg), epoch };
         let Some(tid) = self.owner.get(&producer_id).cloned() else {
             if producer_id < 0 || producer_id >= self.next_producer_id {
@@ -635,7 +647,7 @@ impl ProducerTable {
         let current = e.epoch;
         if verify_only {
             let open = e.txn_started_ms.is_some();
-            return if open && e.registered.contains(&(topic.to_string(), partition)) {
+            return if open && e.registered.contains(&key) {
                 // Nothing new to persist: the caller waits for the registration it saw to be.
                 RegisterDecision::Accept { entries: Vec::new(), epoch: current }
             } else {
@@ -651,10 +663,11 @@ impl ProducerTable {
             };
         }
         let opens_txn = transactional && e.txn_started_ms.is_none();
-        if e.registered.contains(&(topic.to_string(), partition)) && !opens_txn {
+        if e.registered.contains(&key) && !opens_txn {
             return RegisterDecision::Accept { entries: Vec::new(), epoch: current };
         }
-        let entry = Entry::Register { producer_id, epoch, topic: topic.to_string(), partition, transactional };
+        let entry =
+            Entry::Register { producer_id, epoch, topic: topic.to_string(), partition, transactional, topic_id };
         self.apply(&entry);
         if opens_txn {
             if let Some(e) = self.by_tid.get_mut(tid.as_str()) {
@@ -701,10 +714,10 @@ impl ProducerTable {
                     remember(&mut e.bumps, *epoch, Bump::NewInstance);
                 }
             }
-            Entry::Register { producer_id, epoch, topic, partition, transactional } => {
+            Entry::Register { producer_id, epoch, topic, partition, transactional, topic_id } => {
                 if let Some(e) = self.owner.get(producer_id).and_then(|t| self.by_tid.get_mut(t)) {
                     if e.producer_id == *producer_id && e.epoch == *epoch {
-                        e.registered.insert((topic.clone(), *partition));
+                        e.registered.insert((topic.clone(), *partition, *topic_id));
                         if *transactional && e.txn_started_ms.is_none() {
                             // Time is not in the journal: the live path stamps `now` right
                             // after this, a replay stamps the restart time (`restart_clocks`).
@@ -838,7 +851,7 @@ impl ProducerTable {
                 transactional_id: t.clone(),
                 producer_id: e.producer_id,
                 epoch: e.epoch,
-                partitions: e.registered.iter().map(|(t, p)| format!("{t}-{p}")).collect(),
+                partitions: e.registered.iter().map(|(t, p, _)| format!("{t}-{p}")).collect(),
                 state: e.state(),
                 age_ms: e.txn_started_ms.map(|s| now_ms.saturating_sub(s.min(now_ms))),
                 transaction_timeout_ms: e.transaction_timeout_ms,
@@ -928,11 +941,11 @@ mod tests {
         let mut t = ProducerTable::new(TableConfig::default());
         let (pid, e0, _) = grant(t.handle_init(Some("orders"), T, None));
         assert!(matches!(
-            t.handle_register(&Registration::new(pid, e0, "t", 0, false), 0),
+            t.handle_register(&Registration::new(pid, e0, ("t", 9), 0, false), 0),
             RegisterDecision::Accept { .. }
         ));
         assert!(matches!(
-            t.handle_register(&Registration::new(pid, e0, "t", 1, false), 0),
+            t.handle_register(&Registration::new(pid, e0, ("t", 9), 1, false), 0),
             RegisterDecision::Accept { .. }
         ));
         let (_, e1, fence) = grant(t.handle_init(Some("orders"), T, None));
@@ -951,7 +964,7 @@ mod tests {
         let mut t = ProducerTable::new(TableConfig::default());
         let (pid, e0, _) = grant(t.handle_init(Some("orders"), T, None));
         grant(t.handle_init(Some("orders"), T, None));
-        match t.handle_register(&Registration::new(pid, e0, "never-touched", 7, false), 0) {
+        match t.handle_register(&Registration::new(pid, e0, ("never-touched", 9), 7, false), 0) {
             RegisterDecision::Refuse { status, epoch } => {
                 assert_eq!(status.code, ErrorCode::ProducerFenced);
                 assert_eq!(epoch, e0 + 1);
@@ -969,12 +982,12 @@ mod tests {
     fn unknown_producer_id_is_refused_and_idempotent_ids_are_accepted() {
         let mut t = ProducerTable::new(TableConfig::default());
         assert!(matches!(
-            t.handle_register(&Registration::new(5, 0, "t", 0, false), 0),
+            t.handle_register(&Registration::new(5, 0, ("t", 9), 0, false), 0),
             RegisterDecision::Refuse { status: Status { code: ErrorCode::UnknownProducerId, .. }, .. }
         ));
         let (pid, _, _) = grant(t.handle_init(None, 0, None));
         assert!(matches!(
-            t.handle_register(&Registration::new(pid, 0, "t", 0, false), 0),
+            t.handle_register(&Registration::new(pid, 0, ("t", 9), 0, false), 0),
             RegisterDecision::Accept { .. }
         ));
     }
@@ -1007,7 +1020,7 @@ mod tests {
             fence: vec![],
         });
         assert!(matches!(
-            t.handle_register(&Registration::new(pid, EPOCH_GRANT_MAX, "t", 0, false), 0),
+            t.handle_register(&Registration::new(pid, EPOCH_GRANT_MAX, ("t", 9), 0, false), 0),
             RegisterDecision::Accept { .. }
         ));
         let (pid2, e, fence) = grant(t.handle_init(Some("x"), T, None));
@@ -1020,12 +1033,13 @@ mod tests {
                 marker_epoch: EPOCH_RETIRED,
                 marker_sequence: 0,
                 topic: "t".into(),
-                partition: 0
+                partition: 0,
+                topic_id: 9,
             }]
         );
         t.handle_fence_done("x", 0);
         assert!(matches!(
-            t.handle_register(&Registration::new(pid, EPOCH_GRANT_MAX, "t", 1, false), 0),
+            t.handle_register(&Registration::new(pid, EPOCH_GRANT_MAX, ("t", 9), 1, false), 0),
             RegisterDecision::Refuse { status: Status { code: ErrorCode::ProducerFenced, .. }, .. }
         ));
     }
@@ -1043,7 +1057,7 @@ mod tests {
         push(d, &mut log);
         let (pid, e) = t.current("a").unwrap();
         if let RegisterDecision::Accept { entries, .. } =
-            t.handle_register(&Registration::new(pid, e, "t", 0, false), 0)
+            t.handle_register(&Registration::new(pid, e, ("t", 9), 0, false), 0)
         {
             log.extend(entries);
         }
@@ -1095,7 +1109,7 @@ mod tests {
     fn register(t: &mut ProducerTable, tid: &str, topic: &str, partition: i32, now: u64) {
         let (pid, e) = t.current(tid).unwrap();
         assert!(matches!(
-            t.handle_register(&Registration::new(pid, e, topic, partition, true), now),
+            t.handle_register(&Registration::new(pid, e, (topic, 9), partition, true), now),
             RegisterDecision::Accept { .. }
         ));
     }
@@ -1172,7 +1186,7 @@ mod tests {
         let mut t = ProducerTable::new(TableConfig::default());
         let (pid, e0, _) = grant(t.handle_init(Some("tx"), T, None));
         assert!(matches!(
-            t.handle_register(&Registration::new(pid, e0, "a", 0, false), 0),
+            t.handle_register(&Registration::new(pid, e0, ("a", 9), 0, false), 0),
             RegisterDecision::Accept { .. }
         ));
         assert_eq!(t.handle_end_txn("tx", pid, e0, true, true), EndDecision::Done { producer_id: pid, epoch: e0 });
@@ -1185,12 +1199,12 @@ mod tests {
         register(&mut t, "tx", "a", 0, 0);
         let (e1, _, _) = markers(t.handle_end_txn("tx", pid, e0, true, true));
         assert!(matches!(
-            t.handle_register(&Registration::new(pid, e1, "a", 0, true), 1),
+            t.handle_register(&Registration::new(pid, e1, ("a", 9), 0, true), 1),
             RegisterDecision::Refuse { status: Status { code: ErrorCode::ConcurrentTransactions, .. }, .. }
         ));
         t.handle_fence_done("tx", e1);
         assert!(matches!(
-            t.handle_register(&Registration::new(pid, e1, "a", 0, true), 2),
+            t.handle_register(&Registration::new(pid, e1, ("a", 9), 0, true), 2),
             RegisterDecision::Accept { .. }
         ));
     }
@@ -1218,7 +1232,7 @@ mod tests {
         let (e1, commit, m) = markers(out[0].1.clone());
         assert_eq!((e1, commit, m.len()), (e0 + 1, false, 1));
         t.handle_fence_done("slow", e1);
-        match t.handle_register(&Registration::new(pid, e0, "b", 0, true), 1_200) {
+        match t.handle_register(&Registration::new(pid, e0, ("b", 9), 0, true), 1_200) {
             RegisterDecision::Refuse { status, .. } => {
                 assert_eq!(status.code, ErrorCode::ProducerFenced);
                 assert!(status.message.contains("outlived its timeout of 1000 ms"), "{}", status.message);
@@ -1236,7 +1250,7 @@ mod tests {
         let mut t = ProducerTable::new(TableConfig::default());
         let (pid, e0, _) = grant(t.handle_init(Some("plain"), 1_000, None));
         assert!(matches!(
-            t.handle_register(&Registration::new(pid, e0, "a", 0, false), 0),
+            t.handle_register(&Registration::new(pid, e0, ("a", 9), 0, false), 0),
             RegisterDecision::Accept { .. }
         ));
         assert_eq!(t.state("plain"), Some(TxnState::Empty));
@@ -1252,7 +1266,7 @@ mod tests {
         }
         let (pid, e0) = t.current("tx").unwrap();
         if let RegisterDecision::Accept { entries, .. } =
-            t.handle_register(&Registration::new(pid, e0, "a", 0, true), 5)
+            t.handle_register(&Registration::new(pid, e0, ("a", 9), 0, true), 5)
         {
             log.extend(entries);
         }
@@ -1270,7 +1284,7 @@ mod tests {
     }
 
     fn verify(t: &mut ProducerTable, pid: i64, epoch: i16, partition: i32) -> RegisterDecision {
-        let r = Registration { verify_only: true, ..Registration::new(pid, epoch, "a", partition, true) };
+        let r = Registration { verify_only: true, ..Registration::new(pid, epoch, ("a", 9), partition, true) };
         t.handle_register(&r, 0)
     }
 
@@ -1376,12 +1390,12 @@ mod tests {
         let (pid, _, _) = grant(t.handle_init(None, 0, None));
         for epoch in [0, 1, 7] {
             assert!(matches!(
-                t.handle_register(&Registration::new(pid, epoch, "t", 0, false), 0),
+                t.handle_register(&Registration::new(pid, epoch, ("t", 9), 0, false), 0),
                 RegisterDecision::Accept { epoch: e, .. } if e == epoch
             ));
         }
         assert!(matches!(
-            t.handle_register(&Registration::new(pid, 1, "t", 0, true), 0),
+            t.handle_register(&Registration::new(pid, 1, ("t", 9), 0, true), 0),
             RegisterDecision::Refuse { status: Status { code: ErrorCode::InvalidTxnState, .. }, .. }
         ));
     }

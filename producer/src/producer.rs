@@ -199,6 +199,7 @@ impl Producer {
             partition,
             transactional: true,
             verify_only: false,
+            topic_id: 0,
         });
         match call_coordinator_retrying(&mut self.client, "AddPartitionsToTxn", self.config.delivery_timeout_ms, req)
             .await?
@@ -356,6 +357,7 @@ impl Producer {
                 partition,
                 transactional: false,
                 verify_only: false,
+                topic_id: 0,
             });
             if let Ok(Response::AddPartition(a)) = self.client.call_coordinator(req).await {
                 if a.status.code == ErrorCode::ProducerFenced {

@@ -43,8 +43,8 @@ fn request() -> impl Strategy<Value = Request> {
                 })
             }
         ),
-        (any::<i64>(), any::<i16>(), name, any::<i32>(), any::<bool>(), any::<bool>()).prop_map(
-            |(producer_id, producer_epoch, topic, partition, transactional, verify_only)| {
+        (any::<i64>(), any::<i16>(), name, any::<i32>(), any::<bool>(), any::<bool>(), any::<u128>()).prop_map(
+            |(producer_id, producer_epoch, topic, partition, transactional, verify_only, topic_id)| {
                 Request::AddPartition(AddPartitionRequest {
                     producer_id,
                     producer_epoch,
@@ -52,6 +52,7 @@ fn request() -> impl Strategy<Value = Request> {
                     partition,
                     transactional,
                     verify_only,
+                    topic_id,
                 })
             }
         ),

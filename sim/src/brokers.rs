@@ -155,6 +155,7 @@ impl Sim {
                     offline: false,
                     lost: lost.is_some(),
                     problem: lost.unwrap_or_default(),
+                    topic_id: 0,
                 }
             })
             .collect();

@@ -358,7 +358,7 @@ impl GroupSim {
                 let tid = self.workers[w].tid.clone();
                 // AddPartitionsToTxn for the output, then the writes (the leader's gate lets
                 // only the current epoch of an open transaction write).
-                match self.table.handle_register(&Registration::new(pid, epoch, "out", 0, true), now) {
+                match self.table.handle_register(&Registration::new(pid, epoch, ("out", 0), 0, true), now) {
                     RegisterDecision::Accept { entries, .. } => {
                         self.producer_entries(&tid, entries);
                         self.workers[w].pending.extend((from..to).map(|o| (partition, o)));
@@ -375,7 +375,8 @@ impl GroupSim {
             Step::Offsets { partition, to } => {
                 let (pid, epoch) = self.workers[w].producer.expect("initialised");
                 let tid = self.workers[w].tid.clone();
-                let reg = Registration::new(pid, epoch, OFFSETS_TOPIC, 0, true);
+                let reg =
+                    Registration::new(pid, epoch, (OFFSETS_TOPIC, coordinator::cluster::OFFSETS_PARTITION_ID), 0, true);
                 let verified = match self.table.handle_register(&reg, now) {
                     RegisterDecision::Accept { entries, .. } => {
                         self.producer_entries(&tid, entries);

@@ -910,7 +910,8 @@ impl Sim {
             Msg::ProduceResp { prod, batch, result } => self.producer_answer(prod, batch, result),
             Msg::Verify { broker, partition, producer_id, epoch, transactional, guard } => {
                 let now = self.clock(COORD);
-                let reg = Registration::new(producer_id, epoch, TOPIC, partition, transactional);
+                let topic_id = self.cluster.topic_id(TOPIC).unwrap_or(0);
+                let reg = Registration::new(producer_id, epoch, (TOPIC, topic_id), partition, transactional);
                 let ok = match self.table.handle_register(&reg, now) {
                     RegisterDecision::Accept { entries, .. } => {
                         self.journal.extend(entries);

@@ -79,3 +79,131 @@ def test_a_verification_ends_with_the_leadership_that_made_it(client, start_clus
     # unclean election costs (as in Kafka); what matters here is that z2 never landed.
     assert rc.values(0)[-1:] == [b"c1"] and b"z2" not in rc.values(0), \
         f"read_committed after C's commit: {rc.values(0)}"
+
+
+def _admin_create_topics(client, bootstrap, name):
+    """CreateTopics of `name` through the client's own admin API: (error name, message)."""
+    if client.name == "confluent":
+        from confluent_kafka.admin import AdminClient, NewTopic
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        fut = admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=10)[name]
+        try:
+            fut.result(timeout=30)
+        except client.ck.KafkaException as e:
+            err = e.args[0]
+            return err.name(), err.str()
+        return None, None
+    from kafka.admin import KafkaAdminClient, NewTopic
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","))
+    try:
+        r = admin.create_topics({name: {"num_partitions": 1, "replication_factor": 1}}, raise_errors=False)
+        (t,) = r["topics"]
+        return client.errors.for_code(t["error_code"]).__name__, t.get("error_message") or ""
+    finally:
+        admin.close()
+
+
+@pytest.mark.timeout(60)
+def test_reserved_names_are_never_topics(client, start_cluster):
+    """Finding 1: `__consumer_offsets` could be created, and the coordinator wrote no marker there.
+
+    Kafka's internal names (and its metadata log's) cannot be created through CreateTopics or
+    `admin create-topic`, Metadata never auto-creates them, and a produce to one is refused."""
+    cluster = start_cluster(brokers=1)
+    bootstrap = cluster.bootstrap()
+    for name in ("__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata"):
+        code, message = _admin_create_topics(client, bootstrap, name)
+        assert code in ("INVALID_REQUEST", "InvalidRequestError"), f"CreateTopics {name}: {code} {message}"
+        assert f"Creation of internal topic {name} is prohibited." in message, message
+        r = cluster.admin("create-topic", name, "--partitions", "1", check=False)
+        assert r.returncode == 2 and f"Creation of internal topic {name} is prohibited." in r.stderr, \
+            f"admin create-topic {name}: exit {r.returncode}, {r.stderr}"
+    # A producer's Metadata request (which auto-creates ordinary topics) does not create it, and
+    # the write fails for good.
+    p = client.idempotent_producer(bootstrap, **({"message.timeout.ms": 10000} if client.name == "confluent"
+                                                 else {"max_block_ms": 5000}))
+    if client.name == "confluent":
+        p.send("__consumer_offsets", 0, b"x")
+        p.flush(30)
+        assert not p.acked and p.failed, f"the write to __consumer_offsets: acked {p.acked}, failed {p.failed}"
+    else:
+        with pytest.raises(client.errors.KafkaError):
+            p.send("__consumer_offsets", 0, b"x").get(timeout=30)
+    topics = {t["topic"] for t in cluster.describe()["partitions"]}
+    assert not topics & {"__consumer_offsets", "__transaction_state"}, f"a reserved name was created: {topics}"
+
+
+@pytest.mark.timeout(90)
+def test_a_paused_broker_learns_its_replica_was_deleted(client, start_cluster):
+    """Finding 2: topic T on broker 1 alone; broker 1 is frozen (under its lease) while T is
+    deleted and created again, which places it on broker 2; broker 1 wakes. It used to lead the
+    old T-0 for good, acknowledging acks=all writes no consumer of T would ever read. Now its
+    next heartbeat tells it the replica's topic id is gone: it drops the replica, and a producer
+    that still had the old metadata is sent on to the new T."""
+    cluster = start_cluster(brokers=2, lease_ms=4000, heartbeat_ms=100)
+    (part,) = cluster.create_topic("re", partitions=1, replicas=1)
+    old = part["leader"]
+    # Not idempotent: its sequences would not carry over to the new topic (OUT_OF_ORDER_SEQUENCE,
+    # as from Kafka), and what is checked here is where acknowledged acks=all writes land.
+    p = client.idempotent_producer(cluster.bootstrap(), **(
+        {"enable.idempotence": False, "message.timeout.ms": 30000} if client.name == "confluent"
+        else {"enable_idempotence": False, "request_timeout_ms": 5000}))
+    p.send("re", 0, b"before")
+    p.flush(30)
+    assert [v for _, _, v in p.acked] == [b"before"], p.acked
+
+    cluster.brokers[old].stop()
+    cluster.admin("delete-topic", "re")
+    (part,) = cluster.create_topic("re", partitions=1, replicas=1)
+    new = part["leader"]
+    assert new != old, f"the new topic landed on the frozen broker {old} too: {part}"
+    with open(cluster.brokers[old].process.stderr_path, "rb") as f:
+        seen = len(f.read())
+    cluster.brokers[old].cont()
+
+    def dropped():
+        with open(cluster.brokers[old].process.stderr_path, "rb") as f:
+            return b"partition dropped" in f.read()[seen:] or None
+
+    wait_until(dropped, 20, f"broker {old} to drop the replica of the deleted topic")
+    sent = [b"after-%d" % i for i in range(10)]
+    for v in sent:
+        p.send("re", 0, v)
+        p.flush(30)
+    acked = [v for _, _, v in p.acked if v != b"before"]
+    assert acked == sent and not p.failed, f"acked {acked}, failed {p.failed}"
+    read = client.read(cluster.bootstrap([new]), "re", [0], "read_uncommitted")
+    assert read.values(0) == sent, \
+        f"the new topic holds {read.values(0)}; every acknowledged write must be readable in it"
+
+
+@pytest.mark.timeout(90)
+def test_a_transaction_on_a_deleted_partition_does_not_lock_its_id(client, start_cluster):
+    """Finding 3: a transaction is open on T-3 when its producer dies; T is deleted and created
+    again with one partition. The abort marker owed to T-3 went by name and was retried forever:
+    every InitProducerId of the transactional id got CONCURRENT_TRANSACTIONS, also after a
+    coordinator restart. Now it goes by topic id, and is dropped once no broker can still serve
+    the old replica, so a new instance initialises, before and after a coordinator restart."""
+    cluster = start_cluster(brokers=1, heartbeat_ms=100)
+    cluster.create_topic("gone", partitions=4, replicas=1)
+    tid = f"gone-{client.name}"
+    a = client.transactional_producer(cluster.bootstrap(), tid)
+    a.init()
+    a.begin()
+    a.send("gone", 3, b"a")
+    a.flush(30)
+    assert [v for _, _, v in a.acked] == [b"a"], a.acked
+    cluster.admin("delete-topic", "gone")
+    cluster.create_topic("gone", partitions=1, replicas=1)
+    b = client.transactional_producer(cluster.bootstrap(), tid)
+    b.init(30)
+    cluster.coordinator.kill9()
+    cluster.restart_coordinator()
+    c = client.transactional_producer(cluster.bootstrap(), tid)
+    c.init(30)
+    c.begin()
+    c.send("gone", 0, b"c")
+    c.flush(30)
+    c.commit(30)
+    rc = client.read(cluster.bootstrap(), "gone", [0], "read_committed")
+    assert rc.values(0) == [b"c"], rc.values(0)

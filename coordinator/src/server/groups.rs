@@ -115,6 +115,7 @@ fn check_txn(
         producer_id: txn.producer_id,
         epoch: txn.producer_epoch,
         topic: OFFSETS_TOPIC,
+        topic_id: crate::cluster::OFFSETS_PARTITION_ID,
         partition: 0,
         transactional: true,
         verify_only,

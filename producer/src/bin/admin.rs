@@ -91,6 +91,13 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Command::CreateTopic { name, .. } = &args.command {
+        if protocol::names::is_reserved_topic(name) {
+            // A usage error, as for a bad flag: no cluster would take it.
+            eprintln!("error: {}", protocol::names::reserved_topic_refusal(name));
+            return ExitCode::from(2);
+        }
+    }
     let mut admin = Admin::new(&args.bootstrap, config);
     let result = match args.command {
         Command::CreateTopic { name, partitions, replicas, min_insync_replicas } => admin

@@ -354,6 +354,7 @@ impl HeartbeatRequest {
             b.put_bool(r.offline);
             b.put_bool(r.lost);
             b.put_string(&r.problem);
+            b.put_u128(r.topic_id);
         }
     }
 
@@ -377,6 +378,7 @@ impl HeartbeatRequest {
                 offline: r.bool("offline")?,
                 lost: r.bool("lost")?,
                 problem: r.string("problem")?,
+                topic_id: r.u128("topic_id")?,
             });
         }
         Ok(HeartbeatRequest {
@@ -415,6 +417,10 @@ pub struct ReplicaReport {
     /// What is wrong with it, for operators (`admin describe`): why it is offline or lost, or
     /// why it refuses its leader; empty when nothing is.
     pub problem: String,
+    /// The id of the topic the replica belongs to (0: the broker does not know it, a replica
+    /// made before topics had ids): a replica of a deleted topic whose name was created again
+    /// carries the old id, and the coordinator tells the broker to drop it.
+    pub topic_id: u128,
 }
 
 /// One partition a broker hosts a replica of.

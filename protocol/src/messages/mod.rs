@@ -728,6 +728,7 @@ mod tests {
             partition: 1,
             transactional: true,
             verify_only: true,
+            topic_id: 0x1234,
         }));
         roundtrip_req(Request::WriteMarker(WriteMarkerRequest {
             topic: "t".into(),
@@ -756,6 +757,7 @@ mod tests {
                 offline: true,
                 lost: true,
                 problem: "damaged".into(),
+                topic_id: 0x5678,
             }],
         }));
         roundtrip_req(Request::Replicate(ReplicateRequest {

@@ -87,6 +87,11 @@ pub struct AddPartitionRequest {
     /// AddPartitionsToTxn first, and the epoch stays the same between its transactions, so a
     /// late write must not open a transaction of its own).
     pub verify_only: bool,
+    /// The id of the topic the asking replica belongs to (0: any, as a client that names the
+    /// topic asks): a replica of a deleted topic, on a broker that has not dropped it yet, is
+    /// refused (UNKNOWN_TOPIC_OR_PARTITION), so no write is verified for a partition the
+    /// coordinator no longer writes markers to.
+    pub topic_id: u128,
 }
 
 impl AddPartitionRequest {
@@ -97,6 +102,7 @@ impl AddPartitionRequest {
         b.put_i32(self.partition);
         b.put_bool(self.transactional);
         b.put_bool(self.verify_only);
+        b.put_u128(self.topic_id);
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
@@ -107,6 +113,7 @@ impl AddPartitionRequest {
             partition: r.i32("partition")?,
             transactional: r.bool("transactional")?,
             verify_only: r.bool("verify_only")?,
+            topic_id: r.u128("topic_id")?,
         })
     }
 }

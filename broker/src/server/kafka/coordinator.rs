@@ -228,6 +228,7 @@ impl KafkaConn {
                     partition: *partition,
                     transactional: true,
                     verify_only: false,
+                    topic_id: 0,
                 });
                 let submitted = match &conn {
                     Some(c) => c.submit(req).await.map_err(|e| e.to_string()),

@@ -325,6 +325,12 @@ struct Inner {
     /// always`): then everything committed is on disk on every ISR member, since followers
     /// acknowledge only what they synced.
     sync_before_commit: bool,
+    /// Keep verifications across changes of leadership, as before issue 28: only the
+    /// simulator's `keep-verifications` mutation sets it, to show what forgetting them prevents.
+    keep_verifications: bool,
+    /// The leader epoch of the partition's last unclean election, as the coordinator says
+    /// ([`Partition::set_unclean_leader_epoch`]); -1 for none.
+    unclean_leader_epoch: i32,
     /// The topic's `min.insync.replicas` (1 until the coordinator says).
     min_isr: i32,
     /// The high watermark last written to [`HIGH_WATERMARK_FILE`] (as far as it was on disk
@@ -597,6 +603,8 @@ impl Partition {
             durable_end: 0,
             truncations: 0,
             sync_before_commit: false,
+            keep_verifications: false,
+            unclean_leader_epoch: -1,
             min_isr: 1,
             checkpointed_hw,
             lost,
@@ -770,6 +778,25 @@ impl Partition {
     /// (`--fsync always`; see [`Inner`]'s `sync_before_commit`).
     pub fn set_sync_before_commit(&self, on: bool) {
         self.lock().sync_before_commit = on;
+    }
+
+    /// The leader epoch of the partition's last unclean election (-1: none), from the
+    /// coordinator's assignment, learnt before the leadership it comes with: a replica that
+    /// becomes leader (at that epoch or a later one) first cuts, above its high watermark,
+    /// what it holds from before that epoch. That was committed nowhere it knows of, and may be
+    /// a zombie's batch it appended as a stale leader after the fence marker went to the leader
+    /// of the time (it verified the zombie before that): a clean election never makes such a
+    /// replica lead without first cutting that suffix as a follower, an unclean one would
+    /// commit it. What leaders wrote from the unclean epoch on is never cut this way.
+    pub fn set_unclean_leader_epoch(&self, leader_epoch: i32) {
+        self.lock().unclean_leader_epoch = leader_epoch;
+    }
+
+    /// Keep verifications when this replica becomes leader (the broker never does: a
+    /// verification made under an earlier leadership may predate a fence this replica never
+    /// got). Only for the simulator's mutation that shows what forgetting them prevents.
+    pub fn set_keep_verifications(&self, on: bool) {
+        self.lock().keep_verifications = on;
     }
 
     /// Whether this log holds, on disk, the batch a leader of `leader_epoch` wrote at
@@ -1356,6 +1383,27 @@ impl Partition {
             return None;
         }
         g.replicas = replicas.to_vec();
+        let (hw, leo) = (g.high_watermark, g.log.end_offset());
+        let before_unclean =
+            g.unclean_leader_epoch >= 0 && g.log.epoch_at(hw).is_some_and(|e| e < g.unclean_leader_epoch);
+        if is_leader && leader_epoch >= g.unclean_leader_epoch && leo > hw && before_unclean {
+            // The partition's history since an unclean election is its leaders' from that
+            // epoch on: what this replica holds from before it, above its high watermark, was
+            // committed nowhere it knows of (see `set_unclean_leader_epoch`).
+            match self.cut_divergent(&mut g, hw) {
+                Ok(()) => {
+                    tracing::warn!(topic = %self.topic, partition = self.index, from = leo, to = hw, "leading after an unclean election: cut what was never committed before it")
+                }
+                Err(e) => {
+                    tracing::error!(topic = %self.topic, partition = self.index, error = %e, "leading after an unclean election, and cannot cut the log to the high watermark")
+                }
+            }
+        }
+        if is_leader && g.sync_before_commit {
+            // Committed only as far as it is on this leader's disk (a replica that was out of
+            // the ISR may have learnt a high watermark past what it synced).
+            g.high_watermark = g.high_watermark.min(g.durable_end);
+        }
         let change = if is_leader {
             let hw = g.high_watermark;
             let ends = (g.log.end_offset(), g.leader_end());
@@ -1371,7 +1419,9 @@ impl Partition {
             // led before may predate a fence whose marker went to another leader while this one
             // was away (an unclean election brings it back without it), so the first write of
             // each producer id under this leadership is checked with the coordinator again.
-            g.producers.begin_leadership(leader_epoch);
+            if !g.keep_verifications {
+                g.producers.begin_leadership(leader_epoch);
+            }
             RoleChange::BecameLeader { leader_epoch, followers }
         } else {
             g.replica_set = None;
@@ -1909,6 +1959,49 @@ mod tests {
         );
         assert!(!p.mark_verified(7, 0, true, asked_before), "a late answer asked under epoch 1 does not count");
         assert!(matches!(p.append(&z2, &h2, 3, false), Err(AppendError::NeedsVerification { .. })));
+    }
+
+    /// Issue 28: a stale leader's append that no fence marker reached (above its high
+    /// watermark) is cut when an unclean election makes it lead, and only then.
+    #[test]
+    fn a_replica_elected_uncleanly_cuts_its_log_to_its_high_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open_with(Arc::new(OsStorage), dir.path(), LogConfig::default(), "t", 0, 1, true).unwrap();
+        p.learn(1, 1, 0, &[1, 2], &[1, 2], 0);
+        let batch = |seq, value: &'static [u8]| {
+            build_batch(
+                ProducerStamp { producer_id: 7, producer_epoch: 0, base_sequence: seq },
+                false,
+                0,
+                &[Bytes::from_static(value)],
+            )
+        };
+        let z = batch(0, b"zombie");
+        let h = BatchHeader::parse(&z).unwrap();
+        assert!(p.mark_verified(7, 0, false, p.verification_guard(7)));
+        assert!(matches!(p.append(&z, &h, 1, false), Ok(Appended::New { .. })));
+        assert_eq!(p.progress(), (1, 0), "appended, never committed: the follower did not take it");
+        // Elected again, cleanly: the log stays.
+        p.learn(1, 2, 1, &[1, 2], &[1, 2], 0);
+        assert_eq!(p.progress().0, 1);
+        // An unclean election at epoch 4 made it lead; it restarted before it learnt that, and
+        // leads at epoch 5: it still cuts what it holds from before epoch 4 above its high
+        // watermark.
+        p.set_unclean_leader_epoch(4);
+        p.learn(2, 3, 2, &[1, 2], &[2], 0);
+        p.learn(1, 5, 3, &[1, 2], &[1], 0);
+        assert_eq!(p.progress(), (0, 0), "the stale append is gone");
+        // What it writes from then on is never cut this way, even uncommitted.
+        let next = batch(0, b"later");
+        let h = BatchHeader::parse(&next).unwrap();
+        p.learn(1, 6, 4, &[1, 2], &[1, 2], 0);
+        assert!(p.mark_verified(7, 0, false, p.verification_guard(7)));
+        assert!(matches!(p.append(&next, &h, 6, false), Ok(Appended::New { .. })));
+        let end = p.progress().0;
+        assert_eq!(end, 1);
+        p.learn(2, 7, 5, &[1, 2], &[2], 0);
+        p.learn(1, 8, 6, &[1, 2], &[1], 0);
+        assert_eq!(p.progress().0, end, "written at epoch 6, after the unclean one: kept");
     }
 
     /// Issue 27: a replica starts from the high watermark it checkpointed (readable at once); a

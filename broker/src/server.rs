@@ -939,6 +939,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
             }
         };
         part.set_min_insync_replicas(a.min_insync_replicas);
+        part.set_unclean_leader_epoch(a.unclean_leader_epoch);
         match part.learn(a.leader_id, a.leader_epoch, a.partition_epoch, &a.replicas, &a.isr, now) {
             Some(RoleChange::BecameLeader { leader_epoch, followers }) => {
                 tracing::info!(topic = %a.topic, partition = a.partition, leader_epoch, ?followers, "leading");

@@ -225,6 +225,9 @@ pub struct Cluster {
     /// heartbeats that report a replica of a deleted topic; a snapshot forgets who held one,
     /// which [`Cluster::drop_pending`] covers by waiting one lease after the start.
     dropping: BTreeMap<u128, (String, BTreeSet<i32>)>,
+    /// Per partition, the leader epoch of its last unclean election: its leader at that epoch
+    /// cuts its log to its high watermark before serving ([`Assignment::unclean_leader_epoch`]).
+    unclean: BTreeMap<(String, i32), i32>,
     /// Until when a broker not heard from since this process started may still hold a lease
     /// granted by an earlier one ([`Cluster::set_started`]).
     earlier_leases_until_ms: u64,
@@ -526,6 +529,7 @@ impl Cluster {
                 }
             }
         }
+        let unclean = &self.unclean;
         let assignments = self
             .topics
             .iter()
@@ -541,6 +545,7 @@ impl Cluster {
                         isr: p.isr.clone(),
                         min_insync_replicas: t.min_isr,
                         topic_id: t.id,
+                        unclean_leader_epoch: unclean.get(&(name.clone(), i as i32)).copied().unwrap_or(-1),
                     }
                 })
             })
@@ -839,14 +844,15 @@ impl Cluster {
     /// lease is live, else the first live in-sync replica, else the first live eligible one.
     /// With none of them live and `unclean`, the live replica with the longest log its broker
     /// last reported, which then is the ISR: records committed on the others, and not on it,
-    /// are lost (Kafka's unclean election; asked by an operator, never automatic).
+    /// are lost (Kafka's unclean election; asked by an operator, never automatic), and an
+    /// [`Entry::UncleanLeader`] follows the LeaderChanged. Returns the entries to persist.
     pub fn handle_elect_leader(
         &mut self,
         now_ms: u64,
         topic: &str,
         partition: i32,
         unclean: bool,
-    ) -> Result<Entry, Status> {
+    ) -> Result<Vec<Entry>, Status> {
         let Some(t) = self.topics.get(topic) else {
             return Err(Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist")));
         };
@@ -855,6 +861,7 @@ impl Cluster {
         };
         let live = |b: i32| self.electable(topic, partition, b, now_ms);
         let leader_alive = p.leader_id != NO_LEADER && live(p.leader_id);
+        let mut elected_uncleanly = false;
         let (leader_id, isr, elr) = if leader_alive {
             (p.leader_id, p.isr.clone(), p.elr.clone())
         } else if let Some(c) = p.isr.iter().copied().find(|b| live(*b)) {
@@ -874,6 +881,7 @@ impl Cluster {
             .flatten()
         {
             tracing::warn!(%topic, partition, leader = c, "unclean election: records committed only on other replicas are lost");
+            elected_uncleanly = true;
             (c, vec![c], Vec::new())
         } else {
             return Err(Status::new(
@@ -887,16 +895,16 @@ impl Cluster {
                 ),
             ));
         };
-        let entry = Entry::LeaderChanged {
-            topic: topic.to_string(),
-            partition,
-            leader_id,
-            leader_epoch: p.leader_epoch + 1,
-            isr,
-            elr,
-        };
-        self.apply(&entry);
-        Ok(entry)
+        let leader_epoch = p.leader_epoch + 1;
+        let mut entries =
+            vec![Entry::LeaderChanged { topic: topic.to_string(), partition, leader_id, leader_epoch, isr, elr }];
+        if elected_uncleanly {
+            entries.push(Entry::UncleanLeader { topic: topic.to_string(), partition, leader_epoch });
+        }
+        for e in &entries {
+            self.apply(e);
+        }
+        Ok(entries)
     }
 
     /// A leader asks to change the ISR. Refused with FENCED_LEADER_EPOCH unless it is the
@@ -1142,6 +1150,11 @@ impl Cluster {
                     })
                     .collect(),
             })
+            .chain(self.unclean.iter().map(|((topic, partition), leader_epoch)| Entry::UncleanLeader {
+                topic: topic.clone(),
+                partition: *partition,
+                leader_epoch: *leader_epoch,
+            }))
             .chain(deleted)
             .chain(incarnations)
             .collect()
@@ -1176,11 +1189,17 @@ impl Cluster {
                     let holders = t.partitions.iter().flat_map(|p| p.replicas.iter().copied()).collect();
                     self.dropping.insert(*topic_id, (name.clone(), holders));
                     self.topics.remove(name);
+                    self.unclean.retain(|(t, _), _| t != name);
                     self.reports.retain(|(t, _), _| t != name);
                     self.problems.retain(|(t, _), _| t != name);
                     self.offline.retain(|(t, ..)| t != name);
                 }
                 self.deleted.insert(name.clone(), *topic_id);
+            }
+            Entry::UncleanLeader { topic, partition, leader_epoch }
+                if self.topic_partition(topic, *partition).is_some() =>
+            {
+                self.unclean.insert((topic.clone(), *partition), *leader_epoch);
             }
             Entry::PartitionsAdded { name, replicas } => {
                 if let Some(t) = self.topics.get_mut(name) {
@@ -1458,10 +1477,7 @@ mod tests {
         let mut c = cluster(&[1, 2]);
         let mut log = vec![c.handle_create_topic(0, "t", 2, 2, -1).unwrap()];
         log.extend(c.handle_tick(150));
-        log.push(
-            c.handle_elect_leader(0, "t", 1, false)
-                .unwrap_or_else(|_| Entry::FenceDone { transactional_id: String::new(), epoch: 0 }),
-        );
+        log.extend(c.handle_elect_leader(0, "t", 1, false).unwrap_or_default());
         let mut r = Cluster::new(ClusterConfig::default());
         for e in &log {
             r.apply(e);
@@ -1818,9 +1834,27 @@ mod tests {
         c.handle_tick(160);
         assert_eq!(c.leader_of("t", 0).unwrap().0, NO_LEADER, "never elected automatically");
         assert_eq!(c.handle_elect_leader(170, "t", 0, false).unwrap_err().code, ErrorCode::LeaderNotAvailable);
-        c.handle_elect_leader(170, "t", 0, true).unwrap();
+        let entries = c.handle_elect_leader(170, "t", 0, true).unwrap();
         let p = state(&c, "t");
         assert_eq!((p.leader_id, p.isr.clone()), (others[1], vec![others[1]]), "the longest log leads");
+        // Issue 28: the unclean leader learns it is one, and cuts its log to its high watermark
+        // before it serves; a replay and a snapshot keep it.
+        let epoch = p.leader_epoch;
+        assert_eq!(entries[1], Entry::UncleanLeader { topic: "t".into(), partition: 0, leader_epoch: epoch });
+        let unclean_of = |c: &mut Cluster| {
+            let (_, a, _) = c.handle_heartbeat(180, others[1], "a", &[report(7)]);
+            a[0].unclean_leader_epoch
+        };
+        assert_eq!(unclean_of(&mut c), epoch);
+        let mut replayed = Cluster::new(ClusterConfig { broker_lease_ms: 100, ..ClusterConfig::default() });
+        for e in c.snapshot() {
+            replayed.apply(&Entry::decode(e.encode()).unwrap());
+        }
+        assert_eq!(unclean_of(&mut replayed), epoch);
+        // A clean election after it: the assignment still names the unclean epoch, which no
+        // longer matches the leadership (the new leader cuts nothing).
+        let clean = c.handle_elect_leader(185, "t", 0, false).unwrap();
+        assert_eq!(clean.len(), 1);
     }
 
     fn report(topic: &str) -> ReplicaReport {
@@ -1890,7 +1924,7 @@ mod tests {
         };
         assert_ne!(old, new);
         assert!(!c.drop_pending(new, 2), "the live topic's partitions are not being dropped");
-        assert_eq!(c.deleted_among(&[held.clone()]), [DeletedTopic { name: "t".into(), topic_id: old }]);
+        assert_eq!(c.deleted_among(std::slice::from_ref(&held)), [DeletedTopic { name: "t".into(), topic_id: old }]);
         assert!(c.deleted_among(&[ReplicaReport { topic_id: new, ..report("t") }]).is_empty());
         assert!(c.deleted_among(&[report("t")]).is_empty(), "without an id, a live name is left alone");
         assert!(
@@ -1905,7 +1939,7 @@ mod tests {
         restarted.set_started(1_000);
         assert!(restarted.drop_pending(old, 1_050), "one lease after the start, any broker may still hold it");
         assert!(!restarted.drop_pending(old, 1_100), "nobody reported it: not pending");
-        restarted.handle_heartbeat(1_100, 1, "a:1", &[held.clone()]);
+        restarted.handle_heartbeat(1_100, 1, "a:1", std::slice::from_ref(&held));
         assert!(restarted.drop_pending(old, 1_150), "broker 1 reports the old replica");
         restarted.handle_heartbeat(1_160, 1, "a:1", &[]);
         assert!(!restarted.drop_pending(old, 1_170), "broker 1 dropped it");

@@ -103,6 +103,16 @@ pub enum Entry {
         /// they existed).
         elr: Vec<i32>,
     },
+    /// An operator's unclean election made the leader of `leader_epoch` (journaled with its
+    /// LeaderChanged): that leader cuts its log to its high watermark before it serves.
+    UncleanLeader {
+        /// Topic.
+        topic: String,
+        /// Partition index.
+        partition: i32,
+        /// The leader epoch the unclean election began.
+        leader_epoch: i32,
+    },
     /// A broker's heartbeat carried a process incarnation the coordinator had not recorded (a
     /// broker start): kept across coordinator restarts, so a broker that restarted while the
     /// coordinator was down is still recognised as restarted.
@@ -343,6 +353,7 @@ const GRANT_ID: i8 = 29;
 const END_TXN_ID: i8 = 30;
 /// [`TXN_SNAPSHOT_SEQ`] with each registered partition's and pending marker's topic id.
 const TXN_SNAPSHOT_ID: i8 = 31;
+const UNCLEAN_LEADER: i8 = 32;
 
 /// What a list of fence targets carries, by the entry tag it was written under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -404,6 +415,12 @@ impl Entry {
                 b.put_i32(*leader_epoch);
                 b.put_i32_array(isr);
                 b.put_i32_array(elr);
+            }
+            Entry::UncleanLeader { topic, partition, leader_epoch } => {
+                b.put_i8(UNCLEAN_LEADER);
+                b.put_string(topic);
+                b.put_i32(*partition);
+                b.put_i32(*leader_epoch);
             }
             Entry::BrokerIncarnation { broker_id, incarnation, log_dir_id, broker_epoch } => {
                 b.put_i8(BROKER_REGISTERED);
@@ -590,6 +607,11 @@ impl Entry {
                 Entry::TopicCreated { name, replicas, min_insync_replicas, topic_id }
             }
             TOPIC_DELETED => Entry::TopicDeleted { name: r.string("name")?, topic_id: r.u128("topic_id")? },
+            UNCLEAN_LEADER => Entry::UncleanLeader {
+                topic: r.string("topic")?,
+                partition: r.i32("partition")?,
+                leader_epoch: r.i32("leader_epoch")?,
+            },
             PARTITIONS_ADDED => {
                 let name = r.string("name")?;
                 let n = r.array_len("replicas", 4)?;
@@ -880,6 +902,7 @@ mod tests {
                 }],
             },
             Entry::FenceDone { transactional_id: "orders".into(), epoch: 4 },
+            Entry::UncleanLeader { topic: "t".into(), partition: 2, leader_epoch: 9 },
             Entry::TopicCreated {
                 name: "t".into(),
                 replicas: vec![vec![1, 2], vec![2, 1]],

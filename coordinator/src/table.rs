@@ -802,6 +802,7 @@ impl ProducerTable {
             | Entry::TxnOffsetsStaged { .. }
             | Entry::LeaderChanged { .. }
             | Entry::IsrChanged { .. }
+            | Entry::UncleanLeader { .. }
             | Entry::BrokerIncarnation { .. }
             | Entry::TopicSnapshot { .. } => {}
         }

@@ -412,7 +412,7 @@ impl Sim {
             let part = &r.part;
             r.pending.retain(|p| match part.committed(p.end_offset, p.leader_epoch) {
                 Ok(Committed::Yes) => {
-                    answers.push((p.prod, p.marker.clone(), Some((p.base_offset, p.end_offset))));
+                    answers.push((p.prod, p.marker.clone(), Some((p.base_offset, p.end_offset, p.leader_epoch))));
                     false
                 }
                 Ok(Committed::NotYet) => true,
@@ -424,13 +424,12 @@ impl Sim {
                 }
             });
             for (prod, marker, offset) in answers {
-                if let Some((base_offset, end_offset)) = offset {
+                if let Some((base_offset, end_offset, _)) = offset {
                     self.check_acknowledged_on_min_isr(id, partition, base_offset, end_offset);
                 }
-                let offset = offset.map(|(base_offset, ..)| base_offset);
                 if let Some((prod, batch)) = prod {
                     let result = match offset {
-                        Some(base_offset) => ProduceResult::Acked { base_offset },
+                        Some((base_offset, _, leader_epoch)) => ProduceResult::Acked { base_offset, leader_epoch },
                         None => ProduceResult::Retry,
                     };
                     self.send(id as usize, producer_host(prod), Msg::ProduceResp { prod, batch, result });

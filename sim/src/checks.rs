@@ -68,6 +68,13 @@ impl Sim {
             return self
                 .violate(format!("leader {leader} acknowledged {partition}/{base_offset}, which it does not hold"));
         };
+        if self.unclean_epoch.get(&partition).is_some_and(|e| leader_epoch < *e) {
+            // A stale leader's acknowledgement after an unclean election elected a replica
+            // outside its ISR: that ISR may still commit at its old epoch until it learns of
+            // the election, and its followers then cut what it confirmed (what an unclean
+            // election costs; the fence does not depend on it, see the verifications).
+            return;
+        }
         let appended_at = self.first_appended.get(&(partition, base_offset, leader_epoch)).copied().unwrap_or(0);
         let holding: Vec<i32> = BROKERS
             .iter()
@@ -126,6 +133,11 @@ impl Sim {
                     h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset
                 ));
             }
+            if self.unclean_epoch.get(&partition).is_some_and(|e| h.partition_leader_epoch < *e) {
+                // Written before an unclean election: it may be lost, or differ between replicas
+                // until they follow the unclean leader.
+                continue;
+            }
             match self.committed.get(&(partition, h.base_offset)) {
                 Some(c) if *c != seen => {
                     let c = *c;
@@ -179,7 +191,13 @@ impl Sim {
                 }
             }
             let pos = self.consumers[partition as usize].position;
-            if pos != hw {
+            let part = &self.rep(leader, partition).part;
+            // A transaction open there before an unclean election, whose marker was lost with
+            // the replicas that held it, stays open, and read_committed stops at it (a hanging
+            // transaction, as in Kafka: what an unclean election costs).
+            let hanging =
+                self.unclean_epoch.get(&partition).is_some_and(|e| pos < hw && part.stored_epoch_at(pos) < Some(*e));
+            if pos != hw && !hanging {
                 return self.violate(format!(
                     "no convergence: the consumer is at {partition}/{pos}, the high watermark at {hw}"
                 ));
@@ -191,7 +209,10 @@ impl Sim {
                 }
             }
         }
-        for (id, offset) in self.acked.clone() {
+        for (id, offset, leader_epoch) in self.acked.clone() {
+            if self.unclean_epoch.get(&id.0).is_some_and(|e| leader_epoch < *e) {
+                continue; // acknowledged before an unclean election: it may be lost
+            }
             match count.get(&id).map(Vec::as_slice) {
                 None => return self.violate(format!("acknowledged record {id:?} at offset {offset} is lost")),
                 Some([o]) if *o == offset => {}

@@ -71,6 +71,9 @@ impl Sim {
                 if protocol::batch::marker_kind(&bytes) == Some(MarkerKind::Abort) {
                     skipped.remove(&h.producer_id);
                 }
+            } else if self.unclean_epoch.get(&partition).is_some_and(|e| h.partition_leader_epoch < *e) {
+                // Written before an unclean election: its transaction's marker may have been
+                // lost with the replicas that held it (what an unclean election costs).
             } else if h.is_transactional() {
                 if skipped.contains(&h.producer_id) {
                     if self.txn_committed.contains(&(h.producer_id, h.producer_epoch)) {
@@ -104,7 +107,9 @@ impl Sim {
                     h.base_offset
                 ));
             }
+            let before_unclean = self.unclean_epoch.get(&partition).is_some_and(|e| h.partition_leader_epoch < *e);
             match self.committed.get(&(partition, h.base_offset)) {
+                _ if before_unclean => {}
                 Some(c) if *c != seen => {
                     let c = *c;
                     return self.violate(format!(
@@ -218,11 +223,11 @@ impl Sim {
         let leader = self.leader(id.0);
         let pr = &mut self.producers[prod];
         match result {
-            ProduceResult::Acked { base_offset } => {
+            ProduceResult::Acked { base_offset, leader_epoch } => {
                 pr.inflight = None;
                 pr.next_seq[id.0 as usize] += 1;
                 pr.txn_acked += u32::from(pr.transactional);
-                self.acked.push((id, base_offset));
+                self.acked.push((id, base_offset, leader_epoch));
                 self.out.acked += 1;
                 self.trace(|| {
                     format!(

@@ -4,9 +4,16 @@
 use super::*;
 use broker::storage::Storage;
 
+/// How often (per mille of controller ticks, while faults run) an operator loses every in-sync
+/// replica of a partition and elects uncleanly, with [`Config::unclean_elections`].
+const UNCLEAN_PER_MILLE: u64 = 10;
+
 impl Sim {
     /// The coordinator's timers and the fault injector.
     pub(crate) fn controller_tick(&mut self) {
+        if self.cfg.unclean_elections {
+            self.unclean_election();
+        }
         if self.faulty() {
             if self.rng.chance(5) {
                 // The classic stale leader: the leader stalls (a long GC pause), often past its
@@ -24,9 +31,9 @@ impl Sim {
                 // An operator asks for an election (`admin elect`): a new leader epoch.
                 let now = self.clock(COORD);
                 let partition = self.rng.below(self.cfg.partitions as u64) as i32;
-                if let Ok(entry) = self.cluster.handle_elect_leader(now, TOPIC, partition, false) {
+                if let Ok(entries) = self.cluster.handle_elect_leader(now, TOPIC, partition, false) {
                     self.fault("leader election asked");
-                    self.journal_cluster(vec![entry], "elected (asked)");
+                    self.journal_cluster(entries, "elected (asked)");
                 }
             }
             if self.now >= self.cut_until && !self.cut.is_empty() {
@@ -142,6 +149,100 @@ impl Sim {
 
     /// A broker process crashes and restarts: everything in memory is gone (pending
     /// acknowledgements, verifications, leadership); the partition reopens from its log.
+    /// An operator loses every in-sync and eligible replica of a partition (here: they pause
+    /// past their leases) and asks for an unclean election, which makes the one replica left,
+    /// outside them, lead. See [`Config::unclean_elections`].
+    fn unclean_election(&mut self) {
+        if let Some((partition, chosen, give_up)) = self.unclean_plan {
+            if self.now > give_up {
+                self.unclean_plan = None;
+                return;
+            }
+            if self.coord_paused_until > self.now {
+                return;
+            }
+            let now = self.clock(COORD);
+            let live = self.cluster.live_brokers(now);
+            let isr = self.cluster.isr_of(TOPIC, partition).map(|(isr, _)| isr.to_vec()).unwrap_or_default();
+            let elr = self.cluster.elr_of(TOPIC, partition).map(|(elr, _)| elr.to_vec()).unwrap_or_default();
+            if isr.iter().chain(&elr).any(|b| live.contains(b)) || !live.contains(&chosen) {
+                return; // their leases have not lapsed yet (or the chosen one is gone too)
+            }
+            if self.elect_uncleanly(partition) {
+                self.unclean_plan = None;
+            }
+            return;
+        }
+        // A partition an unclean election left with one in-sync replica that then lost its log
+        // (a restart that was not intact) has none left: the operator elects uncleanly again.
+        if self.coord_paused_until <= self.now {
+            for partition in 0..self.cfg.partitions {
+                let isr = self.cluster.isr_of(TOPIC, partition).map(|(isr, _)| isr.len()).unwrap_or(0);
+                let elr = self.cluster.elr_of(TOPIC, partition).map(|(elr, _)| elr.len()).unwrap_or(0);
+                if isr + elr == 0 {
+                    self.elect_uncleanly(partition);
+                }
+            }
+        }
+        if !self.faulty() || !self.rng.chance(UNCLEAN_PER_MILLE) {
+            return;
+        }
+        let partition = self.rng.below(self.cfg.partitions as u64) as i32;
+        let isr = self.cluster.isr_of(TOPIC, partition).map(|(isr, _)| isr.to_vec()).unwrap_or_default();
+        let elr = self.cluster.elr_of(TOPIC, partition).map(|(elr, _)| elr.to_vec()).unwrap_or_default();
+        let outside: Vec<i32> = BROKERS
+            .into_iter()
+            .filter(|b| !isr.contains(b) && !elr.contains(b) && self.brokers[b].paused_until <= self.now)
+            .collect();
+        if outside.is_empty() {
+            return;
+        }
+        // A replica that still believes it leads (a stale leader, paused or cut off while another
+        // was elected) is the one an operator finds alive most often, and the one whose
+        // verifications and log hold what no fence reached: chosen first.
+        let stale: Vec<i32> =
+            outside.iter().copied().filter(|b| self.rep(*b, partition).part.leadership().is_leader).collect();
+        let pool = if stale.is_empty() { &outside } else { &stale };
+        let chosen = pool[self.rng.below(pool.len() as u64) as usize];
+        let until = self.now + LEASE_TICKS + 100 + self.rng.below(300);
+        for b in BROKERS.into_iter().filter(|b| *b != chosen) {
+            let host = self.brokers.get_mut(&b).expect("broker");
+            host.paused_until = host.paused_until.max(until);
+        }
+        self.unclean_plan = Some((partition, chosen, until));
+        self.fault("every in-sync replica lost");
+        self.trace(|| {
+            format!("operator: every broker but {chosen} lost until {until}, to elect it for partition {partition}")
+        });
+    }
+
+    /// `admin elect-leader --unclean` for `partition`; true if it elected one.
+    fn elect_uncleanly(&mut self, partition: i32) -> bool {
+        let now = self.clock(COORD);
+        let Ok(entries) = self.cluster.handle_elect_leader(now, TOPIC, partition, true) else { return false };
+        let Some(Entry::LeaderChanged { leader_id, leader_epoch, .. }) = entries.first() else { return false };
+        let (leader_id, leader_epoch) = (*leader_id, *leader_epoch);
+        if !entries.iter().any(|e| matches!(e, Entry::UncleanLeader { .. })) {
+            // An in-sync or eligible replica was live after all: a clean election.
+            self.journal_cluster(entries, "elected (asked)");
+            return true;
+        }
+        self.fault("unclean election");
+        self.trace(|| {
+            format!(
+                "operator: unclean election of partition {partition}: broker {leader_id} leads at epoch {leader_epoch}"
+            )
+        });
+        // What was written under earlier epochs may be lost from here on; what is written from
+        // this leadership on is held to every check again.
+        self.unclean_epoch.insert(partition, leader_epoch);
+        self.committed.retain(|(p, _), seen| *p != partition || seen.3 >= leader_epoch);
+        let c = &mut self.consumers[partition as usize];
+        (c.position, c.sent, c.leader) = (0, None, (-1, -1));
+        self.journal_cluster(entries, "elected uncleanly (asked)");
+        true
+    }
+
     pub(crate) fn restart_broker(&mut self, id: i32) {
         let down = 20 + self.rng.below(100);
         // Every other restart of a broker follows a clean stop (logs synced, active segments

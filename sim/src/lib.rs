@@ -135,6 +135,14 @@ pub enum Mutation {
     /// Brokers never report a replica lost: one whose log came back damaged (a flipped byte cut
     /// at open) stays in sync, may lead, and makes the others cut to it.
     TrustDamagedLogs,
+    /// A replica keeps the verifications it made when it led before (as before issue 28): a
+    /// zombie verified there writes again once an unclean election makes it lead without the
+    /// fence marker (needs [`Config::unclean_elections`]).
+    KeepVerifications,
+    /// A replica elected uncleanly keeps its whole log: a zombie batch it appended as a stale
+    /// leader, after the fence marker went to the leader of the time, is committed (needs
+    /// [`Config::unclean_elections`]).
+    UncleanLeadersKeepTheirLogs,
 }
 
 impl Mutation {
@@ -150,6 +158,8 @@ impl Mutation {
             "no-min-isr" => Some(Mutation::NoMinIsr),
             "trust-restarts" => Some(Mutation::TrustRestarts),
             "trust-damaged-logs" => Some(Mutation::TrustDamagedLogs),
+            "keep-verifications" => Some(Mutation::KeepVerifications),
+            "unclean-leaders-keep-their-logs" => Some(Mutation::UncleanLeadersKeepTheirLogs),
             _ => None,
         }
     }
@@ -313,6 +323,8 @@ enum Msg {
         offset: i64,
         records: Option<Bytes>,
         aborted: Vec<protocol::AbortedTxn>,
+        /// The leader epoch the fetch was sent under.
+        leader_epoch: i32,
     },
     Replicate {
         req: ReplicateRequest,
@@ -330,7 +342,11 @@ enum Msg {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ProduceResult {
-    Acked { base_offset: i64 },
+    /// `leader_epoch`: the leadership that acknowledged it.
+    Acked {
+        base_offset: i64,
+        leader_epoch: i32,
+    },
     Fenced,
     Retry,
 }
@@ -494,6 +510,14 @@ pub struct Config {
     pub partitions: i32,
     /// Which check is switched off.
     pub mutation: Mutation,
+    /// An operator forces unclean elections: every in-sync and eligible replica of a partition
+    /// is lost (paused past its lease) and `admin elect-leader --unclean` makes a replica outside
+    /// them lead. Records and markers only the lost replicas held are lost with them (what an
+    /// unclean election costs), so for such a partition the checks of what is committed and
+    /// acknowledged, and of which transactions read_committed returns, cover only what was
+    /// written from the unclean leadership on; the fence (invariant 1, and no zombie write read)
+    /// is checked throughout.
+    pub unclean_elections: bool,
     /// Keep a readable trace.
     pub verbose: bool,
 }
@@ -506,6 +530,7 @@ impl Default for Config {
             producers: 4,
             partitions: 2,
             mutation: Mutation::None,
+            unclean_elections: false,
             verbose: false,
         }
     }
@@ -544,7 +569,13 @@ struct Sim {
     first_appended: HashMap<(i32, i64, i32), u64>,
     /// What is committed at each (partition, offset).
     committed: BTreeMap<(i32, i64), Seen>,
-    acked: Vec<(BatchId, i64)>,
+    /// Acknowledged records: (batch, offset, the leader epoch that acknowledged it).
+    acked: Vec<(BatchId, i64, i32)>,
+    /// An unclean election under way: (partition, the replica to elect, give up at).
+    unclean_plan: Option<(i32, i32, u64)>,
+    /// Per partition, the leader epoch of its last unclean election: what was written under
+    /// earlier epochs may be lost (see [`Config::unclean_elections`]).
+    unclean_epoch: HashMap<i32, i32>,
     /// (producer id, epoch) of every transaction the coordinator decided to commit.
     txn_committed: HashSet<(i64, i16)>,
     /// The consumer's position in each partition.
@@ -571,6 +602,7 @@ fn open_replica(
     let fencing = mutation != Mutation::NoProducerFencing;
     let part = Partition::open_with(disk.clone(), dir, LOG, TOPIC, partition, broker_id, fencing)?;
     part.set_sync_before_commit(mutation != Mutation::UnsyncedCommits);
+    part.set_keep_verifications(mutation == Mutation::KeepVerifications);
     Ok(part)
 }
 
@@ -656,6 +688,8 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         first_appended: HashMap::new(),
         committed: BTreeMap::new(),
         acked: Vec::new(),
+        unclean_plan: None,
+        unclean_epoch: HashMap::new(),
         txn_committed: HashSet::new(),
         consumers: Vec::new(),
         consumer_paused_until: 0,
@@ -666,6 +700,18 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
     // The brokers register, then the topic is created: three replicas, the ISR all three.
     for id in BROKERS {
         sim.cluster.handle_heartbeat(0, id, &format!("b{id}"), &[]);
+    }
+    // Kafka's internal names are never topics (a topic named `__consumer_offsets` was once never
+    // fenced); names that only look like them are.
+    for name in protocol::names::RESERVED_TOPICS {
+        if sim.cluster.plan_create_topic(0, name, 1, 3, -1).is_ok() {
+            sim.violate(format!("a topic named '{name}' can be created"));
+        }
+    }
+    for name in ["__consumer_offsets_", "_consumer_offsets", "__Consumer_offsets"] {
+        if let Err(status) = sim.cluster.plan_create_topic(0, name, 1, 3, -1) {
+            sim.violate(format!("a topic named '{name}' cannot be created: {status}"));
+        }
     }
     // Three replicas: min.insync.replicas 2 by default.
     match sim.cluster.handle_create_topic(0, TOPIC, sim.cfg.partitions, 3, -1) {
@@ -880,9 +926,15 @@ impl Sim {
                     self.rep(to as i32, partition).part.fetch(offset, 16 * 1024, leader_epoch, isolation).ok();
                 let aborted = fetched.as_ref().map(|f| f.aborted.clone()).unwrap_or_default();
                 let records = fetched.map(|f| f.records);
-                self.send(to, from, Msg::FetchResp { partition, offset, records, aborted });
+                self.send(to, from, Msg::FetchResp { partition, offset, records, aborted, leader_epoch });
             }
-            Msg::FetchResp { partition, offset, records, aborted } => {
+            Msg::FetchResp { partition, offset, records, aborted, leader_epoch } => {
+                if self.unclean_epoch.get(&partition).is_some_and(|e| leader_epoch < *e) {
+                    // Asked of a leadership an unclean election has since replaced: a consumer
+                    // validates its position against the new leader epoch (KIP-320) and reads
+                    // the new leader's log instead.
+                    return;
+                }
                 self.consumer_answer(partition, offset, records, aborted)
             }
             Msg::EndTxn { prod, producer_id, epoch, commit } => self.coord_end(prod, producer_id, epoch, commit),
@@ -981,6 +1033,9 @@ impl Sim {
                     let part = &self.rep(id, a.partition).part;
                     if self.cfg.mutation != Mutation::NoMinIsr {
                         part.set_min_insync_replicas(a.min_insync_replicas);
+                    }
+                    if self.cfg.mutation != Mutation::UncleanLeadersKeepTheirLogs {
+                        part.set_unclean_leader_epoch(a.unclean_leader_epoch);
                     }
                     let change = part.learn(a.leader_id, a.leader_epoch, a.partition_epoch, &a.replicas, &a.isr, now);
                     if change.is_some() {

@@ -24,9 +24,15 @@ struct Args {
     #[arg(long)]
     verbose: bool,
     /// Switch one check off: none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits,
-    /// read-uncommitted, unversioned-isr, no-min-isr, trust-restarts, trust-damaged-logs.
+    /// read-uncommitted, unversioned-isr, no-min-isr, trust-restarts, trust-damaged-logs,
+    /// keep-verifications, unclean-leaders-keep-their-logs (these two with --unclean-elections).
     #[arg(long, default_value = "none")]
     mutation: String,
+    /// An operator forces unclean elections (every in-sync replica of a partition lost, a replica
+    /// outside them elected): records and markers only the lost ones held may be lost, the fence
+    /// must hold.
+    #[arg(long)]
+    unclean_elections: bool,
     /// Ticks with faults.
     #[arg(long, default_value_t = 3_000)]
     fault_ticks: u64,
@@ -67,7 +73,7 @@ fn main() -> ExitCode {
     }
     let Some(mutation) = Mutation::parse(&args.mutation) else {
         eprintln!(
-            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits, read-uncommitted, unversioned-isr, no-min-isr, trust-restarts or trust-damaged-logs",
+            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits, read-uncommitted, unversioned-isr, no-min-isr, trust-restarts, trust-damaged-logs, keep-verifications or unclean-leaders-keep-their-logs",
             args.mutation
         );
         return ExitCode::from(2);
@@ -78,6 +84,7 @@ fn main() -> ExitCode {
     }
     let cfg = Config {
         mutation,
+        unclean_elections: args.unclean_elections,
         fault_ticks: args.fault_ticks,
         partitions: args.partitions,
         // The timeline is drawn from the trace.

@@ -447,6 +447,11 @@ pub struct Assignment {
     /// The topic's id: a replica the broker holds under another id belongs to a deleted topic
     /// of the same name, and is dropped.
     pub topic_id: u128,
+    /// The leader epoch of the partition's last unclean election (-1: none). A replica that
+    /// becomes leader at exactly this epoch first cuts its log to its high watermark: what lies
+    /// above was never committed where it knows of, and may be a stale leader's append that no
+    /// fence marker reached (Kafka's KIP-704 recovery after an unclean election).
+    pub unclean_leader_epoch: i32,
 }
 
 /// A deleted topic a broker still reported replicas of: it drops them (if they carry this id).
@@ -493,6 +498,7 @@ impl HeartbeatResponse {
             b.put_i32_array(&a.isr);
             b.put_i32(a.min_insync_replicas);
             b.put_u128(a.topic_id);
+            b.put_i32(a.unclean_leader_epoch);
         }
         b.put_i32(self.brokers.len() as i32);
         for br in &self.brokers {
@@ -522,6 +528,7 @@ impl HeartbeatResponse {
                 isr: r.i32_array("isr")?,
                 min_insync_replicas: r.i32("min_insync_replicas")?,
                 topic_id: r.u128("topic_id")?,
+                unclean_leader_epoch: r.i32("unclean_leader_epoch")?,
             });
         }
         let n = r.array_len("brokers", 9)?;

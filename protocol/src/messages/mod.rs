@@ -954,6 +954,7 @@ mod tests {
                 isr: vec![2],
                 min_insync_replicas: 1,
                 topic_id: 1 << 100,
+                unclean_leader_epoch: 4,
             }],
             brokers: vec![BrokerInfo { id: 2, addr: "b:2".into(), kafka_addr: String::new(), alive: false }],
             deleted: vec![DeletedTopic { name: "old".into(), topic_id: 5 }],

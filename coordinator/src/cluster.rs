@@ -24,7 +24,7 @@ use protocol::{
     PartitionInfo, PartitionState, ReplicaProgress, ReplicaReport, Status, TopicInfo,
 };
 
-use crate::entry::{Entry, PartitionSnapshot};
+use crate::entry::{Entry, FenceTarget, PartitionSnapshot};
 
 /// Limits and defaults.
 #[derive(Debug, Clone)]
@@ -116,6 +116,27 @@ const TOPIC_ID_MIN: u128 = 2;
 /// (AddOffsetsToTxn): no topic has it, so whether a marker is owed never depends on a name a
 /// topic can have.
 pub const OFFSETS_PARTITION_ID: u128 = 1;
+
+/// Where a transaction marker goes now ([`Cluster::marker_route`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarkerRoute {
+    /// None is owed: the pseudo-partition of a transaction's group offsets, which the
+    /// coordinator holds itself, or a partition whose topic was deleted and which no broker can
+    /// still serve (see [`Cluster::drop_pending`]).
+    NotNeeded,
+    /// The partition's topic was deleted but a broker may still serve its old replica: wait.
+    WaitForDrop,
+    /// Write it to the partition's leader at this epoch (`leader_id` -1, or no address: none
+    /// is available now; try again).
+    Leader {
+        /// The leader.
+        leader_id: i32,
+        /// Its leader epoch.
+        leader_epoch: i32,
+        /// Its address, if known.
+        addr: Option<String>,
+    },
+}
 
 /// A new topic's id: random, never a reserved one.
 fn new_topic_id() -> u128 {
@@ -760,6 +781,32 @@ impl Cluster {
     /// The id of topic `name`, if it exists.
     pub fn topic_id(&self, name: &str) -> Option<u128> {
         self.topics.get(name).map(|t| t.id)
+    }
+
+    /// Where a marker owed to `t` goes now. By topic id: a topic created again under the name
+    /// is another topic, and the partition the marker is owed to is the deleted one's (an entry
+    /// from before registrations carried ids names the topic). Whether one is owed never
+    /// depends on a name a topic can have: the offsets pseudo-partition has a topic id no topic
+    /// has (entries from before ids name it, and no topic could be created under that name
+    /// since).
+    pub fn marker_route(&self, t: &FenceTarget, now_ms: u64) -> MarkerRoute {
+        if t.topic_id == OFFSETS_PARTITION_ID || (t.topic_id == 0 && t.topic == crate::groups::OFFSETS_TOPIC) {
+            return MarkerRoute::NotNeeded;
+        }
+        let id = match t.topic_id {
+            0 => self.topic_id(&t.topic).or_else(|| self.deleted_topic_id(&t.topic)).unwrap_or(0),
+            id => id,
+        };
+        // A topic id names one topic, under one name: the target's.
+        let leader = self.topic_by_id(id).and_then(|_| self.leader_of(&t.topic, t.partition));
+        match leader {
+            Some((leader_id, leader_epoch, addr)) => MarkerRoute::Leader { leader_id, leader_epoch, addr },
+            None if id != 0 && self.drop_pending(id, now_ms) => MarkerRoute::WaitForDrop,
+            // Deleted since it was registered (or the partition is not in it), and no broker
+            // can still serve the old replica: no write can reach it, so there is nothing to
+            // fence, and the transaction may end.
+            None => MarkerRoute::NotNeeded,
+        }
     }
 
     /// The id topic `name` had when it was last deleted, if it was.
@@ -1943,9 +1990,28 @@ mod tests {
         assert!(restarted.drop_pending(old, 1_150), "broker 1 reports the old replica");
         restarted.handle_heartbeat(1_160, 1, "a:1", &[]);
         assert!(!restarted.drop_pending(old, 1_170), "broker 1 dropped it");
-        restarted.handle_heartbeat(1_180, 2, "a:2", &[held]);
+        restarted.handle_heartbeat(1_180, 2, "a:2", std::slice::from_ref(&held));
         assert!(restarted.drop_pending(old, 1_200));
         assert!(!restarted.drop_pending(old, 1_281), "broker 2's lease lapsed");
+        // Markers: one owed to the old partition waits while a broker may serve it, then is not
+        // needed; it never goes to the new topic of the name.
+        let owed = |topic_id| FenceTarget {
+            producer_id: 1,
+            marker_epoch: 1,
+            marker_sequence: 0,
+            topic: "t".into(),
+            partition: 0,
+            topic_id,
+        };
+        restarted.handle_heartbeat(1_300, 2, "a:2", std::slice::from_ref(&held));
+        assert_eq!(restarted.marker_route(&owed(old), 1_310), MarkerRoute::WaitForDrop);
+        assert!(matches!(restarted.marker_route(&owed(new), 1_310), MarkerRoute::Leader { .. }));
+        restarted.handle_heartbeat(1_320, 2, "a:2", &[]);
+        assert_eq!(restarted.marker_route(&owed(old), 1_330), MarkerRoute::NotNeeded);
+        let offsets = FenceTarget { topic: "__consumer_offsets".into(), ..owed(OFFSETS_PARTITION_ID) };
+        assert_eq!(restarted.marker_route(&offsets, 1_330), MarkerRoute::NotNeeded);
+        // An entry from before ids names the topic: the one of that name now.
+        assert!(matches!(restarted.marker_route(&owed(0), 1_330), MarkerRoute::Leader { .. }));
     }
 
     /// Issue 28: reserved names are never topics.

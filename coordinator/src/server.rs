@@ -22,8 +22,8 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::cluster::OFFSETS_PARTITION_ID;
 use crate::cluster::{BrokerStart, Cluster, ClusterConfig};
+use crate::cluster::{MarkerRoute, OFFSETS_PARTITION_ID};
 use crate::entry::{Entry, FenceTarget};
 use crate::groups::{GroupConfig, GroupTable, OFFSETS_TOPIC};
 
@@ -999,40 +999,25 @@ fn return_peer(shared: &Shared, addr: &str, conn: Connection) {
 }
 
 async fn write_marker_until_done(shared: &Shared, t: &FenceTarget, commit: bool) {
-    if t.topic_id == OFFSETS_PARTITION_ID || (t.topic_id == 0 && t.topic == OFFSETS_TOPIC) {
-        // A transaction's group offsets live here: its end (journaled before the markers
-        // start) already applied or dropped them. (An entry from before registrations carried
-        // topic ids names it; no topic could be created under the name since.)
-        return;
-    }
     let mut backoff = Duration::from_millis(20);
     loop {
-        let (leader, dropping) = {
+        let route = {
             let st = shared.lock();
-            let now = shared.now_ms();
-            let c = &st.cluster;
-            // By topic id: a topic created again under the name is another topic, and the
-            // partition this marker is owed to is the deleted one's. (An entry from before
-            // registrations carried ids: the topic of that name.)
-            let id = match t.topic_id {
-                0 => c.topic_id(&t.topic).or_else(|| c.deleted_topic_id(&t.topic)).unwrap_or(0),
-                id => id,
-            };
-            // (A topic id names one topic, under one name: the target's.)
-            match c.topic_by_id(id) {
-                Some(_) => (c.leader_of(&t.topic, t.partition), false),
-                None => (None, id != 0 && c.drop_pending(id, now)),
-            }
+            st.cluster.marker_route(t, shared.now_ms())
         };
-        if leader.is_none() && !dropping {
-            // Its topic was deleted since it was registered (or the partition does not exist
-            // in it), and no broker can still serve the old replica (each that held one dropped
-            // it, or its lease lapsed): no write can reach it, so there is nothing to fence, and
-            // the transaction may end. A topic created again under the name is another topic,
-            // whose partitions verify every producer's first write afresh.
-            tracing::info!(topic = %t.topic, partition = t.partition, "marker not needed: the topic was deleted");
-            return;
-        }
+        let leader = match route {
+            MarkerRoute::NotNeeded => {
+                // The offsets pseudo-partition (the transaction's end, journaled before the
+                // markers start, already applied or dropped its offsets), or a deleted topic's
+                // partition no broker can still serve.
+                if t.topic_id != OFFSETS_PARTITION_ID && t.topic != OFFSETS_TOPIC {
+                    tracing::info!(topic = %t.topic, partition = t.partition, "marker not needed: the topic was deleted");
+                }
+                return;
+            }
+            MarkerRoute::WaitForDrop => None,
+            MarkerRoute::Leader { leader_id, leader_epoch, addr } => Some((leader_id, leader_epoch, addr)),
+        };
         let outcome = match leader {
             None => Err(format!("{}-{} was deleted; waiting for its brokers to drop it", t.topic, t.partition)),
             Some((id, _, None)) => Err(format!("no address for leader {id} (-1: no leader available now)")),

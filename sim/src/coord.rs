@@ -21,9 +21,14 @@ impl Sim {
         self.journal.extend(entries);
     }
 
-    /// Send a transaction marker to whoever leads now (if anyone: else it is resent later).
+    /// Send a transaction marker to whoever leads now (if anyone: else it is resent later),
+    /// where the coordinator's rule sends it (`Cluster::marker_route`).
     pub(crate) fn send_marker(&mut self, tid: &str, target: &FenceTarget, commit: bool) {
-        let (leader, leader_epoch) = self.leader(target.partition);
+        let now = self.clock(COORD);
+        let MarkerRoute::Leader { leader_id: leader, leader_epoch, .. } = self.cluster.marker_route(target, now) else {
+            // The simulated topic is never deleted, and its partitions are real ones.
+            return self.violate(format!("no marker route to {}-{}", target.topic, target.partition));
+        };
         if leader > 0 {
             let m = Msg::Marker { tid: tid.to_string(), target: target.clone(), leader_epoch, commit };
             self.send(COORD, leader as usize, m);

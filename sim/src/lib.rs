@@ -55,7 +55,7 @@ use broker::producer_state::VerificationGuard;
 use broker::replication::Sent;
 use broker::storage::{MemStorage, StoredFile};
 use bytes::Bytes;
-use coordinator::cluster::{BrokerStart, Cluster, ClusterConfig};
+use coordinator::cluster::{BrokerStart, Cluster, ClusterConfig, MarkerRoute};
 use coordinator::entry::{Entry, FenceTarget};
 use coordinator::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, Registration, TableConfig};
 use protocol::batch::{build_batch, build_marker, BatchHeader, MarkerKind, ProducerStamp};

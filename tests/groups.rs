@@ -195,3 +195,58 @@ async fn two_members_share_the_partitions_and_one_takes_all_when_the_other_dies(
     a.kill().unwrap();
     a.wait().unwrap();
 }
+
+/// Issue 27: offsets for partitions that do not exist are refused UNKNOWN_TOPIC_OR_PARTITION,
+/// each, as Kafka refuses them, so no client can grow a group's offsets with names; the real
+/// partitions of the same commit are committed.
+#[tokio::test]
+async fn offsets_of_partitions_that_do_not_exist_are_refused_and_the_others_committed() {
+    use protocol::{
+        ErrorCode, GroupMember, OffsetCommitRequest, OffsetFetchRequest, PartitionOffset, Request, Response,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (c, _b, _kafka) = cluster(dir.path());
+    let conn = net::Connection::connect(&c.addr).await.unwrap();
+    let offset = |topic: &str, partition, offset| PartitionOffset {
+        topic: topic.into(),
+        partition,
+        offset,
+        leader_epoch: -1,
+        metadata: Some("m".repeat(4096)),
+    };
+    let member = GroupMember { group: "g".into(), generation: -1, member_id: String::new(), instance_id: None };
+    let offsets = vec![offset("in", 0, 5), offset("ghost", 0, 7), offset("in", PARTITIONS, 3)];
+    let Response::OffsetCommit(r) = conn
+        .call(Request::OffsetCommit(OffsetCommitRequest { member: member.clone(), txn: None, offsets }))
+        .await
+        .unwrap()
+    else {
+        panic!("wrong answer")
+    };
+    let codes: Vec<ErrorCode> = r.partitions.iter().map(|(_, s)| s.code).collect();
+    assert_eq!(codes, [ErrorCode::None, ErrorCode::UnknownTopicOrPartition, ErrorCode::UnknownTopicOrPartition]);
+    assert!(r.partitions[1].1.message.contains("no such partition: ghost-0, in-4;"), "{}", r.partitions[1].1);
+    // Only names that do not exist: nothing is committed, and the whole commit says why.
+    let Response::OffsetCommit(r) = conn
+        .call(Request::OffsetCommit(OffsetCommitRequest {
+            member,
+            txn: None,
+            offsets: (0..1000).map(|i| offset(&format!("ghost-{i}"), 0, 1)).collect(),
+        }))
+        .await
+        .unwrap()
+    else {
+        panic!("wrong answer")
+    };
+    assert_eq!(r.status.code, ErrorCode::UnknownTopicOrPartition, "{}", r.status);
+    let Response::OffsetFetch(f) = conn
+        .call(Request::OffsetFetch(OffsetFetchRequest { group: "g".into(), partitions: None, require_stable: false }))
+        .await
+        .unwrap()
+    else {
+        panic!("wrong answer")
+    };
+    let held: Vec<(String, i32, i64)> =
+        f.partitions.iter().map(|(o, _)| (o.topic.clone(), o.partition, o.offset)).collect();
+    assert_eq!(held, [("in".to_string(), 0, 5)], "only the real partition's offset is kept");
+}

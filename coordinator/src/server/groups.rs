@@ -271,16 +271,25 @@ pub(super) async fn handle_group(shared: Arc<Shared>, req: Request) -> Response 
     }
 }
 
-/// OffsetCommit and TxnOffsetCommit.
+/// OffsetCommit and TxnOffsetCommit. Offsets of partitions that do not exist are refused
+/// UNKNOWN_TOPIC_OR_PARTITION, each, as Kafka refuses them (a group's offsets are kept only for
+/// real partitions, so no client can grow them with names); the others are committed.
 async fn commit(shared: &Arc<Shared>, r: OffsetCommitRequest, now: u64) -> OffsetsResponse {
-    let outcome = {
+    let (outcome, exists) = {
         let mut st = shared.lock();
-        let decided = match &r.txn {
-            None => st.groups.handle_commit(&r.member, &r.offsets),
-            Some(txn) => check_txn(&mut st, txn, true, now)
-                .and_then(|_| st.groups.handle_txn_commit(&txn.transactional_id, &r.member, &r.offsets)),
+        let exists: Vec<bool> =
+            r.offsets.iter().map(|o| st.cluster.leader_of(&o.topic, o.partition).is_some()).collect();
+        let known: Vec<_> = r.offsets.iter().zip(&exists).filter(|(_, e)| **e).map(|(o, _)| o.clone()).collect();
+        let decided = if known.is_empty() && !r.offsets.is_empty() {
+            Err(unknown_partitions(&r.offsets, &exists))
+        } else {
+            match &r.txn {
+                None => st.groups.handle_commit(&r.member, &known),
+                Some(txn) => check_txn(&mut st, txn, true, now)
+                    .and_then(|_| st.groups.handle_txn_commit(&txn.transactional_id, &r.member, &known)),
+            }
         };
-        decided.map(|()| flush_groups(shared, &mut st))
+        (decided.map(|()| flush_groups(shared, &mut st)), exists)
     };
     let status = match outcome {
         Ok(done) => settled(done).await.err().unwrap_or_else(Status::ok),
@@ -309,8 +318,36 @@ async fn commit(shared: &Arc<Shared>, r: OffsetCommitRequest, now: u64) -> Offse
             status
         }
     };
-    let partitions = r.offsets.into_iter().map(|o| (o, status.clone())).collect();
+    let unknown = unknown_partitions(&r.offsets, &exists);
+    let partitions = r
+        .offsets
+        .into_iter()
+        .zip(exists)
+        .map(|(o, e)| {
+            let s = if e { status.clone() } else { unknown.clone() };
+            (o, s)
+        })
+        .collect();
     OffsetsResponse { status, partitions }
+}
+
+/// The refusal of the offsets for partitions that do not exist (`exists` false), naming a few.
+fn unknown_partitions(offsets: &[protocol::PartitionOffset], exists: &[bool]) -> Status {
+    let missing: Vec<String> = offsets
+        .iter()
+        .zip(exists)
+        .filter(|(_, e)| !**e)
+        .take(3)
+        .map(|(o, _)| format!("{}-{}", o.topic, o.partition))
+        .collect();
+    Status::new(
+        ErrorCode::UnknownTopicOrPartition,
+        format!(
+            "no such partition: {}; offsets are kept only for partitions that exist: create the topic first, or \
+             commit for its real partitions",
+            missing.join(", ")
+        ),
+    )
 }
 
 /// Expire members whose session lapsed and complete rebalances past their deadline. Runs for

@@ -99,6 +99,9 @@ pub struct BrokerMetrics {
     pub isr_shrinks: Counter,
     /// See [`BrokerMetrics::isr_shrinks`].
     pub isr_expands: Counter,
+    /// Replications a follower refused because they would cut its log below its high watermark
+    /// (committed records) outside an unclean election.
+    pub cut_refusals: Counter,
     truncations: Counter,
     partitions_led: Gauge,
     under_replicated: Gauge,
@@ -135,6 +138,7 @@ impl BrokerMetrics {
             fsync_latency: Histogram::new(latency_buckets()),
             isr_shrinks: Counter::default(),
             isr_expands: Counter::default(),
+            cut_refusals: Counter::default(),
             truncations: Counter::default(),
             partitions_led: Gauge::default(),
             under_replicated: Gauge::default(),
@@ -186,6 +190,11 @@ impl BrokerMetrics {
             "isr_expands",
             "ISR expansions this broker proposed as leader and the coordinator accepted",
             m.isr_expands.clone(),
+        );
+        registry.register(
+            "replication_cut_refusals",
+            "Replications refused because following would cut committed records (the leader lacks them)",
+            m.cut_refusals.clone(),
         );
         registry.register(
             "truncations",

@@ -168,6 +168,23 @@ pub enum ReplicateError {
     /// The log could not be written.
     #[error(transparent)]
     Storage(#[from] LogError),
+    /// Following would cut this log below its high watermark, outside an unclean election: the
+    /// leader lacks records committed here, so the leader is the one that is wrong.
+    #[error(
+        "leader {leader_id} at epoch {leader_epoch} would cut this log at offset {offset}, below its high watermark \
+         {high_watermark}: records committed here would be lost, so the leader lacks committed records; refusing \
+         (only an unclean election an operator asked for may cut committed records)"
+    )]
+    WouldCutCommitted {
+        /// The leader that asked.
+        leader_id: i32,
+        /// Its leader epoch.
+        leader_epoch: i32,
+        /// Where it would cut.
+        offset: i64,
+        /// This replica's high watermark.
+        high_watermark: i64,
+    },
 }
 
 /// Where a write waiting to be acknowledged stands ([`Partition::committed`]).
@@ -328,6 +345,9 @@ struct Inner {
     /// Keep verifications across changes of leadership, as before issue 28: only the
     /// simulator's `keep-verifications` mutation sets it, to show what forgetting them prevents.
     keep_verifications: bool,
+    /// Keep the whole log when leading after an unclean election, as before issue 28: only the
+    /// simulator's `unclean-leaders-keep-their-logs` mutation sets it.
+    keep_log_after_unclean: bool,
     /// The leader epoch of the partition's last unclean election, as the coordinator says
     /// ([`Partition::set_unclean_leader_epoch`]); -1 for none.
     unclean_leader_epoch: i32,
@@ -340,6 +360,9 @@ struct Inner {
     /// open, or a log ending below its checkpointed high watermark), until it is back in the
     /// ISR; `None` when it holds everything it held.
     lost: Option<String>,
+    /// Why this follower refuses its leader (it would cut committed records), until a
+    /// replication from it is taken again; for the heartbeat's problem report.
+    refusing: Option<String>,
 }
 
 impl Inner {
@@ -604,10 +627,12 @@ impl Partition {
             truncations: 0,
             sync_before_commit: false,
             keep_verifications: false,
+            keep_log_after_unclean: false,
             unclean_leader_epoch: -1,
             min_isr: 1,
             checkpointed_hw,
             lost,
+            refusing: None,
         };
         let snapshot = inner.recover_state(fencing)?;
         // What the scan found may still sit unsynced in the page cache (a process crash):
@@ -799,6 +824,13 @@ impl Partition {
         self.lock().keep_verifications = on;
     }
 
+    /// Keep the whole log when leading after an unclean election (the broker never does; see
+    /// [`Partition::set_unclean_leader_epoch`]). Only for the simulator's mutation that shows what
+    /// the cut prevents.
+    pub fn set_keep_log_after_unclean(&self, on: bool) {
+        self.lock().keep_log_after_unclean = on;
+    }
+
     /// Whether this log holds, on disk, the batch a leader of `leader_epoch` wrote at
     /// `base_offset..end_offset` (the same offsets and leader epoch: the same batch, since a
     /// leader writes each offset once per epoch).
@@ -920,7 +952,8 @@ impl Partition {
         // rolls); what comes before a refused batch is still written.
         let mut matched_end = from_offset;
         let mut chunk = Chunk::default();
-        let applied = self.stage_replicated(&mut g, records, &mut matched_end, &mut chunk);
+        let sender = (leader_id, leader_epoch, epoch_checks);
+        let applied = self.stage_replicated(&mut g, records, &mut matched_end, &mut chunk, sender);
         let written = g.write_chunk(&mut chunk, &mut []);
         applied?;
         written?;
@@ -928,12 +961,17 @@ impl Partition {
             // An empty push means the leader's log ended at `from_offset` when it was sent, and
             // that leader only appends at its own epoch: a batch here from an earlier epoch is in
             // no log that leads. Cut it, so the follower does not keep a longer, divergent log.
+            if let Err(e) = Self::may_cut(&g, from_offset, sender) {
+                g.refusing = Some(e.to_string());
+                return Err(e);
+            }
             self.cut_divergent(&mut g, from_offset)?;
         }
         // What this replica now holds in agreement with the leader: the batches just sent and
         // everything before them. Anything past it may still be a divergent suffix, so it is
         // neither acknowledged nor counted in the high watermark.
         g.high_watermark = g.high_watermark.max(high_watermark.min(matched_end));
+        g.refusing = None;
         let generation = g.truncations;
         drop(g);
         self.bump();
@@ -949,6 +987,7 @@ impl Partition {
         records: &Bytes,
         matched_end: &mut i64,
         chunk: &mut Chunk,
+        sender: (i32, i32, bool),
     ) -> Result<(), ReplicateError> {
         for item in BatchIter::new(records.clone()) {
             let (h, bytes) = item.map_err(|e| ReplicateError::Corrupt(e.to_string()))?;
@@ -974,6 +1013,10 @@ impl Partition {
                 }
                 // Everything from here on is not in the leader's log: cut it, and rebuild the
                 // producer state from what remains.
+                if let Err(e) = Self::may_cut(g, h.base_offset, sender) {
+                    g.refusing = Some(e.to_string());
+                    return Err(e);
+                }
                 self.cut_divergent(g, h.base_offset)?;
             }
             g.producers.check_replicated(&h)?;
@@ -1149,6 +1192,28 @@ impl Partition {
     /// (see [`Inner`]'s `lost`).
     pub fn lost(&self) -> Option<String> {
         self.lock().lost.clone()
+    }
+
+    /// Why this follower refuses its leader, if it does ([`ReplicateError::WouldCutCommitted`]).
+    pub fn refusing(&self) -> Option<String> {
+        self.lock().refusing.clone()
+    }
+
+    /// A follower never cuts below its high watermark (committed records) because a leader
+    /// told it to, unless an unclean election an operator asked for began that leader's history
+    /// ([`Partition::set_unclean_leader_epoch`]).
+    /// Off with the leader-epoch checks (`epoch_checks` false, demonstrations only): a follower
+    /// then takes any leader's word, as it takes any leader's epoch.
+    fn may_cut(
+        g: &Inner,
+        offset: i64,
+        (leader_id, leader_epoch, epoch_checks): (i32, i32, bool),
+    ) -> Result<(), ReplicateError> {
+        let after_unclean = g.unclean_leader_epoch >= 0 && leader_epoch >= g.unclean_leader_epoch;
+        if offset >= g.high_watermark || after_unclean || !epoch_checks {
+            return Ok(());
+        }
+        Err(ReplicateError::WouldCutCommitted { leader_id, leader_epoch, offset, high_watermark: g.high_watermark })
     }
 
     /// (log start offset, segments, bytes) of this replica's log.
@@ -1386,7 +1451,12 @@ impl Partition {
         let (hw, leo) = (g.high_watermark, g.log.end_offset());
         let before_unclean =
             g.unclean_leader_epoch >= 0 && g.log.epoch_at(hw).is_some_and(|e| e < g.unclean_leader_epoch);
-        if is_leader && leader_epoch >= g.unclean_leader_epoch && leo > hw && before_unclean {
+        if is_leader
+            && leader_epoch >= g.unclean_leader_epoch
+            && leo > hw
+            && before_unclean
+            && !g.keep_log_after_unclean
+        {
             // The partition's history since an unclean election is its leaders' from that
             // epoch on: what this replica holds from before it, above its high watermark, was
             // committed nowhere it knows of (see `set_unclean_leader_epoch`).
@@ -2002,6 +2072,32 @@ mod tests {
         p.learn(2, 7, 5, &[1, 2], &[2], 0);
         p.learn(1, 8, 6, &[1, 2], &[1], 0);
         assert_eq!(p.progress().0, end, "written at epoch 6, after the unclean one: kept");
+    }
+
+    /// Issue 27: a follower never cuts below its high watermark because a leader told it to:
+    /// such a leader lacks committed records. It refuses, says why, and stays out of sync;
+    /// after an unclean election an operator asked for, it follows.
+    #[test]
+    fn a_follower_refuses_to_cut_committed_records_outside_an_unclean_election() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = follower_of_leader_1(dir.path(), LogConfig::default());
+        let batches = [producer_batch(0, 7, 0, 0, false, None), producer_batch(1, 7, 0, 1, false, None)];
+        push(&p, &batches, 2);
+        assert_eq!(p.progress(), (2, 2), "both committed");
+        // Broker 3 leads at epoch 2 with another batch at offset 1.
+        p.learn(3, 2, 1, &[1, 2, 3], &[3], 0);
+        let mut other = producer_batch(1, 8, 0, 0, false, None).to_vec();
+        set_partition_leader_epoch(&mut other, 2);
+        let req = ReplicateRequest { leader_epoch: 2, leader_id: 3, ..replicate_request(1, &[Bytes::from(other)]) };
+        let refused = p.apply_replicated(&req, true).unwrap_err();
+        assert!(matches!(refused, ReplicateError::WouldCutCommitted { offset: 1, high_watermark: 2, .. }), "{refused}");
+        assert!(p.refusing().unwrap().contains("below its high watermark 2"));
+        assert_eq!(p.progress(), (2, 2), "nothing cut");
+        // An unclean election began that leadership: the follower takes the leader's history.
+        p.set_unclean_leader_epoch(2);
+        assert_eq!(p.apply_replicated(&req, true).unwrap(), 2);
+        assert!(p.refusing().is_none());
+        assert_eq!(p.batch_headers().unwrap()[1].0.producer_id, 8);
     }
 
     /// Issue 27: a replica starts from the high watermark it checkpointed (readable at once); a

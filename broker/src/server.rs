@@ -806,10 +806,13 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
                 high_watermark,
                 offline,
                 lost: lost.is_some(),
-                problem: match (offline, lost) {
-                    (true, _) => "offline: its log failed (a write or fdatasync error); it takes no writes".to_string(),
-                    (false, Some(why)) => format!("lost: {why}"),
-                    (false, None) => String::new(),
+                problem: match (offline, lost, p.refusing()) {
+                    (true, ..) => {
+                        "offline: its log failed (a write or fdatasync error); it takes no writes".to_string()
+                    }
+                    (false, Some(why), _) => format!("lost: {why}"),
+                    (false, None, Some(why)) => format!("refusing: {why}"),
+                    (false, None, None) => String::new(),
                 },
                 topic_id: shared.topic_ids.get(&(p.topic.clone(), p.index)).map_or(0, |id| *id),
             }
@@ -1989,6 +1992,13 @@ fn replicate(shared: &Arc<Shared>, r: ReplicateRequest) -> net::Handled {
         }
         Err(e @ ReplicateError::Storage(_)) => {
             answer(Status::new(ErrorCode::KafkaStorageError, e.to_string()), -1, -1, epoch)
+        }
+        Err(e @ ReplicateError::WouldCutCommitted { .. }) => {
+            // The follower stays out of the ISR (it acknowledges nothing) and says why in its
+            // heartbeats, for `admin describe`.
+            shared.control.stats.metrics.cut_refusals.inc();
+            tracing::error!(topic = %r.topic, partition = r.partition, error = %e, "refusing the leader's replication");
+            answer(Status::new(ErrorCode::NotLeaderOrFollower, e.to_string()), -1, -1, epoch)
         }
     };
     net::Handled::answer(Response::Replicate(refused))

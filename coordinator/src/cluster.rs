@@ -391,7 +391,11 @@ impl Cluster {
         for (topic, t) in &self.topics {
             for (i, p) in t.partitions.iter().enumerate() {
                 let i = i as i32;
-                let lost = all_lost || reports.iter().any(|r| r.lost && r.topic == *topic && r.partition == i);
+                // (A replica of a deleted topic of that name, under another id, says nothing
+                // about this one.)
+                let of_this = |r: &ReplicaReport| r.topic_id == 0 || r.topic_id == t.id;
+                let lost =
+                    all_lost || reports.iter().any(|r| r.lost && r.topic == *topic && r.partition == i && of_this(r));
                 let change = if lost {
                     // Also where it is out of the ISR: a new leader epoch makes the leader
                     // forget what the old process acknowledged (KIP-903's case), so that only

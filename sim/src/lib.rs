@@ -603,6 +603,7 @@ fn open_replica(
     let part = Partition::open_with(disk.clone(), dir, LOG, TOPIC, partition, broker_id, fencing)?;
     part.set_sync_before_commit(mutation != Mutation::UnsyncedCommits);
     part.set_keep_verifications(mutation == Mutation::KeepVerifications);
+    part.set_keep_log_after_unclean(mutation == Mutation::UncleanLeadersKeepTheirLogs);
     Ok(part)
 }
 
@@ -1034,9 +1035,7 @@ impl Sim {
                     if self.cfg.mutation != Mutation::NoMinIsr {
                         part.set_min_insync_replicas(a.min_insync_replicas);
                     }
-                    if self.cfg.mutation != Mutation::UncleanLeadersKeepTheirLogs {
-                        part.set_unclean_leader_epoch(a.unclean_leader_epoch);
-                    }
+                    part.set_unclean_leader_epoch(a.unclean_leader_epoch);
                     let change = part.learn(a.leader_id, a.leader_epoch, a.partition_epoch, &a.replicas, &a.isr, now);
                     if change.is_some() {
                         let (l, e, p) = (a.leader_id, a.leader_epoch, a.partition);

@@ -766,6 +766,11 @@ impl PartitionLog {
         }
     }
 
+    /// Where the first epoch this log's cache knows starts, if it knows one.
+    pub fn first_epoch_start(&self) -> Option<i64> {
+        self.epochs.first().map(|(_, start)| *start)
+    }
+
     /// OffsetsForLeaderEpoch: the largest epoch in this log's cache at or below `epoch`, and
     /// the offset where it ends here (the start of the next epoch, or the log end). `(-1, 0)`
     /// if the log has no epoch that old.

@@ -1609,13 +1609,17 @@ impl Partition {
 
     /// OffsetForLeaderEpoch, if this replica leads at `request_leader_epoch` (-1: any): the
     /// largest leader epoch of this log at or below `epoch` and the offset where it ends (the
-    /// start of the next epoch, or the log end); `(-1, -1)` if the log holds no epoch that old.
+    /// start of the next epoch, or the log end). For an epoch older than every one this log
+    /// knows (retention took the first ones), as Kafka answers: that epoch, ending where the
+    /// first known one starts (not below the log start), so a consumer truncates to there
+    /// instead of resetting its position. `(-1, -1)` for a negative epoch or an empty cache.
     pub fn epoch_end_offset(&self, request_leader_epoch: i32, epoch: i32) -> Result<(i32, i64), LeaderEpochError> {
         let g = self.lock();
         g.leadership.check(request_leader_epoch)?;
-        Ok(match g.log.epoch_end(epoch) {
-            (-1, _) => (-1, -1),
-            found => found,
+        Ok(match (g.log.epoch_end(epoch), g.log.first_epoch_start()) {
+            ((-1, _), Some(first)) if epoch >= 0 => (epoch, first.max(g.log.start_offset())),
+            ((-1, _), _) => (-1, -1),
+            (found, _) => found,
         })
     }
 
@@ -2072,6 +2076,22 @@ mod tests {
         p.learn(2, 7, 5, &[1, 2], &[2], 0);
         p.learn(1, 8, 6, &[1, 2], &[1], 0);
         assert_eq!(p.progress().0, end, "written at epoch 6, after the unclean one: kept");
+    }
+
+    /// Issue 27 (item 6): OffsetForLeaderEpoch for an epoch older than every one the log knows
+    /// answers as Kafka does (that epoch, ending where the first known one starts), not
+    /// (-1, -1), which makes librdkafka reset its position.
+    #[test]
+    fn an_epoch_older_than_the_cache_ends_where_the_first_known_one_starts() {
+        let (p, _disk) = counted_leader(LogConfig::default());
+        let b = producer_batch(0, 7, 0, 0, false, None);
+        let h = BatchHeader::parse(&b).unwrap();
+        assert!(matches!(p.append(&b, &h, 1, false), Ok(Appended::New { .. })));
+        assert_eq!(p.epoch_end_offset(-1, 1).unwrap(), (1, 1), "the current epoch ends at the log end");
+        assert_eq!(p.epoch_end_offset(-1, 0).unwrap(), (0, 0), "older than any: ends where epoch 1 starts");
+        assert_eq!(p.epoch_end_offset(-1, -1).unwrap(), (-1, -1));
+        let (empty, _disk) = counted_leader(LogConfig::default());
+        assert_eq!(empty.epoch_end_offset(-1, 0).unwrap(), (-1, -1), "an empty log knows no epoch");
     }
 
     /// Issue 27: a follower never cuts below its high watermark because a leader told it to:

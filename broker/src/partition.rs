@@ -1114,11 +1114,16 @@ impl Partition {
             op: "snapshots",
             detail: e.to_string(),
         };
-        // The newest snapshot that loads, not merely the newest file: recovery must be able to
-        // start from it once the segments below it are gone.
-        let (start, end) = (g.log.start_offset(), g.log.end_offset());
+        // The newest snapshot that loads, not merely the newest file, and at or below the high
+        // watermark: recovery must be able to start from it once the segments below it are
+        // gone, and a later cut (never below the high watermark, outside an unclean election)
+        // removes only snapshots above the cut, so this one survives every cut. (Snapshots are
+        // written at every roll, so the segment holding the high watermark normally starts at
+        // one; this holds also where a snapshot could not be written.)
+        let start = g.log.start_offset();
         let newest_snapshot =
-            snapshot::load_newest(g.log.storage(), &dir, start, end, self.fencing).map_or(start, |(offset, ..)| offset);
+            snapshot::load_newest(g.log.storage(), &dir, start, g.high_watermark.min(g.log.end_offset()), self.fencing)
+                .map_or(start, |(offset, ..)| offset);
         let keep_below = g.high_watermark.min(newest_snapshot);
         let deleted = g.log.enforce_retention(now_ms, keep_below)?;
         if deleted > 0 {

@@ -246,8 +246,10 @@ pub struct Cluster {
     /// heartbeats that report a replica of a deleted topic; a snapshot forgets who held one,
     /// which [`Cluster::drop_pending`] covers by waiting one lease after the start.
     dropping: BTreeMap<u128, (String, BTreeSet<i32>)>,
-    /// Per partition, the leader epoch of its last unclean election: its leader at that epoch
-    /// cuts its log to its high watermark before serving ([`Assignment::unclean_leader_epoch`]).
+    /// Per partition, the leader epoch of its last unclean election: a replica leading at that
+    /// epoch or later first cuts, above its high watermark, what it holds from before it, and a
+    /// follower of such a leader may cut below its high watermark
+    /// ([`Assignment::unclean_leader_epoch`]).
     unclean: BTreeMap<(String, i32), i32>,
     /// Until when a broker not heard from since this process started may still hold a lease
     /// granted by an earlier one ([`Cluster::set_started`]).

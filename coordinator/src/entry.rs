@@ -104,7 +104,9 @@ pub enum Entry {
         elr: Vec<i32>,
     },
     /// An operator's unclean election made the leader of `leader_epoch` (journaled with its
-    /// LeaderChanged): that leader cuts its log to its high watermark before it serves.
+    /// LeaderChanged): a replica leading at that epoch or later first cuts, above its high
+    /// watermark, what it holds from before it; a follower of such a leader may cut below its
+    /// high watermark.
     UncleanLeader {
         /// Topic.
         topic: String,

@@ -448,9 +448,10 @@ pub struct Assignment {
     /// of the same name, and is dropped.
     pub topic_id: u128,
     /// The leader epoch of the partition's last unclean election (-1: none). A replica that
-    /// becomes leader at exactly this epoch first cuts its log to its high watermark: what lies
-    /// above was never committed where it knows of, and may be a stale leader's append that no
-    /// fence marker reached (Kafka's KIP-704 recovery after an unclean election).
+    /// becomes leader at this epoch or a later one first cuts, above its high watermark, what it
+    /// holds from before it: that was never committed where it knows of, and may be a stale
+    /// leader's append that no fence marker reached (after Kafka's KIP-704 recovery). A follower
+    /// of a leader at this epoch or later may cut below its high watermark; otherwise it refuses.
     pub unclean_leader_epoch: i32,
 }
 

@@ -291,3 +291,32 @@ async fn pipelined_batches_on_one_connection_are_appended_in_the_order_sent() {
     assert_eq!(offsets, (0..50).collect::<Vec<i64>>(), "appended in the order sent");
     c.shutdown().await;
 }
+
+/// Issue 28: a produce to one of Kafka's internal names is refused INVALID_TOPIC_EXCEPTION
+/// before any partition is looked up (a topic of that name left in a data directory from before
+/// they were reserved takes no writes), and one to an ordinary unknown name is not.
+#[tokio::test]
+async fn a_produce_to_a_reserved_name_is_refused_as_an_invalid_topic() {
+    let c = cluster(1).await;
+    let conn = Connection::connect(&c.broker_addrs[0]).await.unwrap();
+    let batch = build_batch(
+        ProducerStamp { producer_id: -1, producer_epoch: -1, base_sequence: -1 },
+        false,
+        0,
+        &[Bytes::from_static(b"x")],
+    );
+    let produce = |topic: &str| {
+        Request::Produce(ProduceRequest {
+            topic: topic.into(),
+            partition: 0,
+            leader_epoch: -1,
+            acks: ACKS_ALL,
+            records: batch.clone(),
+        })
+    };
+    let Response::Produce(r) = conn.call(produce("__consumer_offsets")).await.unwrap() else { panic!("wrong answer") };
+    assert_eq!(r.status.code, ErrorCode::InvalidTopicException, "{}", r.status);
+    assert!(r.status.message.contains("reserved"), "{}", r.status);
+    let Response::Produce(r) = conn.call(produce("no-such-topic")).await.unwrap() else { panic!("wrong answer") };
+    assert_ne!(r.status.code, ErrorCode::InvalidTopicException, "{}", r.status);
+}

@@ -961,10 +961,7 @@ impl Partition {
             // An empty push means the leader's log ended at `from_offset` when it was sent, and
             // that leader only appends at its own epoch: a batch here from an earlier epoch is in
             // no log that leads. Cut it, so the follower does not keep a longer, divergent log.
-            if let Err(e) = Self::may_cut(&g, from_offset, sender) {
-                g.refusing = Some(e.to_string());
-                return Err(e);
-            }
+            Self::may_cut(&mut g, from_offset, sender)?;
             self.cut_divergent(&mut g, from_offset)?;
         }
         // What this replica now holds in agreement with the leader: the batches just sent and
@@ -1013,10 +1010,7 @@ impl Partition {
                 }
                 // Everything from here on is not in the leader's log: cut it, and rebuild the
                 // producer state from what remains.
-                if let Err(e) = Self::may_cut(g, h.base_offset, sender) {
-                    g.refusing = Some(e.to_string());
-                    return Err(e);
-                }
+                Self::may_cut(g, h.base_offset, sender)?;
                 self.cut_divergent(g, h.base_offset)?;
             }
             g.producers.check_replicated(&h)?;
@@ -1208,9 +1202,10 @@ impl Partition {
     /// told it to, unless an unclean election an operator asked for began that leader's history
     /// ([`Partition::set_unclean_leader_epoch`]).
     /// Off with the leader-epoch checks (`epoch_checks` false, demonstrations only): a follower
-    /// then takes any leader's word, as it takes any leader's epoch.
+    /// then takes any leader's word, as it takes any leader's epoch. A refusal is kept as
+    /// `refusing`, for the heartbeat's report.
     fn may_cut(
-        g: &Inner,
+        g: &mut Inner,
         offset: i64,
         (leader_id, leader_epoch, epoch_checks): (i32, i32, bool),
     ) -> Result<(), ReplicateError> {
@@ -1218,7 +1213,10 @@ impl Partition {
         if offset >= g.high_watermark || after_unclean || !epoch_checks {
             return Ok(());
         }
-        Err(ReplicateError::WouldCutCommitted { leader_id, leader_epoch, offset, high_watermark: g.high_watermark })
+        let refused =
+            ReplicateError::WouldCutCommitted { leader_id, leader_epoch, offset, high_watermark: g.high_watermark };
+        g.refusing = Some(refused.to_string());
+        Err(refused)
     }
 
     /// (log start offset, segments, bytes) of this replica's log.
@@ -2505,6 +2503,36 @@ mod tests {
         other.learn(3, 3, 2, &[2, 3], &[3], 0);
         assert!(other.mark_verified(7, 0, false, other.verification_guard(7)));
         assert!(matches!(other.append(&next, &h, 3, false), Err(AppendError::Gate(GateError::OutOfOrder { .. }))));
+    }
+
+    /// Issue 27 (item 6): retention stops at the newest snapshot at or below the high
+    /// watermark. Here the snapshot where the segment holding the high watermark starts is
+    /// gone (its write failed, say), and the only one left is above the high watermark: bounded
+    /// by that one, retention would delete up to the high watermark, and a cut below it (from a
+    /// leader that lacks the uncommitted suffix) would leave no snapshot to recover from, the
+    /// producer state rebuilt from a log start past producer 1's fence.
+    #[test]
+    fn retention_keeps_what_recovery_needs_below_the_high_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig { segment_bytes: 400, retention_bytes: Some(1), ..LogConfig::default() };
+        let p = follower_of_leader_1(dir.path(), config);
+        fencing_workload(&p);
+        assert_eq!(p.producer_epoch(1), Some(1), "producer 1 fenced at epoch 1 early on");
+        let snapshots = snapshot::list(&OsStorage, dir.path()).unwrap();
+        let [.., (older, older_path), (newer, _)] = &snapshots[..] else { panic!("two snapshots: {snapshots:?}") };
+        let (older, newer) = (*older, *newer);
+        let hw = p.batch_headers().unwrap().into_iter().map(|(h, _)| h.base_offset).find(|o| *o > older && *o < newer);
+        let hw = hw.expect("a batch between the two snapshots");
+        push(&p, &[], hw);
+        std::fs::remove_file(older_path).unwrap();
+        p.enforce_retention(0).unwrap();
+        // Broker 3 leads at epoch 2 without what follows the high watermark here.
+        p.learn(3, 2, 1, &[1, 2, 3], &[3], 0);
+        let mut other = producer_batch(hw, 9, 0, 0, false, None).to_vec();
+        set_partition_leader_epoch(&mut other, 2);
+        let req = ReplicateRequest { leader_epoch: 2, leader_id: 3, ..replicate_request(hw, &[Bytes::from(other)]) };
+        p.apply_replicated(&req, true).unwrap();
+        assert_eq!(p.producer_epoch(1), Some(1), "the fence survives the cut (log start {})", p.log_shape().0);
     }
 
     #[test]

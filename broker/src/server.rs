@@ -285,6 +285,14 @@ async fn wait_while(rx: &watch::Receiver<bool>) {
     }
 }
 
+/// A replica whose log could not be opened ([`Shared`]'s `unopened`).
+struct Unopened {
+    /// Why, for the heartbeat's problem report.
+    why: String,
+    /// The topic id its directory records (0: none), for the heartbeat's report.
+    topic_id: u128,
+}
+
 struct Shared {
     config: BrokerConfig,
     addr: String,
@@ -306,7 +314,7 @@ struct Shared {
     topic_ids: DashMap<(String, i32), u128>,
     /// Replicas whose log could not be opened, with why: reported offline (Kafka's offline log
     /// directory, KIP-112) until this process ends, so that a healthy replica leads instead.
-    unopened: DashMap<(String, i32), String>,
+    unopened: DashMap<(String, i32), Unopened>,
     /// Cached connection to the coordinator; never held across an `.await`.
     coordinators: net::Coordinators,
     /// Connections to other brokers, by address; never held across an `.await`.
@@ -540,7 +548,7 @@ fn open_existing(shared: &Shared) {
             }
             Err(e) => {
                 tracing::error!(topic = %key.0, partition = key.1, error = %e, "cannot open partition: reporting it offline");
-                shared.unopened.insert(key, e.to_string());
+                shared.unopened.insert(key, Unopened { why: e.to_string(), topic_id });
             }
         }
     }
@@ -554,7 +562,7 @@ fn open_existing(shared: &Shared) {
 /// Open the replica `key` in its directory under the data directory, with this broker's log
 /// settings.
 fn open_partition(shared: &Shared, key: &(String, i32)) -> Result<Partition, crate::log::LogError> {
-    let dir = shared.config.data_dir.join(format!("{}-{}", key.0, key.1));
+    let dir = partition_dir(shared, key);
     let mut config = shared.config.log;
     config.sync_on_roll = shared.config.fsync != FsyncPolicy::Never;
     let p = Partition::open_with(
@@ -570,6 +578,16 @@ fn open_partition(shared: &Shared, key: &(String, i32)) -> Result<Partition, cra
     // the leader included.
     p.set_sync_before_commit(shared.config.fsync == FsyncPolicy::Always);
     Ok(p)
+}
+
+/// The directory of replica `key` under the data directory.
+fn partition_dir(shared: &Shared, key: &(String, i32)) -> std::path::PathBuf {
+    shared.config.data_dir.join(format!("{}-{}", key.0, key.1))
+}
+
+/// The topic id this broker knows replica `key` by (0: none).
+fn known_topic_id(shared: &Shared, key: &(String, i32)) -> u128 {
+    shared.topic_ids.get(key).map_or(0, |id| *id)
 }
 
 /// Every `high_watermark_checkpoint_interval_ms`, checkpoint each partition's high watermark
@@ -814,7 +832,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
                     (false, None, Some(why)) => format!("refusing: {why}"),
                     (false, None, None) => String::new(),
                 },
-                topic_id: shared.topic_ids.get(&(p.topic.clone(), p.index)).map_or(0, |id| *id),
+                topic_id: known_topic_id(shared, &(p.topic.clone(), p.index)),
             }
         })
         .chain(shared.unopened.iter().map(|u| ReplicaReport {
@@ -824,11 +842,8 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
             high_watermark: -1,
             offline: true,
             lost: false,
-            problem: format!("offline: its log cannot be opened: {}", u.value()),
-            topic_id: stored_topic_id(
-                &*shared.config.storage,
-                &shared.config.data_dir.join(format!("{}-{}", u.key().0, u.key().1)),
-            ),
+            problem: format!("offline: its log cannot be opened: {}", u.value().why),
+            topic_id: u.value().topic_id,
         }))
         .collect();
     let req = Request::Heartbeat(HeartbeatRequest {
@@ -881,21 +896,23 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
     }
     let now = shared.now_ms();
     for d in &hb.deleted {
-        let unopened: Vec<(String, i32)> =
-            shared.unopened.iter().map(|u| u.key().clone()).filter(|(t, _)| *t == d.name).collect();
-        for key in unopened {
-            let dir = shared.config.data_dir.join(format!("{}-{}", key.0, key.1));
-            let stored = stored_topic_id(&*shared.config.storage, &dir);
+        let unopened: Vec<((String, i32), u128)> = shared
+            .unopened
+            .iter()
+            .filter(|u| u.key().0 == d.name)
+            .map(|u| (u.key().clone(), u.value().topic_id))
+            .collect();
+        for (key, stored) in unopened {
             if stored == 0 || stored == d.topic_id {
                 shared.unopened.remove(&key);
                 tracing::info!(topic = %key.0, partition = key.1, "dropping a replica that could not open: its topic was deleted");
-                remove_partition_dir(&*shared.config.storage, &dir);
+                remove_partition_dir(&*shared.config.storage, &partition_dir(shared, &key));
             }
         }
         let hosted: Vec<(String, i32)> =
             shared.partitions.iter().map(|p| p.key().clone()).filter(|(t, _)| *t == d.name).collect();
         for key in hosted {
-            let known = shared.topic_ids.get(&key).map_or(0, |id| *id);
+            let known = known_topic_id(shared, &key);
             if known == 0 || known == d.topic_id {
                 drop_partition(shared, &key, "its topic was deleted");
             }
@@ -903,7 +920,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
     }
     for a in hb.assignments {
         let key = (a.topic.clone(), a.partition);
-        let known = shared.topic_ids.get(&key).map_or(0, |id| *id);
+        let known = known_topic_id(shared, &key);
         if known != 0 && a.topic_id != 0 && known != a.topic_id {
             drop_partition(shared, &key, "its topic was deleted and created again under the same name");
         }
@@ -913,7 +930,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
         let part = match shared.partitions.get(&key).map(|p| p.clone()) {
             Some(p) => p,
             None => {
-                let dir = shared.config.data_dir.join(format!("{}-{}", a.topic, a.partition));
+                let dir = partition_dir(shared, &key);
                 let stored = stored_topic_id(&*shared.config.storage, &dir);
                 if stored != 0 && a.topic_id != 0 && stored != a.topic_id {
                     // A replica of a deleted topic of the same name, left while this broker
@@ -935,7 +952,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
                     }
                     Err(e) => {
                         tracing::error!(topic = %a.topic, partition = a.partition, error = %e, "cannot open partition: reporting it offline");
-                        shared.unopened.insert(key, e.to_string());
+                        shared.unopened.insert(key, Unopened { why: e.to_string(), topic_id: a.topic_id });
                         continue;
                     }
                 }
@@ -996,7 +1013,7 @@ fn drop_partition(shared: &Shared, key: &(String, i32), why: &str) {
     shared.topic_ids.remove(key);
     part.retire();
     tracing::info!(topic = %key.0, partition = key.1, why, "partition dropped");
-    remove_partition_dir(&*shared.config.storage, &shared.config.data_dir.join(format!("{}-{}", key.0, key.1)));
+    remove_partition_dir(&*shared.config.storage, &partition_dir(shared, key));
 }
 
 /// Ask the coordinator for the ISR each led partition should have (lagging followers out,
@@ -1790,7 +1807,7 @@ async fn verify_and_produce(
         partition: c.r.partition,
         transactional,
         verify_only,
-        topic_id: shared.topic_ids.get(&(c.r.topic.clone(), c.r.partition)).map_or(0, |id| *id),
+        topic_id: known_topic_id(shared, &(c.r.topic.clone(), c.r.partition)),
     };
     if let Err((status, current)) = verify(shared, asked).await {
         if status.code != ErrorCode::CoordinatorNotAvailable {

@@ -804,8 +804,8 @@ impl Cluster {
             id => id,
         };
         // A topic id names one topic, under one name: the target's.
-        let leader = self.topic_by_id(id).and_then(|_| self.leader_of(&t.topic, t.partition));
-        match leader {
+        let live = self.topics.get(&t.topic).is_some_and(|topic| topic.id == id);
+        match live.then(|| self.leader_of(&t.topic, t.partition)).flatten() {
             Some((leader_id, leader_epoch, addr)) => MarkerRoute::Leader { leader_id, leader_epoch, addr },
             None if id != 0 && self.drop_pending(id, now_ms) => MarkerRoute::WaitForDrop,
             // Deleted since it was registered (or the partition is not in it), and no broker
@@ -818,11 +818,6 @@ impl Cluster {
     /// The id topic `name` had when it was last deleted, if it was.
     pub fn deleted_topic_id(&self, name: &str) -> Option<u128> {
         self.deleted.get(name).copied()
-    }
-
-    /// The name of the topic with id `topic_id`, and its partition count, if it exists.
-    pub fn topic_by_id(&self, topic_id: u128) -> Option<(&str, i32)> {
-        self.topics.iter().find(|(_, t)| t.id == topic_id).map(|(n, t)| (n.as_str(), t.partitions.len() as i32))
     }
 
     /// Whether a broker may still serve a replica of the deleted topic with id `topic_id`: one

@@ -1071,6 +1071,24 @@ mod tests {
     use super::*;
     use protocol::InitProducerIdRequest;
 
+    /// A coordinator's shared state over `journal`, `table` and `cluster`, with no groups, as
+    /// the active replica at epoch 0 (no loops started).
+    fn serving(journal: Journal, table: ProducerTable, cluster: Cluster, config: CoordinatorConfig) -> Arc<Shared> {
+        Arc::new(Shared {
+            state: Mutex::new(State { table, cluster, groups: GroupTable::new(GroupConfig::default(), 0) }),
+            group_waiters: Mutex::new(HashMap::new()),
+            since_snapshot: std::sync::atomic::AtomicU64::new(0),
+            started: Instant::now(),
+            peers: Mutex::new(HashMap::new()),
+            metrics: CoordinatorMetrics::new(journal.append_latency()),
+            journal,
+            config,
+            coordinator_epoch: 0,
+            lease: None,
+            cancel: tokio_util::sync::CancellationToken::new(),
+        })
+    }
+
     #[tokio::test]
     async fn registrations_are_decided_in_the_handler_call_and_only_wait_for_the_journal() {
         let dir = tempfile::tempdir().unwrap();
@@ -1084,19 +1102,7 @@ mod tests {
             panic!("a new transactional id is granted")
         };
         entries.iter().for_each(|e| table.apply(e));
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State { table, cluster, groups: GroupTable::new(GroupConfig::default(), 0) }),
-            group_waiters: Mutex::new(HashMap::new()),
-            since_snapshot: std::sync::atomic::AtomicU64::new(0),
-            started: Instant::now(),
-            peers: Mutex::new(HashMap::new()),
-            metrics: CoordinatorMetrics::new(journal.append_latency()),
-            journal,
-            config,
-            coordinator_epoch: 0,
-            lease: None,
-            cancel: tokio_util::sync::CancellationToken::new(),
-        });
+        let shared = serving(journal, table, cluster, config);
         let handle = handler(shared.clone());
         let add = |partition| {
             Request::AddPartition(AddPartitionRequest {
@@ -1148,19 +1154,7 @@ mod tests {
             panic!("a new transactional id is granted")
         };
         entries.iter().for_each(|e| table.apply(e));
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State { table, cluster, groups: GroupTable::new(GroupConfig::default(), 0) }),
-            group_waiters: Mutex::new(HashMap::new()),
-            since_snapshot: std::sync::atomic::AtomicU64::new(0),
-            started: Instant::now(),
-            peers: Mutex::new(HashMap::new()),
-            metrics: CoordinatorMetrics::new(journal.append_latency()),
-            journal,
-            config,
-            coordinator_epoch: 0,
-            lease: None,
-            cancel: tokio_util::sync::CancellationToken::new(),
-        });
+        let shared = serving(journal, table, cluster, config);
         let handle = handler(shared.clone());
         let add = |topic: &str, topic_id| {
             Request::AddPartition(AddPartitionRequest {

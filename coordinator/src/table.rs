@@ -590,7 +590,6 @@ impl ProducerTable {
     /// partition already in the open transaction (a Kafka client's write, transaction version 1).
     pub fn handle_register(&mut self, r: &Registration<'_>, now_ms: u64) -> RegisterDecision {
         let Registration { producer_id, epoch, topic, partition, topic_id, transactional, verify_only } = *r;
-        let key = (topic.to_string(), partition, topic_id);
         let refuse = |code, msg: String, epoch| RegisterDecision::Refuse { status: Status::new(code, msg), epoch };
         let Some(tid) = self.owner.get(&producer_id).cloned() else {
             if producer_id < 0 || producer_id >= self.next_producer_id {
@@ -645,6 +644,7 @@ impl ProducerTable {
             return RegisterDecision::Refuse { status, epoch: -1 };
         }
         let current = e.epoch;
+        let key = (topic.to_string(), partition, topic_id);
         if verify_only {
             let open = e.txn_started_ms.is_some();
             return if open && e.registered.contains(&key) {

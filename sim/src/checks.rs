@@ -68,7 +68,7 @@ impl Sim {
             return self
                 .violate(format!("leader {leader} acknowledged {partition}/{base_offset}, which it does not hold"));
         };
-        if self.unclean_epoch.get(&partition).is_some_and(|e| leader_epoch < *e) {
+        if self.before_unclean(partition, leader_epoch) {
             // A stale leader's acknowledgement after an unclean election elected a replica
             // outside its ISR: that ISR may still commit at its old epoch until it learns of
             // the election, and its followers then cut what it confirmed (what an unclean
@@ -133,7 +133,7 @@ impl Sim {
                     h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset
                 ));
             }
-            if self.unclean_epoch.get(&partition).is_some_and(|e| h.partition_leader_epoch < *e) {
+            if self.before_unclean(partition, h.partition_leader_epoch) {
                 // Written before an unclean election: it may be lost, or differ between replicas
                 // until they follow the unclean leader.
                 continue;
@@ -195,8 +195,7 @@ impl Sim {
             // A transaction open there before an unclean election, whose marker was lost with
             // the replicas that held it, stays open, and read_committed stops at it (a hanging
             // transaction, as in Kafka: what an unclean election costs).
-            let hanging =
-                self.unclean_epoch.get(&partition).is_some_and(|e| pos < hw && part.stored_epoch_at(pos) < Some(*e));
+            let hanging = pos < hw && part.stored_epoch_at(pos).is_some_and(|e| self.before_unclean(partition, e));
             if pos != hw && !hanging {
                 return self.violate(format!(
                     "no convergence: the consumer is at {partition}/{pos}, the high watermark at {hw}"
@@ -210,7 +209,7 @@ impl Sim {
             }
         }
         for (id, offset, leader_epoch) in self.acked.clone() {
-            if self.unclean_epoch.get(&id.0).is_some_and(|e| leader_epoch < *e) {
+            if self.before_unclean(id.0, leader_epoch) {
                 continue; // acknowledged before an unclean election: it may be lost
             }
             match count.get(&id).map(Vec::as_slice) {

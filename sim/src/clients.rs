@@ -71,7 +71,7 @@ impl Sim {
                 if protocol::batch::marker_kind(&bytes) == Some(MarkerKind::Abort) {
                     skipped.remove(&h.producer_id);
                 }
-            } else if self.unclean_epoch.get(&partition).is_some_and(|e| h.partition_leader_epoch < *e) {
+            } else if self.before_unclean(partition, h.partition_leader_epoch) {
                 // Written before an unclean election: its transaction's marker may have been
                 // lost with the replicas that held it (what an unclean election costs).
             } else if h.is_transactional() {
@@ -107,7 +107,7 @@ impl Sim {
                     h.base_offset
                 ));
             }
-            let before_unclean = self.unclean_epoch.get(&partition).is_some_and(|e| h.partition_leader_epoch < *e);
+            let before_unclean = self.before_unclean(partition, h.partition_leader_epoch);
             match self.committed.get(&(partition, h.base_offset)) {
                 _ if before_unclean => {}
                 Some(c) if *c != seen => {

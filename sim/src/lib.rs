@@ -810,6 +810,12 @@ impl Sim {
         self.cluster.leader_of(TOPIC, partition).map_or((-1, -1), |(leader, epoch, _)| (leader, epoch))
     }
 
+    /// Whether what was written at `leader_epoch` on `partition` predates its last unclean
+    /// election (see [`Config::unclean_elections`]).
+    fn before_unclean(&self, partition: i32, leader_epoch: i32) -> bool {
+        self.unclean_epoch.get(&partition).is_some_and(|e| leader_epoch < *e)
+    }
+
     fn rep(&self, id: i32, partition: i32) -> &Replica {
         &self.brokers[&id].replicas[partition as usize]
     }
@@ -930,7 +936,7 @@ impl Sim {
                 self.send(to, from, Msg::FetchResp { partition, offset, records, aborted, leader_epoch });
             }
             Msg::FetchResp { partition, offset, records, aborted, leader_epoch } => {
-                if self.unclean_epoch.get(&partition).is_some_and(|e| leader_epoch < *e) {
+                if self.before_unclean(partition, leader_epoch) {
                     // Asked of a leadership an unclean election has since replaced: a consumer
                     // validates its position against the new leader epoch (KIP-320) and reads
                     // the new leader's log instead.

@@ -42,6 +42,17 @@ fn the_real_build_breaks_no_invariant_second_half() {
     clean(SEEDS / 2..SEEDS);
 }
 
+/// Run `seeds` under `cfg`, each without a violation, and count the faults of `kind` they had.
+fn clean_counting(seeds: std::ops::Range<u64>, cfg: Config, kind: &str) -> u64 {
+    seeds
+        .map(|seed| {
+            let out = run(seed, cfg.clone());
+            assert!(out.violation.is_none(), "seed {seed}: {}", out.violation.unwrap());
+            out.faults.get(kind).copied().unwrap_or(0)
+        })
+        .sum()
+}
+
 /// The first seed below 1,000 at which the simulator catches `mutation`.
 fn caught(mutation: Mutation) -> Option<(u64, String)> {
     (0..1_000).find_map(|seed| run(seed, Config { mutation, ..Config::default() }).violation.map(|v| (seed, v)))
@@ -112,12 +123,7 @@ fn brokers_that_trust_damaged_logs_are_caught() {
 
 #[test]
 fn flipped_bytes_in_logs_happen_and_lose_nothing() {
-    let mut flipped = 0;
-    for seed in 0..60 {
-        let out = run(seed, Config::default());
-        assert!(out.violation.is_none(), "seed {seed}: {}", out.violation.unwrap());
-        flipped += out.faults.get("a byte of a log flipped").copied().unwrap_or(0);
-    }
+    let flipped = clean_counting(0..60, Config::default(), "a byte of a log flipped");
     assert!(flipped > 0, "no byte ever flipped");
 }
 
@@ -199,12 +205,7 @@ fn leaders_append_produce_requests_in_groups_with_zombies_and_duplicates_among_t
 
 #[test]
 fn power_losses_tear_unsynced_writes_in_the_real_build() {
-    let mut torn = 0;
-    for seed in 0..50 {
-        let out = run(seed, Config::default());
-        assert!(out.violation.is_none(), "seed {seed}: {}", out.violation.unwrap());
-        torn += out.faults.get("power loss with unsynced writes").copied().unwrap_or(0);
-    }
+    let torn = clean_counting(0..50, Config::default(), "power loss with unsynced writes");
     assert!(torn > 0, "no power loss ever found unsynced writes to lose: the fault proves nothing");
 }
 
@@ -226,12 +227,7 @@ fn a_seed_replays_exactly() {
 /// every check.
 #[test]
 fn unclean_elections_happen_and_the_fence_holds() {
-    let mut unclean = 0;
-    for seed in 0..40 {
-        let out = run(seed, Config { unclean_elections: true, ..Config::default() });
-        assert!(out.violation.is_none(), "seed {seed}: {}", out.violation.unwrap());
-        unclean += out.faults.get("unclean election").copied().unwrap_or(0);
-    }
+    let unclean = clean_counting(0..40, Config { unclean_elections: true, ..Config::default() }, "unclean election");
     assert!(unclean > 0, "no unclean election in 40 seeds");
 }
 

@@ -207,3 +207,41 @@ def test_a_transaction_on_a_deleted_partition_does_not_lock_its_id(client, start
     c.commit(30)
     rc = client.read(cluster.bootstrap(), "gone", [0], "read_committed")
     assert rc.values(0) == [b"c"], rc.values(0)
+
+
+@pytest.mark.timeout(60)
+def test_offsets_of_partitions_that_do_not_exist_are_not_kept(client, start_cluster):
+    """Issue 27: an offset commit for a partition that does not exist is refused
+    UNKNOWN_TOPIC_OR_PARTITION for that partition, as Kafka refuses it, and not kept (no client can
+    grow a group's offsets with names); the real partition of the same commit is committed.
+    librdkafka reports the error; kafka-python retries it (retriable, as against Kafka) until its
+    commit times out."""
+    cluster = start_cluster(brokers=1)
+    cluster.create_topic("real", partitions=1, replicas=1)
+    group = f"ghosts-{client.name}"
+    if client.name == "confluent":
+        ck = client.ck
+        c = ck.Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": group, "enable.auto.commit": False})
+        try:
+            with pytest.raises(ck.KafkaException) as exc:
+                c.commit(offsets=[ck.TopicPartition("real", 0, 3), ck.TopicPartition("ghost", 0, 7)],
+                         asynchronous=False)
+            assert exc.value.args[0].code() == ck.KafkaError.UNKNOWN_TOPIC_OR_PART, exc.value
+            got = {t.topic: t.offset for t in
+                   c.committed([ck.TopicPartition("real", 0), ck.TopicPartition("ghost", 0)], timeout=10)}
+        finally:
+            c.close()
+        assert got == {"real": 3, "ghost": ck.OFFSET_INVALID}, got
+    else:
+        from kafka import KafkaConsumer
+        from kafka.structs import OffsetAndMetadata, TopicPartition
+        c = KafkaConsumer(bootstrap_servers=cluster.bootstrap().split(","), group_id=group,
+                          enable_auto_commit=False)
+        try:
+            with pytest.raises(client.errors.KafkaError):
+                c.commit({TopicPartition("real", 0): OffsetAndMetadata(3, "", -1),
+                          TopicPartition("ghost", 0): OffsetAndMetadata(7, "", -1)}, timeout_ms=2000)
+            got = (c.committed(TopicPartition("real", 0)), c.committed(TopicPartition("ghost", 0)))
+        finally:
+            c.close()
+        assert got == (3, None), got

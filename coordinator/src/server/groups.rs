@@ -279,7 +279,12 @@ async fn commit(shared: &Arc<Shared>, r: OffsetCommitRequest, now: u64) -> Offse
         let mut st = shared.lock();
         let exists: Vec<bool> =
             r.offsets.iter().map(|o| st.cluster.leader_of(&o.topic, o.partition).is_some()).collect();
-        let known: Vec<_> = r.offsets.iter().zip(&exists).filter(|(_, e)| **e).map(|(o, _)| o.clone()).collect();
+        // Copied only when some partition is missing (an offset may carry 4 KiB of metadata).
+        let known: std::borrow::Cow<'_, [protocol::PartitionOffset]> = if exists.iter().all(|e| *e) {
+            std::borrow::Cow::Borrowed(&r.offsets)
+        } else {
+            r.offsets.iter().zip(&exists).filter(|(_, e)| **e).map(|(o, _)| o.clone()).collect()
+        };
         let decided = if known.is_empty() && !r.offsets.is_empty() {
             Err(unknown_partitions(&r.offsets, &exists))
         } else {
@@ -318,13 +323,16 @@ async fn commit(shared: &Arc<Shared>, r: OffsetCommitRequest, now: u64) -> Offse
             status
         }
     };
-    let unknown = unknown_partitions(&r.offsets, &exists);
+    let unknown = exists.contains(&false).then(|| unknown_partitions(&r.offsets, &exists));
     let partitions = r
         .offsets
         .into_iter()
         .zip(exists)
         .map(|(o, e)| {
-            let s = if e { status.clone() } else { unknown.clone() };
+            let s = match (e, &unknown) {
+                (false, Some(unknown)) => unknown.clone(),
+                _ => status.clone(),
+            };
             (o, s)
         })
         .collect();

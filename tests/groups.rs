@@ -59,25 +59,6 @@ fn group_read(kafka: &str, group: &str) -> (Vec<(i32, u64)>, String) {
     (lines, err)
 }
 
-/// The coordinator's /metrics text (its address is the process's next output line: call once).
-fn scrape(c: &mut Proc) -> String {
-    use std::io::{Read, Write};
-    let line = c.next_line();
-    let addr = line.strip_prefix("metrics listening on ").unwrap_or_else(|| panic!("{line}")).to_string();
-    let mut s = std::net::TcpStream::connect(&addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: epochfence\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-/// A sample's value in a /metrics text (0 if absent).
-fn sample(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .map_or(0.0, |v| v.trim().parse().unwrap())
-}
-
 fn describe_groups(coordinator: &str) -> serde_json::Value {
     let out = common::run("admin", &["--bootstrap", coordinator, "describe", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -108,9 +89,9 @@ async fn a_group_member_reads_from_the_committed_offsets_and_commits_what_it_pri
         .collect();
     assert_eq!(committed, [(0, 10), (1, 10), (2, 10), (3, 10)]);
     // The coordinator counted the member's generation and its commits; nothing refused.
-    let metrics = scrape(&mut c);
-    assert!(sample(&metrics, "epochfence_coordinator_group_rebalances_total") >= 1.0, "{metrics}");
-    assert!(sample(&metrics, "epochfence_coordinator_group_offset_commits_total") >= 1.0, "{metrics}");
+    let metrics = common::scrape(&common::metrics_addr(&mut c, 0));
+    assert!(common::sample(&metrics, "epochfence_coordinator_group_rebalances_total") >= 1.0, "{metrics}");
+    assert!(common::sample(&metrics, "epochfence_coordinator_group_offset_commits_total") >= 1.0, "{metrics}");
     assert!(!metrics.contains("epochfence_coordinator_group_offset_commits_refused_total{"), "{metrics}");
     // Read again: only what came after the committed offsets.
     produce(&kafka, 40, 44).await;

@@ -131,3 +131,80 @@ async fn a_slow_loris_client_is_disconnected_after_the_idle_timeout() {
     let mut p = Producer::init(&c.addr, ProducerConfig::transactional("quick")).await.unwrap();
     p.send("t", 0, Bytes::from_static(b"quick")).await.unwrap();
 }
+
+/// Issue 27, item 5: a restarted coordinator whose client connections are all taken (a flood
+/// of clients, or the relays of Kafka connections) still hears from every broker, in the room
+/// kept for members, so no leader lease lapses. With no room kept (`--member-connections-max
+/// 0`, the old behaviour), the brokers cannot reconnect and leaderships move.
+#[tokio::test]
+async fn a_restarted_coordinator_at_its_client_limit_still_hears_from_every_broker() {
+    assert_eq!(members_heard_after_a_flood(None).await, (3.0, 0.0), "every broker heard, no leadership moved");
+}
+
+#[tokio::test]
+async fn without_room_for_members_a_client_flood_costs_the_brokers_their_leaderships() {
+    let (live, elections) = members_heard_after_a_flood(Some("0")).await;
+    assert!(live < 3.0 && elections > 0.0, "the flood kept brokers out: {live} live, {elections} elections");
+}
+
+/// Restart the coordinator of a three-broker cluster while the brokers are paused, take every
+/// client connection it serves, wake the brokers; then (live brokers, elections) once every
+/// broker is heard (or, with `member_room`, once an election shows they were not).
+async fn members_heard_after_a_flood(member_room: Option<&str>) -> (f64, f64) {
+    const CLIENTS_MAX: usize = 16;
+    let dir = tempfile::tempdir().unwrap();
+    let clients_max = CLIENTS_MAX.to_string();
+    let mut flags =
+        vec!["--connections-max", &clients_max, "--broker-lease-ms", "4000", "--metrics-listen", "127.0.0.1:0"];
+    if let Some(room) = member_room {
+        flags.extend_from_slice(&["--member-connections-max", room]);
+    }
+    let mut c = common::coordinator_with(dir.path(), &flags);
+    let addr = c.addr.clone();
+    let brokers: Vec<Proc> = (1..=3).map(|id| common::broker(id, &addr, dir.path())).collect();
+    common::create_topic_replicated(&addr, "t", 3, Some(3));
+    let mut p = Producer::init(&addr, ProducerConfig::transactional("before")).await.unwrap();
+    for partition in 0..3 {
+        p.send("t", partition, Bytes::from_static(b"led")).await.unwrap();
+    }
+    drop(p);
+    for b in &brokers {
+        common::signal(b, "STOP");
+    }
+    c.kill9();
+    let data = dir.path().join("coordinator");
+    let mut args = vec!["--listen", addr.as_str(), "--data-dir", data.to_str().unwrap()];
+    args.extend_from_slice(&flags);
+    let mut c = Proc::start("coordinator", &args, &dir.path().join("coordinator.log"));
+    let metrics = common::metrics_addr(&mut c, 0);
+    // Every client connection taken, each proven served by an answer...
+    let mut flood = Vec::new();
+    for _ in 0..CLIENTS_MAX {
+        let conn = net::Connection::connect(&addr).await.unwrap();
+        let r = conn.call(protocol::Request::Describe).await.unwrap();
+        assert!(r.status().is_ok(), "{}", r.status());
+        flood.push(conn);
+    }
+    // ...and the next client refused (it found the members' room, and is not a member).
+    let late = net::Connection::connect(&addr).await.unwrap();
+    let refused = late.call(protocol::Request::Describe).await;
+    assert!(
+        refused.as_ref().map_or(true, |r| r.status().code == ErrorCode::BrokerNotAvailable),
+        "a client beyond connections_max was served: {refused:?}"
+    );
+    for b in &brokers {
+        common::signal(b, "CONT");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = common::scrape(&metrics);
+        let live = common::sample(&text, "epochfence_coordinator_live_brokers");
+        let elections = common::sample(&text, "epochfence_coordinator_elections_total");
+        let done = if member_room.is_none() { live == 3.0 } else { elections > 0.0 };
+        if done || std::time::Instant::now() > deadline {
+            drop(flood);
+            return (live, elections);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -5,44 +5,18 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::Proc;
 use net::Connection;
 use producer::{ClientError, Producer, ProducerConfig};
 use protocol::batch::{build_batch, ProducerStamp};
 use protocol::{ErrorCode, ProduceRequest, Request, Response, ACKS_ALL};
 
-/// A process started with `--metrics-listen 127.0.0.1:0`: the address from its line.
-fn metrics_addr(p: &mut Proc, lines_before: usize) -> String {
-    for _ in 0..lines_before {
-        p.next_line();
-    }
-    let line = p.next_line();
-    assert!(line.starts_with("metrics listening on "), "{line}");
-    line.rsplit(' ').next().unwrap().to_string()
-}
-
-fn scrape(addr: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: epochfence\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
-    body.to_string()
-}
-
-/// The value of the sample `name` (with its labels, as printed), 0 if absent.
-fn value(text: &str, sample: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.strip_prefix(' ')))
-        .map_or(0.0, |v| v.trim().parse().unwrap())
-}
+use common::{metrics_addr, sample as value, scrape};
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);

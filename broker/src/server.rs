@@ -468,6 +468,8 @@ pub async fn run_listeners(
             // A JoinGroup waits for its rebalance: the deadline outlasts the longest.
             let mut limits = config.limits.clone();
             limits.request_timeout_ms = limits.request_timeout_ms.max(kafka::GROUP_WAIT_MS_MAX + 5_000);
+            // No cluster member speaks Kafka.
+            limits.member_connections_max = 0;
             net::serve_protocol::<kafka::KafkaWire>(l, kafka::handlers(&shared), limits, down(down_rx)).await;
         }
     };

@@ -22,7 +22,7 @@ pub use client::{Connection, Dialer, NetError};
 pub use coordinators::Coordinators;
 pub use server::{
     serve, serve_grouped, serve_protocol, Decoded, GroupHandler, Handled, Handler, Handlers, Own, Protocol,
-    ServerLimits,
+    ServerLimits, MEMBER_CONNECTIONS_MAX_DEFAULT,
 };
 pub use tls::{ClientTls, TlsError};
 

@@ -56,6 +56,14 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn gate(limits: &ServerLimits, peer: &mut Self::Peer, req: &Self::Request) -> Option<(Self::Response, bool)>;
     /// Whether [`Protocol::gate`] would answer `req` itself, without changing anything.
     fn gated(limits: &ServerLimits, peer: &Self::Peer, req: &Self::Request) -> bool;
+    /// Whether `req` may be served on a connection admitted beyond `connections_max`, into the
+    /// room kept for cluster members ([`ServerLimits::member_connections_max`]): a member's
+    /// own request, or any request once the peer has proved membership. A protocol without
+    /// members answers false.
+    fn member_request(peer: &Self::Peer, req: &Self::Request) -> bool;
+    /// Whether `req` is a step of the membership handshake: allowed on a member's connection,
+    /// it does not make the connection a member's by itself.
+    fn handshake(req: &Self::Request) -> bool;
     /// The answer to a request read behind one that closes the connection.
     fn not_handled() -> Self::Response;
     /// Whether the connection closes right after this answer is written (the requests behind
@@ -140,8 +148,16 @@ pub struct ServerLimits {
     /// time, in arrival order, and answered in that order: a pipelining producer's batches are
     /// appended in the order it sent them (see [`Handled`] for what may overlap).
     pub inflight_requests_max: usize,
-    /// Connections served at once; further ones get an error frame and are closed.
+    /// Connections served at once; further ones get an error frame and are closed (or, while
+    /// there is room, are kept for cluster members: `member_connections_max`).
     pub connections_max: usize,
+    /// Connections beyond `connections_max` kept for cluster members: brokers heartbeating
+    /// and verifying, followers replicating, the coordinator writing markers. Such a connection
+    /// serves only members' requests ([`Protocol::member_request`]); the first request of
+    /// anyone else on it is answered as a connection over the limit, and it closes. So a flood
+    /// of clients (and of the relays their Kafka connections open) never keeps the cluster's
+    /// own traffic out.
+    pub member_connections_max: usize,
     /// Room, in bytes, a connection's read buffer keeps for what its peer has sent, once the
     /// peer has pipelined requests or sent one of [`READ_AHEAD_REQUEST_BYTES`] or more: one
     /// read from the socket takes up to this much, so pipelined requests arrive together (and a
@@ -170,6 +186,7 @@ impl std::fmt::Debug for ServerLimits {
             .field("frame_bytes_max", &self.frame_bytes_max)
             .field("inflight_requests_max", &self.inflight_requests_max)
             .field("connections_max", &self.connections_max)
+            .field("member_connections_max", &self.member_connections_max)
             .field("read_buffer_bytes", &self.read_buffer_bytes)
             .field("buffer_release_ms", &self.buffer_release_ms)
             .field("idle_ms", &self.idle_ms)
@@ -179,6 +196,15 @@ impl std::fmt::Debug for ServerLimits {
             .finish()
     }
 }
+
+/// Default [`ServerLimits::member_connections_max`]: room for the brokers and coordinator
+/// replicas of a cluster of up to a few dozen members, each with a connection or two.
+pub const MEMBER_CONNECTIONS_MAX_DEFAULT: usize = 64;
+
+/// How long a connection admitted into the members' room ([`ServerLimits::member_connections_max`])
+/// may stay silent before it is refused as over the limit, in milliseconds: members speak
+/// first, at once, so silent clients cannot hold the room either.
+pub const MEMBER_FIRST_REQUEST_MS: u64 = 1_000;
 
 /// Default [`ServerLimits::read_buffer_bytes`]: several 55 KB batches.
 pub const READ_BUFFER_BYTES_DEFAULT: usize = 256 * 1024;
@@ -207,6 +233,7 @@ impl Default for ServerLimits {
             frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
             inflight_requests_max: 1024,
             connections_max: 1024,
+            member_connections_max: MEMBER_CONNECTIONS_MAX_DEFAULT,
             read_buffer_bytes: READ_BUFFER_BYTES_DEFAULT,
             buffer_release_ms: BUFFER_RELEASE_MS_DEFAULT,
             idle_ms: 10 * 60 * 1000,
@@ -244,6 +271,7 @@ pub async fn serve_protocol<P: Protocol>(
     shutdown: impl Future<Output = ()>,
 ) {
     let permits = Arc::new(Semaphore::new(limits.connections_max));
+    let member_permits = Arc::new(Semaphore::new(limits.member_connections_max));
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -260,7 +288,12 @@ pub async fn serve_protocol<P: Protocol>(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let permit = permits.clone().try_acquire_owned();
+                // Over `connections_max`, a connection may take a member's room: it is served
+                // only if it turns out to be a member's (`reserved`).
+                let (permit, reserved) = match permits.clone().try_acquire_owned() {
+                    Ok(p) => (Ok(p), false),
+                    Err(_) => (member_permits.clone().try_acquire_owned(), true),
+                };
                 let handlers = handlers.clone();
                 let limits = limits.clone();
                 let stop = stop_rx.clone();
@@ -269,7 +302,7 @@ pub async fn serve_protocol<P: Protocol>(
                         None => match permit {
                             Ok(_permit) => {
                                 let (handler, group) = handlers();
-                                serve_connection::<P, _>(stream, handler, group, &limits, stop).await;
+                                serve_connection::<P, _>(stream, handler, group, &limits, reserved, stop).await;
                             }
                             Err(_) => refuse_connection::<P, _>(stream, &limits).await,
                         },
@@ -289,7 +322,7 @@ pub async fn serve_protocol<P: Protocol>(
                             match permit {
                                 Ok(_permit) => {
                                     let (handler, group) = handlers();
-                                    serve_connection::<P, _>(tls, handler, group, &limits, stop).await;
+                                    serve_connection::<P, _>(tls, handler, group, &limits, reserved, stop).await;
                                 }
                                 Err(_) => refuse_connection::<P, _>(tls, &limits).await,
                             }
@@ -341,6 +374,9 @@ struct InFlight<'a, P: Protocol> {
     limits: &'a ServerLimits,
     /// What the connection's peer has proved (see [`Protocol::gate`]).
     peer: P::Peer,
+    /// Admitted into the room kept for members, and no member's request seen yet: each
+    /// request must be one ([`Protocol::member_request`]) until one that is not a handshake.
+    reserved: bool,
     /// Started requests, polled together, yielded in the order they started.
     running: FuturesOrdered<Pending<P>>,
     /// How many of `running` are serial.
@@ -350,12 +386,18 @@ struct InFlight<'a, P: Protocol> {
 }
 
 impl<'a, P: Protocol> InFlight<'a, P> {
-    fn new(handler: Handler<P>, group: Option<GroupHandler<P>>, limits: &'a ServerLimits) -> InFlight<'a, P> {
+    fn new(
+        handler: Handler<P>,
+        group: Option<GroupHandler<P>>,
+        limits: &'a ServerLimits,
+        reserved: bool,
+    ) -> InFlight<'a, P> {
         InFlight {
             handler,
             group,
             limits,
             peer: P::Peer::default(),
+            reserved,
             running: FuturesOrdered::new(),
             serials: 0,
             deferred: VecDeque::new(),
@@ -392,7 +434,10 @@ impl<'a, P: Protocol> InFlight<'a, P> {
                 self.start(ctx, Item::Decided(P::not_handled()));
                 continue;
             }
-            let startable = self.serials == 0 && self.deferred.is_empty() && !P::gated(self.limits, &self.peer, &req);
+            let startable = self.serials == 0
+                && self.deferred.is_empty()
+                && !self.reserved
+                && !P::gated(self.limits, &self.peer, &req);
             let Some(group) = group.as_ref().filter(|_| startable) else {
                 close = self.push(ctx, Item::Request(req));
                 continue;
@@ -424,13 +469,27 @@ impl<'a, P: Protocol> InFlight<'a, P> {
     fn start(&mut self, ctx: P::Context, item: Item<P>) -> bool {
         let (handled, close) = match item {
             Item::Decided(resp) => (Handled::answer(resp), false),
-            Item::Request(req) => match P::gate(self.limits, &mut self.peer, &req) {
-                Some((resp, close)) => (Handled::answer(resp), close),
-                None => ((self.handler)(req), false),
-            },
+            Item::Request(req) if self.reserved && !P::member_request(&self.peer, &req) => {
+                tracing::info!(
+                    connections_max = self.limits.connections_max,
+                    "a client's request on a connection kept for cluster members; refusing and closing"
+                );
+                (Handled::answer(P::too_many_connections(self.limits).1), true)
+            }
+            Item::Request(req) => {
+                self.reserved &= P::handshake(&req);
+                self.gate_or_handle(req)
+            }
         };
         self.start_handled(ctx, handled);
         close
+    }
+
+    fn gate_or_handle(&mut self, req: P::Request) -> (Handled<P::Response>, bool) {
+        match P::gate(self.limits, &mut self.peer, &req) {
+            Some((resp, close)) => (Handled::answer(resp), close),
+            None => ((self.handler)(req), false),
+        }
     }
 
     fn start_handled(&mut self, ctx: P::Context, handled: Handled<P::Response>) {
@@ -487,6 +546,7 @@ async fn serve_connection<P: Protocol, S: AsyncRead + AsyncWrite + Unpin>(
     handler: Handler<P>,
     group: Option<GroupHandler<P>>,
     limits: &ServerLimits,
+    reserved: bool,
     mut stop: watch::Receiver<bool>,
 ) -> Served {
     let mut served = Served::default();
@@ -495,11 +555,13 @@ async fn serve_connection<P: Protocol, S: AsyncRead + AsyncWrite + Unpin>(
     let mut framed = Framed::with_capacity(stream, P::codec(limits), 0);
     framed.set_backpressure_boundary(BUFFER_BYTES_KEPT);
     *framed.read_buffer_mut() = BytesMut::with_capacity(BUFFER_BYTES_KEPT);
-    let mut inflight = InFlight::<P>::new(handler, group, limits);
+    let mut inflight = InFlight::<P>::new(handler, group, limits, reserved);
     // After a request that cannot be decoded we answer it, finish what is in flight and close.
     let mut closing = false;
     let idle = Duration::from_millis(limits.idle_ms);
-    let idle_timer = tokio::time::sleep(idle);
+    // A connection in a member's room has little time to show it is one.
+    let first = if reserved { idle.min(Duration::from_millis(MEMBER_FIRST_REQUEST_MS)) } else { idle };
+    let idle_timer = tokio::time::sleep(first);
     tokio::pin!(idle_timer);
     // Whether this connection keeps room for `read_buffer_bytes` in its read buffer.
     let mut read_ahead = false;
@@ -611,6 +673,11 @@ async fn serve_connection<P: Protocol, S: AsyncRead + AsyncWrite + Unpin>(
                 }
             }
             _ = &mut idle_timer, if inflight.is_empty() => {
+                if inflight.reserved {
+                    // Not a member's after all: answered as a connection over the limit.
+                    let _ = framed.send(P::too_many_connections(limits)).await;
+                    break;
+                }
                 tracing::info!(idle_ms = limits.idle_ms, "closing idle connection");
                 break;
             }
@@ -786,6 +853,23 @@ impl Protocol for Own {
             || (limits.cluster_secret.is_some() && req.is_internal() && peer.member.is_none())
     }
 
+    fn member_request(peer: &OwnPeer, req: &Request) -> bool {
+        peer.member.is_some()
+            || matches!(
+                req,
+                Request::Heartbeat(_)
+                    | Request::Replicate(_)
+                    | Request::WriteMarker(_)
+                    | Request::AlterPartition(_)
+                    | Request::AuthBegin(_)
+                    | Request::AuthProve(_)
+            )
+    }
+
+    fn handshake(req: &Request) -> bool {
+        matches!(req, Request::AuthBegin(_) | Request::AuthProve(_))
+    }
+
     fn not_handled() -> Response {
         Response::Error(Status::new(
             ErrorCode::ClusterAuthorizationFailed,
@@ -869,7 +953,7 @@ mod tests {
     /// ids 10, 11, 12) were pushed to a [`holding`] handler; its calls and its release.
     fn three_fetches(serial: bool, limits: &ServerLimits) -> (InFlight<'_, Own>, Calls, oneshot::Sender<()>) {
         let (handler, calls, release) = holding(serial);
-        let mut inflight = InFlight::new(handler, None, limits);
+        let mut inflight = InFlight::new(handler, None, limits, false);
         for (id, p) in [(10, 0), (11, 1), (12, 2)] {
             inflight.push(id, Item::Request(fetch(p)));
         }
@@ -908,11 +992,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_connection_in_the_members_room_serves_members_only() {
+        let limits = ServerLimits { connections_max: 7, ..ServerLimits::default() };
+        let (handler, calls, _) = holding(false);
+        let mut client = InFlight::<Own>::new(handler.clone(), None, &limits, true);
+        assert!(client.push(10, Item::Request(fetch(1))), "a client's request closes the connection");
+        let (id, resp) = client.next().await.unwrap();
+        assert_eq!(id, 10, "answered in the request's place");
+        assert_eq!(resp.status().code, ErrorCode::BrokerNotAvailable, "{}", resp.status());
+        assert!(resp.status().message.contains("connections_max is 7"), "{}", resp.status());
+        assert!(calls.lock().unwrap().is_empty(), "the handler never saw it");
+        // A member (here: one that proved membership) is served as on any connection.
+        let mut member = InFlight::<Own>::new(handler, None, &limits, true);
+        member.peer.member = Some("broker-1".into());
+        assert!(!member.push(11, Item::Request(fetch(2))));
+        assert_eq!(answers(&mut member, 1).await, want(&[(11, "2")]));
+    }
+
+    #[tokio::test]
     async fn requests_read_together_are_started_together_up_to_a_serial_one() {
         let limits = ServerLimits::default();
         let (handler, single_calls, _) = holding(false);
         let (group, group_calls, release) = grouping();
-        let mut inflight = InFlight::new(handler, Some(group), &limits);
+        let mut inflight = InFlight::new(handler, Some(group), &limits, false);
         let requests = [(10, 1), (11, 2), (12, 0), (13, 3), (14, 4)];
         inflight.push_all(requests.iter().map(|(id, p)| (*id, fetch(*p))).collect());
         assert_eq!(*group_calls.lock().unwrap(), [vec![1, 2, 0]], "one call, up to the serial request");
@@ -935,8 +1037,9 @@ mod tests {
         let limits = ServerLimits::default();
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop_tx, stop) = watch::channel(false);
-        let served =
-            tokio::spawn(async move { serve_connection::<Own, _>(server, handler, Some(group), &limits, stop).await });
+        let served = tokio::spawn(async move {
+            serve_connection::<Own, _>(server, handler, Some(group), &limits, false, stop).await
+        });
         let mut framed = Framed::new(client, ClientCodec::new(FRAME_BYTES_MAX_DEFAULT));
         // Three requests in one write: the server reads them at once.
         for (id, p) in [(1, 1), (2, 2), (3, 3)] {
@@ -973,7 +1076,7 @@ mod tests {
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop_tx, stop) = watch::channel(false);
         let served =
-            tokio::spawn(async move { serve_connection::<Own, _>(server, handler, None, &limits, stop).await });
+            tokio::spawn(async move { serve_connection::<Own, _>(server, handler, None, &limits, false, stop).await });
         let mut framed = Framed::new(client, ClientCodec::new(FRAME_BYTES_MAX_DEFAULT));
         let mut call = async |partitions: &[i32]| {
             for (id, p) in partitions.iter().enumerate() {
@@ -1046,7 +1149,7 @@ mod tests {
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop_tx, stop) = watch::channel(false);
         let served =
-            tokio::spawn(async move { serve_connection::<Own, _>(server, handler, None, &limits, stop).await });
+            tokio::spawn(async move { serve_connection::<Own, _>(server, handler, None, &limits, false, stop).await });
         let mut framed = Framed::new(client, ClientCodec::new(FRAME_BYTES_MAX_DEFAULT));
         let prove = Request::AuthProve(AuthProveRequest {
             member: "intruder".into(),

@@ -278,3 +278,33 @@ pub fn kafka_clients_python() -> String {
     let stdout = String::from_utf8_lossy(&venv.stdout);
     stdout.lines().last().expect("the venv's python on the script's last line").trim().to_string()
 }
+
+/// A process started with `--metrics-listen 127.0.0.1:0`: the address from its "metrics
+/// listening on" line, after skipping `lines_before` lines of its output.
+pub fn metrics_addr(p: &mut Proc, lines_before: usize) -> String {
+    for _ in 0..lines_before {
+        p.next_line();
+    }
+    let line = p.next_line();
+    assert!(line.starts_with("metrics listening on "), "{line}");
+    line.rsplit(' ').next().unwrap().to_string()
+}
+
+/// The `/metrics` text served at `addr`.
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: epochfence\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    body.to_string()
+}
+
+/// The value of the sample `name` (with its labels, as printed) in a `/metrics` text, 0 if absent.
+pub fn sample(text: &str, sample: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.strip_prefix(' ')))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}

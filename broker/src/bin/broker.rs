@@ -53,9 +53,13 @@ struct Args {
     /// Largest request frame accepted, in bytes.
     #[arg(long, default_value_t = protocol::codec::FRAME_BYTES_MAX_DEFAULT)]
     frame_bytes_max: usize,
-    /// Most connections served at once.
+    /// Most connections served at once to clients (Kafka clients' relays included).
     #[arg(long, default_value_t = 1024)]
     connections_max: usize,
+    /// Connections beyond `--connections-max` kept for cluster members (broker heartbeats and
+    /// verifications, replication, markers): a flood of clients never keeps them out.
+    #[arg(long, default_value_t = net::MEMBER_CONNECTIONS_MAX_DEFAULT)]
+    member_connections_max: usize,
     /// How long an acks=all produce or a marker waits for the in-sync replicas, in milliseconds.
     #[arg(long, default_value_t = 30_000)]
     request_timeout_ms: u64,
@@ -179,6 +183,7 @@ async fn main() -> anyhow::Result<()> {
     config.replication_inflight_max = args.replication_inflight_max as usize;
     config.limits.frame_bytes_max = args.frame_bytes_max;
     config.limits.connections_max = args.connections_max;
+    config.limits.member_connections_max = args.member_connections_max;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;

@@ -32,9 +32,13 @@ struct Args {
     /// Largest request frame accepted, in bytes.
     #[arg(long, default_value_t = protocol::codec::FRAME_BYTES_MAX_DEFAULT)]
     frame_bytes_max: usize,
-    /// Most connections served at once.
+    /// Most connections served at once to clients (Kafka clients' relays included).
     #[arg(long, default_value_t = 1024)]
     connections_max: usize,
+    /// Connections beyond `--connections-max` kept for cluster members (broker heartbeats and
+    /// verifications, replication, markers): a flood of clients never keeps them out.
+    #[arg(long, default_value_t = net::MEMBER_CONNECTIONS_MAX_DEFAULT)]
+    member_connections_max: usize,
     /// File holding the cluster secret (at least 16 bytes; surrounding whitespace ignored).
     /// With it, internal requests are served only to peers that prove they hold it too.
     #[arg(long)]
@@ -146,6 +150,7 @@ async fn main() -> anyhow::Result<()> {
     config.cluster.auto_create_topics = !args.no_auto_create_topics;
     config.limits.frame_bytes_max = args.frame_bytes_max;
     config.limits.connections_max = args.connections_max;
+    config.limits.member_connections_max = args.member_connections_max;
     config.fence_wait_ms = args.fence_wait_ms;
     config.snapshot_every_entries = args.snapshot_every_entries.max(1);
     config.cluster.default_replication_factor = args.default_replication_factor;

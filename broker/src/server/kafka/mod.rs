@@ -155,6 +155,15 @@ impl net::Protocol for KafkaWire {
         false
     }
 
+    /// Cluster members never speak Kafka: no room is kept for them here.
+    fn member_request(_: &(), _: &KafkaRequest) -> bool {
+        false
+    }
+
+    fn handshake(_: &KafkaRequest) -> bool {
+        false
+    }
+
     fn not_handled() -> KafkaAnswer {
         KafkaAnswer::Close
     }

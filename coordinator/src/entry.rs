@@ -214,6 +214,19 @@ pub enum Entry {
         /// The offsets.
         offsets: Vec<OffsetRecord>,
     },
+    /// Transactional ids idle longer than `transactional_id_expiration_ms`, with no transaction
+    /// open and no marker owed, are forgotten, and their producer ids with them (never handed
+    /// out again: the next producer id only grows).
+    TxnIdsExpired {
+        /// The transactional ids.
+        transactional_ids: Vec<String>,
+    },
+    /// Groups without members whose offsets saw no commit for `offsets_retention_ms` are
+    /// forgotten, offsets and all.
+    GroupsExpired {
+        /// Group ids.
+        groups: Vec<String>,
+    },
 }
 
 /// A group's membership at one generation.
@@ -356,6 +369,8 @@ const END_TXN_ID: i8 = 30;
 /// [`TXN_SNAPSHOT_SEQ`] with each registered partition's and pending marker's topic id.
 const TXN_SNAPSHOT_ID: i8 = 31;
 const UNCLEAN_LEADER: i8 = 32;
+const TXN_IDS_EXPIRED: i8 = 33;
+const GROUPS_EXPIRED: i8 = 34;
 
 /// What a list of fence targets carries, by the entry tag it was written under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -552,6 +567,13 @@ impl Entry {
                 b.put_string(transactional_id);
                 b.put_string(group);
                 OffsetRecord::encode_list(offsets, &mut b);
+            }
+            Entry::TxnIdsExpired { transactional_ids: names } | Entry::GroupsExpired { groups: names } => {
+                b.put_i8(if matches!(self, Entry::TxnIdsExpired { .. }) { TXN_IDS_EXPIRED } else { GROUPS_EXPIRED });
+                b.put_i32(names.len() as i32);
+                for n in names {
+                    b.put_string(n);
+                }
             }
         }
         b.freeze()
@@ -760,6 +782,18 @@ impl Entry {
                 group: r.string("group")?,
                 offsets: OffsetRecord::decode_list(&mut r)?,
             },
+            TXN_IDS_EXPIRED | GROUPS_EXPIRED => {
+                let n = r.array_len("names", 2)?;
+                let mut names = Vec::with_capacity(n);
+                for _ in 0..n {
+                    names.push(r.string("name")?);
+                }
+                if tag == TXN_IDS_EXPIRED {
+                    Entry::TxnIdsExpired { transactional_ids: names }
+                } else {
+                    Entry::GroupsExpired { groups: names }
+                }
+            }
             _ => return Err(DecodeError::InvalidValue { field: "tag", detail: format!("unknown entry tag {tag}") }),
         };
         r.finish()?;
@@ -905,6 +939,8 @@ mod tests {
             },
             Entry::FenceDone { transactional_id: "orders".into(), epoch: 4 },
             Entry::UncleanLeader { topic: "t".into(), partition: 2, leader_epoch: 9 },
+            Entry::TxnIdsExpired { transactional_ids: vec!["a".into(), "b".into()] },
+            Entry::GroupsExpired { groups: vec!["g".into()] },
             Entry::TopicCreated {
                 name: "t".into(),
                 replicas: vec![vec![1, 2], vec![2, 1]],

@@ -53,8 +53,14 @@ pub struct GroupConfig {
     pub offset_metadata_bytes_max: usize,
     /// Partitions one offset commit may carry (bounds its journal record).
     pub offsets_per_commit_max: usize,
-    /// Groups the coordinator holds.
+    /// Groups the coordinator holds; a new one beyond is refused POLICY_VIOLATION.
     pub groups_max: usize,
+    /// Committed offsets one group holds; a commit adding partitions beyond is refused
+    /// POLICY_VIOLATION.
+    pub group_offsets_max: usize,
+    /// A group with no members whose offsets see no commit for this long is forgotten
+    /// (Kafka's `offsets.retention.minutes`, 7 days).
+    pub offsets_retention_ms: u64,
     /// Check the generation and member of a transactional offset commit (KIP-447). Off only to
     /// demonstrate what a zombie worker does without it (`--no-generation-fencing`).
     pub generation_fencing: bool,
@@ -72,6 +78,8 @@ impl Default for GroupConfig {
             offset_metadata_bytes_max: 4_096,
             offsets_per_commit_max: 1_000,
             groups_max: 100_000,
+            group_offsets_max: 10_000,
+            offsets_retention_ms: 7 * 24 * 60 * 60 * 1000,
             generation_fencing: true,
         }
     }
@@ -191,6 +199,9 @@ struct Group {
     /// The last generation journaled: what a snapshot records (the members as they are in
     /// memory mid-rebalance are not a generation anyone was told).
     journaled: Option<GroupRecord>,
+    /// Since when the group has had no members and no commit, as the expiry sweep first found
+    /// it so (volatile, like [`crate::table`]'s idle clocks: a restart only lengthens it).
+    idle_since_ms: Option<u64>,
 }
 
 impl Group {
@@ -208,6 +219,7 @@ impl Group {
             join_not_before_ms: 0,
             offsets: BTreeMap::new(),
             journaled: None,
+            idle_since_ms: None,
         }
     }
 
@@ -346,11 +358,8 @@ impl GroupTable {
                 "a join must name its protocol type and protocols".into(),
             );
         }
-        if !self.groups.contains_key(&r.group) && self.groups.len() >= self.config.groups_max {
-            return refuse(
-                ErrorCode::CoordinatorNotAvailable,
-                format!("the coordinator holds groups_max {} groups; delete some", self.config.groups_max),
-            );
+        if let Err(s) = self.room_for(&r.group) {
+            return refuse(s.code, s.message);
         }
         let mut g = self.groups.remove(&r.group).unwrap_or_else(Group::new);
         let decision = self.join(&mut g, now_ms, r);
@@ -882,24 +891,91 @@ impl GroupTable {
         Ok(())
     }
 
-    /// Whether a group can take one more (a commit to a group that does not exist creates it).
+    /// Whether there is room for group `group` (a join or a commit to a group that does not
+    /// exist creates it): POLICY_VIOLATION, naming the cap, if not.
     fn room_for(&self, group: &str) -> Result<(), Status> {
         if group.is_empty() {
             return Err(status(ErrorCode::InvalidGroupId, "the group id is empty".into()));
         }
         if !self.groups.contains_key(group) && self.groups.len() >= self.config.groups_max {
             return Err(status(
-                ErrorCode::CoordinatorNotAvailable,
-                format!("the coordinator holds groups_max {} groups", self.config.groups_max),
+                ErrorCode::PolicyViolation,
+                format!(
+                    "the coordinator holds groups_max {} groups, so it takes no new one ('{group}'); use an existing \
+                     group, wait for empty ones to expire (offsets_retention_ms {}), or raise --groups-max",
+                    self.config.groups_max, self.config.offsets_retention_ms
+                ),
             ));
         }
         Ok(())
+    }
+
+    /// Whether `group` has room for the offsets of `offsets` (those of partitions it has no
+    /// offset for count): POLICY_VIOLATION, naming the cap, if not.
+    fn room_for_offsets(&self, group: &str, offsets: &[PartitionOffset]) -> Result<(), Status> {
+        let held = self.groups.get(group).map(|g| &g.offsets);
+        let mut new: Vec<(&str, i32)> = offsets
+            .iter()
+            .filter(|o| !held.is_some_and(|h| h.contains_key(&(o.topic.clone(), o.partition))))
+            .map(|o| (o.topic.as_str(), o.partition))
+            .collect();
+        new.sort_unstable();
+        new.dedup();
+        let count = held.map_or(0, BTreeMap::len);
+        if !new.is_empty() && count + new.len() > self.config.group_offsets_max {
+            return Err(status(
+                ErrorCode::PolicyViolation,
+                format!(
+                    "group '{group}' holds {count} committed offsets and this commit adds {}, above group_offsets_max \
+                     {}; commit fewer partitions, use another group, or raise --group-offsets-max",
+                    new.len(),
+                    self.config.group_offsets_max
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// (Groups held, `groups_max`, the most offsets one group holds, `group_offsets_max`.)
+    pub fn counts(&self) -> (usize, usize, usize, usize) {
+        let fullest = self.groups.values().map(|g| g.offsets.len()).max().unwrap_or(0);
+        (self.groups.len(), self.config.groups_max, fullest, self.config.group_offsets_max)
+    }
+
+    /// The expiry sweep, run every so often: a group found without members, rebalance or
+    /// offsets staged by an open transaction starts its idle clock at `now_ms` (the first sweep
+    /// that finds it so after anything was applied to it); one idle for
+    /// `offsets_retention_ms` is forgotten with its offsets (Kafka's `offsets.retention.minutes`
+    /// for empty groups, here for the group as a whole: its newest commit keeps every offset).
+    /// Returns the entries that record it, already applied.
+    pub fn handle_expiry(&mut self, now_ms: u64) -> Vec<Entry> {
+        let retention = self.config.offsets_retention_ms;
+        let staged: std::collections::HashSet<&String> = self.staged.values().flat_map(|g| g.keys()).collect();
+        let mut expired = Vec::new();
+        for (name, g) in self.groups.iter_mut() {
+            let quiet = g.members.is_empty() && g.pending.is_empty() && !staged.contains(name);
+            match g.idle_since_ms {
+                _ if !quiet => g.idle_since_ms = None,
+                None => g.idle_since_ms = Some(now_ms),
+                Some(since) if now_ms.saturating_sub(since) >= retention => expired.push(name.clone()),
+                Some(_) => {}
+            }
+        }
+        let entries: Vec<Entry> = expired
+            .chunks(crate::table::EXPIRED_PER_ENTRY_MAX)
+            .map(|groups| Entry::GroupsExpired { groups: groups.to_vec() })
+            .collect();
+        for entry in &entries {
+            self.apply(entry);
+        }
+        entries
     }
 
     /// OffsetCommit: checked by [`GroupTable::check_commit`], applied and journaled.
     pub fn handle_commit(&mut self, who: &GroupMember, offsets: &[PartitionOffset]) -> Result<(), Status> {
         self.room_for(&who.group)?;
         self.check_offsets(offsets)?;
+        self.room_for_offsets(&who.group, offsets)?;
         self.check_commit(who, false)?;
         let entry = Entry::OffsetsCommitted { group: who.group.clone(), offsets: offsets.to_vec() };
         self.apply(&entry);
@@ -917,6 +993,7 @@ impl GroupTable {
     ) -> Result<(), Status> {
         self.room_for(&who.group)?;
         self.check_offsets(offsets)?;
+        self.room_for_offsets(&who.group, offsets)?;
         self.check_commit(who, true)?;
         let entry = Entry::TxnOffsetsStaged {
             transactional_id: transactional_id.to_string(),
@@ -1017,6 +1094,7 @@ impl GroupTable {
         match entry {
             Entry::GroupGeneration(r) => {
                 let g = self.groups.entry(r.group.clone()).or_insert_with(Group::new);
+                g.idle_since_ms = None;
                 g.journaled = Some(r.clone());
                 g.generation = r.generation;
                 g.protocol_type = r.protocol_type.clone();
@@ -1055,6 +1133,7 @@ impl GroupTable {
             }
             Entry::OffsetsCommitted { group, offsets } => {
                 let g = self.groups.entry(group.clone()).or_insert_with(Group::new);
+                g.idle_since_ms = None;
                 for o in offsets {
                     g.offsets.insert((o.topic.clone(), o.partition), o.clone());
                 }
@@ -1070,6 +1149,7 @@ impl GroupTable {
                     if *commit {
                         for (group, offsets) in by_group {
                             let g = self.groups.entry(group).or_insert_with(Group::new);
+                            g.idle_since_ms = None;
                             g.offsets.extend(offsets);
                         }
                     }
@@ -1077,6 +1157,11 @@ impl GroupTable {
             }
             Entry::Grant { transactional_id: Some(tid), .. } => {
                 self.staged.remove(tid);
+            }
+            Entry::GroupsExpired { groups } => {
+                for group in groups {
+                    self.groups.remove(group);
+                }
             }
             _ => {}
         }
@@ -1234,6 +1319,59 @@ mod tests {
         t.handle_tick(10_031);
         let gone = t.handle_txn_commit("w", &who(&a, 2, None), &[offset(0, 6)]).unwrap_err();
         assert_eq!(gone.code, ErrorCode::UnknownMemberId, "{gone}");
+    }
+
+    /// An anonymous commit (an assign() consumer's) to group `group`.
+    fn commit_to(t: &mut GroupTable, group: &str, offsets: &[PartitionOffset]) -> Result<(), Status> {
+        let who = GroupMember { group: group.into(), generation: -1, member_id: String::new(), instance_id: None };
+        t.handle_commit(&who, offsets)
+    }
+
+    /// Issue 27, item 4: an empty group's offsets go after the retention without a commit; a
+    /// group with members keeps them, and a commit restarts the clock.
+    #[test]
+    fn an_empty_group_is_forgotten_after_the_retention_and_a_member_keeps_it() {
+        let mut t = GroupTable::new(GroupConfig { offsets_retention_ms: 1_000, ..config() }, 1);
+        commit_to(&mut t, "idle", &[offset(0, 5)]).unwrap();
+        let a = join(&mut t, 0, None);
+        let _ = t.take_effects();
+        assert!(t.handle_expiry(0).is_empty(), "the first sweep starts the clocks");
+        assert!(t.handle_expiry(500).is_empty());
+        commit_to(&mut t, "idle", &[offset(1, 6)]).unwrap();
+        assert!(t.handle_expiry(1_000).is_empty(), "a commit restarts the clock");
+        let entries = t.handle_expiry(2_000);
+        assert_eq!(entries, vec![Entry::GroupsExpired { groups: vec!["idle".into()] }]);
+        assert_eq!(t.handle_fetch("idle", Some(&[("in".into(), 0)]), false)[0].0.offset, -1, "forgotten");
+        assert_eq!(t.counts().0, 1, "g, with its member, stays");
+        assert!(t.describe(&["g".into()])[0].members.iter().any(|m| m.member_id == a));
+        // A replay rebuilds the same groups.
+        let mut replayed = GroupTable::new(config(), 2);
+        for e in t.snapshot() {
+            replayed.apply(&e);
+        }
+        assert_eq!(replayed.counts().0, 1);
+    }
+
+    #[test]
+    fn groups_and_offsets_beyond_their_caps_are_policy_violations() {
+        let mut t = GroupTable::new(GroupConfig { groups_max: 2, group_offsets_max: 3, ..config() }, 1);
+        commit_to(&mut t, "a", &[offset(0, 1), offset(1, 1)]).unwrap();
+        commit_to(&mut t, "b", &[offset(0, 1)]).unwrap();
+        let full = commit_to(&mut t, "c", &[offset(0, 1)]).unwrap_err();
+        assert_eq!(full.code, ErrorCode::PolicyViolation);
+        assert!(full.message.contains("groups_max 2"), "{full}");
+        let JoinDecision::Answer(r) = t.handle_join(0, &JoinGroupRequest { group: "c".into(), ..join_req("", None) })
+        else {
+            panic!("a join of a new group over the cap is answered at once")
+        };
+        assert_eq!(r.status.code, ErrorCode::PolicyViolation);
+        // Group a holds 2 offsets of 3: one more partition fits, two do not; known ones always do.
+        let over = commit_to(&mut t, "a", &[offset(2, 1), offset(3, 1)]).unwrap_err();
+        assert_eq!(over.code, ErrorCode::PolicyViolation);
+        assert!(over.message.contains("group_offsets_max 3"), "{over}");
+        commit_to(&mut t, "a", &[offset(0, 2), offset(2, 1)]).unwrap();
+        commit_to(&mut t, "a", &[offset(0, 3), offset(1, 3), offset(2, 3)]).unwrap();
+        assert_eq!(t.counts(), (2, 2, 3, 3));
     }
 
     #[test]

@@ -30,6 +30,17 @@ pub struct CoordinatorMetrics {
     offset_commits: Counter,
     txn_offset_commits: Counter,
     offset_commits_refused: Family<ReasonLabels, Counter>,
+    held: Family<KindLabels, Gauge>,
+    held_max: Family<KindLabels, Gauge>,
+    txn_ids_expired: Counter,
+    groups_expired: Counter,
+}
+
+/// The `kind` label of `epochfence_coordinator_state_held` and `_state_held_max`:
+/// `transactional_ids`, `groups`, `group_offsets` (the fullest group's).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
 }
 
 /// The `reason` label of `epochfence_coordinator_group_offset_commits_refused_total`: `generation`
@@ -64,6 +75,10 @@ impl CoordinatorMetrics {
             offset_commits: Counter::default(),
             txn_offset_commits: Counter::default(),
             offset_commits_refused: Family::default(),
+            held: Family::default(),
+            held_max: Family::default(),
+            txn_ids_expired: Counter::default(),
+            groups_expired: Counter::default(),
         };
         registry.register(
             "init_producer_id_grants",
@@ -102,6 +117,27 @@ impl CoordinatorMetrics {
             "Offset commits refused for a stale generation, an unknown member or a replaced static instance \
              (KIP-447: a zombie worker's), or another reason",
             m.offset_commits_refused.clone(),
+        );
+        registry.register(
+            "state_held",
+            "State the coordinator holds, by kind: transactional ids, groups, and the committed offsets of the \
+             fullest group",
+            m.held.clone(),
+        );
+        registry.register(
+            "state_held_max",
+            "The cap of each kind of state_held (--transactional-ids-max, --groups-max, --group-offsets-max)",
+            m.held_max.clone(),
+        );
+        registry.register(
+            "transactional_ids_expired",
+            "Transactional ids forgotten after --transactional-id-expiration-ms idle",
+            m.txn_ids_expired.clone(),
+        );
+        registry.register(
+            "groups_expired",
+            "Groups without members forgotten with their offsets after --offsets-retention-minutes without a commit",
+            m.groups_expired.clone(),
         );
         registry.register_with_unit(
             "journal_append_latency",
@@ -152,6 +188,12 @@ impl CoordinatorMetrics {
                 Entry::TxnOffsetsStaged { .. } => {
                     self.txn_offset_commits.inc();
                 }
+                Entry::TxnIdsExpired { transactional_ids } => {
+                    self.txn_ids_expired.inc_by(transactional_ids.len() as u64);
+                }
+                Entry::GroupsExpired { groups } => {
+                    self.groups_expired.inc_by(groups.len() as u64);
+                }
                 _ => {}
             }
         }
@@ -172,6 +214,15 @@ impl CoordinatorMetrics {
     /// Set the live-broker gauge.
     pub fn set_live_brokers(&self, n: usize) {
         self.live_brokers.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Set the held-state gauges: (kind, count, cap) each.
+    pub fn set_held(&self, held: &[(&'static str, usize, usize)]) {
+        for (kind, count, max) in held {
+            let labels = KindLabels { kind };
+            self.held.get_or_create(&labels).set(i64::try_from(*count).unwrap_or(i64::MAX));
+            self.held_max.get_or_create(&labels).set(i64::try_from(*max).unwrap_or(i64::MAX));
+        }
     }
 
     /// The registry as Prometheus (OpenMetrics) text.

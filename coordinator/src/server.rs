@@ -16,7 +16,7 @@ use net::{ClientTls, Connection, Dialer, ServerLimits};
 use protocol::{
     AddPartitionRequest, AddPartitionResponse, AlterPartitionResponse, DescribeResponse, ElectLeaderResponse,
     EndTxnRequest, EndTxnResponse, ErrorCode, HeartbeatResponse, InitProducerIdResponse, MetadataResponse, Request,
-    Response, Status, TransactionalState, WriteMarkerRequest,
+    HeldState, Response, Status, TransactionalState, WriteMarkerRequest,
 };
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -55,6 +55,9 @@ pub struct CoordinatorConfig {
     /// Write a snapshot and start a new journal generation after this many journal entries,
     /// so a restart replays at most about this many entries.
     pub snapshot_every_entries: u64,
+    /// How often idle transactional ids and empty groups are looked for, in milliseconds: each
+    /// is forgotten between its expiration and that plus twice this.
+    pub expiry_check_interval_ms: u64,
 }
 
 impl CoordinatorConfig {
@@ -70,6 +73,7 @@ impl CoordinatorConfig {
             marker_timeout_ms: 5_000,
             peer_tls: None,
             snapshot_every_entries: 100_000,
+            expiry_check_interval_ms: 60_000,
         }
     }
 }
@@ -114,6 +118,14 @@ impl State {
         for e in entries {
             self.groups.apply(e);
         }
+    }
+
+    /// The state held beside its cap: (kind, count, cap), as `admin describe` and the
+    /// metrics show them.
+    fn held(&self) -> Vec<(&'static str, usize, usize)> {
+        let (tids, tids_max) = self.table.transactional_ids();
+        let (groups, groups_max, fullest, offsets_max) = self.groups.counts();
+        vec![("transactional_ids", tids, tids_max), ("groups", groups, groups_max), ("group_offsets", fullest, offsets_max)]
     }
 }
 
@@ -311,6 +323,7 @@ pub(crate) fn start(
     });
     shared.spawn(tick_loop(shared.clone()));
     shared.spawn(groups::group_tick_loop(shared.clone()));
+    shared.spawn(expiry_loop(shared.clone()));
     shared.spawn(snapshot_loop(shared.clone()));
     for (tid, epoch, commit, targets) in pending {
         tracing::info!(transactional_id = %tid, epoch, commit, partitions = targets.len(), "resuming markers after restart");
@@ -325,8 +338,12 @@ pub(crate) fn start(
 impl Shared {
     /// The Prometheus exposition of this replica's metrics.
     pub(crate) fn encode_metrics(&self) -> String {
-        let live = self.lock().cluster.live_brokers(self.now_ms()).len();
+        let (live, held) = {
+            let st = self.lock();
+            (st.cluster.live_brokers(self.now_ms()).len(), st.held())
+        };
         self.metrics.set_live_brokers(live);
+        self.metrics.set_held(&held);
         self.metrics.encode()
     }
 
@@ -715,7 +732,13 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         transaction_timeout_ms: t.transaction_timeout_ms,
                     })
                     .collect();
-                (DescribeResponse { status: Status::ok(), brokers, partitions, transactional_ids }, shared.persist(&[]))
+                let held = st
+                    .held()
+                    .into_iter()
+                    .map(|(kind, count, max)| HeldState { kind: kind.into(), count: count as i64, max: max as i64 })
+                    .collect();
+                let resp = DescribeResponse { status: Status::ok(), brokers, partitions, transactional_ids, held };
+                (resp, shared.persist(&[]))
             };
             // A journal that failed answers COORDINATOR_NOT_AVAILABLE, with what memory holds
             // (as Metadata does): an operator can still look.
@@ -801,6 +824,40 @@ async fn tick_loop(shared: Arc<Shared>) {
         if !entries.is_empty() {
             // Announced only through heartbeat answers, which wait for this to be durable.
             drop(shared.persist(&entries));
+        }
+    }
+}
+
+/// Forget idle transactional ids and empty groups (their expiration flags). Runs for the life
+/// of the process. The entries are journaled like any decision; one lost in a crash only
+/// brings back what it forgot, until the next sweep.
+async fn expiry_loop(shared: Arc<Shared>) {
+    let period = Duration::from_millis(shared.config.expiry_check_interval_ms.max(1));
+    loop {
+        tokio::time::sleep(period).await;
+        let rx = {
+            let mut st = shared.lock();
+            let now = shared.now_ms();
+            let mut entries = st.table.handle_expiry(now);
+            entries.extend(st.groups.handle_expiry(now));
+            for e in &entries {
+                match e {
+                    Entry::TxnIdsExpired { transactional_ids } => {
+                        tracing::info!(count = transactional_ids.len(), first = %transactional_ids[0], "idle transactional ids expired");
+                    }
+                    Entry::GroupsExpired { groups } => {
+                        tracing::info!(count = groups.len(), first = %groups[0], "empty groups expired with their offsets");
+                    }
+                    _ => {}
+                }
+            }
+            if entries.is_empty() {
+                continue;
+            }
+            shared.persist(&entries)
+        };
+        if let Err(e) = durable(rx).await {
+            tracing::warn!(error = %e, "an expiry could not be journaled; it is looked for again at the next sweep");
         }
     }
 }

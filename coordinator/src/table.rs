@@ -38,11 +38,28 @@ pub const BUMPS_REMEMBERED: usize = 16;
 pub struct TableConfig {
     /// Largest transaction timeout a producer may ask for, in milliseconds.
     pub transaction_timeout_ms_max: i32,
+    /// A transactional id with no transaction open and no marker owed that sees no request for
+    /// this long is forgotten (Kafka's `transactional.id.expiration.ms`, 7 days).
+    pub transactional_id_expiration_ms: u64,
+    /// Transactional ids the table holds; an init of a new one beyond is refused
+    /// POLICY_VIOLATION.
+    pub transactional_ids_max: usize,
 }
+
+/// Default [`TableConfig::transactional_id_expiration_ms`]: 7 days, as Kafka's.
+pub const TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: u64 = 7 * 24 * 60 * 60 * 1000;
+/// Default [`TableConfig::transactional_ids_max`].
+pub const TRANSACTIONAL_IDS_MAX_DEFAULT: usize = 100_000;
+/// Transactional ids one [`Entry::TxnIdsExpired`] names at most (bounds its journal record).
+pub const EXPIRED_PER_ENTRY_MAX: usize = 1_000;
 
 impl Default for TableConfig {
     fn default() -> Self {
-        TableConfig { transaction_timeout_ms_max: 15 * 60 * 1000 }
+        TableConfig {
+            transaction_timeout_ms_max: 15 * 60 * 1000,
+            transactional_id_expiration_ms: TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
+            transactional_ids_max: TRANSACTIONAL_IDS_MAX_DEFAULT,
+        }
     }
 }
 
@@ -106,6 +123,10 @@ struct TxnEntry {
     bumps: VecDeque<(i16, Bump)>,
     /// The marker sequence the next end or fence gets ([`FenceTarget::marker_sequence`]).
     next_marker_sequence: i32,
+    /// Since when the id has seen no request, as the expiry sweep first found it so (volatile:
+    /// every applied entry clears it, and a replay starts it afresh, so a restart can only
+    /// lengthen an id's life).
+    idle_since_ms: Option<u64>,
 }
 
 impl TxnEntry {
@@ -386,6 +407,18 @@ impl ProducerTable {
                     -1,
                 );
             }
+            if self.by_tid.len() >= self.config.transactional_ids_max {
+                return refuse(
+                    ErrorCode::PolicyViolation,
+                    format!(
+                        "the coordinator holds transactional_ids_max {} transactional ids, so it takes no new one \
+                         ('{tid}'); reuse an existing transactional id, wait for idle ones to expire \
+                         (transactional_id_expiration_ms {}), or raise --transactional-ids-max",
+                        self.config.transactional_ids_max, self.config.transactional_id_expiration_ms
+                    ),
+                    -1,
+                );
+            }
             let producer_id = self.next_producer_id;
             return self.grant(tid, producer_id, 0, None, transaction_timeout_ms, Vec::new());
         };
@@ -405,6 +438,21 @@ impl ProducerTable {
             }
             if pid != e.producer_id || epoch != e.epoch {
                 let ours = self.owner.get(&pid).is_some_and(|t| t == tid);
+                if !self.owner.contains_key(&pid) && pid >= 0 && pid < self.next_producer_id {
+                    // Granted once, now bound to no transactional id: its own expired (a
+                    // producer that slept through it), and this id has a newer instance.
+                    return refuse(
+                        ErrorCode::ProducerFenced,
+                        format!(
+                            "fenced: producer id {pid} belongs to no transactional id any more (its transactional id \
+                             expired after transactional_id_expiration_ms {} idle, or it was an idempotent \
+                             producer's); transactional id '{tid}' is now producer id {} at epoch {}: stop this \
+                             producer",
+                            self.config.transactional_id_expiration_ms, e.producer_id, e.epoch
+                        ),
+                        e.epoch,
+                    );
+                }
                 return if ours && (pid != e.producer_id || epoch < e.epoch) {
                     refuse(ErrorCode::ProducerFenced, e.fenced_message(tid, epoch), e.epoch)
                 } else {
@@ -584,6 +632,46 @@ impl ProducerTable {
         pending
     }
 
+    /// The expiry sweep, run every so often: a transactional id first found idle (no entry
+    /// applied to it since the last sweep) starts its idle clock at `now_ms`; one idle for
+    /// longer than `transactional_id_expiration_ms` with no transaction open and no marker owed
+    /// is forgotten, with its producer ids. Returns the entries that record it (already applied
+    /// here), at most [`EXPIRED_PER_ENTRY_MAX`] ids each.
+    ///
+    /// The fence holds across it: every partition that id's epochs wrote to holds a marker
+    /// at its last epoch (it has none owed), so its old epochs stay refused there; a partition
+    /// that forgot the producer id (its own expiry) asks here again, and a producer id bound
+    /// to no transactional id is refused every transactional write
+    /// ([`ProducerTable::handle_register`]) and every KIP-360 init as fenced. A new instance of
+    /// the id gets a new producer id.
+    pub fn handle_expiry(&mut self, now_ms: u64) -> Vec<Entry> {
+        let expiration = self.config.transactional_id_expiration_ms;
+        let mut expired = Vec::new();
+        for (tid, e) in self.by_tid.iter_mut() {
+            let quiet = e.pending.is_empty() && e.txn_started_ms.is_none();
+            match e.idle_since_ms {
+                _ if !quiet => e.idle_since_ms = None,
+                None => e.idle_since_ms = Some(now_ms),
+                Some(since) if now_ms.saturating_sub(since) >= expiration => expired.push(tid.clone()),
+                Some(_) => {}
+            }
+        }
+        expired.sort();
+        let entries: Vec<Entry> = expired
+            .chunks(EXPIRED_PER_ENTRY_MAX)
+            .map(|ids| Entry::TxnIdsExpired { transactional_ids: ids.to_vec() })
+            .collect();
+        for entry in &entries {
+            self.apply(entry);
+        }
+        entries
+    }
+
+    /// (Transactional ids held, `transactional_ids_max`.)
+    pub fn transactional_ids(&self) -> (usize, usize) {
+        (self.by_tid.len(), self.config.transactional_ids_max)
+    }
+
     /// A partition is to be written by `(producer_id, epoch)`: register it (durably, so a later
     /// bump fences it), or refuse a stale epoch. A transactional registration opens a
     /// transaction if none is open. With `verify_only`, register nothing: accept only a
@@ -612,7 +700,12 @@ impl ProducerTable {
             if transactional {
                 return refuse(
                     ErrorCode::InvalidTxnState,
-                    format!("producer id {producer_id} has no transactional id, so it cannot write transactionally"),
+                    format!(
+                        "producer id {producer_id} has no transactional id, so it cannot write transactionally (it \
+                         was an idempotent producer's, or its transactional id expired after \
+                         transactional_id_expiration_ms {} idle); initialise the producer again",
+                        self.config.transactional_id_expiration_ms
+                    ),
                     0,
                 );
             }
@@ -697,7 +790,9 @@ impl ProducerTable {
                     last_end: None,
                     bumps: VecDeque::new(),
                     next_marker_sequence: 0,
+                    idle_since_ms: None,
                 });
+                e.idle_since_ms = None;
                 let bumped = e.epoch != *epoch || e.producer_id != *producer_id;
                 count_markers(e, fence);
                 e.producer_id = *producer_id;
@@ -716,6 +811,7 @@ impl ProducerTable {
             }
             Entry::Register { producer_id, epoch, topic, partition, transactional, topic_id } => {
                 if let Some(e) = self.owner.get(producer_id).and_then(|t| self.by_tid.get_mut(t)) {
+                    e.idle_since_ms = None;
                     if e.producer_id == *producer_id && e.epoch == *epoch {
                         e.registered.insert((topic.clone(), *partition, *topic_id));
                         if *transactional && e.txn_started_ms.is_none() {
@@ -730,6 +826,7 @@ impl ProducerTable {
                 self.next_producer_id = self.next_producer_id.max(producer_id + 1);
                 self.owner.insert(*producer_id, transactional_id.clone());
                 if let Some(e) = self.by_tid.get_mut(transactional_id) {
+                    e.idle_since_ms = None;
                     let timeout_ms = e.transaction_timeout_ms;
                     let bumped = (*producer_id, *epoch) != *prev;
                     e.producer_id = *producer_id;
@@ -751,6 +848,7 @@ impl ProducerTable {
             }
             Entry::FenceDone { transactional_id, epoch } => {
                 if let Some(e) = self.by_tid.get_mut(transactional_id) {
+                    e.idle_since_ms = None;
                     if e.epoch == *epoch && !e.pending.is_empty() {
                         e.pending.clear();
                         e.last_result = Some(e.pending_commit);
@@ -787,8 +885,16 @@ impl ProducerTable {
                         last_end: t.last_end,
                         bumps,
                         next_marker_sequence: t.next_marker_sequence,
+                        idle_since_ms: None,
                     },
                 );
+            }
+            Entry::TxnIdsExpired { transactional_ids } => {
+                let gone: std::collections::HashSet<&String> = transactional_ids.iter().collect();
+                for tid in transactional_ids {
+                    self.by_tid.remove(tid);
+                }
+                self.owner.retain(|_, t| !gone.contains(t));
             }
             Entry::ProducerIds { next_producer_id, owners } => {
                 self.next_producer_id = self.next_producer_id.max(*next_producer_id);
@@ -804,6 +910,7 @@ impl ProducerTable {
             | Entry::IsrChanged { .. }
             | Entry::UncleanLeader { .. }
             | Entry::BrokerIncarnation { .. }
+            | Entry::GroupsExpired { .. }
             | Entry::TopicSnapshot { .. } => {}
         }
     }
@@ -906,6 +1013,93 @@ mod tests {
             InitDecision::Refuse { status, epoch } => (status.code, epoch),
             other => panic!("expected a refusal, got {other:?}"),
         }
+    }
+
+    fn register_refused(t: &mut ProducerTable, pid: i64, epoch: i16, transactional: bool) -> ErrorCode {
+        match t.handle_register(&Registration::new(pid, epoch, ("t", 9), 0, transactional), 0) {
+            RegisterDecision::Refuse { status, .. } => status.code,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    /// Issue 27, item 4: an idle transactional id is forgotten, and the producer that slept
+    /// through it is refused everything when it wakes; the new instance gets a new producer id.
+    #[test]
+    fn an_expired_transactional_id_is_forgotten_and_its_sleeping_producer_stays_fenced() {
+        let config = TableConfig { transactional_id_expiration_ms: 1_000, ..TableConfig::default() };
+        let mut t = ProducerTable::new(config);
+        let (old, e, _) = grant(t.handle_init(Some("z"), T, None));
+        assert!(matches!(
+            t.handle_register(&Registration::new(old, e, ("t", 9), 0, true), 0),
+            RegisterDecision::Accept { .. }
+        ));
+        // An open transaction never expires (its timeout ends it first).
+        assert!(t.handle_expiry(0).is_empty());
+        assert!(t.handle_expiry(5_000).is_empty(), "open: not idle");
+        assert!(matches!(t.handle_end_txn("z", old, e, true, false), EndDecision::Markers { .. }));
+        t.handle_fence_done("z", e);
+        assert!(t.handle_expiry(6_000).is_empty(), "the first sweep that finds it idle starts its clock");
+        assert!(t.handle_expiry(6_999).is_empty(), "idle for less than the expiration");
+        let entries = t.handle_expiry(7_000);
+        assert_eq!(entries, vec![Entry::TxnIdsExpired { transactional_ids: vec!["z".into()] }]);
+        assert_eq!(t.current("z"), None);
+        assert_eq!(t.transactional_ids().0, 0);
+        // The new instance gets a new producer id, never the old one.
+        let (new, e_new, fence) = grant(t.handle_init(Some("z"), T, None));
+        assert!(new > old && e_new == 0 && fence.is_empty(), "{new} {e_new}");
+        // The sleeper wakes: its transactional writes, its KIP-360 init and its EndTxn are refused.
+        assert_eq!(register_refused(&mut t, old, e, true), ErrorCode::InvalidTxnState);
+        assert_eq!(refused(t.handle_init(Some("z"), T, Some((old, e)))).0, ErrorCode::ProducerFenced);
+        assert!(matches!(
+            t.handle_end_txn("z", old, e, true, false),
+            EndDecision::Refuse { status, .. } if status.code == ErrorCode::InvalidProducerIdMapping
+        ));
+        // A replay of the journal (with the expiry) rebuilds the same table.
+        let mut replayed = ProducerTable::new(TableConfig::default());
+        for entry in t.snapshot() {
+            replayed.apply(&entry);
+        }
+        assert_eq!(replayed.current("z"), Some((new, 0)));
+        assert_eq!(register_refused(&mut replayed, old, e, true), ErrorCode::InvalidTxnState);
+    }
+
+    #[test]
+    fn activity_restarts_the_idle_clock_and_pending_markers_keep_an_id() {
+        let config = TableConfig { transactional_id_expiration_ms: 1_000, ..TableConfig::default() };
+        let mut t = ProducerTable::new(config);
+        let (pid, e, _) = grant(t.handle_init(Some("z"), T, None));
+        assert!(t.handle_expiry(0).is_empty());
+        // A new instance just before the expiration: its grant restarts the clock.
+        let (_, e1, _) = grant(t.handle_init(Some("z"), T, None));
+        assert!(e1 > e);
+        assert!(t.handle_expiry(1_500).is_empty(), "touched since the last sweep");
+        assert!(t.handle_expiry(2_000).is_empty());
+        assert_eq!(t.handle_expiry(2_500).len(), 1, "idle since 1_500");
+        // Markers owed keep an id whatever its age.
+        let (pid2, e2, _) = grant(t.handle_init(Some("y"), T, None));
+        assert!(matches!(
+            t.handle_register(&Registration::new(pid2, e2, ("t", 9), 0, true), 0),
+            RegisterDecision::Accept { .. }
+        ));
+        assert!(matches!(t.handle_end_txn("y", pid2, e2, false, false), EndDecision::Markers { .. }));
+        assert!(t.handle_expiry(10_000).is_empty());
+        assert!(t.handle_expiry(20_000).is_empty(), "markers still owed");
+        assert!(pid2 > pid);
+    }
+
+    #[test]
+    fn a_new_transactional_id_beyond_the_cap_is_a_policy_violation() {
+        let config = TableConfig { transactional_ids_max: 2, ..TableConfig::default() };
+        let mut t = ProducerTable::new(config);
+        grant(t.handle_init(Some("a"), T, None));
+        grant(t.handle_init(Some("b"), T, None));
+        let InitDecision::Refuse { status, .. } = t.handle_init(Some("c"), T, None) else { panic!("over the cap") };
+        assert_eq!(status.code, ErrorCode::PolicyViolation);
+        assert!(status.message.contains("transactional_ids_max 2"), "{status}");
+        // Existing ids go on; idempotent producers are not capped.
+        grant(t.handle_init(Some("a"), T, None));
+        grant(t.handle_init(None, 0, None));
+        assert_eq!(t.transactional_ids(), (2, 2));
     }
 
     #[test]

@@ -169,6 +169,9 @@ error_codes! {
     UnstableOffsetCommit = 88, "UNSTABLE_OFFSET_COMMIT", true;
     /// The group does not exist.
     GroupIdNotFound = 69, "GROUP_ID_NOT_FOUND", false;
+    /// The request would take the server past one of its caps (transactional ids, groups,
+    /// offsets per group); the message names the cap.
+    PolicyViolation = 44, "POLICY_VIOLATION", false;
 }
 
 impl std::fmt::Display for ErrorCode {

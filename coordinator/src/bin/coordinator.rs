@@ -58,6 +58,29 @@ struct Args {
     /// Most partitions all topics together may have.
     #[arg(long, default_value_t = coordinator::cluster::CLUSTER_PARTITIONS_MAX_DEFAULT, value_parser = clap::value_parser!(i32).range(1..))]
     cluster_partitions_max: i32,
+    /// Forget a transactional id with no transaction open that sees no request for this long,
+    /// in milliseconds (Kafka's `transactional.id.expiration.ms`). Its producer ids are never
+    /// handed out again, and a producer that slept through it is refused when it wakes.
+    #[arg(long, default_value_t = coordinator::table::TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
+    transactional_id_expiration_ms: u64,
+    /// Most transactional ids held; an InitProducerId of a new one beyond is refused
+    /// POLICY_VIOLATION.
+    #[arg(long, default_value_t = coordinator::table::TRANSACTIONAL_IDS_MAX_DEFAULT as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    transactional_ids_max: u64,
+    /// Forget a group with no members, and its committed offsets, after this long without a
+    /// commit, in minutes (Kafka's `offsets.retention.minutes`).
+    #[arg(long, default_value_t = 10_080, value_parser = clap::value_parser!(u64).range(1..))]
+    offsets_retention_minutes: u64,
+    /// Most groups held; a join or commit creating one beyond is refused POLICY_VIOLATION.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    groups_max: u64,
+    /// Most committed offsets one group holds; a commit adding partitions beyond is refused
+    /// POLICY_VIOLATION.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    group_offsets_max: u64,
+    /// How often idle transactional ids and empty groups are looked for, in milliseconds.
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    expiry_check_interval_ms: u64,
     /// Snapshot the state and start a new journal after this many journal entries.
     #[arg(long, default_value_t = 100_000)]
     snapshot_every_entries: u64,
@@ -153,6 +176,12 @@ async fn main() -> anyhow::Result<()> {
     config.limits.member_connections_max = args.member_connections_max;
     config.fence_wait_ms = args.fence_wait_ms;
     config.snapshot_every_entries = args.snapshot_every_entries.max(1);
+    config.table.transactional_id_expiration_ms = args.transactional_id_expiration_ms;
+    config.table.transactional_ids_max = usize::try_from(args.transactional_ids_max).unwrap_or(usize::MAX);
+    config.groups.offsets_retention_ms = args.offsets_retention_minutes.saturating_mul(60_000);
+    config.groups.groups_max = usize::try_from(args.groups_max).unwrap_or(usize::MAX);
+    config.groups.group_offsets_max = usize::try_from(args.group_offsets_max).unwrap_or(usize::MAX);
+    config.expiry_check_interval_ms = args.expiry_check_interval_ms;
     config.cluster.default_replication_factor = args.default_replication_factor;
     config.cluster.default_min_insync_replicas = args.default_min_insync_replicas;
     config.cluster.topic_partitions_max = args.topic_partitions_max;

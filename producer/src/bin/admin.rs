@@ -164,6 +164,8 @@ fn describe_json(d: &protocol::DescribeResponse) -> serde_json::Value {
             "age_ms": (t.age_ms >= 0).then_some(t.age_ms),
             "transaction_timeout_ms": t.transaction_timeout_ms,
         })).collect::<Vec<_>>(),
+        "held": d.held.iter().map(|h| serde_json::json!({ "kind": h.kind, "count": h.count, "max": h.max }))
+            .collect::<Vec<_>>(),
     })
 }
 
@@ -268,5 +270,11 @@ fn print_describe(d: &protocol::DescribeResponse) {
             t.state,
             t.partitions.join(",")
         );
+    }
+    if !d.held.is_empty() {
+        println!("held (count/cap):");
+        for h in &d.held {
+            println!("  {}: {}/{}", h.kind, h.count, h.max);
+        }
     }
 }

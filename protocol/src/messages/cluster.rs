@@ -701,6 +701,19 @@ pub struct DescribeResponse {
     pub partitions: Vec<PartitionState>,
     /// Transactional ids.
     pub transactional_ids: Vec<TransactionalState>,
+    /// The state the coordinator holds beside its caps.
+    pub held: Vec<HeldState>,
+}
+
+/// One kind of state the coordinator holds, and its cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldState {
+    /// `transactional_ids`, `groups`, or `group_offsets` (the fullest group's).
+    pub kind: String,
+    /// How many are held.
+    pub count: i64,
+    /// The cap.
+    pub max: i64,
 }
 
 impl DescribeResponse {
@@ -741,6 +754,12 @@ impl DescribeResponse {
             b.put_string(&t.state);
             b.put_i64(t.age_ms);
             b.put_i32(t.transaction_timeout_ms);
+        }
+        b.put_i32(self.held.len() as i32);
+        for h in &self.held {
+            b.put_string(&h.kind);
+            b.put_i64(h.count);
+            b.put_i64(h.max);
         }
     }
 
@@ -804,6 +823,11 @@ impl DescribeResponse {
                 transaction_timeout_ms: r.i32("transaction_timeout_ms")?,
             });
         }
-        Ok(DescribeResponse { status, brokers, partitions, transactional_ids })
+        let n = r.array_len("held", 18)?;
+        let mut held = Vec::with_capacity(n);
+        for _ in 0..n {
+            held.push(HeldState { kind: r.string("kind")?, count: r.i64("count")?, max: r.i64("max")? });
+        }
+        Ok(DescribeResponse { status, brokers, partitions, transactional_ids, held })
     }
 }

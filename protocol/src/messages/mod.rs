@@ -988,6 +988,7 @@ mod tests {
                 age_ms: 17,
                 transaction_timeout_ms: 60_000,
             }],
+            held: vec![HeldState { kind: "groups".into(), count: 3, max: 100_000 }],
         }));
         roundtrip_resp(Response::Error(Status::new(ErrorCode::InvalidRequest, "bad")));
         roundtrip_resp(Response::AuthBegin(AuthBeginResponse {

@@ -366,3 +366,152 @@ fn etcd_endpoints_without_the_etcd_feature_exit_2_naming_it() {
     assert!(err.contains("feature") && err.contains("etcd") && err.contains("--features coordinator/etcd"), "{err}");
     assert!(out.stdout.is_empty(), "it never listened: {}", String::from_utf8_lossy(&out.stdout));
 }
+
+/// A `producer` process writing to `partition` of `topic` as transactional id `tid` until
+/// stopped, and its first acknowledgement's producer id (its output, read on).
+fn endless_producer(bootstrap: &str, topic: &str, tid: &str, partition: i32) -> (std::process::Child, i64) {
+    let mut p = Command::new(common::bin("producer"))
+        .args(["--bootstrap", bootstrap, "--topic", topic, "--transactional-id", tid])
+        .args(["--partition", &partition.to_string(), "--interval-ms", "5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(p.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let pid = field(&first, "producer_id").unwrap_or_else(|| panic!("not an ack: {first}"));
+    // Keep reading its acknowledgements so it never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    (p, pid)
+}
+
+/// `key=N` of an output line.
+fn field(line: &str, key: &str) -> Option<i64> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{key}="))).and_then(|v| v.parse().ok())
+}
+
+fn kill(child: &std::process::Child, sig: &str) {
+    let status = Command::new("kill").args([format!("-{sig}"), child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+}
+
+/// Wait (bounded) until the `/metrics` sample at `metrics` reaches `at_least`.
+fn await_metric(metrics: &str, sample: &str, at_least: f64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while common::sample(&common::scrape(metrics), sample) < at_least {
+        assert!(std::time::Instant::now() < deadline, "{sample} never reached {at_least}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The zombie wakes: it must exit fenced (3) on its next write, and nothing of its epoch lands
+/// on `partition` after a record of another producer or epoch there.
+fn zombie_exits_fenced_and_nothing_of_it_lands_after(
+    mut zombie: std::process::Child,
+    zombie_pid: i64,
+    bootstrap: &str,
+    partition: i32,
+) {
+    kill(&zombie, "CONT");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = zombie.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = zombie.kill();
+            panic!("the zombie was never fenced: it kept writing for 30 s after it woke");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut zombie.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(3), "the zombie was not fenced: {err}");
+    let out =
+        run("consumer", &["--bootstrap", bootstrap, "--topic", "t", "--partition", &partition.to_string(), "--json"]);
+    assert!(out.status.success());
+    let records: Vec<(i64, i64)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["producer_id"].as_i64().unwrap(), v["producer_epoch"].as_i64().unwrap())
+        })
+        .collect();
+    let zombie_epoch = records.iter().find(|r| r.0 == zombie_pid).expect("the zombie wrote before it froze").1;
+    let last_zombie = records.iter().rposition(|r| *r == (zombie_pid, zombie_epoch)).unwrap();
+    let first_other = records.iter().position(|r| *r != (zombie_pid, zombie_epoch));
+    assert!(
+        first_other.is_none_or(|f| f > last_zombie),
+        "a write of the zombie's epoch landed after a newer one: {records:?}"
+    );
+    assert!(err.contains("fenced"), "{err}");
+}
+
+/// Issue 27, item 4: transactional id z expires while its producer A is frozen; a new
+/// instance B initialises z (a new producer id); A wakes and is refused. A wrote outside
+/// transactions, so its partition admitted it on a kept verification: the coordinator fences
+/// that epoch before forgetting the id.
+#[tokio::test]
+async fn a_producer_frozen_across_its_transactional_ids_expiry_is_refused_when_it_wakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [
+        "--transactional-id-expiration-ms",
+        "1000",
+        "--expiry-check-interval-ms",
+        "100",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ];
+    let mut c = coordinator_with(dir.path(), &flags);
+    let metrics = common::metrics_addr(&mut c, 0);
+    let _b = broker(1, &c.addr, dir.path());
+    create_topic(&c.addr, "t", 1);
+    let (a, a_pid) = endless_producer(&c.addr, "t", "z", 0);
+    kill(&a, "STOP");
+    await_metric(&metrics, "epochfence_coordinator_transactional_ids_expired_total", 1.0);
+    let out = run("admin", &["--bootstrap", &c.addr, "describe", "--json"]);
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d["transactional_ids"].as_array().unwrap().len(), 0, "z is forgotten: {d}");
+    assert_eq!(d["held"][0]["kind"], "transactional_ids");
+    assert_eq!(d["held"][0]["count"], 0);
+    let b = run("producer", &["--bootstrap", &c.addr, "--topic", "t", "--transactional-id", "z", "--count", "2"]);
+    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    let b_pid = field(String::from_utf8_lossy(&b.stdout).lines().next().unwrap(), "producer_id").unwrap();
+    assert!(b_pid > a_pid, "a new producer id for the new instance: {b_pid} after {a_pid}");
+    zombie_exits_fenced_and_nothing_of_it_lands_after(a, a_pid, &c.addr, 0);
+}
+
+/// Issue 27, item 4: a new instance B fences A's epoch on partition 0 (its marker), then
+/// writes only to partition 1; partition 0 forgets the producer id after
+/// `--producer-id-expiration-ms`; A, frozen all along, wakes: with nothing here to refuse it,
+/// its write is checked with the coordinator, which refuses the old epoch.
+#[tokio::test]
+async fn a_producer_frozen_across_its_producer_ids_expiry_on_a_partition_is_refused_when_it_wakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = coordinator(dir.path());
+    let flags = [
+        "--producer-id-expiration-ms",
+        "500",
+        "--producer-id-expiration-check-interval-ms",
+        "100",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ];
+    let mut b = common::broker_with(1, &c.addr, dir.path(), &flags);
+    let metrics = common::metrics_addr(&mut b, 0);
+    create_topic(&c.addr, "t", 2);
+    let (a, a_pid) = endless_producer(&c.addr, "t", "z", 0);
+    kill(&a, "STOP");
+    let out = run(
+        "producer",
+        &["--bootstrap", &c.addr, "--topic", "t", "--transactional-id", "z", "--count", "2", "--partition", "1"],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The same producer id at the next epoch: the fence marker is on partition 0.
+    let first = String::from_utf8_lossy(&out.stdout).lines().next().unwrap().to_string();
+    assert_eq!((field(&first, "producer_id"), field(&first, "epoch")), (Some(a_pid), Some(1)), "{first}");
+    // Both partitions forget the producer id (0 after its marker, 1 after B's writes).
+    await_metric(&metrics, "epochfence_broker_producer_ids_expired_total", 2.0);
+    zombie_exits_fenced_and_nothing_of_it_lands_after(a, a_pid, &c.addr, 0);
+}

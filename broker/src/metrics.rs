@@ -75,6 +75,8 @@ pub struct PartitionReading {
     pub replication_lag_records: i64,
     /// Truncations of its log since it was opened.
     pub truncations: u64,
+    /// Producer ids whose state it holds.
+    pub producer_ids: usize,
 }
 
 /// A broker's metrics.
@@ -102,6 +104,9 @@ pub struct BrokerMetrics {
     /// Replications a follower refused because they would cut its log below its high watermark
     /// (committed records) outside an unclean election.
     pub cut_refusals: Counter,
+    /// Producer ids a partition forgot after `producer_id_expiration_ms` idle.
+    pub producer_ids_expired: Counter,
+    producer_ids: Gauge,
     truncations: Counter,
     partitions_led: Gauge,
     under_replicated: Gauge,
@@ -139,6 +144,8 @@ impl BrokerMetrics {
             isr_shrinks: Counter::default(),
             isr_expands: Counter::default(),
             cut_refusals: Counter::default(),
+            producer_ids_expired: Counter::default(),
+            producer_ids: Gauge::default(),
             truncations: Counter::default(),
             partitions_led: Gauge::default(),
             under_replicated: Gauge::default(),
@@ -197,6 +204,16 @@ impl BrokerMetrics {
             m.cut_refusals.clone(),
         );
         registry.register(
+            "producer_ids_expired",
+            "Producer ids a partition forgot after --producer-id-expiration-ms without a write",
+            m.producer_ids_expired.clone(),
+        );
+        registry.register(
+            "producer_ids",
+            "Producer ids whose state the hosted partitions hold (summed over partitions)",
+            m.producer_ids.clone(),
+        );
+        registry.register(
             "truncations",
             "Log truncations (a follower cutting its log to its leader's)",
             m.truncations.clone(),
@@ -227,13 +244,14 @@ impl BrokerMetrics {
 
     /// Set the gauges from the hosted partitions, and count truncations since the last refresh.
     pub fn refresh(&self, partitions: impl IntoIterator<Item = ((String, i32), PartitionReading)>) {
-        let (mut led, mut under, mut lag) = (0, 0, 0);
+        let (mut led, mut under, mut lag, mut producer_ids) = (0, 0, 0, 0);
         let mut seen = self.seen_truncations.lock().unwrap_or_else(|p| p.into_inner());
         let mut now = HashMap::new();
         for (key, r) in partitions {
             led += i64::from(r.leading);
             under += i64::from(r.under_replicated);
             lag = lag.max(r.replication_lag_records);
+            producer_ids += r.producer_ids;
             // A partition opened again counts from 0: nothing new until it passes what was seen.
             let before = seen.get(&key).copied().unwrap_or(0);
             if r.truncations > before {
@@ -245,6 +263,7 @@ impl BrokerMetrics {
         self.partitions_led.set(led);
         self.under_replicated.set(under);
         self.replication_lag.set(lag);
+        self.producer_ids.set(i64::try_from(producer_ids).unwrap_or(i64::MAX));
     }
 
     /// The registry as Prometheus (OpenMetrics) text.
@@ -281,6 +300,7 @@ mod tests {
             under_replicated: false,
             replication_lag_records: 3,
             truncations,
+            producer_ids: 0,
         };
         let key = ("t".to_string(), 0);
         m.refresh([(key.clone(), reading(2))]);

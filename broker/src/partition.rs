@@ -1096,6 +1096,15 @@ impl Partition {
         Ok(())
     }
 
+    /// Forget the producer ids that wrote nothing here for `expiration_ms` (Kafka's
+    /// `producer.id.expiration.ms`), except those with a transaction open here
+    /// ([`ProducerStates::expire`]); `now_ms` is a monotonic clock. Returns how many.
+    pub fn expire_producers(&self, now_ms: u64, expiration_ms: u64) -> usize {
+        let mut g = self.lock();
+        let Inner { producers, txns, .. } = &mut *g;
+        producers.expire(now_ms, expiration_ms, |id| txns.open_since(id).is_some())
+    }
+
     /// Retention: delete the closed segments the log's settings allow, keeping everything at or
     /// above the high watermark and the newest producer-state snapshot (the state is recovered
     /// from it, so its producers outlive the segments that carried them). `now_ms` is
@@ -1369,6 +1378,7 @@ impl Partition {
             under_replicated,
             replication_lag_records,
             truncations: g.truncations,
+            producer_ids: g.producers.len(),
         }
     }
 

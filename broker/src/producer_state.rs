@@ -77,6 +77,9 @@ struct ProducerEntry {
     /// The last marker appended for this producer id, and its offset: a marker that does not
     /// follow it ([`MarkerId::follows`]) is a retry, or a late copy of one already written.
     last_marker: Option<(MarkerId, i64)>,
+    /// Since when nothing was appended for it, as the expiry sweep first found it so
+    /// ([`ProducerStates::expire`]; volatile: a restart only lengthens its life).
+    idle_since_ms: Option<u64>,
 }
 
 /// The gate's verdict on a batch that may be appended.
@@ -117,6 +120,21 @@ pub enum GateError {
         current: i16,
         /// The batch's.
         got: i16,
+    },
+    /// The partition holds nothing of this producer id (it was idle past
+    /// `producer_id_expiration_ms`, or retention removed what it wrote) and the batch does not
+    /// start a sequence (0): the producer must start over (Kafka's UNKNOWN_PRODUCER_ID, on which
+    /// clients bump their epoch and start at sequence 0).
+    #[error(
+        "this partition holds no state for producer id {producer_id} (idle past producer_id_expiration_ms, or \
+         removed by retention), and the batch continues a sequence at {got}: start again at sequence 0 \
+         (Kafka clients bump their epoch and do)"
+    )]
+    UnknownProducer {
+        /// Producer id.
+        producer_id: i64,
+        /// The batch's first sequence.
+        got: i32,
     },
     /// The sequence does not follow the last batch.
     #[error("producer id {producer_id} epoch {epoch}: expected sequence {expected}, got {got}")]
@@ -288,6 +306,9 @@ impl ProducerStates {
             // appends now starts this replica's record of the producer. Epochs are still checked
             // above for every producer it knows.
             None if !verify => return Ok(Admit::Append),
+            None if h.base_sequence != 0 => {
+                return Err(GateError::UnknownProducer { producer_id: h.producer_id, got: h.base_sequence })
+            }
             _ => 0,
         };
         if h.base_sequence != expected {
@@ -299,6 +320,32 @@ impl ProducerStates {
             });
         }
         Ok(Admit::Append)
+    }
+
+    /// The expiry sweep, run every so often: a producer id first found idle (nothing appended
+    /// since the last sweep) starts its idle clock at `now_ms`; one idle for `expiration_ms` is
+    /// forgotten, with its verification, unless `keep` says otherwise (an open transaction
+    /// here). Returns how many were forgotten.
+    ///
+    /// The fence holds across it: a producer id this table does not know has every write
+    /// checked with the coordinator first ([`Admit::NeedsVerification`]), which refuses an
+    /// epoch older than the current one, however long ago this partition saw its fence.
+    pub fn expire(&mut self, now_ms: u64, expiration_ms: u64, keep: impl Fn(i64) -> bool) -> usize {
+        let before = self.producers.len();
+        let mut gone = Vec::new();
+        for (id, e) in self.producers.iter_mut() {
+            match e.idle_since_ms {
+                _ if keep(*id) => e.idle_since_ms = None,
+                None => e.idle_since_ms = Some(now_ms),
+                Some(since) if now_ms.saturating_sub(since) >= expiration_ms => gone.push(*id),
+                Some(_) => {}
+            }
+        }
+        for id in gone {
+            self.producers.remove(&id);
+            self.verified.remove(&id);
+        }
+        before - self.producers.len()
     }
 
     /// What the table holds for `producer_id`, to put back with [`ProducerStates::restore`]
@@ -337,6 +384,7 @@ impl ProducerStates {
             .producers
             .entry(h.producer_id)
             .or_insert_with(|| ProducerEntry { epoch: h.producer_epoch, ..Default::default() });
+        e.idle_since_ms = None;
         if h.producer_epoch > e.epoch {
             e.epoch = h.producer_epoch;
             e.batches.clear();
@@ -444,7 +492,7 @@ impl ProducerStates {
             for _ in 0..cached {
                 batches.push_back(BatchMeta { first_seq: r.i32()?, last_seq: r.i32()?, base_offset: r.i64()? });
             }
-            let entry = ProducerEntry { epoch, batches, last_marker };
+            let entry = ProducerEntry { epoch, batches, last_marker, idle_since_ms: None };
             if producers.insert(id, entry).is_some() {
                 return Err(Malformed("a producer id twice"));
             }
@@ -597,7 +645,9 @@ mod tests {
             Err(GateError::OutOfOrder { expected: 1, got: 2, .. })
         ));
         assert!(matches!(admit(&mut s, &header(1, 1, 5, 1, 1)), Err(GateError::OutOfOrder { expected: 0, .. })));
-        assert!(matches!(admit(&mut s, &header(2, 0, 7, 1, 1)), Err(GateError::OutOfOrder { expected: 0, .. })));
+        // A producer id this partition holds nothing of must start a sequence: Kafka's
+        // UNKNOWN_PRODUCER_ID, which clients answer by starting over at 0.
+        assert!(matches!(admit(&mut s, &header(2, 0, 7, 1, 1)), Err(GateError::UnknownProducer { got: 7, .. })));
     }
 
     #[test]
@@ -706,7 +756,7 @@ mod tests {
         assert_eq!(s.check_replicated(&mid), Ok(()), "a replica that started over at the leader's log start");
         let mut leader = ProducerStates::new(true);
         leader.mark_verified(7, 2, false, leader.guard(7));
-        assert!(matches!(leader.check(&mid), Err(GateError::OutOfOrder { expected: 0, got: 40, .. })));
+        assert!(matches!(leader.check(&mid), Err(GateError::UnknownProducer { producer_id: 7, got: 40 })));
         let mut known = ProducerStates::new(true);
         known.record(&header(7, 2, 0, 1, 0));
         assert!(known.check_replicated(&mid).is_err(), "a known producer's sequence is still checked");
@@ -784,6 +834,31 @@ mod tests {
         admit(&mut s, &marker_seq(1, 1, 2, 3)).unwrap();
         assert!(s.mark_verified(1, 0, true, guard));
         assert!(matches!(s.check(&late), Err(GateError::StaleEpoch { current: 1, .. })));
+    }
+
+    /// Issue 27, item 4: an idle producer id is forgotten; the zombie of a fenced epoch that
+    /// wakes after it is sent to the coordinator again instead of being let in, and an open
+    /// transaction keeps its producer.
+    #[test]
+    fn an_idle_producer_id_expires_and_its_next_write_is_verified_again() {
+        let mut s = ProducerStates::new(true);
+        admit(&mut s, &header(1, 0, 0, 3, 0)).unwrap();
+        // The fence: a marker at epoch 1 (a new instance initialised).
+        s.record(&marker(1, 1, 3));
+        admit(&mut s, &header(2, 0, 0, 1, 4)).unwrap();
+        assert_eq!(s.expire(0, 1_000, |_| false), 0, "the first sweep starts the clocks");
+        assert_eq!(s.expire(999, 1_000, |id| id == 2), 0);
+        assert_eq!(s.expire(1_000, 1_000, |id| id == 2), 1, "producer 1 idle since 0; 2 kept");
+        assert_eq!(s.epoch_of(1), None);
+        assert_eq!(s.epoch_of(2), Some(0));
+        // The zombie at epoch 0 is no longer refused here: it is checked with the coordinator,
+        // which knows the epoch is 1 and refuses it.
+        assert!(matches!(s.check(&header(1, 0, 3, 1, 5)), Ok(Admit::NeedsVerification(_))));
+        // A write keeps a producer: its clock starts again.
+        admit(&mut s, &header(2, 0, 1, 1, 5)).unwrap();
+        assert_eq!(s.expire(5_000, 1_000, |_| false), 0);
+        assert_eq!(s.expire(6_000, 1_000, |_| false), 1);
+        assert!(s.is_empty());
     }
 
     /// librdkafka's idempotent producer bumps its own epoch after a sequence gap: same producer

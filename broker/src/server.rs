@@ -124,6 +124,13 @@ pub struct BrokerConfig {
     pub storage: Arc<dyn Storage>,
     /// How often retention runs, in milliseconds.
     pub retention_check_ms: u64,
+    /// A producer id that writes nothing to a partition for this long is forgotten there, in
+    /// milliseconds (Kafka's `producer.id.expiration.ms`, 1 day); its next write is checked
+    /// with the coordinator first.
+    pub producer_id_expiration_ms: u64,
+    /// How often idle producer ids are looked for, in milliseconds (Kafka's
+    /// `producer.id.expiration.check.interval.ms`).
+    pub producer_id_expiration_check_interval_ms: u64,
     /// How often each partition's high watermark is checkpointed to its directory, in ms
     /// (Kafka's `replica.high.watermark.checkpoint.interval.ms`): a restarted leader serves what
     /// was committed up to it at once, and a log found shorter than it has lost records.
@@ -133,6 +140,9 @@ pub struct BrokerConfig {
     /// Dial other members over TLS, trusting these CAs.
     pub peer_tls: Option<ClientTls>,
 }
+
+/// Default [`BrokerConfig::producer_id_expiration_ms`]: 1 day, as Kafka's.
+pub const PRODUCER_ID_EXPIRATION_MS_DEFAULT: u64 = 24 * 60 * 60 * 1000;
 
 impl BrokerConfig {
     /// Defaults for broker `id` with data in `data_dir`, registering with `coordinator`.
@@ -161,6 +171,8 @@ impl BrokerConfig {
             log: LogConfig::default(),
             storage: Arc::new(OsStorage),
             retention_check_ms: 60_000,
+            producer_id_expiration_ms: PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+            producer_id_expiration_check_interval_ms: 600_000,
             high_watermark_checkpoint_interval_ms: 5_000,
             limits: ServerLimits::default(),
             peer_tls: None,
@@ -435,6 +447,7 @@ pub async fn run_listeners(
     let heartbeats = tokio::spawn(heartbeat_loop(shared.clone()));
     let flusher = tokio::spawn(flush_loop(shared.clone()));
     let retention = tokio::spawn(retention_loop(shared.clone()));
+    let producer_expiry = tokio::spawn(producer_expiry_loop(shared.clone()));
     let checkpoints = tokio::spawn(high_watermark_loop(shared.clone()));
     let handler_shared = shared.clone();
     let handler: net::Handler = Arc::new(move |req| {
@@ -485,6 +498,7 @@ pub async fn run_listeners(
     let _ = heartbeats.await;
     let _ = flusher.await;
     let _ = retention.await;
+    let _ = producer_expiry.await;
     let _ = checkpoints.await;
     // A clean shutdown: sync every log and snapshot its producer state, so the next start
     // replays nothing.
@@ -638,6 +652,31 @@ async fn retention_loop(shared: Arc<Shared>) {
             }
         })
         .await;
+    }
+}
+
+/// Producer-id expiry: every `producer_id_expiration_check_interval_ms`, each partition forgets
+/// the producer ids idle for `producer_id_expiration_ms` ([`Partition::expire_producers`]).
+async fn producer_expiry_loop(shared: Arc<Shared>) {
+    let mut stop = shared.stop.clone();
+    let period = Duration::from_millis(shared.config.producer_id_expiration_check_interval_ms.max(1));
+    let started = std::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = stop.changed() => return,
+        }
+        let now_ms = started.elapsed().as_millis() as u64;
+        let expiration_ms = shared.config.producer_id_expiration_ms;
+        let mut expired = 0;
+        for p in shared.partitions.iter() {
+            let n = p.expire_producers(now_ms, expiration_ms);
+            if n > 0 {
+                tracing::info!(topic = %p.topic, partition = p.index, producer_ids = n, "idle producer ids expired");
+            }
+            expired += n;
+        }
+        shared.control.stats.metrics.producer_ids_expired.inc_by(expired as u64);
     }
 }
 
@@ -1717,6 +1756,11 @@ fn attempt(shared: &Shared, c: &Checked, appended: Result<Appended, AppendError>
         )),
         Err(AppendError::Gate(e @ GateError::OutOfOrder { .. })) => Attempt::Answer(produce_error(
             Status::new(ErrorCode::OutOfOrderSequenceNumber, e.to_string()),
+            header.producer_epoch,
+            leader_epoch,
+        )),
+        Err(AppendError::Gate(e @ GateError::UnknownProducer { .. })) => Attempt::Answer(produce_error(
+            Status::new(ErrorCode::UnknownProducerId, format!("{}-{}: {e}", r.topic, r.partition)),
             header.producer_epoch,
             leader_epoch,
         )),

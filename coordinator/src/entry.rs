@@ -77,6 +77,10 @@ pub enum Entry {
         commit: bool,
         /// The coordinator aborted it because it outlived its timeout.
         timed_out: bool,
+        /// The coordinator fenced the epoch because the transactional id sat idle past its
+        /// expiration with partitions registered (writes outside transactions): the id is
+        /// forgotten once these markers are written.
+        expired: bool,
         /// Markers to write, one per registered partition.
         markers: Vec<FenceTarget>,
     },
@@ -371,6 +375,8 @@ const TXN_SNAPSHOT_ID: i8 = 31;
 const UNCLEAN_LEADER: i8 = 32;
 const TXN_IDS_EXPIRED: i8 = 33;
 const GROUPS_EXPIRED: i8 = 34;
+/// [`END_TXN_ID`]'s layout, for an end the expiry sweep made (`expired`).
+const END_TXN_EXPIRED: i8 = 35;
 
 /// What a list of fence targets carries, by the entry tag it was written under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -408,8 +414,8 @@ impl Entry {
                 b.put_bool(*transactional);
                 b.put_u128(*topic_id);
             }
-            Entry::EndTxn { transactional_id, producer_id, epoch, prev, commit, timed_out, markers } => {
-                b.put_i8(END_TXN_ID);
+            Entry::EndTxn { transactional_id, producer_id, epoch, prev, commit, timed_out, expired, markers } => {
+                b.put_i8(if *expired { END_TXN_EXPIRED } else { END_TXN_ID });
                 b.put_string(transactional_id);
                 b.put_i64(*producer_id);
                 b.put_i16(*epoch);
@@ -609,14 +615,18 @@ impl Entry {
                 transactional: r.bool("transactional")?,
                 topic_id: if tag == REGISTER_ID { r.u128("topic_id")? } else { 0 },
             },
-            END_TXN | END_TXN_SEQ | END_TXN_ID => Entry::EndTxn {
+            END_TXN | END_TXN_SEQ | END_TXN_ID | END_TXN_EXPIRED => Entry::EndTxn {
                 transactional_id: r.string("transactional_id")?,
                 producer_id: r.i64("producer_id")?,
                 epoch: r.i16("epoch")?,
                 prev: (r.i64("prev_producer_id")?, r.i16("prev_epoch")?),
                 commit: r.bool("commit")?,
                 timed_out: r.bool("timed_out")?,
-                markers: get_targets(&mut r, Targets::of(tag, END_TXN_SEQ, END_TXN_ID))?,
+                expired: tag == END_TXN_EXPIRED,
+                markers: get_targets(
+                    &mut r,
+                    Targets::of(if tag == END_TXN_EXPIRED { END_TXN_ID } else { tag }, END_TXN_SEQ, END_TXN_ID),
+                )?,
             },
             FENCE_DONE => Entry::FenceDone { transactional_id: r.string("transactional_id")?, epoch: r.i16("epoch")? },
             TOPIC_CREATED | TOPIC_CREATED_MIN_ISR | TOPIC_CREATED_ID => {
@@ -928,6 +938,7 @@ mod tests {
                 prev: (3, 4),
                 commit: true,
                 timed_out: false,
+                expired: false,
                 markers: vec![FenceTarget {
                     producer_id: 3,
                     marker_epoch: 5,
@@ -1107,6 +1118,7 @@ mod tests {
                 prev: (3, 4),
                 commit: true,
                 timed_out: false,
+                expired: false,
                 markers: vec![FenceTarget {
                     producer_id: 3,
                     marker_epoch: 5,

@@ -1520,6 +1520,7 @@ mod tests {
             prev: (1, 0),
             commit,
             timed_out: false,
+            expired: false,
             markers: vec![],
         };
         t.apply(&end(true));

@@ -159,6 +159,13 @@ impl CoordinatorMetrics {
                     }
                     self.fences_written.inc_by(fence.len() as u64);
                 }
+                Entry::EndTxn { epoch, prev, expired: true, markers, .. } => {
+                    // No transaction ended: an idle id's epoch was fenced before it is forgotten.
+                    self.fences_written.inc_by(markers.len() as u64);
+                    if *epoch != prev.1 {
+                        self.epoch_bumps.inc();
+                    }
+                }
                 Entry::EndTxn { epoch, prev, commit, timed_out, markers, .. } => {
                     if *commit {
                         self.committed.inc();
@@ -260,6 +267,7 @@ mod tests {
             prev: (7, 1),
             commit,
             timed_out,
+            expired: false,
             markers: vec![target(0)],
         };
         m.count(&[grant(0, vec![]), grant(1, vec![target(0), target(1)])]);

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use net::{ClientTls, Connection, Dialer, ServerLimits};
 use protocol::{
     AddPartitionRequest, AddPartitionResponse, AlterPartitionResponse, DescribeResponse, ElectLeaderResponse,
-    EndTxnRequest, EndTxnResponse, ErrorCode, HeartbeatResponse, InitProducerIdResponse, MetadataResponse, Request,
-    HeldState, Response, Status, TransactionalState, WriteMarkerRequest,
+    EndTxnRequest, EndTxnResponse, ErrorCode, HeartbeatResponse, HeldState, InitProducerIdResponse, MetadataResponse,
+    Request, Response, Status, TransactionalState, WriteMarkerRequest,
 };
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -125,7 +125,11 @@ impl State {
     fn held(&self) -> Vec<(&'static str, usize, usize)> {
         let (tids, tids_max) = self.table.transactional_ids();
         let (groups, groups_max, fullest, offsets_max) = self.groups.counts();
-        vec![("transactional_ids", tids, tids_max), ("groups", groups, groups_max), ("group_offsets", fullest, offsets_max)]
+        vec![
+            ("transactional_ids", tids, tids_max),
+            ("groups", groups, groups_max),
+            ("group_offsets", fullest, offsets_max),
+        ]
     }
 }
 
@@ -801,19 +805,8 @@ async fn tick_loop(shared: Arc<Shared>) {
         let mut st = shared.lock();
         let now = shared.now_ms();
         for (tid, decision) in st.table.handle_timeouts(now) {
-            if let EndDecision::Markers { epoch, entries, markers, .. } = decision {
-                tracing::warn!(transactional_id = %tid, epoch, "transaction timed out; aborting it and fencing its producer");
-                st.observe(&entries);
-                // Markers are written only once the abort (and its epoch) is durable.
-                let rx = shared.persist(&entries);
-                let done = shared.clone();
-                shared.spawn(async move {
-                    let shared = done;
-                    if durable(rx).await.is_ok() {
-                        start_markers(shared, tid, epoch, false, markers);
-                    }
-                });
-            }
+            tracing::warn!(transactional_id = %tid, "transaction timed out; aborting it and fencing its producer");
+            abort_and_fence(&shared, &mut st, tid, decision);
         }
         let entries = st.cluster.handle_tick(now);
         for e in &entries {
@@ -830,7 +823,8 @@ async fn tick_loop(shared: Arc<Shared>) {
 
 /// Forget idle transactional ids and empty groups (their expiration flags). Runs for the life
 /// of the process. The entries are journaled like any decision; one lost in a crash only
-/// brings back what it forgot, until the next sweep.
+/// brings back what it forgot, until the next sweep. An idle id whose epoch could still write
+/// outside a transaction is fenced first, as a timeout fences ([`ProducerTable::handle_expiry`]).
 async fn expiry_loop(shared: Arc<Shared>) {
     let period = Duration::from_millis(shared.config.expiry_check_interval_ms.max(1));
     loop {
@@ -838,7 +832,12 @@ async fn expiry_loop(shared: Arc<Shared>) {
         let rx = {
             let mut st = shared.lock();
             let now = shared.now_ms();
-            let mut entries = st.table.handle_expiry(now);
+            let expiry = st.table.handle_expiry(now);
+            for (tid, decision) in expiry.fences {
+                tracing::info!(transactional_id = %tid, "idle transactional id: fencing its epoch before it is forgotten");
+                abort_and_fence(&shared, &mut st, tid, decision);
+            }
+            let mut entries = expiry.forgotten;
             entries.extend(st.groups.handle_expiry(now));
             for e in &entries {
                 match e {
@@ -859,6 +858,23 @@ async fn expiry_loop(shared: Arc<Shared>) {
         if let Err(e) = durable(rx).await {
             tracing::warn!(error = %e, "an expiry could not be journaled; it is looked for again at the next sweep");
         }
+    }
+}
+
+/// Persist an abort the coordinator decided itself (a timeout, an idle id's fence) and write
+/// its markers once it is durable.
+fn abort_and_fence(shared: &Arc<Shared>, st: &mut State, tid: String, decision: EndDecision) {
+    if let EndDecision::Markers { epoch, entries, markers, .. } = decision {
+        st.observe(&entries);
+        // Markers are written only once the abort (and its epoch) is durable.
+        let rx = shared.persist(&entries);
+        let done = shared.clone();
+        shared.spawn(async move {
+            let shared = done;
+            if durable(rx).await.is_ok() {
+                start_markers(shared, tid, epoch, false, markers);
+            }
+        });
     }
 }
 

@@ -98,8 +98,14 @@ impl TxnState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bump {
     NewInstance,
-    Ended { commit: bool },
-    TimedOut { timeout_ms: i32 },
+    Ended {
+        commit: bool,
+    },
+    TimedOut {
+        timeout_ms: i32,
+    },
+    /// Fenced by the expiry sweep before the id was forgotten.
+    Expired,
 }
 
 #[derive(Debug, Clone)]
@@ -168,6 +174,10 @@ impl TxnEntry {
                  coordinator aborted it; transactional id '{tid}' is at epoch {current}, this producer holds epoch {held}. \
                  Start a new producer, or raise transaction_timeout_ms"
             ),
+            Some(Bump::Expired) => format!(
+                "fenced: transactional id '{tid}' sat idle past its expiration with epoch {held} still able to write, \
+                 so the coordinator fenced that epoch (it is at epoch {current}) and forgets the id; stop this producer"
+            ),
             Some(Bump::Ended { commit }) => format!(
                 "fenced: epoch {held} of '{tid}' ended when its transaction was {}; transactional id '{tid}' is at \
                  epoch {current}, this producer holds epoch {held} (a delayed request from an ended transaction)",
@@ -202,6 +212,23 @@ pub enum InitDecision {
         /// The transactional id's current epoch, -1 if none.
         epoch: i16,
     },
+}
+
+/// What an expiry sweep decided ([`ProducerTable::handle_expiry`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expiry {
+    /// Transactional ids forgotten (already applied): persist them.
+    pub forgotten: Vec<Entry>,
+    /// Idle ids whose epoch is fenced before they are forgotten: persist each decision's
+    /// entries, then write its markers, as for a timeout.
+    pub fences: Vec<(String, EndDecision)>,
+}
+
+impl Expiry {
+    /// Nothing forgotten, nothing fenced.
+    pub fn is_empty(&self) -> bool {
+        self.forgotten.is_empty() && self.fences.is_empty()
+    }
 }
 
 /// What an EndTxn (or a timeout) decided.
@@ -561,6 +588,10 @@ impl ProducerTable {
     }
 
     fn end_entry(&self, tid: &str, commit: bool, timed_out: bool, bump: bool) -> Entry {
+        self.end_entry_as(tid, commit, timed_out, false, bump)
+    }
+
+    fn end_entry_as(&self, tid: &str, commit: bool, timed_out: bool, expired: bool, bump: bool) -> Entry {
         let e = &self.by_tid[tid];
         let (producer_id, epoch, marker_epoch) =
             if bump { self.next_epoch(e) } else { (e.producer_id, e.epoch, e.epoch) };
@@ -571,6 +602,7 @@ impl ProducerTable {
             prev: (e.producer_id, e.epoch),
             commit,
             timed_out,
+            expired,
             markers: Self::targets(e, marker_epoch),
         }
     }
@@ -634,37 +666,53 @@ impl ProducerTable {
 
     /// The expiry sweep, run every so often: a transactional id first found idle (no entry
     /// applied to it since the last sweep) starts its idle clock at `now_ms`; one idle for
-    /// longer than `transactional_id_expiration_ms` with no transaction open and no marker owed
-    /// is forgotten, with its producer ids. Returns the entries that record it (already applied
-    /// here), at most [`EXPIRED_PER_ENTRY_MAX`] ids each.
+    /// `transactional_id_expiration_ms` with no transaction open and no marker owed is
+    /// forgotten, with its producer ids, at most [`EXPIRED_PER_ENTRY_MAX`] ids per entry.
     ///
-    /// The fence holds across it: every partition that id's epochs wrote to holds a marker
-    /// at its last epoch (it has none owed), so its old epochs stay refused there; a partition
-    /// that forgot the producer id (its own expiry) asks here again, and a producer id bound
-    /// to no transactional id is refused every transactional write
-    /// ([`ProducerTable::handle_register`]) and every KIP-360 init as fenced. A new instance of
-    /// the id gets a new producer id.
-    pub fn handle_expiry(&mut self, now_ms: u64) -> Vec<Entry> {
+    /// The fence holds across it. An id whose current epoch has partitions registered (writes
+    /// outside a transaction, which partitions admit on a verification they keep) is not
+    /// forgotten yet: its epoch is fenced first, with abort markers at the next epoch on those
+    /// partitions, as a timeout's are (returned in `fences`, to be written once durable); it is
+    /// forgotten a whole expiration later. Every other partition its epochs wrote to holds a
+    /// marker at its last epoch already. After that, a partition that forgot the producer id
+    /// (its own expiry) asks here again, and a producer id bound to no transactional id is
+    /// refused every transactional write ([`ProducerTable::handle_register`]) and every KIP-360
+    /// init as fenced. A new instance of the id gets a new producer id.
+    pub fn handle_expiry(&mut self, now_ms: u64) -> Expiry {
         let expiration = self.config.transactional_id_expiration_ms;
-        let mut expired = Vec::new();
+        let (mut expired, mut to_fence) = (Vec::new(), Vec::new());
         for (tid, e) in self.by_tid.iter_mut() {
             let quiet = e.pending.is_empty() && e.txn_started_ms.is_none();
             match e.idle_since_ms {
                 _ if !quiet => e.idle_since_ms = None,
                 None => e.idle_since_ms = Some(now_ms),
-                Some(since) if now_ms.saturating_sub(since) >= expiration => expired.push(tid.clone()),
+                Some(since) if now_ms.saturating_sub(since) >= expiration => {
+                    if e.registered.is_empty() {
+                        expired.push(tid.clone());
+                    } else {
+                        to_fence.push(tid.clone());
+                    }
+                }
                 Some(_) => {}
             }
         }
         expired.sort();
-        let entries: Vec<Entry> = expired
+        to_fence.sort();
+        let forgotten: Vec<Entry> = expired
             .chunks(EXPIRED_PER_ENTRY_MAX)
             .map(|ids| Entry::TxnIdsExpired { transactional_ids: ids.to_vec() })
             .collect();
-        for entry in &entries {
+        for entry in &forgotten {
             self.apply(entry);
         }
-        entries
+        let fences = to_fence
+            .into_iter()
+            .map(|tid| {
+                let entry = self.end_entry_as(&tid, false, false, true, true);
+                (tid, self.end(entry))
+            })
+            .collect();
+        Expiry { forgotten, fences }
     }
 
     /// (Transactional ids held, `transactional_ids_max`.)
@@ -822,7 +870,7 @@ impl ProducerTable {
                     }
                 }
             }
-            Entry::EndTxn { transactional_id, producer_id, epoch, prev, commit, timed_out, markers } => {
+            Entry::EndTxn { transactional_id, producer_id, epoch, prev, commit, timed_out, expired, markers } => {
                 self.next_producer_id = self.next_producer_id.max(producer_id + 1);
                 self.owner.insert(*producer_id, transactional_id.clone());
                 if let Some(e) = self.by_tid.get_mut(transactional_id) {
@@ -838,10 +886,15 @@ impl ProducerTable {
                     e.pending_commit = *commit;
                     count_markers(e, markers);
                     // Only a bumping end can be recognised when retried (see handle_end_txn).
-                    e.last_end = (!timed_out && bumped).then_some((*prev, *commit));
+                    e.last_end = (!timed_out && !expired && bumped).then_some((*prev, *commit));
                     if bumped {
-                        let why =
-                            if *timed_out { Bump::TimedOut { timeout_ms } } else { Bump::Ended { commit: *commit } };
+                        let why = if *expired {
+                            Bump::Expired
+                        } else if *timed_out {
+                            Bump::TimedOut { timeout_ms }
+                        } else {
+                            Bump::Ended { commit: *commit }
+                        };
                         remember(&mut e.bumps, *epoch, why);
                     }
                 }
@@ -864,6 +917,7 @@ impl ProducerTable {
                             1 => Bump::Ended { commit: true },
                             2 => Bump::Ended { commit: false },
                             3 => Bump::TimedOut { timeout_ms: *timeout_ms },
+                            4 => Bump::Expired,
                             _ => Bump::NewInstance,
                         };
                         (*epoch, why)
@@ -942,6 +996,7 @@ impl ProducerTable {
                         Bump::Ended { commit: true } => (*epoch, 1, 0),
                         Bump::Ended { commit: false } => (*epoch, 2, 0),
                         Bump::TimedOut { timeout_ms } => (*epoch, 3, *timeout_ms),
+                        Bump::Expired => (*epoch, 4, 0),
                     })
                     .collect(),
                 next_marker_sequence: e.next_marker_sequence,
@@ -1040,8 +1095,9 @@ mod tests {
         t.handle_fence_done("z", e);
         assert!(t.handle_expiry(6_000).is_empty(), "the first sweep that finds it idle starts its clock");
         assert!(t.handle_expiry(6_999).is_empty(), "idle for less than the expiration");
-        let entries = t.handle_expiry(7_000);
-        assert_eq!(entries, vec![Entry::TxnIdsExpired { transactional_ids: vec!["z".into()] }]);
+        let expiry = t.handle_expiry(7_000);
+        assert!(expiry.fences.is_empty(), "nothing registered outside a transaction: nothing to fence");
+        assert_eq!(expiry.forgotten, vec![Entry::TxnIdsExpired { transactional_ids: vec!["z".into()] }]);
         assert_eq!(t.current("z"), None);
         assert_eq!(t.transactional_ids().0, 0);
         // The new instance gets a new producer id, never the old one.
@@ -1074,7 +1130,7 @@ mod tests {
         assert!(e1 > e);
         assert!(t.handle_expiry(1_500).is_empty(), "touched since the last sweep");
         assert!(t.handle_expiry(2_000).is_empty());
-        assert_eq!(t.handle_expiry(2_500).len(), 1, "idle since 1_500");
+        assert_eq!(t.handle_expiry(2_500).forgotten.len(), 1, "idle since 1_500");
         // Markers owed keep an id whatever its age.
         let (pid2, e2, _) = grant(t.handle_init(Some("y"), T, None));
         assert!(matches!(
@@ -1085,6 +1141,37 @@ mod tests {
         assert!(t.handle_expiry(10_000).is_empty());
         assert!(t.handle_expiry(20_000).is_empty(), "markers still owed");
         assert!(pid2 > pid);
+    }
+
+    /// Writes outside a transaction are admitted on a verification the partition keeps until
+    /// a marker of a newer epoch: forgetting such an id without a marker would leave its
+    /// sleeping producer admitted there for good. So its epoch is fenced first.
+    #[test]
+    fn an_idle_id_with_writes_outside_transactions_is_fenced_before_it_is_forgotten() {
+        let config = TableConfig { transactional_id_expiration_ms: 1_000, ..TableConfig::default() };
+        let mut t = ProducerTable::new(config);
+        let (pid, e, _) = grant(t.handle_init(Some("z"), T, None));
+        assert!(matches!(
+            t.handle_register(&Registration::new(pid, e, ("t", 9), 3, false), 0),
+            RegisterDecision::Accept { .. }
+        ));
+        assert!(t.handle_expiry(0).is_empty());
+        let expiry = t.handle_expiry(1_000);
+        assert!(expiry.forgotten.is_empty(), "not forgotten before its fence");
+        let [(tid, EndDecision::Markers { epoch, commit: false, markers, entries, .. })] = &expiry.fences[..] else {
+            panic!("one fence: {expiry:?}")
+        };
+        assert_eq!((tid.as_str(), *epoch), ("z", e + 1));
+        assert_eq!((markers[0].partition, markers[0].producer_id, markers[0].marker_epoch), (3, pid, e + 1));
+        assert!(matches!(&entries[0], Entry::EndTxn { expired: true, .. }));
+        // Until its markers are written it stays; then the sleeper's epoch is refused as fenced.
+        assert!(t.handle_expiry(10_000).is_empty());
+        t.handle_fence_done("z", e + 1);
+        let InitDecision::Refuse { status, .. } = t.handle_init(Some("z"), T, Some((pid, e))) else { panic!() };
+        assert_eq!(status.code, ErrorCode::ProducerFenced);
+        assert!(status.message.contains("sat idle past its expiration"), "{status}");
+        assert!(t.handle_expiry(11_000).is_empty());
+        assert_eq!(t.handle_expiry(12_000).forgotten.len(), 1, "forgotten a whole expiration after its fence");
     }
 
     #[test]

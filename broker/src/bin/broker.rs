@@ -93,6 +93,15 @@ struct Args {
     /// How often retention runs, in milliseconds.
     #[arg(long, default_value_t = 60_000)]
     retention_check_ms: u64,
+    /// Forget a producer id that writes nothing to a partition for this long, in milliseconds
+    /// (Kafka's `producer.id.expiration.ms`); its next write there is checked with the
+    /// coordinator first, so a fenced producer that slept through it stays fenced.
+    #[arg(long, default_value_t = broker::server::PRODUCER_ID_EXPIRATION_MS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
+    producer_id_expiration_ms: u64,
+    /// How often idle producer ids are looked for, in milliseconds (Kafka's
+    /// `producer.id.expiration.check.interval.ms`).
+    #[arg(long, default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..))]
+    producer_id_expiration_check_interval_ms: u64,
     /// How often each partition's high watermark is written to its directory, in milliseconds
     /// (Kafka's replica.high.watermark.checkpoint.interval.ms): a restarted leader serves what
     /// was committed up to it at once, and a log found shorter than it at a restart has lost
@@ -170,6 +179,8 @@ async fn main() -> anyhow::Result<()> {
         replication_cache_bytes_max: args.replication_cache_bytes_max,
     };
     config.retention_check_ms = args.retention_check_ms.max(1);
+    config.producer_id_expiration_ms = args.producer_id_expiration_ms;
+    config.producer_id_expiration_check_interval_ms = args.producer_id_expiration_check_interval_ms;
     config.high_watermark_checkpoint_interval_ms = args.high_watermark_checkpoint_interval_ms.max(1);
     config.limits.idle_ms = args.idle_ms;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {

@@ -1599,8 +1599,14 @@ impl Partition {
             let lso = g.txns.last_stable_offset(hw);
             let committed = isolation == READ_COMMITTED;
             let limit = if committed { lso } else { hw };
-            let aborted = if committed { g.txns.aborted_between(offset, limit) } else { Vec::new() };
-            (g.log.locate(offset, max_bytes, limit), hw, lso, aborted, g.leadership.leader_epoch, start)
+            let range = g.log.locate(offset, max_bytes, limit);
+            // The aborted transactions overlapping the records returned, not all up to the
+            // limit: a fetch's answer (and the search for it) does not grow with the index.
+            let aborted = match (&range, committed) {
+                (Some(r), true) => g.txns.aborted_between(offset, r.end_offset),
+                _ => Vec::new(),
+            };
+            (range, hw, lso, aborted, g.leadership.leader_epoch, start)
         };
         let records = read_range(range)?;
         Ok(Fetched { records, high_watermark, last_stable_offset, aborted, leader_epoch, log_start_offset })
@@ -2505,14 +2511,18 @@ mod tests {
         );
         let h = BatchHeader::parse(&next).unwrap();
         assert!(matches!(follower.append(&next, &h, 3, false), Ok(Appended::New { .. })), "it continues at sequence 1");
-        // Without the leader's state (as before), the same batch is out of order.
+        // Without the leader's state (as before), the same batch continues a producer this
+        // replica holds nothing of: refused, the producer must start over.
         let bare = tempfile::tempdir().unwrap();
         let other = Partition::open_with(Arc::new(OsStorage), bare.path(), config, "t", 0, 3, true).unwrap();
         other.learn(2, 2, 1, &[2, 3], &[2, 3], 0);
         other.apply_replicated(&ReplicateRequest { producer_state: Bytes::new(), ..req }, true).unwrap();
         other.learn(3, 3, 2, &[2, 3], &[3], 0);
         assert!(other.mark_verified(7, 0, false, other.verification_guard(7)));
-        assert!(matches!(other.append(&next, &h, 3, false), Err(AppendError::Gate(GateError::OutOfOrder { .. }))));
+        assert!(matches!(
+            other.append(&next, &h, 3, false),
+            Err(AppendError::Gate(GateError::UnknownProducer { producer_id: 7, got: 1 }))
+        ));
     }
 
     /// Issue 27 (item 6): retention stops at the newest snapshot at or below the high

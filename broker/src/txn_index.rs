@@ -36,10 +36,20 @@ pub struct SavedTxn {
 }
 
 /// Open and aborted transactions of a partition.
+///
+/// The aborted ones are in marker order; beside each, the smallest first offset of it and every
+/// later one (`first_min`), so a fetch finds the aborted transactions overlapping its records
+/// without reading the whole list: it starts at the first marker at or after its start (a
+/// binary search) and stops where no later transaction began before its end. What it reads is
+/// the transactions it answers, plus those that ended after its end while one that began
+/// before its end was still open: never the index's length.
 #[derive(Debug, Clone, Default)]
 pub struct TxnIndex {
     open: BTreeMap<i64, i64>,
     aborted: Vec<AbortedRange>,
+    /// `first_min[i]`: the smallest `first_offset` of `aborted[i..]` (or smaller, after a
+    /// [`TxnIndex::restore`]: a bound that only lengthens a search, never cuts it short).
+    first_min: Vec<i64>,
 }
 
 impl TxnIndex {
@@ -57,7 +67,7 @@ impl TxnIndex {
         if h.is_control() {
             if let Some(first_offset) = self.open.remove(&h.producer_id) {
                 if marker != Some(MarkerKind::Commit) {
-                    self.aborted.push(AbortedRange {
+                    self.push_aborted(AbortedRange {
                         producer_id: h.producer_id,
                         first_offset,
                         marker_offset: h.base_offset,
@@ -67,6 +77,20 @@ impl TxnIndex {
         } else if h.is_transactional() {
             self.open.entry(h.producer_id).or_insert(h.base_offset);
         }
+    }
+
+    fn push_aborted(&mut self, a: AbortedRange) {
+        // Lower the minima of the earlier entries down to this one's first offset: the walk
+        // stops at the first that is already as low, so it covers only the transactions that
+        // ended while this one was open.
+        for m in self.first_min.iter_mut().rev() {
+            if *m <= a.first_offset {
+                break;
+            }
+            *m = a.first_offset;
+        }
+        self.aborted.push(a);
+        self.first_min.push(a.first_offset);
     }
 
     /// What the index holds for `producer_id`, to put back with [`TxnIndex::restore`] if
@@ -87,11 +111,19 @@ impl TxnIndex {
             }
         }
         self.aborted.truncate(saved.aborted_len);
+        self.first_min.truncate(saved.aborted_len);
     }
 
     /// Forget aborted transactions whose marker is below `offset` (retention deleted them).
     pub fn forget_before(&mut self, offset: i64) {
-        self.aborted.retain(|a| a.marker_offset >= offset);
+        let gone = self.aborted.partition_point(|a| a.marker_offset < offset);
+        self.aborted.drain(..gone);
+        self.first_min.drain(..gone);
+    }
+
+    /// Aborted transactions held.
+    pub fn aborted_len(&self) -> usize {
+        self.aborted.len()
     }
 
     /// Append the open transactions and the aborted-transaction index to a snapshot.
@@ -120,7 +152,16 @@ impl TxnIndex {
         for _ in 0..n {
             aborted.push(AbortedRange { producer_id: r.i64()?, first_offset: r.i64()?, marker_offset: r.i64()? });
         }
-        Ok(TxnIndex { open, aborted })
+        if aborted.windows(2).any(|w| w[0].marker_offset > w[1].marker_offset) {
+            return Err(Malformed("aborted transactions out of marker order"));
+        }
+        let mut first_min = vec![0; aborted.len()];
+        let mut min = i64::MAX;
+        for (i, a) in aborted.iter().enumerate().rev() {
+            min = min.min(a.first_offset);
+            first_min[i] = min;
+        }
+        Ok(TxnIndex { open, aborted, first_min })
     }
 
     /// First offset of the oldest open transaction.
@@ -138,12 +179,15 @@ impl TxnIndex {
         self.first_unstable_offset().map_or(high_watermark, |f| f.min(high_watermark))
     }
 
-    /// Aborted transactions that overlap offsets `[from, to)`.
+    /// Aborted transactions that overlap offsets `[from, to)`, in marker order.
     pub fn aborted_between(&self, from: i64, to: i64) -> Vec<AbortedTxn> {
-        self.aborted
+        let start = self.aborted.partition_point(|a| a.marker_offset < from);
+        self.aborted[start..]
             .iter()
-            .filter(|a| a.marker_offset >= from && a.first_offset < to)
-            .map(|a| AbortedTxn { producer_id: a.producer_id, first_offset: a.first_offset })
+            .zip(&self.first_min[start..])
+            .take_while(|(_, min)| **min < to)
+            .filter(|(a, _)| a.first_offset < to)
+            .map(|(a, _)| AbortedTxn { producer_id: a.producer_id, first_offset: a.first_offset })
             .collect()
     }
 }
@@ -188,6 +232,55 @@ mod tests {
         assert_eq!(x.aborted_between(0, 6), vec![AbortedTxn { producer_id: 3, first_offset: 2 }]);
         assert!(x.aborted_between(6, 9).is_empty());
         assert!(x.aborted_between(0, 2).is_empty(), "the abort starts at 2");
+    }
+
+    fn abort(x: &mut TxnIndex, pid: i64, offset: i64) {
+        x.record(&at(build_marker(pid, 1, -1, MarkerKind::Abort, 0, 0), offset), Some(MarkerKind::Abort));
+    }
+
+    /// The search answers exactly what a scan of the whole list would, interleaved and long
+    /// transactions included, after retention and after a decode.
+    #[test]
+    fn the_bounded_search_answers_as_the_whole_scan_does() {
+        let mut x = TxnIndex::new();
+        // Producer 1 opens at 0 and stays open across producers 2..=40, each opening and
+        // aborting in turn; then 1 aborts; then short ones again.
+        x.record(&data(1, true, 0), None);
+        let mut offset = 1;
+        for pid in 2..=40 {
+            x.record(&data(pid, true, offset), None);
+            abort(&mut x, pid, offset + 1);
+            offset += 2;
+        }
+        abort(&mut x, 1, offset);
+        offset += 1;
+        for pid in 41..=60 {
+            x.record(&data(pid, true, offset), None);
+            abort(&mut x, pid, offset + 1);
+            offset += 2;
+        }
+        let scan = |x: &TxnIndex, from: i64, to: i64| -> Vec<AbortedTxn> {
+            x.aborted
+                .iter()
+                .filter(|a| a.marker_offset >= from && a.first_offset < to)
+                .map(|a| AbortedTxn { producer_id: a.producer_id, first_offset: a.first_offset })
+                .collect()
+        };
+        let check = |x: &TxnIndex| {
+            for from in 0..=offset {
+                for to in from..=offset + 1 {
+                    assert_eq!(x.aborted_between(from, to), scan(x, from, to), "[{from}, {to})");
+                }
+            }
+        };
+        check(&x);
+        assert!(x.aborted_between(5, 6).iter().any(|a| a.producer_id == 1), "the long one overlaps every range");
+        x.forget_before(30);
+        check(&x);
+        let mut out = Vec::new();
+        x.encode(&mut out);
+        let decoded = TxnIndex::decode(&mut Reader::new(&out)).unwrap();
+        check(&decoded);
     }
 
     #[test]

@@ -52,11 +52,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             member_id: String::new(),
             instance_id: None,
         };
-        let offset = PartitionOffset { topic: "orders".into(), partition: 0, offset: 42, leader_epoch: 3, metadata: None };
+        let offset =
+            PartitionOffset { topic: "orders".into(), partition: 0, offset: 42, leader_epoch: 3, metadata: None };
         groups.handle_commit(&who, &[offset]).map_err(|s| s.to_string())?;
         let _ = groups.take_effects();
     }
-    report("groups with one offset each (--groups-max)", groups.counts().0, before);
+    report("groups with one offset each (--groups-max)", groups.counts().groups.0, before);
 
     let before = rss_kib();
     let mut full = GroupTable::new(group_config.clone(), 2);
@@ -76,6 +77,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         full.handle_commit(&who, &offsets).map_err(|s| s.to_string())?;
         let _ = full.take_effects();
     }
-    report("offsets of 4 KiB metadata in one group (--group-offsets-max)", full.counts().2, before);
+    report(
+        "offsets of 4 KiB metadata in one group (--group-offsets-max)",
+        full.counts().fullest_group_offsets.0,
+        before,
+    );
     Ok(())
 }

@@ -58,6 +58,9 @@ pub struct GroupConfig {
     /// Committed offsets one group holds; a commit adding partitions beyond is refused
     /// POLICY_VIOLATION.
     pub group_offsets_max: usize,
+    /// Committed offsets all groups together hold (what bounds the offsets' memory, with
+    /// `offset_metadata_bytes_max`); beyond, POLICY_VIOLATION.
+    pub offsets_max: usize,
     /// A group with no members whose offsets see no commit for this long is forgotten
     /// (Kafka's `offsets.retention.minutes`, 7 days).
     pub offsets_retention_ms: u64,
@@ -79,10 +82,22 @@ impl Default for GroupConfig {
             offsets_per_commit_max: 1_000,
             groups_max: 100_000,
             group_offsets_max: 10_000,
+            offsets_max: 1_000_000,
             offsets_retention_ms: 7 * 24 * 60 * 60 * 1000,
             generation_fencing: true,
         }
     }
+}
+
+/// What [`GroupTable::counts`] reports: (held, cap) each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupCounts {
+    /// Groups, `groups_max`.
+    pub groups: (usize, usize),
+    /// The fullest group's committed offsets, `group_offsets_max`.
+    pub fullest_group_offsets: (usize, usize),
+    /// Offsets over every group (committed, and staged by open transactions), `offsets_max`.
+    pub offsets: (usize, usize),
 }
 
 /// Kafka's group states.
@@ -279,6 +294,10 @@ pub struct GroupTable {
     next_member: u64,
     wakes: Vec<Wake>,
     entries: Vec<Entry>,
+    /// Committed offsets held, over every group.
+    offsets_total: usize,
+    /// Offsets staged by open transactions, over every transaction and group.
+    staged_total: usize,
 }
 
 impl GroupTable {
@@ -293,6 +312,8 @@ impl GroupTable {
             next_member: 0,
             wakes: Vec::new(),
             entries: Vec::new(),
+            offsets_total: 0,
+            staged_total: 0,
         }
     }
 
@@ -922,6 +943,18 @@ impl GroupTable {
         new.sort_unstable();
         new.dedup();
         let count = held.map_or(0, BTreeMap::len);
+        // Offsets staged by open transactions count too: they are held as long.
+        if !new.is_empty() && self.offsets_total + self.staged_total + new.len() > self.config.offsets_max {
+            return Err(status(
+                ErrorCode::PolicyViolation,
+                format!(
+                    "the coordinator holds offsets_max {} offsets (committed, and staged by open transactions) over \
+                     all groups, so it takes no new partition for group '{group}'; wait for empty groups to expire, \
+                     or raise --offsets-max",
+                    self.config.offsets_max
+                ),
+            ));
+        }
         if !new.is_empty() && count + new.len() > self.config.group_offsets_max {
             return Err(status(
                 ErrorCode::PolicyViolation,
@@ -936,10 +969,14 @@ impl GroupTable {
         Ok(())
     }
 
-    /// (Groups held, `groups_max`, the most offsets one group holds, `group_offsets_max`.)
-    pub fn counts(&self) -> (usize, usize, usize, usize) {
+    /// The state held beside its cap: groups, the fullest group's offsets, all offsets.
+    pub fn counts(&self) -> GroupCounts {
         let fullest = self.groups.values().map(|g| g.offsets.len()).max().unwrap_or(0);
-        (self.groups.len(), self.config.groups_max, fullest, self.config.group_offsets_max)
+        GroupCounts {
+            groups: (self.groups.len(), self.config.groups_max),
+            fullest_group_offsets: (fullest, self.config.group_offsets_max),
+            offsets: (self.offsets_total + self.staged_total, self.config.offsets_max),
+        }
     }
 
     /// The expiry sweep, run every so often: a group found without members, rebalance or
@@ -1135,32 +1172,45 @@ impl GroupTable {
                 let g = self.groups.entry(group.clone()).or_insert_with(Group::new);
                 g.idle_since_ms = None;
                 for o in offsets {
-                    g.offsets.insert((o.topic.clone(), o.partition), o.clone());
+                    if g.offsets.insert((o.topic.clone(), o.partition), o.clone()).is_none() {
+                        self.offsets_total += 1;
+                    }
                 }
             }
             Entry::TxnOffsetsStaged { transactional_id, group, offsets } => {
                 let staged = self.staged.entry(transactional_id.clone()).or_default().entry(group.clone()).or_default();
                 for o in offsets {
-                    staged.insert((o.topic.clone(), o.partition), o.clone());
+                    if staged.insert((o.topic.clone(), o.partition), o.clone()).is_none() {
+                        self.staged_total += 1;
+                    }
                 }
             }
             Entry::EndTxn { transactional_id, commit, .. } => {
                 if let Some(by_group) = self.staged.remove(transactional_id) {
+                    self.staged_total -= by_group.values().map(BTreeMap::len).sum::<usize>();
                     if *commit {
                         for (group, offsets) in by_group {
                             let g = self.groups.entry(group).or_insert_with(Group::new);
                             g.idle_since_ms = None;
-                            g.offsets.extend(offsets);
+                            for (key, o) in offsets {
+                                if g.offsets.insert(key, o).is_none() {
+                                    self.offsets_total += 1;
+                                }
+                            }
                         }
                     }
                 }
             }
             Entry::Grant { transactional_id: Some(tid), .. } => {
-                self.staged.remove(tid);
+                if let Some(by_group) = self.staged.remove(tid) {
+                    self.staged_total -= by_group.values().map(BTreeMap::len).sum::<usize>();
+                }
             }
             Entry::GroupsExpired { groups } => {
                 for group in groups {
-                    self.groups.remove(group);
+                    if let Some(g) = self.groups.remove(group) {
+                        self.offsets_total -= g.offsets.len();
+                    }
                 }
             }
             _ => {}
@@ -1342,14 +1392,15 @@ mod tests {
         let entries = t.handle_expiry(2_000);
         assert_eq!(entries, vec![Entry::GroupsExpired { groups: vec!["idle".into()] }]);
         assert_eq!(t.handle_fetch("idle", Some(&[("in".into(), 0)]), false)[0].0.offset, -1, "forgotten");
-        assert_eq!(t.counts().0, 1, "g, with its member, stays");
+        assert_eq!(t.counts().groups.0, 1, "g, with its member, stays");
+        assert_eq!(t.counts().offsets.0, 0);
         assert!(t.describe(&["g".into()])[0].members.iter().any(|m| m.member_id == a));
         // A replay rebuilds the same groups.
         let mut replayed = GroupTable::new(config(), 2);
         for e in t.snapshot() {
             replayed.apply(&e);
         }
-        assert_eq!(replayed.counts().0, 1);
+        assert_eq!(replayed.counts().groups.0, 1);
     }
 
     #[test]
@@ -1371,7 +1422,21 @@ mod tests {
         assert!(over.message.contains("group_offsets_max 3"), "{over}");
         commit_to(&mut t, "a", &[offset(0, 2), offset(2, 1)]).unwrap();
         commit_to(&mut t, "a", &[offset(0, 3), offset(1, 3), offset(2, 3)]).unwrap();
-        assert_eq!(t.counts(), (2, 2, 3, 3));
+        let c = t.counts();
+        assert_eq!((c.groups, c.fullest_group_offsets, c.offsets.0), ((2, 2), (3, 3), 4));
+        // And all groups together: b may not grow past offsets_max 4 either.
+        let mut t = GroupTable::new(GroupConfig { offsets_max: 2, ..config() }, 1);
+        commit_to(&mut t, "a", &[offset(0, 1)]).unwrap();
+        commit_to(&mut t, "b", &[offset(0, 1)]).unwrap();
+        let over = commit_to(&mut t, "b", &[offset(1, 1)]).unwrap_err();
+        assert!(over.code == ErrorCode::PolicyViolation && over.message.contains("offsets_max 2"), "{over}");
+        // Staged offsets count as held: an open transaction cannot pile up partitions either.
+        let mut t = GroupTable::new(GroupConfig { offsets_max: 2, ..config() }, 1);
+        let anonymous = GroupMember { group: "a".into(), generation: -1, member_id: String::new(), instance_id: None };
+        t.handle_txn_commit("w", &anonymous, &[offset(0, 1), offset(1, 1)]).unwrap();
+        let over = t.handle_txn_commit("w", &anonymous, &[offset(2, 1)]).unwrap_err();
+        assert_eq!(over.code, ErrorCode::PolicyViolation);
+        assert_eq!(t.counts().offsets, (2, 2));
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub struct CoordinatorMetrics {
 }
 
 /// The `kind` label of `epochfence_coordinator_state_held` and `_state_held_max`:
-/// `transactional_ids`, `groups`, `group_offsets` (the fullest group's).
+/// `transactional_ids`, `groups`, `group_offsets` (the fullest group's), `offsets` (all groups').
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: &'static str,
@@ -120,13 +120,13 @@ impl CoordinatorMetrics {
         );
         registry.register(
             "state_held",
-            "State the coordinator holds, by kind: transactional ids, groups, and the committed offsets of the \
-             fullest group",
+            "State the coordinator holds, by kind: transactional ids, groups, the committed offsets of the fullest \
+             group, and of all groups",
             m.held.clone(),
         );
         registry.register(
             "state_held_max",
-            "The cap of each kind of state_held (--transactional-ids-max, --groups-max, --group-offsets-max)",
+            "The cap of each kind of state_held (--transactional-ids-max, --groups-max, --group-offsets-max, --offsets-max)",
             m.held_max.clone(),
         );
         registry.register(

@@ -124,11 +124,12 @@ impl State {
     /// metrics show them.
     fn held(&self) -> Vec<(&'static str, usize, usize)> {
         let (tids, tids_max) = self.table.transactional_ids();
-        let (groups, groups_max, fullest, offsets_max) = self.groups.counts();
+        let c = self.groups.counts();
         vec![
             ("transactional_ids", tids, tids_max),
-            ("groups", groups, groups_max),
-            ("group_offsets", fullest, offsets_max),
+            ("groups", c.groups.0, c.groups.1),
+            ("group_offsets", c.fullest_group_offsets.0, c.fullest_group_offsets.1),
+            ("offsets", c.offsets.0, c.offsets.1),
         ]
     }
 }

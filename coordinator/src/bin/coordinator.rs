@@ -78,6 +78,10 @@ struct Args {
     /// POLICY_VIOLATION.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     group_offsets_max: u64,
+    /// Most committed offsets all groups together hold; a commit adding partitions beyond is
+    /// refused POLICY_VIOLATION.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    offsets_max: u64,
     /// How often idle transactional ids and empty groups are looked for, in milliseconds.
     #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     expiry_check_interval_ms: u64,
@@ -181,6 +185,7 @@ async fn main() -> anyhow::Result<()> {
     config.groups.offsets_retention_ms = args.offsets_retention_minutes.saturating_mul(60_000);
     config.groups.groups_max = usize::try_from(args.groups_max).unwrap_or(usize::MAX);
     config.groups.group_offsets_max = usize::try_from(args.group_offsets_max).unwrap_or(usize::MAX);
+    config.groups.offsets_max = usize::try_from(args.offsets_max).unwrap_or(usize::MAX);
     config.expiry_check_interval_ms = args.expiry_check_interval_ms;
     config.cluster.default_replication_factor = args.default_replication_factor;
     config.cluster.default_min_insync_replicas = args.default_min_insync_replicas;

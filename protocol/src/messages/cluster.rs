@@ -708,7 +708,8 @@ pub struct DescribeResponse {
 /// One kind of state the coordinator holds, and its cap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldState {
-    /// `transactional_ids`, `groups`, or `group_offsets` (the fullest group's).
+    /// `transactional_ids`, `groups`, `group_offsets` (the fullest group's) or `offsets` (all
+    /// groups').
     pub kind: String,
     /// How many are held.
     pub count: i64,

@@ -441,10 +441,17 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
             code: ErrorCode::UnknownProducerId,
         },
         Row {
-            what: "sequence out of range",
+            // Producer id 0 is the healthy producer's ("before"), which wrote sequence 0 here.
+            what: "sequence gap",
+            to_coordinator: false,
+            req: produce(0, ACKS_ALL, batch(0, 0, 42)),
+            code: ErrorCode::OutOfOrderSequenceNumber,
+        },
+        Row {
+            what: "a sequence continued by a producer id the partition holds nothing of",
             to_coordinator: false,
             req: produce(0, ACKS_ALL, batch(p.producer_id(), p.epoch(), 42)),
-            code: ErrorCode::OutOfOrderSequenceNumber,
+            code: ErrorCode::UnknownProducerId,
         },
         Row {
             what: "epoch never granted",

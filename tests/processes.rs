@@ -515,3 +515,28 @@ async fn a_producer_frozen_across_its_producer_ids_expiry_on_a_partition_is_refu
     await_metric(&metrics, "epochfence_broker_producer_ids_expired_total", 2.0);
     zombie_exits_fenced_and_nothing_of_it_lands_after(a, a_pid, &c.addr, 0);
 }
+
+/// The other side of the same rule: a producer writing outside transactions for several
+/// expirations is not taken for idle. Its partition asks the coordinator again every two
+/// producer-id sweeps (here within 200 ms), and the coordinator counts each answer as activity,
+/// so an id expiring after 2 s of silence is never fenced while its producer writes (before,
+/// nothing reached the coordinator after the first write, and the id was fenced under it).
+#[tokio::test]
+async fn a_producer_writing_outside_transactions_keeps_its_transactional_id_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = coordinator_with(
+        dir.path(),
+        &["--transactional-id-expiration-ms", "2000", "--expiry-check-interval-ms", "100"],
+    );
+    let flags = ["--producer-id-expiration-check-interval-ms", "100", "--fsync", "never"];
+    let _b = common::broker_with(1, &c.addr, dir.path(), &flags);
+    create_topic(&c.addr, "t", 1);
+    let out = run(
+        "producer",
+        &["--bootstrap", &c.addr, "--topic", "t", "--transactional-id", "busy", "--count", "200", "--interval-ms", "5"],
+    );
+    assert!(out.status.success(), "the busy producer was fenced: {}", String::from_utf8_lossy(&out.stderr));
+    let acked = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(acked.lines().count(), 200);
+    assert!(acked.lines().all(|l| l.contains(" epoch=0 ")), "one epoch throughout");
+}

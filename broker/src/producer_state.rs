@@ -16,7 +16,7 @@
 //! verification says nothing about which batches the log holds, so it never fences a
 //! replicated batch.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use bytes::BufMut;
 
@@ -165,6 +165,9 @@ pub struct ProducerStates {
     /// Per producer id, the epoch the coordinator confirmed for this partition and whether it
     /// confirmed it for transactional writes (which also opens the transaction there).
     verified: HashMap<i64, (i16, bool)>,
+    /// Producer ids whose verification for writes outside transactions was already held at
+    /// the last expiry sweep: the next sweep drops it ([`ProducerStates::expire`]).
+    aging: HashSet<i64>,
     /// The leader epoch the verifications belong to ([`ProducerStates::begin_leadership`]).
     leadership: i32,
     fencing: bool,
@@ -174,7 +177,13 @@ impl ProducerStates {
     /// An empty table. `fencing = false` turns the gate off entirely (every batch is
     /// appended): only for demonstrating and measuring what fencing prevents and costs.
     pub fn new(fencing: bool) -> Self {
-        ProducerStates { producers: HashMap::new(), verified: HashMap::new(), leadership: -1, fencing }
+        ProducerStates {
+            producers: HashMap::new(),
+            verified: HashMap::new(),
+            aging: HashSet::new(),
+            leadership: -1,
+            fencing,
+        }
     }
 
     /// This replica leads from now on at `leader_epoch`: every verification made before is
@@ -330,7 +339,15 @@ impl ProducerStates {
     /// The fence holds across it: a producer id this table does not know has every write
     /// checked with the coordinator first ([`Admit::NeedsVerification`]), which refuses an
     /// epoch older than the current one, however long ago this partition saw its fence.
+    ///
+    /// A verification for writes outside transactions lasts two sweeps at most: a producer
+    /// writing so is then checked with the coordinator again, which is how the coordinator sees
+    /// it is alive (it expires transactional ids it hears nothing from). A transactional one
+    /// ends with its transaction's marker anyway.
     pub fn expire(&mut self, now_ms: u64, expiration_ms: u64, keep: impl Fn(i64) -> bool) -> usize {
+        let aged = std::mem::take(&mut self.aging);
+        self.verified.retain(|id, (_, txn)| *txn || !aged.contains(id));
+        self.aging = self.verified.iter().filter(|(_, (_, txn))| !txn).map(|(id, _)| *id).collect();
         let before = self.producers.len();
         let mut gone = Vec::new();
         for (id, e) in self.producers.iter_mut() {
@@ -497,7 +514,7 @@ impl ProducerStates {
                 return Err(Malformed("a producer id twice"));
             }
         }
-        Ok(ProducerStates { producers, verified: HashMap::new(), leadership: -1, fencing })
+        Ok(ProducerStates { producers, verified: HashMap::new(), aging: HashSet::new(), leadership: -1, fencing })
     }
 
     /// The coordinator confirmed that `(producer_id, epoch)` is registered for this partition
@@ -522,6 +539,8 @@ impl ProducerStates {
         }
         let txn = transactional || self.verified.get(&producer_id).is_some_and(|(v, t)| *v == epoch && *t);
         self.verified.insert(producer_id, (epoch, txn));
+        // A fresh verification lasts its two sweeps again.
+        self.aging.remove(&producer_id);
         true
     }
 
@@ -859,6 +878,28 @@ mod tests {
         assert_eq!(s.expire(5_000, 1_000, |_| false), 0);
         assert_eq!(s.expire(6_000, 1_000, |_| false), 1);
         assert!(s.is_empty());
+    }
+
+    /// A verification for writes outside transactions is asked again after two sweeps, so the
+    /// coordinator hears from a producer that writes so (it forgets ids it hears nothing from);
+    /// a transactional one is left to its transaction's marker.
+    #[test]
+    fn verifications_outside_transactions_are_asked_again_after_two_sweeps() {
+        let mut s = ProducerStates::new(true);
+        admit(&mut s, &header(1, 0, 0, 1, 0)).unwrap();
+        assert!(s.mark_verified(2, 0, true, s.guard(2)));
+        s.record(&txn_batch(2, 0, 0, 1, 1));
+        let busy = |_| true; // nothing expires here: only the verifications are looked at
+        s.expire(0, 1_000, busy);
+        assert_eq!(s.check(&header(1, 0, 1, 1, 2)), Ok(Admit::Append), "held through one sweep");
+        s.record(&header(1, 0, 1, 1, 2));
+        s.expire(10, 1_000, busy);
+        assert!(matches!(s.check(&header(1, 0, 2, 1, 3)), Ok(Admit::NeedsVerification(_))), "asked again");
+        assert_eq!(s.check(&txn_batch(2, 0, 1, 1, 4)), Ok(Admit::Append), "the transaction's stays");
+        // Verified again: good for two more sweeps.
+        assert!(s.mark_verified(1, 0, false, s.guard(1)));
+        s.expire(20, 1_000, busy);
+        assert_eq!(s.check(&header(1, 0, 2, 1, 3)), Ok(Admit::Append));
     }
 
     /// librdkafka's idempotent producer bumps its own epoch after a sequence gap: same producer

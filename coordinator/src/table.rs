@@ -725,6 +725,19 @@ impl ProducerTable {
     /// transaction if none is open. With `verify_only`, register nothing: accept only a
     /// partition already in the open transaction (a Kafka client's write, transaction version 1).
     pub fn handle_register(&mut self, r: &Registration<'_>, now_ms: u64) -> RegisterDecision {
+        let d = self.register(r, now_ms);
+        if let RegisterDecision::Accept { .. } = d {
+            // A verification is activity too, journaled or not: a producer writing outside a
+            // transaction is seen only through them (brokers ask again now and then,
+            // `ProducerStates::expire`), so its id's idle clock starts again.
+            if let Some(e) = self.owner.get(&r.producer_id).and_then(|t| self.by_tid.get_mut(t)) {
+                e.idle_since_ms = None;
+            }
+        }
+        d
+    }
+
+    fn register(&mut self, r: &Registration<'_>, now_ms: u64) -> RegisterDecision {
         let Registration { producer_id, epoch, topic, partition, topic_id, transactional, verify_only } = *r;
         let refuse = |code, msg: String, epoch| RegisterDecision::Refuse { status: Status::new(code, msg), epoch };
         let Some(tid) = self.owner.get(&producer_id).cloned() else {
@@ -1130,7 +1143,17 @@ mod tests {
         assert!(e1 > e);
         assert!(t.handle_expiry(1_500).is_empty(), "touched since the last sweep");
         assert!(t.handle_expiry(2_000).is_empty());
-        assert_eq!(t.handle_expiry(2_500).forgotten.len(), 1, "idle since 1_500");
+        // A verification the table accepts without journaling anything counts as activity too
+        // (a producer writing outside a transaction to partitions registered long ago).
+        let (pid1, e_x, _) = grant(t.handle_init(Some("x"), T, None));
+        let reg = Registration::new(pid1, e_x, ("t", 9), 0, false);
+        assert!(matches!(t.handle_register(&reg, 0), RegisterDecision::Accept { .. }));
+        assert!(matches!(t.handle_register(&reg, 0), RegisterDecision::Accept { entries, .. } if entries.is_empty()));
+        assert_eq!(t.handle_expiry(2_500).forgotten.len(), 1, "z, idle since 1_500; not x");
+        assert!(matches!(t.handle_register(&reg, 0), RegisterDecision::Accept { entries, .. } if entries.is_empty()));
+        assert!(t.handle_expiry(4_000).is_empty(), "x was heard from since the last sweep");
+        assert!(t.handle_expiry(4_500).is_empty());
+        assert_eq!(t.handle_expiry(5_000).fences.len(), 1, "idle since 4_000, with a partition registered: fenced");
         // Markers owed keep an id whatever its age.
         let (pid2, e2, _) = grant(t.handle_init(Some("y"), T, None));
         assert!(matches!(

@@ -412,7 +412,7 @@ fn zombie_exits_fenced_and_nothing_of_it_lands_after(
     zombie_pid: i64,
     bootstrap: &str,
     partition: i32,
-) {
+) -> String {
     kill(&zombie, "CONT");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let status = loop {
@@ -446,6 +446,7 @@ fn zombie_exits_fenced_and_nothing_of_it_lands_after(
         "a write of the zombie's epoch landed after a newer one: {records:?}"
     );
     assert!(err.contains("fenced"), "{err}");
+    err
 }
 
 /// Issue 27, item 4: transactional id z expires while its producer A is frozen; a new
@@ -454,6 +455,20 @@ fn zombie_exits_fenced_and_nothing_of_it_lands_after(
 /// that epoch before forgetting the id.
 #[tokio::test]
 async fn a_producer_frozen_across_its_transactional_ids_expiry_is_refused_when_it_wakes() {
+    frozen_across_the_transactional_ids_expiry(false).await;
+}
+
+/// The same, and the partition forgets the producer id too (its own expiry) before the zombie
+/// wakes: nothing there refuses it any more, so its write is checked with the coordinator,
+/// which no longer binds the producer id to any transactional id. The id is odd, so the
+/// coordinator knows it was a transactional id's and refuses it (an idempotent producer's even
+/// id would be accepted at any epoch).
+#[tokio::test]
+async fn a_producer_frozen_across_both_expiries_is_refused_when_it_wakes() {
+    frozen_across_the_transactional_ids_expiry(true).await;
+}
+
+async fn frozen_across_the_transactional_ids_expiry(partition_forgets: bool) {
     let dir = tempfile::tempdir().unwrap();
     let flags = [
         "--transactional-id-expiration-ms",
@@ -465,7 +480,20 @@ async fn a_producer_frozen_across_its_transactional_ids_expiry_is_refused_when_i
     ];
     let mut c = coordinator_with(dir.path(), &flags);
     let metrics = common::metrics_addr(&mut c, 0);
-    let _b = broker(1, &c.addr, dir.path());
+    let broker_flags: &[&str] = if partition_forgets {
+        &[
+            "--producer-id-expiration-ms",
+            "300",
+            "--producer-id-expiration-check-interval-ms",
+            "100",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ]
+    } else {
+        &[]
+    };
+    let mut broker = common::broker_with(1, &c.addr, dir.path(), broker_flags);
+    let broker_metrics = partition_forgets.then(|| common::metrics_addr(&mut broker, 0));
     create_topic(&c.addr, "t", 1);
     let (a, a_pid) = endless_producer(&c.addr, "t", "z", 0);
     kill(&a, "STOP");
@@ -479,7 +507,15 @@ async fn a_producer_frozen_across_its_transactional_ids_expiry_is_refused_when_i
     assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
     let b_pid = field(String::from_utf8_lossy(&b.stdout).lines().next().unwrap(), "producer_id").unwrap();
     assert!(b_pid > a_pid, "a new producer id for the new instance: {b_pid} after {a_pid}");
-    zombie_exits_fenced_and_nothing_of_it_lands_after(a, a_pid, &c.addr, 0);
+    if let Some(m) = &broker_metrics {
+        // The partition forgets A's producer id (once before the fence marker, once after it)
+        // and B's.
+        await_metric(m, "epochfence_broker_producer_ids_expired_total", 3.0);
+    }
+    let err = zombie_exits_fenced_and_nothing_of_it_lands_after(a, a_pid, &c.addr, 0);
+    if partition_forgets {
+        assert!(err.contains("belonged to a transactional id that expired"), "refused by the coordinator: {err}");
+    }
 }
 
 /// Issue 27, item 4: a new instance B fences A's epoch on partition 0 (its marker), then

@@ -441,10 +441,11 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
             code: ErrorCode::UnknownProducerId,
         },
         Row {
-            // Producer id 0 is the healthy producer's ("before"), which wrote sequence 0 here.
+            // Producer id 1 is the healthy producer's ("before": the first transactional id gets
+            // the first odd id), which wrote sequence 0 here.
             what: "sequence gap",
             to_coordinator: false,
-            req: produce(0, ACKS_ALL, batch(0, 0, 42)),
+            req: produce(0, ACKS_ALL, batch(1, 0, 42)),
             code: ErrorCode::OutOfOrderSequenceNumber,
         },
         Row {

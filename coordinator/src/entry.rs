@@ -231,6 +231,12 @@ pub enum Entry {
         /// Group ids.
         groups: Vec<String>,
     },
+    /// From producer id `from` on, transactional ids get odd producer ids and idempotent
+    /// producers even ones (written once, before the first id handed out under the rule).
+    ProducerIdParity {
+        /// The first producer id under the rule.
+        from: i64,
+    },
 }
 
 /// A group's membership at one generation.
@@ -377,6 +383,7 @@ const TXN_IDS_EXPIRED: i8 = 33;
 const GROUPS_EXPIRED: i8 = 34;
 /// [`END_TXN_ID`]'s layout, for an end the expiry sweep made (`expired`).
 const END_TXN_EXPIRED: i8 = 35;
+const PRODUCER_ID_PARITY: i8 = 36;
 
 /// What a list of fence targets carries, by the entry tag it was written under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -573,6 +580,10 @@ impl Entry {
                 b.put_string(transactional_id);
                 b.put_string(group);
                 OffsetRecord::encode_list(offsets, &mut b);
+            }
+            Entry::ProducerIdParity { from } => {
+                b.put_i8(PRODUCER_ID_PARITY);
+                b.put_i64(*from);
             }
             Entry::TxnIdsExpired { transactional_ids: names } | Entry::GroupsExpired { groups: names } => {
                 b.put_i8(if matches!(self, Entry::TxnIdsExpired { .. }) { TXN_IDS_EXPIRED } else { GROUPS_EXPIRED });
@@ -792,6 +803,7 @@ impl Entry {
                 group: r.string("group")?,
                 offsets: OffsetRecord::decode_list(&mut r)?,
             },
+            PRODUCER_ID_PARITY => Entry::ProducerIdParity { from: r.i64("from")? },
             TXN_IDS_EXPIRED | GROUPS_EXPIRED => {
                 let n = r.array_len("names", 2)?;
                 let mut names = Vec::with_capacity(n);
@@ -952,6 +964,7 @@ mod tests {
             Entry::UncleanLeader { topic: "t".into(), partition: 2, leader_epoch: 9 },
             Entry::TxnIdsExpired { transactional_ids: vec!["a".into(), "b".into()] },
             Entry::GroupsExpired { groups: vec!["g".into()] },
+            Entry::ProducerIdParity { from: 17 },
             Entry::TopicCreated {
                 name: "t".into(),
                 replicas: vec![vec![1, 2], vec![2, 1]],

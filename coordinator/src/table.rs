@@ -343,8 +343,13 @@ pub struct ProducerTable {
     config: TableConfig,
     next_producer_id: i64,
     by_tid: HashMap<String, TxnEntry>,
-    /// Producer id -> owning transactional id, for every id ever bound to one.
+    /// Producer id -> owning transactional id, for every id bound to one and not expired.
     owner: HashMap<i64, String>,
+    /// From this producer id on, transactional ids get odd producer ids and idempotent
+    /// producers even ones (None: not recorded yet; a journal from before holds ids of either
+    /// kind below it). So a producer id bound to no transactional id but odd had one, which
+    /// expired: its writes are refused, where an idempotent producer's are accepted.
+    parity_from: Option<i64>,
 }
 
 impl ProducerTable {
@@ -368,11 +373,40 @@ impl ProducerTable {
         }
     }
 
+    /// The next producer id of a kind: odd for a transactional id, even for an idempotent
+    /// producer (`parity_from`). Never one handed out before: the next producer id only grows.
+    fn new_producer_id(&self, transactional: bool) -> i64 {
+        let next = self.next_producer_id;
+        if (next % 2 == 1) == transactional {
+            next
+        } else {
+            next + 1
+        }
+    }
+
+    /// Whether `producer_id`, bound to no transactional id, was one's (its id expired).
+    fn had_transactional_id(&self, producer_id: i64) -> bool {
+        self.parity_from.is_some_and(|from| producer_id >= from)
+            && producer_id % 2 == 1
+            && producer_id < self.next_producer_id
+    }
+
+    /// The entry recording `parity_from` if it is not recorded yet (applied here): the
+    /// first entry of a decision that hands out producer ids.
+    fn parity_mark(&mut self) -> Vec<Entry> {
+        if self.parity_from.is_some() {
+            return Vec::new();
+        }
+        let entry = Entry::ProducerIdParity { from: self.next_producer_id };
+        self.apply(&entry);
+        vec![entry]
+    }
+
     /// The next (producer id, epoch, marker epoch) after `e`: epoch + 1, or a fresh producer id
     /// at epoch 0 at exhaustion (the old id then fenced at [`EPOCH_RETIRED`]).
     fn next_epoch(&self, e: &TxnEntry) -> (i64, i16, i16) {
         if e.epoch >= EPOCH_GRANT_MAX {
-            (self.next_producer_id, 0, EPOCH_RETIRED)
+            (self.new_producer_id(true), 0, EPOCH_RETIRED)
         } else {
             (e.producer_id, e.epoch + 1, e.epoch + 1)
         }
@@ -401,7 +435,8 @@ impl ProducerTable {
     ) -> InitDecision {
         let refuse = |code, msg: String, epoch| InitDecision::Refuse { status: Status::new(code, msg), epoch };
         let Some(tid) = transactional_id else {
-            let producer_id = self.next_producer_id;
+            let mut entries = self.parity_mark();
+            let producer_id = self.new_producer_id(false);
             let entry = Entry::Grant {
                 transactional_id: None,
                 producer_id,
@@ -411,7 +446,8 @@ impl ProducerTable {
                 fence: Vec::new(),
             };
             self.apply(&entry);
-            return InitDecision::Grant { producer_id, epoch: 0, entries: vec![entry], fence: Vec::new() };
+            entries.push(entry);
+            return InitDecision::Grant { producer_id, epoch: 0, entries, fence: Vec::new() };
         };
         if let Err(why) = protocol::names::validate_transactional_id(tid) {
             return refuse(ErrorCode::InvalidRequest, why, -1);
@@ -446,7 +482,7 @@ impl ProducerTable {
                     -1,
                 );
             }
-            let producer_id = self.next_producer_id;
+            let producer_id = self.new_producer_id(true);
             return self.grant(tid, producer_id, 0, None, transaction_timeout_ms, Vec::new());
         };
         if let Some(status) = e.markers_pending(tid) {
@@ -465,7 +501,7 @@ impl ProducerTable {
             }
             if pid != e.producer_id || epoch != e.epoch {
                 let ours = self.owner.get(&pid).is_some_and(|t| t == tid);
-                if !self.owner.contains_key(&pid) && pid >= 0 && pid < self.next_producer_id {
+                if !self.owner.contains_key(&pid) && self.had_transactional_id(pid) {
                     // Granted once, now bound to no transactional id: its own expired (a
                     // producer that slept through it), and this id has a newer instance.
                     return refuse(
@@ -507,6 +543,7 @@ impl ProducerTable {
         transaction_timeout_ms: i32,
         fence: Vec<FenceTarget>,
     ) -> InitDecision {
+        let mut entries = self.parity_mark();
         let entry = Entry::Grant {
             transactional_id: Some(tid.to_string()),
             producer_id,
@@ -516,7 +553,8 @@ impl ProducerTable {
             fence: fence.clone(),
         };
         self.apply(&entry);
-        InitDecision::Grant { producer_id, epoch, entries: vec![entry], fence }
+        entries.push(entry);
+        InitDecision::Grant { producer_id, epoch, entries, fence }
     }
 
     /// EndTxn: commit or abort the transaction of `(producer_id, epoch)`. With `bump` the
@@ -608,12 +646,14 @@ impl ProducerTable {
     }
 
     fn end(&mut self, entry: Entry) -> EndDecision {
+        let mut entries = self.parity_mark();
         self.apply(&entry);
         let Entry::EndTxn { producer_id, epoch, commit, ref markers, .. } = entry else {
             unreachable!("end() takes EndTxn entries")
         };
         let markers = markers.clone();
-        EndDecision::Markers { producer_id, epoch, commit, entries: vec![entry], markers }
+        entries.push(entry);
+        EndDecision::Markers { producer_id, epoch, commit, entries, markers }
     }
 
     /// Abort every open transaction older than its timeout, bumping its epoch so the slow
@@ -748,6 +788,19 @@ impl ProducerTable {
                     -1,
                 );
             }
+            if self.had_transactional_id(producer_id) {
+                // Odd: a transactional id's, which expired (a producer that slept through it). Its
+                // partitions may have forgotten it too; here it stays refused, whatever it writes.
+                return refuse(
+                    ErrorCode::ProducerFenced,
+                    format!(
+                        "fenced: producer id {producer_id} belonged to a transactional id that expired (idle past \
+                         transactional_id_expiration_ms {}); a new instance may hold that id now: stop this producer",
+                        self.config.transactional_id_expiration_ms
+                    ),
+                    -1,
+                );
+            }
             // An idempotent-only producer: nothing can fence it, nothing to remember. Its epoch
             // is its own to raise (librdkafka bumps it after a sequence gap and starts again at
             // sequence 0; the partition checks that), so any epoch is accepted.
@@ -762,10 +815,8 @@ impl ProducerTable {
                 return refuse(
                     ErrorCode::InvalidTxnState,
                     format!(
-                        "producer id {producer_id} has no transactional id, so it cannot write transactionally (it \
-                         was an idempotent producer's, or its transactional id expired after \
-                         transactional_id_expiration_ms {} idle); initialise the producer again",
-                        self.config.transactional_id_expiration_ms
+                        "producer id {producer_id} is an idempotent producer's, with no transactional id, so it \
+                         cannot write transactionally; initialise the producer with a transactional id"
                     ),
                     0,
                 );
@@ -967,6 +1018,9 @@ impl ProducerTable {
                 self.next_producer_id = self.next_producer_id.max(*next_producer_id);
                 self.owner.extend(owners.iter().cloned());
             }
+            Entry::ProducerIdParity { from } => {
+                self.parity_from.get_or_insert(*from);
+            }
             Entry::TopicCreated { .. }
             | Entry::TopicDeleted { .. }
             | Entry::PartitionsAdded { .. }
@@ -984,10 +1038,11 @@ impl ProducerTable {
 
     /// The whole table as journal entries: replaying them into an empty table rebuilds it.
     pub fn snapshot(&self) -> Vec<Entry> {
-        let mut out = vec![Entry::ProducerIds {
+        let mut out: Vec<Entry> = self.parity_from.map(|from| Entry::ProducerIdParity { from }).into_iter().collect();
+        out.push(Entry::ProducerIds {
             next_producer_id: self.next_producer_id,
             owners: self.owner.iter().map(|(p, t)| (*p, t.clone())).collect(),
-        }];
+        });
         for (tid, e) in &self.by_tid {
             out.push(Entry::TxnSnapshot(TxnSnapshot {
                 transactional_id: tid.clone(),
@@ -1116,8 +1171,11 @@ mod tests {
         // The new instance gets a new producer id, never the old one.
         let (new, e_new, fence) = grant(t.handle_init(Some("z"), T, None));
         assert!(new > old && e_new == 0 && fence.is_empty(), "{new} {e_new}");
-        // The sleeper wakes: its transactional writes, its KIP-360 init and its EndTxn are refused.
-        assert_eq!(register_refused(&mut t, old, e, true), ErrorCode::InvalidTxnState);
+        // The sleeper wakes: its writes (in a transaction or not: a transactional id's producer
+        // ids are odd, so the table knows it had one), its KIP-360 init and its EndTxn are refused.
+        assert_eq!(old % 2, 1);
+        assert_eq!(register_refused(&mut t, old, e, true), ErrorCode::ProducerFenced);
+        assert_eq!(register_refused(&mut t, old, e, false), ErrorCode::ProducerFenced);
         assert_eq!(refused(t.handle_init(Some("z"), T, Some((old, e)))).0, ErrorCode::ProducerFenced);
         assert!(matches!(
             t.handle_end_txn("z", old, e, true, false),
@@ -1129,7 +1187,44 @@ mod tests {
             replayed.apply(&entry);
         }
         assert_eq!(replayed.current("z"), Some((new, 0)));
-        assert_eq!(register_refused(&mut replayed, old, e, true), ErrorCode::InvalidTxnState);
+        assert_eq!(register_refused(&mut replayed, old, e, false), ErrorCode::ProducerFenced);
+        // An idempotent producer's (even) id is still accepted at any epoch.
+        let (idempotent, _, _) = grant(t.handle_init(None, 0, None));
+        assert_eq!(idempotent % 2, 0);
+        assert!(matches!(
+            t.handle_register(&Registration::new(idempotent, 3, ("t", 9), 0, false), 0),
+            RegisterDecision::Accept { .. }
+        ));
+        assert_eq!(register_refused(&mut t, idempotent, 3, true), ErrorCode::InvalidTxnState);
+    }
+
+    /// A journal from before the rule holds idempotent producers' ids of either parity: only
+    /// ids from the recorded start of the rule on are judged by theirs.
+    #[test]
+    fn producer_ids_granted_before_the_parity_rule_are_not_judged_by_it() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let legacy = Entry::Grant {
+            transactional_id: None,
+            producer_id: 7,
+            epoch: 0,
+            requested_by: None,
+            transaction_timeout_ms: 0,
+            fence: Vec::new(),
+        };
+        t.apply(&legacy);
+        let InitDecision::Grant { producer_id, entries, .. } = t.handle_init(Some("z"), T, None) else { panic!() };
+        assert_eq!(entries[0], Entry::ProducerIdParity { from: 8 }, "recorded before the first id under the rule");
+        assert_eq!(producer_id, 9);
+        assert!(matches!(
+            t.handle_register(&Registration::new(7, 0, ("t", 9), 0, false), 0),
+            RegisterDecision::Accept { .. }
+        ));
+        let mut replayed = ProducerTable::new(TableConfig::default());
+        for e in t.snapshot() {
+            replayed.apply(&e);
+        }
+        assert_eq!(replayed.snapshot()[0], Entry::ProducerIdParity { from: 8 });
+        assert_eq!(grant(replayed.handle_init(None, 0, None)).0, 10, "even, after every id handed out");
     }
 
     #[test]
@@ -1215,10 +1310,13 @@ mod tests {
     #[test]
     fn new_and_idempotent_producers_get_fresh_ids_at_epoch_zero() {
         let mut t = ProducerTable::new(TableConfig::default());
+        // Idempotent producers get even ids, transactional ids odd ones, never one twice.
         assert_eq!(grant(t.handle_init(None, 0, None)).0, 0);
-        assert_eq!(grant(t.handle_init(None, 0, None)).0, 1);
+        assert_eq!(grant(t.handle_init(None, 0, None)).0, 2);
         let (pid, epoch, fence) = grant(t.handle_init(Some("orders"), T, None));
-        assert_eq!((pid, epoch), (2, 0));
+        assert_eq!((pid, epoch), (3, 0));
+        assert_eq!(grant(t.handle_init(Some("payments"), T, None)).0, 5);
+        assert_eq!(grant(t.handle_init(None, 0, None)).0, 6);
         assert!(fence.is_empty());
     }
 

@@ -725,6 +725,8 @@ impl Partition {
                     continue;
                 }
                 Ok(Admit::Duplicate { base_offset }) => {
+                    // A producer whose batches or markers are being retried is not idle.
+                    g.producers.touch(header.producer_id);
                     let end_offset = base_offset + i64::from(header.last_offset_delta) + 1;
                     decided(
                         &mut answers,

@@ -234,10 +234,14 @@ impl ProducerStates {
     }
 
     /// The same gate for a batch replicated from the leader: no coordinator verification
-    /// (the leader verified it), and a duplicate is an error, since a leader never sends one.
+    /// (the leader verified it), and a duplicate data batch is an error, since a leader never
+    /// sends one. A marker that repeats the last one here is taken: a leader that forgot the
+    /// producer id (idle past its expiration) appends a retried marker again, and its log is
+    /// the one to follow (the repeat changes nothing).
     pub fn check_replicated(&self, h: &BatchHeader) -> Result<(), GateError> {
         match self.check_mode(h, false)? {
             Admit::Append => Ok(()),
+            Admit::Duplicate { .. } if h.is_control() => Ok(()),
             Admit::Duplicate { .. } | Admit::NeedsVerification(_) => Err(GateError::OutOfOrder {
                 producer_id: h.producer_id,
                 epoch: h.producer_epoch,
@@ -363,6 +367,13 @@ impl ProducerStates {
             self.verified.remove(&id);
         }
         before - self.producers.len()
+    }
+
+    /// A retry of `producer_id`'s batch or marker was answered as a duplicate: it is not idle.
+    pub fn touch(&mut self, producer_id: i64) {
+        if let Some(e) = self.producers.get_mut(&producer_id) {
+            e.idle_since_ms = None;
+        }
     }
 
     /// What the table holds for `producer_id`, to put back with [`ProducerStates::restore`]
@@ -900,6 +911,23 @@ mod tests {
         assert!(s.mark_verified(1, 0, false, s.guard(1)));
         s.expire(20, 1_000, busy);
         assert_eq!(s.check(&header(1, 0, 2, 1, 3)), Ok(Admit::Append));
+    }
+
+    /// Found by the simulator: a marker retried while every answer to it was lost kept a
+    /// producer id's entry from changing, so it expired and the next retry was appended again;
+    /// followers that still knew the marker refused the leader's copy for good. Now a retry
+    /// answered as a duplicate keeps the entry alive, and a follower takes a repeated marker.
+    #[test]
+    fn retries_keep_a_producer_alive_and_followers_take_a_repeated_marker() {
+        let mut s = ProducerStates::new(true);
+        s.record(&marker_seq(1, 2, 5, 0));
+        assert_eq!(s.expire(0, 1_000, |_| false), 0);
+        assert!(matches!(s.check(&marker_seq(1, 2, 5, 9)), Ok(Admit::Duplicate { base_offset: 0 })));
+        s.touch(1);
+        assert_eq!(s.expire(1_500, 1_000, |_| false), 0, "the retry restarted its clock");
+        assert_eq!(s.epoch_of(1), Some(2));
+        assert_eq!(s.check_replicated(&marker_seq(1, 2, 5, 9)), Ok(()), "the leader's repeat is followed");
+        assert!(s.check_replicated(&header(1, 1, 0, 1, 10)).is_err(), "an older epoch still is not");
     }
 
     /// librdkafka's idempotent producer bumps its own epoch after a sequence gap: same producer

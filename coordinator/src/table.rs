@@ -44,6 +44,9 @@ pub struct TableConfig {
     /// Transactional ids the table holds; an init of a new one beyond is refused
     /// POLICY_VIOLATION.
     pub transactional_ids_max: usize,
+    /// Tell a forgotten transactional id's producer ids (odd) from idempotent producers'
+    /// (even). Off only for the simulator's `expired-ids-taken-for-idempotent` mutation.
+    pub producer_id_kinds: bool,
 }
 
 /// Default [`TableConfig::transactional_id_expiration_ms`]: 7 days, as Kafka's.
@@ -59,6 +62,7 @@ impl Default for TableConfig {
             transaction_timeout_ms_max: 15 * 60 * 1000,
             transactional_id_expiration_ms: TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
             transactional_ids_max: TRANSACTIONAL_IDS_MAX_DEFAULT,
+            producer_id_kinds: true,
         }
     }
 }
@@ -386,7 +390,8 @@ impl ProducerTable {
 
     /// Whether `producer_id`, bound to no transactional id, was one's (its id expired).
     fn had_transactional_id(&self, producer_id: i64) -> bool {
-        self.parity_from.is_some_and(|from| producer_id >= from)
+        self.config.producer_id_kinds
+            && self.parity_from.is_some_and(|from| producer_id >= from)
             && producer_id % 2 == 1
             && producer_id < self.next_producer_id
     }

@@ -362,7 +362,7 @@ struct Inner {
     lost: Option<String>,
     /// Why this follower refuses its leader (it would cut committed records), until a
     /// replication from it is taken again; for the heartbeat's problem report.
-    refusing: Option<String>,
+    refusing: Option<(i32, String)>,
 }
 
 impl Inner {
@@ -1204,8 +1204,9 @@ impl Partition {
         self.lock().lost.clone()
     }
 
-    /// Why this follower refuses its leader, if it does ([`ReplicateError::WouldCutCommitted`]).
-    pub fn refusing(&self) -> Option<String> {
+    /// The leader epoch this follower refuses, and why, if it does
+    /// ([`ReplicateError::WouldCutCommitted`]).
+    pub fn refusing(&self) -> Option<(i32, String)> {
         self.lock().refusing.clone()
     }
 
@@ -1226,7 +1227,7 @@ impl Partition {
         }
         let refused =
             ReplicateError::WouldCutCommitted { leader_id, leader_epoch, offset, high_watermark: g.high_watermark };
-        g.refusing = Some(refused.to_string());
+        g.refusing = Some((leader_epoch, refused.to_string()));
         Err(refused)
     }
 
@@ -2132,7 +2133,7 @@ mod tests {
         let req = ReplicateRequest { leader_epoch: 2, leader_id: 3, ..replicate_request(1, &[Bytes::from(other)]) };
         let refused = p.apply_replicated(&req, true).unwrap_err();
         assert!(matches!(refused, ReplicateError::WouldCutCommitted { offset: 1, high_watermark: 2, .. }), "{refused}");
-        assert!(p.refusing().unwrap().contains("below its high watermark 2"));
+        assert!(p.refusing().unwrap().1.contains("below its high watermark 2"));
         assert_eq!(p.progress(), (2, 2), "nothing cut");
         // An unclean election began that leadership: the follower takes the leader's history.
         p.set_unclean_leader_epoch(2);

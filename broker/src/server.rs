@@ -870,10 +870,11 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
                         "offline: its log failed (a write or fdatasync error); it takes no writes".to_string()
                     }
                     (false, Some(why), _) => format!("lost: {why}"),
-                    (false, None, Some(why)) => format!("refusing: {why}"),
+                    (false, None, Some((_, why))) => format!("refusing: {why}"),
                     (false, None, None) => String::new(),
                 },
                 topic_id: known_topic_id(shared, &(p.topic.clone(), p.index)),
+                refused_leader_epoch: p.refusing().map_or(-1, |(epoch, _)| epoch),
             }
         })
         .chain(shared.unopened.iter().map(|u| ReplicaReport {
@@ -885,6 +886,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
             lost: false,
             problem: format!("offline: its log cannot be opened: {}", u.value().why),
             topic_id: u.value().topic_id,
+            refused_leader_epoch: -1,
         }))
         .collect();
     let req = Request::Heartbeat(HeartbeatRequest {

@@ -518,6 +518,40 @@ impl Cluster {
         out
     }
 
+    /// A broker's heartbeat reports followers refusing their leader's replication because it
+    /// would cut records they hold committed: a leader elected from the ISR holds every
+    /// committed record, so this one does not (damage its restart did not find). Outside an
+    /// unclean election (where the follower does not refuse), the leader is taken out of the ISR
+    /// and ELR as a lost replica would be, and the leadership moves to an in-sync or eligible
+    /// replica, under a new leader epoch; with none electable, the partition waits without a
+    /// leader (an operator may elect the refusing replica, `admin elect-leader --unclean`). Only
+    /// a refusal of the current leader epoch counts. Returns the entries to persist.
+    pub fn handle_refusals(&mut self, now_ms: u64, broker_id: i32, reports: &[ReplicaReport]) -> Vec<Entry> {
+        let mut out = Vec::new();
+        for r in reports.iter().filter(|r| r.refused_leader_epoch >= 0) {
+            let Some((leader, leader_epoch, _)) = self.leader_of(&r.topic, r.partition) else { continue };
+            if leader_epoch != r.refused_leader_epoch || leader == broker_id || leader == NO_LEADER {
+                continue;
+            }
+            if self.topics.get(&r.topic).is_some_and(|t| r.topic_id != 0 && r.topic_id != t.id) {
+                continue;
+            }
+            if let Some(e) = self.without_replica(now_ms, &r.topic, r.partition, leader, Sole::Waits) {
+                tracing::warn!(
+                    topic = %r.topic,
+                    partition = r.partition,
+                    leader,
+                    leader_epoch,
+                    follower = broker_id,
+                    "a follower refuses to cut committed records to its leader: the leader lacks them; moving the leadership"
+                );
+                self.apply(&e);
+                out.push(e);
+            }
+        }
+        out
+    }
+
     /// A broker heartbeat: registers or renews its lease, records its replicas' progress, and
     /// returns the lease, every replica it hosts, and the brokers' addresses.
     pub fn handle_heartbeat(
@@ -1792,6 +1826,7 @@ mod tests {
             lost: false,
             problem: "offline".into(),
             topic_id: 0,
+            refused_leader_epoch: -1,
         };
         assert_eq!(c.handle_offline(10, leader, &[failed("t")]).len(), 1);
         assert!(c.handle_offline(10, leader, &[failed("t")]).is_empty(), "reported once is enough");
@@ -1873,6 +1908,7 @@ mod tests {
             lost: false,
             problem: String::new(),
             topic_id: 0,
+            refused_leader_epoch: -1,
         };
         c.handle_heartbeat(90, others[0], "a", &[report(5)]);
         c.handle_heartbeat(90, others[1], "a", &[report(7)]);
@@ -1905,6 +1941,31 @@ mod tests {
         assert_eq!(clean.len(), 1);
     }
 
+    /// Issue 27, item 1: a follower refusing its leader's replication (it would cut committed
+    /// records) shows the leader lacks them; the leadership moves to an eligible replica. A
+    /// refusal of an earlier leader epoch, or the leader's own report, changes nothing.
+    #[test]
+    fn a_leader_its_followers_refuse_for_lacking_committed_records_loses_its_leadership() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        // The followers fell behind the (damaged) leader: the ISR is the leader alone, and they
+        // are eligible (KIP-966: below min.insync.replicas 2).
+        assert!(alter(&mut c, leader, epoch, 0, &[leader]).status.is_ok());
+        let followers: Vec<i32> = (1..=3).filter(|b| *b != leader).collect();
+        assert_eq!(state(&c, "t").elr.len(), 2);
+        let refusing = |leader_epoch| ReplicaReport { refused_leader_epoch: leader_epoch, ..report("t") };
+        assert!(c.handle_refusals(10, followers[0], &[refusing(epoch - 1)]).is_empty(), "an older leadership's");
+        assert!(c.handle_refusals(10, leader, &[refusing(epoch)]).is_empty(), "the leader's own");
+        let moved = c.handle_refusals(10, followers[0], &[refusing(epoch)]);
+        assert_eq!(moved.len(), 1, "{moved:?}");
+        let (new_leader, new_epoch, _) = c.leader_of("t", 0).unwrap();
+        assert!(followers.contains(&new_leader) && new_epoch == epoch + 1, "{new_leader} at {new_epoch}");
+        let p = state(&c, "t");
+        assert!(!p.isr.contains(&leader) && !p.elr.contains(&leader), "{p:?}");
+        assert!(c.handle_refusals(20, followers[0], &[refusing(epoch)]).is_empty(), "once is enough");
+    }
+
     fn report(topic: &str) -> ReplicaReport {
         ReplicaReport {
             topic: topic.into(),
@@ -1915,6 +1976,7 @@ mod tests {
             lost: false,
             problem: String::new(),
             topic_id: 0,
+            refused_leader_epoch: -1,
         }
     }
 

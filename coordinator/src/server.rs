@@ -659,6 +659,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         tracing::warn!(broker_id = r.broker_id, entry = ?e, "a replica's log failed: it leaves the ISR and its leadership moves");
                     }
                     moved.extend(offline);
+                    moved.extend(st.cluster.handle_refusals(now, r.broker_id, &r.replicas));
                     let out = st.cluster.handle_heartbeat(now, r.broker_id, &r.addr, &r.replicas);
                     st.cluster.set_kafka_addr(r.broker_id, &r.kafka_addr);
                     let deleted = st.cluster.deleted_among(&r.replicas);

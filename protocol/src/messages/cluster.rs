@@ -355,6 +355,7 @@ impl HeartbeatRequest {
             b.put_bool(r.lost);
             b.put_string(&r.problem);
             b.put_u128(r.topic_id);
+            b.put_i32(r.refused_leader_epoch);
         }
     }
 
@@ -379,6 +380,7 @@ impl HeartbeatRequest {
                 lost: r.bool("lost")?,
                 problem: r.string("problem")?,
                 topic_id: r.u128("topic_id")?,
+                refused_leader_epoch: r.i32("refused_leader_epoch")?,
             });
         }
         Ok(HeartbeatRequest {
@@ -421,6 +423,10 @@ pub struct ReplicaReport {
     /// made before topics had ids): a replica of a deleted topic whose name was created again
     /// carries the old id, and the coordinator tells the broker to drop it.
     pub topic_id: u128,
+    /// The leader epoch of the leader whose replication this follower refused because it would
+    /// cut committed records (the leader lacks them), -1 if none: the coordinator moves that
+    /// leadership to a replica that has them.
+    pub refused_leader_epoch: i32,
 }
 
 /// One partition a broker hosts a replica of.

@@ -758,6 +758,7 @@ mod tests {
                 lost: true,
                 problem: "damaged".into(),
                 topic_id: 0x5678,
+                refused_leader_epoch: 9,
             }],
         }));
         roundtrip_req(Request::Replicate(ReplicateRequest {

@@ -65,6 +65,9 @@ impl Sim {
         if self.brokers[&id].paused_until > self.now {
             return;
         }
+        if self.cfg.expiry {
+            self.producer_states_expiry(id);
+        }
         for partition in 0..self.cfg.partitions {
             let l = self.rep(id, partition).part.leadership();
             if !l.is_leader {
@@ -156,6 +159,7 @@ impl Sim {
                     lost: lost.is_some(),
                     problem: lost.unwrap_or_default(),
                     topic_id: 0,
+                    refused_leader_epoch: part.refusing().map_or(-1, |(epoch, _)| epoch),
                 }
             })
             .collect();
@@ -333,6 +337,26 @@ impl Sim {
         }
     }
 
+    /// The broker's producer-id sweep, every `PRODUCER_ID_SWEEP_TICKS` of its clock: each
+    /// replica forgets producer ids idle for `PRODUCER_ID_EXPIRATION_TICKS` (not those with a
+    /// transaction open there), and verifications outside transactions age out.
+    pub(crate) fn producer_states_expiry(&mut self, id: i32) {
+        let now = self.now;
+        let b = self.brokers.get_mut(&id).expect("broker");
+        if now < b.producer_sweep_at + PRODUCER_ID_SWEEP_TICKS {
+            return;
+        }
+        b.producer_sweep_at = now;
+        for partition in 0..self.cfg.partitions {
+            let n = self.rep(id, partition).part.expire_producers(now, PRODUCER_ID_EXPIRATION_TICKS);
+            if n > 0 {
+                self.out.producer_ids_expired += n as u64;
+                *self.out.decisions.entry("producer id forgotten by a partition").or_default() += n as u64;
+                self.trace(|| format!("broker {id}: partition {partition} forgot {n} idle producer id(s)"));
+            }
+        }
+    }
+
     /// One produce request's answer from its group.
     pub(crate) fn broker_produced(
         &mut self,
@@ -350,14 +374,14 @@ impl Sim {
                 if let Appended::New { .. } = a {
                     let tid = self.owner.get(&header.producer_id).cloned().unwrap_or_default();
                     if let Some(&granted) = self.finished_grant.get(&tid) {
-                        if header.producer_epoch < granted {
+                        if (header.producer_id, header.producer_epoch) < granted {
                             // Appended after the grant finished: a violation once committed.
                             let seen = (header.producer_id, header.producer_epoch, header.base_sequence, stored_epoch);
                             self.zombie_appends.insert((partition, base_offset, seen));
                             let e = header.producer_epoch;
                             self.trace(|| {
                                 format!(
-                                    "broker {id}: zombie batch epoch {e} appended at {base_offset} (granted {granted})"
+                                    "broker {id}: zombie batch epoch {e} appended at {base_offset} (granted {granted:?})"
                                 )
                             });
                         }
@@ -390,12 +414,19 @@ impl Sim {
                 self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Retry });
             }
             Err(AppendError::Gate(g)) => {
-                let fenced = matches!(g, broker::producer_state::GateError::StaleEpoch { .. });
+                use broker::producer_state::GateError;
+                let fenced = matches!(g, GateError::StaleEpoch { .. });
                 if fenced {
                     self.out.fenced += 1;
                     self.trace(|| format!("broker {id}: refused producer {prod}: {g}"));
                 }
-                let result = if fenced { ProduceResult::Fenced } else { ProduceResult::Retry };
+                let result = match g {
+                    GateError::StaleEpoch { .. } => ProduceResult::Fenced,
+                    // The partition forgot the producer id: it starts over, as a Kafka client
+                    // does on UNKNOWN_PRODUCER_ID (here: a new instance).
+                    GateError::UnknownProducer { .. } => ProduceResult::StartOver,
+                    GateError::OutOfOrder { .. } => ProduceResult::Retry,
+                };
                 self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result });
             }
             Err(_) => {

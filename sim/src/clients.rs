@@ -178,6 +178,20 @@ impl Sim {
                 return;
             }
         }
+        if let Some((_, _, header, _)) = self.producers[p].inflight.as_ref().filter(|_| self.cfg.expiry) {
+            // The batch's own timestamp is when it was made: past the delivery timeout (a pause
+            // counts, as a real client's clock runs through one) it is given up, and the producer
+            // starts over, since it cannot know whether the batch was written.
+            if self.now.saturating_sub(header.max_timestamp as u64) > DELIVERY_TIMEOUT_TICKS {
+                self.trace(|| format!("producer {p}: a batch outlived the delivery timeout; initialising again"));
+                let pr = &mut self.producers[p];
+                pr.ids = None;
+                pr.inflight = None;
+                pr.ending = None;
+                pr.txn_acked = 0;
+                return;
+            }
+        }
         let resend = match &self.producers[p].inflight {
             Some((.., sent)) => self.now.saturating_sub(*sent) > 120,
             None => false,
@@ -243,6 +257,13 @@ impl Sim {
                 pr.txn_acked = 0;
                 pr.dead_until = now + 200;
                 self.trace(|| format!("producer {prod}: fenced at epoch {}", id.2));
+            }
+            ProduceResult::StartOver => {
+                pr.ids = None;
+                pr.inflight = None;
+                pr.ending = None;
+                pr.txn_acked = 0;
+                self.trace(|| format!("producer {prod}: unknown to the partition; initialising again"));
             }
             ProduceResult::Retry => {
                 // Metadata refresh; resend on the next tick.

@@ -71,12 +71,14 @@ impl Sim {
     }
 
     pub(crate) fn finish_grant(&mut self, tid: &str, prod: Option<usize>, producer_id: i64, epoch: i16) {
-        if let Some(old) = self.finished_grant.get(tid) {
-            if *old >= epoch {
-                self.violate(format!("'{tid}' granted epoch {epoch} after epoch {old}"));
+        if let Some(&(old_pid, old)) = self.finished_grant.get(tid) {
+            if (old_pid, old) >= (producer_id, epoch) {
+                self.violate(format!(
+                    "'{tid}' granted producer id {producer_id} epoch {epoch} after producer id {old_pid} epoch {old}"
+                ));
             }
         }
-        self.finished_grant.insert(tid.to_string(), epoch);
+        self.finished_grant.insert(tid.to_string(), (producer_id, epoch));
         if let Some(prod) = prod {
             self.send(COORD, producer_host(prod), Msg::InitResp { prod, granted: Some((producer_id, epoch)) });
         }
@@ -143,6 +145,29 @@ impl Sim {
         self.pending_inits.insert(tid, pi);
     }
 
+    /// The coordinator's expiry sweep: an idle transactional id that wrote outside a transaction
+    /// is fenced (its markers written as a timeout's), then forgotten; so is one without.
+    pub(crate) fn coord_expiry(&mut self) {
+        let now = self.clock(COORD);
+        let expiry = self.table.handle_expiry(now);
+        for e in &expiry.forgotten {
+            if let Entry::TxnIdsExpired { transactional_ids } = e {
+                self.out.txn_ids_expired += transactional_ids.len() as u64;
+                *self.out.decisions.entry("transactional id forgotten").or_default() += transactional_ids.len() as u64;
+                self.trace(|| format!("coordinator: transactional ids {transactional_ids:?} expired"));
+            }
+        }
+        self.journal.extend(expiry.forgotten);
+        for (tid, decision) in expiry.fences {
+            if let EndDecision::Markers { producer_id, epoch, entries, markers, .. } = decision {
+                self.journal.extend(entries);
+                *self.out.decisions.entry("idle transactional id fenced").or_default() += 1;
+                self.trace(|| format!("coordinator: '{tid}' idle; fencing it at epoch {epoch} before forgetting it"));
+                self.write_end_markers(tid, None, (producer_id, epoch), false, markers);
+            }
+        }
+    }
+
     /// The coordinator's transaction timer: abort every transaction open for longer than its
     /// timeout, bumping the epoch so that its (slow, paused) producer is fenced.
     pub(crate) fn coord_timeouts(&mut self) {
@@ -160,12 +185,15 @@ impl Sim {
     /// An EndTxn's markers are written: the epoch it bumped to is final (older ones are fenced
     /// wherever the transaction wrote), and the producer continues with it.
     pub(crate) fn finish_end(&mut self, tid: &str, asked: Option<(usize, i16)>, producer_id: i64, epoch: i16) {
-        if let Some(old) = self.finished_grant.get(tid) {
-            if *old >= epoch {
-                return self.violate(format!("'{tid}' ended a transaction into epoch {epoch} after epoch {old}"));
+        if let Some(&(old_pid, old)) = self.finished_grant.get(tid) {
+            if (old_pid, old) >= (producer_id, epoch) {
+                return self.violate(format!(
+                    "'{tid}' ended a transaction into producer id {producer_id} epoch {epoch} after producer id \
+                     {old_pid} epoch {old}"
+                ));
             }
         }
-        self.finished_grant.insert(tid.to_string(), epoch);
+        self.finished_grant.insert(tid.to_string(), (producer_id, epoch));
         if let Some((prod, for_epoch)) = asked {
             let resp = Msg::EndTxnResp { prod, for_epoch, granted: Some((producer_id, epoch)), retry: false };
             self.send(COORD, producer_host(prod), resp);

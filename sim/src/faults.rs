@@ -128,6 +128,9 @@ impl Sim {
         let now = self.clock(COORD);
         if now >= LEASE_TICKS {
             self.coord_timeouts();
+            if self.cfg.expiry {
+                self.coord_expiry();
+            }
             let entries = self.cluster.handle_tick(now);
             self.journal_cluster(entries, "elected (lease expired)");
         }
@@ -407,7 +410,7 @@ impl Sim {
     /// The coordinator crashes and restarts: the table is rebuilt from its journal, and the
     /// fences it had not confirmed are written again (nobody is waiting for their answer).
     pub(crate) fn restart_coordinator(&mut self) {
-        let mut table = ProducerTable::new(TableConfig::default());
+        let mut table = ProducerTable::new(table_config(&self.cfg));
         let mut cluster = Cluster::new(cluster_config());
         for entry in &self.journal {
             table.apply(entry);

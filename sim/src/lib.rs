@@ -5,7 +5,8 @@
 //!
 //! It drives the real rule types: [`coordinator::table::ProducerTable`] grants epochs, opens and
 //! ends transactions (and aborts those that outlive their timeout), writes fence, commit and
-//! abort markers, verifies partitions and is rebuilt from its journal after a crash;
+//! abort markers, verifies partitions, fences and forgets transactional ids it hears nothing
+//! from (and partitions forget idle producer ids), and is rebuilt from its journal after a crash;
 //! [`coordinator::cluster::Cluster`] keeps the brokers' leases, moves leaderships when a lease
 //! expires or a broker restarts, and changes ISRs when a leader asks, all on the coordinator's
 //! own clock; [`broker::partition::Partition`] runs the
@@ -92,6 +93,22 @@ const PRODUCE_GROUP_WAIT_TICKS_MAX: u64 = 2;
 /// The producers' transaction timeout: a producer paused inside a transaction for longer is
 /// aborted and fenced by the coordinator.
 const TXN_TIMEOUT_TICKS: u64 = 500;
+/// A transactional id the coordinator hears nothing from for this long (on its clock) is fenced
+/// if it wrote outside a transaction, then forgotten: a producer paused that long (and its
+/// sibling quiet) wakes with an id the coordinator no longer knows.
+const TXN_ID_EXPIRATION_TICKS: u64 = 600;
+/// A producer gives a batch up this long after it made it (a pause included), as a real
+/// client's delivery timeout does, and starts over.
+const DELIVERY_TIMEOUT_TICKS: u64 = 800;
+/// A partition forgets a producer id that wrote nothing there for this long (simulated time:
+/// the broker's clock for it is monotonic, it does not jump), and asks the coordinator again
+/// about one writing outside transactions after two of its sweeps (`producer_states_expiry`,
+/// every `PRODUCER_ID_SWEEP_TICKS`). Longer than the delivery timeout, as it must be in a real
+/// deployment too: a retry of a batch after its producer id is forgotten here would be taken
+/// for a new one (the simulator found that duplicate with a shorter expiration).
+const PRODUCER_ID_EXPIRATION_TICKS: u64 = 1_000;
+/// How often each broker sweeps its partitions' producer ids.
+const PRODUCER_ID_SWEEP_TICKS: u64 = 60;
 /// Small segments, so that runs roll many of them: crashes then land around rolls, segment
 /// indexes and producer-state snapshots, and recovery goes through them.
 const LOG: broker::log::LogConfig = broker::log::LogConfig {
@@ -143,6 +160,9 @@ pub enum Mutation {
     /// leader, after the fence marker went to the leader of the time, is committed (needs
     /// [`Config::unclean_elections`]).
     UncleanLeadersKeepTheirLogs,
+    /// The coordinator takes a forgotten transactional id's producer id for an idempotent
+    /// producer's (issue 27): a zombie its partitions forgot too is verified at any epoch.
+    ExpiredIdsTakenForIdempotent,
 }
 
 impl Mutation {
@@ -160,6 +180,7 @@ impl Mutation {
             "trust-damaged-logs" => Some(Mutation::TrustDamagedLogs),
             "keep-verifications" => Some(Mutation::KeepVerifications),
             "unclean-leaders-keep-their-logs" => Some(Mutation::UncleanLeadersKeepTheirLogs),
+            "expired-ids-taken-for-idempotent" => Some(Mutation::ExpiredIdsTakenForIdempotent),
             _ => None,
         }
     }
@@ -191,6 +212,10 @@ pub struct Outcome {
     pub txns_aborted: u64,
     /// Transactions it aborted because they outlived their timeout.
     pub txns_timed_out: u64,
+    /// Transactional ids the coordinator forgot after `TXN_ID_EXPIRATION_TICKS` idle.
+    pub txn_ids_expired: u64,
+    /// Producer ids a partition forgot after `PRODUCER_ID_EXPIRATION_TICKS` idle.
+    pub producer_ids_expired: u64,
     /// Transactions it decided to commit that span more than one partition.
     pub txns_spanning: u64,
     /// Transactional records the consumer skipped as aborted.
@@ -348,6 +373,8 @@ enum ProduceResult {
         leader_epoch: i32,
     },
     Fenced,
+    /// The partition holds nothing of the producer id and the batch continued a sequence.
+    StartOver,
     Retry,
 }
 
@@ -474,6 +501,8 @@ struct BrokerHost {
     /// The heartbeat awaiting an answer (one at a time, as the broker's heartbeat loop makes
     /// it, each with a timeout): (call number, sent at).
     heartbeat_call: Option<(u64, u64)>,
+    /// When (its clock) this process last swept its partitions' producer ids.
+    producer_sweep_at: u64,
 }
 
 struct PendingInit {
@@ -518,6 +547,9 @@ pub struct Config {
     /// written from the unclean leadership on; the fence (invariant 1, and no zombie write read)
     /// is checked throughout.
     pub unclean_elections: bool,
+    /// Transactional ids and producer ids expire (issue 27), and producers give a batch up
+    /// after their delivery timeout. Off: the runs as before expiry (`--no-expiry`).
+    pub expiry: bool,
     /// Keep a readable trace.
     pub verbose: bool,
 }
@@ -531,6 +563,7 @@ impl Default for Config {
             partitions: 2,
             mutation: Mutation::None,
             unclean_elections: false,
+            expiry: true,
             verbose: false,
         }
     }
@@ -549,7 +582,9 @@ struct Sim {
     journal: Vec<Entry>,
     owner: HashMap<i64, String>,
     pending_inits: BTreeMap<String, PendingInit>,
-    finished_grant: HashMap<String, i16>,
+    /// Per transactional id, the newest (producer id, epoch) whose grant (or bump) finished:
+    /// producer ids only grow, so an older pair is an older instance or epoch.
+    finished_grant: HashMap<String, (i64, i16)>,
     brokers: BTreeMap<i32, BrokerHost>,
     producers: Vec<Producer>,
     /// The coordinator's cluster metadata: leases, leaderships, ISRs, incarnations.
@@ -589,6 +624,14 @@ struct Sim {
 
 fn cluster_config() -> ClusterConfig {
     ClusterConfig { broker_lease_ms: LEASE_TICKS, ..ClusterConfig::default() }
+}
+
+fn table_config(cfg: &Config) -> TableConfig {
+    TableConfig {
+        transactional_id_expiration_ms: TXN_ID_EXPIRATION_TICKS,
+        producer_id_kinds: cfg.mutation != Mutation::ExpiredIdsTakenForIdempotent,
+        ..TableConfig::default()
+    }
 }
 
 /// Open (or reopen, after a crash) one replica's log on a broker's disk.
@@ -645,6 +688,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
                 recorded_broker_epoch: -1,
                 paused_until: 0,
                 heartbeat_call: None,
+                producer_sweep_at: 0,
             },
         );
     }
@@ -664,6 +708,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
             dead_until: 0,
         })
         .collect();
+    let table = ProducerTable::new(table_config(&cfg));
     let mut sim = Sim {
         rng: Rng(seed ^ 0x5eed_f00d),
         cfg,
@@ -672,7 +717,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         queue: BinaryHeap::new(),
         events: HashMap::new(),
         next_event: 0,
-        table: ProducerTable::new(TableConfig::default()),
+        table,
         journal: Vec::new(),
         owner: HashMap::new(),
         pending_inits: BTreeMap::new(),
@@ -1004,6 +1049,11 @@ impl Sim {
                 let registered = match self.cluster.handle_registration(now, broker, start, &reports) {
                     Ok((broker_epoch, moved)) => {
                         self.journal_cluster(moved, "elected (broker restarted)");
+                        let refused = self.cluster.handle_refusals(now, broker, &reports);
+                        self.journal_cluster(
+                            refused,
+                            "elected (a follower refused a leader lacking committed records)",
+                        );
                         Ok(broker_epoch)
                     }
                     Err(status) => {

@@ -25,7 +25,8 @@ struct Args {
     verbose: bool,
     /// Switch one check off: none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits,
     /// read-uncommitted, unversioned-isr, no-min-isr, trust-restarts, trust-damaged-logs,
-    /// keep-verifications, unclean-leaders-keep-their-logs (these two with --unclean-elections).
+    /// keep-verifications, unclean-leaders-keep-their-logs (these two with --unclean-elections),
+    /// expired-ids-taken-for-idempotent.
     #[arg(long, default_value = "none")]
     mutation: String,
     /// An operator forces unclean elections (every in-sync replica of a partition lost, a replica
@@ -33,6 +34,10 @@ struct Args {
     /// must hold.
     #[arg(long)]
     unclean_elections: bool,
+    /// Run without expiry (issue 27): transactional ids and producer ids are never forgotten
+    /// and producers retry a batch for as long as it takes, as the runs were before it.
+    #[arg(long)]
+    no_expiry: bool,
     /// Ticks with faults.
     #[arg(long, default_value_t = 3_000)]
     fault_ticks: u64,
@@ -73,7 +78,7 @@ fn main() -> ExitCode {
     }
     let Some(mutation) = Mutation::parse(&args.mutation) else {
         eprintln!(
-            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits, read-uncommitted, unversioned-isr, no-min-isr, trust-restarts, trust-damaged-logs, keep-verifications or unclean-leaders-keep-their-logs",
+            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits, read-uncommitted, unversioned-isr, no-min-isr, trust-restarts, trust-damaged-logs, keep-verifications, unclean-leaders-keep-their-logs or expired-ids-taken-for-idempotent",
             args.mutation
         );
         return ExitCode::from(2);
@@ -85,6 +90,7 @@ fn main() -> ExitCode {
     let cfg = Config {
         mutation,
         unclean_elections: args.unclean_elections,
+        expiry: !args.no_expiry,
         fault_ticks: args.fault_ticks,
         partitions: args.partitions,
         // The timeline is drawn from the trace.

@@ -118,7 +118,37 @@ fn a_coordinator_that_trusts_every_restart_is_caught() {
 #[test]
 fn brokers_that_trust_damaged_logs_are_caught() {
     let (seed, v) = caught(Mutation::TrustDamagedLogs).expect("a damaged replica leads and the others cut to it");
-    assert!(v.contains("lost") || v.contains("holds only up to") || v.contains("disagree"), "seed {seed}: {v}");
+    // Or the partition stalls: a follower holding committed records the damaged leader lacks
+    // refuses to cut them (issue 27), so they are not lost; the coordinator then moves the
+    // leadership, and with no eligible replica the partition waits for an operator.
+    let stalled = v.contains("no convergence") && v.contains("leader");
+    assert!(
+        v.contains("lost") || v.contains("holds only up to") || v.contains("disagree") || stalled,
+        "seed {seed}: {v}"
+    );
+}
+
+/// Issue 27: transactional ids the coordinator hears nothing from are fenced (when they wrote
+/// outside a transaction) and forgotten, and partitions forget idle producer ids, under every
+/// fault; the fence holds and nothing acknowledged is lost or doubled.
+#[test]
+fn transactional_and_producer_ids_expire_and_the_fence_holds() {
+    let (mut ids, mut producer_ids) = (0, 0);
+    for seed in 0..40 {
+        let out = run(seed, Config::default());
+        assert!(out.violation.is_none(), "seed {seed}: {}", out.violation.unwrap());
+        ids += out.txn_ids_expired;
+        producer_ids += out.producer_ids_expired;
+    }
+    assert!(ids > 0 && producer_ids > 0, "{ids} transactional ids and {producer_ids} producer ids expired");
+}
+
+/// Issue 27: a coordinator that takes a forgotten transactional id's producer id for an
+/// idempotent producer's lets a zombie whose partitions forgot it too write at its old epoch.
+#[test]
+fn expired_ids_taken_for_idempotent_producers_are_caught() {
+    let (seed, v) = caught(Mutation::ExpiredIdsTakenForIdempotent).expect("the zombie of an expired id writes");
+    assert!(v.contains("zombie write committed"), "seed {seed}: {v}");
 }
 
 #[test]
@@ -251,12 +281,14 @@ fn unclean_leaders_that_keep_their_logs_are_caught() {
 /// elected uncleanly, and is written to again before anything else fences the zombie there):
 /// this seed was found with `sim --seeds 12000 --unclean-elections --mutation keep-verifications`
 /// and is pinned; a change to the simulator that moves it needs that search again. The same
-/// seed is clean on the real build. (`tests/kafka_clients/test_side_doors.py` runs the path on
-/// purpose, with real clients.)
+/// seed is clean on the real build. It runs without expiry (`--no-expiry`): with it, 20,000
+/// seeds never reach the path, since a verification outside a transaction now ages out after
+/// two producer-id sweeps anyway, and producers give long-paused batches up.
+/// (`tests/kafka_clients/test_side_doors.py` runs the path on purpose, with real clients.)
 #[test]
 fn replicas_that_keep_verifications_across_an_unclean_election_are_caught() {
     const SEED: u64 = 11_713;
-    let unclean = Config { unclean_elections: true, ..Config::default() };
+    let unclean = Config { unclean_elections: true, expiry: false, ..Config::default() };
     let v = run(SEED, Config { mutation: Mutation::KeepVerifications, ..unclean.clone() })
         .violation
         .expect("the zombie verified before the unclean election writes again (search again if the simulator changed)");

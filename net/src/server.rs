@@ -58,9 +58,9 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn gated(limits: &ServerLimits, peer: &Self::Peer, req: &Self::Request) -> bool;
     /// Whether `req` may be served on a connection admitted beyond `connections_max`, into the
     /// room kept for cluster members ([`ServerLimits::member_connections_max`]): a member's
-    /// own request, or any request once the peer has proved membership. A protocol without
-    /// members answers false.
-    fn member_request(peer: &Self::Peer, req: &Self::Request) -> bool;
+    /// own request, or any request once the peer has proved membership (with a cluster secret,
+    /// only the handshake until then). A protocol without members answers false.
+    fn member_request(limits: &ServerLimits, peer: &Self::Peer, req: &Self::Request) -> bool;
     /// Whether `req` is a step of the membership handshake: allowed on a member's connection,
     /// it does not make the connection a member's by itself.
     fn handshake(req: &Self::Request) -> bool;
@@ -469,7 +469,7 @@ impl<'a, P: Protocol> InFlight<'a, P> {
     fn start(&mut self, ctx: P::Context, item: Item<P>) -> bool {
         let (handled, close) = match item {
             Item::Decided(resp) => (Handled::answer(resp), false),
-            Item::Request(req) if self.reserved && !P::member_request(&self.peer, &req) => {
+            Item::Request(req) if self.reserved && !P::member_request(self.limits, &self.peer, &req) => {
                 tracing::info!(
                     connections_max = self.limits.connections_max,
                     "a client's request on a connection kept for cluster members; refusing and closing"
@@ -603,12 +603,12 @@ async fn serve_connection<P: Protocol, S: AsyncRead + AsyncWrite + Unpin>(
                     break;
                 }
                 let now = tokio::time::Instant::now();
-                idle_timer.as_mut().reset(now + idle);
+                idle_timer.as_mut().reset(now + if inflight.reserved { first } else { idle });
                 quiet_timer.as_mut().reset(now + quiet);
             }
             item = framed.next(), if !closing && inflight.len() < limits.inflight_requests_max => {
                 let now = tokio::time::Instant::now();
-                idle_timer.as_mut().reset(now + idle);
+                idle_timer.as_mut().reset(now + if inflight.reserved { first } else { idle });
                 quiet_timer.as_mut().reset(now + quiet);
                 // The requests already read behind this one are taken with it.
                 let mut requests = Vec::new();
@@ -853,7 +853,12 @@ impl Protocol for Own {
             || (limits.cluster_secret.is_some() && req.is_internal() && peer.member.is_none())
     }
 
-    fn member_request(peer: &OwnPeer, req: &Request) -> bool {
+    fn member_request(limits: &ServerLimits, peer: &OwnPeer, req: &Request) -> bool {
+        if limits.cluster_secret.is_some() {
+            // A member proves itself first: a claim (a heartbeat the gate would refuse) must
+            // not make a client's connection a member's.
+            return peer.member.is_some() || Self::handshake(req);
+        }
         peer.member.is_some()
             || matches!(
                 req,
@@ -1002,6 +1007,23 @@ mod tests {
         assert_eq!(resp.status().code, ErrorCode::BrokerNotAvailable, "{}", resp.status());
         assert!(resp.status().message.contains("connections_max is 7"), "{}", resp.status());
         assert!(calls.lock().unwrap().is_empty(), "the handler never saw it");
+        // With a cluster secret, a claim is not enough: a heartbeat of a peer that proved
+        // nothing is refused there too (the gate would refuse it anyway).
+        let secured = ServerLimits { cluster_secret: Some(ClusterSecret::new(vec![7; 32]).unwrap()), ..limits.clone() };
+        let mut claim = InFlight::<Own>::new(handler.clone(), None, &secured, true);
+        let heartbeat = Request::Heartbeat(protocol::HeartbeatRequest {
+            broker_id: 1,
+            addr: "a".into(),
+            kafka_addr: String::new(),
+            incarnation: 1,
+            broker_epoch: -1,
+            previous_broker_epoch: -1,
+            log_dir_id: 1,
+            intact: true,
+            replicas: Vec::new(),
+        });
+        assert!(claim.push(12, Item::Request(heartbeat)), "an unproven claim closes the connection");
+        assert_eq!(claim.next().await.unwrap().1.status().code, ErrorCode::BrokerNotAvailable);
         // A member (here: one that proved membership) is served as on any connection.
         let mut member = InFlight::<Own>::new(handler, None, &limits, true);
         member.peer.member = Some("broker-1".into());

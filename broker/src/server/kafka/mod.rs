@@ -156,7 +156,7 @@ impl net::Protocol for KafkaWire {
     }
 
     /// Cluster members never speak Kafka: no room is kept for them here.
-    fn member_request(_: &(), _: &KafkaRequest) -> bool {
+    fn member_request(_: &ServerLimits, _: &(), _: &KafkaRequest) -> bool {
         false
     }
 

@@ -669,6 +669,18 @@ impl Cluster {
         if self.topics.contains_key(name) {
             return Err(Status::new(ErrorCode::TopicAlreadyExists, format!("topic '{name}' already exists")));
         }
+        if let Some(holders) = self.deleted_still_served(name, now_ms) {
+            // Until they drop them, those brokers take writes by the name into the old
+            // replicas: writes meant for the new topic would vanish with them.
+            return Err(Status::new(
+                ErrorCode::LeaderNotAvailable,
+                format!(
+                    "topic '{name}' was deleted and broker(s) {holders:?} may still serve its old replicas; it can be \
+                     created again once they have dropped them (at their next heartbeat, or when their lease \
+                     lapses): retry shortly"
+                ),
+            ));
+        }
         let live = self.live_brokers(now_ms);
         if live.is_empty() {
             return Err(Status::new(
@@ -861,6 +873,29 @@ impl Cluster {
     /// to such a partition waits for this to end, so a fence is answered only once the zombie
     /// cannot write there either; then it is dropped.
     pub fn drop_pending(&self, topic_id: u128, now_ms: u64) -> bool {
+        self.drop_pending_inner(topic_id, now_ms)
+    }
+
+    /// The live brokers that may still serve replicas of a deleted topic named `name` (they
+    /// held one and have not heartbeated without it since; after a restart, any broker within a
+    /// lease of the start), if any: the name is not created again before they drop them.
+    pub fn deleted_still_served(&self, name: &str, now_ms: u64) -> Option<Vec<i32>> {
+        let mut holders: Vec<i32> = self
+            .dropping
+            .values()
+            .filter(|(n, _)| n == name)
+            .flat_map(|(_, h)| h.iter().copied())
+            .filter(|b| self.alive(*b, now_ms))
+            .collect();
+        holders.sort_unstable();
+        holders.dedup();
+        if holders.is_empty() && self.deleted.contains_key(name) && now_ms < self.earlier_leases_until_ms {
+            holders = self.brokers.keys().copied().collect();
+        }
+        (!holders.is_empty()).then_some(holders)
+    }
+
+    fn drop_pending_inner(&self, topic_id: u128, now_ms: u64) -> bool {
         if self.topics.values().any(|t| t.id == topic_id) {
             return false;
         }
@@ -2029,7 +2064,14 @@ mod tests {
         };
         let held = ReplicaReport { topic_id: old, ..report("t") };
         c.handle_delete_topic("t", 0).unwrap();
-        let Entry::TopicCreated { topic_id: new, .. } = c.handle_create_topic(1, "t", 1, 1, -1).unwrap() else {
+        // Not created again while a live broker may still serve the old replica (writes meant
+        // for the new topic would land there and vanish with it).
+        let refused = c.handle_create_topic(1, "t", 1, 1, -1).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::LeaderNotAvailable, "{refused}");
+        assert!(refused.message.contains("may still serve its old replicas"), "{refused}");
+        // Broker 2 heartbeats without it; broker 1 (paused, say) lets its lease lapse: then.
+        c.handle_heartbeat(60, 2, "a:2", &[]);
+        let Entry::TopicCreated { topic_id: new, .. } = c.handle_create_topic(101, "t", 1, 1, -1).unwrap() else {
             panic!()
         };
         assert_ne!(old, new);

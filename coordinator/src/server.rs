@@ -573,15 +573,26 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             Response::Metadata(MetadataResponse { status, brokers, topics })
         }
         Request::CreateTopic(r) => {
-            let rx = {
-                let mut st = shared.lock();
-                let now = shared.now_ms();
-                let (name, n, rf, min_isr) = (&r.name, r.partitions, r.replication_factor, r.min_insync_replicas);
-                if r.validate_only {
-                    // Nothing to persist: answered once what is queued is durable.
-                    st.cluster.plan_create_topic(now, name, n, rf, min_isr).map(|_| shared.persist(&[]))
-                } else {
-                    st.cluster.handle_create_topic(now, name, n, rf, min_isr).map(|e| shared.persist(&[e]))
+            // A name whose deleted topic a broker may still serve is created once that broker
+            // has dropped it (its next heartbeat, or its lease lapsing): this waits that long.
+            let deadline = Instant::now() + Duration::from_millis(shared.config.cluster.broker_lease_ms + 1_000);
+            let rx = loop {
+                let attempt = {
+                    let mut st = shared.lock();
+                    let now = shared.now_ms();
+                    let (name, n, rf, min_isr) = (&r.name, r.partitions, r.replication_factor, r.min_insync_replicas);
+                    if r.validate_only {
+                        // Nothing to persist: answered once what is queued is durable.
+                        st.cluster.plan_create_topic(now, name, n, rf, min_isr).map(|_| shared.persist(&[]))
+                    } else {
+                        st.cluster.handle_create_topic(now, name, n, rf, min_isr).map(|e| shared.persist(&[e]))
+                    }
+                };
+                match attempt {
+                    Err(s) if s.code == ErrorCode::LeaderNotAvailable && Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    other => break other,
                 }
             };
             Response::CreateTopic(match rx {
@@ -1221,7 +1232,9 @@ mod tests {
             panic!()
         };
         cluster.handle_delete_topic("t", 0).unwrap();
-        let Entry::TopicCreated { topic_id: new, .. } = cluster.handle_create_topic(0, "t", 1, 1, -1).unwrap() else {
+        // Broker 1 heartbeats without the old replica (it dropped it): the name lives again.
+        cluster.handle_heartbeat(1, 1, "127.0.0.1:1", &[]);
+        let Entry::TopicCreated { topic_id: new, .. } = cluster.handle_create_topic(1, "t", 1, 1, -1).unwrap() else {
             panic!()
         };
         let InitDecision::Grant { producer_id, epoch, entries, .. } = table.handle_init(Some("tid"), 60_000, None)

@@ -496,6 +496,8 @@ async fn frozen_across_the_transactional_ids_expiry(partition_forgets: bool) {
     let broker_metrics = partition_forgets.then(|| common::metrics_addr(&mut broker, 0));
     create_topic(&c.addr, "t", 1);
     let (a, a_pid) = endless_producer(&c.addr, "t", "z", 0);
+    let held = "epochfence_coordinator_state_held{kind=\"transactional_ids\"}";
+    assert_eq!(common::sample(&common::scrape(&metrics), held), 1.0, "z is held");
     kill(&a, "STOP");
     await_metric(&metrics, "epochfence_coordinator_transactional_ids_expired_total", 1.0);
     let out = run("admin", &["--bootstrap", &c.addr, "describe", "--json"]);
@@ -503,6 +505,10 @@ async fn frozen_across_the_transactional_ids_expiry(partition_forgets: bool) {
     assert_eq!(d["transactional_ids"].as_array().unwrap().len(), 0, "z is forgotten: {d}");
     assert_eq!(d["held"][0]["kind"], "transactional_ids");
     assert_eq!(d["held"][0]["count"], 0);
+    // The metrics show the count beside its cap too (z was held before: the gauge moved).
+    let text = common::scrape(&metrics);
+    assert_eq!(common::sample(&text, held), 0.0, "{text}");
+    assert_eq!(common::sample(&text, "epochfence_coordinator_state_held_max{kind=\"transactional_ids\"}"), 100_000.0);
     let b = run("producer", &["--bootstrap", &c.addr, "--topic", "t", "--transactional-id", "z", "--count", "2"]);
     assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
     let b_pid = field(String::from_utf8_lossy(&b.stdout).lines().next().unwrap(), "producer_id").unwrap();

@@ -858,6 +858,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
             let (log_end_offset, high_watermark) = p.progress();
             let lost = p.lost();
             let offline = p.log_failed();
+            let refusing = p.refusing();
             ReplicaReport {
                 topic: p.topic.clone(),
                 partition: p.index,
@@ -865,7 +866,8 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
                 high_watermark,
                 offline,
                 lost: lost.is_some(),
-                problem: match (offline, lost, p.refusing()) {
+                refused_leader_epoch: refusing.as_ref().map_or(-1, |(epoch, _)| *epoch),
+                problem: match (offline, lost, refusing) {
                     (true, ..) => {
                         "offline: its log failed (a write or fdatasync error); it takes no writes".to_string()
                     }
@@ -874,7 +876,6 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
                     (false, None, None) => String::new(),
                 },
                 topic_id: known_topic_id(shared, &(p.topic.clone(), p.index)),
-                refused_leader_epoch: p.refusing().map_or(-1, |(epoch, _)| epoch),
             }
         })
         .chain(shared.unopened.iter().map(|u| ReplicaReport {

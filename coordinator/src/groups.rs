@@ -991,17 +991,11 @@ impl GroupTable {
         let mut expired = Vec::new();
         for (name, g) in self.groups.iter_mut() {
             let quiet = g.members.is_empty() && g.pending.is_empty() && !staged.contains(name);
-            match g.idle_since_ms {
-                _ if !quiet => g.idle_since_ms = None,
-                None => g.idle_since_ms = Some(now_ms),
-                Some(since) if now_ms.saturating_sub(since) >= retention => expired.push(name.clone()),
-                Some(_) => {}
+            if crate::table::idle_past(&mut g.idle_since_ms, quiet, now_ms, retention) {
+                expired.push(name.clone());
             }
         }
-        let entries: Vec<Entry> = expired
-            .chunks(crate::table::EXPIRED_PER_ENTRY_MAX)
-            .map(|groups| Entry::GroupsExpired { groups: groups.to_vec() })
-            .collect();
+        let entries = crate::table::expiry_entries(&expired, |groups| Entry::GroupsExpired { groups });
         for entry in &entries {
             self.apply(entry);
         }

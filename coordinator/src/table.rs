@@ -53,8 +53,27 @@ pub struct TableConfig {
 pub const TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: u64 = 7 * 24 * 60 * 60 * 1000;
 /// Default [`TableConfig::transactional_ids_max`].
 pub const TRANSACTIONAL_IDS_MAX_DEFAULT: usize = 100_000;
-/// Transactional ids one [`Entry::TxnIdsExpired`] names at most (bounds its journal record).
+/// Names one [`Entry::TxnIdsExpired`] or [`Entry::GroupsExpired`] carries at most (bounds its
+/// journal record).
 pub const EXPIRED_PER_ENTRY_MAX: usize = 1_000;
+
+/// One expiry sweep's look at an idle clock (`since`: when a sweep first found the thing idle,
+/// `None` while it is not, or since something was applied to it): a busy thing's clock stops,
+/// an idle one's starts at `now_ms` if stopped. Returns whether it has been idle for
+/// `expiration_ms`.
+pub(crate) fn idle_past(since: &mut Option<u64>, idle: bool, now_ms: u64, expiration_ms: u64) -> bool {
+    match *since {
+        _ if !idle => *since = None,
+        None => *since = Some(now_ms),
+        Some(t) => return now_ms.saturating_sub(t) >= expiration_ms,
+    }
+    false
+}
+
+/// `names` in records of at most [`EXPIRED_PER_ENTRY_MAX`], made by `entry`.
+pub(crate) fn expiry_entries(names: &[String], entry: impl Fn(Vec<String>) -> Entry) -> Vec<Entry> {
+    names.chunks(EXPIRED_PER_ENTRY_MAX).map(|chunk| entry(chunk.to_vec())).collect()
+}
 
 impl Default for TableConfig {
     fn default() -> Self {
@@ -513,9 +532,8 @@ impl ProducerTable {
                         ErrorCode::ProducerFenced,
                         format!(
                             "fenced: producer id {pid} belongs to no transactional id any more (its transactional id \
-                             expired after transactional_id_expiration_ms {} idle, or it was an idempotent \
-                             producer's); transactional id '{tid}' is now producer id {} at epoch {}: stop this \
-                             producer",
+                             expired after transactional_id_expiration_ms {} idle); transactional id '{tid}' is now \
+                             producer id {} at epoch {}: stop this producer",
                             self.config.transactional_id_expiration_ms, e.producer_id, e.epoch
                         ),
                         e.epoch,
@@ -720,33 +738,25 @@ impl ProducerTable {
     /// partitions, as a timeout's are (returned in `fences`, to be written once durable); it is
     /// forgotten a whole expiration later. Every other partition its epochs wrote to holds a
     /// marker at its last epoch already. After that, a partition that forgot the producer id
-    /// (its own expiry) asks here again, and a producer id bound to no transactional id is
-    /// refused every transactional write ([`ProducerTable::handle_register`]) and every KIP-360
-    /// init as fenced. A new instance of the id gets a new producer id.
+    /// (its own expiry) asks here again, and a forgotten id's producer id (odd, see
+    /// `parity_from`) is refused every write ([`ProducerTable::handle_register`]) and every
+    /// KIP-360 init as fenced. A new instance of the id gets a new producer id.
     pub fn handle_expiry(&mut self, now_ms: u64) -> Expiry {
         let expiration = self.config.transactional_id_expiration_ms;
         let (mut expired, mut to_fence) = (Vec::new(), Vec::new());
         for (tid, e) in self.by_tid.iter_mut() {
             let quiet = e.pending.is_empty() && e.txn_started_ms.is_none();
-            match e.idle_since_ms {
-                _ if !quiet => e.idle_since_ms = None,
-                None => e.idle_since_ms = Some(now_ms),
-                Some(since) if now_ms.saturating_sub(since) >= expiration => {
-                    if e.registered.is_empty() {
-                        expired.push(tid.clone());
-                    } else {
-                        to_fence.push(tid.clone());
-                    }
+            if idle_past(&mut e.idle_since_ms, quiet, now_ms, expiration) {
+                if e.registered.is_empty() {
+                    expired.push(tid.clone());
+                } else {
+                    to_fence.push(tid.clone());
                 }
-                Some(_) => {}
             }
         }
         expired.sort();
         to_fence.sort();
-        let forgotten: Vec<Entry> = expired
-            .chunks(EXPIRED_PER_ENTRY_MAX)
-            .map(|ids| Entry::TxnIdsExpired { transactional_ids: ids.to_vec() })
-            .collect();
+        let forgotten = expiry_entries(&expired, |transactional_ids| Entry::TxnIdsExpired { transactional_ids });
         for entry in &forgotten {
             self.apply(entry);
         }

@@ -859,16 +859,7 @@ impl Protocol for Own {
             // not make a client's connection a member's.
             return peer.member.is_some() || Self::handshake(req);
         }
-        peer.member.is_some()
-            || matches!(
-                req,
-                Request::Heartbeat(_)
-                    | Request::Replicate(_)
-                    | Request::WriteMarker(_)
-                    | Request::AlterPartition(_)
-                    | Request::AuthBegin(_)
-                    | Request::AuthProve(_)
-            )
+        peer.member.is_some() || req.is_member_traffic() || Self::handshake(req)
     }
 
     fn handshake(req: &Request) -> bool {

@@ -336,16 +336,22 @@ impl Request {
     /// flight). An admin proves it holds
     /// the secret as brokers do.
     pub fn is_internal(&self) -> bool {
+        self.is_member_traffic()
+            || matches!(
+                self,
+                Request::CreateTopic(_)
+                    | Request::DeleteTopic(_)
+                    | Request::CreatePartitions(_)
+                    | Request::ElectLeader(_)
+            )
+    }
+
+    /// The cluster members' own traffic: replication, markers, ISR changes and broker
+    /// heartbeats (what the room kept for members serves, `net::ServerLimits`).
+    pub fn is_member_traffic(&self) -> bool {
         matches!(
             self,
-            Request::Replicate(_)
-                | Request::WriteMarker(_)
-                | Request::AlterPartition(_)
-                | Request::Heartbeat(_)
-                | Request::CreateTopic(_)
-                | Request::DeleteTopic(_)
-                | Request::CreatePartitions(_)
-                | Request::ElectLeader(_)
+            Request::Replicate(_) | Request::WriteMarker(_) | Request::AlterPartition(_) | Request::Heartbeat(_)
         )
     }
 }

@@ -54,6 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let req = ReplicateRequest {
                 topic: "t".into(),
                 partition: 0,
+                topic_id: 0,
                 leader_epoch: 1,
                 leader_id: 1,
                 from_offset: from,

@@ -58,6 +58,7 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
             .call(Request::Replicate(ReplicateRequest {
                 topic: "t".into(),
                 partition: 0,
+                topic_id: 0,
                 leader_epoch: 99,
                 leader_id: 7,
                 from_offset: 0,
@@ -111,6 +112,7 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
                 broker_id: 1,
                 topic: "t".into(),
                 partition: 0,
+                topic_id: 0,
                 leader_epoch: 0,
                 partition_epoch: 0,
                 isr: vec![1],

@@ -165,6 +165,18 @@ pub enum ReplicateError {
     /// A batch is damaged or out of place.
     #[error("replicated batch rejected: {0}")]
     Corrupt(String),
+    /// The sender leads a replica of another topic of the same name (one was deleted and created
+    /// again): nothing of it belongs here.
+    #[error(
+        "the sender's replica belongs to topic id {sent:032x}, this one to {mine:032x}: the topic was deleted and \
+         created again under the name; the replica of the deleted one is dropped at its broker's next heartbeat"
+    )]
+    OtherTopic {
+        /// The topic id the sender's replica belongs to.
+        sent: u128,
+        /// This replica's.
+        mine: u128,
+    },
     /// The log could not be written.
     #[error(transparent)]
     Storage(#[from] LogError),
@@ -345,6 +357,9 @@ struct Inner {
     /// Keep verifications across changes of leadership, as before issue 28: only the
     /// simulator's `keep-verifications` mutation sets it, to show what forgetting them prevents.
     keep_verifications: bool,
+    /// The id of the topic this replica belongs to (0: not known, as for a replica made before
+    /// topics had ids): replication from a leader of another topic of the same name is refused.
+    topic_id: u128,
     /// Keep the whole log when leading after an unclean election, as before issue 28: only the
     /// simulator's `unclean-leaders-keep-their-logs` mutation sets it.
     keep_log_after_unclean: bool,
@@ -627,6 +642,7 @@ impl Partition {
             truncations: 0,
             sync_before_commit: false,
             keep_verifications: false,
+            topic_id: 0,
             keep_log_after_unclean: false,
             unclean_leader_epoch: -1,
             min_isr: 1,
@@ -819,6 +835,17 @@ impl Partition {
         self.lock().unclean_leader_epoch = leader_epoch;
     }
 
+    /// The id of the topic this replica belongs to (the broker sets it from its directory and
+    /// from the coordinator's assignments; 0 until then).
+    pub fn set_topic_id(&self, topic_id: u128) {
+        self.lock().topic_id = topic_id;
+    }
+
+    /// The id of the topic this replica belongs to (0: not known).
+    pub fn topic_id(&self) -> u128 {
+        self.lock().topic_id
+    }
+
     /// Keep verifications when this replica becomes leader (the broker never does: a
     /// verification made under an earlier leadership may predate a fence this replica never
     /// got). Only for the simulator's mutation that shows what forgetting them prevents.
@@ -915,6 +942,12 @@ impl Partition {
         // handed its pieces over directly (the simulator, tests).
         let records = &records.contiguous();
         let mut g = self.lock();
+        // By topic id, as Kafka's followers fetch: a leader of a deleted topic's replica (or of
+        // the one created after it) may carry the same leader id and epoch as this replica's.
+        let mine = g.topic_id;
+        if req.topic_id != 0 && mine != 0 && req.topic_id != mine {
+            return Err(ReplicateError::OtherTopic { sent: req.topic_id, mine });
+        }
         g.leadership.check_replication(leader_epoch, leader_id, epoch_checks)?;
         if from_offset < 0 {
             return Err(ReplicateError::Corrupt(format!("from_offset {from_offset} is negative")));
@@ -1770,6 +1803,7 @@ mod tests {
         let req = ReplicateRequest {
             topic: "t".into(),
             partition: 0,
+            topic_id: 0,
             leader_epoch: epoch,
             leader_id: 1,
             from_offset: from,
@@ -1823,6 +1857,7 @@ mod tests {
             let req = ReplicateRequest {
                 topic: "t".into(),
                 partition: 0,
+                topic_id: 0,
                 leader_epoch: 1,
                 leader_id: 3,
                 from_offset: 0,
@@ -1865,6 +1900,30 @@ mod tests {
         assert_eq!(follower.progress().0, 6);
         let theirs = follower.fetch_all_for_test();
         assert_eq!(theirs, leader.fetch_all_for_test(), "the logs converge");
+    }
+
+    /// Found by the simulator (`--topic-deletions --mutation topics-by-name`): the leader of a
+    /// deleted topic's replica and the leader of the topic created again under the name may be
+    /// one broker at one leader epoch; a Replicate of the old replica reaching a follower of the
+    /// new one would put the deleted topic's batches into it. Refused by topic id (0 on either
+    /// side: taken, as before ids were sent).
+    #[test]
+    fn replication_of_another_topic_of_the_same_name_is_refused() {
+        let fd = tempfile::tempdir().unwrap();
+        let follower = Partition::open(fd.path(), "t", 0, 2, true).unwrap();
+        follower.learn(1, 1, 0, &[1, 2], &[1, 2], 0);
+        follower.set_topic_id(7);
+        let batch = [stored(0, 1, "old")];
+        let old = ReplicateRequest { topic_id: 6, ..replicate_request(0, &batch) };
+        match follower.apply_replicated(&old, true) {
+            Err(ReplicateError::OtherTopic { sent: 6, mine: 7 }) => {}
+            other => panic!("expected a refusal by topic id, got {other:?}"),
+        }
+        assert_eq!(follower.progress().0, 0, "nothing of the other topic was written");
+        let new = ReplicateRequest { topic_id: 7, ..replicate_request(0, &batch) };
+        assert_eq!(follower.apply_replicated(&new, true).unwrap(), 1);
+        let unknown = ReplicateRequest { topic_id: 0, ..replicate_request(1, &[stored(1, 1, "x")]) };
+        assert_eq!(follower.apply_replicated(&unknown, true).unwrap(), 2);
     }
 
     /// Found by the simulator (seed 30): a resent or reordered push from the same leader,
@@ -1918,6 +1977,7 @@ mod tests {
             let req = ReplicateRequest {
                 topic: "t".into(),
                 partition: 0,
+                topic_id: 0,
                 leader_epoch: 2,
                 leader_id: 3,
                 from_offset: 0,
@@ -1983,6 +2043,7 @@ mod tests {
         ReplicateRequest {
             topic: "t".into(),
             partition: 0,
+            topic_id: 0,
             leader_epoch: 1,
             leader_id: 1,
             from_offset: from,
@@ -2421,6 +2482,7 @@ mod tests {
         let req = |from: i64, prev: i32, batches: &[Bytes]| ReplicateRequest {
             topic: "t".into(),
             partition: 0,
+            topic_id: 0,
             leader_epoch: 1,
             leader_id: 1,
             from_offset: from,
@@ -2492,6 +2554,7 @@ mod tests {
         let req = ReplicateRequest {
             topic: "t".into(),
             partition: 0,
+            topic_id: 0,
             leader_epoch: 2,
             leader_id: 2,
             from_offset: w.from_offset,

@@ -559,6 +559,7 @@ fn open_existing(shared: &Shared) {
                         all_synced = false;
                     }
                 }
+                p.set_topic_id(topic_id);
                 shared.topic_ids.insert(key.clone(), topic_id);
                 shared.partitions.insert(key, Arc::new(p));
             }
@@ -1002,6 +1003,9 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
                 }
             }
         };
+        if a.topic_id != 0 {
+            part.set_topic_id(a.topic_id);
+        }
         part.set_min_insync_replicas(a.min_insync_replicas);
         part.set_unclean_leader_epoch(a.unclean_leader_epoch);
         match part.learn(a.leader_id, a.leader_epoch, a.partition_epoch, &a.replicas, &a.isr, now) {
@@ -1078,6 +1082,7 @@ async fn maintain_isr(shared: &Arc<Shared>) {
             broker_id: shared.config.id,
             topic: part.topic.clone(),
             partition: part.index,
+            topic_id: part.topic_id(),
             leader_epoch,
             partition_epoch,
             isr: isr.clone(),
@@ -1179,6 +1184,7 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
             let req = Request::Replicate(ReplicateRequest {
                 topic: part.topic.clone(),
                 partition: part.index,
+                topic_id: part.topic_id(),
                 leader_epoch,
                 leader_id: shared.config.id,
                 from_offset: work.from_offset,
@@ -2055,6 +2061,10 @@ fn replicate(shared: &Arc<Shared>, r: ReplicateRequest) -> net::Handled {
         }
         Err(e @ ReplicateError::Corrupt(_)) => {
             answer(Status::new(ErrorCode::CorruptMessage, e.to_string()), -1, -1, epoch)
+        }
+        Err(e @ ReplicateError::OtherTopic { .. }) => {
+            tracing::warn!(topic = %r.topic, partition = r.partition, sender = r.leader_id, error = %e, "refused replication of another topic of the same name");
+            answer(Status::new(ErrorCode::UnknownTopicId, e.to_string()), -1, -1, epoch)
         }
         Err(e @ ReplicateError::Storage(_)) => {
             answer(Status::new(ErrorCode::KafkaStorageError, e.to_string()), -1, -1, epoch)

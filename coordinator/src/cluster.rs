@@ -254,6 +254,8 @@ pub struct Cluster {
     /// Until when a broker not heard from since this process started may still hold a lease
     /// granted by an earlier one ([`Cluster::set_started`]).
     earlier_leases_until_ms: u64,
+    /// Know partitions by name, as before issue 28 ([`Cluster::set_topics_by_name`]).
+    topics_by_name: bool,
 }
 
 impl Cluster {
@@ -266,6 +268,14 @@ impl Cluster {
     /// granted for one more lease.
     pub fn set_started(&mut self, now_ms: u64) {
         self.earlier_leases_until_ms = now_ms + self.config.broker_lease_ms;
+    }
+
+    /// Know partitions by name, as before issue 28 (the coordinator never does): a marker goes to
+    /// whatever topic has its partition's name now, and a deleted topic's name is created again
+    /// at once, while brokers may still serve the old replicas. Only for the simulator's
+    /// mutation that shows what going by topic id prevents.
+    pub fn set_topics_by_name(&mut self, on: bool) {
+        self.topics_by_name = on;
     }
 
     fn alive(&self, id: i32, now_ms: u64) -> bool {
@@ -669,7 +679,7 @@ impl Cluster {
         if self.topics.contains_key(name) {
             return Err(Status::new(ErrorCode::TopicAlreadyExists, format!("topic '{name}' already exists")));
         }
-        if let Some(holders) = self.deleted_still_served(name, now_ms) {
+        if let Some(holders) = self.deleted_still_served(name, now_ms).filter(|_| !self.topics_by_name) {
             // Until they drop them, those brokers take writes by the name into the old
             // replicas: writes meant for the new topic would vanish with them.
             return Err(Status::new(
@@ -846,6 +856,7 @@ impl Cluster {
             return MarkerRoute::NotNeeded;
         }
         let id = match t.topic_id {
+            _ if self.topics_by_name => self.topic_id(&t.topic).unwrap_or(t.topic_id),
             0 => self.topic_id(&t.topic).or_else(|| self.deleted_topic_id(&t.topic)).unwrap_or(0),
             id => id,
         };
@@ -859,6 +870,34 @@ impl Cluster {
             // fence, and the transaction may end.
             None => MarkerRoute::NotNeeded,
         }
+    }
+
+    /// Whether a write to `topic`-`partition` may be registered (AddPartitionsToTxn, a leader's
+    /// verification), asked by a replica of the topic with id `asking_topic_id` (0: unknown, a
+    /// client's request): the id to register it under, or why not. A registration is a promise
+    /// to fence that partition later, so only real partitions of a topic that exists, never a
+    /// reserved name, and never for a replica of a deleted topic of that name (on a broker that
+    /// has not dropped it yet): no marker will ever go there.
+    pub fn registration_topic_id(&self, topic: &str, partition: i32, asking_topic_id: u128) -> Result<u128, Status> {
+        if protocol::names::is_reserved_topic(topic) {
+            return Err(Status::new(
+                ErrorCode::InvalidTopicException,
+                format!("topic name '{topic}' is reserved for Kafka's internal topics: no write goes there"),
+            ));
+        }
+        let Some(topic_id) = self.leader_of(topic, partition).and(self.topic_id(topic)) else {
+            return Err(Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist")));
+        };
+        if asking_topic_id != 0 && asking_topic_id != topic_id {
+            return Err(Status::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!(
+                    "{topic}-{partition}: this replica belongs to a deleted topic of that name (topic id \
+                     {asking_topic_id:032x}); the topic now has another id and other replicas: refresh metadata"
+                ),
+            ));
+        }
+        Ok(topic_id)
     }
 
     /// The id topic `name` had when it was last deleted, if it was.
@@ -1034,8 +1073,23 @@ impl Cluster {
     pub fn handle_alter_partition(&mut self, r: &AlterPartitionRequest) -> (Option<Entry>, AlterPartitionResponse) {
         let (topic, partition, broker_id, leader_epoch, isr) =
             (&r.topic, r.partition, r.broker_id, r.leader_epoch, &r.isr);
-        let Some((min_isr, p)) = self.topic_partition(topic, partition) else {
-            let status = Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist"));
+        let other_topic = r.topic_id != 0 && self.topic_id(topic).is_some_and(|id| id != r.topic_id);
+        let found = self.topic_partition(topic, partition).filter(|_| !other_topic);
+        let Some((min_isr, p)) = found else {
+            let status = if other_topic {
+                // A replica of a deleted topic of that name, on a broker that has not dropped it
+                // yet: its ISR is not this topic's.
+                Status::new(
+                    ErrorCode::UnknownTopicId,
+                    format!(
+                        "{topic}-{partition}: the asking replica belongs to a deleted topic of that name (topic id \
+                         {:032x}); it is dropped at its broker's next heartbeat",
+                        r.topic_id
+                    ),
+                )
+            } else {
+                Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist"))
+            };
             return (
                 None,
                 AlterPartitionResponse {
@@ -1177,6 +1231,11 @@ impl Cluster {
     pub fn leader_of(&self, topic: &str, partition: i32) -> Option<(i32, i32, Option<String>)> {
         let p = self.partition(topic, partition)?;
         Some((p.leader_id, p.leader_epoch, self.brokers.get(&p.leader_id).map(|b| b.addr.clone())))
+    }
+
+    /// A partition's replicas.
+    pub fn replicas_of(&self, topic: &str, partition: i32) -> Option<&[i32]> {
+        self.partition(topic, partition).map(|p| p.replicas.as_slice())
     }
 
     /// A partition's ISR and its partition epoch.
@@ -1497,6 +1556,7 @@ mod tests {
             broker_id,
             topic: "t".into(),
             partition: 0,
+            topic_id: 0,
             leader_epoch,
             partition_epoch,
             isr: isr.to_vec(),
@@ -1524,6 +1584,45 @@ mod tests {
         let other = (1..=3).find(|b| *b != leader).unwrap();
         assert_eq!(alter(&mut c, other, epoch + 1, 2, &[other]).status.code, ErrorCode::FencedLeaderEpoch);
         assert_eq!(alter(&mut c, leader, epoch + 1, 2, &[other]).status.code, ErrorCode::InvalidRequest);
+    }
+
+    /// Found by the simulator (`--topic-deletions --mutation topics-by-name`): a leader of a
+    /// deleted topic's replica asks for an ISR change by name after the topic was created again
+    /// with the same leader at the same epochs; applied, it would change the new topic's ISR
+    /// (adding a follower that holds nothing of it). A change carrying another topic id is
+    /// refused; one without an id (0) is taken by name, as before ids were sent.
+    #[test]
+    fn an_isr_change_of_a_deleted_topics_replica_is_refused() {
+        let mut c = cluster(&[1, 2, 3]);
+        let Entry::TopicCreated { topic_id: old, .. } = c.handle_create_topic(0, "t", 1, 3, -1).unwrap() else {
+            panic!("created")
+        };
+        c.handle_delete_topic("t", 0).unwrap();
+        for b in 1..=3 {
+            c.handle_heartbeat(100, b, "x", &[]); // dropped everywhere
+        }
+        let Entry::TopicCreated { topic_id: new, .. } = c.handle_create_topic(100, "t", 1, 3, -1).unwrap() else {
+            panic!("created")
+        };
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        let ask = |c: &mut Cluster, topic_id| {
+            let r = AlterPartitionRequest {
+                broker_id: leader,
+                topic: "t".into(),
+                partition: 0,
+                topic_id,
+                leader_epoch: epoch,
+                partition_epoch: 0,
+                isr: vec![leader],
+            };
+            c.handle_alter_partition(&r)
+        };
+        let (entry, resp) = ask(&mut c, old);
+        assert!(entry.is_none());
+        assert_eq!(resp.status.code, ErrorCode::UnknownTopicId, "{}", resp.status);
+        assert_eq!(c.isr_of("t", 0).unwrap().0.len(), 3, "the new topic's ISR is untouched");
+        let (entry, resp) = ask(&mut c, new);
+        assert!(entry.is_some() && resp.status.is_ok(), "{}", resp.status);
     }
 
     /// Found by the simulator: a leader asked to add a follower back; the coordinator was paused

@@ -449,39 +449,21 @@ pub(crate) fn handler(shared: Arc<Shared>) -> net::Handler {
 fn add_partition(shared: &Arc<Shared>, r: AddPartitionRequest) -> net::Handled {
     let (decision, rx) = {
         let mut st = shared.lock();
-        let refuse = |code, message: String| RegisterDecision::Refuse { status: Status::new(code, message), epoch: -1 };
-        let topic_id = st.cluster.topic_id(&r.topic);
-        let d = if protocol::names::is_reserved_topic(&r.topic) {
-            refuse(
-                ErrorCode::InvalidTopicException,
-                format!("topic name '{}' is reserved for Kafka's internal topics: no write goes there", r.topic),
-            )
-        } else if st.cluster.leader_of(&r.topic, r.partition).is_none() {
-            // A registration is a promise to fence that partition later: only real ones.
-            refuse(ErrorCode::UnknownTopicOrPartition, format!("{}-{} does not exist", r.topic, r.partition))
-        } else if r.topic_id != 0 && topic_id != Some(r.topic_id) {
-            // The asking replica belongs to a deleted topic of that name, on a broker that has
-            // not dropped it yet: no marker will ever go there, so no write may be verified.
-            refuse(
-                ErrorCode::UnknownTopicOrPartition,
-                format!(
-                    "{}-{}: this replica belongs to a deleted topic of that name (topic id {:032x}); the topic now \
-                     has another id and other replicas: refresh metadata",
-                    r.topic, r.partition, r.topic_id
-                ),
-            )
-        } else {
-            let now = shared.now_ms();
-            let reg = Registration {
-                producer_id: r.producer_id,
-                epoch: r.producer_epoch,
-                topic: &r.topic,
-                partition: r.partition,
-                topic_id: topic_id.unwrap_or(0),
-                transactional: r.transactional,
-                verify_only: r.verify_only,
-            };
-            st.table.handle_register(&reg, now)
+        let d = match st.cluster.registration_topic_id(&r.topic, r.partition, r.topic_id) {
+            Err(status) => RegisterDecision::Refuse { status, epoch: -1 },
+            Ok(topic_id) => {
+                let now = shared.now_ms();
+                let reg = Registration {
+                    producer_id: r.producer_id,
+                    epoch: r.producer_epoch,
+                    topic: &r.topic,
+                    partition: r.partition,
+                    topic_id,
+                    transactional: r.transactional,
+                    verify_only: r.verify_only,
+                };
+                st.table.handle_register(&reg, now)
+            }
         };
         let rx = match &d {
             RegisterDecision::Accept { entries, .. } => Some(shared.persist(entries)),

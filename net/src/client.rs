@@ -391,6 +391,7 @@ mod tests {
             Request::Replicate(ReplicateRequest {
                 topic: "t".into(),
                 partition: 0,
+                topic_id: 0,
                 leader_epoch: 1,
                 leader_id: 1,
                 from_offset: 0,
@@ -479,6 +480,7 @@ mod tests {
         let req = Request::Replicate(ReplicateRequest {
             topic: "t".into(),
             partition: 2,
+            topic_id: 0,
             leader_epoch: 5,
             leader_id: 1,
             from_offset: 40,

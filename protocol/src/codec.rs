@@ -206,6 +206,7 @@ mod tests {
             Request::Replicate(ReplicateRequest {
                 topic: "t".into(),
                 partition: 3,
+                topic_id: 0,
                 leader_epoch: 4,
                 leader_id: 1,
                 from_offset: 10,

@@ -2,6 +2,7 @@
 //! driving the real `broker::partition::Partition`.
 
 use super::*;
+use broker::storage::Storage;
 
 impl Sim {
     /// The flusher: start an fdatasync of each log's unsynced writes, if any (one at a time
@@ -11,7 +12,7 @@ impl Sim {
         if self.brokers[&id].paused_until > self.now {
             return;
         }
-        for partition in 0..self.cfg.partitions {
+        for partition in self.slots(id) {
             let r = self.rep(id, partition);
             if r.flushing {
                 continue;
@@ -68,7 +69,7 @@ impl Sim {
         if self.cfg.expiry {
             self.producer_states_expiry(id);
         }
-        for partition in 0..self.cfg.partitions {
+        for partition in self.slots(id) {
             let l = self.rep(id, partition).part.leadership();
             if !l.is_leader {
                 continue;
@@ -96,7 +97,8 @@ impl Sim {
                             from = Some(w.end_offset);
                             let req = ReplicateRequest {
                                 topic: TOPIC.into(),
-                                partition,
+                                partition: self.index(partition),
+                                topic_id: self.rep(id, partition).part.topic_id(),
                                 leader_epoch: l.leader_epoch,
                                 leader_id: id,
                                 from_offset: w.from_offset,
@@ -106,7 +108,8 @@ impl Sim {
                                 producer_state: w.producer_state,
                                 records: w.records,
                             };
-                            self.send(id as usize, f as usize, Msg::Replicate { req, sent: w.sent });
+                            let msg = Msg::Replicate { req, sent: w.sent, from_slot: partition };
+                            self.send(id as usize, f as usize, msg);
                             if !more {
                                 break;
                             }
@@ -131,18 +134,20 @@ impl Sim {
             return;
         }
         let waiting = |call: Option<(u64, u64)>| call.is_some_and(|(_, sent)| self.now - sent < CALL_TIMEOUT_TICKS);
-        if waiting(b.heartbeat_call) || b.replicas.iter().any(|r| waiting(r.alter_call)) {
+        if waiting(b.heartbeat_call) || b.replicas.values().any(|r| waiting(r.alter_call)) {
             return;
         }
         if b.heartbeat_call.is_some() {
             // The last heartbeat was never answered: the ISR round runs anyway.
             self.brokers.get_mut(&id).expect("broker").heartbeat_call = None;
             self.maintain_isr(id);
-            if self.brokers[&id].replicas.iter().any(|r| r.alter_call.is_some()) {
+            if self.brokers[&id].replicas.values().any(|r| r.alter_call.is_some()) {
                 return;
             }
         }
-        let reports = (0..self.cfg.partitions)
+        let reports = self
+            .slots(id)
+            .into_iter()
             .map(|partition| {
                 let part = &self.rep(id, partition).part;
                 // As the broker's checkpoint loop does (here at every heartbeat). The in-memory
@@ -152,13 +157,13 @@ impl Sim {
                 let lost = part.lost().filter(|_| self.cfg.mutation != Mutation::TrustDamagedLogs);
                 ReplicaReport {
                     topic: TOPIC.into(),
-                    partition,
+                    partition: self.index(partition),
                     log_end_offset,
                     high_watermark,
                     offline: false,
                     lost: lost.is_some(),
                     problem: lost.unwrap_or_default(),
-                    topic_id: 0,
+                    topic_id: self.topic_id_of(partition),
                     refused_leader_epoch: part.refusing().map_or(-1, |(epoch, _)| epoch),
                 }
             })
@@ -182,7 +187,7 @@ impl Sim {
     pub(crate) fn maintain_isr(&mut self, id: i32) {
         let now = self.clock(id as usize);
         let at = self.now;
-        for partition in 0..self.cfg.partitions {
+        for partition in self.slots(id) {
             let r = self.rep_mut(id, partition);
             match r.alter_call {
                 Some((_, sent)) if at - sent < CALL_TIMEOUT_TICKS => continue,
@@ -204,12 +209,13 @@ impl Sim {
             let req = AlterPartitionRequest {
                 broker_id: id,
                 topic: TOPIC.into(),
-                partition,
+                partition: self.index(partition),
+                topic_id: self.rep(id, partition).part.topic_id(),
                 leader_epoch,
                 partition_epoch,
                 isr,
             };
-            self.send(id as usize, COORD, Msg::AlterIsr { call, req });
+            self.send(id as usize, COORD, Msg::AlterIsr { call, req, slot: partition });
         }
     }
 
@@ -237,10 +243,13 @@ impl Sim {
         let batch =
             build_marker(target.producer_id, target.marker_epoch, target.marker_sequence, kind, 0, self.now as i64);
         let header = BatchHeader::parse_prefix(&batch).expect("a marker we built parses");
-        let partition = target.partition;
-        let r = self.rep_mut(id, partition);
-        match r.part.append(&batch, &header, leader_epoch, true) {
-            Ok(a) => {
+        // A marker names its partition by name: it goes to the replica this broker holds under it.
+        let held = self.held_slot(id, target.partition);
+        let appended = held.and_then(|slot| {
+            self.rep(id, slot).part.append(&batch, &header, leader_epoch, true).ok().map(|a| (slot, a))
+        });
+        match appended {
+            Some((partition, a)) => {
                 let (base_offset, end_offset, leader_epoch) = a.parts();
                 if let Appended::New { .. } = a {
                     self.first_appended.insert((partition, base_offset, leader_epoch), self.now);
@@ -248,7 +257,7 @@ impl Sim {
                 let r = self.rep_mut(id, partition);
                 r.pending.push(Pending {
                     prod: None,
-                    marker: Some((tid, target.marker_epoch, target.producer_id)),
+                    marker: Some((tid, target.marker_epoch, target.producer_id, target.topic_id)),
                     end_offset,
                     base_offset,
                     leader_epoch,
@@ -260,9 +269,10 @@ impl Sim {
                     )
                 });
             }
-            Err(_) => {
-                let (epoch, producer_id) = (target.marker_epoch, target.producer_id);
-                let resp = Msg::MarkerResp { tid, epoch, producer_id, partition, ok: false };
+            None => {
+                let (epoch, producer_id, partition) = (target.marker_epoch, target.producer_id, target.partition);
+                let topic_id = target.topic_id;
+                let resp = Msg::MarkerResp { tid, epoch, producer_id, partition, topic_id, ok: false };
                 self.send(id as usize, COORD, resp);
             }
         }
@@ -347,7 +357,7 @@ impl Sim {
             return;
         }
         b.producer_sweep_at = now;
-        for partition in 0..self.cfg.partitions {
+        for partition in self.slots(id) {
             let n = self.rep(id, partition).part.expire_producers(now, PRODUCER_ID_EXPIRATION_TICKS);
             if n > 0 {
                 self.out.producer_ids_expired += n as u64;
@@ -378,6 +388,8 @@ impl Sim {
                             // Appended after the grant finished: a violation once committed.
                             let seen = (header.producer_id, header.producer_epoch, header.base_sequence, stored_epoch);
                             self.zombie_appends.insert((partition, base_offset, seen));
+                            let pair = (header.producer_id, header.producer_epoch);
+                            self.check_deleted_topic_fenced(id, partition, &tid, pair, stored_epoch);
                             let e = header.producer_epoch;
                             self.trace(|| {
                                 format!(
@@ -435,9 +447,41 @@ impl Sim {
         }
     }
 
+    /// The broker drops its replica `slot` (its topic was deleted, or the name now has another
+    /// id): what waited on it fails (the producers refresh their metadata and retry, the
+    /// coordinator resends its markers), and its files go.
+    pub(crate) fn drop_replica(&mut self, id: i32, slot: i32) {
+        let Some(r) = self.brokers.get_mut(&id).expect("broker").replicas.remove(&slot) else { return };
+        for p in r.pending {
+            if let Some((prod, batch)) = p.prod {
+                self.send(
+                    id as usize,
+                    producer_host(prod),
+                    Msg::ProduceResp { prod, batch, result: ProduceResult::Retry },
+                );
+            }
+            if let Some((tid, epoch, producer_id, topic_id)) = p.marker {
+                let partition = self.index(slot);
+                let resp = Msg::MarkerResp { tid, epoch, producer_id, partition, topic_id, ok: false };
+                self.send(id as usize, COORD, resp);
+            }
+        }
+        for (prod, _, header, _) in r.inbox {
+            let batch = (slot, header.producer_id, header.producer_epoch, header.base_sequence);
+            self.send(id as usize, producer_host(prod), Msg::ProduceResp { prod, batch, result: ProduceResult::Retry });
+        }
+        let disk = self.brokers[&id].disk.clone();
+        for file in disk.list(&r.dir).unwrap_or_default() {
+            let _ = disk.remove(&file);
+        }
+        let _ = disk.remove_dir(&r.dir);
+        *self.out.decisions.entry("replica of a deleted topic dropped").or_default() += 1;
+        self.trace(|| format!("broker {id}: dropped its replica of slot {slot} (the topic was deleted)"));
+    }
+
     /// Answer what became committed, fail what lost leadership, and check the replicas.
     pub(crate) fn after_broker_step(&mut self, id: i32) {
-        for partition in 0..self.cfg.partitions {
+        for partition in self.slots(id) {
             let r = self.rep_mut(id, partition);
             let mut answers = Vec::new();
             let part = &r.part;
@@ -465,9 +509,11 @@ impl Sim {
                     };
                     self.send(id as usize, producer_host(prod), Msg::ProduceResp { prod, batch, result });
                 }
-                if let Some((tid, epoch, producer_id)) = marker {
+                if let Some((tid, epoch, producer_id, topic_id)) = marker {
                     let ok = offset.is_some();
-                    self.send(id as usize, COORD, Msg::MarkerResp { tid, epoch, producer_id, partition, ok });
+                    let partition = self.index(partition);
+                    let resp = Msg::MarkerResp { tid, epoch, producer_id, partition, topic_id, ok };
+                    self.send(id as usize, COORD, resp);
                 }
             }
             self.check_replica(id, partition);

@@ -7,9 +7,10 @@ impl Sim {
     /// the coordinator elects the next leader from them.
     pub(crate) fn check_isr_holds_committed(&mut self, partition: i32) {
         let (leader, leader_epoch) = self.leader(partition);
-        if leader < 0 {
+        if leader < 0 || !self.holds(leader, partition) {
             return;
         }
+        let index = self.index(partition);
         let part = &self.rep(leader, partition).part;
         let l = part.leadership();
         if !l.is_leader || l.leader_epoch != leader_epoch {
@@ -17,7 +18,7 @@ impl Sim {
         }
         let (_, hw) = part.progress();
         let counted = part.counted_replicas().unwrap_or_default();
-        let isr = self.cluster.isr_of(TOPIC, partition).map(|(isr, _)| isr.to_vec()).unwrap_or_default();
+        let isr = self.cluster.isr_of(TOPIC, index).map(|(isr, _)| isr.to_vec()).unwrap_or_default();
         if let Some(m) = isr.iter().find(|m| !counted.contains(m)) {
             return self.violate(format!(
                 "leader {leader} of partition {partition} at epoch {leader_epoch} commits without broker {m}, which \
@@ -25,7 +26,7 @@ impl Sim {
             ));
         }
         // The eligible leader replicas (KIP-966) may be elected too, when no ISR member is live.
-        let elr = self.cluster.elr_of(TOPIC, partition).map(|(elr, _)| elr.to_vec()).unwrap_or_default();
+        let elr = self.cluster.elr_of(TOPIC, index).map(|(elr, _)| elr.to_vec()).unwrap_or_default();
         for (m, role) in isr.iter().map(|m| (*m, "in sync")).chain(elr.iter().map(|m| (*m, "eligible"))) {
             // A broker whose disk was replaced holds nothing until its first heartbeat tells the
             // coordinator, which then takes it out; until then that process cannot act on a
@@ -35,11 +36,22 @@ impl Sim {
             if self.brokers[&m].log_dir_id != i64::from(m) && registered != Some(incarnation) {
                 continue;
             }
+            // A replica of a topic created anew that its broker has not created yet (it learns
+            // of the topic from its next heartbeat's answer) holds nothing.
+            let Some(r) = self.brokers[&m].replicas.get(&partition) else {
+                if hw > 0 {
+                    return self.violate(format!(
+                        "leader {leader} of partition {partition} at epoch {leader_epoch} has committed up to {hw}, but \
+                         broker {m}, {role} at the coordinator, has no replica of it yet"
+                    ));
+                }
+                continue;
+            };
             // So does a replica whose log came back damaged (reported lost by that heartbeat).
-            if self.rep(m, partition).part.lost().is_some() && registered != Some(incarnation) {
+            if r.part.lost().is_some() && registered != Some(incarnation) {
                 continue;
             }
-            let part = &self.rep(m, partition).part;
+            let part = &r.part;
             let (leo, _) = part.progress();
             // On disk, not only written: a power loss must not take it either.
             if leo < hw || !part.is_durable(hw) {
@@ -62,7 +74,12 @@ impl Sim {
         base_offset: i64,
         end_offset: i64,
     ) {
-        let min_isr = self.cluster.elr_of(TOPIC, partition).map_or(1, |(_, m)| m);
+        if !self.is_live(partition) {
+            // Acknowledged into a topic deleted since (a write that raced the deletion, as in
+            // Kafka): gone with it.
+            return;
+        }
+        let min_isr = self.cluster.elr_of(TOPIC, self.index(partition)).map_or(1, |(_, m)| m);
         // The batch as the acknowledging leader stores it (a duplicate's is its original's).
         let Some(leader_epoch) = self.rep(leader, partition).part.stored_epoch_at(base_offset) else {
             return self
@@ -80,9 +97,10 @@ impl Sim {
             .iter()
             .copied()
             .filter(|b| {
-                self.rep(*b, partition).part.holds_durably(base_offset, end_offset, leader_epoch)
+                let r = self.brokers[b].replicas.get(&partition);
+                r.is_some_and(|r| r.part.holds_durably(base_offset, end_offset, leader_epoch))
                     || self.brokers[b].disk_replaced_at.is_some_and(|t| t >= appended_at)
-                    || self.rep(*b, partition).damaged_at.is_some_and(|t| t >= appended_at)
+                    || r.is_some_and(|r| r.damaged_at.is_some_and(|t| t >= appended_at))
             })
             .collect();
         if (holding.len() as i32) < min_isr {
@@ -125,7 +143,12 @@ impl Sim {
         // truncates once it follows the leader again.)
         for (h, _) in headers.iter().filter(|(h, _)| h.base_offset < hw) {
             let seen = (h.producer_id, h.producer_epoch, h.base_sequence, h.partition_leader_epoch);
-            if !h.is_control() && self.zombie_appends.contains(&(partition, h.base_offset, seen)) {
+            // In a deleted topic nothing is ever read: a stale leader of one (its lease lapsed, so
+            // its replica's marker was no longer owed) may commit a zombie's write there until its
+            // first heartbeat drops it (ARCHITECTURE, *Topic identity*); what must hold there is
+            // checked where it is appended (`check_deleted_topic_fenced`).
+            let live = self.is_live(partition);
+            if live && !h.is_control() && self.zombie_appends.contains(&(partition, h.base_offset, seen)) {
                 let tid = self.owner.get(&h.producer_id).cloned().unwrap_or_default();
                 return self.violate(format!(
                     "zombie write committed: '{tid}' producer {} epoch {} seq {} at offset {partition}/{} on broker \
@@ -155,13 +178,66 @@ impl Sim {
         }
     }
 
+    /// A zombie batch (of `pair`, older than a finished grant of `tid`) was appended to
+    /// broker `id`'s replica `slot` at leader epoch `leader_epoch`. On a deleted topic's
+    /// partition nothing is ever read, so a stale leader's append there is harmless, as on a
+    /// live one; but its last leadership (the one the coordinator would have sent the fence
+    /// marker to) must not take the write on a broker the coordinator held alive when the grant
+    /// that fenced `pair` finished: that grant waits until every broker that held the deleted
+    /// topic has dropped it or lost its lease (see `Cluster::drop_pending`).
+    pub(crate) fn check_deleted_topic_fenced(
+        &mut self,
+        id: i32,
+        slot: i32,
+        tid: &str,
+        pair: (i64, i16),
+        leader_epoch: i32,
+    ) {
+        if self.is_live(slot) {
+            return;
+        }
+        if self.final_epoch.get(&slot) != Some(&leader_epoch) {
+            *self.out.decisions.entry("zombie write in a deleted topic by a stale leadership").or_default() += 1;
+            return;
+        }
+        let Some((granted, live)) = self.grants.get(tid).and_then(|g| g.iter().find(|(g, _)| pair < *g)) else {
+            return;
+        };
+        if !live.contains(&id) {
+            let what = "zombie write in a deleted topic by a broker whose lease lapsed before the fence";
+            *self.out.decisions.entry(what).or_default() += 1;
+        } else {
+            let granted = *granted;
+            self.violate(format!(
+                "zombie write landed in a deleted topic: '{tid}' producer {} epoch {} appended to broker {id}'s replica \
+                 of slot {slot} (leading at its last leader epoch {leader_epoch}) after the grant of {granted:?} \
+                 finished while the coordinator held broker {id} alive: the fence did not wait for the old replica",
+                pair.0, pair.1
+            ));
+        }
+    }
+
     /// After the settle phase: replicas converged, every acknowledged record present once.
     pub(crate) fn finish(&mut self) {
         let mut count: HashMap<BatchId, Vec<i64>> = HashMap::new();
-        for partition in 0..self.cfg.partitions {
+        for index in 0..self.cfg.partitions {
+            let Some(partition) = self.live_slot(index) else {
+                return self.violate("no convergence: the topic was deleted and not created again".into());
+            };
             let mut logs = Vec::new();
+            let replicas = self.cluster.replicas_of(TOPIC, index).map(<[i32]>::to_vec).unwrap_or_default();
             for (id, b) in &self.brokers {
-                let part = &b.replicas[partition as usize].part;
+                if let Some(old) = b.replicas.keys().find(|s| **s != partition && self.index(**s) == index) {
+                    return self
+                        .violate(format!("no convergence: broker {id} still holds slot {old} of a deleted topic"));
+                }
+                let Some(r) = b.replicas.get(&partition) else {
+                    if replicas.contains(id) {
+                        return self.violate(format!("no convergence: broker {id} has no replica of slot {partition}"));
+                    }
+                    continue;
+                };
+                let part = &r.part;
                 let (leo, hw) = part.progress();
                 let headers: Vec<_> = match part.batch_headers() {
                     Ok(h) => h
@@ -190,7 +266,11 @@ impl Sim {
                     ));
                 }
             }
-            let pos = self.consumers[partition as usize].position;
+            let c = &self.consumers[index as usize];
+            if c.slot != partition {
+                return self.violate(format!("no convergence: the consumer never read slot {partition}"));
+            }
+            let pos = c.position;
             let part = &self.rep(leader, partition).part;
             // A transaction open there before an unclean election, whose marker was lost with
             // the replicas that held it, stays open, and read_committed stops at it (a hanging
@@ -211,6 +291,9 @@ impl Sim {
         for (id, offset, leader_epoch) in self.acked.clone() {
             if self.before_unclean(id.0, leader_epoch) {
                 continue; // acknowledged before an unclean election: it may be lost
+            }
+            if !self.is_live(id.0) {
+                continue; // acknowledged into a topic deleted since: gone with it
             }
             match count.get(&id).map(Vec::as_slice) {
                 None => return self.violate(format!("acknowledged record {id:?} at offset {offset} is lost")),

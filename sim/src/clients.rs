@@ -13,10 +13,15 @@ impl Sim {
             self.fault("consumer paused");
             return;
         }
-        for partition in 0..self.cfg.partitions {
+        for index in 0..self.cfg.partitions {
             let now = self.now;
+            let Some(partition) = self.live_slot(index) else { continue };
             let leader = self.leader(partition);
-            let c = &mut self.consumers[partition as usize];
+            let c = &mut self.consumers[index as usize];
+            if c.slot != partition {
+                // The topic was deleted and created again: a new topic, read from its start.
+                (c.slot, c.position, c.leader, c.sent) = (partition, 0, (-1, -1), None);
+            }
             if c.sent.is_some_and(|t| now.saturating_sub(t) < 100) {
                 continue;
             }
@@ -42,8 +47,8 @@ impl Sim {
         records: Option<Bytes>,
         aborted: Vec<protocol::AbortedTxn>,
     ) {
-        let p = partition as usize;
-        if offset != self.consumers[p].position {
+        let p = self.index(partition) as usize;
+        if self.consumers[p].slot != partition || offset != self.consumers[p].position {
             return;
         }
         self.consumers[p].sent = None;
@@ -149,13 +154,7 @@ impl Sim {
         if self.faulty() && self.rng.chance(3) {
             // A restart: a second instance takes over the transactional id, fencing this one's
             // sibling (and this one's old epoch).
-            self.fault("producer restarted");
-            let pr = &mut self.producers[p];
-            pr.ids = None;
-            pr.inflight = None;
-            pr.init_sent = None;
-            pr.ending = None;
-            pr.txn_acked = 0;
+            self.restart_producer(p);
             return;
         }
         let pr = &mut self.producers[p];
@@ -210,7 +209,7 @@ impl Sim {
             return;
         }
         let Some((partition, ..)) = self.producers[p].inflight else { return };
-        let leader = self.leader(partition);
+        let leader = self.leader_at_index(partition);
         let pr = &mut self.producers[p];
         let Some((_, batch, header, sent)) = pr.inflight.as_mut() else { return };
         *sent = self.now;
@@ -222,31 +221,43 @@ impl Sim {
         if leader < 0 {
             return;
         }
-        let msg = Msg::Produce { prod: p, partition, batch: batch.clone(), header: *header, leader_epoch };
+        let msg = Msg::Produce { prod: p, index: partition, batch: batch.clone(), header: *header, leader_epoch };
         self.send(producer_host(p), leader as usize, msg);
+    }
+
+    /// Producer `p` restarts: a new instance, which initialises the transactional id again.
+    pub(crate) fn restart_producer(&mut self, p: usize) {
+        self.fault("producer restarted");
+        let pr = &mut self.producers[p];
+        pr.ids = None;
+        pr.inflight = None;
+        pr.init_sent = None;
+        pr.ending = None;
+        pr.txn_acked = 0;
     }
 
     pub(crate) fn producer_answer(&mut self, prod: usize, batch: BatchId, result: ProduceResult) {
         let now = self.now;
         let Some((partition, _, header, _)) = self.producers[prod].inflight.as_ref() else { return };
         let id = (*partition, header.producer_id, header.producer_epoch, header.base_sequence);
-        if id != batch {
+        if id != (self.index(batch.0), batch.1, batch.2, batch.3) {
             // An answer to an earlier batch (delayed or duplicated): already handled.
             return;
         }
-        let leader = self.leader(id.0);
+        let leader = self.leader_at_index(id.0);
         let pr = &mut self.producers[prod];
         match result {
             ProduceResult::Acked { base_offset, leader_epoch } => {
                 pr.inflight = None;
                 pr.next_seq[id.0 as usize] += 1;
                 pr.txn_acked += u32::from(pr.transactional);
-                self.acked.push((id, base_offset, leader_epoch));
+                // Where it landed: a write by name may land in a deleted topic's replica.
+                self.acked.push((batch, base_offset, leader_epoch));
                 self.out.acked += 1;
                 self.trace(|| {
                     format!(
                         "producer {prod}: acknowledged epoch {} seq {} at offset {}/{base_offset}",
-                        id.2, id.3, id.0
+                        id.2, id.3, batch.0
                     )
                 });
             }

@@ -25,9 +25,20 @@ impl Sim {
     /// where the coordinator's rule sends it (`Cluster::marker_route`).
     pub(crate) fn send_marker(&mut self, tid: &str, target: &FenceTarget, commit: bool) {
         let now = self.clock(COORD);
-        let MarkerRoute::Leader { leader_id: leader, leader_epoch, .. } = self.cluster.marker_route(target, now) else {
-            // The simulated topic is never deleted, and its partitions are real ones.
-            return self.violate(format!("no marker route to {}-{}", target.topic, target.partition));
+        let (leader, leader_epoch) = match self.cluster.marker_route(target, now) {
+            MarkerRoute::Leader { leader_id, leader_epoch, .. } => (leader_id, leader_epoch),
+            // The partition's topic was deleted, and a broker may still serve its old replica:
+            // resent (and asked again) later.
+            MarkerRoute::WaitForDrop => return,
+            // Deleted, and no broker can serve the old replica any more: none is owed.
+            MarkerRoute::NotNeeded => {
+                let (epoch, producer_id, partition) = (target.marker_epoch, target.producer_id, target.partition);
+                self.trace(|| format!("coordinator: marker for {tid} to deleted partition {partition} no longer owed"));
+                let topic_id = target.topic_id;
+                let msg = Msg::MarkerResp { tid: tid.to_string(), epoch, producer_id, partition, topic_id, ok: true };
+                let incarnation = self.incarnations.get(&COORD).copied().unwrap_or(0);
+                return self.schedule(1, Event::Deliver { to: COORD, from: COORD, incarnation, msg });
+            }
         };
         if leader > 0 {
             let m = Msg::Marker { tid: tid.to_string(), target: target.clone(), leader_epoch, commit };
@@ -79,6 +90,7 @@ impl Sim {
             }
         }
         self.finished_grant.insert(tid.to_string(), (producer_id, epoch));
+        self.record_grant(tid, (producer_id, epoch));
         if let Some(prod) = prod {
             self.send(COORD, producer_host(prod), Msg::InitResp { prod, granted: Some((producer_id, epoch)) });
         }
@@ -194,17 +206,25 @@ impl Sim {
             }
         }
         self.finished_grant.insert(tid.to_string(), (producer_id, epoch));
+        self.record_grant(tid, (producer_id, epoch));
         if let Some((prod, for_epoch)) = asked {
             let resp = Msg::EndTxnResp { prod, for_epoch, granted: Some((producer_id, epoch)), retry: false };
             self.send(COORD, producer_host(prod), resp);
         }
     }
 
+    /// A grant (or bump) of `tid` finished: remember which brokers the coordinator held alive
+    /// then (see [`Sim::check_deleted_topic_fenced`]).
+    fn record_grant(&mut self, tid: &str, granted: (i64, i16)) {
+        let live = self.cluster.live_brokers(self.clock(COORD));
+        self.grants.entry(tid.to_string()).or_default().push((granted, live));
+    }
+
     pub(crate) fn coord_marker_done(
         &mut self,
         tid: String,
         epoch: i16,
-        (producer_id, partition): (i64, i32),
+        (producer_id, partition, topic_id): (i64, i32, u128),
         ok: bool,
     ) {
         if !ok {
@@ -214,7 +234,7 @@ impl Sim {
         if pi.epoch != epoch {
             return;
         }
-        pi.targets.retain(|(t, _)| (t.producer_id, t.partition) != (producer_id, partition));
+        pi.targets.retain(|(t, _)| (t.producer_id, t.partition, t.topic_id) != (producer_id, partition, topic_id));
         if pi.targets.is_empty() {
             let pi = self.pending_inits.remove(&tid).expect("pending init");
             self.journal.extend(self.table.handle_fence_done(&tid, epoch));

@@ -8,18 +8,25 @@ use broker::storage::Storage;
 /// replica of a partition and elects uncleanly, with [`Config::unclean_elections`].
 const UNCLEAN_PER_MILLE: u64 = 10;
 
+/// How often (per mille of controller ticks, while faults run) an operator deletes the topic
+/// while a leader of it is paused, with [`Config::topic_deletions`].
+const DELETION_PER_MILLE: u64 = 4;
+
 impl Sim {
     /// The coordinator's timers and the fault injector.
     pub(crate) fn controller_tick(&mut self) {
         if self.cfg.unclean_elections {
             self.unclean_election();
         }
+        if self.cfg.topic_deletions {
+            self.topic_deletion();
+        }
         if self.faulty() {
             if self.rng.chance(5) {
                 // The classic stale leader: the leader stalls (a long GC pause), often past its
                 // lease, and the coordinator moves the leadership while it sleeps.
                 let partition = self.rng.below(self.cfg.partitions as u64) as i32;
-                let (id, _) = self.leader(partition);
+                let (id, _) = self.leader_at_index(partition);
                 if id > 0 {
                     let until = self.now + 100 + self.rng.below(800);
                     self.brokers.get_mut(&id).expect("broker").paused_until = until;
@@ -178,7 +185,7 @@ impl Sim {
         }
         // A partition an unclean election left with one in-sync replica that then lost its log
         // (a restart that was not intact) has none left: the operator elects uncleanly again.
-        if self.coord_paused_until <= self.now {
+        if self.coord_paused_until <= self.now && self.live_gen.is_some() {
             for partition in 0..self.cfg.partitions {
                 let isr = self.cluster.isr_of(TOPIC, partition).map(|(isr, _)| isr.len()).unwrap_or(0);
                 let elr = self.cluster.elr_of(TOPIC, partition).map(|(elr, _)| elr.len()).unwrap_or(0);
@@ -193,7 +200,8 @@ impl Sim {
         let partition = self.rng.below(self.cfg.partitions as u64) as i32;
         let isr = self.cluster.isr_of(TOPIC, partition).map(|(isr, _)| isr.to_vec()).unwrap_or_default();
         let elr = self.cluster.elr_of(TOPIC, partition).map(|(elr, _)| elr.to_vec()).unwrap_or_default();
-        let outside: Vec<i32> = BROKERS
+        let replicas = self.cluster.replicas_of(TOPIC, partition).map(<[i32]>::to_vec).unwrap_or_default();
+        let outside: Vec<i32> = replicas
             .into_iter()
             .filter(|b| !isr.contains(b) && !elr.contains(b) && self.brokers[b].paused_until <= self.now)
             .collect();
@@ -203,8 +211,11 @@ impl Sim {
         // A replica that still believes it leads (a stale leader, paused or cut off while another
         // was elected) is the one an operator finds alive most often, and the one whose
         // verifications and log hold what no fence reached: chosen first.
-        let stale: Vec<i32> =
-            outside.iter().copied().filter(|b| self.rep(*b, partition).part.leadership().is_leader).collect();
+        let slot = self.live_slot(partition);
+        let leads = |b: i32| {
+            slot.and_then(|s| self.brokers[&b].replicas.get(&s)).is_some_and(|r| r.part.leadership().is_leader)
+        };
+        let stale: Vec<i32> = outside.iter().copied().filter(|b| leads(*b)).collect();
         let pool = if stale.is_empty() { &outside } else { &stale };
         let chosen = pool[self.rng.below(pool.len() as u64) as usize];
         let until = self.now + LEASE_TICKS + 100 + self.rng.below(300);
@@ -217,6 +228,88 @@ impl Sim {
         self.trace(|| {
             format!("operator: every broker but {chosen} lost until {until}, to elect it for partition {partition}")
         });
+    }
+
+    /// With [`Config::topic_deletions`]: an operator deletes the topic while a leader of it is
+    /// paused (under its lease, so that it goes on leading the old replica as far as it knows,
+    /// and its producers go on writing to it by the name), the producers writing there are
+    /// fenced by their siblings meanwhile, and the operator creates the topic again as soon as
+    /// the coordinator lets it (CreateTopics answers LEADER_NOT_AVAILABLE while a broker may
+    /// still serve the old replicas).
+    fn topic_deletion(&mut self) {
+        if self.coord_paused_until > self.now {
+            return;
+        }
+        let now = self.clock(COORD);
+        let partitions = self.cfg.partitions;
+        let Some(generation) = self.live_gen else {
+            // min.insync.replicas 2 where there are two replicas or more, as the topic was first
+            // created with: then losing one replica loses nothing (the checks of replaced disks
+            // and damaged logs rely on it), and a replica leaving a too-small ISR stays eligible.
+            let min_isr = self.recreate_rf.min(2);
+            match self.cluster.handle_create_topic(now, TOPIC, partitions, self.recreate_rf, min_isr) {
+                Ok(entry) => {
+                    self.journal.push(entry);
+                    self.topic_ids.push(self.cluster.topic_id(TOPIC).unwrap_or(0));
+                    let generation = self.topic_ids.len() as i32 - 1;
+                    self.live_gen = Some(generation);
+                    self.out.elections += partitions as u64;
+                    self.fault("topic created again");
+                    let rf = self.recreate_rf;
+                    self.trace(|| format!("operator: topic created again (generation {generation}, {rf} replicas)"));
+                }
+                Err(status) => {
+                    *self.out.decisions.entry("topic creation refused").or_default() += 1;
+                    self.trace(|| format!("operator: creating the topic again refused: {status}"));
+                }
+            }
+            return;
+        };
+        if !self.faulty() {
+            return;
+        }
+        if !self.deletion_due {
+            self.deletion_due = self.rng.chance(DELETION_PER_MILLE);
+            return;
+        }
+        // A producer writing again to a partition it wrote to at this epoch (verified there),
+        // and the leader it writes to: that one pauses.
+        let writing: Vec<(usize, i32)> = (0..self.producers.len())
+            .filter_map(|p| {
+                let pr = &self.producers[p];
+                let (index, ..) = pr.inflight.as_ref()?;
+                (pr.ids.is_some() && pr.next_seq[*index as usize] > 0).then_some((p, *index))
+            })
+            .collect();
+        if writing.is_empty() {
+            return;
+        }
+        let (zombie, index) = writing[self.rng.below(writing.len() as u64) as usize];
+        let (leader, _) = self.leader_at_index(index);
+        if leader < 0 || self.producers[zombie].leader[index as usize].0 != leader {
+            return;
+        }
+        // Under its lease (which its last heartbeat, at most one interval ago, renewed).
+        let until = self.now + 150 + self.rng.below(LEASE_TICKS - HEARTBEAT_TICKS - 160);
+        let host = self.brokers.get_mut(&leader).expect("broker");
+        host.paused_until = host.paused_until.max(until);
+        let epochs: Vec<(i32, i32)> = (0..partitions).map(|i| (i, self.leader_at_index(i).1)).collect();
+        let entry = match self.cluster.handle_delete_topic(TOPIC, 0) {
+            Ok(entry) => entry,
+            Err(status) => return self.violate(format!("the topic cannot be deleted: {status}")),
+        };
+        self.journal.push(entry);
+        self.live_gen = None;
+        self.deletion_due = false;
+        self.recreate_rf = 1 + self.rng.below(3) as i32;
+        for (i, epoch) in epochs {
+            self.final_epoch.insert(generation * partitions + i, epoch);
+        }
+        self.fault("topic deleted while a leader is paused");
+        self.trace(|| format!("operator: broker {leader} paused until {until}; topic deleted"));
+        // The producer writing to the paused leader is taken over by its sibling: a zombie.
+        self.trace(|| format!("producer {}: takes the transactional id over from {zombie}", zombie ^ 1));
+        self.restart_producer(zombie ^ 1);
     }
 
     /// `admin elect-leader --unclean` for `partition`; true if it elected one.
@@ -238,10 +331,11 @@ impl Sim {
         });
         // What was written under earlier epochs may be lost from here on; what is written from
         // this leadership on is held to every check again.
-        self.unclean_epoch.insert(partition, leader_epoch);
-        self.committed.retain(|(p, _), seen| *p != partition || seen.3 >= leader_epoch);
+        let slot = self.live_slot(partition).expect("an elected partition's topic exists");
+        self.unclean_epoch.insert(slot, leader_epoch);
+        self.committed.retain(|(p, _), seen| *p != slot || seen.3 >= leader_epoch);
         let c = &mut self.consumers[partition as usize];
-        (c.position, c.sent, c.leader) = (0, None, (-1, -1));
+        (c.slot, c.position, c.sent, c.leader) = (slot, 0, None, (-1, -1));
         self.journal_cluster(entries, "elected uncleanly (asked)");
         true
     }
@@ -254,7 +348,7 @@ impl Sim {
         let incarnation = self.incarnations.get(&(id as usize)).copied().unwrap_or(0);
         let disk = self.brokers[&id].disk.clone();
         if incarnation % 2 == 1 {
-            for r in &self.brokers[&id].replicas {
+            for r in self.brokers[&id].replicas.values() {
                 if let Err(e) = r.part.checkpoint() {
                     return self.violate(format!("broker {id} cannot checkpoint its log: {e}"));
                 }
@@ -273,11 +367,16 @@ impl Sim {
         if self.rng.chance(333) {
             self.damage_a_log(id);
         }
-        let mutation = self.cfg.mutation;
+        let (mutation, partitions) = (self.cfg.mutation, self.cfg.partitions);
+        let topic_ids = self.topic_ids.clone();
         let b = self.brokers.get_mut(&id).expect("broker");
-        for (partition, r) in b.replicas.iter_mut().enumerate() {
-            match open_replica(&disk, &r.dir, partition as i32, id, mutation) {
-                Ok(part) => r.part = part,
+        for (slot, r) in b.replicas.iter_mut() {
+            match open_replica(&disk, &r.dir, slot % partitions, id, mutation) {
+                Ok(part) => {
+                    // As the broker reads it from the replica's directory.
+                    part.set_topic_id(topic_ids.get((slot / partitions) as usize).copied().unwrap_or(0));
+                    r.part = part;
+                }
                 Err(e) => return self.violate(format!("broker {id} cannot reopen its log: {e}")),
             }
             r.unsynced_acks.clear();
@@ -314,7 +413,7 @@ impl Sim {
         let registered = self.cluster.registration_of(b).map(|(i, _)| i) == Some(incarnation);
         !registered
             && (self.brokers[&b].disk_replaced_at.is_some()
-                || self.brokers[&b].replicas.iter().any(|r| r.part.lost().is_some()))
+                || self.brokers[&b].replicas.values().any(|r| r.part.lost().is_some()))
     }
 
     /// A byte of one of the broker's replicas flips while it is down (a bad sector, a stray
@@ -324,6 +423,8 @@ impl Sim {
     fn damage_a_log(&mut self, id: i32) {
         let disk = self.brokers[&id].disk.clone();
         let partition = self.rng.below(self.cfg.partitions as u64) as usize;
+        // A replica of the topic as it is now (one of a deleted topic is never read again).
+        let Some(slot) = self.live_slot(partition as i32).filter(|s| self.holds(id, *s)) else { return };
         // As with replaced disks, one damaged replica at a time (until its broker has told the
         // coordinator), and never the last that holds every committed record: three replicas
         // with min.insync.replicas 2 tolerate one.
@@ -335,7 +436,7 @@ impl Sim {
         if sole || BROKERS.iter().any(|b| *b != id && unreported(*b)) {
             return;
         }
-        let dir = self.brokers[&id].replicas[partition].dir.clone();
+        let dir = self.rep(id, slot).dir.clone();
         let Some((_, path)) = broker::log::offset_files(disk.as_ref(), &dir, broker::log::SEGMENT_SUFFIX)
             .ok()
             .and_then(|files| files.last().cloned())
@@ -364,7 +465,7 @@ impl Sim {
         }
         // The segment's clean-shutdown index would describe the bytes as they were.
         let _ = disk.remove(&path.with_extension(broker::log::INDEX_SUFFIX));
-        self.brokers.get_mut(&id).expect("broker").replicas[partition].damaged_at = Some(self.now);
+        self.rep_mut(id, slot).damaged_at = Some(self.now);
         self.fault("a byte of a log flipped");
         self.trace(|| format!("broker {id}: byte {at} of {} flipped", path.display()));
     }
@@ -374,7 +475,7 @@ impl Sim {
     pub(crate) fn replace_disk(&mut self, id: i32) {
         let down = 20 + self.rng.below(100);
         let disk = Arc::new(MemStorage::new());
-        let mutation = self.cfg.mutation;
+        let (mutation, partitions) = (self.cfg.mutation, self.cfg.partitions);
         let b = self.brokers.get_mut(&id).expect("broker");
         b.disk = disk.clone();
         if mutation != Mutation::TrustRestarts {
@@ -385,8 +486,8 @@ impl Sim {
         b.broker_epoch = -1;
         b.previous_broker_epoch = -1;
         b.recorded_broker_epoch = -1;
-        for (partition, r) in b.replicas.iter_mut().enumerate() {
-            match open_replica(&disk, &r.dir, partition as i32, id, mutation) {
+        for (slot, r) in b.replicas.iter_mut() {
+            match open_replica(&disk, &r.dir, slot % partitions, id, mutation) {
                 Ok(part) => r.part = part,
                 Err(e) => return self.violate(format!("broker {id} cannot open a log on a new disk: {e}")),
             }
@@ -411,7 +512,8 @@ impl Sim {
     /// fences it had not confirmed are written again (nobody is waiting for their answer).
     pub(crate) fn restart_coordinator(&mut self) {
         let mut table = ProducerTable::new(table_config(&self.cfg));
-        let mut cluster = Cluster::new(cluster_config());
+        // A new process: brokers it has not heard from may hold leases an earlier one granted.
+        let mut cluster = new_cluster(&self.cfg, 0);
         for entry in &self.journal {
             table.apply(entry);
             cluster.apply(entry);

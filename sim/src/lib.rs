@@ -163,6 +163,11 @@ pub enum Mutation {
     /// The coordinator takes a forgotten transactional id's producer id for an idempotent
     /// producer's (issue 27): a zombie its partitions forgot too is verified at any epoch.
     ExpiredIdsTakenForIdempotent,
+    /// The coordinator knows partitions by name, as before issue 28: a marker owed to a deleted
+    /// topic's partition goes to whatever topic has the name now, and the name is created again
+    /// at once, while a paused broker still serves the old replica (needs
+    /// [`Config::topic_deletions`]). A zombie verified there writes after its fence was answered.
+    TopicsByName,
 }
 
 impl Mutation {
@@ -181,6 +186,7 @@ impl Mutation {
             "keep-verifications" => Some(Mutation::KeepVerifications),
             "unclean-leaders-keep-their-logs" => Some(Mutation::UncleanLeadersKeepTheirLogs),
             "expired-ids-taken-for-idempotent" => Some(Mutation::ExpiredIdsTakenForIdempotent),
+            "topics-by-name" => Some(Mutation::TopicsByName),
             _ => None,
         }
     }
@@ -243,8 +249,18 @@ impl Rng {
     }
 }
 
-/// Identity of a data batch: partition, producer id, epoch, first sequence.
+/// Identity of a data batch: partition slot, producer id, epoch, first sequence.
+///
+/// A *slot* names one partition of one incarnation of the topic: `generation * partitions +
+/// index`, where the generation counts the topic's creations (0 until it is first deleted and
+/// created again, so that without deletions a slot is the partition index). What the
+/// invariants know (offsets committed, records acknowledged, unclean elections) is per slot: a
+/// topic created again under the name is another topic.
 type BatchId = (i32, i64, i16, i32);
+
+/// A finished grant: the (producer id, epoch) granted, and the brokers whose lease the
+/// coordinator held live when it finished.
+type Grant = ((i64, i16), Vec<i32>);
 
 /// What the invariants know a batch by: producer id, epoch, first sequence, leader epoch.
 type Seen = (i64, i16, i32, i32);
@@ -258,9 +274,11 @@ enum Msg {
         prod: usize,
         granted: Option<(i64, i16)>,
     },
+    /// To the partition `index` of the topic by name: the broker appends it to whichever replica
+    /// it holds under that name (a client's produce carries no topic id).
     Produce {
         prod: usize,
-        partition: i32,
+        index: i32,
         batch: Bytes,
         header: BatchHeader,
         leader_epoch: i32,
@@ -306,11 +324,13 @@ enum Msg {
         granted: Option<(i64, i16)>,
         retry: bool,
     },
+    /// A marker's answer, for the target it was owed to (partition index and topic id).
     MarkerResp {
         tid: String,
         epoch: i16,
         producer_id: i64,
         partition: i32,
+        topic_id: u128,
         ok: bool,
     },
     /// A broker's heartbeat: its process incarnation and its replicas' progress.
@@ -320,17 +340,21 @@ enum Msg {
         start: BrokerStart,
         reports: Vec<ReplicaReport>,
     },
-    /// The coordinator's answer: each partition's leadership, replicas and ISR.
+    /// The coordinator's answer: each partition's leadership, replicas and ISR, and the ids of
+    /// deleted topics the broker still reported replicas of (it drops them).
     HeartbeatResp {
         call: u64,
         /// The process's broker epoch, or why its heartbeat was refused.
         registered: Result<i64, protocol::ErrorCode>,
         assignments: Vec<Assignment>,
+        deleted: Vec<u128>,
     },
     /// A leader asks the coordinator to change the ISR under its leader epoch.
     AlterIsr {
         call: u64,
         req: AlterPartitionRequest,
+        /// The asking replica's slot (what the answer goes back to).
+        slot: i32,
     },
     AlterIsrResp {
         call: u64,
@@ -351,9 +375,12 @@ enum Msg {
         /// The leader epoch the fetch was sent under.
         leader_epoch: i32,
     },
+    /// To the follower's replica of `req.topic`-`req.partition`; `from_slot`: the leader's
+    /// replica, which the answer goes back to.
     Replicate {
         req: ReplicateRequest,
         sent: Sent,
+        from_slot: i32,
     },
     ReplicateResp {
         partition: i32,
@@ -431,11 +458,11 @@ struct Producer {
     ids: Option<(i64, i16)>,
     /// When the outstanding init was sent (it is retried if no answer comes).
     init_sent: Option<u64>,
-    /// Next sequence per partition.
+    /// Next sequence per partition index (a client knows partitions by name).
     next_seq: Vec<i32>,
-    /// The batch in flight: partition, batch, header, when sent.
+    /// The batch in flight: partition index, batch, header, when sent.
     inflight: Option<(i32, Bytes, BatchHeader, u64)>,
-    /// Whom it believes leads each partition, at which leader epoch.
+    /// Whom it believes leads each partition index, at which leader epoch.
     leader: Vec<(i32, i32)>,
     paused_until: u64,
     dead_until: u64,
@@ -443,13 +470,14 @@ struct Producer {
 
 struct Pending {
     prod: Option<(usize, BatchId)>,
-    marker: Option<(String, i16, i64)>,
+    /// A marker's (transactional id, epoch, producer id, the topic id it was owed to).
+    marker: Option<(String, i16, i64, u128)>,
     end_offset: i64,
     base_offset: i64,
     leader_epoch: i32,
 }
 
-/// One partition's replica on a broker.
+/// One partition's replica on a broker (of one incarnation of the topic: its slot is its key).
 struct Replica {
     part: Partition,
     dir: std::path::PathBuf,
@@ -479,8 +507,10 @@ struct Replica {
 type Inbound = (usize, Bytes, BatchHeader, i32);
 
 struct BrokerHost {
-    /// Its replicas, by partition index.
-    replicas: Vec<Replica>,
+    /// Its replicas, by slot: at most one per partition index (one per name, as a broker keeps
+    /// them), dropped when a heartbeat answer names its topic deleted or assigns the index
+    /// under another topic id.
+    replicas: BTreeMap<i32, Replica>,
     /// Its disk: loses what was not synced when the broker loses power.
     disk: Arc<MemStorage>,
     /// The disk's id (a replaced disk has another), as the broker reports it.
@@ -519,8 +549,10 @@ struct PendingInit {
     targets: Vec<(FenceTarget, u64)>,
 }
 
-/// A read_committed consumer's position in one partition, read from offset 0.
+/// A read_committed consumer's position in one partition (by index), read from offset 0: of
+/// the slot it reads, the one the topic has now (from offset 0 again once it is created anew).
 struct Consumer {
+    slot: i32,
     position: i64,
     leader: (i32, i32),
     sent: Option<u64>,
@@ -550,6 +582,14 @@ pub struct Config {
     /// Transactional ids and producer ids expire (issue 27), and producers give a batch up
     /// after their delivery timeout. Off: the runs as before expiry (`--no-expiry`).
     pub expiry: bool,
+    /// An operator deletes the topic while one of its leaders is paused (under its lease) and
+    /// creates it again under the name (issue 28), and the paused leader's producers' siblings
+    /// take their transactional ids over meanwhile. What was written into a deleted topic is
+    /// gone with it (acknowledged records included, when a write raced the deletion, as in
+    /// Kafka); the fence is checked throughout, and in the deleted topic too: once a fence is
+    /// answered, no broker the coordinator held alive then appends a write of the fenced epoch
+    /// to the replica the deleted topic's partition was led by.
+    pub topic_deletions: bool,
     /// Keep a readable trace.
     pub verbose: bool,
 }
@@ -564,6 +604,7 @@ impl Default for Config {
             mutation: Mutation::None,
             unclean_elections: false,
             expiry: true,
+            topic_deletions: false,
             verbose: false,
         }
     }
@@ -613,6 +654,21 @@ struct Sim {
     unclean_epoch: HashMap<i32, i32>,
     /// (producer id, epoch) of every transaction the coordinator decided to commit.
     txn_committed: HashSet<(i64, i16)>,
+    /// The topic's id in each generation (see [`BatchId`] for slots).
+    topic_ids: Vec<u128>,
+    /// The generation the topic has now; none while it is deleted and not created again.
+    live_gen: Option<i32>,
+    /// The replication factor the topic is to be created again with (two or three: with two,
+    /// the new topic may leave out the paused broker, and its partitions commit without it).
+    recreate_rf: i32,
+    /// The operator is to delete the topic at the next chance (a producer writing to a leader).
+    deletion_due: bool,
+    /// Per slot of a deleted generation, the leader epoch its partition had when the topic was
+    /// deleted: the last leadership that took writes the coordinator answered for.
+    final_epoch: HashMap<i32, i32>,
+    /// Per transactional id, every finished grant (init, or an EndTxn's bump) with the brokers
+    /// whose lease the coordinator held live when it finished.
+    grants: HashMap<String, Vec<Grant>>,
     /// The consumer's position in each partition.
     consumers: Vec<Consumer>,
     consumer_paused_until: u64,
@@ -622,8 +678,12 @@ struct Sim {
     out: Outcome,
 }
 
-fn cluster_config() -> ClusterConfig {
-    ClusterConfig { broker_lease_ms: LEASE_TICKS, ..ClusterConfig::default() }
+/// The coordinator's cluster rules, as a process starting at `now` (its clock) has them.
+fn new_cluster(cfg: &Config, now: u64) -> Cluster {
+    let mut cluster = Cluster::new(ClusterConfig { broker_lease_ms: LEASE_TICKS, ..ClusterConfig::default() });
+    cluster.set_topics_by_name(cfg.mutation == Mutation::TopicsByName);
+    cluster.set_started(now);
+    cluster
 }
 
 fn table_config(cfg: &Config) -> TableConfig {
@@ -650,30 +710,40 @@ fn open_replica(
     Ok(part)
 }
 
+/// A new replica of partition `slot` (see [`BatchId`]) on broker `id`'s disk.
+fn new_replica(disk: &Arc<MemStorage>, id: i32, slot: i32, cfg: &Config) -> Result<Replica, broker::log::LogError> {
+    let (generation, index) = (slot / cfg.partitions, slot % cfg.partitions);
+    let dir = match generation {
+        0 => std::path::PathBuf::from(format!("/sim/b{id}/{TOPIC}-{index}")),
+        g => std::path::PathBuf::from(format!("/sim/b{id}/{TOPIC}-{index}.g{g}")),
+    };
+    let part = open_replica(disk, &dir, index, id, cfg.mutation)?;
+    Ok(Replica {
+        part,
+        dir,
+        damaged_at: None,
+        pending: Vec::new(),
+        unsynced_acks: Vec::new(),
+        flushing: false,
+        refused: HashSet::new(),
+        last_leader_epoch: -1,
+        checked_version: None,
+        alter_call: None,
+        inbox: Vec::new(),
+    })
+}
+
 /// Run one seed.
 pub fn run(seed: u64, cfg: Config) -> Outcome {
     let mut brokers = BTreeMap::new();
     for id in BROKERS {
         let disk = Arc::new(MemStorage::new());
-        let mut replicas = Vec::new();
-        for partition in 0..cfg.partitions {
-            let dir = std::path::PathBuf::from(format!("/sim/b{id}/{TOPIC}-{partition}"));
-            match open_replica(&disk, &dir, partition, id, cfg.mutation) {
-                Ok(part) => replicas.push(Replica {
-                    part,
-                    dir,
-                    damaged_at: None,
-                    pending: Vec::new(),
-                    unsynced_acks: Vec::new(),
-                    flushing: false,
-                    refused: HashSet::new(),
-                    last_leader_epoch: -1,
-                    checked_version: None,
-                    alter_call: None,
-                    inbox: Vec::new(),
-                }),
+        let mut replicas = BTreeMap::new();
+        for slot in 0..cfg.partitions {
+            match new_replica(&disk, id, slot, &cfg) {
+                Ok(r) => replicas.insert(slot, r),
                 Err(e) => panic!("a new partition on an empty disk opens: {e}"),
-            }
+            };
         }
         brokers.insert(
             id,
@@ -709,6 +779,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         })
         .collect();
     let table = ProducerTable::new(table_config(&cfg));
+    let cluster = new_cluster(&cfg, 0);
     let mut sim = Sim {
         rng: Rng(seed ^ 0x5eed_f00d),
         cfg,
@@ -724,7 +795,7 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         finished_grant: HashMap::new(),
         brokers,
         producers,
-        cluster: Cluster::new(cluster_config()),
+        cluster,
         clocks: BTreeMap::new(),
         calls: 0,
         cut: HashSet::new(),
@@ -737,12 +808,19 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         unclean_plan: None,
         unclean_epoch: HashMap::new(),
         txn_committed: HashSet::new(),
+        topic_ids: Vec::new(),
+        live_gen: None,
+        recreate_rf: 3,
+        deletion_due: false,
+        final_epoch: HashMap::new(),
+        grants: HashMap::new(),
         consumers: Vec::new(),
         consumer_paused_until: 0,
         coord_paused_until: 0,
         out: Outcome::default(),
     };
-    sim.consumers = (0..sim.cfg.partitions).map(|_| Consumer { position: 0, leader: (-1, -1), sent: None }).collect();
+    sim.consumers =
+        (0..sim.cfg.partitions).map(|slot| Consumer { slot, position: 0, leader: (-1, -1), sent: None }).collect();
     // The brokers register, then the topic is created: three replicas, the ISR all three.
     for id in BROKERS {
         sim.cluster.handle_heartbeat(0, id, &format!("b{id}"), &[]);
@@ -761,7 +839,11 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
     }
     // Three replicas: min.insync.replicas 2 by default.
     match sim.cluster.handle_create_topic(0, TOPIC, sim.cfg.partitions, 3, -1) {
-        Ok(entry) => sim.journal.push(entry),
+        Ok(entry) => {
+            sim.journal.push(entry);
+            sim.topic_ids.push(sim.cluster.topic_id(TOPIC).unwrap_or(0));
+            sim.live_gen = Some(0);
+        }
         Err(status) => sim.violate(format!("the topic cannot be created: {status}")),
     }
     sim.out.elections += sim.cfg.partitions as u64;
@@ -849,24 +931,77 @@ impl Sim {
         self.now - started + jumped
     }
 
+    /// The partition index of a slot (see [`BatchId`]).
+    fn index(&self, slot: i32) -> i32 {
+        slot % self.cfg.partitions
+    }
+
+    /// The slot of partition `index` in the topic as it is now, if it exists.
+    fn live_slot(&self, index: i32) -> Option<i32> {
+        self.live_gen.map(|g| g * self.cfg.partitions + index)
+    }
+
+    /// Whether `slot` is a partition of the topic as it is now (not of a deleted one).
+    fn is_live(&self, slot: i32) -> bool {
+        self.live_slot(self.index(slot)) == Some(slot)
+    }
+
+    /// The slot of partition `index` of the topic with id `topic_id`, if the simulated topic
+    /// ever had that id.
+    fn slot_of(&self, topic_id: u128, index: i32) -> Option<i32> {
+        let generation = self.topic_ids.iter().position(|id| *id == topic_id)? as i32;
+        Some(generation * self.cfg.partitions + index)
+    }
+
+    /// The id of the topic `slot` belongs to.
+    fn topic_id_of(&self, slot: i32) -> u128 {
+        self.topic_ids.get((slot / self.cfg.partitions) as usize).copied().unwrap_or(0)
+    }
+
+    /// The slot of the replica broker `id` holds under the topic's name at `index`, if any:
+    /// where a request by name lands there.
+    fn held_slot(&self, id: i32, index: i32) -> Option<i32> {
+        self.brokers[&id].replicas.keys().copied().find(|slot| self.index(*slot) == index)
+    }
+
+    /// The slots broker `id` holds replicas of.
+    fn slots(&self, id: i32) -> Vec<i32> {
+        self.brokers[&id].replicas.keys().copied().collect()
+    }
+
     /// A partition's leader and leader epoch as the coordinator records them (what a
-    /// Metadata request answers); the leader is -1 while there is none.
-    fn leader(&self, partition: i32) -> (i32, i32) {
-        self.cluster.leader_of(TOPIC, partition).map_or((-1, -1), |(leader, epoch, _)| (leader, epoch))
+    /// Metadata request answers); the leader is -1 while there is none, and for a slot of a
+    /// deleted topic.
+    fn leader(&self, slot: i32) -> (i32, i32) {
+        if !self.is_live(slot) {
+            return (-1, -1);
+        }
+        let index = self.index(slot);
+        self.cluster.leader_of(TOPIC, index).map_or((-1, -1), |(leader, epoch, _)| (leader, epoch))
     }
 
-    /// Whether what was written at `leader_epoch` on `partition` predates its last unclean
+    /// The leader of partition `index` of the topic as it is now (-1 while there is none, or
+    /// while the topic is deleted): what Metadata answers for the name.
+    fn leader_at_index(&self, index: i32) -> (i32, i32) {
+        self.live_slot(index).map_or((-1, -1), |slot| self.leader(slot))
+    }
+
+    /// Whether what was written at `leader_epoch` on `slot` predates its last unclean
     /// election (see [`Config::unclean_elections`]).
-    fn before_unclean(&self, partition: i32, leader_epoch: i32) -> bool {
-        self.unclean_epoch.get(&partition).is_some_and(|e| leader_epoch < *e)
+    fn before_unclean(&self, slot: i32, leader_epoch: i32) -> bool {
+        self.unclean_epoch.get(&slot).is_some_and(|e| leader_epoch < *e)
     }
 
-    fn rep(&self, id: i32, partition: i32) -> &Replica {
-        &self.brokers[&id].replicas[partition as usize]
+    fn rep(&self, id: i32, slot: i32) -> &Replica {
+        &self.brokers[&id].replicas[&slot]
     }
 
-    fn rep_mut(&mut self, id: i32, partition: i32) -> &mut Replica {
-        &mut self.brokers.get_mut(&id).expect("broker").replicas[partition as usize]
+    fn rep_mut(&mut self, id: i32, slot: i32) -> &mut Replica {
+        self.brokers.get_mut(&id).expect("broker").replicas.get_mut(&slot).expect("replica")
+    }
+
+    fn holds(&self, id: i32, slot: i32) -> bool {
+        self.brokers[&id].replicas.contains_key(&slot)
     }
 
     fn next_call(&mut self) -> u64 {
@@ -880,8 +1015,10 @@ impl Sim {
             Event::BrokerTick(id) => self.broker_tick(id),
             Event::FlushStart(id) => self.flush_start(id),
             Event::FlushDone { id, partition, incarnation, end, generation, file } => {
-                if self.incarnations.get(&(id as usize)).copied().unwrap_or(0) != incarnation {
-                    return; // the broker crashed meanwhile: nobody waits for this sync
+                if self.incarnations.get(&(id as usize)).copied().unwrap_or(0) != incarnation
+                    || !self.holds(id, partition)
+                {
+                    return; // the broker crashed (or dropped the replica) meanwhile: nobody waits
                 }
                 let paused_until = self.brokers[&id].paused_until;
                 if paused_until > self.now {
@@ -892,8 +1029,10 @@ impl Sim {
                 self.flush_done(id, partition, end, generation, file);
             }
             Event::ProduceGroup { id, partition, incarnation } => {
-                if self.incarnations.get(&(id as usize)).copied().unwrap_or(0) != incarnation {
-                    return; // the broker crashed meanwhile, and its inbox with it
+                if self.incarnations.get(&(id as usize)).copied().unwrap_or(0) != incarnation
+                    || !self.holds(id, partition)
+                {
+                    return; // the broker crashed (or dropped the replica) meanwhile, and its inbox with it
                 }
                 let paused_until = self.brokers[&id].paused_until;
                 if paused_until > self.now {
@@ -958,9 +1097,15 @@ impl Sim {
                 }
                 self.trace(|| format!("producer {prod}: init answered {granted:?}"));
             }
-            Msg::Produce { prod, partition, batch, header, leader_epoch } => {
-                // Appended with whatever else arrives for the partition in the next tick or two.
+            Msg::Produce { prod, index, batch, header, leader_epoch } => {
+                // Appended with whatever else arrives for the partition in the next tick or two,
+                // to the replica this broker holds under the name.
                 let id = to as i32;
+                let Some(partition) = self.held_slot(id, index) else {
+                    // UNKNOWN_TOPIC_OR_PARTITION: the producer refreshes its metadata, retries.
+                    let batch = (index, header.producer_id, header.producer_epoch, header.base_sequence);
+                    return self.send(to, from, Msg::ProduceResp { prod, batch, result: ProduceResult::Retry });
+                };
                 let inbox = &mut self.rep_mut(id, partition).inbox;
                 inbox.push((prod, batch, header, leader_epoch));
                 if inbox.len() == 1 {
@@ -974,8 +1119,11 @@ impl Sim {
                     Mutation::ReadUncommitted => protocol::READ_UNCOMMITTED,
                     _ => protocol::READ_COMMITTED,
                 };
-                let fetched =
-                    self.rep(to as i32, partition).part.fetch(offset, 16 * 1024, leader_epoch, isolation).ok();
+                // By topic id (Fetch v13): nothing from a replica of another incarnation.
+                let fetched = match self.brokers[&(to as i32)].replicas.get(&partition) {
+                    Some(r) => r.part.fetch(offset, 16 * 1024, leader_epoch, isolation).ok(),
+                    None => None,
+                };
                 let aborted = fetched.as_ref().map(|f| f.aborted.clone()).unwrap_or_default();
                 let records = fetched.map(|f| f.records);
                 self.send(to, from, Msg::FetchResp { partition, offset, records, aborted, leader_epoch });
@@ -1014,19 +1162,28 @@ impl Sim {
             Msg::ProduceResp { prod, batch, result } => self.producer_answer(prod, batch, result),
             Msg::Verify { broker, partition, producer_id, epoch, transactional, guard } => {
                 let now = self.clock(COORD);
-                let topic_id = self.cluster.topic_id(TOPIC).unwrap_or(0);
-                let reg = Registration::new(producer_id, epoch, (TOPIC, topic_id), partition, transactional);
-                let ok = match self.table.handle_register(&reg, now) {
-                    RegisterDecision::Accept { entries, .. } => {
-                        self.journal.extend(entries);
-                        true
+                // The asking replica's topic id: one of a deleted topic is refused.
+                let index = self.index(partition);
+                let ok = match self.cluster.registration_topic_id(TOPIC, index, self.topic_id_of(partition)) {
+                    Ok(topic_id) => {
+                        let reg = Registration::new(producer_id, epoch, (TOPIC, topic_id), index, transactional);
+                        match self.table.handle_register(&reg, now) {
+                            RegisterDecision::Accept { entries, .. } => {
+                                self.journal.extend(entries);
+                                true
+                            }
+                            RegisterDecision::Refuse { .. } => false,
+                        }
                     }
-                    RegisterDecision::Refuse { .. } => false,
+                    Err(_) => false,
                 };
                 let resp = Msg::VerifyResp { partition, producer_id, epoch, transactional, guard, ok };
                 self.send(COORD, broker as usize, resp);
             }
             Msg::VerifyResp { partition, producer_id, epoch, transactional, guard, ok } => {
+                if !self.holds(to as i32, partition) {
+                    return; // dropped meanwhile
+                }
                 let r = self.rep_mut(to as i32, partition);
                 if ok {
                     // False when a marker landed meanwhile: the producer's retry asks again.
@@ -1038,8 +1195,8 @@ impl Sim {
             Msg::Marker { tid, target, leader_epoch, commit } => {
                 self.broker_marker(to as i32, tid, target, leader_epoch, commit)
             }
-            Msg::MarkerResp { tid, epoch, producer_id, partition, ok } => {
-                self.coord_marker_done(tid, epoch, (producer_id, partition), ok)
+            Msg::MarkerResp { tid, epoch, producer_id, partition, topic_id, ok } => {
+                self.coord_marker_done(tid, epoch, (producer_id, partition, topic_id), ok)
             }
             Msg::Heartbeat { broker, call, start, reports } => {
                 let now = self.clock(COORD);
@@ -1062,13 +1219,17 @@ impl Sim {
                         Err(status.code)
                     }
                 };
-                let assignments = match registered {
-                    Ok(_) => self.cluster.handle_heartbeat(now, broker, &format!("b{broker}"), &reports).1,
-                    Err(_) => Vec::new(),
+                let (assignments, deleted) = match registered {
+                    Ok(_) => {
+                        let assignments = self.cluster.handle_heartbeat(now, broker, &format!("b{broker}"), &reports).1;
+                        let deleted = self.cluster.deleted_among(&reports).into_iter().map(|d| d.topic_id).collect();
+                        (assignments, deleted)
+                    }
+                    Err(_) => (Vec::new(), Vec::new()),
                 };
-                self.send(COORD, broker as usize, Msg::HeartbeatResp { call, registered, assignments });
+                self.send(COORD, broker as usize, Msg::HeartbeatResp { call, registered, assignments, deleted });
             }
-            Msg::HeartbeatResp { call, registered, assignments } => {
+            Msg::HeartbeatResp { call, registered, assignments, deleted } => {
                 let id = to as i32;
                 if self.brokers[&id].heartbeat_call.map(|(c, _)| c) != Some(call) {
                     return; // an answer to a call given up on
@@ -1084,10 +1245,33 @@ impl Sim {
                     Err(protocol::ErrorCode::StaleBrokerEpoch) => b.broker_epoch = -1,
                     Err(_) => {}
                 }
+                // Replicas of deleted topics go; so does one the name now assigns under another id.
+                for slot in self.slots(id) {
+                    let id_now = self.topic_id_of(slot);
+                    let index = self.index(slot);
+                    let other = assignments.iter().any(|a| a.partition == index && a.topic_id != id_now);
+                    if deleted.contains(&id_now) || other {
+                        self.drop_replica(id, slot);
+                    }
+                }
                 let now = self.clock(to);
                 for mut a in assignments {
                     a.partition_epoch = self.unversioned(a.partition_epoch);
-                    let part = &self.rep(id, a.partition).part;
+                    let Some(slot) = self.slot_of(a.topic_id, a.partition) else {
+                        return self
+                            .violate(format!("broker {id} was assigned a topic id the simulator never created"));
+                    };
+                    if !self.holds(id, slot) {
+                        let disk = self.brokers[&id].disk.clone();
+                        match new_replica(&disk, id, slot, &self.cfg) {
+                            Ok(r) => {
+                                self.brokers.get_mut(&id).expect("broker").replicas.insert(slot, r);
+                            }
+                            Err(e) => return self.violate(format!("broker {id} cannot create a replica: {e}")),
+                        }
+                    }
+                    let part = &self.rep(id, slot).part;
+                    part.set_topic_id(a.topic_id);
                     if self.cfg.mutation != Mutation::NoMinIsr {
                         part.set_min_insync_replicas(a.min_insync_replicas);
                     }
@@ -1103,7 +1287,7 @@ impl Sim {
                 self.after_broker_step(id);
                 self.maintain_isr(id);
             }
-            Msg::AlterIsr { call, req } => {
+            Msg::AlterIsr { call, req, slot } => {
                 let (entry, resp) = if self.cfg.mutation == Mutation::UnversionedIsr {
                     self.alter_isr_unversioned(&req)
                 } else {
@@ -1122,12 +1306,13 @@ impl Sim {
                     });
                     self.journal.push(entry);
                 }
-                let (leader_epoch, partition) = (req.leader_epoch, req.partition);
-                self.send(COORD, req.broker_id as usize, Msg::AlterIsrResp { call, partition, leader_epoch, resp });
+                let leader_epoch = req.leader_epoch;
+                let resp = Msg::AlterIsrResp { call, partition: slot, leader_epoch, resp };
+                self.send(COORD, req.broker_id as usize, resp);
             }
             Msg::AlterIsrResp { call, partition, leader_epoch, resp } => {
                 let id = to as i32;
-                if self.rep(id, partition).alter_call.map(|(c, _)| c) != Some(call) {
+                if !self.holds(id, partition) || self.rep(id, partition).alter_call.map(|(c, _)| c) != Some(call) {
                     return;
                 }
                 self.rep_mut(id, partition).alter_call = None;
@@ -1136,9 +1321,10 @@ impl Sim {
                 self.rep(id, partition).part.on_isr_answer(leader_epoch, &resp);
                 self.after_broker_step(id);
             }
-            Msg::Replicate { req, sent } => {
+            Msg::Replicate { req, sent, from_slot } => {
                 let id = to as i32;
-                let partition = req.partition;
+                // To the replica this broker holds under the name.
+                let Some(partition) = self.held_slot(id, req.partition) else { return };
                 let checks = self.cfg.mutation != Mutation::NoLeaderEpochChecks;
                 let mut generation = 0;
                 let result = match self.rep(id, partition).part.apply_replicated_at(&req, checks) {
@@ -1158,7 +1344,7 @@ impl Sim {
                 self.after_broker_step(id);
                 if let Some(result) = result {
                     let resp = Msg::ReplicateResp {
-                        partition,
+                        partition: from_slot,
                         follower: id,
                         leader_epoch: req.leader_epoch,
                         from_offset: req.from_offset,
@@ -1179,6 +1365,9 @@ impl Sim {
             }
             Msg::ReplicateResp { partition, follower, leader_epoch, from_offset, sent, result } => {
                 let id = to as i32;
+                if !self.holds(id, partition) {
+                    return; // dropped meanwhile
+                }
                 let part = &self.rep(id, partition).part;
                 match result {
                     Ok(leo) => part.on_replica_ack(follower, leader_epoch, leo, sent),

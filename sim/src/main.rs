@@ -26,7 +26,7 @@ struct Args {
     /// Switch one check off: none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits,
     /// read-uncommitted, unversioned-isr, no-min-isr, trust-restarts, trust-damaged-logs,
     /// keep-verifications, unclean-leaders-keep-their-logs (these two with --unclean-elections),
-    /// expired-ids-taken-for-idempotent.
+    /// expired-ids-taken-for-idempotent, topics-by-name (with --topic-deletions).
     #[arg(long, default_value = "none")]
     mutation: String,
     /// An operator forces unclean elections (every in-sync replica of a partition lost, a replica
@@ -38,6 +38,11 @@ struct Args {
     /// and producers retry a batch for as long as it takes, as the runs were before it.
     #[arg(long)]
     no_expiry: bool,
+    /// An operator deletes the topic while a leader of it is paused and creates it again under
+    /// the name: what was written into the deleted topic is gone with it, the fence must hold
+    /// there too.
+    #[arg(long)]
+    topic_deletions: bool,
     /// Ticks with faults.
     #[arg(long, default_value_t = 3_000)]
     fault_ticks: u64,
@@ -78,7 +83,7 @@ fn main() -> ExitCode {
     }
     let Some(mutation) = Mutation::parse(&args.mutation) else {
         eprintln!(
-            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits, read-uncommitted, unversioned-isr, no-min-isr, trust-restarts, trust-damaged-logs, keep-verifications, unclean-leaders-keep-their-logs or expired-ids-taken-for-idempotent",
+            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits, read-uncommitted, unversioned-isr, no-min-isr, trust-restarts, trust-damaged-logs, keep-verifications, unclean-leaders-keep-their-logs, expired-ids-taken-for-idempotent or topics-by-name",
             args.mutation
         );
         return ExitCode::from(2);
@@ -91,6 +96,7 @@ fn main() -> ExitCode {
         mutation,
         unclean_elections: args.unclean_elections,
         expiry: !args.no_expiry,
+        topic_deletions: args.topic_deletions,
         fault_ticks: args.fault_ticks,
         partitions: args.partitions,
         // The timeline is drawn from the trace.

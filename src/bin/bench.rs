@@ -796,6 +796,7 @@ fn recovery(args: &Args) -> Result<serde_json::Value, String> {
         let req = protocol::ReplicateRequest {
             topic: "bench".into(),
             partition: 0,
+            topic_id: 0,
             leader_epoch: 1,
             leader_id: 2,
             from_offset: from,

@@ -562,6 +562,10 @@ pub struct AlterPartitionRequest {
     pub topic: String,
     /// Partition index.
     pub partition: i32,
+    /// The id of the topic the leader's replica belongs to (0: unknown): a change asked by a
+    /// replica of a deleted topic of the same name is refused with UNKNOWN_TOPIC_ID, as Kafka's
+    /// AlterPartition v2 carries topic ids.
+    pub topic_id: u128,
     /// The leader's epoch; a stale one is refused with FENCED_LEADER_EPOCH.
     pub leader_epoch: i32,
     /// The partition epoch the change is based on; any other is refused with
@@ -576,6 +580,7 @@ impl AlterPartitionRequest {
         b.put_i32(self.broker_id);
         b.put_string(&self.topic);
         b.put_i32(self.partition);
+        b.put_u128(self.topic_id);
         b.put_i32(self.leader_epoch);
         b.put_i32(self.partition_epoch);
         b.put_i32_array(&self.isr);
@@ -586,6 +591,7 @@ impl AlterPartitionRequest {
             broker_id: r.i32("broker_id")?,
             topic: r.string("topic")?,
             partition: r.i32("partition")?,
+            topic_id: r.u128("topic_id")?,
             leader_epoch: r.i32("leader_epoch")?,
             partition_epoch: r.i32("partition_epoch")?,
             isr: r.i32_array("isr")?,

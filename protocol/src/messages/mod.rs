@@ -770,6 +770,7 @@ mod tests {
         roundtrip_req(Request::Replicate(ReplicateRequest {
             topic: "t".into(),
             partition: 0,
+            topic_id: 0xabc << 64,
             leader_epoch: 2,
             leader_id: 1,
             from_offset: 10,
@@ -783,6 +784,7 @@ mod tests {
             broker_id: 1,
             topic: "t".into(),
             partition: 0,
+            topic_id: 7,
             leader_epoch: 2,
             partition_epoch: 7,
             isr: vec![1, 3],

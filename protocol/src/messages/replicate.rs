@@ -19,6 +19,10 @@ pub struct ReplicateRequest {
     pub topic: String,
     /// Partition index.
     pub partition: i32,
+    /// The id of the topic the leader's replica belongs to (0: unknown): a follower holding a
+    /// replica of another topic under the name (one deleted and created again) refuses, as
+    /// Kafka's Fetch v13 carries topic ids.
+    pub topic_id: u128,
     /// The sender's leader epoch; a replica that knows a newer one refuses.
     pub leader_epoch: i32,
     /// The sender's broker id.
@@ -47,6 +51,7 @@ impl ReplicateRequest {
     pub(crate) fn encode_head(&self, b: &mut BytesMut) {
         b.put_string(&self.topic);
         b.put_i32(self.partition);
+        b.put_u128(self.topic_id);
         b.put_i32(self.leader_epoch);
         b.put_i32(self.leader_id);
         b.put_i64(self.from_offset);
@@ -66,6 +71,7 @@ impl ReplicateRequest {
         Ok(ReplicateRequest {
             topic: r.string("topic")?,
             partition: r.i32("partition")?,
+            topic_id: r.u128("topic_id")?,
             leader_epoch: r.i32("leader_epoch")?,
             leader_id: r.i32("leader_id")?,
             from_offset: r.i64("from_offset")?,

@@ -24,7 +24,9 @@
 //!
 //! 1. no data batch carrying an epoch older than one the coordinator has finished granting
 //!    (an init, or an EndTxn's bump, answered) for its transactional id is appended by a leader
-//!    and then committed;
+//!    and then committed; and in a topic deleted since ([`Config::topic_deletions`]), none is
+//!    appended by its last leadership on a broker the coordinator held alive when the grant
+//!    finished;
 //! 2. every acknowledged record is in the final log exactly once, at the offset acknowledged;
 //! 3. once an offset is committed, no replica holds a different batch there below its own
 //!    high watermark;

@@ -73,6 +73,9 @@ pub struct LocalOptions {
     pub kafka_relay_idle_ms: u64,
     /// How long the coordinator waits for one marker write's answer before it dials again, in ms.
     pub marker_timeout_ms: u64,
+    /// The transaction version the Kafka listeners offer (the coordinator's
+    /// `--transaction-version`: 2, or 1).
+    pub transaction_version: i16,
 }
 
 impl Default for LocalOptions {
@@ -94,6 +97,7 @@ impl Default for LocalOptions {
             kafka: false,
             kafka_relay_idle_ms: broker::server::KAFKA_RELAY_IDLE_MS_DEFAULT,
             marker_timeout_ms: CoordinatorConfig::new("").marker_timeout_ms,
+            transaction_version: coordinator::cluster::TRANSACTION_VERSION_DEFAULT,
         }
     }
 }
@@ -145,6 +149,7 @@ impl LocalCluster {
         config.limits.tls = acceptor.clone();
         config.peer_tls = peer_tls.clone();
         config.cluster.broker_lease_ms = opts.broker_lease_ms;
+        config.cluster.transaction_version = opts.transaction_version;
         config.marker_timeout_ms = opts.marker_timeout_ms;
         config.limits.cluster_secret = secret.clone();
         tasks.push(tokio::spawn(async move {

@@ -418,6 +418,8 @@ async fn a_zombie_write_to_an_untouched_partition_is_refused_by_the_broker_itsel
 async fn transactions_in_a_row_at_one_epoch_show_exactly_the_committed_records() {
     let c = cluster(true).await;
     let mut p = KafkaProducer::init(&c.kafka_bootstrap(), ProducerConfig::transactional("row")).await.unwrap();
+    // Transaction version 1, as librdkafka and kafka-python speak it (version 2: tests/kafka_tv2.rs).
+    p.set_transaction_version_max(1);
     let epoch = p.epoch();
     let (mut committed, mut all) = (Vec::new(), Vec::new());
     for txn in 0..6 {

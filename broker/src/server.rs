@@ -344,9 +344,19 @@ struct Shared {
     /// then (as a Kafka broker enables request processing once registered): before it, its
     /// Metadata would list no broker and a CreateTopics would find none to place replicas on.
     registered: watch::Sender<bool>,
+    /// The transaction version the Kafka listener offers and its finalized-features epoch, as
+    /// the coordinator's heartbeat answers say ((0, -1) until the first: version 1 is offered).
+    transaction_version: Mutex<(i16, i64)>,
 }
 
 impl Shared {
+    /// The transaction version the Kafka listener offers (1 until the coordinator says) and its
+    /// finalized-features epoch (-1 until then).
+    fn transaction_version(&self) -> (i16, i64) {
+        let (level, epoch) = *self.transaction_version.lock().unwrap_or_else(|e| e.into_inner());
+        (level.max(1), epoch)
+    }
+
     fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
@@ -436,6 +446,7 @@ pub async fn run_listeners(
         control,
         stop: stop_rx.clone(),
         registered: watch::Sender::new(false),
+        transaction_version: Mutex::new((0, -1)),
         config: config.clone(),
     });
     // Every replica on disk is opened before the first heartbeat, which reports what each
@@ -920,6 +931,18 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
             return Err(hb.status.to_string());
         }
         _ => return Err(hb.status.to_string()),
+    }
+    {
+        // The finalized-features epoch only grows: an older answer changes nothing.
+        let mut tv = shared.transaction_version.lock().unwrap_or_else(|e| e.into_inner());
+        if hb.features_epoch > tv.1 {
+            tracing::info!(
+                transaction_version = hb.transaction_version,
+                epoch = hb.features_epoch,
+                "transaction version finalized"
+            );
+            *tv = (hb.transaction_version, hb.features_epoch);
+        }
     }
     if shared.broker_epoch.load(Ordering::Relaxed) < 0 {
         // Registered: the next process of this broker names this epoch as its predecessor's.
@@ -1507,7 +1530,7 @@ async fn wait_committed(shared: &Shared, part: &Partition, end_offset: i64, lead
     }
 }
 
-/// Which transaction rules a produce request comes under. Both go through the same gate; they
+/// Which transaction rules a produce request comes under. All go through the same gate; they
 /// differ in what the leader asks the coordinator before a producer's first write here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TxnRules {
@@ -1518,6 +1541,23 @@ enum TxnRules {
     /// be in the producer's open transaction (the client added it with AddPartitionsToTxn), so
     /// a write that comes after its transaction ended cannot open one of its own.
     KafkaTv1,
+    /// Kafka clients under transaction version 2 (Produce v12, KIP-890): as [`TxnRules::Own`],
+    /// the first transactional write of a transaction to a partition adds it (the client sends
+    /// no AddPartitionsToTxn); a write of an ended transaction carries an older epoch than the
+    /// next one, since every end bumped it, and is fenced.
+    KafkaTv2,
+}
+
+impl TxnRules {
+    /// The rules a Kafka produce request of `version` comes under (Kafka decides by each
+    /// request's version, not by the finalized feature).
+    fn for_kafka_produce(version: i16) -> TxnRules {
+        if version >= 12 {
+            TxnRules::KafkaTv2
+        } else {
+            TxnRules::KafkaTv1
+        }
+    }
 }
 
 /// A produce request that passed the checks that need no partition state.

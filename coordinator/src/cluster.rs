@@ -45,12 +45,17 @@ pub struct ClusterConfig {
     pub topic_partitions_max: i32,
     /// Most partitions all topics together may have.
     pub cluster_partitions_max: i32,
+    /// The transaction version offered to Kafka clients (`--transaction-version`): 2 (KIP-890
+    /// part 2: an epoch bump per transaction, Produce v12, EndTxn v5, TxnOffsetCommit v5) or 1.
+    pub transaction_version: i16,
 }
 
 /// Default of [`ClusterConfig::topic_partitions_max`].
 pub const TOPIC_PARTITIONS_MAX_DEFAULT: i32 = 1_000;
 /// Default of [`ClusterConfig::cluster_partitions_max`].
 pub const CLUSTER_PARTITIONS_MAX_DEFAULT: i32 = 10_000;
+/// Default of [`ClusterConfig::transaction_version`], as in Kafka 4.
+pub const TRANSACTION_VERSION_DEFAULT: i16 = 2;
 
 impl Default for ClusterConfig {
     fn default() -> Self {
@@ -62,6 +67,7 @@ impl Default for ClusterConfig {
             auto_create_topics: true,
             topic_partitions_max: TOPIC_PARTITIONS_MAX_DEFAULT,
             cluster_partitions_max: CLUSTER_PARTITIONS_MAX_DEFAULT,
+            transaction_version: TRANSACTION_VERSION_DEFAULT,
         }
     }
 }
@@ -256,18 +262,40 @@ pub struct Cluster {
     earlier_leases_until_ms: u64,
     /// Know partitions by name, as before issue 28 ([`Cluster::set_topics_by_name`]).
     topics_by_name: bool,
+    /// The recorded transaction version and its finalized-features epoch (0 and -1 until one is
+    /// recorded).
+    transaction_version: (i16, i64),
 }
 
 impl Cluster {
     /// An empty cluster.
     pub fn new(config: ClusterConfig) -> Self {
-        Cluster { config, ..Default::default() }
+        Cluster { config, transaction_version: (0, -1), ..Default::default() }
     }
 
     /// This coordinator process started at `now_ms`: a broker may hold a lease an earlier one
     /// granted for one more lease.
     pub fn set_started(&mut self, now_ms: u64) {
         self.earlier_leases_until_ms = now_ms + self.config.broker_lease_ms;
+    }
+
+    /// The transaction version Kafka clients are offered and its finalized-features epoch (what
+    /// heartbeat answers tell brokers): as recorded, or (0, -1) before any was.
+    pub fn transaction_version(&self) -> (i16, i64) {
+        self.transaction_version
+    }
+
+    /// The entry recording this process's configured transaction version, if the recorded one
+    /// differs (applied here): one finalized-features epoch above the recorded one, so the epoch
+    /// a client sees only grows. Written once a coordinator becomes active.
+    pub fn record_transaction_version(&mut self) -> Option<Entry> {
+        let (level, epoch) = self.transaction_version;
+        if level == self.config.transaction_version {
+            return None;
+        }
+        let entry = Entry::TransactionVersion { level: self.config.transaction_version, epoch: epoch.max(0) + 1 };
+        self.apply(&entry);
+        Some(entry)
     }
 
     /// Know partitions by name, as before issue 28 (the coordinator never does): a marker goes to
@@ -1333,6 +1361,10 @@ impl Cluster {
             }))
             .chain(deleted)
             .chain(incarnations)
+            .chain((self.transaction_version.1 >= 0).then_some(Entry::TransactionVersion {
+                level: self.transaction_version.0,
+                epoch: self.transaction_version.1,
+            }))
             .collect()
     }
 
@@ -1359,6 +1391,9 @@ impl Cluster {
                     .collect();
                 let id = topic_id_or_legacy(*topic_id, name);
                 self.topics.insert(name.clone(), Topic { min_isr, partitions, id });
+            }
+            Entry::TransactionVersion { level, epoch } if *epoch > self.transaction_version.1 => {
+                self.transaction_version = (*level, *epoch);
             }
             Entry::TopicDeleted { name, topic_id } => {
                 if let Some(t) = self.topics.get(name).filter(|t| t.id == *topic_id) {
@@ -1564,6 +1599,28 @@ mod tests {
         let (entry, resp) = c.handle_alter_partition(&r);
         assert_eq!(entry.is_some(), resp.status.is_ok(), "an entry exactly when accepted");
         resp
+    }
+
+    /// Issue 31: the transaction version is recorded once per change of `--transaction-version`,
+    /// its finalized-features epoch one higher each time, kept by snapshots and replays.
+    #[test]
+    fn the_transaction_version_is_recorded_with_an_epoch_that_only_grows() {
+        let with = |level| Cluster::new(ClusterConfig { transaction_version: level, ..Default::default() });
+        let mut c = with(2);
+        assert_eq!(c.transaction_version(), (0, -1), "nothing recorded yet");
+        assert_eq!(c.record_transaction_version(), Some(Entry::TransactionVersion { level: 2, epoch: 1 }));
+        assert_eq!(c.transaction_version(), (2, 1));
+        assert_eq!(c.record_transaction_version(), None, "recorded already");
+        // A restart with version 1: replayed from the snapshot, then recorded one epoch higher.
+        let mut down = with(1);
+        for e in c.snapshot() {
+            down.apply(&e);
+        }
+        assert_eq!(down.transaction_version(), (2, 1));
+        assert_eq!(down.record_transaction_version(), Some(Entry::TransactionVersion { level: 1, epoch: 2 }));
+        // An older entry replayed after a newer one changes nothing.
+        down.apply(&Entry::TransactionVersion { level: 2, epoch: 1 });
+        assert_eq!(down.transaction_version(), (1, 2));
     }
 
     #[test]

@@ -237,6 +237,16 @@ pub enum Entry {
         /// The first producer id under the rule.
         from: i64,
     },
+    /// The transaction version the cluster offers Kafka clients (KIP-890: 1, or 2 with an epoch
+    /// bump per transaction), finalized at `epoch`: written when a coordinator starts with
+    /// another `--transaction-version` than the one recorded, one epoch higher each time, so
+    /// that a client never sees the finalized features go back.
+    TransactionVersion {
+        /// The level.
+        level: i16,
+        /// The finalized-features epoch.
+        epoch: i64,
+    },
 }
 
 /// A group's membership at one generation.
@@ -384,6 +394,7 @@ const GROUPS_EXPIRED: i8 = 34;
 /// [`END_TXN_ID`]'s layout, for an end the expiry sweep made (`expired`).
 const END_TXN_EXPIRED: i8 = 35;
 const PRODUCER_ID_PARITY: i8 = 36;
+const TRANSACTION_VERSION: i8 = 37;
 
 /// What a list of fence targets carries, by the entry tag it was written under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -584,6 +595,11 @@ impl Entry {
             Entry::ProducerIdParity { from } => {
                 b.put_i8(PRODUCER_ID_PARITY);
                 b.put_i64(*from);
+            }
+            Entry::TransactionVersion { level, epoch } => {
+                b.put_i8(TRANSACTION_VERSION);
+                b.put_i16(*level);
+                b.put_i64(*epoch);
             }
             Entry::TxnIdsExpired { transactional_ids: names } | Entry::GroupsExpired { groups: names } => {
                 b.put_i8(if matches!(self, Entry::TxnIdsExpired { .. }) { TXN_IDS_EXPIRED } else { GROUPS_EXPIRED });
@@ -804,6 +820,7 @@ impl Entry {
                 offsets: OffsetRecord::decode_list(&mut r)?,
             },
             PRODUCER_ID_PARITY => Entry::ProducerIdParity { from: r.i64("from")? },
+            TRANSACTION_VERSION => Entry::TransactionVersion { level: r.i16("level")?, epoch: r.i64("epoch")? },
             TXN_IDS_EXPIRED | GROUPS_EXPIRED => {
                 let n = r.array_len("names", 2)?;
                 let mut names = Vec::with_capacity(n);
@@ -965,6 +982,7 @@ mod tests {
             Entry::TxnIdsExpired { transactional_ids: vec!["a".into(), "b".into()] },
             Entry::GroupsExpired { groups: vec!["g".into()] },
             Entry::ProducerIdParity { from: 17 },
+            Entry::TransactionVersion { level: 2, epoch: 3 },
             Entry::TopicCreated {
                 name: "t".into(),
                 replicas: vec![vec![1, 2], vec![2, 1]],

@@ -312,6 +312,8 @@ pub(crate) fn start(
     groups.restart_clocks(0);
     // The clock starts at 0 below: a broker may hold a lease an earlier process granted.
     cluster.set_started(0);
+    // Recorded before any heartbeat is answered: each answer waits for the journal up to it.
+    let transaction_version = cluster.record_transaction_version();
     let pending = table.pending_fences();
     let shared = Arc::new(Shared {
         state: Mutex::new(State { table, cluster, groups }),
@@ -326,6 +328,10 @@ pub(crate) fn start(
         lease,
         cancel: tokio_util::sync::CancellationToken::new(),
     });
+    if let Some(entry) = transaction_version {
+        tracing::info!(?entry, "transaction version recorded");
+        drop(shared.persist(&[entry]));
+    }
     shared.spawn(tick_loop(shared.clone()));
     shared.spawn(groups::group_tick_loop(shared.clone()));
     shared.spawn(expiry_loop(shared.clone()));
@@ -664,6 +670,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             Response::Heartbeat(match registered {
                 Ok((broker_epoch, (lease_ms, assignments, brokers), deleted, rx)) => {
                     let status = durable(rx).await.err().unwrap_or_else(Status::ok);
+                    let (transaction_version, features_epoch) = shared.lock().cluster.transaction_version();
                     HeartbeatResponse {
                         status,
                         lease_ms: lease_ms as i32,
@@ -672,6 +679,8 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         brokers,
                         deleted,
                         coordinator_epoch: shared.coordinator_epoch,
+                        transaction_version,
+                        features_epoch,
                     }
                 }
                 Err(status) => {
@@ -684,6 +693,8 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         brokers: Vec::new(),
                         deleted: Vec::new(),
                         coordinator_epoch: shared.coordinator_epoch,
+                        transaction_version: 0,
+                        features_epoch: -1,
                     }
                 }
             })

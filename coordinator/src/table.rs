@@ -1038,6 +1038,7 @@ impl ProducerTable {
             }
             Entry::TopicCreated { .. }
             | Entry::TopicDeleted { .. }
+            | Entry::TransactionVersion { .. }
             | Entry::PartitionsAdded { .. }
             | Entry::GroupGeneration(_)
             | Entry::OffsetsCommitted { .. }

@@ -58,6 +58,12 @@ struct Args {
     /// Most partitions all topics together may have.
     #[arg(long, default_value_t = coordinator::cluster::CLUSTER_PARTITIONS_MAX_DEFAULT, value_parser = clap::value_parser!(i32).range(1..))]
     cluster_partitions_max: i32,
+    /// The transaction version the brokers' Kafka listeners offer (KIP-890): 2, an epoch bump at
+    /// every EndTxn v5, so a delayed write or EndTxn of one transaction cannot land in the next
+    /// (with Produce v12, EndTxn v5 and TxnOffsetCommit v5, as Kafka 4 by default); or 1, none of
+    /// those. Clients that speak only version 1 work under either.
+    #[arg(long, default_value_t = coordinator::cluster::TRANSACTION_VERSION_DEFAULT, value_parser = clap::value_parser!(i16).range(1..=2))]
+    transaction_version: i16,
     /// Forget a transactional id with no transaction open that sees no request for this long,
     /// in milliseconds (Kafka's `transactional.id.expiration.ms`). Its producer ids are never
     /// handed out again, and a producer that slept through it is refused when it wakes.
@@ -191,6 +197,7 @@ async fn main() -> anyhow::Result<()> {
     config.cluster.default_min_insync_replicas = args.default_min_insync_replicas;
     config.cluster.topic_partitions_max = args.topic_partitions_max;
     config.cluster.cluster_partitions_max = args.cluster_partitions_max;
+    config.cluster.transaction_version = args.transaction_version;
     config.limits.idle_ms = args.idle_ms;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.limits.tls = Some(net::tls::acceptor_from_files(cert, key)?);

@@ -37,6 +37,8 @@ pub struct KafkaConnection {
     next_id: Arc<AtomicI32>,
     /// The broker's ApiVersions answer: (key, min, max).
     versions: Arc<Vec<(i16, i16, i16)>>,
+    /// The `transaction.version` the broker finalized (KIP-890; 0 if it names none).
+    transaction_version: i16,
 }
 
 impl std::fmt::Debug for KafkaConnection {
@@ -76,6 +78,7 @@ impl KafkaConnection {
             tx,
             next_id: Arc::new(AtomicI32::new(0)),
             versions: Arc::default(),
+            transaction_version: 0,
         };
         let asked = ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str(CLIENT_ID))
@@ -91,6 +94,11 @@ impl KafkaConnection {
             });
         }
         conn.versions = Arc::new(answer.api_keys.iter().map(|k| (k.api_key, k.min_version, k.max_version)).collect());
+        conn.transaction_version = answer
+            .finalized_features
+            .iter()
+            .find(|f| f.name.as_str() == "transaction.version")
+            .map_or(0, |f| f.max_version_level);
         Ok(conn)
     }
 
@@ -102,6 +110,12 @@ impl KafkaConnection {
     /// Whether the connection has closed (a new one is needed).
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
+    }
+
+    /// The `transaction.version` feature the broker finalized in its ApiVersions answer
+    /// (KIP-890: 2 is an epoch bump per transaction; 0 if it names none).
+    pub fn transaction_version(&self) -> i16 {
+        self.transaction_version
     }
 
     /// The broker's ApiVersions answer: (api key, lowest version, highest version) per key.

@@ -1,7 +1,11 @@
 //! A Kafka-protocol producer, idempotent or transactional, following the rules Kafka clients
-//! follow (transaction version 1): InitProducerId at the transaction coordinator (any broker
-//! for an idempotent one), AddPartitionsToTxn before a transaction's first write to a
-//! partition, EndTxn without an epoch bump, and sequences that go on across transactions.
+//! follow: InitProducerId at the transaction coordinator (any broker for an idempotent one);
+//! under transaction version 1, AddPartitionsToTxn before a transaction's first write to a
+//! partition, EndTxn without an epoch bump, and sequences that go on across transactions;
+//! under version 2 (KIP-890, when the coordinator finalizes it, as Java clients 4.0+ do), no
+//! AddPartitionsToTxn (Produce v12 adds the partition), and an EndTxn v5 that answers the
+//! bumped epoch (or a new producer id), with which the next transaction starts its sequences
+//! over.
 
 use std::time::{Duration, Instant};
 
@@ -20,9 +24,13 @@ use crate::producer::{ProducerConfig, RecordMetadata};
 use crate::session::Session;
 
 const PRODUCE_VERSIONS: (i16, i16) = (3, 10);
+/// Under transaction version 2: v12 adds a transactional write's partition to its transaction.
+const PRODUCE_VERSIONS_TV2: (i16, i16) = (12, 12);
 const INIT_PRODUCER_ID_VERSIONS: (i16, i16) = (0, 4);
 const ADD_PARTITIONS_VERSIONS: (i16, i16) = (0, 3);
 const END_TXN_VERSIONS: (i16, i16) = (0, 3);
+/// Under transaction version 2: v5 bumps the epoch and answers it.
+const END_TXN_VERSIONS_TV2: (i16, i16) = (5, 5);
 
 /// Kafka's OPERATION_NOT_ATTEMPTED (a partition of an AddPartitionsToTxn not added because
 /// another one failed).
@@ -40,6 +48,14 @@ pub struct KafkaProducer {
     /// Whether a transaction's partitions are added with AddPartitionsToTxn before its first
     /// write (as every Kafka client does). Off only to test a broker's own fence.
     register_partitions: bool,
+    /// The transaction version the open (or next) transaction runs under: 2 when the
+    /// coordinator finalized it, else 1 (decided at init and after each end, as Java's client
+    /// does, so a transaction ends under the version it began with).
+    transaction_version: i16,
+    /// Use at most this transaction version (2: whatever the coordinator offers).
+    transaction_version_max: i16,
+    /// What the coordinator offered when last asked (1 or 2).
+    transaction_version_offered: i16,
 }
 
 /// Whether a Kafka error code is worth retrying.
@@ -57,7 +73,15 @@ impl KafkaProducer {
     /// producer id and epoch: for a known transactional id this fences every earlier instance.
     pub async fn init(bootstrap: &str, config: ProducerConfig) -> Result<KafkaProducer, ClientError> {
         let client = KafkaClient::new(bootstrap, config.client.clone());
-        let mut p = KafkaProducer { client, config, session: Session::new(-1, -1), register_partitions: true };
+        let mut p = KafkaProducer {
+            client,
+            config,
+            session: Session::new(-1, -1),
+            register_partitions: true,
+            transaction_version: 1,
+            transaction_version_max: 2,
+            transaction_version_offered: 1,
+        };
         p.init_producer_id(None).await?;
         Ok(p)
     }
@@ -88,6 +112,7 @@ impl KafkaProducer {
                     match conn.call(&req, version).await {
                         Ok(r) if r.error_code == 0 => {
                             self.session.granted(r.producer_id.0, r.producer_epoch);
+                            self.decide_transaction_version(&conn);
                             return Ok(());
                         }
                         Ok(r) if fenced_code(r.error_code) => {
@@ -186,6 +211,30 @@ impl KafkaProducer {
         self.register_partitions = on;
     }
 
+    /// Use transaction version 1 even where the coordinator offers 2 (as librdkafka and
+    /// kafka-python do), or 2 again: for tests of mixed versions and of what version 2
+    /// prevents. Takes effect from the next transaction on (an open one ends under the version
+    /// it began with).
+    pub fn set_transaction_version_max(&mut self, max: i16) {
+        self.transaction_version_max = max;
+        if self.session.txn.is_none() {
+            self.transaction_version = self.transaction_version_offered.min(max).max(1);
+        }
+    }
+
+    /// The transaction version the open (or next) transaction runs under (1 or 2).
+    pub fn transaction_version(&self) -> i16 {
+        self.transaction_version
+    }
+
+    /// The version the next transaction runs under, from what the coordinator connection
+    /// `conn` finalized (and offers: Produce v12 and EndTxn v5 come with version 2).
+    fn decide_transaction_version(&mut self, conn: &KafkaConnection) {
+        let offered = conn.transaction_version() >= 2 && conn.version(ApiKey::EndTxn, END_TXN_VERSIONS_TV2).is_ok();
+        self.transaction_version_offered = if offered { 2 } else { 1 };
+        self.transaction_version = self.transaction_version_offered.min(self.transaction_version_max).max(1);
+    }
+
     /// Give the next batch to `topic-partition` the sequence `sequence`, as a retry of a batch
     /// whose answer was lost would carry: only for testing a broker's duplicate detection.
     pub fn set_next_sequence(&mut self, topic: &str, partition: i32, sequence: i32) {
@@ -207,7 +256,8 @@ impl KafkaProducer {
         self.session.txn_failed.as_deref()
     }
 
-    /// Commit the open transaction (EndTxn; the epoch stays).
+    /// Commit the open transaction (EndTxn; under transaction version 1 the epoch stays, under
+    /// 2 it is bumped).
     pub async fn commit(&mut self) -> Result<(), ClientError> {
         self.session.refuse_if_abortable()?;
         self.end(true).await
@@ -241,15 +291,22 @@ impl KafkaProducer {
             .with_producer_id(self.session.producer_id.into())
             .with_producer_epoch(self.session.epoch)
             .with_committed(commit);
+        let versions = if self.transaction_version >= 2 { END_TXN_VERSIONS_TV2 } else { END_TXN_VERSIONS };
         let deadline = self.deadline();
         let mut attempt = 0;
         loop {
             let last = match self.coordinator().await {
                 Ok(conn) => {
-                    let version = conn.version(ApiKey::EndTxn, END_TXN_VERSIONS)?;
+                    let version = conn.version(ApiKey::EndTxn, versions)?;
                     match conn.call(&req, version).await {
                         Ok(r) if r.error_code == 0 => {
                             self.session.ended();
+                            if version >= 5 && r.producer_id.0 >= 0 {
+                                // Bumped (or a new producer id at exhaustion): the next
+                                // transaction writes under it, its sequences from 0.
+                                self.session.granted(r.producer_id.0, r.producer_epoch);
+                            }
+                            self.decide_transaction_version(&conn);
                             return Ok(());
                         }
                         Ok(r) if fenced_code(r.error_code) => {
@@ -280,7 +337,8 @@ impl KafkaProducer {
     /// Add a partition to the open transaction before its first write there.
     async fn add_to_txn(&mut self, topic: &str, partition: i32) -> Result<(), ClientError> {
         let key = (topic.to_string(), partition);
-        if !self.register_partitions {
+        if !self.register_partitions || self.transaction_version >= 2 {
+            // Under transaction version 2 the write itself adds the partition (Produce v12).
             if let Some(t) = self.session.txn.as_mut() {
                 t.insert(key);
             }
@@ -402,6 +460,8 @@ impl KafkaProducer {
                     .with_index(partition)
                     .with_records(Some(batch))])]);
         let what = || format!("produce to {topic}-{partition}");
+        let tv2 = self.config.transactional_id.is_some() && self.transaction_version >= 2;
+        let versions = if tv2 { PRODUCE_VERSIONS_TV2 } else { PRODUCE_VERSIONS };
         let deadline = self.deadline();
         let mut attempt = 0;
         loop {
@@ -411,7 +471,7 @@ impl KafkaProducer {
                 }
                 Err(e) => e.to_string(),
                 Ok((conn, _)) => {
-                    let version = conn.version(ApiKey::Produce, PRODUCE_VERSIONS)?;
+                    let version = conn.version(ApiKey::Produce, versions)?;
                     match conn.call(&req, version).await {
                         Ok(r) => {
                             let p = r.responses.first().and_then(|t| t.partition_responses.first());

@@ -488,6 +488,11 @@ pub struct HeartbeatResponse {
     /// The answering coordinator replica's epoch: a broker ignores an answer with one lower
     /// than the highest it has seen (a deposed coordinator's).
     pub coordinator_epoch: i32,
+    /// The transaction version the broker's Kafka listener offers (KIP-890; 0 while none is
+    /// recorded, which the broker takes as 1).
+    pub transaction_version: i16,
+    /// Its finalized-features epoch (-1 while none is recorded): only grows.
+    pub features_epoch: i64,
 }
 
 impl HeartbeatResponse {
@@ -517,6 +522,8 @@ impl HeartbeatResponse {
             b.put_u128(d.topic_id);
         }
         b.put_i32(self.coordinator_epoch);
+        b.put_i16(self.transaction_version);
+        b.put_i64(self.features_epoch);
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
@@ -549,7 +556,19 @@ impl HeartbeatResponse {
             deleted.push(DeletedTopic { name: r.string("name")?, topic_id: r.u128("topic_id")? });
         }
         let coordinator_epoch = r.i32("coordinator_epoch")?;
-        Ok(HeartbeatResponse { status, lease_ms, broker_epoch, assignments, brokers, deleted, coordinator_epoch })
+        let transaction_version = r.i16("transaction_version")?;
+        let features_epoch = r.i64("features_epoch")?;
+        Ok(HeartbeatResponse {
+            status,
+            lease_ms,
+            broker_epoch,
+            assignments,
+            brokers,
+            deleted,
+            coordinator_epoch,
+            transaction_version,
+            features_epoch,
+        })
     }
 }
 

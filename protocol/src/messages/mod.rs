@@ -968,6 +968,8 @@ mod tests {
             brokers: vec![BrokerInfo { id: 2, addr: "b:2".into(), kafka_addr: String::new(), alive: false }],
             deleted: vec![DeletedTopic { name: "old".into(), topic_id: 5 }],
             coordinator_epoch: 7,
+            transaction_version: 2,
+            features_epoch: 9,
         }));
         roundtrip_resp(Response::Describe(DescribeResponse {
             status: Status::ok(),

@@ -1,6 +1,7 @@
 //! What a Kafka client sends to its coordinator, relayed to epochfence's: InitProducerId,
-//! AddPartitionsToTxn and EndTxn (transaction version 1: no bump at the end), and Metadata.
-//! FindCoordinator names this broker, which relays.
+//! AddPartitionsToTxn and EndTxn (up to v4, transaction version 1: no bump at the end; v5,
+//! version 2: a bump at every end), and Metadata. FindCoordinator names this broker, which
+//! relays.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -282,27 +283,33 @@ impl KafkaConn {
         ))
     }
 
-    /// EndTxn (v0 to v4, transaction version 1): commit or abort at the producer's epoch, with
-    /// no bump; the client goes on with the same epoch and its sequences.
+    /// EndTxn. Up to v4 (transaction version 1): commit or abort at the producer's epoch, with
+    /// no bump; the client goes on with the same epoch and its sequences. From v5 (version 2,
+    /// KIP-890): the coordinator bumps the epoch (or moves to a new producer id at exhaustion),
+    /// writes the markers at the new epoch, and the answer carries the producer id and epoch to
+    /// go on with (sequences start again at 0), so a delayed write or EndTxn of this
+    /// transaction carries an older epoch than the next one and is fenced. A retried v5 EndTxn
+    /// of a transaction that ended is answered with the id and epoch it ended into.
     pub(super) async fn end_txn(self: &Arc<Self>, r: EndTxnRequest, version: i16) -> KafkaAnswer {
+        let bump_epoch = version >= 5;
         let req = Request::EndTxn(protocol::EndTxnRequest {
             transactional_id: r.transactional_id.to_string(),
             producer_id: r.producer_id.0,
             producer_epoch: r.producer_epoch,
             commit: r.committed,
-            bump_epoch: false,
+            bump_epoch,
         });
-        let status = match self.relay(req).await {
-            Response::EndTxn(e) => e.status,
-            other => other.status().clone(),
+        let (status, next) = match self.relay(req).await {
+            Response::EndTxn(e) => (e.status, (e.producer_id, e.producer_epoch)),
+            other => (other.status().clone(), (-1, -1)),
         };
         if !status.is_ok() {
             tracing::info!(transactional_id = %r.transactional_id.0, commit = r.committed, %status, "Kafka EndTxn refused");
         }
-        KafkaAnswer::Reply(ResponseKind::EndTxn(EndTxnResponse::default().with_error_code(kafka_code(
-            status.code,
-            ApiKey::EndTxn,
-            version,
-        ))))
+        let mut resp = EndTxnResponse::default().with_error_code(kafka_code(status.code, ApiKey::EndTxn, version));
+        if bump_epoch && status.is_ok() {
+            resp = resp.with_producer_id(next.0.into()).with_producer_epoch(next.1);
+        }
+        KafkaAnswer::Reply(ResponseKind::EndTxn(resp))
     }
 }

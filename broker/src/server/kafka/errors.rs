@@ -16,6 +16,10 @@ pub(crate) fn kafka_code(code: ErrorCode, key: ApiKey, version: i16) -> i16 {
         // refused as fenced is INVALID_PRODUCER_EPOCH, which makes librdkafka raise a fatal
         // fenced error and kafka-python ask its coordinator (which then answers fenced).
         (ApiKey::Produce, E::ProducerFenced) => E::InvalidProducerEpoch,
+        // Under transaction version 2 (Produce v12) the write adds its partition, and Kafka
+        // answers a transaction still ending with CONCURRENT_TRANSACTIONS, which those clients
+        // retry (KAFKA-18575).
+        (ApiKey::Produce, E::ConcurrentTransactions) if version >= 12 => E::ConcurrentTransactions,
         // A verification that could not be made now: Kafka sends NOT_ENOUGH_REPLICAS, which
         // clients retry without refreshing metadata (librdkafka takes an unexpected
         // CONCURRENT_TRANSACTIONS on Produce as abortable).
@@ -81,6 +85,8 @@ mod tests {
             assert_eq!(kafka_code(code, ApiKey::InitProducerId, 4), code.code(), "retried there as it is");
         }
         assert_eq!(kafka_code(ErrorCode::InvalidTxnState, ApiKey::Produce, 9), 48, "stays");
+        let concurrent = ErrorCode::ConcurrentTransactions;
+        assert_eq!(kafka_code(concurrent, ApiKey::Produce, 12), 51, "transaction version 2 retries it as it is");
         assert_eq!(kafka_code(ErrorCode::NotCoordinator, ApiKey::Produce, 9), ErrorCode::NotEnoughReplicas.code());
         assert_eq!(kafka_code(ErrorCode::NotCoordinator, ApiKey::InitProducerId, 4), 15, "a takeover in progress");
     }

@@ -283,22 +283,53 @@ impl KafkaConn {
                 })
             })
             .collect();
+        let answer = |codes: Vec<(String, Vec<(i32, i16)>)>| {
+            let topics = codes
+                .into_iter()
+                .map(|(topic, ps)| {
+                    let ps = ps.into_iter().map(|(p, c)| {
+                        TxnOffsetCommitResponsePartition::default().with_partition_index(p).with_error_code(c)
+                    });
+                    TxnOffsetCommitResponseTopic::default()
+                        .with_name(TopicName(text(&topic)))
+                        .with_partitions(ps.collect())
+                })
+                .collect();
+            KafkaAnswer::Reply(ResponseKind::TxnOffsetCommit(TxnOffsetCommitResponse::default().with_topics(topics)))
+        };
+        if version >= 5 {
+            // Transaction version 2 (KIP-890): the commit adds the group's offsets to the
+            // transaction itself, as AddOffsetsToTxn did (the client sends none), through the
+            // same registration.
+            let add = Request::AddOffsets(protocol::AddOffsetsRequest {
+                txn: TxnOwner {
+                    transactional_id: txn.transactional_id.clone(),
+                    producer_id: txn.producer_id,
+                    producer_epoch: txn.producer_epoch,
+                },
+                group: r.group_id.to_string(),
+            });
+            let status = status_of(&self.relay(add).await);
+            if !status.is_ok() {
+                tracing::info!(transactional_id = %r.transactional_id.0, group = %r.group_id.0, %status, "Kafka TxnOffsetCommit v5: adding the offsets to the transaction refused");
+                let code = kafka_code(status.code, ApiKey::TxnOffsetCommit, version);
+                let mut codes: Vec<(String, Vec<(i32, i16)>)> = Vec::new();
+                for o in &offsets {
+                    match codes.iter_mut().find(|(t, _)| *t == o.topic) {
+                        Some((_, ps)) => ps.push((o.partition, code)),
+                        None => codes.push((o.topic.clone(), vec![(o.partition, code)])),
+                    }
+                }
+                return answer(codes);
+            }
+        }
         let req =
             Request::OffsetCommit(protocol::OffsetCommitRequest { member, txn: Some(txn), offsets: offsets.clone() });
         let (refused, codes) = self.offsets_answer(req, &offsets, ApiKey::TxnOffsetCommit, version).await;
         if let Some(s) = refused {
             tracing::info!(transactional_id = %r.transactional_id.0, group = %r.group_id.0, status = %s, "Kafka TxnOffsetCommit refused");
         }
-        let topics = codes
-            .into_iter()
-            .map(|(topic, ps)| {
-                let ps = ps.into_iter().map(|(p, c)| {
-                    TxnOffsetCommitResponsePartition::default().with_partition_index(p).with_error_code(c)
-                });
-                TxnOffsetCommitResponseTopic::default().with_name(TopicName(text(&topic))).with_partitions(ps.collect())
-            })
-            .collect();
-        KafkaAnswer::Reply(ResponseKind::TxnOffsetCommit(TxnOffsetCommitResponse::default().with_topics(topics)))
+        answer(codes)
     }
 
     pub(super) async fn offset_fetch(self: &Arc<Self>, r: OffsetFetchRequest, version: i16) -> KafkaAnswer {

@@ -43,13 +43,14 @@ pub(crate) use groups::GROUP_WAIT_MS_MAX;
 /// The cluster id Kafka Metadata and DescribeCluster answers carry.
 const CLUSTER_ID: &str = "epochfence";
 
-/// What this listener serves: `(api key, lowest version, highest version)`. Transaction version
-/// 1 only (EndTxn up to v4; no `transaction.version` feature is advertised), since neither
-/// librdkafka nor kafka-python speaks version 2; InitProducerId up to v4, the first that carries
-/// PRODUCER_FENCED (at v3 it must be sent as INVALID_PRODUCER_EPOCH, and kafka-python then
-/// re-inits without its producer id, fencing the newer instance).
+/// What this listener decodes: `(api key, lowest version, highest version)`. What it offers is
+/// this under transaction version 2, and without Produce v11-12, EndTxn v5 and TxnOffsetCommit
+/// v4-5 under version 1 ([`offered_max`]): the coordinator's `--transaction-version` decides.
+/// InitProducerId up to v4, the first that carries PRODUCER_FENCED (at v3 it must be sent as
+/// INVALID_PRODUCER_EPOCH, and kafka-python then re-inits without its producer id, fencing the
+/// newer instance).
 pub(crate) const SERVED: Served = &[
-    (ApiKey::Produce, 3, 10),
+    (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
     (ApiKey::Metadata, 0, 12),
@@ -58,7 +59,7 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::AddPartitionsToTxn, 0, 3),
-    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),
@@ -77,8 +78,28 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 3),
-    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 5),
 ];
+
+/// The name of the feature KIP-890 finalizes.
+const TRANSACTION_VERSION_FEATURE: &str = "transaction.version";
+
+/// The highest version of `key` (served up to `max`) offered under transaction version
+/// `level` (KIP-890): version 2 comes with Produce v12, EndTxn v5 and TxnOffsetCommit v5 (Java
+/// clients break if the feature is finalized without all three); under 1 (or before the
+/// coordinator said), none of those nor the versions in between (Produce v11, TxnOffsetCommit
+/// v4, which add TRANSACTION_ABORTABLE), as this listener offered before version 2.
+pub(crate) fn offered_max(key: ApiKey, max: i16, level: i16) -> i16 {
+    if level >= 2 {
+        return max;
+    }
+    match key {
+        ApiKey::Produce => max.min(10),
+        ApiKey::EndTxn => max.min(4),
+        ApiKey::TxnOffsetCommit => max.min(3),
+        _ => max,
+    }
+}
 
 /// The Kafka wire protocol, as [`net::serve_protocol`] serves it.
 pub(crate) struct KafkaWire;
@@ -289,15 +310,31 @@ impl KafkaConn {
         let body = match req.body {
             KafkaBody::UnsupportedApiVersions => {
                 // Kafka answers with a version 0 body, whatever version was asked.
-                let resp = api_versions().with_error_code(ErrorCode::UnsupportedVersion.code());
+                let level = self.shared.transaction_version().0;
+                let resp = api_versions(level, -1, 0).with_error_code(ErrorCode::UnsupportedVersion.code());
                 return Handled::answer(KafkaAnswer::ReplyAt(0, ResponseKind::ApiVersions(resp)));
             }
             KafkaBody::Request(body) => body,
         };
-        match *body {
-            RequestKind::ApiVersions(_) => {
-                Handled::answer(KafkaAnswer::Reply(ResponseKind::ApiVersions(api_versions())))
+        let (level, features_epoch) = self.shared.transaction_version();
+        if let Ok(key) = ApiKey::try_from(req.header.api_key) {
+            let max = kafka_protocol_max(key);
+            if version > offered_max(key, max, level) {
+                // Decodable, but not offered under this transaction version: as Kafka does with
+                // a version it does not serve, the connection closes.
+                tracing::warn!(
+                    ?key,
+                    version,
+                    transaction_version = level,
+                    "Kafka request of a version not offered under this transaction version; closing the connection"
+                );
+                return Handled::answer(KafkaAnswer::Close);
             }
+        }
+        match *body {
+            RequestKind::ApiVersions(_) => Handled::answer(KafkaAnswer::Reply(ResponseKind::ApiVersions(
+                api_versions(level, features_epoch, version),
+            ))),
             RequestKind::Produce(r) => produce::produce(&self.shared, r, version),
             RequestKind::Fetch(r) => fetch::fetch(&self.shared, r, version),
             RequestKind::ListOffsets(r) => fetch::list_offsets(&self.shared, r, version),
@@ -595,14 +632,41 @@ fn host_port(addr: &str) -> (StrBytes, i32) {
     }
 }
 
-/// The ApiVersions answer: every served key and its range.
-fn api_versions() -> ApiVersionsResponse {
-    use kafka_protocol::messages::api_versions_response::ApiVersion;
+/// The highest version of `key` this listener decodes.
+fn kafka_protocol_max(key: ApiKey) -> i16 {
+    SERVED.iter().find(|(k, ..)| *k == key).map_or(-1, |(_, _, max)| *max)
+}
+
+/// The ApiVersions answer (at `version`) under transaction version `level`, finalized at
+/// `features_epoch`: every offered key and its range, and from v3 the `transaction.version`
+/// feature, supported from 0 to 2 (sent from v4 only: Kafka drops a supported range starting
+/// at 0 before it, KAFKA-17492) and finalized at `level` (not sent while none is recorded, as
+/// Kafka omits level 0).
+fn api_versions(level: i16, features_epoch: i64, version: i16) -> ApiVersionsResponse {
+    use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
     let keys = SERVED
         .iter()
         .map(|(key, min, max)| {
-            ApiVersion::default().with_api_key(*key as i16).with_min_version(*min).with_max_version(*max)
+            ApiVersion::default()
+                .with_api_key(*key as i16)
+                .with_min_version(*min)
+                .with_max_version(offered_max(*key, *max, level))
         })
         .collect();
-    ApiVersionsResponse::default().with_api_keys(keys)
+    let mut resp = ApiVersionsResponse::default().with_api_keys(keys);
+    if version >= 4 {
+        resp = resp.with_supported_features(vec![SupportedFeatureKey::default()
+            .with_name(StrBytes::from_static_str(TRANSACTION_VERSION_FEATURE))
+            .with_min_version(0)
+            .with_max_version(2)]);
+    }
+    if version >= 3 && level >= 1 && features_epoch >= 0 {
+        resp = resp.with_finalized_features_epoch(features_epoch).with_finalized_features(vec![
+            FinalizedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(TRANSACTION_VERSION_FEATURE))
+                .with_min_version_level(level)
+                .with_max_version_level(level),
+        ]);
+    }
+    resp
 }

@@ -55,7 +55,7 @@ pub(super) fn produce(shared: &Arc<Shared>, r: ProduceRequest, version: i16) -> 
                 Part::Started(produce_under(
                     shared,
                     own_request(&topic.name, p.index, acks, p.records),
-                    TxnRules::KafkaTv1,
+                    TxnRules::for_kafka_produce(version),
                 ))
             };
             parts.push((topic.name.clone(), p.index, part));
@@ -65,13 +65,14 @@ pub(super) fn produce(shared: &Arc<Shared>, r: ProduceRequest, version: i16) -> 
 }
 
 /// The one partition of a Produce request that writes to one (with valid acks): its topic,
-/// index and acks.
-fn single_partition(req: &KafkaRequest) -> Option<(&TopicName, i32, i16)> {
+/// index, acks and transaction rules.
+fn single_partition(req: &KafkaRequest) -> Option<(&TopicName, i32, i16, TxnRules)> {
     let KafkaBody::Request(body) = &req.body else { return None };
     let kafka_protocol::messages::RequestKind::Produce(p) = body.as_ref() else { return None };
     let [topic] = p.topic_data.as_slice() else { return None };
     let [part] = topic.partition_data.as_slice() else { return None };
-    matches!(p.acks, -1..=1).then_some((&topic.name, part.index, p.acks))
+    let rules = TxnRules::for_kafka_produce(req.header.api_version);
+    matches!(p.acks, -1..=1).then_some((&topic.name, part.index, p.acks, rules))
 }
 
 /// Start the requests one read brought in, in arrival order (see [`net::GroupHandler`]): a run of
@@ -86,7 +87,7 @@ pub(super) fn produce_group(
 ) -> Vec<Handled<KafkaAnswer>> {
     let mut out = Vec::new();
     while let Some(first) = requests.pop_front() {
-        let Some((name, index, acks)) = single_partition(&first).map(|(n, i, a)| (n.clone(), i, a)) else {
+        let Some((name, index, acks, rules)) = single_partition(&first).map(|(n, i, a, r)| (n.clone(), i, a, r)) else {
             let h = start(first);
             let serial = h.is_serial();
             out.push(h);
@@ -96,7 +97,10 @@ pub(super) fn produce_group(
             continue;
         };
         let mut run = vec![first];
-        while requests.front().and_then(single_partition).is_some_and(|(n, i, a)| *n == name && i == index && a == acks)
+        while requests
+            .front()
+            .and_then(single_partition)
+            .is_some_and(|(n, i, a, r)| *n == name && i == index && a == acks && r == rules)
         {
             run.extend(requests.pop_front());
         }
@@ -112,7 +116,7 @@ pub(super) fn produce_group(
                 KafkaBody::UnsupportedApiVersions => unreachable!("a run holds produce requests only"),
             })
             .collect();
-        let (started, _) = produce_group_under(shared, owns, TxnRules::KafkaTv1);
+        let (started, _) = produce_group_under(shared, owns, rules);
         let mut run = run.into_iter();
         let mut waiting = false;
         for h in started {

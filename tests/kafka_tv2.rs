@@ -255,6 +255,41 @@ async fn a_delayed_end_txn_never_ends_the_next_transaction_under_version_2() {
     }
 }
 
+/// EndTxn v5's retry rules (KIP-890): the same end again at the epoch it ended (a retry whose
+/// answer was lost) succeeds with the producer id and epoch the transaction ended into, and
+/// moves nothing; the other end at that epoch is refused; an end at an epoch older than that is
+/// fenced.
+#[tokio::test]
+async fn a_retried_end_txn_v5_is_answered_with_the_epoch_it_ended_into() {
+    let c = cluster(2).await;
+    let conn = connect(&c).await;
+    let mut p = producer(&c, "retry", 2).await;
+    let ids = (p.producer_id(), p.epoch());
+    p.begin().unwrap();
+    p.send("t", 0, Bytes::from_static(b"a")).await.unwrap();
+    p.commit().await.unwrap();
+    assert_eq!((p.producer_id(), p.epoch()), (ids.0, ids.1 + 1));
+    let end = |epoch: i16, commit: bool| {
+        EndTxnRequest::default()
+            .with_transactional_id(tid("retry"))
+            .with_producer_id(ids.0.into())
+            .with_producer_epoch(epoch)
+            .with_committed(commit)
+    };
+    let again = conn.call(&end(ids.1, true), 5).await.unwrap();
+    assert_eq!((again.error_code, again.producer_id.0, again.producer_epoch), (0, ids.0, ids.1 + 1), "{again:?}");
+    let other = conn.call(&end(ids.1, false), 5).await.unwrap();
+    assert_ne!(other.error_code, 0, "the other end of the ended transaction: {other:?}");
+    assert_eq!((other.producer_id.0, other.producer_epoch), (-1, -1), "no id or epoch on an error");
+    // The producer goes on at the epoch it was answered: nothing moved it.
+    p.begin().unwrap();
+    p.send("t", 0, Bytes::from_static(b"b")).await.unwrap();
+    p.commit().await.unwrap();
+    assert_eq!(p.epoch(), ids.1 + 2);
+    assert_eq!(committed(&c).await, ["a", "b"]);
+    c.shutdown().await;
+}
+
 /// Version 1 and version 2 transactions of one transactional id, one after the other: each
 /// ends under the rules of its own requests' versions (AddPartitionsToTxn and EndTxn v3 keep
 /// the epoch, EndTxn v5 bumps it), and everything committed is read once.

@@ -316,25 +316,29 @@ impl KafkaConn {
             }
             KafkaBody::Request(body) => body,
         };
-        let (level, features_epoch) = self.shared.transaction_version();
+        // A version that only transaction version 2 offers (the transaction version is read only
+        // then, and for ApiVersions: not on every request).
         if let Ok(key) = ApiKey::try_from(req.header.api_key) {
-            let max = kafka_protocol_max(key);
-            if version > offered_max(key, max, level) {
+            if version > offered_max(key, version, 1) && self.shared.transaction_version().0 < 2 {
                 // Decodable, but not offered under this transaction version: as Kafka does with
                 // a version it does not serve, the connection closes.
                 tracing::warn!(
                     ?key,
                     version,
-                    transaction_version = level,
-                    "Kafka request of a version not offered under this transaction version; closing the connection"
+                    "Kafka request of a version only transaction version 2 offers, under 1; closing the connection"
                 );
                 return Handled::answer(KafkaAnswer::Close);
             }
         }
         match *body {
-            RequestKind::ApiVersions(_) => Handled::answer(KafkaAnswer::Reply(ResponseKind::ApiVersions(
-                api_versions(level, features_epoch, version),
-            ))),
+            RequestKind::ApiVersions(_) => {
+                let (level, features_epoch) = self.shared.transaction_version();
+                Handled::answer(KafkaAnswer::Reply(ResponseKind::ApiVersions(api_versions(
+                    level,
+                    features_epoch,
+                    version,
+                ))))
+            }
             RequestKind::Produce(r) => produce::produce(&self.shared, r, version),
             RequestKind::Fetch(r) => fetch::fetch(&self.shared, r, version),
             RequestKind::ListOffsets(r) => fetch::list_offsets(&self.shared, r, version),
@@ -630,11 +634,6 @@ fn host_port(addr: &str) -> (StrBytes, i32) {
         }
         None => (StrBytes::from_string(addr.to_string()), 0),
     }
-}
-
-/// The highest version of `key` this listener decodes.
-fn kafka_protocol_max(key: ApiKey) -> i16 {
-    SERVED.iter().find(|(k, ..)| *k == key).map_or(-1, |(_, _, max)| *max)
 }
 
 /// The ApiVersions answer (at `version`) under transaction version `level`, finalized at

@@ -26,7 +26,12 @@ const T: Duration = Duration::from_secs(10);
 /// A one-broker cluster whose coordinator offers `transaction_version`, with topic "t" of one
 /// partition led by the broker, once its Kafka listener offers that version.
 async fn cluster(transaction_version: i16) -> LocalCluster {
-    let opts = LocalOptions { kafka: true, transaction_version, ..LocalOptions::default() };
+    cluster_with(transaction_version, true).await
+}
+
+/// [`cluster`], with producer fencing on or off.
+async fn cluster_with(transaction_version: i16, fencing: bool) -> LocalCluster {
+    let opts = LocalOptions { kafka: true, transaction_version, fencing, ..LocalOptions::default() };
     let c = LocalCluster::start(opts).await.unwrap();
     c.create_topic("t", 1).await.unwrap();
     let deadline = Instant::now() + T;
@@ -169,11 +174,13 @@ async fn transactions_in_a_row_under_version_2_bump_the_epoch() {
 
 /// A write of transaction N that the network held until N+1 began (the test holds it): under
 /// version 2 it carries the epoch N ended at, older than N+1's, and is refused; under version 1
-/// N and N+1 share the epoch, and it lands in N+1 and is committed with it (KAFKA-17754).
+/// N and N+1 share the epoch, and it lands in N+1 and is committed with it (KAFKA-17754). Under
+/// version 2 on a broker with fencing off it lands too (the broker's gate is what refuses it),
+/// while the transactions themselves still end (the partition is added all the same).
 #[tokio::test]
 async fn a_delayed_write_of_one_transaction_never_lands_in_the_next_under_version_2() {
-    for version in [2, 1] {
-        let c = cluster(version).await;
+    for (version, fencing) in [(2, true), (1, true), (2, false)] {
+        let c = cluster_with(version, fencing).await;
         let conn = connect(&c).await;
         let mut p = producer(&c, "late", version).await;
         let ids = (p.producer_id(), p.epoch());
@@ -207,7 +214,10 @@ async fn a_delayed_write_of_one_transaction_never_lands_in_the_next_under_versio
         }
         p.commit().await.unwrap();
         let read = committed(&c).await;
-        if version == 2 {
+        if !fencing {
+            assert_eq!(code, 0, "fencing off: the held write of N is taken");
+            assert_eq!(read, ["a", "b", "late"], "fencing off: N's late write is committed with N+1");
+        } else if version == 2 {
             assert_eq!(code, ErrorCodeNum::INVALID_PRODUCER_EPOCH, "the held write of N is fenced");
             assert_eq!(read, ["a", "b"]);
         } else {

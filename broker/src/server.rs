@@ -1589,9 +1589,47 @@ fn produce(shared: &Arc<Shared>, r: ProduceRequest) -> net::Handled {
     produce_under(shared, r, TxnRules::Own)
 }
 
+/// Whether `checked` is a transactional write that adds its partition to its transaction
+/// (transaction version 2) on a broker with fencing off: the gate, which would register the
+/// partition with the coordinator when it verifies the producer, never asks, so the broker
+/// registers it without looking at the answer ([`register_unfenced`]).
+fn adds_partition_unfenced(shared: &Shared, checked: &Checked) -> bool {
+    !shared.config.fencing && checked.rules == TxnRules::KafkaTv2 && checked.header.is_transactional()
+}
+
+/// A transactional write under transaction version 2 with fencing off: the partition is added
+/// to the producer's transaction first (so its markers come, and the transaction ends), and the
+/// write is appended whatever the coordinator answered: with fencing off a zombie's write lands,
+/// which is what the switch shows.
+fn register_unfenced(shared: &Arc<Shared>, checked: Checked) -> net::Handled {
+    let shared = shared.clone();
+    net::Handled::serial(async move {
+        let asked = AddPartitionRequest {
+            producer_id: checked.header.producer_id,
+            producer_epoch: checked.header.producer_epoch,
+            topic: checked.r.topic.clone(),
+            partition: checked.r.partition,
+            transactional: true,
+            verify_only: false,
+            topic_id: checked.part.topic_id(),
+        };
+        if let Err((status, _)) = verify(&shared, asked).await {
+            tracing::info!(topic = %checked.r.topic, partition = checked.r.partition, %status, "fencing off: the partition was not added to the producer's transaction; appended all the same");
+        }
+        let appended = checked.part.append(
+            &checked.r.records,
+            &checked.header,
+            checked.r.leader_epoch,
+            checked.r.acks == ACKS_ALL,
+        );
+        started(&shared, checked, appended).into_future().await
+    })
+}
+
 /// [`produce`] under `rules`.
 fn produce_under(shared: &Arc<Shared>, r: ProduceRequest, rules: TxnRules) -> net::Handled {
     match check_produce(shared, r, rules) {
+        Checking::Passed(checked) if adds_partition_unfenced(shared, &checked) => register_unfenced(shared, checked),
         Checking::Passed(checked) => {
             let appended = checked.part.append(
                 &checked.r.records,
@@ -1619,6 +1657,12 @@ fn produce_group_under(
     run: Vec<ProduceRequest>,
     rules: TxnRules,
 ) -> (Vec<net::Handled>, Vec<Request>) {
+    if !shared.config.fencing && rules == TxnRules::KafkaTv2 {
+        // Each waits for its registration (`register_unfenced`): one at a time.
+        let mut run = run.into_iter();
+        let first = run.next().map(|r| produce_under(shared, r, rules));
+        return (first.into_iter().collect(), run.map(Request::Produce).collect());
+    }
     let checks: Vec<Checking> = run.into_iter().map(|r| check_produce(shared, r, rules)).collect();
     let checked: Vec<&Checked> = checks
         .iter()

@@ -49,7 +49,7 @@ fn every_check_passes_against_an_epochfence_cluster() {
     let (code, out, err) = fencecheck(&["--bootstrap", &bootstrap]);
     assert_eq!(code, 0, "{out}\n{err}");
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 8, "a line per check and the summary: {out}");
+    assert_eq!(lines.len(), 10, "a line per check and the summary: {out}");
     for (line, name) in lines.iter().zip([
         "zombie-produce",
         "zombie-commit",
@@ -58,10 +58,12 @@ fn every_check_passes_against_an_epochfence_cluster() {
         "txn-in-a-row",
         "idempotent-retry",
         "epoch-never-regresses",
+        "txn-delayed-write",
+        "txn-delayed-end",
     ]) {
         assert!(line.starts_with("pass") && line.contains(name), "{line}");
     }
-    assert_eq!(lines[7], "fencecheck: 7 checks: 7 pass, 0 FAIL, 0 unsupported");
+    assert_eq!(lines[9], "fencecheck: 9 checks: 9 pass, 0 FAIL, 0 unsupported");
     // The fence is the broker's own on the untouched partition: INVALID_PRODUCER_EPOCH (47).
     assert!(lines[2].contains("error 47"), "{}", lines[2]);
     let (code, out, err) = fencecheck(&["--bootstrap", &bootstrap, "--json", "--only", "zombie-commit"]);
@@ -87,10 +89,30 @@ fn the_zombie_checks_fail_against_a_broker_without_fencing() {
         // --no-fencing turns the broker's sequence checks off too (docs/PROTOCOL.md).
         ("idempotent-retry", "fail"),
         ("epoch-never-regresses", "pass"),
+        // Transaction version 2: the broker's gate refuses a delayed write of an ended
+        // transaction; the coordinator refuses its delayed EndTxn.
+        ("txn-delayed-write", "fail"),
+        ("txn-delayed-end", "pass"),
     ];
     let want: Vec<(String, String)> = want.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
     assert_eq!(got, want, "{out}");
     assert!(out.contains("was ACKNOWLEDGED at offset"), "the evidence names the zombie's offset: {out}");
+}
+
+/// Against a coordinator at `--transaction-version 1` the checks of version 2 report the known
+/// hole as information, not as a failure (exit 0), and the others pass.
+#[test]
+fn a_transaction_version_1_cluster_gets_information_for_the_delayed_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::coordinator_with(dir.path(), &["--transaction-version", "1"]);
+    let (_b, kafka) = kafka_broker(1, &c.addr, dir.path(), &[]);
+    let (code, out, err) = fencecheck(&["--bootstrap", &kafka]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    for line in &lines[7..9] {
+        assert!(line.starts_with("info") && line.contains("transaction.version 1"), "{line}");
+    }
+    assert_eq!(lines[9], "fencecheck: 9 checks: 7 pass, 0 FAIL, 0 unsupported, 2 info", "{out}");
 }
 
 #[test]

@@ -5,8 +5,12 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{EndTxnRequest, ProduceRequest, TopicName, TransactionalId};
+use kafka_protocol::protocol::StrBytes;
 use producer::kafka::KafkaProducer;
 use producer::{ClientError, RecordMetadata};
+use protocol::batch::{build_batch, ProducerStamp};
 
 use crate::{Ctx, Verdict};
 
@@ -26,6 +30,8 @@ pub(crate) async fn run(name: &str, cx: &Ctx) -> Outcome {
         "txn-in-a-row" => txn_in_a_row(cx).await,
         "idempotent-retry" => idempotent_retry(cx).await,
         "epoch-never-regresses" => epoch_never_regresses(cx).await,
+        "txn-delayed-write" => txn_delayed_write(cx).await,
+        "txn-delayed-end" => txn_delayed_end(cx).await,
         other => Err((Verdict::Unsupported, format!("no check named '{other}'"))),
     }
 }
@@ -400,4 +406,126 @@ async fn epoch_never_regresses(cx: &Ctx) -> Outcome {
         }
     }
     Ok((Verdict::Pass, format!("{setting}: strictly increasing")))
+}
+
+/// What a transaction version 1 broker allows, as information (KAFKA-17754).
+fn version_1_hole(p: &KafkaProducer, what: &str) -> Found {
+    (
+        Verdict::Info,
+        format!(
+            "the broker finalizes transaction.version {} (not 2): transactions of one producer share its epoch, so {what} \
+             of one transaction delayed until the next began can land in that one (KAFKA-17754, known for version 1; \
+             not checked)",
+            p.transaction_version()
+        ),
+    )
+}
+
+/// A producer of transaction version 2 with one committed transaction N (one record, "n", on
+/// partition 0) and the next one, N+1, open with one record ("n+1"): the producer, N's
+/// (producer id, epoch), and where N's record is.
+async fn two_transactions(cx: &Ctx, check: &str) -> Result<(KafkaProducer, (i64, i16), i64), Found> {
+    let tid = cx.tid(check);
+    let mut p = step("InitProducerId", cx.init_latest(Some(&tid)).await)?;
+    if p.transaction_version() < 2 {
+        return Err(version_1_hole(&p, if check == "txn-delayed-write" { "a write" } else { "an EndTxn" }));
+    }
+    let n = (p.producer_id(), p.epoch());
+    step("begin of transaction N", p.begin())?;
+    let what = format!("transaction N's write to {}-0 at epoch {}", cx.topic, n.1);
+    let first = step(&what, p.send(&cx.topic, 0, cx.value("n")).await)?.base_offset;
+    step(&format!("commit of transaction N at epoch {}", n.1), p.commit().await)?;
+    step("begin of transaction N+1", p.begin())?;
+    let what = format!("transaction N+1's write to {}-0 at epoch {}", cx.topic, p.epoch());
+    step(&what, p.send(&cx.topic, 0, cx.value("n+1")).await)?;
+    Ok((p, n, first))
+}
+
+/// Commit N+1 and read partition 0 read_committed from N's record: exactly N's and N+1's.
+async fn only_n_and_next(cx: &Ctx, p: &mut KafkaProducer, first: i64) -> Result<String, Found> {
+    step(&format!("commit of transaction N+1 at epoch {}", p.epoch()), p.commit().await)?;
+    let want = vec![cx.value("n"), cx.value("n+1")];
+    let values = |got: &[(i64, Bytes)]| got.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>();
+    let found = read_until(cx, true, 0, first, |got| values(got) == want).await?;
+    if values(&found.records) != want {
+        return Err((
+            Verdict::Fail,
+            format!(
+                "read_committed on {}-0 from offset {first} returned {}, not N's and N+1's records only",
+                cx.topic,
+                shown(&found.records)
+            ),
+        ));
+    }
+    Ok(format!("read_committed shows N's and N+1's records only ({})", shown(&found.records)))
+}
+
+/// Check 8 (transaction version 2): a write of transaction N that the network delayed until
+/// N+1 began (this check holds it: N's next batch, sequence 1 at N's epoch) must not land in
+/// N+1. Under version 2 it carries an epoch older than N+1's and is refused; under version 1 the
+/// hole is reported as information.
+async fn txn_delayed_write(cx: &Ctx) -> Outcome {
+    let check = "txn-delayed-write";
+    let (mut p, (pid, epoch), first) = two_transactions(cx, check).await?;
+    let next_epoch = p.epoch();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let stamp = ProducerStamp { producer_id: pid, producer_epoch: epoch, base_sequence: 1 };
+    let batch = build_batch(stamp, true, now, &[cx.value("late")]);
+    let held = ProduceRequest::default()
+        .with_transactional_id(p.transactional_id().map(|t| TransactionalId(StrBytes::from_string(t.to_string()))))
+        .with_acks(-1)
+        .with_timeout_ms(i32::try_from(cx.timeout_ms / 4).unwrap_or(i32::MAX))
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(cx.topic.clone())))
+            .with_partition_data(vec![PartitionProduceData::default().with_index(0).with_records(Some(batch))])]);
+    let mut client = cx.kafka_client();
+    let (conn, _) = step(&format!("the leader of {}-0", cx.topic), client.leader(&cx.topic, 0).await)?;
+    let held_what = format!("transaction N's delayed write (producer id {pid}, epoch {epoch}, sequence 1)");
+    let answer = conn.call(&held, 12).await.map_err(|e| (Verdict::Fail, format!("{held_what}: {e}")))?;
+    let resp = answer.responses.first().and_then(|t| t.partition_responses.first());
+    let (code, offset) = resp.map_or((-1, -1), |r| (r.error_code, r.base_offset));
+    if code == 0 {
+        // N+1 is not left open (it would hold back read_committed for the checks after this).
+        let _ = p.abort().await;
+        return Ok((
+            Verdict::Fail,
+            format!(
+                "{held_what}, released after N+1 began at epoch {next_epoch}, was ACKNOWLEDGED at offset {offset}: it \
+                 lands in N+1"
+            ),
+        ));
+    }
+    let read = only_n_and_next(cx, &mut p, first).await?;
+    Ok((
+        Verdict::Pass,
+        format!("{held_what}, released after N+1 began at epoch {next_epoch}, was refused with error {code}; {read}"),
+    ))
+}
+
+/// Check 9 (transaction version 2): an EndTxn (abort) of transaction N delayed until N+1 began
+/// (this check holds it) must not end N+1. Under version 2 it carries N's epoch, older than
+/// N+1's, and is refused; N+1 then commits. Under version 1 the hole is information.
+async fn txn_delayed_end(cx: &Ctx) -> Outcome {
+    let check = "txn-delayed-end";
+    let (mut p, (pid, epoch), first) = two_transactions(cx, check).await?;
+    let tid = p.transactional_id().unwrap_or_default().to_string();
+    let held = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_string(tid.clone())))
+        .with_producer_id(pid.into())
+        .with_producer_epoch(epoch)
+        .with_committed(false);
+    let mut client = cx.kafka_client();
+    let conn = step("the transaction coordinator", client.transaction_coordinator(&tid).await)?;
+    let held_what = format!("transaction N's delayed abort (EndTxn v5, producer id {pid}, epoch {epoch})");
+    let answer = conn.call(&held, 5).await.map_err(|e| (Verdict::Fail, format!("{held_what}: {e}")))?;
+    if answer.error_code == 0 {
+        let _ = p.abort().await;
+        return Ok((
+            Verdict::Fail,
+            format!("{held_what}, released after N+1 began at epoch {}, SUCCEEDED: it ended N+1", p.epoch()),
+        ));
+    }
+    let code = answer.error_code;
+    let read = only_n_and_next(cx, &mut p, first).await?;
+    Ok((Verdict::Pass, format!("{held_what}, released after N+1 began, was refused with error {code}; {read}")))
 }

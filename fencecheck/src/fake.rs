@@ -46,19 +46,34 @@ pub struct Faults {
     pub no_init_producer_id: bool,
     /// A commit writes an abort marker.
     pub commit_as_abort: bool,
+    /// Transaction version 1 only: no `transaction.version` 2 finalized, no Produce v12 or
+    /// EndTxn v5 (the healthy fake serves version 2).
+    pub version_1: bool,
+    /// EndTxn v5 ends the transaction without bumping the epoch (and answers the same one).
+    pub no_bump: bool,
 }
 
 const SERVED: Served = &[
-    (ApiKey::Produce, 3, 10),
+    (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::Metadata, 1, 12),
     (ApiKey::FindCoordinator, 1, 3),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::AddPartitionsToTxn, 0, 3),
-    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 5),
     (ApiKey::CreateTopics, 2, 7),
 ];
+
+/// What the fake offers of `key` (served up to `max`): Produce v12 and EndTxn v5 only with
+/// transaction version 2.
+fn offered(key: ApiKey, max: i16, f: Faults) -> i16 {
+    match key {
+        ApiKey::Produce if f.version_1 => max.min(10),
+        ApiKey::EndTxn if f.version_1 => max.min(3),
+        _ => max,
+    }
+}
 
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 const INVALID_TXN_STATE: i16 = 48;
@@ -163,7 +178,7 @@ impl Fake {
                     let mut framed = Framed::new(stream, KafkaServerCodec::new(1 << 24, SERVED));
                     while let Some(Ok(KafkaFrame::Request(req))) = framed.next().await {
                         let KafkaBody::Request(body) = &req.body else { return };
-                        let answer = answer(&mut state.lock().unwrap(), body);
+                        let answer = answer(&mut state.lock().unwrap(), body, req.header.api_version);
                         if let Some(resp) = answer {
                             if framed.send((req.header, KafkaAnswer::Reply(resp))).await.is_err() {
                                 return;
@@ -198,7 +213,8 @@ fn name(s: &str) -> TopicName {
 }
 
 /// The answer to one request; `None` leaves it unanswered.
-fn answer(st: &mut State, body: &RequestKind) -> Option<ResponseKind> {
+fn answer(st: &mut State, body: &RequestKind, version: i16) -> Option<ResponseKind> {
+    use kafka_protocol::messages::api_versions_response::FinalizedFeatureKey;
     let f = st.faults;
     Some(match body {
         RequestKind::ApiVersions(_) => {
@@ -206,10 +222,21 @@ fn answer(st: &mut State, body: &RequestKind) -> Option<ResponseKind> {
                 .iter()
                 .filter(|(k, ..)| !(f.no_init_producer_id && *k == ApiKey::InitProducerId))
                 .map(|(k, min, max)| {
-                    ApiVersion::default().with_api_key(*k as i16).with_min_version(*min).with_max_version(*max)
+                    ApiVersion::default()
+                        .with_api_key(*k as i16)
+                        .with_min_version(*min)
+                        .with_max_version(offered(*k, *max, f))
                 })
                 .collect();
-            ResponseKind::ApiVersions(ApiVersionsResponse::default().with_api_keys(keys))
+            let mut resp = ApiVersionsResponse::default().with_api_keys(keys);
+            if !f.version_1 {
+                resp =
+                    resp.with_finalized_features_epoch(1).with_finalized_features(vec![FinalizedFeatureKey::default()
+                        .with_name(StrBytes::from_static_str("transaction.version"))
+                        .with_min_version_level(2)
+                        .with_max_version_level(2)]);
+            }
+            ResponseKind::ApiVersions(resp)
         }
         RequestKind::Metadata(r) => {
             let names: Vec<String> = match &r.topics {
@@ -326,6 +353,12 @@ fn answer(st: &mut State, body: &RequestKind) -> Option<ResponseKind> {
             let current = st.holders.get(&tid).map(|h| h.epoch);
             let code = if current == Some(r.producer_epoch) {
                 let kind = if r.committed && !f.commit_as_abort { MarkerKind::Commit } else { MarkerKind::Abort };
+                // Transaction version 2: the markers and the next transaction at the next epoch.
+                if version >= 5 && !f.no_bump {
+                    if let Some(h) = st.holders.get_mut(&tid) {
+                        h.epoch += 1;
+                    }
+                }
                 st.end_txn(&tid, kind);
                 0
             } else if f.stale_commit_accepted {
@@ -333,7 +366,12 @@ fn answer(st: &mut State, body: &RequestKind) -> Option<ResponseKind> {
             } else {
                 INVALID_PRODUCER_EPOCH
             };
-            ResponseKind::EndTxn(EndTxnResponse::default().with_error_code(code))
+            let mut resp = EndTxnResponse::default().with_error_code(code);
+            if version >= 5 && code == 0 {
+                let (pid, epoch) = st.holders.get(&tid).map_or((-1, -1), |h| (h.pid, h.epoch));
+                resp = resp.with_producer_id(pid.into()).with_producer_epoch(epoch);
+            }
+            ResponseKind::EndTxn(resp)
         }
         RequestKind::Produce(r) => {
             let mut responses = Vec::new();
@@ -342,6 +380,9 @@ fn answer(st: &mut State, body: &RequestKind) -> Option<ResponseKind> {
                 for p in &t.partition_data {
                     let tp = (t.name.to_string(), p.index);
                     let records = p.records.clone().unwrap_or_default();
+                    if version >= 12 {
+                        add_implicitly(st, &tp, &records);
+                    }
                     let (code, offset) = produce(st, &tp, &records);
                     parts.push(
                         PartitionProduceResponse::default()
@@ -392,6 +433,18 @@ fn answer(st: &mut State, body: &RequestKind) -> Option<ResponseKind> {
         }
         _ => return None,
     })
+}
+
+/// Transaction version 2 (Produce v12): a transactional write at its producer's current epoch
+/// adds `tp` to its transaction (opening one if none is open).
+fn add_implicitly(st: &mut State, tp: &Tp, records: &Bytes) {
+    let Ok(h) = BatchHeader::parse(records) else { return };
+    if !h.is_transactional() {
+        return;
+    }
+    if let Some(holder) = st.holders.values_mut().find(|x| x.pid == h.producer_id && x.epoch == h.producer_epoch) {
+        holder.txn.get_or_insert_with(HashSet::new).insert(tp.clone());
+    }
 }
 
 /// A produce to `tp`: (error code, base offset).
@@ -451,15 +504,44 @@ mod tests {
 
     /// The one check that `faults` breaks fails (with `evidence` in its evidence); the others pass.
     async fn only_fails(faults: Faults, name: &str, evidence: &str) {
+        only_these_fail(faults, &[(name, evidence)]).await;
+    }
+
+    /// The checks that `faults` breaks fail (each with its evidence); the others pass.
+    async fn only_these_fail(faults: Faults, failing: &[(&str, &str)]) {
         let reports = verdicts(faults).await;
         for r in &reports {
-            if r.name == name {
-                assert_eq!(r.verdict, Verdict::Fail, "{r:?}");
-                assert!(r.evidence.contains(evidence), "{r:?}");
+            match failing.iter().find(|(name, _)| *name == r.name) {
+                Some((_, evidence)) => {
+                    assert_eq!(r.verdict, Verdict::Fail, "{r:?}");
+                    assert!(r.evidence.contains(evidence), "{r:?}");
+                }
+                None => assert_eq!(r.verdict, Verdict::Pass, "{r:?}"),
+            }
+        }
+    }
+
+    /// A peer of transaction version 1: the checks of version 2 report the known hole as
+    /// information, not as a failure; the others pass.
+    #[tokio::test]
+    async fn a_version_1_peer_gets_information_not_a_failure() {
+        let reports = verdicts(Faults { version_1: true, ..Faults::default() }).await;
+        for r in &reports {
+            if r.name.starts_with("txn-delayed-") {
+                assert_eq!(r.verdict, Verdict::Info, "{r:?}");
+                assert!(r.evidence.contains("KAFKA-17754"), "{r:?}");
             } else {
                 assert_eq!(r.verdict, Verdict::Pass, "{r:?}");
             }
         }
+    }
+
+    /// A peer that finalizes version 2 but does not bump the epoch at EndTxn v5: the delayed
+    /// write lands in the next transaction, and the delayed abort ends it.
+    #[tokio::test]
+    async fn a_version_2_peer_that_does_not_bump_fails_the_delayed_checks() {
+        let failing = [("txn-delayed-write", "ACKNOWLEDGED"), ("txn-delayed-end", "SUCCEEDED")];
+        only_these_fail(Faults { no_bump: true, ..Faults::default() }, &failing).await;
     }
 
     #[tokio::test]
@@ -495,7 +577,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_stale_commit_that_succeeds_fails() {
-        only_fails(Faults { stale_commit_accepted: true, ..Faults::default() }, "zombie-commit", "SUCCEEDED").await;
+        // A stale EndTxn taken is also a delayed one taken.
+        let failing = [("zombie-commit", "SUCCEEDED"), ("txn-delayed-end", "SUCCEEDED")];
+        only_these_fail(Faults { stale_commit_accepted: true, ..Faults::default() }, &failing).await;
     }
 
     #[tokio::test]

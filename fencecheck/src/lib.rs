@@ -1,6 +1,6 @@
-//! A fencing conformance check for any Kafka-compatible broker: seven checks, each with a
-//! verdict (pass, fail, or not supported by this broker) and the evidence seen (epochs,
-//! offsets, error codes). It speaks the Kafka protocol through `producer::kafka`, needs only a
+//! A fencing conformance check for any Kafka-compatible broker: nine checks, each with a
+//! verdict (pass, fail, not supported by this broker, or information) and the evidence seen
+//! (epochs, offsets, error codes). It speaks the Kafka protocol through `producer::kafka`, needs only a
 //! bootstrap address, and makes its own topic (or takes one that exists).
 //!
 //! [`run`] runs the checks in order; the `fencecheck` binary prints them.
@@ -17,7 +17,7 @@ mod checks;
 mod fake;
 
 /// The checks, in the order they run.
-pub const CHECKS: [&str; 7] = [
+pub const CHECKS: [&str; 9] = [
     "zombie-produce",
     "zombie-commit",
     "zombie-untouched-partition",
@@ -25,6 +25,8 @@ pub const CHECKS: [&str; 7] = [
     "txn-in-a-row",
     "idempotent-retry",
     "epoch-never-regresses",
+    "txn-delayed-write",
+    "txn-delayed-end",
 ];
 
 /// Default [`Options::timeout_ms`].
@@ -42,6 +44,9 @@ pub enum Verdict {
     Fail,
     /// The broker lacks what the check needs (an api, a second partition).
     Unsupported,
+    /// Not a failure: what the broker does is known and allowed (a transaction version 1
+    /// broker, where a delayed write or EndTxn of one transaction can land in the next).
+    Info,
 }
 
 impl Verdict {
@@ -51,6 +56,7 @@ impl Verdict {
             Verdict::Pass => "pass",
             Verdict::Fail => "fail",
             Verdict::Unsupported => "unsupported",
+            Verdict::Info => "info",
         }
     }
 }
@@ -73,6 +79,7 @@ impl Report {
             Verdict::Pass => "pass",
             Verdict::Fail => "FAIL",
             Verdict::Unsupported => "unsupported",
+            Verdict::Info => "info",
         };
         format!("{verdict:<11} {:<26} {}", self.name, self.evidence)
     }
@@ -281,13 +288,24 @@ impl Ctx {
         Bytes::from(format!("{what} {}", self.nonce))
     }
 
-    /// A producer that speaks transaction version 1 (AddPartitionsToTxn, no bump at EndTxn), as
-    /// the checks were written for it, whatever the broker offers: the checks of version 2
-    /// (issue 31) are not written yet.
+    /// A producer that speaks transaction version 1 (AddPartitionsToTxn, no bump at EndTxn),
+    /// whatever the broker offers: what every client speaks, and what the first seven checks
+    /// were written for.
     pub async fn init(&self, transactional_id: Option<&str>) -> Result<KafkaProducer, ClientError> {
         let mut p = KafkaProducer::init(&self.bootstrap, self.producer(transactional_id)).await?;
         p.set_transaction_version_max(1);
         Ok(p)
+    }
+
+    /// A producer that speaks the highest transaction version the broker finalizes (2: an epoch
+    /// bump at every EndTxn v5, Produce v12 adding partitions), for the checks of version 2.
+    pub async fn init_latest(&self, transactional_id: Option<&str>) -> Result<KafkaProducer, ClientError> {
+        KafkaProducer::init(&self.bootstrap, self.producer(transactional_id)).await
+    }
+
+    /// A Kafka client of this run's settings.
+    pub fn kafka_client(&self) -> KafkaClient {
+        KafkaClient::new(&self.bootstrap, self.client())
     }
 
     pub fn consumer(&self, read_committed: bool) -> KafkaConsumer {

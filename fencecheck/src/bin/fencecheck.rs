@@ -23,7 +23,8 @@ struct Args {
     /// zombie-untouched-partition is not supported).
     #[arg(long)]
     topic: Option<String>,
-    /// One JSON object per check, per line: name, verdict (pass, fail, unsupported), evidence.
+    /// One JSON object per check, per line: name, verdict (pass, fail, unsupported, info),
+    /// evidence.
     #[arg(long)]
     json: bool,
     /// Run only this check.
@@ -76,8 +77,12 @@ async fn main() -> ExitCode {
             let count = |v: Verdict| reports.iter().filter(|r| r.verdict == v).count();
             let failed = count(Verdict::Fail);
             if !json {
+                let info = match count(Verdict::Info) {
+                    0 => String::new(),
+                    n => format!(", {n} info"),
+                };
                 println!(
-                    "fencecheck: {} checks: {} pass, {failed} FAIL, {} unsupported",
+                    "fencecheck: {} checks: {} pass, {failed} FAIL, {} unsupported{info}",
                     reports.len(),
                     count(Verdict::Pass),
                     count(Verdict::Unsupported)

@@ -480,7 +480,8 @@ async fn txn_delayed_write(cx: &Ctx) -> Outcome {
             .with_partition_data(vec![PartitionProduceData::default().with_index(0).with_records(Some(batch))])]);
     let mut client = cx.kafka_client();
     let (conn, _) = step(&format!("the leader of {}-0", cx.topic), client.leader(&cx.topic, 0).await)?;
-    let held_what = format!("transaction N's delayed write (producer id {pid}, epoch {epoch}, sequence 1)");
+    let held_what =
+        format!("transaction version 2: transaction N's delayed write (producer id {pid}, epoch {epoch}, sequence 1)");
     let answer = conn.call(&held, 12).await.map_err(|e| (Verdict::Fail, format!("{held_what}: {e}")))?;
     let resp = answer.responses.first().and_then(|t| t.partition_responses.first());
     let (code, offset) = resp.map_or((-1, -1), |r| (r.error_code, r.base_offset));
@@ -516,7 +517,8 @@ async fn txn_delayed_end(cx: &Ctx) -> Outcome {
         .with_committed(false);
     let mut client = cx.kafka_client();
     let conn = step("the transaction coordinator", client.transaction_coordinator(&tid).await)?;
-    let held_what = format!("transaction N's delayed abort (EndTxn v5, producer id {pid}, epoch {epoch})");
+    let held_what =
+        format!("transaction version 2: transaction N's delayed abort (EndTxn v5, producer id {pid}, epoch {epoch})");
     let answer = conn.call(&held, 5).await.map_err(|e| (Verdict::Fail, format!("{held_what}: {e}")))?;
     if answer.error_code == 0 {
         let _ = p.abort().await;

@@ -509,6 +509,7 @@ async fn txn_delayed_write(cx: &Ctx) -> Outcome {
 async fn txn_delayed_end(cx: &Ctx) -> Outcome {
     let check = "txn-delayed-end";
     let (mut p, (pid, epoch), first) = two_transactions(cx, check).await?;
+    let next_epoch = p.epoch();
     let tid = p.transactional_id().unwrap_or_default().to_string();
     let held = EndTxnRequest::default()
         .with_transactional_id(TransactionalId(StrBytes::from_string(tid.clone())))
@@ -524,10 +525,13 @@ async fn txn_delayed_end(cx: &Ctx) -> Outcome {
         let _ = p.abort().await;
         return Ok((
             Verdict::Fail,
-            format!("{held_what}, released after N+1 began at epoch {}, SUCCEEDED: it ended N+1", p.epoch()),
+            format!("{held_what}, released after N+1 began at epoch {next_epoch}, SUCCEEDED: it ended N+1"),
         ));
     }
     let code = answer.error_code;
     let read = only_n_and_next(cx, &mut p, first).await?;
-    Ok((Verdict::Pass, format!("{held_what}, released after N+1 began, was refused with error {code}; {read}")))
+    Ok((
+        Verdict::Pass,
+        format!("{held_what}, released after N+1 began at epoch {next_epoch}, was refused with error {code}; {read}"),
+    ))
 }

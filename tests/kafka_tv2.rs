@@ -5,6 +5,8 @@
 //! the test and released after N+1 began: refused under version 2, and shown landing under
 //! version 1, so that the tests can fail.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -368,4 +370,66 @@ struct ErrorCodeNum;
 
 impl ErrorCodeNum {
     const INVALID_PRODUCER_EPOCH: i16 = 47;
+}
+
+/// Epoch exhaustion under version 2, with real processes: the coordinator's journal says the
+/// transactional id's producer id is one epoch from the last (written before it starts, as no
+/// test can run 32,766 transactions); the init takes it to the last, and the EndTxn v5 after it
+/// moves the producer to a new producer id at epoch 0 (its markers fence the old id for good).
+/// The producer goes on under the new id; a zombie of the old one is fenced.
+#[test]
+fn epoch_exhaustion_moves_a_version_2_producer_to_a_new_producer_id() {
+    use coordinator::entry::Entry;
+    use coordinator::table::EPOCH_GRANT_MAX;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (journal, _) = coordinator::journal::Journal::open(dir.path().join("coordinator").join("journal")).unwrap();
+        let grant = Entry::Grant {
+            transactional_id: Some("worn".into()),
+            producer_id: 1,
+            epoch: EPOCH_GRANT_MAX - 1,
+            requested_by: None,
+            transaction_timeout_ms: 60_000,
+            fence: vec![],
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(journal.append(vec![grant.encode()])).unwrap().unwrap();
+    }
+    let c = common::coordinator(dir.path());
+    let mut b = common::broker_with(1, &c.addr, dir.path(), &["--kafka-listen", "127.0.0.1:0"]);
+    let line = b.next_line();
+    let kafka = line.rsplit(' ').next().unwrap().to_string();
+    assert!(line.starts_with("broker 1 kafka listening on "), "{line}");
+    common::create_topic(&c.addr, "t", 1);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let config = |id: &str| ProducerConfig {
+            client: producer::ClientConfig { request_timeout_ms: 10_000, ..Default::default() },
+            ..ProducerConfig::transactional(id)
+        };
+        let mut p = KafkaProducer::init(&kafka, config("worn")).await.unwrap();
+        assert_eq!((p.producer_id(), p.epoch(), p.transaction_version()), (1, EPOCH_GRANT_MAX, 2));
+        p.begin().unwrap();
+        p.send("t", 0, Bytes::from_static(b"last")).await.unwrap();
+        p.commit().await.unwrap();
+        let (pid, epoch) = (p.producer_id(), p.epoch());
+        assert!(pid != 1 && epoch == 0, "a new producer id at epoch 0 after exhaustion: ({pid}, {epoch})");
+        p.begin().unwrap();
+        p.send("t", 0, Bytes::from_static(b"first")).await.unwrap();
+        p.commit().await.unwrap();
+        assert_eq!((p.producer_id(), p.epoch()), (pid, 1));
+        // A write of the old producer id, at its last epoch, is fenced.
+        let conn = KafkaConnection::connect(&kafka, None, T).await.unwrap();
+        let code = produce_code(&conn.call(&txn_produce("worn", (1, EPOCH_GRANT_MAX), 1, "zombie"), 12).await.unwrap());
+        assert_eq!(code, ErrorCodeNum::INVALID_PRODUCER_EPOCH, "the old producer id is fenced");
+        let mut consumer = KafkaConsumer::read_committed(&kafka, producer::ClientConfig::default());
+        let read: Vec<String> = consumer
+            .read_to_end("t", 0, 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| String::from_utf8(r.value.to_vec()).unwrap())
+            .collect();
+        assert_eq!(read, ["last", "first"]);
+    });
 }

@@ -298,6 +298,9 @@ async fn a_retried_end_txn_v5_is_answered_with_the_epoch_it_ended_into() {
     p.send("t", 0, Bytes::from_static(b"b")).await.unwrap();
     p.commit().await.unwrap();
     assert_eq!(p.epoch(), ids.1 + 2);
+    // Now two ends behind: not a retry of the last end, an older epoch: fenced.
+    let stale = conn.call(&end(ids.1, true), 5).await.unwrap();
+    assert_eq!(stale.error_code, ErrorCodeNum::PRODUCER_FENCED, "{stale:?}");
     assert_eq!(committed(&c).await, ["a", "b"]);
     c.shutdown().await;
 }
@@ -337,12 +340,13 @@ async fn txn_offset_commit_v5_adds_the_offsets_itself() {
     let mut p = producer(&c, "offsets", 2).await;
     p.begin().unwrap();
     p.send("t", 0, Bytes::from_static(b"a")).await.unwrap();
-    let commit = |version: i16, offset: i64| {
+    let ids = (p.producer_id(), p.epoch());
+    let commit = |version: i16, offset: i64, (pid, epoch): (i64, i16)| {
         let req = TxnOffsetCommitRequest::default()
             .with_transactional_id(tid("offsets"))
             .with_group_id(GroupId(StrBytes::from_static_str("g")))
-            .with_producer_id(p.producer_id().into())
-            .with_producer_epoch(p.epoch())
+            .with_producer_id(pid.into())
+            .with_producer_epoch(epoch)
             .with_generation_id(-1)
             .with_member_id(StrBytes::from_static_str(""))
             .with_topics(vec![TxnOffsetCommitRequestTopic::default().with_name(name("t")).with_partitions(vec![
@@ -351,8 +355,12 @@ async fn txn_offset_commit_v5_adds_the_offsets_itself() {
         let conn = conn.clone();
         async move { conn.call(&req, version).await.unwrap().topics[0].partitions[0].error_code }
     };
-    assert_ne!(commit(3, 7).await, 0, "v3 needs AddOffsetsToTxn first");
-    assert_eq!(commit(5, 7).await, 0, "v5 adds the offsets itself");
+    assert_ne!(commit(3, 7, ids).await, 0, "v3 needs AddOffsetsToTxn first");
+    // The implicit add is the coordinator's registration: another producer id is refused, and
+    // its offset is not committed (7 is, below).
+    let stranger = commit(5, 9, (ids.0 + 1_000, 0)).await;
+    assert_eq!(stranger, ErrorCodeNum::INVALID_PRODUCER_ID_MAPPING, "another producer id's v5 commit");
+    assert_eq!(commit(5, 7, ids).await, 0, "v5 adds the offsets itself");
     p.commit().await.unwrap();
     let fetch = OffsetFetchRequest::default()
         .with_group_id(GroupId(StrBytes::from_static_str("g")))
@@ -370,6 +378,8 @@ struct ErrorCodeNum;
 
 impl ErrorCodeNum {
     const INVALID_PRODUCER_EPOCH: i16 = 47;
+    const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+    const PRODUCER_FENCED: i16 = 90;
 }
 
 /// Epoch exhaustion under version 2, with real processes: the coordinator's journal says the

@@ -661,16 +661,17 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                     moved.extend(st.cluster.handle_refusals(now, r.broker_id, &r.replicas));
                     let out = st.cluster.handle_heartbeat(now, r.broker_id, &r.addr, &r.replicas);
                     st.cluster.set_kafka_addr(r.broker_id, &r.kafka_addr);
-                    let deleted = st.cluster.deleted_among(&r.replicas);
+                    let told = (st.cluster.deleted_among(&r.replicas), st.cluster.transaction_version());
                     // Also a barrier: every leadership decided before this answer is durable before
-                    // a broker acts on it, so no leader epoch is ever announced and then forgotten.
-                    (broker_epoch, out, deleted, shared.persist(&moved))
+                    // a broker acts on it, so no leader epoch is ever announced and then forgotten
+                    // (nor a transaction version: it is journaled before the first answer).
+                    (broker_epoch, out, told, shared.persist(&moved))
                 })
             };
             Response::Heartbeat(match registered {
-                Ok((broker_epoch, (lease_ms, assignments, brokers), deleted, rx)) => {
+                Ok((broker_epoch, (lease_ms, assignments, brokers), (deleted, tv), rx)) => {
                     let status = durable(rx).await.err().unwrap_or_else(Status::ok);
-                    let (transaction_version, features_epoch) = shared.lock().cluster.transaction_version();
+                    let (transaction_version, features_epoch) = tv;
                     HeartbeatResponse {
                         status,
                         lease_ms: lease_ms as i32,

@@ -313,14 +313,7 @@ impl KafkaConn {
             if !status.is_ok() {
                 tracing::info!(transactional_id = %r.transactional_id.0, group = %r.group_id.0, %status, "Kafka TxnOffsetCommit v5: adding the offsets to the transaction refused");
                 let code = kafka_code(status.code, ApiKey::TxnOffsetCommit, version);
-                let mut codes: Vec<(String, Vec<(i32, i16)>)> = Vec::new();
-                for o in &offsets {
-                    match codes.iter_mut().find(|(t, _)| *t == o.topic) {
-                        Some((_, ps)) => ps.push((o.partition, code)),
-                        None => codes.push((o.topic.clone(), vec![(o.partition, code)])),
-                    }
-                }
-                return answer(codes);
+                return answer(by_topic(offsets.iter().map(|o| (o.topic.clone(), (o.partition, code))).collect()));
             }
         }
         let req =

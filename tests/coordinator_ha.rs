@@ -12,6 +12,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{broker, create_topic_replicated, log_tails, signal, Lines, Proc};
@@ -20,8 +21,20 @@ use protocol::{ErrorCode, InitProducerIdRequest, Request, Response, WriteMarkerR
 
 const WAIT: Duration = Duration::from_secs(30);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// A port for an etcd member. Not `bind(0)`: a port found free that way is in Linux's ephemeral
+/// range (32768-60999), where another test's `bind(0)` or any outgoing connection may take it
+/// before etcd binds it, and a member that cannot bind exits while its URL reaches whoever took
+/// the port (in one CI run, another test's one-member etcd, which always calls itself leader).
+/// Below that range, from one counter for all the tests of this binary, each checked free.
+fn etcd_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + (std::process::id().wrapping_mul(7919).wrapping_add(n) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// A loopback etcd cluster of `n` members, killed when dropped.
@@ -30,6 +43,8 @@ struct Etcd {
     members: Vec<Option<Child>>,
     client: Vec<String>,
     peer: Vec<String>,
+    /// The cluster id its members answer with (the first answer's).
+    cluster_id: Option<serde_json::Value>,
 }
 
 impl Etcd {
@@ -38,14 +53,35 @@ impl Etcd {
             Command::new("etcd").arg("--version").output().is_ok_and(|o| o.status.success()),
             "etcd is not installed: run scripts/etcd (it installs Debian's etcd-server, etcd-client and protobuf-compiler)"
         );
-        let client = (0..n).map(|_| format!("http://127.0.0.1:{}", free_port())).collect();
-        let peer = (0..n).map(|_| format!("http://127.0.0.1:{}", free_port())).collect();
-        let mut etcd = Etcd { dir: dir.to_path_buf(), members: (0..n).map(|_| None).collect(), client, peer };
+        let client = (0..n).map(|_| format!("http://127.0.0.1:{}", etcd_port())).collect();
+        let peer = (0..n).map(|_| format!("http://127.0.0.1:{}", etcd_port())).collect();
+        let mut etcd =
+            Etcd { dir: dir.to_path_buf(), members: (0..n).map(|_| None).collect(), client, peer, cluster_id: None };
         for i in 0..n {
             etcd.start_member(i);
         }
         etcd.wait_healthy(&(0..n).collect::<Vec<_>>());
         etcd
+    }
+
+    /// Member `i`'s status, if it answers; panics if what answers on its URL is not a member of
+    /// this cluster, or if its process has exited (its log says why).
+    fn status(&mut self, i: usize) -> Option<serde_json::Value> {
+        if let Some(child) = self.members[i].as_mut() {
+            if let Ok(Some(exit)) = child.try_wait() {
+                panic!(
+                    "etcd member {i} exited ({exit}):\n{}",
+                    log_tails(&[&self.dir.join(format!("etcd-{i}.log"))], 20)
+                );
+            }
+        }
+        let json = self.etcdctl(i, &["endpoint", "status", "-w", "json"])?;
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let status = v[0]["Status"].clone();
+        let id = status["header"]["cluster_id"].clone();
+        let ours = self.cluster_id.get_or_insert_with(|| id.clone());
+        assert_eq!(*ours, id, "what answers on member {i}'s URL {} is not of this etcd cluster", self.client[i]);
+        Some(status)
     }
 
     /// Start (or restart, on its data) member `i`.
@@ -67,7 +103,15 @@ impl Etcd {
         self.members[i] = Some(child);
     }
 
+    /// Kill member `i`, which must be running.
     fn kill(&mut self, i: usize) {
+        assert!(self.members[i].is_some(), "etcd member {i} is not running");
+        // Panics if its process has exited, or if its URL reaches another cluster.
+        let _ = self.status(i);
+        self.stop(i);
+    }
+
+    fn stop(&mut self, i: usize) {
         if let Some(mut c) = self.members[i].take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -88,10 +132,10 @@ impl Etcd {
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    fn wait_healthy(&self, members: &[usize]) {
+    fn wait_healthy(&mut self, members: &[usize]) {
         let deadline = Instant::now() + WAIT;
         for &i in members {
-            while self.etcdctl(i, &["endpoint", "health"]).is_none() {
+            while self.etcdctl(i, &["endpoint", "health"]).is_none() || self.status(i).is_none() {
                 assert!(Instant::now() < deadline, "etcd member {i} is not healthy");
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -99,13 +143,14 @@ impl Etcd {
     }
 
     /// The member that leads etcd's raft now.
-    fn leader(&self) -> usize {
+    fn leader(&mut self) -> usize {
         let deadline = Instant::now() + WAIT;
         loop {
             for i in 0..self.members.len() {
-                let Some(json) = self.etcdctl(i, &["endpoint", "status", "-w", "json"]) else { continue };
-                let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-                let status = &v[0]["Status"];
+                if self.members[i].is_none() {
+                    continue;
+                }
+                let Some(status) = self.status(i) else { continue };
                 if status["header"]["member_id"] == status["leader"] {
                     return i;
                 }
@@ -119,7 +164,7 @@ impl Etcd {
 impl Drop for Etcd {
     fn drop(&mut self) {
         for i in 0..self.members.len() {
-            self.kill(i);
+            self.stop(i);
         }
     }
 }

@@ -307,7 +307,8 @@ async fn a_retried_end_txn_v5_is_answered_with_the_epoch_it_ended_into() {
 
 /// Version 1 and version 2 transactions of one transactional id, one after the other: each
 /// ends under the rules of its own requests' versions (AddPartitionsToTxn and EndTxn v3 keep
-/// the epoch, EndTxn v5 bumps it), and everything committed is read once.
+/// the epoch, EndTxn v5 bumps it), the coordinator records each one's version (`admin
+/// describe`), and everything committed is read once.
 #[tokio::test]
 async fn versions_1_and_2_mix_on_one_transactional_id() {
     let c = cluster(2).await;
@@ -325,6 +326,10 @@ async fn versions_1_and_2_mix_on_one_transactional_id() {
         p.commit().await.unwrap();
         let bumped = if version == 2 { 1 } else { 0 };
         assert_eq!(p.epoch(), before + bumped, "transaction {i} under version {version}");
+        // The coordinator recorded the version the transaction ran under.
+        let state = producer::Admin::new(&c.coordinator_addr, producer::ClientConfig::default()).describe().await;
+        let t = state.unwrap().transactional_ids.into_iter().find(|t| t.transactional_id == "mixed").unwrap();
+        assert_eq!((t.transaction_version, t.state.as_str()), (version, "CompleteCommit"), "transaction {i}");
     }
     assert!(p.epoch() > start);
     assert_eq!(committed(&c).await, want);

@@ -1612,6 +1612,7 @@ fn register_unfenced(shared: &Arc<Shared>, checked: Checked) -> net::Handled {
             transactional: true,
             verify_only: false,
             topic_id: checked.part.topic_id(),
+            transaction_version: 2,
         };
         if let Err((status, _)) = verify(&shared, asked).await {
             tracing::info!(topic = %checked.r.topic, partition = checked.r.partition, %status, "fencing off: the partition was not added to the producer's transaction; appended all the same");
@@ -1947,6 +1948,9 @@ async fn verify_and_produce(
         transactional,
         verify_only,
         topic_id: known_topic_id(shared, &(c.r.topic.clone(), c.r.partition)),
+        // Under version 1 the client added the partition (a verification registers nothing);
+        // epochfence's own clients and Kafka's Produce v12 add it with the write.
+        transaction_version: if c.rules == TxnRules::KafkaTv1 { 1 } else { 2 },
     };
     if let Err((status, current)) = verify(shared, asked).await {
         if status.code != ErrorCode::CoordinatorNotAvailable {

@@ -61,6 +61,9 @@ pub enum Entry {
         transactional: bool,
         /// The topic's id ([`FenceTarget::topic_id`]).
         topic_id: u128,
+        /// The transaction version of the request (issue 31): 1, 2, or 0 (it told nothing, or
+        /// a journal written before recorded none).
+        transaction_version: i16,
     },
     /// A transaction ended (PrepareCommit / PrepareAbort): the epoch moves to
     /// `(producer_id, epoch)` and `markers` must all be written before it completes.
@@ -322,6 +325,9 @@ pub struct TxnSnapshot {
     /// The marker sequence the next end or fence gets (0 in snapshots written before they
     /// were counted).
     pub next_marker_sequence: i32,
+    /// The transaction version of the open (or last) transaction (0 in snapshots written
+    /// before it was recorded).
+    pub transaction_version: i16,
 }
 
 /// A partition's state, as a snapshot records it.
@@ -395,6 +401,10 @@ const GROUPS_EXPIRED: i8 = 34;
 const END_TXN_EXPIRED: i8 = 35;
 const PRODUCER_ID_PARITY: i8 = 36;
 const TRANSACTION_VERSION: i8 = 37;
+/// [`REGISTER_ID`] with the request's transaction version.
+const REGISTER_TV: i8 = 38;
+/// [`TXN_SNAPSHOT_ID`] with the transaction version.
+const TXN_SNAPSHOT_TV: i8 = 39;
 
 /// What a list of fence targets carries, by the entry tag it was written under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -423,14 +433,15 @@ impl Entry {
                 b.put_i32(*transaction_timeout_ms);
                 put_targets(&mut b, fence);
             }
-            Entry::Register { producer_id, epoch, topic, partition, transactional, topic_id } => {
-                b.put_i8(REGISTER_ID);
+            Entry::Register { producer_id, epoch, topic, partition, transactional, topic_id, transaction_version } => {
+                b.put_i8(REGISTER_TV);
                 b.put_i64(*producer_id);
                 b.put_i16(*epoch);
                 b.put_string(topic);
                 b.put_i32(*partition);
                 b.put_bool(*transactional);
                 b.put_u128(*topic_id);
+                b.put_i16(*transaction_version);
             }
             Entry::EndTxn { transactional_id, producer_id, epoch, prev, commit, timed_out, expired, markers } => {
                 b.put_i8(if *expired { END_TXN_EXPIRED } else { END_TXN_ID });
@@ -479,7 +490,7 @@ impl Entry {
                 b.put_i32_array(elr);
             }
             Entry::TxnSnapshot(t) => {
-                b.put_i8(TXN_SNAPSHOT_ID);
+                b.put_i8(TXN_SNAPSHOT_TV);
                 b.put_string(&t.transactional_id);
                 b.put_i64(t.producer_id);
                 b.put_i16(t.epoch);
@@ -513,6 +524,7 @@ impl Entry {
                     b.put_i32(*timeout);
                 }
                 b.put_i32(t.next_marker_sequence);
+                b.put_i16(t.transaction_version);
             }
             Entry::ProducerIds { next_producer_id, owners } => {
                 b.put_i8(PRODUCER_IDS);
@@ -634,13 +646,14 @@ impl Entry {
                     fence,
                 }
             }
-            REGISTER | REGISTER_ID => Entry::Register {
+            REGISTER | REGISTER_ID | REGISTER_TV => Entry::Register {
                 producer_id: r.i64("producer_id")?,
                 epoch: r.i16("epoch")?,
                 topic: r.string("topic")?,
                 partition: r.i32("partition")?,
                 transactional: r.bool("transactional")?,
-                topic_id: if tag == REGISTER_ID { r.u128("topic_id")? } else { 0 },
+                topic_id: if tag == REGISTER { 0 } else { r.u128("topic_id")? },
+                transaction_version: if tag == REGISTER_TV { r.i16("transaction_version")? } else { 0 },
             },
             END_TXN | END_TXN_SEQ | END_TXN_ID | END_TXN_EXPIRED => Entry::EndTxn {
                 transactional_id: r.string("transactional_id")?,
@@ -682,8 +695,12 @@ impl Entry {
                 }
                 Entry::PartitionsAdded { name, replicas }
             }
-            TXN_SNAPSHOT | TXN_SNAPSHOT_SEQ | TXN_SNAPSHOT_ID => {
-                let targets = Targets::of(tag, TXN_SNAPSHOT_SEQ, TXN_SNAPSHOT_ID);
+            TXN_SNAPSHOT | TXN_SNAPSHOT_SEQ | TXN_SNAPSHOT_ID | TXN_SNAPSHOT_TV => {
+                let targets = Targets::of(
+                    if tag == TXN_SNAPSHOT_TV { TXN_SNAPSHOT_ID } else { tag },
+                    TXN_SNAPSHOT_SEQ,
+                    TXN_SNAPSHOT_ID,
+                );
                 let transactional_id = r.string("transactional_id")?;
                 let producer_id = r.i64("producer_id")?;
                 let epoch = r.i16("epoch")?;
@@ -715,6 +732,7 @@ impl Entry {
                     bumps.push((r.i16("bump_epoch")?, r.i8("bump_kind")?, r.i32("bump_timeout_ms")?));
                 }
                 let next_marker_sequence = if targets != Targets::Plain { r.i32("next_marker_sequence")? } else { 0 };
+                let transaction_version = if tag == TXN_SNAPSHOT_TV { r.i16("transaction_version")? } else { 0 };
                 Entry::TxnSnapshot(TxnSnapshot {
                     transactional_id,
                     producer_id,
@@ -729,6 +747,7 @@ impl Entry {
                     last_end,
                     bumps,
                     next_marker_sequence,
+                    transaction_version,
                 })
             }
             PRODUCER_IDS => {
@@ -959,6 +978,7 @@ mod tests {
                 partition: 0,
                 transactional: true,
                 topic_id: 0x77,
+                transaction_version: 1,
             },
             Entry::EndTxn {
                 transactional_id: "orders".into(),
@@ -1022,6 +1042,7 @@ mod tests {
                 last_end: Some(((4, 7), true)),
                 bumps: vec![(8, 1, 0), (9, 3, 1000)],
                 next_marker_sequence: 6,
+                transaction_version: 2,
             }),
             Entry::ProducerIds { next_producer_id: 12, owners: vec![(4, "x".into())] },
             Entry::TopicSnapshot {

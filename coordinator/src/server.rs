@@ -467,6 +467,7 @@ fn add_partition(shared: &Arc<Shared>, r: AddPartitionRequest) -> net::Handled {
                     topic_id,
                     transactional: r.transactional,
                     verify_only: r.verify_only,
+                    transaction_version: r.transaction_version,
                 };
                 st.table.handle_register(&reg, now)
             }
@@ -741,6 +742,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         state: t.state.name().to_string(),
                         age_ms: t.age_ms.map_or(-1, |a| a as i64),
                         transaction_timeout_ms: t.transaction_timeout_ms,
+                        transaction_version: t.transaction_version,
                     })
                     .collect();
                 let held = st
@@ -1193,6 +1195,7 @@ mod tests {
                 transactional: true,
                 verify_only: false,
                 topic_id: 0,
+                transaction_version: 2,
             })
         };
         let (net::Handled::Applied(first), net::Handled::Applied(second)) = (handle(add(0)), handle(add(1))) else {
@@ -1247,6 +1250,7 @@ mod tests {
                 transactional: true,
                 verify_only: false,
                 topic_id,
+                transaction_version: 2,
             })
         };
         let answer = |h: net::Handled| async move {

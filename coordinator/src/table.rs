@@ -156,6 +156,8 @@ struct TxnEntry {
     /// every applied entry clears it, and a replay starts it afresh, so a restart can only
     /// lengthen an id's life).
     idle_since_ms: Option<u64>,
+    /// The transaction version of the open (or last) transaction ([`TxnSummary`]).
+    transaction_version: i16,
 }
 
 impl TxnEntry {
@@ -325,6 +327,9 @@ pub struct Registration<'a> {
     pub transactional: bool,
     /// Only check that the partition is in the open transaction; register nothing.
     pub verify_only: bool,
+    /// The transaction version the request comes under, recorded with the transaction (0:
+    /// the request tells nothing).
+    pub transaction_version: i16,
 }
 
 impl<'a> Registration<'a> {
@@ -337,7 +342,16 @@ impl<'a> Registration<'a> {
         partition: i32,
         transactional: bool,
     ) -> Self {
-        Registration { producer_id, epoch, topic, partition, topic_id, transactional, verify_only: false }
+        Registration {
+            producer_id,
+            epoch,
+            topic,
+            partition,
+            topic_id,
+            transactional,
+            verify_only: false,
+            transaction_version: 2,
+        }
     }
 }
 
@@ -358,6 +372,10 @@ pub struct TxnSummary {
     pub age_ms: Option<u64>,
     /// The transaction timeout asked for, in milliseconds.
     pub transaction_timeout_ms: i32,
+    /// The transaction version the open transaction (or, none being open, the last) runs
+    /// under: 1 or 2 (KIP-890), 0 if no request has told yet (or a journal from before told
+    /// nothing).
+    pub transaction_version: i16,
 }
 
 /// Producer ids, epochs, registrations, transactions and fences. See the module docs.
@@ -793,7 +811,7 @@ impl ProducerTable {
     }
 
     fn register(&mut self, r: &Registration<'_>, now_ms: u64) -> RegisterDecision {
-        let Registration { producer_id, epoch, topic, partition, topic_id, transactional, verify_only } = *r;
+        let Registration { producer_id, epoch, topic, partition, topic_id, transactional, verify_only, .. } = *r;
         let refuse = |code, msg: String, epoch| RegisterDecision::Refuse { status: Status::new(code, msg), epoch };
         let Some(tid) = self.owner.get(&producer_id).cloned() else {
             if producer_id < 0 || producer_id >= self.next_producer_id {
@@ -883,11 +901,20 @@ impl ProducerTable {
             };
         }
         let opens_txn = transactional && e.txn_started_ms.is_none();
-        if e.registered.contains(&key) && !opens_txn {
+        let version = r.transaction_version;
+        let new_version = transactional && version > 0 && version != e.transaction_version;
+        if e.registered.contains(&key) && !opens_txn && !new_version {
             return RegisterDecision::Accept { entries: Vec::new(), epoch: current };
         }
-        let entry =
-            Entry::Register { producer_id, epoch, topic: topic.to_string(), partition, transactional, topic_id };
+        let entry = Entry::Register {
+            producer_id,
+            epoch,
+            topic: topic.to_string(),
+            partition,
+            transactional,
+            topic_id,
+            transaction_version: version,
+        };
         self.apply(&entry);
         if opens_txn {
             if let Some(e) = self.by_tid.get_mut(tid.as_str()) {
@@ -918,6 +945,7 @@ impl ProducerTable {
                     bumps: VecDeque::new(),
                     next_marker_sequence: 0,
                     idle_since_ms: None,
+                    transaction_version: 0,
                 });
                 e.idle_since_ms = None;
                 let bumped = e.epoch != *epoch || e.producer_id != *producer_id;
@@ -936,11 +964,14 @@ impl ProducerTable {
                     remember(&mut e.bumps, *epoch, Bump::NewInstance);
                 }
             }
-            Entry::Register { producer_id, epoch, topic, partition, transactional, topic_id } => {
+            Entry::Register { producer_id, epoch, topic, partition, transactional, topic_id, transaction_version } => {
                 if let Some(e) = self.owner.get(producer_id).and_then(|t| self.by_tid.get_mut(t)) {
                     e.idle_since_ms = None;
                     if e.producer_id == *producer_id && e.epoch == *epoch {
                         e.registered.insert((topic.clone(), *partition, *topic_id));
+                        if *transactional && *transaction_version > 0 {
+                            e.transaction_version = *transaction_version;
+                        }
                         if *transactional && e.txn_started_ms.is_none() {
                             // Time is not in the journal: the live path stamps `now` right
                             // after this, a replay stamps the restart time (`restart_clocks`).
@@ -966,6 +997,10 @@ impl ProducerTable {
                     count_markers(e, markers);
                     // Only a bumping end can be recognised when retried (see handle_end_txn).
                     e.last_end = (!timed_out && !expired && bumped).then_some((*prev, *commit));
+                    if !timed_out && !expired {
+                        // A client's end says the version: version 2 bumps, version 1 does not.
+                        e.transaction_version = if bumped { 2 } else { 1 };
+                    }
                     if bumped {
                         let why = if *expired {
                             Bump::Expired
@@ -1019,6 +1054,7 @@ impl ProducerTable {
                         bumps,
                         next_marker_sequence: t.next_marker_sequence,
                         idle_since_ms: None,
+                        transaction_version: t.transaction_version,
                     },
                 );
             }
@@ -1084,6 +1120,7 @@ impl ProducerTable {
                     })
                     .collect(),
                 next_marker_sequence: e.next_marker_sequence,
+                transaction_version: e.transaction_version,
             }));
         }
         out
@@ -1102,6 +1139,7 @@ impl ProducerTable {
                 state: e.state(),
                 age_ms: e.txn_started_ms.map(|s| now_ms.saturating_sub(s.min(now_ms))),
                 transaction_timeout_ms: e.transaction_timeout_ms,
+                transaction_version: e.transaction_version,
             })
             .collect();
         out.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
@@ -1751,6 +1789,49 @@ mod tests {
         register(&mut r, "k", "a", 0, 7);
         let (_, _, m) = markers(r.handle_end_txn("k", pid, e1, true, false));
         assert_eq!(m[0].marker_sequence, 3);
+    }
+
+    /// Issue 31: each transaction records the version it runs under, from the request that
+    /// added a partition and from its end (a bumping end is version 2's), through a journal
+    /// replay and a snapshot; a verification records nothing.
+    #[test]
+    fn a_transaction_records_the_version_it_runs_under() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let (pid, e0, _) = grant(t.handle_init(Some("k"), T, None));
+        let version = |t: &ProducerTable| t.describe(0)[0].transaction_version;
+        assert_eq!(version(&t), 0, "nothing told yet");
+        let mut journal = Vec::new();
+        let mut add = |t: &mut ProducerTable, partition, epoch, v| {
+            let r = Registration { transaction_version: v, ..Registration::new(pid, epoch, ("a", 9), partition, true) };
+            match t.handle_register(&r, 0) {
+                RegisterDecision::Accept { entries, .. } => journal.extend(entries),
+                other => panic!("{other:?}"),
+            }
+        };
+        add(&mut t, 0, e0, 1); // a Kafka client's AddPartitionsToTxn v0-3
+        assert_eq!(version(&t), 1);
+        assert!(matches!(verify(&mut t, pid, e0, 0), RegisterDecision::Accept { .. }));
+        assert_eq!(version(&t), 1, "a verification tells nothing");
+        let (_, _, _) = markers(t.handle_end_txn("k", pid, e0, true, false));
+        assert_eq!(version(&t), 1, "ended without a bump");
+        t.handle_fence_done("k", e0);
+        add(&mut t, 0, e0, 2); // Produce v12's implicit add
+        assert_eq!(version(&t), 2);
+        add(&mut t, 1, e0, 1); // then version 1 again, within the one transaction: the last says
+        assert_eq!(version(&t), 1);
+        let (e1, _, _) = markers(t.handle_end_txn("k", pid, e0, true, true));
+        assert_eq!(version(&t), 2, "EndTxn v5 bumps: version 2");
+        t.handle_fence_done("k", e1);
+        // A snapshot keeps it, and so does a replay of what the registrations journaled.
+        let mut r = ProducerTable::new(TableConfig::default());
+        for e in t.snapshot() {
+            r.apply(&Entry::decode(e.encode()).unwrap());
+        }
+        assert_eq!(version(&r), 2);
+        let Some(Entry::Register { transaction_version, .. }) = journal.first() else { panic!("{journal:?}") };
+        assert_eq!(*transaction_version, 1);
+        let decoded = Entry::decode(journal[0].encode()).unwrap();
+        assert_eq!(decoded, journal[0]);
     }
 
     /// Kafka's EndTxn rules without a bump: ending the transaction that just ended the same way

@@ -200,6 +200,8 @@ impl Producer {
             transactional: true,
             verify_only: false,
             topic_id: 0,
+            // Every EndTxn of this client bumps the epoch: version 2's rules.
+            transaction_version: 2,
         });
         match call_coordinator_retrying(&mut self.client, "AddPartitionsToTxn", self.config.delivery_timeout_ms, req)
             .await?
@@ -358,6 +360,7 @@ impl Producer {
                 transactional: false,
                 verify_only: false,
                 topic_id: 0,
+                transaction_version: 0,
             });
             if let Ok(Response::AddPartition(a)) = self.client.call_coordinator(req).await {
                 if a.status.code == ErrorCode::ProducerFenced {

@@ -43,19 +43,21 @@ fn request() -> impl Strategy<Value = Request> {
                 })
             }
         ),
-        (any::<i64>(), any::<i16>(), name, any::<i32>(), any::<bool>(), any::<bool>(), any::<u128>()).prop_map(
-            |(producer_id, producer_epoch, topic, partition, transactional, verify_only, topic_id)| {
-                Request::AddPartition(AddPartitionRequest {
-                    producer_id,
-                    producer_epoch,
-                    topic,
-                    partition,
-                    transactional,
-                    verify_only,
-                    topic_id,
-                })
-            }
-        ),
+        (any::<i64>(), any::<i16>(), name, any::<i32>(), any::<bool>(), any::<bool>(), any::<u128>(), any::<i16>())
+            .prop_map(
+                |(producer_id, producer_epoch, topic, partition, transactional, verify_only, topic_id, version)| {
+                    Request::AddPartition(AddPartitionRequest {
+                        producer_id,
+                        producer_epoch,
+                        topic,
+                        partition,
+                        transactional,
+                        verify_only,
+                        topic_id,
+                        transaction_version: version,
+                    })
+                }
+            ),
         (name, any::<i64>(), any::<i16>(), any::<bool>(), any::<bool>()).prop_map(
             |(transactional_id, producer_id, producer_epoch, commit, bump_epoch)| {
                 Request::EndTxn(EndTxnRequest { transactional_id, producer_id, producer_epoch, commit, bump_epoch })

@@ -119,6 +119,9 @@ fn check_txn(
         partition: 0,
         transactional: true,
         verify_only,
+        // AddOffsetsToTxn and TxnOffsetCommit v5 come the same way: the offsets tell nothing of
+        // the version (its partitions' adds and its EndTxn do).
+        transaction_version: 0,
     };
     match st.table.handle_register(&reg, now_ms) {
         RegisterDecision::Accept { entries, .. } => Ok(entries),

@@ -163,6 +163,7 @@ fn describe_json(d: &protocol::DescribeResponse) -> serde_json::Value {
             "state": t.state,
             "age_ms": (t.age_ms >= 0).then_some(t.age_ms),
             "transaction_timeout_ms": t.transaction_timeout_ms,
+            "transaction_version": (t.transaction_version > 0).then_some(t.transaction_version),
         })).collect::<Vec<_>>(),
         "held": d.held.iter().map(|h| serde_json::json!({ "kind": h.kind, "count": h.count, "max": h.max }))
             .collect::<Vec<_>>(),
@@ -262,8 +263,13 @@ fn print_describe(d: &protocol::DescribeResponse) {
     println!("transactional ids:");
     for t in &d.transactional_ids {
         let age = if t.age_ms >= 0 { format!(" age_ms={}", t.age_ms) } else { String::new() };
+        let version = if t.transaction_version > 0 {
+            format!(" transaction_version={}", t.transaction_version)
+        } else {
+            String::new()
+        };
         println!(
-            "  {} producer_id={} epoch={} state={} partitions=[{}]{age}",
+            "  {} producer_id={} epoch={} state={} partitions=[{}]{age}{version}",
             t.transactional_id,
             t.producer_id,
             t.producer_epoch,

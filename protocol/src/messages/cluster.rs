@@ -719,6 +719,9 @@ pub struct TransactionalState {
     pub age_ms: i64,
     /// The transaction timeout its producer asked for, in milliseconds.
     pub transaction_timeout_ms: i32,
+    /// The transaction version the open (or last) transaction runs under: 1, 2, or 0 if no
+    /// request has told.
+    pub transaction_version: i16,
 }
 
 /// The answer to Describe.
@@ -786,6 +789,7 @@ impl DescribeResponse {
             b.put_string(&t.state);
             b.put_i64(t.age_ms);
             b.put_i32(t.transaction_timeout_ms);
+            b.put_i16(t.transaction_version);
         }
         b.put_i32(self.held.len() as i32);
         for h in &self.held {
@@ -853,6 +857,7 @@ impl DescribeResponse {
                 state: r.string("state")?,
                 age_ms: r.i64("age_ms")?,
                 transaction_timeout_ms: r.i32("transaction_timeout_ms")?,
+                transaction_version: r.i16("transaction_version")?,
             });
         }
         let n = r.array_len("held", 18)?;

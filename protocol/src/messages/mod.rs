@@ -735,6 +735,7 @@ mod tests {
             transactional: true,
             verify_only: true,
             topic_id: 0x1234,
+            transaction_version: 2,
         }));
         roundtrip_req(Request::WriteMarker(WriteMarkerRequest {
             topic: "t".into(),
@@ -998,6 +999,7 @@ mod tests {
                 state: "Ongoing".into(),
                 age_ms: 17,
                 transaction_timeout_ms: 60_000,
+                transaction_version: 1,
             }],
             held: vec![HeldState { kind: "groups".into(), count: 3, max: 100_000 }],
         }));

@@ -92,6 +92,11 @@ pub struct AddPartitionRequest {
     /// refused (UNKNOWN_TOPIC_OR_PARTITION), so no write is verified for a partition the
     /// coordinator no longer writes markers to.
     pub topic_id: u128,
+    /// The transaction version the request comes under, recorded with the transaction
+    /// (`admin describe`): 1 for a Kafka client's AddPartitionsToTxn (v0-3), 2 for a write that
+    /// adds its partition itself (epochfence's own clients, Kafka's Produce v12); 0 tells
+    /// nothing (a verification, which registers nothing).
+    pub transaction_version: i16,
 }
 
 impl AddPartitionRequest {
@@ -103,6 +108,7 @@ impl AddPartitionRequest {
         b.put_bool(self.transactional);
         b.put_bool(self.verify_only);
         b.put_u128(self.topic_id);
+        b.put_i16(self.transaction_version);
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
@@ -114,6 +120,7 @@ impl AddPartitionRequest {
             transactional: r.bool("transactional")?,
             verify_only: r.bool("verify_only")?,
             topic_id: r.u128("topic_id")?,
+            transaction_version: r.i16("transaction_version")?,
         })
     }
 }

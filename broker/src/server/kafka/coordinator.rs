@@ -230,6 +230,8 @@ impl KafkaConn {
                     transactional: true,
                     verify_only: false,
                     topic_id: 0,
+                    // A Kafka client's AddPartitionsToTxn (v0-3): transaction version 1.
+                    transaction_version: 1,
                 });
                 let submitted = match &conn {
                     Some(c) => c.submit(req).await.map_err(|e| e.to_string()),

@@ -421,7 +421,12 @@ impl Sim {
             }
             Err(AppendError::NeedsVerification { producer_id, epoch, guard }) => {
                 let transactional = header.is_transactional();
-                let verify = Msg::Verify { broker: id, partition, producer_id, epoch, transactional, guard };
+                let key = (self.index(partition), producer_id, epoch, header.base_sequence);
+                let txn = self.txn_of.get(&key).copied().filter(|_| transactional);
+                // Version 1: the client added the partition; the leader only checks.
+                let verify_only = transactional && self.cfg.transaction_version < 2;
+                let verify =
+                    Msg::Verify { broker: id, partition, producer_id, epoch, transactional, guard, txn, verify_only };
                 self.send(id as usize, COORD, verify);
                 self.send(id as usize, from, Msg::ProduceResp { prod, batch: bid, result: ProduceResult::Retry });
             }

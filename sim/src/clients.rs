@@ -80,8 +80,9 @@ impl Sim {
                 // Written before an unclean election: its transaction's marker may have been
                 // lost with the replicas that held it (what an unclean election costs).
             } else if h.is_transactional() {
+                let committed = self.txn_committed(partition, &h);
                 if skipped.contains(&h.producer_id) {
-                    if self.txn_committed.contains(&(h.producer_id, h.producer_epoch)) {
+                    if committed {
                         let (pid, e) = (h.producer_id, h.producer_epoch);
                         return self.violate(format!(
                             "read_committed skipped offset {partition}/{} of producer id {pid} epoch {e}, a committed \
@@ -90,7 +91,7 @@ impl Sim {
                         ));
                     }
                     self.out.aborted_skipped += 1;
-                } else if !self.txn_committed.contains(&(h.producer_id, h.producer_epoch)) {
+                } else if !committed {
                     // Invariant 5: read_committed returns only committed transactions.
                     let (pid, e) = (h.producer_id, h.producer_epoch);
                     return self.violate(format!(
@@ -132,6 +133,12 @@ impl Sim {
         }
     }
 
+    /// Whether the coordinator decided to commit the transaction a batch was made in.
+    fn txn_committed(&self, partition: i32, h: &BatchHeader) -> bool {
+        let key = (self.index(partition), h.producer_id, h.producer_epoch, h.base_sequence);
+        self.txn_of.get(&key).is_some_and(|txn| self.txn_committed.contains(&(h.producer_id, h.producer_epoch, *txn)))
+    }
+
     pub(crate) fn producer_tick(&mut self, p: usize) {
         let next = 5 + self.rng.below(10);
         self.schedule(next, Event::ProducerTick(p));
@@ -169,8 +176,9 @@ impl Sim {
                 };
                 let pr = &mut self.producers[p];
                 pr.ending = Some((commit, self.now));
-                self.trace(|| format!("producer {p}: EndTxn commit={commit} at epoch {epoch}"));
-                self.send(producer_host(p), COORD, Msg::EndTxn { prod: p, producer_id, epoch, commit });
+                let txn = pr.txn;
+                self.trace(|| format!("producer {p}: EndTxn of transaction {txn} commit={commit} at epoch {epoch}"));
+                self.send(producer_host(p), COORD, Msg::EndTxn { prod: p, txn, producer_id, epoch, commit });
                 return;
             }
             if pr.ending.is_some() {
@@ -205,10 +213,26 @@ impl Sim {
             let batch = build_batch(stamp, pr.transactional, self.now as i64, &[value]);
             let header = BatchHeader::parse_prefix(&batch).expect("a batch we built parses");
             pr.inflight = Some((partition, batch, header, self.now));
+            if pr.transactional {
+                self.txn_of.insert((partition, producer_id, epoch, seq), pr.txn);
+            }
         } else if !resend {
             return;
         }
         let Some((partition, ..)) = self.producers[p].inflight else { return };
+        let pr = &mut self.producers[p];
+        if self.cfg.transaction_version < 2 && pr.transactional && !pr.added.contains(&partition) {
+            // Version 1: the partition joins the transaction (AddPartitionsToTxn) before the
+            // first write there; the write waits for the answer.
+            if pr.adding.is_none_or(|(_, sent)| self.now.saturating_sub(sent) > 120) {
+                pr.adding = Some((partition, self.now));
+                let (txn, index) = (pr.txn, partition);
+                self.trace(|| format!("producer {p}: AddPartitionsToTxn {index} in transaction {txn}"));
+                let msg = Msg::AddPartitions { prod: p, txn, producer_id, epoch, index };
+                self.send(producer_host(p), COORD, msg);
+            }
+            return;
+        }
         let leader = self.leader_at_index(partition);
         let pr = &mut self.producers[p];
         let Some((_, batch, header, sent)) = pr.inflight.as_mut() else { return };
@@ -223,6 +247,30 @@ impl Sim {
         }
         let msg = Msg::Produce { prod: p, index: partition, batch: batch.clone(), header: *header, leader_epoch };
         self.send(producer_host(p), leader as usize, msg);
+    }
+
+    /// A version 1 producer's AddPartitionsToTxn answered.
+    pub(crate) fn added_partition(&mut self, prod: usize, txn: u64, index: i32, ok: bool, fenced: bool) {
+        let now = self.now;
+        let pr = &mut self.producers[prod];
+        if pr.txn != txn || pr.adding.map(|(i, _)| i) != Some(index) || pr.ids.is_none() {
+            return; // late, or duplicated
+        }
+        pr.adding = None;
+        if ok {
+            pr.added.insert(index);
+            if let Some((.., sent)) = pr.inflight.as_mut() {
+                *sent = 0; // the write goes out on the next tick
+            }
+        } else if fenced {
+            // PRODUCER_FENCED or INVALID_PRODUCER_EPOCH: this instance is done.
+            pr.ids = None;
+            pr.inflight = None;
+            pr.ending = None;
+            pr.txn_acked = 0;
+            pr.dead_until = now + 200;
+            self.trace(|| format!("producer {prod}: AddPartitionsToTxn refused, fenced"));
+        }
     }
 
     /// Producer `p` restarts: a new instance, which initialises the transactional id again.

@@ -67,7 +67,7 @@ impl Sim {
                         prod: Some(prod),
                         commit: false,
                         end: false,
-                        asked_epoch: -1,
+                        asked_txn: 0,
                         producer_id,
                         epoch,
                         targets,
@@ -82,29 +82,76 @@ impl Sim {
     }
 
     pub(crate) fn finish_grant(&mut self, tid: &str, prod: Option<usize>, producer_id: i64, epoch: i16) {
-        if let Some(&(old_pid, old)) = self.finished_grant.get(tid) {
-            if (old_pid, old) >= (producer_id, epoch) {
-                self.violate(format!(
-                    "'{tid}' granted producer id {producer_id} epoch {epoch} after producer id {old_pid} epoch {old}"
-                ));
-            }
+        if self.granted_again(tid, (producer_id, epoch)) {
+            self.violate(format!(
+                "'{tid}' granted producer id {producer_id} epoch {epoch} after {:?}",
+                self.finished_grant.get(tid)
+            ));
         }
-        self.finished_grant.insert(tid.to_string(), (producer_id, epoch));
-        self.record_grant(tid, (producer_id, epoch));
+        if self.finished_grant.get(tid) != Some(&(producer_id, epoch)) {
+            self.finished_grant.insert(tid.to_string(), (producer_id, epoch));
+            self.record_grant(tid, (producer_id, epoch));
+        }
         if let Some(prod) = prod {
             self.send(COORD, producer_host(prod), Msg::InitResp { prod, granted: Some((producer_id, epoch)) });
         }
     }
 
+    /// Whether an EndTxn bumps the epoch: under transaction version 2 (KIP-890), unless the
+    /// mutation switches it off.
+    pub(crate) fn bumps(&self) -> bool {
+        self.cfg.transaction_version >= 2 && self.cfg.mutation != Mutation::NoBumpPerTransaction
+    }
+
+    /// A partition registration (a version 1 client's AddPartitionsToTxn, or a leader's
+    /// verification of a write) by the real rules, journaled. `txn`: the transaction of the
+    /// request, remembered if it opens the coordinator's transaction ([`Sim::txn_opened_by`]).
+    pub(crate) fn coord_register(&mut self, reg: &Registration<'_>, txn: Option<u64>) -> RegisterDecision {
+        let now = self.clock(COORD);
+        let tid = self.owner.get(&reg.producer_id).cloned();
+        let open = |sim: &Sim| tid.as_deref().and_then(|t| sim.table.state(t)) == Some(TxnState::Ongoing);
+        let was_open = open(self);
+        let decision = self.table.handle_register(reg, now);
+        if let RegisterDecision::Accept { entries, .. } = &decision {
+            self.journal.extend(entries.iter().cloned());
+            if let (Some(tid), Some(txn), false, true) = (&tid, txn, was_open, open(self)) {
+                self.txn_opened_by.insert(tid.clone(), txn);
+            }
+        }
+        decision
+    }
+
     /// EndTxn at the coordinator: commit or abort, write the markers, then answer the new epoch.
-    pub(crate) fn coord_end(&mut self, prod: usize, producer_id: i64, epoch: i16, commit: bool) {
+    /// The transaction it ends must be the one `txn` opened: nothing of transaction N (here its
+    /// EndTxn, delayed or duplicated) lands in transaction N+1.
+    pub(crate) fn coord_end(&mut self, (prod, txn): (usize, u64), producer_id: i64, epoch: i16, commit: bool) {
         let tid = self.producers[prod].tid.clone();
-        match self.table.handle_end_txn(&tid, producer_id, epoch, commit, true) {
+        match self.table.handle_end_txn(&tid, producer_id, epoch, commit, self.bumps()) {
             EndDecision::Markers { producer_id: pid, epoch: new_epoch, commit, entries, markers } => {
                 self.journal.extend(entries);
+                let opened_by = self.txn_opened_by.remove(&tid);
+                if opened_by.is_some_and(|o| o != txn) {
+                    let o = opened_by.unwrap_or_default();
+                    let what = format!(
+                        "the EndTxn of transaction {txn} of '{tid}' (producer id {producer_id} epoch {epoch}) ended \
+                         the transaction a request of transaction {o} opened"
+                    );
+                    if self.cfg.transaction_version >= 2 {
+                        return self.violate(what);
+                    }
+                    *self
+                        .out
+                        .decisions
+                        .entry("transaction ended by an earlier one's EndTxn (version 1)")
+                        .or_default() += 1;
+                    self.trace(|| format!("coordinator: {what} (version 1's known hole)"));
+                }
                 if commit {
                     // Decided (journaled): the transaction of this producer id and epoch commits.
-                    self.txn_committed.insert((producer_id, epoch));
+                    self.txn_committed.insert((producer_id, epoch, txn));
+                    if let Some(o) = opened_by {
+                        self.txn_committed.insert((producer_id, epoch, o));
+                    }
                     self.out.txns_committed += 1;
                     let partitions: HashSet<i32> = markers.iter().map(|t| t.partition).collect();
                     self.out.txns_spanning += u64::from(partitions.len() > 1);
@@ -115,16 +162,16 @@ impl Sim {
                 self.trace(|| {
                     format!("coordinator: '{tid}' {what} pid {producer_id} epoch {epoch}, next epoch {new_epoch}")
                 });
-                self.write_end_markers(tid, Some((prod, epoch)), (pid, new_epoch), commit, markers);
+                self.write_end_markers(tid, Some((prod, txn)), (pid, new_epoch), commit, markers);
             }
             EndDecision::Done { producer_id, epoch: now_epoch } => {
                 let granted = Some((producer_id, now_epoch));
-                let resp = Msg::EndTxnResp { prod, for_epoch: epoch, granted, retry: false };
+                let resp = Msg::EndTxnResp { prod, txn, granted, retry: false };
                 self.send(COORD, producer_host(prod), resp);
             }
             EndDecision::Refuse { status, .. } => {
                 let retry = status.code == protocol::ErrorCode::ConcurrentTransactions;
-                let resp = Msg::EndTxnResp { prod, for_epoch: epoch, granted: None, retry };
+                let resp = Msg::EndTxnResp { prod, txn, granted: None, retry };
                 self.send(COORD, producer_host(prod), resp);
             }
         }
@@ -136,7 +183,7 @@ impl Sim {
     pub(crate) fn write_end_markers(
         &mut self,
         tid: String,
-        asked: Option<(usize, i16)>,
+        asked: Option<(usize, u64)>,
         (producer_id, epoch): (i64, i16),
         commit: bool,
         markers: Vec<FenceTarget>,
@@ -149,11 +196,11 @@ impl Sim {
         }
         let now = self.now;
         let targets = markers.into_iter().map(|t| (t, now)).collect();
-        let (prod, asked_epoch) = match asked {
-            Some((p, e)) => (Some(p), e),
-            None => (None, -1),
+        let (prod, asked_txn) = match asked {
+            Some((p, t)) => (Some(p), t),
+            None => (None, 0),
         };
-        let pi = PendingInit { prod, commit, end: true, asked_epoch, producer_id, epoch, targets };
+        let pi = PendingInit { prod, commit, end: true, asked_txn, producer_id, epoch, targets };
         self.pending_inits.insert(tid, pi);
     }
 
@@ -194,21 +241,30 @@ impl Sim {
         }
     }
 
+    /// Whether finishing `ids` for `tid` would hand out an epoch older than, or (while every
+    /// end bumps) the same as, one already finished. An end that does not bump (version 1;
+    /// also when a coordinator restart resumes its markers, as a fence) finishes the epoch
+    /// that was already granted.
+    fn granted_again(&self, tid: &str, ids: (i64, i16)) -> bool {
+        self.finished_grant.get(tid).is_some_and(|&old| old > ids || (old == ids && self.bumps()))
+    }
+
     /// An EndTxn's markers are written: the epoch it bumped to is final (older ones are fenced
-    /// wherever the transaction wrote), and the producer continues with it.
-    pub(crate) fn finish_end(&mut self, tid: &str, asked: Option<(usize, i16)>, producer_id: i64, epoch: i16) {
-        if let Some(&(old_pid, old)) = self.finished_grant.get(tid) {
-            if (old_pid, old) >= (producer_id, epoch) {
-                return self.violate(format!(
-                    "'{tid}' ended a transaction into producer id {producer_id} epoch {epoch} after producer id \
-                     {old_pid} epoch {old}"
-                ));
-            }
+    /// wherever the transaction wrote), and the producer continues with it. An EndTxn that
+    /// does not bump (version 1) granted nothing: its producer continues at its epoch.
+    pub(crate) fn finish_end(&mut self, tid: &str, asked: Option<(usize, u64)>, producer_id: i64, epoch: i16) {
+        if self.granted_again(tid, (producer_id, epoch)) {
+            return self.violate(format!(
+                "'{tid}' ended a transaction into producer id {producer_id} epoch {epoch} after {:?}",
+                self.finished_grant.get(tid)
+            ));
         }
-        self.finished_grant.insert(tid.to_string(), (producer_id, epoch));
-        self.record_grant(tid, (producer_id, epoch));
-        if let Some((prod, for_epoch)) = asked {
-            let resp = Msg::EndTxnResp { prod, for_epoch, granted: Some((producer_id, epoch)), retry: false };
+        if self.finished_grant.get(tid) != Some(&(producer_id, epoch)) {
+            self.finished_grant.insert(tid.to_string(), (producer_id, epoch));
+            self.record_grant(tid, (producer_id, epoch));
+        }
+        if let Some((prod, txn)) = asked {
+            let resp = Msg::EndTxnResp { prod, txn, granted: Some((producer_id, epoch)), retry: false };
             self.send(COORD, producer_host(prod), resp);
         }
     }
@@ -239,7 +295,7 @@ impl Sim {
             let pi = self.pending_inits.remove(&tid).expect("pending init");
             self.journal.extend(self.table.handle_fence_done(&tid, epoch));
             if pi.end {
-                self.finish_end(&tid, pi.prod.map(|p| (p, pi.asked_epoch)), pi.producer_id, pi.epoch);
+                self.finish_end(&tid, pi.prod.map(|p| (p, pi.asked_txn)), pi.producer_id, pi.epoch);
             } else {
                 self.finish_grant(&tid, pi.prod, pi.producer_id, pi.epoch);
             }

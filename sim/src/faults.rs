@@ -534,7 +534,7 @@ impl Sim {
                 self.send_marker(&tid, t, commit);
             }
             let targets = targets.into_iter().map(|t| (t, now)).collect();
-            let pi = PendingInit { prod: None, commit, end: commit, asked_epoch: -1, producer_id, epoch, targets };
+            let pi = PendingInit { prod: None, commit, end: commit, asked_txn: 0, producer_id, epoch, targets };
             self.pending_inits.insert(tid, pi);
         }
         let n = self.pending_inits.len();

@@ -34,6 +34,10 @@
 //!    transactional id, never go backwards;
 //! 5. what the consumer reads is what is committed there, never a zombie write, and, read
 //!    committed, never a record of a transaction the coordinator did not decide to commit;
+//! 6. nothing of transaction N lands in transaction N+1: an EndTxn ends only the coordinator's
+//!    transaction that its own transaction's request opened (under transaction version 1,
+//!    [`Config::transaction_version`], a delayed EndTxn ending the next transaction is the
+//!    version's known hole: counted, not failed);
 //!
 //! and, after the faults stop, that the replicas and the consumer converge (liveness).
 //!
@@ -60,7 +64,9 @@ use broker::storage::{MemStorage, StoredFile};
 use bytes::Bytes;
 use coordinator::cluster::{BrokerStart, Cluster, ClusterConfig, MarkerRoute};
 use coordinator::entry::{Entry, FenceTarget};
-use coordinator::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, Registration, TableConfig};
+use coordinator::table::{
+    EndDecision, InitDecision, ProducerTable, RegisterDecision, Registration, TableConfig, TxnState,
+};
 use protocol::batch::{build_batch, build_marker, BatchHeader, MarkerKind, ProducerStamp};
 use protocol::{AlterPartitionRequest, AlterPartitionResponse, Assignment, ReplicaReport, ReplicateRequest};
 
@@ -170,6 +176,10 @@ pub enum Mutation {
     /// at once, while a paused broker still serves the old replica (needs
     /// [`Config::topic_deletions`]). A zombie verified there writes after its fence was answered.
     TopicsByName,
+    /// The coordinator ends a version 2 transaction without bumping the epoch, as version 1
+    /// does (issue 31): a delayed or duplicated EndTxn of transaction N, at the epoch N+1 runs
+    /// under too, ends N+1.
+    NoBumpPerTransaction,
 }
 
 impl Mutation {
@@ -189,6 +199,7 @@ impl Mutation {
             "unclean-leaders-keep-their-logs" => Some(Mutation::UncleanLeadersKeepTheirLogs),
             "expired-ids-taken-for-idempotent" => Some(Mutation::ExpiredIdsTakenForIdempotent),
             "topics-by-name" => Some(Mutation::TopicsByName),
+            "no-bump-per-transaction" => Some(Mutation::NoBumpPerTransaction),
             _ => None,
         }
     }
@@ -272,6 +283,24 @@ enum Msg {
     InitReq {
         prod: usize,
     },
+    /// A version 1 client's AddPartitionsToTxn, sent in transaction `txn` (see
+    /// [`Producer::txn`]) before its first write there.
+    AddPartitions {
+        prod: usize,
+        txn: u64,
+        producer_id: i64,
+        epoch: i16,
+        index: i32,
+    },
+    /// `fenced`: refused for good (an older epoch, or the id taken over); else, if not `ok`,
+    /// asked again later.
+    AddPartitionsResp {
+        prod: usize,
+        txn: u64,
+        index: i32,
+        ok: bool,
+        fenced: bool,
+    },
     InitResp {
         prod: usize,
         granted: Option<(i64, i16)>,
@@ -290,6 +319,9 @@ enum Msg {
         batch: BatchId,
         result: ProduceResult,
     },
+    /// `txn`: the transaction the write that needs it is part of, if transactional (the
+    /// simulator's knowledge, which decides nothing); `verify_only`: a version 1 write, whose
+    /// partition its client added (AddPartitionsToTxn), only checked.
     Verify {
         broker: i32,
         partition: i32,
@@ -297,6 +329,8 @@ enum Msg {
         epoch: i16,
         transactional: bool,
         guard: VerificationGuard,
+        txn: Option<u64>,
+        verify_only: bool,
     },
     VerifyResp {
         partition: i32,
@@ -312,17 +346,19 @@ enum Msg {
         leader_epoch: i32,
         commit: bool,
     },
+    /// `txn`: the transaction it ends, as its producer numbers them (a real client matches
+    /// the answer to its request by the connection's correlation id).
     EndTxn {
         prod: usize,
+        txn: u64,
         producer_id: i64,
         epoch: i16,
         commit: bool,
     },
-    /// `for_epoch`: the epoch the EndTxn was sent with; `retry`: refused for now (markers still
-    /// being written), ask again.
+    /// `txn`: the EndTxn's; `retry`: refused for now (markers still being written), ask again.
     EndTxnResp {
         prod: usize,
-        for_epoch: i16,
+        txn: u64,
         granted: Option<(i64, i16)>,
         retry: bool,
     },
@@ -452,6 +488,14 @@ struct Producer {
     tid: String,
     /// Writes in transactions (the producers of `tid-1`); the others are idempotent.
     transactional: bool,
+    /// The transaction it is in (or is to begin), numbered across all producers of the run:
+    /// a new one after every end and every init. What "transaction N" means in the check
+    /// that nothing of transaction N lands in transaction N+1 ([`Sim::txn_opened_by`]).
+    txn: u64,
+    /// Version 1: the partitions added to the open transaction, and the AddPartitionsToTxn
+    /// outstanding (partition index, when sent).
+    added: HashSet<i32>,
+    adding: Option<(i32, u64)>,
     /// Batches acknowledged in the open transaction, and how many it is to hold.
     txn_acked: u32,
     txn_size: u32,
@@ -544,8 +588,8 @@ struct PendingInit {
     commit: bool,
     /// An EndTxn's markers (answered with EndTxnResp), not an init's fence.
     end: bool,
-    /// The epoch the EndTxn was sent with (what its answer names).
-    asked_epoch: i16,
+    /// The transaction the EndTxn ended (what its answer names).
+    asked_txn: u64,
     producer_id: i64,
     epoch: i16,
     targets: Vec<(FenceTarget, u64)>,
@@ -592,6 +636,16 @@ pub struct Config {
     /// answered, no broker the coordinator held alive then appends a write of the fenced epoch
     /// to the replica the deleted topic's partition was led by.
     pub topic_deletions: bool,
+    /// The transaction version the transactional producers run under (issue 31), as Kafka
+    /// clients do: 2 (the default) adds a partition with its first write and bumps the epoch
+    /// at every EndTxn; 1 adds each partition with AddPartitionsToTxn first, the leader only
+    /// verifies, and the epoch stays. Under 1, a delayed EndTxn of one transaction ending the
+    /// next is version 1's known hole: counted, not a failure; under 2 it is a violation.
+    pub transaction_version: i16,
+    /// The network holds a message now and then for 100-599 ticks more (issue 31; on by
+    /// default). Off: the network as it was before, which some pinned seeds were found under
+    /// (`--no-held-messages`).
+    pub held_messages: bool,
     /// Keep a readable trace.
     pub verbose: bool,
 }
@@ -607,6 +661,8 @@ impl Default for Config {
             unclean_elections: false,
             expiry: true,
             topic_deletions: false,
+            transaction_version: 2,
+            held_messages: true,
             verbose: false,
         }
     }
@@ -654,8 +710,18 @@ struct Sim {
     /// Per partition, the leader epoch of its last unclean election: what was written under
     /// earlier epochs may be lost (see [`Config::unclean_elections`]).
     unclean_epoch: HashMap<i32, i32>,
-    /// (producer id, epoch) of every transaction the coordinator decided to commit.
-    txn_committed: HashSet<(i64, i16)>,
+    /// Every transaction the coordinator decided to commit: (producer id, epoch, transaction)
+    /// (see [`Producer::txn`]): the one whose EndTxn decided it and the one whose request
+    /// opened it, which differ only through version 1's hole.
+    txn_committed: HashSet<(i64, i16, u64)>,
+    /// Per transactional id, the transaction whose registration (an AddPartitionsToTxn, or a
+    /// write's implicit add) opened the coordinator's open transaction.
+    txn_opened_by: HashMap<String, u64>,
+    /// Which transaction each transactional batch was made in, by (partition index, producer
+    /// id, epoch, first sequence), unique per batch.
+    txn_of: HashMap<(i32, i64, i16, i32), u64>,
+    /// The next transaction number ([`Producer::txn`]).
+    next_txn: u64,
     /// The topic's id in each generation (see [`BatchId`] for slots).
     topic_ids: Vec<u128>,
     /// The generation the topic has now; none while it is deleted and not created again.
@@ -764,10 +830,14 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
             },
         );
     }
+    let cfg_producers = cfg.producers;
     let producers = (0..cfg.producers)
         .map(|i| Producer {
             tid: format!("tid-{}", i / 2),
             transactional: i / 2 == 1,
+            txn: i as u64,
+            added: HashSet::new(),
+            adding: None,
             txn_acked: 0,
             txn_size: 1,
             ending: None,
@@ -810,6 +880,9 @@ pub fn run(seed: u64, cfg: Config) -> Outcome {
         unclean_plan: None,
         unclean_epoch: HashMap::new(),
         txn_committed: HashSet::new(),
+        txn_opened_by: HashMap::new(),
+        txn_of: HashMap::new(),
+        next_txn: cfg_producers as u64,
         topic_ids: Vec::new(),
         live_gen: None,
         recreate_rf: 3,
@@ -917,7 +990,19 @@ impl Sim {
             self.fault("message lost");
             return;
         }
-        let delay = if faulty { 1 + self.rng.below(40) } else { 1 + self.rng.below(3) };
+        let mut delay = if faulty { 1 + self.rng.below(40) } else { 1 + self.rng.below(3) };
+        // Requests queue up at the coordinator most (behind its journal writes and markers).
+        let held = if to == COORD { 50 } else { 10 };
+        if faulty && self.cfg.held_messages && self.rng.chance(held) {
+            // Held in a connection for long (a stuck socket, a queue behind a slow handler): it
+            // arrives after its sender gave it up and moved on, as a request a client timed
+            // out and retried on another connection does.
+            self.fault("message held long");
+            delay += 100 + self.rng.below(500);
+            if matches!(msg, Msg::EndTxn { .. }) {
+                self.trace(|| format!("network: {from} -> {to} EndTxn held for {delay} ticks"));
+            }
+        }
         let incarnation = self.incarnations.get(&to).copied().unwrap_or(0);
         if faulty && self.rng.chance(20) {
             self.fault("message duplicated");
@@ -1090,6 +1175,10 @@ impl Sim {
                 if let Some(ids) = granted {
                     if pr.ids.is_none() {
                         pr.ids = Some(ids);
+                        // A new instance: a new transaction.
+                        (pr.txn, pr.adding) = (self.next_txn, None);
+                        self.next_txn += 1;
+                        pr.added.clear();
                         pr.next_seq.fill(0);
                         pr.inflight = None;
                         pr.ending = None;
@@ -1139,10 +1228,12 @@ impl Sim {
                 }
                 self.consumer_answer(partition, offset, records, aborted)
             }
-            Msg::EndTxn { prod, producer_id, epoch, commit } => self.coord_end(prod, producer_id, epoch, commit),
-            Msg::EndTxnResp { prod, for_epoch, granted, retry } => {
+            Msg::EndTxn { prod, txn, producer_id, epoch, commit } => {
+                self.coord_end((prod, txn), producer_id, epoch, commit)
+            }
+            Msg::EndTxnResp { prod, txn, granted, retry } => {
                 let pr = &mut self.producers[prod];
-                if pr.ending.is_none() || pr.ids.map(|(_, e)| e) != Some(for_epoch) {
+                if pr.ending.is_none() || pr.txn != txn {
                     return; // a duplicated or late answer, or one to an earlier request
                 }
                 if retry {
@@ -1151,31 +1242,31 @@ impl Sim {
                 pr.ending = None;
                 pr.txn_acked = 0;
                 pr.txn_size = 1 + self.rng.below(3) as u32;
+                (pr.txn, pr.adding) = (self.next_txn, None);
+                self.next_txn += 1;
+                pr.added.clear();
                 match granted {
-                    // Every end bumps the epoch (KIP-890): the next transaction starts at 0.
+                    // Version 2 bumps the epoch at every end (KIP-890): the next transaction
+                    // starts at sequence 0. Version 1 keeps the epoch, and the sequences go on.
                     Some(ids) => {
+                        if pr.ids != Some(ids) {
+                            pr.next_seq.fill(0);
+                        }
                         pr.ids = Some(ids);
-                        pr.next_seq.fill(0);
                     }
                     None => pr.ids = None,
                 }
                 self.trace(|| format!("producer {prod}: transaction ended, continuing with {granted:?}"));
             }
             Msg::ProduceResp { prod, batch, result } => self.producer_answer(prod, batch, result),
-            Msg::Verify { broker, partition, producer_id, epoch, transactional, guard } => {
-                let now = self.clock(COORD);
+            Msg::Verify { broker, partition, producer_id, epoch, transactional, guard, txn, verify_only } => {
                 // The asking replica's topic id: one of a deleted topic is refused.
                 let index = self.index(partition);
                 let ok = match self.cluster.registration_topic_id(TOPIC, index, self.topic_id_of(partition)) {
                     Ok(topic_id) => {
-                        let reg = Registration::new(producer_id, epoch, (TOPIC, topic_id), index, transactional);
-                        match self.table.handle_register(&reg, now) {
-                            RegisterDecision::Accept { entries, .. } => {
-                                self.journal.extend(entries);
-                                true
-                            }
-                            RegisterDecision::Refuse { .. } => false,
-                        }
+                        let mut reg = Registration::new(producer_id, epoch, (TOPIC, topic_id), index, transactional);
+                        reg.verify_only = verify_only;
+                        matches!(self.coord_register(&reg, txn), RegisterDecision::Accept { .. })
                     }
                     Err(_) => false,
                 };
@@ -1193,6 +1284,28 @@ impl Sim {
                 } else {
                     r.refused.insert((producer_id, epoch));
                 }
+            }
+            Msg::AddPartitions { prod, txn, producer_id, epoch, index } => {
+                // A client's request names the topic: the one under the name now.
+                let (ok, fenced) = match self.live_slot(index).map(|slot| self.topic_id_of(slot)) {
+                    Some(topic_id) => {
+                        let reg = Registration {
+                            transaction_version: 1,
+                            ..Registration::new(producer_id, epoch, (TOPIC, topic_id), index, true)
+                        };
+                        match self.coord_register(&reg, Some(txn)) {
+                            RegisterDecision::Accept { .. } => (true, false),
+                            RegisterDecision::Refuse { status, .. } => {
+                                (false, status.code != protocol::ErrorCode::ConcurrentTransactions)
+                            }
+                        }
+                    }
+                    None => (false, false),
+                };
+                self.send(COORD, producer_host(prod), Msg::AddPartitionsResp { prod, txn, index, ok, fenced });
+            }
+            Msg::AddPartitionsResp { prod, txn, index, ok, fenced } => {
+                self.added_partition(prod, txn, index, ok, fenced)
             }
             Msg::Marker { tid, target, leader_epoch, commit } => {
                 self.broker_marker(to as i32, tid, target, leader_epoch, commit)

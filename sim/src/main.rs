@@ -26,7 +26,8 @@ struct Args {
     /// Switch one check off: none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits,
     /// read-uncommitted, unversioned-isr, no-min-isr, trust-restarts, trust-damaged-logs,
     /// keep-verifications, unclean-leaders-keep-their-logs (these two with --unclean-elections),
-    /// expired-ids-taken-for-idempotent, topics-by-name (with --topic-deletions).
+    /// expired-ids-taken-for-idempotent, topics-by-name (with --topic-deletions),
+    /// no-bump-per-transaction (transaction version 2).
     #[arg(long, default_value = "none")]
     mutation: String,
     /// An operator forces unclean elections (every in-sync replica of a partition lost, a replica
@@ -43,6 +44,16 @@ struct Args {
     /// there too.
     #[arg(long)]
     topic_deletions: bool,
+    /// The transaction version the transactional producers run under, as Kafka clients do: 2
+    /// (epoch bump at every EndTxn, partitions added by their first write) or 1
+    /// (AddPartitionsToTxn, no bump: a delayed EndTxn ending the next transaction is counted as
+    /// version 1's known hole, not a failure).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(i16).range(1..=2))]
+    transaction_version: i16,
+    /// No message held for long in the network: the network as it was before issue 31 (some
+    /// pinned seeds were found under it).
+    #[arg(long)]
+    no_held_messages: bool,
     /// Ticks with faults.
     #[arg(long, default_value_t = 3_000)]
     fault_ticks: u64,
@@ -83,11 +94,15 @@ fn main() -> ExitCode {
     }
     let Some(mutation) = Mutation::parse(&args.mutation) else {
         eprintln!(
-            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits, read-uncommitted, unversioned-isr, no-min-isr, trust-restarts, trust-damaged-logs, keep-verifications, unclean-leaders-keep-their-logs, expired-ids-taken-for-idempotent or topics-by-name",
+            "error: unknown mutation '{}'; use none, no-producer-fencing, no-leader-epoch-checks, unsynced-commits, read-uncommitted, unversioned-isr, no-min-isr, trust-restarts, trust-damaged-logs, keep-verifications, unclean-leaders-keep-their-logs, expired-ids-taken-for-idempotent, topics-by-name or no-bump-per-transaction",
             args.mutation
         );
         return ExitCode::from(2);
     };
+    if mutation == Mutation::NoBumpPerTransaction && args.transaction_version < 2 {
+        eprintln!("error: no-bump-per-transaction mutates transaction version 2: drop --transaction-version 1");
+        return ExitCode::from(2);
+    }
     if args.timeline.is_some() && args.seed.is_none() {
         eprintln!("error: --timeline draws one run: give it with --seed S");
         return ExitCode::from(2);
@@ -97,6 +112,8 @@ fn main() -> ExitCode {
         unclean_elections: args.unclean_elections,
         expiry: !args.no_expiry,
         topic_deletions: args.topic_deletions,
+        transaction_version: args.transaction_version,
+        held_messages: !args.no_held_messages,
         fault_ticks: args.fault_ticks,
         partitions: args.partitions,
         // The timeline is drawn from the trace.

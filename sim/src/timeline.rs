@@ -151,8 +151,8 @@ mod tests {
 
     #[test]
     fn a_seeds_timeline_shows_its_faults_in_the_traces_order() {
-        let out = run(30, Config { verbose: true, ..Config::default() });
-        let t = timeline_of(30, &out.trace);
+        let out = run(32, Config { verbose: true, ..Config::default() });
+        let t = timeline_of(32, &out.trace);
         let count = |kind: MarkKind| t.events().iter().filter(|e| e.1 == kind).count();
         assert!(count(MarkKind::Crash) > 0 && count(MarkKind::Pause) > 0 && count(MarkKind::Election) > 0);
         // Every crash, pause and election line of the trace is a mark, in the trace's order.

@@ -375,6 +375,9 @@ struct Inner {
     /// open, or a log ending below its checkpointed high watermark), until it is back in the
     /// ISR; `None` when it holds everything it held.
     lost: Option<String>,
+    /// The broker epoch of the registration that reported `lost` to the coordinator, -1 until
+    /// one has (kept in the mark: [`LOST_REPORTED_PREFIX`]).
+    lost_reported_at: i64,
     /// Why this follower refuses its leader (it would cut committed records), until a
     /// replication from it is taken again; for the heartbeat's problem report.
     refusing: Option<(i32, String)>,
@@ -533,7 +536,37 @@ pub const HIGH_WATERMARK_FILE: &str = "high-watermark";
 /// The file in a partition's directory that marks it lost (why, as text) from the start that
 /// found it so until it is back in an ISR: a restart in between must not forget it.
 pub const LOST_FILE: &str = "lost";
+/// The mark's second line, once a registration reported the loss: this, then the broker epoch.
+const LOST_REPORTED_PREFIX: &str = "reported by the registration of broker epoch ";
 const HIGH_WATERMARK_HEADER: &str = "epochfence high watermark v1";
+
+/// A [`LOST_FILE`]'s text: why, and the broker epoch of the registration that reported it (-1
+/// if none did; a mark written before this was recorded has one line).
+fn parse_lost_mark(mark: &[u8]) -> (String, i64) {
+    let text = String::from_utf8_lossy(mark);
+    let mut why = Vec::new();
+    let mut reported_at = -1;
+    for line in text.lines() {
+        match line.strip_prefix(LOST_REPORTED_PREFIX).map(|e| e.trim().parse::<i64>()) {
+            Some(Ok(epoch)) => reported_at = epoch,
+            _ => why.push(line),
+        }
+    }
+    (why.join("\n").trim().to_string(), reported_at)
+}
+
+/// Write the lost mark durably: a file renamed into place, and the directory synced.
+fn write_lost_mark(storage: &dyn Storage, dir: &Path, why: &str, reported_at: i64) -> Result<(), LogError> {
+    let text =
+        if reported_at >= 0 { format!("{why}\n{LOST_REPORTED_PREFIX}{reported_at}\n") } else { format!("{why}\n") };
+    storage.write_file_atomically(&dir.join(LOST_FILE), text.as_bytes()).map_err(|e| LogError::Io {
+        path: dir.display().to_string(),
+        op: "record a lost replica",
+        detail: e.to_string(),
+    })?;
+    storage.sync_dir(dir);
+    Ok(())
+}
 
 /// Record `hw` in `dir`'s [`HIGH_WATERMARK_FILE`], durably: a synced temporary file renamed over
 /// it, and the directory synced.
@@ -598,11 +631,9 @@ impl Partition {
         let checkpointed_hw = read_high_watermark(recovered.log.storage(), dir);
         // Found at an earlier start and not caught up since (it may have restarted again before
         // its broker could tell the coordinator).
-        let marked = recovered.log.storage().read(&dir.join(LOST_FILE)).ok();
-        let lost = if let Some(damage) = &recovered.damage {
+        let marked = recovered.log.storage().read(&dir.join(LOST_FILE)).ok().map(|m| parse_lost_mark(&m));
+        let found = if let Some(damage) = &recovered.damage {
             Some(format!("damage cut from its log at the restart: {damage}"))
-        } else if let Some(why) = marked {
-            Some(String::from_utf8_lossy(&why).trim().to_string())
         } else {
             (checkpointed_hw > end).then(|| {
                 format!(
@@ -611,13 +642,17 @@ impl Partition {
                 )
             })
         };
+        // A loss found at this start is new (no registration has reported it yet), even where
+        // an earlier one's mark was still there; else the earlier mark, as it was.
+        let (lost, lost_reported_at) = match (found, marked) {
+            (Some(why), _) => (Some(why), -1),
+            (None, Some((why, reported_at))) => (Some(why), reported_at),
+            (None, None) => (None, -1),
+        };
         if let Some(why) = &lost {
             tracing::error!(topic, partition = index, %why, "replica lost records: it must refetch them before it may lead");
             // Durably, before anything can lower the checkpoint that told it.
-            recovered.log.storage().write_file_atomically(&dir.join(LOST_FILE), why.as_bytes()).map_err(|e| {
-                LogError::Io { path: dir.display().to_string(), op: "record a lost replica", detail: e.to_string() }
-            })?;
-            recovered.log.storage().sync_dir(dir);
+            write_lost_mark(recovered.log.storage(), dir, why, lost_reported_at)?;
         }
         // A snapshot past the log end describes batches the log no longer has.
         if let Err(e) = snapshot::remove_outside(recovered.log.storage(), dir, i64::MIN, end) {
@@ -648,6 +683,7 @@ impl Partition {
             min_isr: 1,
             checkpointed_hw,
             lost,
+            lost_reported_at,
             refusing: None,
         };
         let snapshot = inner.recover_state(fencing)?;
@@ -1237,6 +1273,29 @@ impl Partition {
         self.lock().lost.clone()
     }
 
+    /// The broker epoch of the registration that reported this replica lost, -1 if none has
+    /// (or it is not lost): what its heartbeat reports beside `lost`.
+    pub fn lost_reported_at(&self) -> i64 {
+        let g = self.lock();
+        if g.lost.is_some() {
+            g.lost_reported_at
+        } else {
+            -1
+        }
+    }
+
+    /// The registration of `broker_epoch` reported this replica lost and was answered: the
+    /// coordinator took it out of its ISR then, so an ISR that holds it later was granted after
+    /// it refetched. Recorded in the mark (once: the first registration that reported it).
+    pub fn mark_lost_reported(&self, broker_epoch: i64) -> Result<(), LogError> {
+        let mut g = self.lock();
+        let Some(why) = g.lost.clone().filter(|_| g.lost_reported_at < 0) else { return Ok(()) };
+        let (storage, dir) = (g.log.storage_arc(), g.log.dir().to_path_buf());
+        write_lost_mark(storage.as_ref(), &dir, &why, broker_epoch)?;
+        g.lost_reported_at = broker_epoch;
+        Ok(())
+    }
+
     /// The leader epoch this follower refuses, and why, if it does
     /// ([`ReplicateError::WouldCutCommitted`]).
     pub fn refusing(&self) -> Option<(i32, String)> {
@@ -1474,6 +1533,7 @@ impl Partition {
                 _ => {
                     storage.sync_dir(&dir);
                     g.lost = None;
+                    g.lost_reported_at = -1;
                 }
             }
         }
@@ -2238,6 +2298,46 @@ mod tests {
         assert_eq!(p.lost(), None, "back in the ISR");
         drop(p);
         assert_eq!(open().unwrap().lost(), None, "and the mark is gone");
+    }
+
+    /// A lost mark records the registration that reported it, across restarts, so that the
+    /// coordinator can tell a mark its broker never got to clear (the ISR took the replica back
+    /// while the broker was paused) from a new loss; a loss found at a later start is new again.
+    #[test]
+    fn a_lost_mark_records_the_registration_that_reported_it_until_a_new_loss() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = follower_of_leader_1(dir.path(), LogConfig::default());
+        let batches: Vec<Bytes> = (0..6).map(|i| stored(i, 1, &format!("v{i}"))).collect();
+        push(&p, &batches, 5);
+        p.checkpoint().unwrap();
+        drop(p);
+        let open = || Partition::open_with(Arc::new(OsStorage), dir.path(), LogConfig::default(), "t", 0, 2, true);
+        let segment = dir.path().join(crate::log::offset_file_name(0, crate::log::SEGMENT_SUFFIX));
+        let cut = |n: usize| {
+            let keep: usize = batches[..n].iter().map(|b| b.len()).sum();
+            std::fs::OpenOptions::new().write(true).open(&segment).unwrap().set_len(keep as u64).unwrap();
+            let _ = std::fs::remove_file(segment.with_extension(crate::log::INDEX_SUFFIX));
+        };
+        cut(3);
+        let p = open().unwrap();
+        let why = p.lost().expect("lost");
+        assert_eq!(p.lost_reported_at(), -1, "no registration has reported it");
+        p.mark_lost_reported(4).unwrap();
+        p.mark_lost_reported(6).unwrap();
+        assert_eq!(p.lost_reported_at(), 4, "the first registration that reported it");
+        p.checkpoint().unwrap();
+        drop(p);
+        let p = open().unwrap();
+        assert_eq!((p.lost(), p.lost_reported_at()), (Some(why), 4), "kept across a restart");
+        drop(p);
+        // A new loss at the next start: reported by no registration yet.
+        cut(2);
+        let p = open().unwrap();
+        assert!(p.lost().is_some_and(|w| w.contains("below the high watermark 3")), "{:?}", p.lost());
+        assert_eq!(p.lost_reported_at(), -1);
+        // Back in the ISR: no longer lost, nothing reported.
+        p.learn(1, 2, 2, &[1, 2], &[1, 2], 0);
+        assert_eq!((p.lost(), p.lost_reported_at()), (None, -1));
     }
 
     fn small_segments() -> LogConfig {

@@ -879,6 +879,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
                 offline,
                 lost: lost.is_some(),
                 refused_leader_epoch: refusing.as_ref().map_or(-1, |(epoch, _)| *epoch),
+                lost_reported_at: p.lost_reported_at(),
                 problem: match (offline, lost, refusing) {
                     (true, ..) => {
                         "offline: its log failed (a write or fdatasync error); it takes no writes".to_string()
@@ -900,8 +901,12 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
             problem: format!("offline: its log cannot be opened: {}", u.value().why),
             topic_id: u.value().topic_id,
             refused_leader_epoch: -1,
+            lost_reported_at: -1,
         }))
-        .collect();
+        .collect::<Vec<ReplicaReport>>();
+    // Lost replicas no registration has reported yet: if this heartbeat registers, it does.
+    let reporting_lost: Vec<(String, i32)> =
+        replicas.iter().filter(|r| r.lost && r.lost_reported_at < 0).map(|r| (r.topic.clone(), r.partition)).collect();
     let req = Request::Heartbeat(HeartbeatRequest {
         broker_id: shared.config.id,
         addr: shared.addr.clone(),
@@ -951,6 +956,20 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
         let recorded = tokio::task::spawn_blocking(move || log_dir.record_broker_epoch(epoch)).await;
         if !matches!(recorded, Ok(Ok(()))) {
             tracing::warn!(broker_epoch = epoch, "could not record the broker epoch; the next start waits one lease");
+        }
+        // Record in each lost replica's mark that this registration told the coordinator (which
+        // took the replica out of its ISR for it).
+        let lost: Vec<_> = reporting_lost.iter().filter_map(|k| shared.partitions.get(k).map(|p| p.clone())).collect();
+        if !lost.is_empty() {
+            let marked = tokio::task::spawn_blocking(move || {
+                lost.iter().try_for_each(|p| p.mark_lost_reported(epoch).map_err(|e| e.to_string()))
+            })
+            .await;
+            if !matches!(marked, Ok(Ok(()))) {
+                // Then the next registration reports the loss as new: the replica leaves the ISR
+                // again, which is safe.
+                tracing::warn!(broker_epoch = epoch, "could not record which registration reported a lost replica");
+            }
         }
         shared.broker_epoch.store(epoch, Ordering::Relaxed);
         tracing::info!(broker_epoch = epoch, "registered with the coordinator");

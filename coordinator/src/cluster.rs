@@ -434,8 +434,16 @@ impl Cluster {
                 // (A replica of a deleted topic of that name, under another id, says nothing
                 // about this one.)
                 let of_this = |r: &ReplicaReport| r.topic_id == 0 || r.topic_id == t.id;
-                let lost =
-                    all_lost || reports.iter().any(|r| r.lost && r.topic == *topic && r.partition == i && of_this(r));
+                // A loss an earlier registration of this broker reported took the replica out of
+                // the ISR then; one in the ISR now was let back in after it refetched, and its
+                // broker never read that ISR (paused, cut off) to clear its mark: not a loss.
+                let stale = |r: &ReplicaReport| {
+                    (0..=previous.broker_epoch).contains(&r.lost_reported_at) && p.isr.contains(&broker_id)
+                };
+                let lost = all_lost
+                    || reports
+                        .iter()
+                        .any(|r| r.lost && r.topic == *topic && r.partition == i && of_this(r) && !stale(r));
                 let change = if lost {
                     // Also where it is out of the ISR: a new leader epoch makes the leader
                     // forget what the old process acknowledged (KIP-903's case), so that only
@@ -1856,6 +1864,58 @@ mod tests {
         assert_eq!(problem, "lost: damage", "admin describe shows it");
     }
 
+    /// A lost mark its broker never got to clear: the replica was reported lost by one
+    /// registration (out of the ISR then), refetched and was let back in, but its broker did not
+    /// read that ISR before it restarted again (found by the simulator: the partition lost its
+    /// sole in-sync replica that way, and its leader). The coordinator keeps it in sync; a new
+    /// loss, a mark no registration of this broker reported, or one of a replica out of the ISR
+    /// still takes it out.
+    #[test]
+    fn a_stale_lost_mark_of_a_replica_in_sync_again_is_not_a_loss() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
+        for b in [1, 2, 3] {
+            c.handle_registration(0, b, intact(b.into()), &[]).unwrap();
+        }
+        let (leader, _, _) = c.leader_of("t", 0).unwrap();
+        let f = (1..=3).find(|b| *b != leader).unwrap();
+        let lost_at = |reported_at| ReplicaReport {
+            lost: true,
+            problem: "lost: damage".into(),
+            lost_reported_at: reported_at,
+            ..report("t")
+        };
+        let register = |c: &mut Cluster, now, incarnation, reports: &[ReplicaReport]| {
+            let previous_broker_epoch = c.registration_of(f).unwrap().1;
+            let start = BrokerStart { previous_broker_epoch, ..intact(incarnation) };
+            c.handle_registration(now, f, start, reports).unwrap().0
+        };
+        let reported = register(&mut c, 10, 10, &[lost_at(-1)]);
+        assert!(!state(&c, "t").isr.contains(&f), "a new loss leaves the ISR");
+        let back_in = |c: &mut Cluster| {
+            let (leader, leader_epoch, _) = c.leader_of("t", 0).unwrap();
+            let (isr, partition_epoch) = c.isr_of("t", 0).map(|(i, e)| (i.to_vec(), e)).unwrap();
+            let isr: Vec<i32> = isr.into_iter().chain([f]).collect();
+            assert!(alter(c, leader, leader_epoch, partition_epoch, &isr).status.is_ok());
+            assert!(state(c, "t").isr.contains(&f));
+        };
+        back_in(&mut c);
+        // Restarted before it read that ISR: its mark names the registration that reported it.
+        register(&mut c, 20, 11, &[lost_at(reported)]);
+        assert!(state(&c, "t").isr.contains(&f), "a stale mark: still in sync");
+        // A mark no registration of this broker made (later than its last) is a loss.
+        let last = c.registration_of(f).unwrap().1;
+        register(&mut c, 30, 12, &[lost_at(last + 1)]);
+        assert!(!state(&c, "t").isr.contains(&f));
+        // Out of the ISR, a mark reported earlier still counts (it is not back in sync).
+        register(&mut c, 40, 13, &[lost_at(reported)]);
+        assert!(!state(&c, "t").isr.contains(&f));
+        // Back in, then a loss found at this start (reported by none): out.
+        back_in(&mut c);
+        register(&mut c, 50, 14, &[lost_at(-1)]);
+        assert!(!state(&c, "t").isr.contains(&f));
+    }
+
     /// The restart the hardening review found: every broker of a 3-replica partition is killed;
     /// each one that comes back used to leave the ISR, so the last to return was the only
     /// electable one. Brokers whose logs are intact keep their place: the first back leads.
@@ -2018,6 +2078,7 @@ mod tests {
             problem: "offline".into(),
             topic_id: 0,
             refused_leader_epoch: -1,
+            lost_reported_at: -1,
         };
         assert_eq!(c.handle_offline(10, leader, &[failed("t")]).len(), 1);
         assert!(c.handle_offline(10, leader, &[failed("t")]).is_empty(), "reported once is enough");
@@ -2100,6 +2161,7 @@ mod tests {
             problem: String::new(),
             topic_id: 0,
             refused_leader_epoch: -1,
+            lost_reported_at: -1,
         };
         c.handle_heartbeat(90, others[0], "a", &[report(5)]);
         c.handle_heartbeat(90, others[1], "a", &[report(7)]);
@@ -2168,6 +2230,7 @@ mod tests {
             problem: String::new(),
             topic_id: 0,
             refused_leader_epoch: -1,
+            lost_reported_at: -1,
         }
     }
 

@@ -165,6 +165,7 @@ impl Sim {
                     problem: lost.unwrap_or_default(),
                     topic_id: self.topic_id_of(partition),
                     refused_leader_epoch: part.refusing().map_or(-1, |(epoch, _)| epoch),
+                    lost_reported_at: part.lost_reported_at(),
                 }
             })
             .collect();

@@ -1355,6 +1355,14 @@ impl Sim {
                     Ok(epoch) if b.broker_epoch < 0 => {
                         b.broker_epoch = epoch;
                         b.recorded_broker_epoch = epoch;
+                        // The registration reported its lost replicas (a replica turns lost only
+                        // when its process starts, before its first heartbeat), as the broker
+                        // records in each one's mark.
+                        for r in b.replicas.values() {
+                            if let Err(e) = r.part.mark_lost_reported(epoch) {
+                                return self.violate(format!("broker {id} cannot record a lost mark: {e}"));
+                            }
+                        }
                     }
                     Ok(_) => {}
                     Err(protocol::ErrorCode::StaleBrokerEpoch) => b.broker_epoch = -1,

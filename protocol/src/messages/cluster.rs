@@ -356,6 +356,7 @@ impl HeartbeatRequest {
             b.put_string(&r.problem);
             b.put_u128(r.topic_id);
             b.put_i32(r.refused_leader_epoch);
+            b.put_i64(r.lost_reported_at);
         }
     }
 
@@ -381,6 +382,7 @@ impl HeartbeatRequest {
                 problem: r.string("problem")?,
                 topic_id: r.u128("topic_id")?,
                 refused_leader_epoch: r.i32("refused_leader_epoch")?,
+                lost_reported_at: r.i64("lost_reported_at")?,
             });
         }
         Ok(HeartbeatRequest {
@@ -427,6 +429,12 @@ pub struct ReplicaReport {
     /// cut committed records (the leader lacks them), -1 if none: the coordinator moves that
     /// leadership to a replica that has them.
     pub refused_leader_epoch: i32,
+    /// With `lost`: the broker epoch of the registration that first reported this loss, -1 if
+    /// none has (found at this start, or reported by a registration whose answer never came).
+    /// The coordinator took the replica out of its ISR at that registration, so a replica it
+    /// holds in sync now was let back in after it refetched: the mark is stale (its broker never
+    /// read the ISR that took it back), and the restart is not taken for a loss.
+    pub lost_reported_at: i64,
 }
 
 /// One partition a broker hosts a replica of.

@@ -766,6 +766,7 @@ mod tests {
                 problem: "damaged".into(),
                 topic_id: 0x5678,
                 refused_leader_epoch: 9,
+                lost_reported_at: 4,
             }],
         }));
         roundtrip_req(Request::Replicate(ReplicateRequest {

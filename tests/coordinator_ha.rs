@@ -12,30 +12,13 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{broker, create_topic_replicated, log_tails, signal, Lines, Proc};
+use common::{broker, create_topic_replicated, log_tails, signal, spare_port, Lines, Proc};
 use producer::{Admin, ClientConfig, Consumer, Producer, ProducerConfig};
 use protocol::{ErrorCode, InitProducerIdRequest, Request, Response, WriteMarkerRequest};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// A port for an etcd member. Not `bind(0)`: a port found free that way is in Linux's ephemeral
-/// range (32768-60999), where another test's `bind(0)` or any outgoing connection may take it
-/// before etcd binds it, and a member that cannot bind exits while its URL reaches whoever took
-/// the port (in one CI run, another test's one-member etcd, which always calls itself leader).
-/// Below that range, from one counter for all the tests of this binary, each checked free.
-fn etcd_port() -> u16 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    loop {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = 20_000 + (std::process::id().wrapping_mul(7919).wrapping_add(n) % 12_000) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
 
 /// A loopback etcd cluster of `n` members, killed when dropped.
 struct Etcd {
@@ -53,8 +36,10 @@ impl Etcd {
             Command::new("etcd").arg("--version").output().is_ok_and(|o| o.status.success()),
             "etcd is not installed: run scripts/etcd (it installs Debian's etcd-server, etcd-client and protobuf-compiler)"
         );
-        let client = (0..n).map(|_| format!("http://127.0.0.1:{}", etcd_port())).collect();
-        let peer = (0..n).map(|_| format!("http://127.0.0.1:{}", etcd_port())).collect();
+        // Not bind(0) (see `spare_port`): a member that cannot bind exits while its URL reaches
+        // whoever took the port.
+        let client = (0..n).map(|_| format!("http://127.0.0.1:{}", spare_port())).collect();
+        let peer = (0..n).map(|_| format!("http://127.0.0.1:{}", spare_port())).collect();
         let mut etcd =
             Etcd { dir: dir.to_path_buf(), members: (0..n).map(|_| None).collect(), client, peer, cluster_id: None };
         for i in 0..n {

@@ -271,7 +271,7 @@ async fn the_kafka_listener_serves_once_the_broker_has_registered() {
 
     let dir = tempfile::tempdir().unwrap();
     // The coordinator's address, with nothing listening there yet.
-    let coordinator_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let coordinator_addr = format!("127.0.0.1:{}", common::spare_port());
     let mut b = common::broker_with(1, &coordinator_addr, dir.path(), &["--kafka-listen", "127.0.0.1:0"]);
     let kafka = b.next_line().rsplit(' ').next().unwrap().to_string();
     // ApiVersions is answered at once (connect asks it); Metadata waits for the registration.

@@ -5,9 +5,27 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;
 
 static BUILD: Once = Once::new();
+
+/// A loopback port for a process a test starts later, to listen on (given on its command
+/// line). Not `bind(0)`: a port found free that way is in Linux's ephemeral range (32768-60999),
+/// where another test's `bind(0)` or any outgoing connection may take it before the process
+/// binds it (a CI run's etcd member could not bind its port that way, and another test's etcd
+/// answered on it). Below that range, from one counter for all the tests of this binary (the
+/// test binaries run one at a time), each checked free.
+pub fn spare_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + (std::process::id().wrapping_mul(7919).wrapping_add(n) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
 
 /// Path of a workspace binary, built (or rebuilt if stale) once per test process with the
 /// same profile as this test.

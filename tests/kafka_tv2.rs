@@ -418,6 +418,13 @@ fn epoch_exhaustion_moves_a_version_2_producer_to_a_new_producer_id() {
     common::create_topic(&c.addr, "t", 1);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
+        // ApiVersions is answered before the broker's first heartbeat answer tells it the
+        // coordinator's transaction version (until then it offers version 1): wait for 2.
+        let deadline = Instant::now() + T;
+        while KafkaConnection::connect(&kafka, None, T).await.unwrap().transaction_version() != 2 {
+            assert!(Instant::now() < deadline, "the listener never offered transaction version 2");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let config = |id: &str| ProducerConfig {
             client: producer::ClientConfig { request_timeout_ms: 10_000, ..Default::default() },
             ..ProducerConfig::transactional(id)

@@ -5,6 +5,8 @@
 //! long polling and the transaction-timeout limit. The unmodified clients (librdkafka and
 //! kafka-python) run in tests/kafka_clients.rs.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -21,39 +23,15 @@ use producer::kafka::{KafkaConnection, KafkaConsumer, KafkaError, KafkaProducer}
 use producer::{ClientError, ProducerConfig};
 use protocol::batch::{build_batch, ProducerStamp};
 
+use common::kafka::{connect, name, tid, wait_ready};
+
 const T: Duration = Duration::from_secs(10);
 
 async fn cluster(fencing: bool) -> LocalCluster {
     let c = LocalCluster::start(LocalOptions { fencing, kafka: true, ..LocalOptions::default() }).await.unwrap();
     c.create_topic("t", 2).await.unwrap();
-    // Wait until the broker itself leads both partitions (it learns so from its heartbeat).
-    let conn = connect(&c).await;
-    let deadline = Instant::now() + T;
-    loop {
-        let req = ListOffsetsRequest::default().with_topics(vec![ListOffsetsTopic::default()
-            .with_name(name("t"))
-            .with_partitions(
-                (0..2).map(|p| ListOffsetsPartition::default().with_partition_index(p).with_timestamp(-1)).collect(),
-            )]);
-        let r = conn.call(&req, 7).await.unwrap();
-        if r.topics[0].partitions.iter().all(|p| p.error_code == 0) {
-            return c;
-        }
-        assert!(Instant::now() < deadline, "the broker does not lead t after {T:?}: {r:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-async fn connect(c: &LocalCluster) -> KafkaConnection {
-    KafkaConnection::connect(&c.kafka_addrs[0], None, T).await.unwrap()
-}
-
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
-
-fn tid(s: &str) -> TransactionalId {
-    TransactionalId(StrBytes::from_string(s.to_string()))
+    wait_ready(&c.kafka_addrs[0], "t", 2, None).await;
+    c
 }
 
 fn produce_request(acks: i16, topic: &str, partition: i32, records: Bytes) -> ProduceRequest {

@@ -7,12 +7,13 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use common::kafka::{connect, name, tid, wait_ready};
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use epochfence::{LocalCluster, LocalOptions};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
@@ -36,31 +37,8 @@ async fn cluster_with(transaction_version: i16, fencing: bool) -> LocalCluster {
     let opts = LocalOptions { kafka: true, transaction_version, fencing, ..LocalOptions::default() };
     let c = LocalCluster::start(opts).await.unwrap();
     c.create_topic("t", 1).await.unwrap();
-    let deadline = Instant::now() + T;
-    loop {
-        let conn = connect(&c).await;
-        let req = ListOffsetsRequest::default().with_topics(vec![ListOffsetsTopic::default()
-            .with_name(name("t"))
-            .with_partitions(vec![ListOffsetsPartition::default().with_timestamp(-1)])]);
-        let led = conn.call(&req, 7).await.unwrap().topics[0].partitions[0].error_code == 0;
-        if led && conn.transaction_version() == transaction_version {
-            return c;
-        }
-        assert!(Instant::now() < deadline, "the broker does not lead t at transaction version {transaction_version}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-async fn connect(c: &LocalCluster) -> KafkaConnection {
-    KafkaConnection::connect(&c.kafka_addrs[0], None, T).await.unwrap()
-}
-
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
-
-fn tid(s: &str) -> TransactionalId {
-    TransactionalId(StrBytes::from_string(s.to_string()))
+    wait_ready(&c.kafka_addrs[0], "t", 1, Some(transaction_version)).await;
+    c
 }
 
 /// A transactional produce request of one batch (`value`) at (producer id, epoch, sequence).
@@ -255,7 +233,7 @@ async fn a_delayed_end_txn_never_ends_the_next_transaction_under_version_2() {
         let own = p.commit().await;
         let read = committed(&c).await;
         if version == 2 {
-            assert_ne!(code, 0, "the held EndTxn of N is refused");
+            assert_eq!(code, ErrorCodeNum::PRODUCER_FENCED, "the held EndTxn of N is fenced");
             own.unwrap();
             assert_eq!(read, ["a", "b"]);
         } else {
@@ -269,8 +247,8 @@ async fn a_delayed_end_txn_never_ends_the_next_transaction_under_version_2() {
 
 /// EndTxn v5's retry rules (KIP-890): the same end again at the epoch it ended (a retry whose
 /// answer was lost) succeeds with the producer id and epoch the transaction ended into, and
-/// moves nothing; the other end at that epoch is refused; an end at an epoch older than that is
-/// fenced.
+/// moves nothing; the other end at that epoch is INVALID_TXN_STATE, as in Kafka; an end at an
+/// epoch older than that is fenced.
 #[tokio::test]
 async fn a_retried_end_txn_v5_is_answered_with_the_epoch_it_ended_into() {
     let c = cluster(2).await;
@@ -291,7 +269,7 @@ async fn a_retried_end_txn_v5_is_answered_with_the_epoch_it_ended_into() {
     let again = conn.call(&end(ids.1, true), 5).await.unwrap();
     assert_eq!((again.error_code, again.producer_id.0, again.producer_epoch), (0, ids.0, ids.1 + 1), "{again:?}");
     let other = conn.call(&end(ids.1, false), 5).await.unwrap();
-    assert_ne!(other.error_code, 0, "the other end of the ended transaction: {other:?}");
+    assert_eq!(other.error_code, ErrorCodeNum::INVALID_TXN_STATE, "the other end of the ended transaction: {other:?}");
     assert_eq!((other.producer_id.0, other.producer_epoch), (-1, -1), "no id or epoch on an error");
     // The producer goes on at the epoch it was answered: nothing moved it.
     p.begin().unwrap();
@@ -383,6 +361,7 @@ struct ErrorCodeNum;
 
 impl ErrorCodeNum {
     const INVALID_PRODUCER_EPOCH: i16 = 47;
+    const INVALID_TXN_STATE: i16 = 48;
     const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
     const PRODUCER_FENCED: i16 = 90;
 }
@@ -418,13 +397,7 @@ fn epoch_exhaustion_moves_a_version_2_producer_to_a_new_producer_id() {
     common::create_topic(&c.addr, "t", 1);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
-        // ApiVersions is answered before the broker's first heartbeat answer tells it the
-        // coordinator's transaction version (until then it offers version 1): wait for 2.
-        let deadline = Instant::now() + T;
-        while KafkaConnection::connect(&kafka, None, T).await.unwrap().transaction_version() != 2 {
-            assert!(Instant::now() < deadline, "the listener never offered transaction version 2");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_ready(&kafka, "t", 1, Some(2)).await;
         let config = |id: &str| ProducerConfig {
             client: producer::ClientConfig { request_timeout_ms: 10_000, ..Default::default() },
             ..ProducerConfig::transactional(id)

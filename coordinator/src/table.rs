@@ -621,6 +621,20 @@ impl ProducerTable {
             // The end of this transaction completed and its answer was lost.
             return EndDecision::Done { producer_id: e.producer_id, epoch: e.epoch };
         }
+        let ended_otherwise = e.last_end.is_some_and(|(ids, c)| ids == (producer_id, epoch) && c != commit);
+        if bump && ended_otherwise && e.txn_started_ms.is_none() {
+            // Kafka's rule for the transaction that just ended (KIP-890): the other end of it
+            // is not a retry, and nothing is open to end.
+            let (ended, asked) = if commit { ("aborted", "commit") } else { ("committed", "abort") };
+            return refuse(
+                ErrorCode::InvalidTxnState,
+                format!(
+                    "the transaction of '{tid}' at producer id {producer_id} epoch {epoch} {ended}, and no other is \
+                     open: this EndTxn asks to {asked} it"
+                ),
+                e.epoch,
+            );
+        }
         let ours = self.owner.get(&producer_id).is_some_and(|t| t == tid);
         if !ours {
             return refuse(
@@ -1832,6 +1846,25 @@ mod tests {
         assert_eq!(*transaction_version, 1);
         let decoded = Entry::decode(journal[0].encode()).unwrap();
         assert_eq!(decoded, journal[0]);
+    }
+
+    /// Kafka's EndTxn v5 rules for the transaction that just ended (KIP-890): the same end again
+    /// is a retry (its answer lost), the other end of it INVALID_TXN_STATE, an end two epochs
+    /// behind fenced.
+    #[test]
+    fn the_other_end_of_a_bumped_transaction_is_an_invalid_state() {
+        let mut t = ProducerTable::new(TableConfig::default());
+        let (pid, e0, _) = grant(t.handle_init(Some("k"), T, None));
+        register(&mut t, "k", "a", 0, 0);
+        let (e1, _, _) = markers(t.handle_end_txn("k", pid, e0, true, true));
+        t.handle_fence_done("k", e1);
+        assert_eq!(t.handle_end_txn("k", pid, e0, true, true), EndDecision::Done { producer_id: pid, epoch: e1 });
+        assert_eq!(refused_end(t.handle_end_txn("k", pid, e0, false, true)), ErrorCode::InvalidTxnState);
+        register(&mut t, "k", "a", 0, 1);
+        let (e2, _, _) = markers(t.handle_end_txn("k", pid, e1, false, true));
+        t.handle_fence_done("k", e2);
+        assert_eq!(refused_end(t.handle_end_txn("k", pid, e1, true, true)), ErrorCode::InvalidTxnState);
+        assert_eq!(refused_end(t.handle_end_txn("k", pid, e0, false, true)), ErrorCode::ProducerFenced);
     }
 
     /// Kafka's EndTxn rules without a bump: ending the transaction that just ended the same way

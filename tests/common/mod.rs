@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod kafka;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};

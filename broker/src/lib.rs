@@ -12,6 +12,7 @@
 //! - [`txn_index`]: open and aborted transactions, the last stable offset (rules, no I/O).
 //! - [`server`]: the tokio shell: requests, heartbeats, verification with the coordinator.
 
+pub mod cli;
 pub mod leader;
 pub mod log;
 pub mod log_dir;

@@ -10,10 +10,12 @@
 //! - [`metrics`]: the Prometheus metrics (`--metrics-listen`).
 //! - [`server`]: the tokio shell that wires them to the network.
 
+pub mod cli;
 pub mod cluster;
 pub mod entry;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod events;
 pub mod groups;
 pub mod journal;
 pub mod kv_journal;

@@ -241,6 +241,7 @@ impl Shared {
     fn persist(&self, entries: &[Entry]) -> oneshot::Receiver<Result<(), JournalError>> {
         self.since_snapshot.fetch_add(entries.len() as u64, std::sync::atomic::Ordering::Relaxed);
         self.metrics.count(entries);
+        crate::events::record(entries);
         self.journal.append(entries.iter().map(Entry::encode).collect())
     }
 }

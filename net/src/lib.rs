@@ -13,6 +13,7 @@
 
 pub mod client;
 pub mod coordinators;
+pub mod events;
 pub mod metrics;
 pub mod progress;
 pub mod server;
@@ -35,11 +36,21 @@ pub fn read_cluster_secret(path: &std::path::Path) -> Result<protocol::auth::Clu
 
 /// Log to stderr for a binary: `RUST_LOG` if set, else `default_level` ("info", "warn").
 pub fn init_logging(default_level: &str) {
+    init_logging_with_events(default_level, None);
+}
+
+/// [`init_logging`], and with `events` (a file and the process's name in it) every fencing
+/// event also appended to that file as a JSON line ([`events`]), whatever `RUST_LOG` says.
+pub fn init_logging_with_events(default_level: &str, events: Option<events::EventsFile>) {
     use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_level.into()))
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_level.into());
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // Colours on a terminal only: a log redirected to a file stays plain text.
         .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_filter(filter);
+    tracing_subscriber::registry().with(stderr).with(events).init();
 }

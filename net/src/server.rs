@@ -137,7 +137,7 @@ pub type GroupHandler<P = Own> =
 
 /// Makes the handlers of one new connection: a protocol whose handler keeps per-connection
 /// state (the Kafka listener's relay to the coordinator) makes fresh ones each time.
-pub type Handlers<P = Own> = Arc<dyn Fn() -> (Handler<P>, Option<GroupHandler<P>>) + Send + Sync>;
+pub type Handlers<P = Own> = Arc<dyn Fn(std::net::SocketAddr) -> (Handler<P>, Option<GroupHandler<P>>) + Send + Sync>;
 
 /// Limits of one server; every one has a default and a unit.
 #[derive(Clone)]
@@ -258,7 +258,7 @@ pub async fn serve_grouped(
     limits: ServerLimits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let handlers: Handlers = Arc::new(move || (handler.clone(), group.clone()));
+    let handlers: Handlers = Arc::new(move |_| (handler.clone(), group.clone()));
     serve_protocol::<Own>(listener, handlers, limits, shutdown).await
 }
 
@@ -301,7 +301,7 @@ pub async fn serve_protocol<P: Protocol>(
                     match limits.tls.clone() {
                         None => match permit {
                             Ok(_permit) => {
-                                let (handler, group) = handlers();
+                                let (handler, group) = handlers(peer);
                                 serve_connection::<P, _>(stream, handler, group, &limits, reserved, stop).await;
                             }
                             Err(_) => refuse_connection::<P, _>(stream, &limits).await,
@@ -321,7 +321,7 @@ pub async fn serve_protocol<P: Protocol>(
                             };
                             match permit {
                                 Ok(_permit) => {
-                                    let (handler, group) = handlers();
+                                    let (handler, group) = handlers(peer);
                                     serve_connection::<P, _>(tls, handler, group, &limits, reserved, stop).await;
                                 }
                                 Err(_) => refuse_connection::<P, _>(tls, &limits).await,

@@ -163,7 +163,12 @@ impl KafkaConn {
 
     /// InitProducerId: a producer id and epoch (a bump of a transactional id's, fencing its
     /// earlier instances; with KIP-360's producer id and epoch, a retry or a bump by the holder).
-    pub(super) async fn init_producer_id(self: &Arc<Self>, r: InitProducerIdRequest, version: i16) -> KafkaAnswer {
+    pub(super) async fn init_producer_id(
+        self: &Arc<Self>,
+        r: InitProducerIdRequest,
+        version: i16,
+        client_id: String,
+    ) -> KafkaAnswer {
         let reply = |code: ErrorCode, producer_id: i64, epoch: i16| {
             KafkaAnswer::Reply(ResponseKind::InitProducerId(
                 InitProducerIdResponse::default()
@@ -185,15 +190,38 @@ impl KafkaConn {
         }
         let (producer_id, producer_epoch) = if version >= 3 { (r.producer_id.0, r.producer_epoch) } else { (-1, -1) };
         let req = Request::InitProducerId(protocol::InitProducerIdRequest {
-            transactional_id: tid,
+            transactional_id: tid.clone(),
             transaction_timeout_ms: r.transaction_timeout_ms,
             producer_id,
             producer_epoch,
         });
         match self.relay(req).await {
-            Response::InitProducerId(i) if i.status.is_ok() => reply(ErrorCode::None, i.producer_id, i.producer_epoch),
+            Response::InitProducerId(i) if i.status.is_ok() => {
+                // Who the granted instance is, for the run's timeline: the coordinator sees only
+                // this broker's relay.
+                tracing::info!(
+                    target: "epochfence::fencing",
+                    transactional_id = tid.as_deref().unwrap_or(""),
+                    producer_id = i.producer_id,
+                    epoch = i.producer_epoch,
+                    client_id = client_id.as_str(),
+                    client_address = %self.peer,
+                    "kafka producer initialised"
+                );
+                reply(ErrorCode::None, i.producer_id, i.producer_epoch)
+            }
             other => {
-                tracing::info!(status = %other.status(), "Kafka InitProducerId refused");
+                tracing::info!(
+                    target: "epochfence::fencing",
+                    transactional_id = tid.as_deref().unwrap_or(""),
+                    producer_id,
+                    producer_epoch,
+                    client_id = client_id.as_str(),
+                    client_address = %self.peer,
+                    status = %other.status(),
+                    reason = other.status().code.name(),
+                    "kafka init refused"
+                );
                 reply(other.status().code, -1, -1)
             }
         }

@@ -78,7 +78,8 @@ impl KafkaConn {
             protocols: r.protocols.into_iter().map(|p| (p.name.to_string(), p.metadata)).collect(),
             require_known_member: version >= 4,
             client_id,
-            client_host: String::new(),
+            // Kafka's form: a slash and the address (DescribeGroups shows it).
+            client_host: format!("/{}", self.peer.ip()),
         });
         let resp = match self.relay_long(req, rebalance_timeout_ms).await {
             Response::JoinGroup(j) => j,

@@ -199,6 +199,8 @@ impl net::Protocol for KafkaWire {
 struct KafkaConn {
     shared: Arc<Shared>,
     relay: Mutex<Relay>,
+    /// The client's address, as the listener accepted it.
+    peer: std::net::SocketAddr,
 }
 
 /// A Kafka connection's relay to the coordinator. Each Kafka connection has its own, so its
@@ -267,8 +269,8 @@ impl Drop for RelayLease {
 /// The handlers of each new Kafka connection.
 pub(super) fn handlers(shared: &Arc<Shared>) -> Handlers<KafkaWire> {
     let shared = shared.clone();
-    Arc::new(move || {
-        let conn = Arc::new(KafkaConn { shared: shared.clone(), relay: Mutex::new(Relay::default()) });
+    Arc::new(move |peer| {
+        let conn = Arc::new(KafkaConn { shared: shared.clone(), relay: Mutex::new(Relay::default()), peer });
         let for_group = conn.clone();
         let handler: Handler<KafkaWire> = Arc::new(move |req| conn.start(req));
         let group: GroupHandler<KafkaWire> = Arc::new(move |requests| {
@@ -350,7 +352,8 @@ impl KafkaConn {
             RequestKind::FindCoordinator(r) => Handled::answer(self.find_coordinator(r, version)),
             RequestKind::InitProducerId(r) => {
                 let conn = self.clone();
-                Handled::serial(async move { conn.init_producer_id(r, version).await })
+                let client_id = req.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+                Handled::serial(async move { conn.init_producer_id(r, version, client_id).await })
             }
             RequestKind::AddPartitionsToTxn(r) => {
                 let conn = self.clone();

@@ -143,6 +143,15 @@ fn faults_on_demand_are_done_recorded_and_drawn_and_down_stops_everything() {
     }
     assert!(html.contains("<li class=\"pause\"><b>broker 2</b>: cluster: fault action=pause"), "{html}");
     assert!(html.contains("<li class=\"crash\"><b>broker 3</b>: cluster: fault action=kill"), "{html}");
+    for banned in ["<script", "<link", "<img", "url("] {
+        assert!(!html.contains(banned), "the page loads nothing: {banned}");
+    }
+    // In a real browser: the lanes in order (coordinator, then brokers by id) and the marks.
+    let dom = common::browser_dom(&page, tmp.path());
+    let lanes: Vec<&str> =
+        dom.split("<g class=\"lane\" data-lane=\"").skip(1).map(|l| &l[..l.find('"').unwrap()]).collect();
+    assert_eq!(lanes, ["coordinator", "broker 1", "broker 2", "broker 3"], "{dom}");
+    assert!(dom.matches("<g class=\"mark crash\">").count() >= 3, "kill, restart, restart: {dom}");
 
     // `down` stops every process, answers, and the `up` process exits 0 keeping --data-dir.
     assert!(ok(&["down", "--data-dir", d]).starts_with("stopped the cluster"));

@@ -1,6 +1,8 @@
 //! The runnable scenarios keep telling the truth: each exits 0 only if it saw both the fenced
 //! and the unfenced outcome.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -42,18 +44,6 @@ fn zombie_producer_example_sees_both_outcomes() {
     );
 }
 
-/// The flags the machine's notes give for a headless Chromium on a closed network.
-const CHROMIUM_FLAGS: [&str; 8] = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-];
-
 #[test]
 fn the_zombie_timeline_renders_in_a_real_browser() {
     let dir = tempfile::tempdir().unwrap();
@@ -64,16 +54,12 @@ fn the_zombie_timeline_renders_in_a_real_browser() {
     for banned in ["<script", "<link", "<img", "url("] {
         assert!(!html.contains(banned), "the page loads nothing: {banned}");
     }
-    // Debian's chromium, installed by the project's script if missing.
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let found = Command::new(root.join("scripts/chromium")).output().expect("run scripts/chromium (it needs bash)");
-    assert!(found.status.success(), "scripts/chromium: {}", String::from_utf8_lossy(&found.stderr));
-    let chromium = String::from_utf8_lossy(&found.stdout).lines().last().unwrap().trim().to_string();
+    let chromium = common::chromium();
     let url = format!("file://{}", page.display());
     let profile = dir.path().join("profile");
     let browser = |extra: &[&str]| {
         let out = Command::new(&chromium)
-            .args(CHROMIUM_FLAGS)
+            .args(common::CHROMIUM_FLAGS)
             .arg(format!("--user-data-dir={}", profile.display()))
             .args(extra)
             .arg(&url)
@@ -98,7 +84,7 @@ fn the_zombie_timeline_renders_in_a_real_browser() {
     std::fs::write(&picture, format!("<!DOCTYPE html><html><body style=\"margin:0\">{svg}</body></html>")).unwrap();
     let shot = dir.path().join("fenced.png");
     let out = Command::new(&chromium)
-        .args(CHROMIUM_FLAGS)
+        .args(common::CHROMIUM_FLAGS)
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(["--window-size=1300,600", &format!("--screenshot={}", shot.display())])
         .arg(format!("file://{}", picture.display()))

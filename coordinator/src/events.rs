@@ -89,6 +89,8 @@ pub fn record(entries: &[Entry]) {
                     topic = name.as_str(),
                     partitions = replicas.len() as u64,
                     replicas = replicas.first().map_or(0, Vec::len) as u64,
+                    // Each partition's first leader, partition 0 first.
+                    leaders = replicas.iter().map(|r| r.first().copied().unwrap_or(-1).to_string()).collect::<Vec<_>>().join(","),
                     "topic created"
                 );
             }

@@ -328,3 +328,36 @@ pub fn sample(text: &str, sample: &str) -> f64 {
         .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.strip_prefix(' ')))
         .map_or(0.0, |v| v.trim().parse().unwrap())
 }
+
+/// The flags the machine's notes give for a headless Chromium on a closed network.
+pub const CHROMIUM_FLAGS: [&str; 8] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+];
+
+/// Debian's chromium, installed by the project's script if missing: its path.
+pub fn chromium() -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let found = Command::new(root.join("scripts/chromium")).output().expect("run scripts/chromium (it needs bash)");
+    assert!(found.status.success(), "scripts/chromium: {}", String::from_utf8_lossy(&found.stderr));
+    String::from_utf8_lossy(&found.stdout).lines().last().unwrap().trim().to_string()
+}
+
+/// The DOM a headless Chromium builds from `page` (profile under `scratch`).
+pub fn browser_dom(page: &Path, scratch: &Path) -> String {
+    let out = Command::new(chromium())
+        .args(CHROMIUM_FLAGS)
+        .arg(format!("--user-data-dir={}", scratch.join("chromium-profile").display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -155,26 +155,28 @@ impl Timeline {
     }
 
     fn svg(&self, out: &mut String) {
-        const LEFT: u32 = 170;
+        // Room for the longest lane name (bold 14px: about 8.5px a character), at least 170px.
+        let longest = self.lanes.iter().map(|l| l.name.chars().count()).max().unwrap_or(0) as u32;
+        let left: u32 = (longest * 17 / 2 + 20).max(170);
         const STEP: u32 = 76;
         const LANE: u32 = 96;
         const TOP: u32 = 30;
         let steps = self.now + 1;
-        let width = LEFT + STEP * steps + 40;
+        let width = left + STEP * steps + 40;
         let height = TOP + LANE * self.lanes.len() as u32 + 20;
         let _ = write!(
             out,
             r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="{}">"#,
             esc(&self.title)
         );
-        let x = |step: u32| LEFT + STEP * step;
+        let x = |step: u32| left + STEP * step;
         for (i, lane) in self.lanes.iter().enumerate() {
             let y = TOP + LANE * i as u32;
             let mid = y + LANE / 2;
             let _ = write!(out, r#"<g class="lane" data-lane="{}">"#, esc(&lane.name));
             let _ = write!(
                 out,
-                r##"<text x="10" y="{}" class="lane-name">{}</text><line x1="{LEFT}" y1="{mid}" x2="{}" y2="{mid}" stroke="#bbb"/>"##,
+                r##"<text x="10" y="{}" class="lane-name">{}</text><line x1="{left}" y1="{mid}" x2="{}" y2="{mid}" stroke="#bbb"/>"##,
                 mid + 5,
                 esc(&lane.name),
                 width - 20

@@ -70,11 +70,25 @@ pub fn page(events: &[Value], title: &str, intro: &str) -> Page {
     }
     let mut lanes =
         Lanes { t: Timeline::new(title), instances: HashMap::new(), latest: HashMap::new(), members: HashMap::new() };
-    // Process lanes first, coordinators before brokers (by id), so the page reads top down.
-    let mut processes: Vec<&str> = events.iter().map(|e| s(e, "process")).filter(|p| *p != "cluster").collect();
-    processes.sort_by_key(|p| (!p.starts_with("coordinator"), p.trim_start_matches("broker ").parse::<i64>().ok(), *p));
+    // Process lanes first, coordinators before brokers (by id), so the page reads top down:
+    // every process that wrote an event, and every broker an event names.
+    let mut processes: Vec<String> = Vec::new();
+    for e in events {
+        processes.push(s(e, "process").to_string());
+        match s(e, "event") {
+            "broker registered" => processes.push(format!("broker {}", i(e, "broker_id"))),
+            "leader elected" if i(e, "leader") >= 0 => processes.push(format!("broker {}", i(e, "leader"))),
+            "fault" => processes.extend(s(e, "target").split(',').filter(|t| !t.is_empty()).map(str::to_string)),
+            _ => {}
+        }
+    }
+    processes.retain(|p| !p.is_empty() && p != "cluster");
+    processes.sort_by(|a, b| {
+        let key = |p: &String| (!p.starts_with("coordinator"), p.trim_start_matches("broker ").parse::<i64>().ok());
+        key(a).cmp(&key(b)).then_with(|| a.cmp(b))
+    });
     processes.dedup();
-    for p in processes {
+    for p in &processes {
         lanes.process(p);
     }
     for e in events {
@@ -141,8 +155,8 @@ pub fn page(events: &[Value], title: &str, intro: &str) -> Page {
                 } else {
                     (lanes.process(process), format!("{topic}-{partition} offline"))
                 };
-                lanes.t.band(lane, format!("leader epoch {}", i(e, "leader_epoch")));
-                lanes.t.mark(lane, MarkKind::Election, caption, label);
+                // A mark, not a band: a broker leads many partitions, each at its own epoch.
+                lanes.t.mark(lane, MarkKind::Election, format!("{caption} (epoch {})", i(e, "leader_epoch")), label);
             }
             "unclean election" => {
                 let lane = lanes.process(process);

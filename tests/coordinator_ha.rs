@@ -482,3 +482,84 @@ async fn unmodified_kafka_clients_are_served_and_fenced_through_takeovers() {
         assert_eq!(values, ["before", "after"].map(|v| bytes::Bytes::from_static(v.as_bytes())), "{client}");
     }
 }
+
+/// `cluster up --etcd-endpoints E --coordinators 2`: two replicas, one active; `cluster kill
+/// coordinator` kills the active one, the other takes over (its events say so), and a Kafka
+/// client's new instance fences the old one through it. The timeline has a lane per replica.
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_runs_coordinator_replicas_and_the_killed_active_one_is_replaced() {
+    use producer::kafka::KafkaProducer;
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let etcd = Etcd::start(d, 1);
+    let cdir = d.join("cluster");
+    let cd = cdir.to_str().unwrap();
+    let exe = env!("CARGO_BIN_EXE_cluster");
+    let mut up = Command::new(exe)
+        .args(["up", "--brokers", "3", "--kafka-port", "0", "--data-dir", cd, "--json", "--coordinators", "2"])
+        .args(["--etcd-endpoints", &etcd.endpoints(), "--coordinator-arg=--etcd-lease-ms=1000"])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(d.join("up.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(up.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&line)
+        .unwrap_or_else(|e| panic!("{line:?}: {e}; {}", std::fs::read_to_string(d.join("up.log")).unwrap()));
+    let bootstrap = json["bootstrap_servers"].as_str().unwrap().to_string();
+    let names: Vec<&str> = json["processes"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["coordinator 1", "coordinator 2", "broker 1", "broker 2", "broker 3"]);
+    let took_over = |n: usize| -> Vec<String> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let text = std::fs::read_to_string(cdir.join("events.jsonl")).unwrap();
+            let seen: Vec<String> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|e| e["event"] == "coordinator took over")
+                .map(|e| e["process"].as_str().unwrap().to_string())
+                .collect();
+            if seen.len() >= n {
+                return seen;
+            }
+            assert!(Instant::now() < deadline, "{n} takeovers not seen: {seen:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let first = took_over(1)[0].clone();
+
+    let config = ProducerConfig::transactional;
+    let mut old = KafkaProducer::init(&bootstrap, config("ha-app")).await.unwrap();
+    old.begin().unwrap();
+    old.send("ha", 0, "before".into()).await.unwrap();
+    old.commit().await.unwrap();
+
+    let killed = Command::new(exe).args(["kill", "coordinator", "--data-dir", cd]).output().unwrap();
+    let said = String::from_utf8_lossy(&killed.stdout);
+    assert!(killed.status.success() && said.starts_with(&format!("killed {first} (pid ")), "{said}");
+    let second = took_over(2)[1].clone();
+    assert_ne!(first, second, "the other replica takes over");
+
+    let mut new = KafkaProducer::init(&bootstrap, config("ha-app")).await.unwrap();
+    assert!(new.epoch() > old.epoch(), "epochs go up across the takeover: {} then {}", old.epoch(), new.epoch());
+    old.begin().unwrap();
+    assert!(old.send("ha", 0, "zombie".into()).await.is_err(), "the old instance is fenced");
+    new.begin().unwrap();
+    new.send("ha", 0, "after".into()).await.unwrap();
+    new.commit().await.unwrap();
+
+    // `restart coordinator K` brings the killed replica back, as a standby.
+    let k = first.trim_start_matches("coordinator ");
+    let restarted = Command::new(exe).args(["restart", "coordinator", k, "--data-dir", cd]).output().unwrap();
+    assert!(restarted.status.success(), "{restarted:?}");
+    let page = d.join("run.html");
+    let drawn = Command::new(exe).args(["timeline", page.to_str().unwrap(), "--data-dir", cd]).output().unwrap();
+    assert!(drawn.status.success(), "{drawn:?}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    for lane in ["coordinator 1", "coordinator 2"] {
+        assert!(html.contains(&format!("data-lane=\"{lane}\"")), "no lane {lane}");
+    }
+    assert!(Command::new(exe).args(["down", "--data-dir", cd]).status().unwrap().success());
+    assert!(up.wait().unwrap().success());
+}

@@ -150,6 +150,10 @@ pub struct Args {
     /// refused) to this file as JSON lines (docs/EVENTS.md), beside whatever else writes there.
     #[arg(long, value_name = "FILE")]
     events_file: Option<std::path::PathBuf>,
+    /// This process's name in the events file (default: as the events file section of
+    /// docs/EVENTS.md says).
+    #[arg(long, value_name = "NAME", requires = "events_file")]
+    events_name: Option<String>,
     /// DANGER: turn producer fencing off (demonstrations and overhead measurements only).
     #[arg(long)]
     no_fencing: bool,
@@ -159,8 +163,11 @@ pub struct Args {
 pub fn main(args: Args) -> anyhow::Result<()> {
     let events = match &args.events_file {
         Some(path) => Some(
-            net::events::EventsFile::open(path, &format!("broker {}", args.id))
-                .map_err(|e| anyhow::anyhow!("cannot open --events-file {}: {e}", path.display()))?,
+            net::events::EventsFile::open(
+                path,
+                &args.events_name.clone().unwrap_or_else(|| format!("broker {}", args.id)),
+            )
+            .map_err(|e| anyhow::anyhow!("cannot open --events-file {}: {e}", path.display()))?,
         ),
         None => None,
     };

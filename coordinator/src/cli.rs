@@ -131,6 +131,10 @@ pub struct Args {
     /// (docs/EVENTS.md), beside whatever else writes there.
     #[arg(long, value_name = "FILE")]
     events_file: Option<std::path::PathBuf>,
+    /// This process's name in the events file (default: as the events file section of
+    /// docs/EVENTS.md says).
+    #[arg(long, value_name = "NAME", requires = "events_file")]
+    events_name: Option<String>,
     /// Run as one of several coordinator replicas sharing this etcd (client URLs,
     /// comma-separated): at most one is active, the others stand by. Keeps the state in etcd
     /// instead of `--data-dir`. Needs a coordinator built with the cargo feature `etcd`.
@@ -160,10 +164,11 @@ pub fn main(args: Args) -> anyhow::Result<()> {
     let events = match &args.events_file {
         Some(path) => {
             // Replicas on etcd are told apart by their addresses; a lone coordinator is "coordinator".
-            let name = match (args.etcd_endpoints.is_empty(), &args.advertise) {
-                (true, _) => "coordinator".to_string(),
-                (false, Some(advertise)) => format!("coordinator {advertise}"),
-                (false, None) => format!("coordinator {}", args.listen),
+            let name = match (&args.events_name, args.etcd_endpoints.is_empty(), &args.advertise) {
+                (Some(name), _, _) => name.clone(),
+                (None, true, _) => "coordinator".to_string(),
+                (None, false, Some(advertise)) => format!("coordinator {advertise}"),
+                (None, false, None) => format!("coordinator {}", args.listen),
             };
             Some(
                 net::events::EventsFile::open(path, &name)

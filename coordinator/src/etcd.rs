@@ -398,11 +398,13 @@ async fn campaign_forever(
             println!("coordinator active on {addr} (coordinator epoch {epoch})");
         }
         tracing::info!(coordinator_epoch = epoch, "active: took over as the coordinator");
+        tracing::info!(target: "epochfence::fencing", coordinator_epoch = epoch, address = %addr, "coordinator took over");
         let why = tokio::select! {
             _ = stopped.wait_for(|s| s.is_some()) => "the journal stopped after a failed or uncertain etcd write",
             _ = lapse(&clock) => "its etcd lease lapsed",
         };
         tracing::error!(coordinator_epoch = epoch, why, "stepping down to standby");
+        tracing::warn!(target: "epochfence::fencing", coordinator_epoch = epoch, why, "coordinator stepped down");
         role.trouble(Some(format!("the last active replica stepped down: {why}")));
         shared.step_down();
         role.set_active(None);

@@ -68,8 +68,8 @@ enum Cmd {
         /// Coordinator replicas on this etcd (needs a build with the cargo feature `etcd`).
         #[arg(long, value_name = "URL[,URL...]", value_delimiter = ',')]
         etcd_endpoints: Vec<String>,
-        /// How many coordinator replicas to run on `--etcd-endpoints`.
-        #[arg(long, value_name = "K")]
+        /// How many coordinator replicas to run on `--etcd-endpoints` (default 1).
+        #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=9))]
         coordinators: Option<u32>,
         /// Print the bootstrap line as JSON, with every process.
         #[arg(long)]
@@ -164,11 +164,16 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             coordinators,
             json,
         } => {
-            if !etcd_endpoints.is_empty() || coordinators.is_some() {
+            if (!etcd_endpoints.is_empty() || coordinators.is_some()) && !cfg!(feature = "etcd") {
                 eprintln!(
-                    "cluster: --etcd-endpoints and --coordinators (coordinator replicas on etcd) are not supported \
-                     by `cluster` yet; run the replicas by hand (README, \"Coordinator replicas on etcd\")"
+                    "cluster: --etcd-endpoints and --coordinators run coordinator replicas on etcd, and this cluster \
+                     was built without etcd support; build it with the cargo feature `etcd` (cargo build --release \
+                     --features etcd --bin cluster, which needs protoc: scripts/etcd installs it)"
                 );
+                std::process::exit(2);
+            }
+            if coordinators.is_some() && etcd_endpoints.is_empty() {
+                eprintln!("cluster: --coordinators needs --etcd-endpoints (the replicas share their state there)");
                 std::process::exit(2);
             }
             let replicas = replicas.unwrap_or(brokers.min(3));
@@ -184,6 +189,8 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 broker_args: broker_arg,
                 coordinator_args: coordinator_arg,
                 json,
+                coordinators: coordinators.unwrap_or(1),
+                etcd_endpoints,
             })
             .await
         }

@@ -52,9 +52,12 @@ impl Proxies {
 
     /// Record that process `pid` is `node` (after each start).
     pub fn set_pid(&self, pid: u32, node: Node) {
-        let mut st = self.lock();
-        st.pids.retain(|_, n| *n != node);
-        st.pids.insert(pid, node);
+        self.lock().pids.insert(pid, node);
+    }
+
+    /// Forget process `pid` (once it stopped: its number may be reused).
+    pub fn forget_pid(&self, pid: u32) {
+        self.lock().pids.remove(&pid);
     }
 
     /// Cut every link of broker `id`, and refuse new ones until [`Proxies::heal`]. Returns how

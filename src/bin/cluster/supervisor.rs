@@ -5,7 +5,6 @@
 //! the data directory. Every process appends its fencing events to `events.jsonl` there, and
 //! so does `cluster` for each fault it injects; [`crate::timeline`] draws that file.
 
-use std::collections::HashMap;
 use std::io::{BufRead as _, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -49,6 +48,10 @@ pub struct UpConfig {
     pub coordinator_args: Vec<String>,
     /// Print the bootstrap line as JSON with every process.
     pub json: bool,
+    /// Run the coordinator as replicas on this etcd (empty: one coordinator on its journal).
+    pub etcd_endpoints: Vec<String>,
+    /// How many coordinator replicas, with `etcd_endpoints`.
+    pub coordinators: u32,
 }
 
 /// A request on the control socket (one JSON line).
@@ -131,6 +134,8 @@ struct Member {
     log: PathBuf,
     internal: Option<SocketAddr>,
     kafka: Option<SocketAddr>,
+    /// The proxy in front of its internal listener, forwarding here once it listens.
+    target: Option<Target>,
 }
 
 impl Member {
@@ -227,10 +232,10 @@ struct Supervisor {
     remove_dir: bool,
     members: Vec<Member>,
     proxies: Proxies,
-    /// Each broker's internal proxy target (its listener, set once it bound).
-    targets: HashMap<i32, Target>,
     events: net::events::EventsFile,
     brokers: u32,
+    /// The coordinator runs as replicas on etcd.
+    replicated: bool,
 }
 
 impl Supervisor {
@@ -245,19 +250,49 @@ impl Supervisor {
     }
 
     fn find(&self, kind: Option<&str>, n: Option<i32>) -> Result<usize, String> {
+        let replicas = self.members.iter().filter(|m| m.node == Node::Coordinator).count();
         let name = match (kind, n) {
             (Some("broker"), Some(n)) => format!("broker {n}"),
             (Some("broker"), None) => return Err("which broker? give its id: `broker N`".into()),
-            (Some("coordinator"), None | Some(1)) => "coordinator".into(),
-            (Some("coordinator"), Some(n)) => {
+            (Some("coordinator"), None | Some(1)) if !self.replicated => "coordinator".into(),
+            (Some("coordinator"), Some(n)) if !self.replicated => {
                 return Err(format!("this cluster has one coordinator; there is no coordinator {n}"));
             }
+            (Some("coordinator"), Some(n)) => format!("coordinator {n}"),
+            (Some("coordinator"), None) => self.active_coordinator().ok_or_else(|| {
+                format!(
+                    "no coordinator replica is active now (none took over, or the last one stepped down): name one, \
+                     `coordinator K` with K from 1 to {replicas}"
+                )
+            })?,
             (Some(k), _) => return Err(format!("unknown process kind '{k}': broker N or coordinator")),
             (None, _) => return Err("which process? `broker N` or `coordinator`".into()),
         };
         self.members.iter().position(|m| m.name == name).ok_or_else(|| {
-            format!("there is no {name}: this cluster has brokers 1 to {} and one coordinator", self.brokers)
+            let coordinators = if self.replicated {
+                format!("coordinator replicas 1 to {replicas}")
+            } else {
+                "one coordinator".into()
+            };
+            format!("there is no {name}: this cluster has brokers 1 to {} and {coordinators}", self.brokers)
         })
+    }
+
+    /// The coordinator replica active now, as the events tell: the last to take over, if it has
+    /// not stepped down since.
+    fn active_coordinator(&self) -> Option<String> {
+        let text = std::fs::read_to_string(events_path(&self.dir)).ok()?;
+        let mut active = None;
+        for e in text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
+            let process = e["process"].as_str().unwrap_or("").to_string();
+            match e["event"].as_str() {
+                Some("coordinator took over") => active = Some(process),
+                Some("coordinator stepped down") if active.as_deref() == Some(process.as_str()) => active = None,
+                Some("fault") if e["action"] == "kill" && active.as_deref() == e["target"].as_str() => active = None,
+                _ => {}
+            }
+        }
+        active
     }
 
     /// Start member `i` and wait until it listens; records its ports and pid.
@@ -273,6 +308,9 @@ impl Supervisor {
                     let addr: SocketAddr = lines.wait_for("coordinator listening on ", &log).await?.parse()?;
                     self.members[i].internal = Some(addr);
                     set_flag(&mut self.members[i].args, "--listen", &addr.to_string());
+                    if let Some(t) = &self.members[i].target {
+                        *t.lock().unwrap_or_else(|p| p.into_inner()) = Some(addr);
+                    }
                 }
                 Node::Broker(id) => {
                     let addr: SocketAddr =
@@ -284,7 +322,7 @@ impl Supervisor {
                     m.kafka = Some(kafka);
                     set_flag(&mut m.args, "--listen", &addr.to_string());
                     set_flag(&mut m.args, "--kafka-listen", &kafka.to_string());
-                    if let Some(t) = self.targets.get(&id) {
+                    if let Some(t) = &m.target {
                         *t.lock().unwrap_or_else(|p| p.into_inner()) = Some(addr);
                     }
                 }
@@ -316,6 +354,7 @@ impl Supervisor {
         let pid = child.id();
         let _ = child.kill();
         let _ = child.wait();
+        self.proxies.forget_pid(pid);
         self.members[i].child = None;
         self.members[i].paused = false;
         Some(pid)
@@ -330,6 +369,7 @@ impl Supervisor {
         while Instant::now() < deadline {
             if let Some(child) = self.members[i].child.as_mut() {
                 if matches!(child.try_wait(), Ok(Some(_))) {
+                    self.proxies.forget_pid(pid);
                     self.members[i].child = None;
                     self.members[i].paused = false;
                     return Some(pid);
@@ -346,6 +386,7 @@ impl Supervisor {
             let Some(child) = self.members[i].child.as_mut() else { continue };
             if let Ok(Some(status)) = child.try_wait() {
                 let pid = child.id();
+                self.proxies.forget_pid(pid);
                 self.members[i].child = None;
                 self.members[i].paused = false;
                 let name = self.members[i].name.clone();
@@ -466,7 +507,7 @@ impl Supervisor {
     }
 
     async fn shutdown(&mut self) {
-        // Brokers first (each syncs its logs), then the coordinator.
+        // Brokers first (each syncs its logs), then the coordinator (its replicas).
         for i in (0..self.members.len()).rev() {
             self.stop_clean(i).await;
         }
@@ -479,6 +520,19 @@ impl Supervisor {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// The etcd key prefix of the cluster of `dir`: made once and kept in the directory, so the
+/// same data directory finds its state again and two clusters never share keys.
+fn etcd_prefix(dir: &Path) -> anyhow::Result<String> {
+    let path = dir.join("etcd-prefix");
+    if let Ok(p) = std::fs::read_to_string(&path) {
+        return Ok(p.trim().to_string());
+    }
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let prefix = format!("/epochfence-cluster/{}-{nanos}", std::process::id());
+    std::fs::write(&path, format!("{prefix}\n"))?;
+    Ok(prefix)
 }
 
 /// Wait until every Kafka listener of `addrs` sees all `brokers` brokers registered.
@@ -554,52 +608,95 @@ pub async fn up(config: UpConfig) -> anyhow::Result<()> {
     }
 
     let proxies = Proxies::default();
-    let coordinator_target: Target = Arc::new(Mutex::new(None));
     let mut sup = Supervisor {
         dir: dir.clone(),
         remove_dir,
         members: Vec::new(),
         proxies: proxies.clone(),
-        targets: HashMap::new(),
         events,
         brokers: config.brokers,
+        replicated: !config.etcd_endpoints.is_empty(),
     };
     let events_file = events_path(&dir).display().to_string();
-    let mut coordinator_args: Vec<String> = vec![
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--data-dir".into(),
-        dir.join("coordinator").display().to_string(),
-        "--events-file".into(),
-        events_file.clone(),
-        "--default-replication-factor".into(),
-        config.replicas.to_string(),
-    ];
-    coordinator_args.extend(config.coordinator_args.iter().cloned());
-    sup.members.push(Member {
-        name: "coordinator".into(),
-        node: Node::Coordinator,
-        args: coordinator_args,
-        run_as: RUN_COORDINATOR,
-        child: None,
-        paused: false,
-        log: dir.join("logs").join("coordinator.log"),
-        internal: None,
-        kafka: None,
-    });
     let result: anyhow::Result<()> = async {
-        sup.start(0).await?;
-        *coordinator_target.lock().unwrap_or_else(|p| p.into_inner()) = sup.members[0].internal;
+        // The coordinator: one on its journal, or replicas on etcd, each behind a proxy that
+        // tells its diallers apart (the address a replica publishes, which brokers follow).
+        let mut coordinator_addrs = Vec::new();
+        let replicas = if sup.replicated { config.coordinators.max(1) } else { 1 };
+        let prefix = if sup.replicated { Some(etcd_prefix(&dir)?) } else { None };
+        for k in 1..=replicas {
+            let (name, data) = if sup.replicated {
+                (format!("coordinator {k}"), dir.join(format!("coordinator-{k}")))
+            } else {
+                ("coordinator".to_string(), dir.join("coordinator"))
+            };
+            let target: Target = Arc::new(Mutex::new(None));
+            let mut in_addr = None;
+            if sup.replicated {
+                let inbound = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+                in_addr = Some(inbound.local_addr()?);
+                proxies.spawn(inbound, None, Node::Coordinator, target.clone());
+            }
+            coordinator_addrs.push((in_addr, target.clone()));
+            let mut args: Vec<String> = vec![
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--data-dir".into(),
+                data.display().to_string(),
+                "--events-file".into(),
+                events_file.clone(),
+                "--events-name".into(),
+                name.clone(),
+                "--default-replication-factor".into(),
+                config.replicas.to_string(),
+            ];
+            if let Some(prefix) = &prefix {
+                args.extend([
+                    "--etcd-endpoints".into(),
+                    config.etcd_endpoints.join(","),
+                    "--etcd-prefix".into(),
+                    prefix.clone(),
+                    "--advertise".into(),
+                    in_addr.map(|a| a.to_string()).unwrap_or_default(),
+                ]);
+            }
+            args.extend(config.coordinator_args.iter().cloned());
+            sup.members.push(Member {
+                name: name.clone(),
+                node: Node::Coordinator,
+                args,
+                run_as: RUN_COORDINATOR,
+                child: None,
+                paused: false,
+                log: dir.join("logs").join(format!("{}.log", name.replace(' ', "-"))),
+                internal: None,
+                kafka: None,
+                target: Some(target),
+            });
+            let i = sup.members.len() - 1;
+            sup.start(i).await?;
+        }
         for id in 1..=config.brokers as i32 {
-            // Its link to the coordinator (given to it alone) and the address it advertises to
-            // the cluster (everyone's link to it).
-            let to_coordinator = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            // The address it advertises to the cluster (everyone's link to it), and its link to
+            // the coordinator: with one coordinator a proxy given to this broker alone, with
+            // replicas their proxies (which tell this broker by its socket).
+            let coordinator = if sup.replicated {
+                coordinator_addrs.iter().filter_map(|(a, _)| a.map(|a| a.to_string())).collect::<Vec<_>>().join(",")
+            } else {
+                let to_coordinator = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+                let c_addr = to_coordinator.local_addr()?;
+                proxies.spawn(
+                    to_coordinator,
+                    Some(Node::Broker(id)),
+                    Node::Coordinator,
+                    coordinator_addrs[0].1.clone(),
+                );
+                c_addr.to_string()
+            };
             let inbound = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-            let (c_addr, in_addr) = (to_coordinator.local_addr()?, inbound.local_addr()?);
-            proxies.spawn(to_coordinator, Some(Node::Broker(id)), Node::Coordinator, coordinator_target.clone());
+            let in_addr = inbound.local_addr()?;
             let target: Target = Arc::new(Mutex::new(None));
             proxies.spawn(inbound, None, Node::Broker(id), target.clone());
-            sup.targets.insert(id, target);
             let mut args: Vec<String> = vec![
                 "--id".into(),
                 id.to_string(),
@@ -608,7 +705,7 @@ pub async fn up(config: UpConfig) -> anyhow::Result<()> {
                 "--advertise".into(),
                 in_addr.to_string(),
                 "--coordinator".into(),
-                c_addr.to_string(),
+                coordinator,
                 "--data-dir".into(),
                 dir.join(format!("broker-{id}")).display().to_string(),
                 "--kafka-listen".into(),
@@ -627,6 +724,7 @@ pub async fn up(config: UpConfig) -> anyhow::Result<()> {
                 log: dir.join("logs").join(format!("broker-{id}.log")),
                 internal: None,
                 kafka: None,
+                target: Some(target),
             });
             let i = sup.members.len() - 1;
             sup.start(i).await?;

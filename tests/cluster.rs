@@ -90,8 +90,26 @@ fn faults_on_demand_are_done_recorded_and_drawn_and_down_stops_everything() {
     let procs = pids(&json);
     assert_eq!(procs.len(), 4, "a coordinator and three brokers: {json}");
 
-    // Each fault prints what it did and exits 0.
-    assert!(ok(&["pause", "broker", "2", "--data-dir", d]).starts_with("paused broker 2 (pid "));
+    // `timeline --follow` rewrites the page as the run goes.
+    let followed = tmp.path().join("follow.html");
+    let mut follow = Command::new(CLUSTER)
+        .args(["timeline", followed.to_str().unwrap(), "--follow", "--data-dir", d])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    // Each fault prints what it did and exits 0 (with --json, as one object).
+    let paused: serde_json::Value =
+        serde_json::from_str(&ok(&["pause", "broker", "2", "--data-dir", d, "--json"])).unwrap();
+    assert_eq!(paused["ok"], true, "{paused}");
+    assert!(paused["message"].as_str().unwrap().starts_with("paused broker 2 (pid "), "{paused}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&followed).is_ok_and(|h| h.contains("cluster: fault action=pause")) {
+        assert!(Instant::now() < deadline, "the followed page never showed the pause");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    follow.kill().unwrap();
+    follow.wait().unwrap();
     let status = ok(&["status", "--data-dir", d]);
     assert!(status.lines().any(|l| l.starts_with("broker 2") && l.contains("paused")), "{status}");
     assert!(ok(&["resume", "broker", "2", "--data-dir", d]).starts_with("resumed broker 2"));

@@ -6,7 +6,8 @@
 //! `--no-fencing` brokers), a write to an untouched partition, a killed leader and a frozen one,
 //! compressed batches, consumer groups (subscribe, committed offsets across a coordinator
 //! kill -9, a frozen read-process-write worker fenced by its group's generation, and not with
-//! `--no-generation-fencing`); then the README's `examples/kafka_zombie.py` and
+//! `--no-generation-fencing`), a transactional application through `cluster` and its faults
+//! (the README's pytest fixture); then the README's `examples/kafka_zombie.py` and
 //! `examples/kafka_workers.py`.
 //!
 //! This test fails, and never skips, when Python 3, its venv module or the packages cannot be

@@ -2,8 +2,8 @@
 //! appended as one JSON object per line, for `cluster timeline` and any tool that reads a run.
 //!
 //! Each line is `{"ts_ms": <Unix time in ms>, "process": "<who>", "event": "<message>", ...}`
-//! with the event's fields after those three: integers and booleans as JSON numbers and
-//! booleans, everything else as strings. The file is opened for appending, and each line is one
+//! with the event's fields beside those three (keys in no particular order): integers and
+//! booleans as JSON numbers and booleans, everything else as strings. The file is opened for appending, and each line is one
 //! `write` of a whole line, so several processes (a cluster's coordinator, its brokers, the
 //! `cluster` supervisor) can share one file: the kernel places each append at the end. The
 //! format is documented in docs/EVENTS.md.
@@ -41,7 +41,8 @@ impl EventsFile {
     }
 }
 
-/// One event as its line: `ts_ms`, `process` and `event` first, then `fields`, then `\n`.
+/// One event as its line: `ts_ms`, `process` and `event`, and `fields` (none of which may
+/// replace those three), then `\n`.
 pub fn line(process: &str, event: &str, fields: serde_json::Map<String, serde_json::Value>) -> String {
     let ts_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);

@@ -234,3 +234,40 @@ fn without_the_etcd_feature_coordinator_replicas_exit_2_naming_it() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--etcd-endpoints"), "{out:?}");
 }
+
+/// Without `--json` the bootstrap line and the table; without `--data-dir` a temporary data
+/// directory, found by the other commands as this user's most recent cluster, and removed at exit.
+#[test]
+fn the_bootstrap_line_and_the_most_recent_cluster() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Its own temporary directory: the "most recent cluster" pointer is kept there, apart from
+    // the other tests' clusters.
+    let temp = tmp.path().to_str().unwrap();
+    let mut up = Command::new(CLUSTER)
+        .args(["up", "--brokers", "1", "--kafka-port", "0"])
+        .env("TMPDIR", temp)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(up.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let servers = line.trim().strip_prefix("bootstrap.servers=127.0.0.1:").unwrap_or_else(|| panic!("{line:?}"));
+    assert!(servers.parse::<u16>().is_ok(), "one broker: {line:?}");
+    let status = Command::new(CLUSTER).arg("status").env("TMPDIR", temp).output().unwrap();
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success() && table.lines().any(|l| l.starts_with("broker 1")), "{status:?}");
+    let data_dir =
+        table.lines().find(|l| l.starts_with("coordinator")).and_then(|l| l.split_whitespace().last()).unwrap();
+    let data_dir = Path::new(data_dir).parent().and_then(Path::parent).unwrap().to_path_buf();
+    assert!(data_dir.starts_with(tmp.path()), "the data directory is under TMPDIR: {}", data_dir.display());
+    let down = Command::new(CLUSTER).arg("down").env("TMPDIR", temp).output().unwrap();
+    assert!(down.status.success(), "{down:?}");
+    assert!(up.wait().unwrap().success());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut up.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("epochfence cluster up in ") && stderr.contains("broker 1"), "the table: {stderr}");
+    assert!(!data_dir.exists(), "the temporary data directory is removed at exit");
+    let after = Command::new(CLUSTER).arg("down").env("TMPDIR", temp).output().unwrap();
+    assert_eq!(after.status.code(), Some(1), "no most recent cluster after down: {after:?}");
+}

@@ -105,7 +105,15 @@ impl Proxies {
         let proxies = self.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((client, peer)) = listener.accept().await else { continue };
+                let (client, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of file descriptors, say: try again shortly rather than spin.
+                        eprintln!("cluster: a proxy cannot accept: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
                 let proxies = proxies.clone();
                 let target = target.clone();
                 tokio::spawn(async move {

@@ -189,6 +189,9 @@ fn spawn(member: &Member) -> anyhow::Result<(Child, Lines)> {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&member.log)?;
     let mut cmd = Command::new(exe);
     cmd.arg(member.run_as).args(&member.args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log.try_clone()?);
+    // A process group of its own: Ctrl-C in the terminal reaches `cluster` alone, which stops
+    // the brokers before the coordinator.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let parent = rustix::process::getpid();
     // SAFETY: between fork and exec the closure makes two system calls (async-signal-safe) and
     // allocates nothing.

@@ -130,6 +130,11 @@ fn faults_on_demand_are_done_recorded_and_drawn_and_down_stops_everything() {
     let bad = cluster(&["isolate", "coordinator", "--data-dir", d]);
     assert_eq!(bad.status.code(), Some(1));
 
+    // The processes' own logs keep their other lines beside the fencing events they also write
+    // to the events file (its filter is its own).
+    let log = std::fs::read_to_string(dir.join("logs/coordinator.log")).unwrap();
+    assert!(log.contains("coordinator::cli: coordinator listening"), "{log}");
+
     // Every fault is an event, and the timeline draws each on its process's lane.
     let ev = events(&dir);
     let faults: Vec<(String, String)> = ev

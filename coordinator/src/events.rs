@@ -1,7 +1,12 @@
-//! The coordinator's decisions, as fencing events (`tracing` target `epochfence::fencing`):
-//! read off the journal entries they queue, so that every decision is told once, in journal
-//! order, whichever request or timer made it. Grants and refusals are told where they are
-//! answered (`server`), with what only the answer knows.
+//! The coordinator's decisions as events, read off the journal entries they queue, so that every
+//! decision is told once, in journal order, whichever request or timer made it. Grants and
+//! refusals are told where they are answered (`server`, target `epochfence::fencing`), with what
+//! only the answer knows.
+//!
+//! These use the target `epochfence::decisions`: the rare ones (elections, ISR changes, brokers
+//! registered, topics, idle ids fenced) at info, the ones as frequent as transactions
+//! (transaction ends, group generations) at debug, so a busy coordinator's stderr stays quiet
+//! (`RUST_LOG=epochfence::decisions=debug` shows them); the events file takes them all.
 
 use crate::entry::{Entry, FenceTarget};
 
@@ -19,7 +24,7 @@ pub fn record(entries: &[Entry]) {
         match e {
             Entry::EndTxn { transactional_id, producer_id, epoch, prev, expired: true, markers, .. } => {
                 tracing::info!(
-                    target: "epochfence::fencing",
+                    target: "epochfence::decisions",
                     transactional_id = transactional_id.as_str(),
                     producer_id = prev.0,
                     producer_epoch = prev.1,
@@ -31,8 +36,8 @@ pub fn record(entries: &[Entry]) {
                 );
             }
             Entry::EndTxn { transactional_id, producer_id, epoch, prev, commit, timed_out, markers, .. } => {
-                tracing::info!(
-                    target: "epochfence::fencing",
+                tracing::debug!(
+                    target: "epochfence::decisions",
                     transactional_id = transactional_id.as_str(),
                     producer_id = prev.0,
                     producer_epoch = prev.1,
@@ -47,7 +52,7 @@ pub fn record(entries: &[Entry]) {
             }
             Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr, .. } => {
                 tracing::info!(
-                    target: "epochfence::fencing",
+                    target: "epochfence::decisions",
                     topic = topic.as_str(),
                     partition = *partition,
                     leader = *leader_id,
@@ -58,7 +63,7 @@ pub fn record(entries: &[Entry]) {
             }
             Entry::UncleanLeader { topic, partition, leader_epoch } => {
                 tracing::warn!(
-                    target: "epochfence::fencing",
+                    target: "epochfence::decisions",
                     topic = topic.as_str(),
                     partition = *partition,
                     leader_epoch = *leader_epoch,
@@ -67,7 +72,7 @@ pub fn record(entries: &[Entry]) {
             }
             Entry::IsrChanged { topic, partition, leader_epoch, isr, .. } => {
                 tracing::info!(
-                    target: "epochfence::fencing",
+                    target: "epochfence::decisions",
                     topic = topic.as_str(),
                     partition = *partition,
                     leader_epoch = *leader_epoch,
@@ -77,7 +82,7 @@ pub fn record(entries: &[Entry]) {
             }
             Entry::BrokerIncarnation { broker_id, broker_epoch, .. } => {
                 tracing::info!(
-                    target: "epochfence::fencing",
+                    target: "epochfence::decisions",
                     broker_id = *broker_id,
                     broker_epoch = *broker_epoch,
                     "broker registered"
@@ -85,7 +90,7 @@ pub fn record(entries: &[Entry]) {
             }
             Entry::TopicCreated { name, replicas, .. } => {
                 tracing::info!(
-                    target: "epochfence::fencing",
+                    target: "epochfence::decisions",
                     topic = name.as_str(),
                     partitions = replicas.len() as u64,
                     replicas = replicas.first().map_or(0, Vec::len) as u64,
@@ -95,12 +100,12 @@ pub fn record(entries: &[Entry]) {
                 );
             }
             Entry::TopicDeleted { name, .. } => {
-                tracing::info!(target: "epochfence::fencing", topic = name.as_str(), "topic deleted");
+                tracing::info!(target: "epochfence::decisions", topic = name.as_str(), "topic deleted");
             }
             Entry::GroupGeneration(g) => {
                 for m in &g.members {
-                    tracing::info!(
-                        target: "epochfence::fencing",
+                    tracing::debug!(
+                        target: "epochfence::decisions",
                         group = g.group.as_str(),
                         generation = g.generation,
                         stable = g.stable,
@@ -114,8 +119,8 @@ pub fn record(entries: &[Entry]) {
                     );
                 }
                 if g.members.is_empty() {
-                    tracing::info!(
-                        target: "epochfence::fencing",
+                    tracing::debug!(
+                        target: "epochfence::decisions",
                         group = g.group.as_str(),
                         generation = g.generation,
                         stable = g.stable,

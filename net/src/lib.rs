@@ -52,5 +52,5 @@ pub fn init_logging_with_events(default_level: &str, events: Option<events::Even
         // Colours on a terminal only: a log redirected to a file stays plain text.
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
-    tracing_subscriber::registry().with(stderr).with(events).init();
+    tracing_subscriber::registry().with(stderr).with(events.map(events::EventsFile::layer)).init();
 }

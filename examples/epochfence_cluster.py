@@ -52,7 +52,8 @@ def cluster_executable():
 class EpochfenceCluster:
     """A running `cluster up`: its bootstrap servers, its processes, faults and events."""
 
-    def __init__(self, data_dir, brokers=3, replicas=None, broker_args=(), coordinator_args=(), start_timeout=60):
+    def __init__(self, data_dir, brokers=3, replicas=None, broker_args=(), coordinator_args=(), up_args=(),
+                 start_timeout=60):
         self.data_dir = str(data_dir)
         self.exe = cluster_executable()
         cmd = [self.exe, "up", "--brokers", str(brokers), "--kafka-port", "0", "--data-dir", self.data_dir, "--json"]
@@ -60,6 +61,7 @@ class EpochfenceCluster:
             cmd += ["--replicas", str(replicas)]
         cmd += [f"--broker-arg={a}" for a in broker_args]
         cmd += [f"--coordinator-arg={a}" for a in coordinator_args]
+        cmd += list(up_args)  # e.g. ["--etcd-endpoints", URL, "--coordinators", "2"]
         os.makedirs(self.data_dir, exist_ok=True)
         self._log = open(os.path.join(self.data_dir, "cluster-up.log"), "ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log)

@@ -563,3 +563,29 @@ async fn cluster_runs_coordinator_replicas_and_the_killed_active_one_is_replaced
     assert!(Command::new(exe).args(["down", "--data-dir", cd]).status().unwrap().success());
     assert!(up.wait().unwrap().success());
 }
+
+/// confluent-kafka through `cluster` with two coordinator replicas: the active one killed
+/// mid-transaction, the commit going through the one that takes over, the old instance fenced by
+/// a new one there, read_committed exact. The script is tests/kafka_clients/cluster_takeover.py
+/// (the README's pytest fixture's class, with `cluster up --etcd-endpoints --coordinators 2`).
+#[test]
+fn confluent_kafka_through_cluster_across_a_coordinator_takeover() {
+    let python = common::kafka_clients_python();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka_clients/cluster_takeover.py");
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(dir.path(), 1);
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(dir.path().join("cluster"))
+        .arg(etcd.endpoints())
+        .env("EPOCHFENCE_CLUSTER", env!("CARGO_BIN_EXE_cluster"))
+        .output()
+        .unwrap_or_else(|e| panic!("run {python} {}: {e}", script.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with("OK"),
+        "{}: {stdout}\n{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

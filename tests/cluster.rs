@@ -82,13 +82,31 @@ fn faults_on_demand_are_done_recorded_and_drawn_and_down_stops_everything() {
     let dir = tmp.path().join("c");
     let d = dir.to_str().unwrap();
     let (mut up_proc, json) = up(
-        &["--brokers", "3", "--kafka-port", "0", "--data-dir", d, "--coordinator-arg=--broker-lease-ms=1500"],
+        &[
+            "--brokers",
+            "3",
+            "--replicas",
+            "2",
+            "--kafka-port",
+            "0",
+            "--data-dir",
+            d,
+            "--coordinator-arg=--broker-lease-ms=1500",
+        ],
         &tmp.path().join("up.log"),
     );
     let bootstrap = json["bootstrap_servers"].as_str().unwrap();
     assert_eq!(bootstrap.split(',').count(), 3, "{json}");
     let procs = pids(&json);
     assert_eq!(procs.len(), 4, "a coordinator and three brokers: {json}");
+
+    // A topic created through the cluster without a replication factor gets `--replicas`.
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut client = producer::kafka::KafkaClient::new(bootstrap, producer::ClientConfig::default());
+        client.create_topic("replicated", 1, -1).await.unwrap();
+    });
+    let created = events(&dir).into_iter().find(|e| e["event"] == "topic created" && e["topic"] == "replicated");
+    assert_eq!(created.as_ref().map(|e| e["replicas"].clone()), Some(serde_json::json!(2)), "{created:?}");
 
     // `timeline --follow` rewrites the page as the run goes.
     let followed = tmp.path().join("follow.html");
@@ -231,6 +249,23 @@ fn a_cluster_killed_with_sigkill_leaves_no_orphan() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(processes_of(&dir).is_empty());
+}
+
+#[test]
+fn sigterm_stops_the_cluster_and_every_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("c");
+    let (mut up_proc, json) =
+        up(&["--brokers", "2", "--kafka-port", "0", "--data-dir", dir.to_str().unwrap()], &tmp.path().join("up.log"));
+    let procs = pids(&json);
+    let term = Command::new("kill").args(["-TERM", &up_proc.id().to_string()]).status().unwrap();
+    assert!(term.success());
+    let status = up_proc.wait().unwrap();
+    assert!(status.success(), "cluster up after SIGTERM: {status}");
+    // Stopped before `up` exits: nothing to wait for.
+    let left: Vec<u32> = procs.into_iter().filter(|p| alive(*p)).collect();
+    assert!(left.is_empty(), "still running: {left:?}");
+    assert!(std::fs::read_to_string(tmp.path().join("up.log")).unwrap().contains("epochfence cluster stopped"));
 }
 
 #[test]

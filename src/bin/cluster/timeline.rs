@@ -97,24 +97,22 @@ pub fn page(events: &[Value], title: &str, intro: &str) -> Page {
         match s(e, "event") {
             "granted" => {
                 let (tid, pid, epoch) = (s(e, "transactional_id"), i(e, "producer_id"), i(e, "epoch"));
-                let who = if tid.is_empty() || tid == "-" {
-                    format!("producer id {pid}")
-                } else {
-                    format!("{tid} (producer id {pid})")
-                };
+                let transactional = !tid.is_empty() && tid != "-";
+                let who =
+                    if !transactional { format!("producer id {pid}") } else { format!("{tid} (producer id {pid})") };
                 let name = match clients.get(&(pid, epoch)) {
                     Some(c) => format!("{who}, {c}"),
                     None => who,
                 };
                 let fenced = i(e, "fenced_partitions");
-                if let Some(old) = lanes.latest.get(tid).copied().filter(|_| !tid.is_empty() && fenced > 0) {
+                if let Some(old) = lanes.latest.get(tid).copied().filter(|_| transactional && fenced > 0) {
                     lanes.t.mark(old, MarkKind::Fence, format!("fenced by epoch {epoch}"), label.clone());
                 }
                 let lane = lanes.t.lane(name);
                 lanes.t.band(lane, format!("epoch {epoch}"));
                 lanes.t.mark(lane, MarkKind::Grant, format!("granted epoch {epoch}"), label);
                 lanes.instances.insert((pid, epoch), lane);
-                if !tid.is_empty() {
+                if transactional {
                     lanes.latest.insert(tid.to_string(), lane);
                 }
             }

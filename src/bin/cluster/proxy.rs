@@ -36,6 +36,13 @@ struct State {
     pids: HashMap<u32, Node>,
 }
 
+impl State {
+    /// Whether a link between `a` and `b` is cut (either end an isolated broker).
+    fn cut(&self, a: Node, b: Node) -> bool {
+        [a, b].iter().any(|n| matches!(n, Node::Broker(id) if self.isolated.contains(id)))
+    }
+}
+
 /// Every proxy of one cluster, and which brokers are isolated.
 #[derive(Clone, Default)]
 pub struct Proxies {
@@ -95,8 +102,7 @@ impl Proxies {
     }
 
     fn cut(&self, a: Node, b: Node) -> bool {
-        let st = self.lock();
-        [a, b].iter().any(|n| matches!(n, Node::Broker(id) if st.isolated.contains(id)))
+        self.lock().cut(a, b)
     }
 
     /// Serve `listener` as the proxy of the link to `to`, forwarding to `target`; `from` is the
@@ -140,7 +146,7 @@ impl Proxies {
     fn forward(&self, mut client: TcpStream, mut server: TcpStream, from: Node, to: Node) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         // Checked again under the lock: an isolate between the accept and here cuts this one too.
-        if [from, to].iter().any(|n| matches!(n, Node::Broker(id) if st.isolated.contains(id))) {
+        if st.cut(from, to) {
             return;
         }
         let key = st.next;

@@ -19,6 +19,7 @@ mod error;
 pub mod kafka;
 pub mod messages;
 pub mod names;
+pub mod sasl;
 pub mod wire;
 
 pub use error::{DecodeError, ErrorCode};

@@ -102,6 +102,7 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
                 log_dir_id: 1,
                 intact: true,
                 replicas: vec![],
+                credentials_version: 0,
             }))
             .await,
     );

@@ -35,6 +35,21 @@ pub struct Args {
     /// Address Kafka clients should use for the Kafka listener, if not the listening one.
     #[arg(long, requires = "kafka_listen")]
     kafka_advertise: Option<String>,
+    /// The Kafka listener's security protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
+    /// (default: SSL with `--tls-cert`, else PLAINTEXT). SSL and SASL_SSL need `--tls-cert` and
+    /// `--tls-key`; under SASL_* clients log in with a user of the coordinator's
+    /// `--scram-users-file`.
+    #[arg(long, requires = "kafka_listen")]
+    kafka_security_protocol: Option<crate::server::SecurityProtocol>,
+    /// The SASL mechanisms offered, comma-separated, of PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512
+    /// (Kafka's sasl.enabled.mechanisms). PLAIN sends the password in the clear: use it under
+    /// SASL_SSL.
+    #[arg(long, default_value = "SCRAM-SHA-256,SCRAM-SHA-512")]
+    sasl_mechanisms: String,
+    /// How long the answer to a failed SASL login waits, in milliseconds (Kafka's
+    /// connection.failed.authentication.delay.ms): slows password guessing.
+    #[arg(long, default_value_t = crate::server::KAFKA_FAILED_AUTHENTICATION_DELAY_MS_DEFAULT)]
+    connection_failed_authentication_delay_ms: u64,
     /// Largest transaction timeout a Kafka client may ask for in InitProducerId, in
     /// milliseconds (Kafka's transaction.max.timeout.ms); above it the init is refused with
     /// INVALID_TRANSACTION_TIMEOUT. The coordinator's own maximum applies as well.
@@ -181,6 +196,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.kafka_advertised_addr = args.kafka_advertise;
     config.transaction_max_timeout_ms = args.transaction_max_timeout_ms;
     config.kafka_relay_idle_ms = args.kafka_relay_idle_ms;
+    if let Some(p) = args.kafka_security_protocol {
+        if p.tls() && args.tls_cert.is_none() {
+            anyhow::bail!("--kafka-security-protocol {p} needs --tls-cert and --tls-key");
+        }
+        config.kafka_security_protocol = Some(p);
+    }
+    config.kafka_sasl = crate::server::SaslConfig {
+        mechanisms: crate::server::parse_mechanisms(&args.sasl_mechanisms)
+            .map_err(|e| anyhow::anyhow!("--sasl-mechanisms: {e}"))?,
+        failed_authentication_delay_ms: args.connection_failed_authentication_delay_ms,
+    };
     config.heartbeat_ms = args.heartbeat_ms;
     config.fencing = !args.no_fencing;
     config.batch_bytes_max = args.batch_bytes_max;

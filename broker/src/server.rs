@@ -37,6 +37,10 @@ use crate::storage::{OsStorage, Storage, StoredFile};
 
 mod kafka;
 
+pub use kafka::sasl::{
+    parse_mechanisms, SaslConfig, SecurityProtocol, FAILED_AUTHENTICATION_DELAY_MS_DEFAULT as KAFKA_FAILED_AUTHENTICATION_DELAY_MS_DEFAULT,
+};
+
 /// When a broker makes its log writes durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FsyncPolicy {
@@ -87,6 +91,12 @@ pub struct BrokerConfig {
     /// How long a Kafka connection's relay connection to the coordinator stays open without
     /// use, in milliseconds (then it is closed, and dialled again when needed).
     pub kafka_relay_idle_ms: u64,
+    /// The Kafka listener's `security.protocol`; `None`: SSL when `limits.tls` is set, else
+    /// PLAINTEXT.
+    pub kafka_security_protocol: Option<SecurityProtocol>,
+    /// The Kafka listener's SASL mechanisms and failed-login delay, used under SASL_PLAINTEXT
+    /// and SASL_SSL.
+    pub kafka_sasl: SaslConfig,
     /// Producer fencing on (the default). Off only to demonstrate and measure what it prevents.
     pub fencing: bool,
     /// Followers refuse replication from other leader epochs (the default). Off only to
@@ -155,6 +165,8 @@ impl BrokerConfig {
             kafka_advertised_addr: None,
             transaction_max_timeout_ms: TRANSACTION_MAX_TIMEOUT_MS_DEFAULT,
             kafka_relay_idle_ms: KAFKA_RELAY_IDLE_MS_DEFAULT,
+            kafka_security_protocol: None,
+            kafka_sasl: SaslConfig::default(),
             fencing: true,
             leader_epoch_checks: true,
             heartbeat_ms: 300,
@@ -347,6 +359,9 @@ struct Shared {
     /// The transaction version the Kafka listener offers and its finalized-features epoch, as
     /// the coordinator's heartbeat answers say ((0, -1) until the first: version 1 is offered).
     transaction_version: Mutex<(i16, i64)>,
+    /// The SCRAM credentials the Kafka listener checks SASL logins against, as the coordinator
+    /// last sent them.
+    credentials: kafka::sasl::CredentialCache,
 }
 
 impl Shared {
@@ -355,6 +370,16 @@ impl Shared {
     fn transaction_version(&self) -> (i16, i64) {
         let (level, epoch) = *self.transaction_version.lock().unwrap_or_else(|e| e.into_inner());
         (level.max(1), epoch)
+    }
+
+    /// The Kafka listener's security protocol (resolved at start).
+    fn kafka_security(&self) -> SecurityProtocol {
+        self.config.kafka_security_protocol.unwrap_or(SecurityProtocol::Plaintext)
+    }
+
+    /// The Kafka listener's SASL settings, if it uses SASL.
+    fn kafka_sasl(&self) -> Option<&SaslConfig> {
+        self.kafka_security().sasl().then_some(&self.config.kafka_sasl)
     }
 
     fn now_ms(&self) -> u64 {
@@ -400,6 +425,13 @@ pub async fn run_listeners(
         .map_err(|e| BrokerError::DataDir { path: config.data_dir.display().to_string(), detail: e.to_string() })?;
     tracing::info!(log_dir_id = log_dir.id, intact = log_dir.intact, "data directory opened");
     let mut config = config;
+    let security = config
+        .kafka_security_protocol
+        .unwrap_or(if config.limits.tls.is_some() { SecurityProtocol::Ssl } else { SecurityProtocol::Plaintext });
+    if security.tls() && config.limits.tls.is_none() {
+        return Err(BrokerError::Listener(format!("the Kafka listener's {security} needs a TLS certificate and key")));
+    }
+    config.kafka_security_protocol = Some(security);
     // The connection layer's deadline must outlast the broker's own waits (acks=all, verification).
     config.limits.request_timeout_ms =
         config.limits.request_timeout_ms.max(config.request_timeout_ms + config.verify_timeout_ms + 1_000);
@@ -447,6 +479,7 @@ pub async fn run_listeners(
         stop: stop_rx.clone(),
         registered: watch::Sender::new(false),
         transaction_version: Mutex::new((0, -1)),
+        credentials: kafka::sasl::CredentialCache::default(),
         config: config.clone(),
     });
     // Every replica on disk is opened before the first heartbeat, which reports what each
@@ -494,6 +527,9 @@ pub async fn run_listeners(
             limits.request_timeout_ms = limits.request_timeout_ms.max(kafka::GROUP_WAIT_MS_MAX + 5_000);
             // No cluster member speaks Kafka.
             limits.member_connections_max = 0;
+            if !shared.kafka_security().tls() {
+                limits.tls = None;
+            }
             net::serve_protocol::<kafka::KafkaWire>(l, kafka::handlers(&shared), limits, down(down_rx)).await;
         }
     };
@@ -917,6 +953,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
         log_dir_id: shared.log_dir.id,
         intact: shared.log_dir.intact,
         replicas,
+        credentials_version: shared.credentials.version(),
     });
     let resp = call_coordinator(shared, req, Duration::from_millis(shared.config.heartbeat_ms * 10))
         .await
@@ -948,6 +985,9 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
             );
             *tv = (hb.transaction_version, hb.features_epoch);
         }
+    }
+    if let Some(credentials) = hb.credentials {
+        shared.credentials.replace(credentials);
     }
     if shared.broker_epoch.load(Ordering::Relaxed) < 0 {
         // Registered: the next process of this broker names this epoch as its predecessor's.

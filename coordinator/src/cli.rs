@@ -41,6 +41,12 @@ pub struct Args {
     /// With it, internal requests are served only to peers that prove they hold it too.
     #[arg(long)]
     cluster_secret_file: Option<std::path::PathBuf>,
+    /// SASL users, one `NAME=PASSWORD` per line (`#` comments): each gets SCRAM-SHA-256 and
+    /// SCRAM-SHA-512 credentials (4096 iterations, a new salt at every start), which brokers
+    /// check SASL logins against (PLAIN ones too). Brokers fetch them in their heartbeats, so
+    /// use it with `--cluster-secret-file`: then only members can read them.
+    #[arg(long)]
+    scram_users_file: Option<std::path::PathBuf>,
     /// Replicas of a topic created without `--replicas` (default: min(3, live brokers)).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
     default_replication_factor: Option<i32>,
@@ -231,6 +237,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.peer_tls = args.tls_ca.as_deref().map(net::ClientTls::from_file).transpose()?;
     config.limits.cluster_secret =
         args.cluster_secret_file.as_deref().map(net::read_cluster_secret).transpose().map_err(anyhow::Error::msg)?;
+    if let Some(path) = &args.scram_users_file {
+        config.credentials = scram_users(path)?;
+        tracing::info!(users = config.credentials.users.len() / 2, file = %path.display(), "SCRAM credentials made");
+        if config.limits.cluster_secret.is_none() {
+            tracing::warn!("--scram-users-file without --cluster-secret-file: anyone who can reach this listener can read the stored SCRAM keys (not the passwords) as brokers do");
+        }
+    }
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
@@ -268,4 +281,28 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     crate::run_with_metrics(listener, metrics_listener, config, shutdown).await?;
     Ok(())
+}
+
+/// SCRAM-SHA-256 and SCRAM-SHA-512 credentials for each user of a `--scram-users-file`, under a
+/// new version.
+fn scram_users(path: &std::path::Path) -> anyhow::Result<protocol::Credentials> {
+    use protocol::sasl::{ScramCredential, ScramMechanism, ITERATIONS_MIN};
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read --scram-users-file {}: {e}", path.display()))?;
+    let users = protocol::sasl::parse_users_file(&text)
+        .map_err(|e| anyhow::anyhow!("--scram-users-file {}: {e}", path.display()))?;
+    let mut out = Vec::with_capacity(users.len() * 2);
+    for (user, password) in users {
+        for mechanism in ScramMechanism::ALL {
+            let mut salt = vec![0u8; 32];
+            getrandom::fill(&mut salt).map_err(|e| anyhow::anyhow!("no random salt: {e}"))?;
+            let credential = ScramCredential::from_password(mechanism, password.as_bytes(), salt, ITERATIONS_MIN);
+            out.push(protocol::UserCredential { user: user.clone(), credential });
+        }
+    }
+    let mut version = [0u8; 8];
+    getrandom::fill(&mut version).map_err(|e| anyhow::anyhow!("no random version: {e}"))?;
+    // Never 0, the version of "no credentials ever set".
+    let version = (i64::from_le_bytes(version) & i64::MAX) | 1;
+    Ok(protocol::Credentials { version, users: out })
 }

@@ -58,6 +58,9 @@ pub struct CoordinatorConfig {
     /// How often idle transactional ids and empty groups are looked for, in milliseconds: each
     /// is forgotten between its expiration and that plus twice this.
     pub expiry_check_interval_ms: u64,
+    /// The SCRAM credentials brokers check SASL logins against (`--scram-users-file`), handed
+    /// to each broker in its heartbeat answers whenever its copy is another version.
+    pub credentials: protocol::Credentials,
 }
 
 impl CoordinatorConfig {
@@ -74,6 +77,7 @@ impl CoordinatorConfig {
             peer_tls: None,
             snapshot_every_entries: 100_000,
             expiry_check_interval_ms: 60_000,
+            credentials: protocol::Credentials::default(),
         }
     }
 }
@@ -684,6 +688,9 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         coordinator_epoch: shared.coordinator_epoch,
                         transaction_version,
                         features_epoch,
+                        credentials: Some(&shared.config.credentials)
+                            .filter(|c| c.version != r.credentials_version)
+                            .cloned(),
                     }
                 }
                 Err(status) => {
@@ -698,6 +705,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         coordinator_epoch: shared.coordinator_epoch,
                         transaction_version: 0,
                         features_epoch: -1,
+                        credentials: None,
                     }
                 }
             })

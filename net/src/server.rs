@@ -1012,6 +1012,7 @@ mod tests {
             log_dir_id: 1,
             intact: true,
             replicas: Vec::new(),
+            credentials_version: 0,
         });
         assert!(claim.push(12, Item::Request(heartbeat)), "an unproven claim closes the connection");
         assert_eq!(claim.next().await.unwrap().1.status().code, ErrorCode::BrokerNotAvailable);

@@ -391,6 +391,11 @@ impl ScramExchange {
         &self.user
     }
 
+    /// The hash function of the exchange.
+    pub fn mechanism(&self) -> ScramMechanism {
+        self.credential.mechanism
+    }
+
     /// Check the client-final message (`c=biws,r=nonce,p=proof`): the authenticated user and
     /// the server-final message (`v=signature`).
     pub fn finish(self, msg: &[u8]) -> Result<(String, Vec<u8>), SaslError> {

@@ -333,6 +333,9 @@ pub struct HeartbeatRequest {
     pub intact: bool,
     /// Progress of every replica this broker hosts.
     pub replicas: Vec<ReplicaReport>,
+    /// The version of the SASL credentials the broker holds (see
+    /// [`HeartbeatResponse::credentials`]), 0 before any.
+    pub credentials_version: i64,
 }
 
 impl HeartbeatRequest {
@@ -358,6 +361,7 @@ impl HeartbeatRequest {
             b.put_i32(r.refused_leader_epoch);
             b.put_i64(r.lost_reported_at);
         }
+        b.put_i64(self.credentials_version);
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
@@ -385,6 +389,7 @@ impl HeartbeatRequest {
                 lost_reported_at: r.i64("lost_reported_at")?,
             });
         }
+        let credentials_version = r.i64("credentials_version")?;
         Ok(HeartbeatRequest {
             broker_id,
             addr,
@@ -395,6 +400,7 @@ impl HeartbeatRequest {
             log_dir_id,
             intact,
             replicas,
+            credentials_version,
         })
     }
 }
@@ -501,6 +507,57 @@ pub struct HeartbeatResponse {
     pub transaction_version: i16,
     /// Its finalized-features epoch (-1 while none is recorded): only grows.
     pub features_epoch: i64,
+    /// The SASL credentials the broker's Kafka listener checks logins against, with their
+    /// version, when the broker's copy (its [`HeartbeatRequest::credentials_version`]) is not
+    /// this version; `None` when it is.
+    pub credentials: Option<Credentials>,
+}
+
+/// Every user's SCRAM credentials, as the coordinator hands them to brokers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Credentials {
+    /// Changes with every change to them (0: no credentials were ever set).
+    pub version: i64,
+    /// One per user and mechanism.
+    pub users: Vec<UserCredential>,
+}
+
+/// One user's SCRAM credential for one mechanism (see [`crate::sasl::ScramCredential`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserCredential {
+    /// The user name.
+    pub user: String,
+    /// The credential.
+    pub credential: crate::sasl::ScramCredential,
+}
+
+impl UserCredential {
+    fn encode(&self, b: &mut BytesMut) {
+        let c = &self.credential;
+        b.put_string(&self.user);
+        b.put_i8(c.mechanism.kafka_type());
+        b.put_i32(c.iterations as i32);
+        b.put_blob(&c.salt);
+        b.put_blob(&c.stored_key);
+        b.put_blob(&c.server_key);
+    }
+
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        let user = r.string("user")?;
+        let mechanism = crate::sasl::ScramMechanism::from_kafka_type(r.i8("mechanism")?)
+            .ok_or(DecodeError::InvalidValue { field: "mechanism", detail: "not a SCRAM mechanism type (1 or 2)".into() })?;
+        let iterations = r.i32("iterations")?;
+        let iterations = u32::try_from(iterations)
+            .map_err(|_| DecodeError::InvalidValue { field: "iterations", detail: format!("{iterations} is negative") })?;
+        let credential = crate::sasl::ScramCredential {
+            mechanism,
+            iterations,
+            salt: r.bytes("salt")?.to_vec(),
+            stored_key: r.bytes("stored_key")?.to_vec(),
+            server_key: r.bytes("server_key")?.to_vec(),
+        };
+        Ok(UserCredential { user, credential })
+    }
 }
 
 impl HeartbeatResponse {
@@ -532,6 +589,14 @@ impl HeartbeatResponse {
         b.put_i32(self.coordinator_epoch);
         b.put_i16(self.transaction_version);
         b.put_i64(self.features_epoch);
+        b.put_bool(self.credentials.is_some());
+        if let Some(c) = &self.credentials {
+            b.put_i64(c.version);
+            b.put_i32(c.users.len() as i32);
+            for u in &c.users {
+                u.encode(b);
+            }
+        }
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
@@ -566,6 +631,18 @@ impl HeartbeatResponse {
         let coordinator_epoch = r.i32("coordinator_epoch")?;
         let transaction_version = r.i16("transaction_version")?;
         let features_epoch = r.i64("features_epoch")?;
+        let credentials = match r.bool("credentials")? {
+            false => None,
+            true => {
+                let version = r.i64("credentials_version")?;
+                let n = r.array_len("credentials", 23)?;
+                let mut users = Vec::with_capacity(n);
+                for _ in 0..n {
+                    users.push(UserCredential::decode(r)?);
+                }
+                Some(Credentials { version, users })
+            }
+        };
         Ok(HeartbeatResponse {
             status,
             lease_ms,
@@ -576,6 +653,7 @@ impl HeartbeatResponse {
             coordinator_epoch,
             transaction_version,
             features_epoch,
+            credentials,
         })
     }
 }

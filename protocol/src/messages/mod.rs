@@ -768,6 +768,7 @@ mod tests {
                 refused_leader_epoch: 9,
                 lost_reported_at: 4,
             }],
+            credentials_version: 12,
         }));
         roundtrip_req(Request::Replicate(ReplicateRequest {
             topic: "t".into(),
@@ -972,6 +973,18 @@ mod tests {
             coordinator_epoch: 7,
             transaction_version: 2,
             features_epoch: 9,
+            credentials: Some(Credentials {
+                version: 77,
+                users: vec![UserCredential {
+                    user: "alice".into(),
+                    credential: crate::sasl::ScramCredential::from_salted_password(
+                        crate::sasl::ScramMechanism::Sha512,
+                        b"salted",
+                        b"salt".to_vec(),
+                        4096,
+                    ),
+                }],
+            }),
         }));
         roundtrip_resp(Response::Describe(DescribeResponse {
             status: Status::ok(),

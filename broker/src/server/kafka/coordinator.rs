@@ -206,6 +206,7 @@ impl KafkaConn {
                     epoch = i.producer_epoch,
                     client_id = client_id.as_str(),
                     client_address = %self.peer,
+                    principal = %format!("User:{}", self.user()),
                     "kafka producer initialised"
                 );
                 reply(ErrorCode::None, i.producer_id, i.producer_epoch)
@@ -218,6 +219,7 @@ impl KafkaConn {
                     producer_epoch,
                     client_id = client_id.as_str(),
                     client_address = %self.peer,
+                    principal = %format!("User:{}", self.user()),
                     status = %other.status(),
                     reason = other.status().code.name(),
                     "kafka init refused"

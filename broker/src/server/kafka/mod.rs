@@ -36,6 +36,7 @@ mod errors;
 mod fetch;
 mod groups;
 mod produce;
+pub(crate) mod sasl;
 
 pub(crate) use errors::kafka_code;
 pub(crate) use groups::GROUP_WAIT_MS_MAX;
@@ -79,6 +80,9 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 5),
+    // v0 is followed by raw tokens, which Kafka 4 no longer reads either (KIP-896).
+    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// The name of the feature KIP-890 finalizes.
@@ -201,6 +205,8 @@ struct KafkaConn {
     relay: Mutex<Relay>,
     /// The client's address, as the listener accepted it.
     peer: std::net::SocketAddr,
+    /// Where the connection is in its SASL authentication; only held inside a handler call.
+    sasl: Arc<Mutex<sasl::SaslState>>,
 }
 
 /// A Kafka connection's relay to the coordinator. Each Kafka connection has its own, so its
@@ -270,12 +276,20 @@ impl Drop for RelayLease {
 pub(super) fn handlers(shared: &Arc<Shared>) -> Handlers<KafkaWire> {
     let shared = shared.clone();
     Arc::new(move |peer| {
-        let conn = Arc::new(KafkaConn { shared: shared.clone(), relay: Mutex::new(Relay::default()), peer });
+        let conn = Arc::new(KafkaConn {
+            shared: shared.clone(),
+            relay: Mutex::new(Relay::default()),
+            peer,
+            sasl: Arc::new(Mutex::new(sasl::SaslState::new(shared.kafka_sasl()))),
+        });
         let for_group = conn.clone();
         let handler: Handler<KafkaWire> = Arc::new(move |req| conn.start(req));
         let group: GroupHandler<KafkaWire> = Arc::new(move |requests| {
-            if *for_group.shared.control.paused.borrow() || !*for_group.shared.registered.borrow() {
-                return Vec::new(); // each alone, through the handler, which waits
+            if *for_group.shared.control.paused.borrow()
+                || !*for_group.shared.registered.borrow()
+                || !for_group.sasl.lock().unwrap_or_else(|p| p.into_inner()).open()
+            {
+                return Vec::new(); // each alone, through the handler, which waits (or authenticates)
             }
             produce::produce_group(&for_group.shared, requests, |r| for_group.start(r))
         });
@@ -309,6 +323,9 @@ impl KafkaConn {
 
     fn handle(self: &Arc<Self>, req: KafkaRequest) -> Handled<KafkaAnswer> {
         let version = req.header.api_version;
+        if let sasl::Gate::Answer(answer) = self.sasl_gate(&req) {
+            return answer;
+        }
         let body = match req.body {
             KafkaBody::UnsupportedApiVersions => {
                 // Kafka answers with a version 0 body, whatever version was asked.
@@ -440,6 +457,28 @@ impl KafkaConn {
                 Handled::answer(KafkaAnswer::Close)
             }
         }
+    }
+
+    /// Pass `req` through the connection's SASL authentication ([`sasl::gate`]).
+    fn sasl_gate(&self, req: &KafkaRequest) -> sasl::Gate {
+        let asked = match &req.body {
+            KafkaBody::UnsupportedApiVersions => sasl::Asked::ApiVersions,
+            KafkaBody::Request(b) => match &**b {
+                RequestKind::ApiVersions(_) => sasl::Asked::ApiVersions,
+                RequestKind::SaslHandshake(h) => sasl::Asked::Handshake(h.mechanism.as_str()),
+                RequestKind::SaslAuthenticate(a) => sasl::Asked::Authenticate(&a.auth_bytes),
+                _ => sasl::Asked::Other,
+            },
+        };
+        let state = self.sasl.clone();
+        let finish = move |s| *state.lock().unwrap_or_else(|p| p.into_inner()) = s;
+        let mut state = self.sasl.lock().unwrap_or_else(|p| p.into_inner());
+        sasl::gate(&mut state, self.shared.kafka_sasl(), &self.shared.credentials, asked, self.peer, finish)
+    }
+
+    /// The authenticated principal's name (`User:` aside): `ANONYMOUS` without SASL.
+    fn user(&self) -> String {
+        self.sasl.lock().unwrap_or_else(|p| p.into_inner()).user().to_string()
     }
 
     /// The relay connection to the coordinator (dialled now, by `deadline`, if there is none or

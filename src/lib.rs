@@ -35,6 +35,9 @@ pub enum LocalError {
     /// A condition did not come true in time.
     #[error("timed out waiting for {0}")]
     Timeout(String),
+    /// SASL credentials could not be made.
+    #[error("SASL credentials: {0}")]
+    Sasl(String),
 }
 
 /// Options for [`LocalCluster::start`].
@@ -76,6 +79,10 @@ pub struct LocalOptions {
     /// The transaction version the Kafka listeners offer (the coordinator's
     /// `--transaction-version`: 2, or 1).
     pub transaction_version: i16,
+    /// SASL users `(name, password)`: when any, the Kafka listeners take SASL logins only
+    /// (SASL_PLAINTEXT, or SASL_SSL with `tls`; PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512)
+    /// against these users' credentials, which the coordinator hands the brokers.
+    pub sasl_users: Vec<(String, String)>,
 }
 
 impl Default for LocalOptions {
@@ -98,6 +105,7 @@ impl Default for LocalOptions {
             kafka_relay_idle_ms: broker::server::KAFKA_RELAY_IDLE_MS_DEFAULT,
             marker_timeout_ms: CoordinatorConfig::new("").marker_timeout_ms,
             transaction_version: coordinator::cluster::TRANSACTION_VERSION_DEFAULT,
+            sasl_users: Vec::new(),
         }
     }
 }
@@ -152,6 +160,9 @@ impl LocalCluster {
         config.cluster.transaction_version = opts.transaction_version;
         config.marker_timeout_ms = opts.marker_timeout_ms;
         config.limits.cluster_secret = secret.clone();
+        if !opts.sasl_users.is_empty() {
+            config.credentials = coordinator::server::scram_credentials(&opts.sasl_users).map_err(LocalError::Sasl)?;
+        }
         tasks.push(tokio::spawn(async move {
             if let Err(e) = coordinator::run(listener, config, async {
                 let _ = stopped.await;
@@ -185,6 +196,14 @@ impl LocalCluster {
             config.retention_check_ms = opts.retention_check_ms;
             config.replication_inflight_max = opts.replication_inflight_max;
             config.kafka_relay_idle_ms = opts.kafka_relay_idle_ms;
+            if !opts.sasl_users.is_empty() {
+                config.kafka_security_protocol = Some(if opts.tls {
+                    broker::server::SecurityProtocol::SaslSsl
+                } else {
+                    broker::server::SecurityProtocol::SaslPlaintext
+                });
+                config.kafka_sasl.mechanisms = protocol::sasl::Mechanism::ALL.to_vec();
+            }
             if let Some(storage) = &opts.storage {
                 config.storage = storage.clone();
             }
@@ -320,13 +339,17 @@ impl LocalCluster {
 /// A fresh CA and a certificate it signed for `localhost` and `127.0.0.1`:
 /// (CA certificate PEM, server certificate PEM, server key PEM).
 pub fn local_certificates() -> Result<(String, String, String), LocalError> {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     let err = |e: rcgen::Error| LocalError::Certificate(e.to_string());
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Names of their own: OpenSSL (librdkafka, Python's ssl) takes a certificate whose subject
+    // is its issuer's for self-issued, and fails to verify it.
+    ca_params.distinguished_name.push(DnType::CommonName, "epochfence test CA");
     let ca_key = KeyPair::generate().map_err(err)?;
     let ca = ca_params.self_signed(&ca_key).map_err(err)?;
-    let params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).map_err(err)?;
+    let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).map_err(err)?;
+    params.distinguished_name.push(DnType::CommonName, "localhost");
     let key = KeyPair::generate().map_err(err)?;
     let cert = params.signed_by(&key, &ca, &ca_key).map_err(err)?;
     Ok((ca.pem(), cert.pem(), key.serialize_pem()))

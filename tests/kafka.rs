@@ -277,6 +277,17 @@ async fn every_served_api_answers_at_every_served_version() {
                     assert_eq!(conn.call(&req, v).await.unwrap().topics[0].partitions[0].error_code, 49, "v{v}");
                     Ok(0)
                 }
+                // This listener is PLAINTEXT: both are answered ILLEGAL_SASL_STATE, as Kafka does.
+                ApiKey::SaslHandshake => {
+                    let req = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+                    assert_eq!(conn.call(&req, v).await.unwrap().error_code, 34, "v{v}");
+                    Ok(0)
+                }
+                ApiKey::SaslAuthenticate => {
+                    let req = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from_static(b"\0a\0b"));
+                    assert_eq!(conn.call(&req, v).await.unwrap().error_code, 34, "v{v}");
+                    Ok(0)
+                }
                 other => panic!("{other:?} is advertised but this test does not know it"),
             };
             assert_eq!(ok.unwrap_or_else(|e| panic!("{key:?} v{v}: {e}")), 0, "{key:?} v{v}");
@@ -284,6 +295,87 @@ async fn every_served_api_answers_at_every_served_version() {
         }
     }
     assert!(checked > 80, "{checked} api versions");
+    c.shutdown().await;
+}
+
+/// SASL on the Kafka listener: before a login only ApiVersions and SaslHandshake are served
+/// (anything else closes the connection, so no handler sees it), an unoffered mechanism is
+/// answered UNSUPPORTED_SASL_MECHANISM with the offered ones and the connection is done, a
+/// wrong password or an unknown user gets SASL_AUTHENTICATION_FAILED with one message after the
+/// failed-login delay, and each mechanism's login serves requests as that user; after it, a
+/// second handshake is ILLEGAL_SASL_STATE. The project's own Kafka client logs in the same way
+/// and runs a transaction.
+#[tokio::test]
+async fn sasl_logins_gate_every_request_of_the_kafka_listener() {
+    use producer::SaslLogin;
+    use protocol::sasl::{Mechanism, ScramMechanism};
+    let users = vec![("alice".to_string(), "alice-pw".to_string()), ("b,o=b".to_string(), "bob-pw".to_string())];
+    let c =
+        LocalCluster::start(LocalOptions { kafka: true, sasl_users: users, ..LocalOptions::default() }).await.unwrap();
+    c.create_topic("t", 1).await.unwrap();
+    let addr = c.kafka_addrs[0].clone();
+    let login = |m: Mechanism, user: &str, password: &str| SaslLogin {
+        mechanism: m,
+        user: user.to_string(),
+        password: password.to_string(),
+    };
+    let metadata = MetadataRequest::default().with_topics(None);
+
+    // ApiVersions is served before a login; Metadata closes the connection.
+    let conn = KafkaConnection::connect(&addr, None, T).await.unwrap();
+    assert!(conn
+        .api_versions()
+        .iter()
+        .any(|(k, min, max)| *k == ApiKey::SaslHandshake as i16 && (*min, *max) == (1, 1)));
+    let err = conn.call(&metadata, 12).await.unwrap_err();
+    assert!(matches!(err, KafkaError::Closed { .. }), "{err}");
+
+    // An unoffered mechanism: 33 with the offered ones, then the connection is done.
+    let conn = KafkaConnection::connect(&addr, None, T).await.unwrap();
+    let r = conn
+        .call(&SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("GSSAPI")), 1)
+        .await
+        .unwrap();
+    assert_eq!(r.error_code, 33);
+    let offered: Vec<&str> = r.mechanisms.iter().map(|m| m.as_str()).collect();
+    assert_eq!(offered, ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"]);
+    assert!(conn.call(&metadata, 12).await.is_err(), "the connection is done after a refused handshake");
+
+    // Wrong passwords and unknown users, with every mechanism: 58 after the delay (100 ms), and
+    // the connection is done.
+    for m in Mechanism::ALL {
+        for (user, password) in [("alice", "guess"), ("mallory", "alice-pw")] {
+            let conn = KafkaConnection::connect(&addr, None, T).await.unwrap();
+            let started = Instant::now();
+            let err = conn.authenticate(&login(m, user, password), T).await.unwrap_err();
+            assert!(
+                matches!(&err, KafkaError::Refused { code: 58, message, .. } if message == protocol::sasl::FAILED),
+                "{m} {user}: {err}"
+            );
+            assert!(started.elapsed() >= Duration::from_millis(100), "{m}: answered before the failed-login delay");
+            assert!(conn.call(&metadata, 12).await.is_err(), "{m}: the connection is done after a failed login");
+        }
+    }
+
+    // Each mechanism logs in, and requests are served; a second handshake is refused.
+    for m in Mechanism::ALL {
+        for (user, password) in [("alice", "alice-pw"), ("b,o=b", "bob-pw")] {
+            let conn = KafkaConnection::connect(&addr, None, T).await.unwrap();
+            conn.authenticate(&login(m, user, password), T).await.unwrap_or_else(|e| panic!("{m} {user}: {e}"));
+            let r = conn.call(&metadata, 12).await.unwrap();
+            assert!(r.topics.iter().any(|t| t.name.as_ref().is_some_and(|n| n.as_str() == "t")), "{m}");
+            let again = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(m.name()));
+            assert_eq!(conn.call(&again, 1).await.unwrap().error_code, 34, "{m}: re-authentication is not served");
+        }
+    }
+
+    // The project's Kafka client logs in on every connection it opens.
+    let mut config = ProducerConfig::transactional("sasl-txn");
+    config.client.sasl = Some(login(Mechanism::Scram(ScramMechanism::Sha512), "alice", "alice-pw"));
+    let mut p = KafkaProducer::init(&c.kafka_bootstrap(), config).await.unwrap();
+    p.begin().unwrap();
+    p.send("t", 0, Bytes::from_static(b"in")).await.unwrap();
+    p.commit().await.unwrap();
     c.shutdown().await;
 }
 

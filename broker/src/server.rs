@@ -38,7 +38,8 @@ use crate::storage::{OsStorage, Storage, StoredFile};
 mod kafka;
 
 pub use kafka::sasl::{
-    parse_mechanisms, SaslConfig, SecurityProtocol, FAILED_AUTHENTICATION_DELAY_MS_DEFAULT as KAFKA_FAILED_AUTHENTICATION_DELAY_MS_DEFAULT,
+    parse_mechanisms, SaslConfig, SecurityProtocol,
+    FAILED_AUTHENTICATION_DELAY_MS_DEFAULT as KAFKA_FAILED_AUTHENTICATION_DELAY_MS_DEFAULT,
 };
 
 /// When a broker makes its log writes durable.
@@ -425,9 +426,11 @@ pub async fn run_listeners(
         .map_err(|e| BrokerError::DataDir { path: config.data_dir.display().to_string(), detail: e.to_string() })?;
     tracing::info!(log_dir_id = log_dir.id, intact = log_dir.intact, "data directory opened");
     let mut config = config;
-    let security = config
-        .kafka_security_protocol
-        .unwrap_or(if config.limits.tls.is_some() { SecurityProtocol::Ssl } else { SecurityProtocol::Plaintext });
+    let security = config.kafka_security_protocol.unwrap_or(if config.limits.tls.is_some() {
+        SecurityProtocol::Ssl
+    } else {
+        SecurityProtocol::Plaintext
+    });
     if security.tls() && config.limits.tls.is_none() {
         return Err(BrokerError::Listener(format!("the Kafka listener's {security} needs a TLS certificate and key")));
     }

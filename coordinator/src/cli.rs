@@ -286,23 +286,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
 /// SCRAM-SHA-256 and SCRAM-SHA-512 credentials for each user of a `--scram-users-file`, under a
 /// new version.
 fn scram_users(path: &std::path::Path) -> anyhow::Result<protocol::Credentials> {
-    use protocol::sasl::{ScramCredential, ScramMechanism, ITERATIONS_MIN};
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("cannot read --scram-users-file {}: {e}", path.display()))?;
     let users = protocol::sasl::parse_users_file(&text)
         .map_err(|e| anyhow::anyhow!("--scram-users-file {}: {e}", path.display()))?;
-    let mut out = Vec::with_capacity(users.len() * 2);
-    for (user, password) in users {
-        for mechanism in ScramMechanism::ALL {
-            let mut salt = vec![0u8; 32];
-            getrandom::fill(&mut salt).map_err(|e| anyhow::anyhow!("no random salt: {e}"))?;
-            let credential = ScramCredential::from_password(mechanism, password.as_bytes(), salt, ITERATIONS_MIN);
-            out.push(protocol::UserCredential { user: user.clone(), credential });
-        }
-    }
-    let mut version = [0u8; 8];
-    getrandom::fill(&mut version).map_err(|e| anyhow::anyhow!("no random version: {e}"))?;
-    // Never 0, the version of "no credentials ever set".
-    let version = (i64::from_le_bytes(version) & i64::MAX) | 1;
-    Ok(protocol::Credentials { version, users: out })
+    crate::server::scram_credentials(&users).map_err(anyhow::Error::msg)
 }

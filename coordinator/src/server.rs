@@ -82,6 +82,26 @@ impl CoordinatorConfig {
     }
 }
 
+/// SCRAM-SHA-256 and SCRAM-SHA-512 credentials (4096 iterations, new random salts) for each
+/// `(user, password)`, under a new random version.
+pub fn scram_credentials(users: &[(String, String)]) -> Result<protocol::Credentials, String> {
+    use protocol::sasl::{ScramCredential, ScramMechanism, ITERATIONS_MIN};
+    let mut out = Vec::with_capacity(users.len() * 2);
+    for (user, password) in users {
+        for mechanism in ScramMechanism::ALL {
+            let mut salt = vec![0u8; 32];
+            getrandom::fill(&mut salt).map_err(|e| format!("no random salt: {e}"))?;
+            let credential = ScramCredential::from_password(mechanism, password.as_bytes(), salt, ITERATIONS_MIN);
+            out.push(protocol::UserCredential { user: user.clone(), credential });
+        }
+    }
+    let mut version = [0u8; 8];
+    getrandom::fill(&mut version).map_err(|e| format!("no random version: {e}"))?;
+    // Never 0, the version of "no credentials ever set".
+    let version = (i64::from_le_bytes(version) & i64::MAX) | 1;
+    Ok(protocol::Credentials { version, users: out })
+}
+
 /// Why the coordinator could not start.
 #[derive(Debug, Error)]
 pub enum CoordinatorError {

@@ -23,6 +23,53 @@ pub struct ClientConfig {
     /// Prove to the coordinator that this client holds the cluster secret (as `admin`): with a
     /// secret set, creating topics and electing leaders need it.
     pub secret: Option<ClusterSecret>,
+    /// Log in with SASL on every Kafka connection (a listener under SASL_PLAINTEXT or SASL_SSL).
+    pub sasl: Option<SaslLogin>,
+}
+
+/// A SASL login: mechanism, user and password.
+#[derive(Clone)]
+pub struct SaslLogin {
+    /// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    pub mechanism: protocol::sasl::Mechanism,
+    /// The user.
+    pub user: String,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for SaslLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SaslLogin({} as {:?})", self.mechanism, self.user)
+    }
+}
+
+impl SaslLogin {
+    /// A login from the command line's `--sasl-mechanism`, `--sasl-username` and
+    /// `--sasl-password-file` (its first line is the password); `None` without a user.
+    pub fn from_args(
+        mechanism: &str,
+        user: Option<&str>,
+        password_file: Option<&std::path::Path>,
+    ) -> Result<Option<SaslLogin>, String> {
+        let Some(user) = user else {
+            return match password_file {
+                Some(_) => Err("--sasl-password-file needs --sasl-username".into()),
+                None => Ok(None),
+            };
+        };
+        let mechanism = protocol::sasl::Mechanism::parse(mechanism).ok_or_else(|| {
+            format!("--sasl-mechanism {mechanism:?} is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512")
+        })?;
+        let path = password_file.ok_or("--sasl-username needs --sasl-password-file")?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read --sasl-password-file {}: {e}", path.display()))?;
+        let password = text.lines().next().unwrap_or("").to_string();
+        if password.is_empty() {
+            return Err(format!("--sasl-password-file {} holds no password on its first line", path.display()));
+        }
+        Ok(Some(SaslLogin { mechanism, user: user.to_string(), password }))
+    }
 }
 
 impl Default for ClientConfig {
@@ -33,6 +80,7 @@ impl Default for ClientConfig {
             retry_backoff_max_ms: 1_000,
             tls: None,
             secret: None,
+            sasl: None,
         }
     }
 }

@@ -174,7 +174,12 @@ impl ScramCredential {
     }
 
     /// The credential of a password (PBKDF2: costly, see [`ScramMechanism::salted_password`]).
-    pub fn from_password(mechanism: ScramMechanism, password: &[u8], salt: Vec<u8>, iterations: u32) -> ScramCredential {
+    pub fn from_password(
+        mechanism: ScramMechanism,
+        password: &[u8],
+        salt: Vec<u8>,
+        iterations: u32,
+    ) -> ScramCredential {
         let salted = mechanism.salted_password(password, &salt, iterations);
         ScramCredential::from_salted_password(mechanism, &salted, salt, iterations)
     }
@@ -319,19 +324,16 @@ impl ClientFirst {
         let msg = std::str::from_utf8(msg).map_err(|_| malformed(STEP, "not UTF-8"))?;
         let rest = match msg.split_once(',') {
             Some(("n", rest)) => rest,
-            Some(("y" | "p", _)) => return Err(SaslError::Unsupported("SCRAM channel binding is not supported".into())),
+            Some(("y" | "p", _)) => {
+                return Err(SaslError::Unsupported("SCRAM channel binding is not supported".into()))
+            }
             Some(_) | None => return Err(malformed(STEP, "no GS2 header 'n,'")),
         };
         let (authzid, bare) = rest.split_once(',').ok_or_else(|| malformed(STEP, "no authorization id field"))?;
         let mut fields = bare.split(',');
-        let name = fields
-            .next()
-            .and_then(|f| f.strip_prefix("n="))
-            .ok_or_else(|| malformed(STEP, "no 'n=' user name"))?;
-        let nonce = fields
-            .next()
-            .and_then(|f| f.strip_prefix("r="))
-            .ok_or_else(|| malformed(STEP, "no 'r=' nonce"))?;
+        let name =
+            fields.next().and_then(|f| f.strip_prefix("n=")).ok_or_else(|| malformed(STEP, "no 'n=' user name"))?;
+        let nonce = fields.next().and_then(|f| f.strip_prefix("r=")).ok_or_else(|| malformed(STEP, "no 'r=' nonce"))?;
         let user = unescape_name(name)?;
         if user.is_empty() {
             return Err(malformed(STEP, "an empty user name"));
@@ -407,10 +409,7 @@ impl ScramExchange {
             .next()
             .and_then(|f| f.strip_prefix("c="))
             .ok_or_else(|| malformed(STEP, "no 'c=' channel binding"))?;
-        let nonce = fields
-            .next()
-            .and_then(|f| f.strip_prefix("r="))
-            .ok_or_else(|| malformed(STEP, "no 'r=' nonce"))?;
+        let nonce = fields.next().and_then(|f| f.strip_prefix("r=")).ok_or_else(|| malformed(STEP, "no 'r=' nonce"))?;
         if b64_decode(STEP, "the channel binding", binding)? != self.gs2_header.as_bytes() {
             return Err(malformed(STEP, "a channel binding other than the client-first message's GS2 header"));
         }
@@ -468,14 +467,8 @@ impl ScramClient {
         const STEP: &str = "server-first message";
         let text = std::str::from_utf8(msg).map_err(|_| malformed(STEP, "not UTF-8"))?;
         let mut fields = text.split(',');
-        let nonce = fields
-            .next()
-            .and_then(|f| f.strip_prefix("r="))
-            .ok_or_else(|| malformed(STEP, "no 'r=' nonce"))?;
-        let salt = fields
-            .next()
-            .and_then(|f| f.strip_prefix("s="))
-            .ok_or_else(|| malformed(STEP, "no 's=' salt"))?;
+        let nonce = fields.next().and_then(|f| f.strip_prefix("r=")).ok_or_else(|| malformed(STEP, "no 'r=' nonce"))?;
+        let salt = fields.next().and_then(|f| f.strip_prefix("s=")).ok_or_else(|| malformed(STEP, "no 's=' salt"))?;
         let iterations: u32 = fields
             .next()
             .and_then(|f| f.strip_prefix("i="))

@@ -107,6 +107,15 @@ class ConfluentClient:
         self.ck = confluent_kafka
         self.producers = []
 
+    def security(self, protocol, mechanism=None, user=None, password=None, ca=None):
+        """This client's settings for a listener of `protocol` (SASL_PLAINTEXT, SASL_SSL, SSL)."""
+        conf = {"security.protocol": protocol}
+        if mechanism:
+            conf.update({"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password})
+        if ca:
+            conf["ssl.ca.location"] = ca
+        return conf
+
     def idempotent_producer(self, bootstrap, **config):
         conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
         conf.update(config)
@@ -300,6 +309,15 @@ class KafkaPythonClient:
         self.kafka = kafka
         self.errors = kafka.errors
         self.producers = []
+
+    def security(self, protocol, mechanism=None, user=None, password=None, ca=None):
+        """This client's settings for a listener of `protocol` (SASL_PLAINTEXT, SASL_SSL, SSL)."""
+        conf = dict(security_protocol=protocol)
+        if mechanism:
+            conf.update(sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password)
+        if ca:
+            conf["ssl_cafile"] = ca
+        return conf
 
     def idempotent_producer(self, bootstrap, **config):
         conf = dict(bootstrap_servers=bootstrap.split(","), enable_idempotence=True, acks="all", linger_ms=5)

@@ -209,7 +209,8 @@ class Cluster:
     """A coordinator and `brokers` brokers, started at construction; `close()` ends them all."""
 
     def __init__(self, base_dir, brokers=1, lease_ms=None, heartbeat_ms=None, no_fencing=False,
-                 fsync="always", broker_args=(), coordinator_args=()):
+                 fsync="always", broker_args=(), coordinator_args=(), secret_file=None,
+                 admin_args=()):
         self.bin = bin_dir()
         self.base_dir = base_dir
         self.log_dir = os.path.join(base_dir, "logs")
@@ -217,6 +218,9 @@ class Cluster:
         self.processes = []
         self.brokers = {}
         self.lease_ms = lease_ms if lease_ms is not None else 3000
+        # With a cluster secret, every process (and admin) proves membership with it.
+        self.secret_args = ["--cluster-secret-file", secret_file] if secret_file else []
+        self.admin_args = self.secret_args + list(admin_args)
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "info")
         self._env = env
@@ -225,7 +229,7 @@ class Cluster:
                     "--data-dir", os.path.join(base_dir, "coordinator")]
             if lease_ms is not None:
                 argv += ["--broker-lease-ms", str(lease_ms)]
-            argv += list(coordinator_args)
+            argv += self.secret_args + list(coordinator_args)
             self.coordinator = self._spawn("coordinator", argv)
             self.coord_addr = self.coordinator.wait_line(r"^coordinator listening on (\S+)").group(1)
             for i in range(1, brokers + 1):
@@ -260,7 +264,7 @@ class Cluster:
             argv += ["--heartbeat-ms", str(heartbeat_ms)]
         if no_fencing:
             argv.append("--no-fencing")
-        argv += list(extra)
+        argv += self.secret_args + list(extra)
         p = self._spawn(f"broker-{broker_id}", argv)
         addr = p.wait_line(rf"^broker {broker_id} listening on (\S+)").group(1)
         kafka_addr = p.wait_line(rf"^broker {broker_id} kafka listening on (\S+)").group(1)
@@ -271,7 +275,7 @@ class Cluster:
     # ----- the cluster as the coordinator sees it
 
     def admin(self, *args, check=True, timeout=20):
-        r = subprocess.run([self._bin("admin"), "--bootstrap", self.coord_addr, *args],
+        r = subprocess.run([self._bin("admin"), "--bootstrap", self.coord_addr, *self.admin_args, *args],
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
                            env=self._env)
         if check and r.returncode != 0:

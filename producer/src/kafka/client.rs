@@ -75,6 +75,9 @@ impl KafkaClient {
             return Ok(c.clone());
         }
         let c = KafkaConnection::connect(addr, self.config.tls.as_ref(), self.timeout()).await?;
+        if let Some(login) = &self.config.sasl {
+            c.authenticate(login, self.timeout()).await?;
+        }
         self.connections.insert(addr.to_string(), c.clone());
         Ok(c)
     }

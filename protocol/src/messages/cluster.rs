@@ -544,11 +544,16 @@ impl UserCredential {
 
     fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
         let user = r.string("user")?;
-        let mechanism = crate::sasl::ScramMechanism::from_kafka_type(r.i8("mechanism")?)
-            .ok_or(DecodeError::InvalidValue { field: "mechanism", detail: "not a SCRAM mechanism type (1 or 2)".into() })?;
+        let mechanism =
+            crate::sasl::ScramMechanism::from_kafka_type(r.i8("mechanism")?).ok_or(DecodeError::InvalidValue {
+                field: "mechanism",
+                detail: "not a SCRAM mechanism type (1 or 2)".into(),
+            })?;
         let iterations = r.i32("iterations")?;
-        let iterations = u32::try_from(iterations)
-            .map_err(|_| DecodeError::InvalidValue { field: "iterations", detail: format!("{iterations} is negative") })?;
+        let iterations = u32::try_from(iterations).map_err(|_| DecodeError::InvalidValue {
+            field: "iterations",
+            detail: format!("{iterations} is negative"),
+        })?;
         let credential = crate::sasl::ScramCredential {
             mechanism,
             iterations,

@@ -103,6 +103,14 @@ enum Cmd {
         #[command(flatten)]
         dir: Dir,
     },
+    /// Write a new test CA and a certificate it signed for `localhost` and `127.0.0.1` into
+    /// DIR (`ca.pem`, `server.pem`, `server.key`), for `--tls-cert`/`--tls-key` and the
+    /// clients' CA location (`ssl.ca.location`, `ssl_cafile`). For tests: the CA's key is not
+    /// kept, so it signs nothing else.
+    Certificates {
+        /// The directory to write them into (made if missing).
+        dir: PathBuf,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -193,6 +201,16 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 etcd_endpoints,
             })
             .await
+        }
+        Cmd::Certificates { dir } => {
+            let (ca, cert, key) = epochfence::local_certificates()?;
+            std::fs::create_dir_all(&dir).map_err(|e| anyhow::anyhow!("cannot make {}: {e}", dir.display()))?;
+            for (name, pem) in [("ca.pem", ca), ("server.pem", cert), ("server.key", key)] {
+                let path = dir.join(name);
+                std::fs::write(&path, pem).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+                println!("{}", path.display());
+            }
+            Ok(())
         }
         Cmd::Down(d) => send(d, "down", None, None).await,
         Cmd::Status(d) => send(d, "status", None, None).await,

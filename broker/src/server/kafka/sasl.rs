@@ -140,10 +140,7 @@ impl CredentialCache {
     /// `user`'s credential for `mechanism`.
     pub(crate) fn lookup(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
         let all = self.0.read().unwrap_or_else(|p| p.into_inner()).clone();
-        all.users
-            .iter()
-            .find(|u| u.user == user && u.credential.mechanism == mechanism)
-            .map(|u| u.credential.clone())
+        all.users.iter().find(|u| u.user == user && u.credential.mechanism == mechanism).map(|u| u.credential.clone())
     }
 }
 

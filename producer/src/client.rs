@@ -44,6 +44,37 @@ impl std::fmt::Debug for SaslLogin {
     }
 }
 
+/// The command line's SASL login flags (`producer`, `consumer` with `--kafka`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SaslArgs {
+    /// Log in with SASL as this user on every Kafka connection (a listener under
+    /// SASL_PLAINTEXT or SASL_SSL; needs `--kafka` and `--sasl-password-file`).
+    #[arg(long, requires = "sasl_password_file")]
+    pub sasl_username: Option<String>,
+    /// The file whose first line is `--sasl-username`'s password.
+    #[arg(long, requires = "sasl_username")]
+    pub sasl_password_file: Option<std::path::PathBuf>,
+    /// The SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    #[arg(long, default_value = "SCRAM-SHA-512")]
+    pub sasl_mechanism: String,
+}
+
+impl SaslArgs {
+    /// The login the flags name, if any; `kafka` tells whether the client speaks the Kafka
+    /// protocol (the own protocol has no client logins yet: the flags are refused without it).
+    pub fn login(&self, kafka: bool) -> Result<Option<SaslLogin>, String> {
+        let login = SaslLogin::from_args(
+            &self.sasl_mechanism,
+            self.sasl_username.as_deref(),
+            self.sasl_password_file.as_deref(),
+        )?;
+        if login.is_some() && !kafka {
+            return Err("--sasl-username logs in on a Kafka listener: add --kafka (epochfence's own protocol has no client logins yet)".into());
+        }
+        Ok(login)
+    }
+}
+
 impl SaslLogin {
     /// A login from the command line's `--sasl-mechanism`, `--sasl-username` and
     /// `--sasl-password-file` (its first line is the password); `None` without a user.

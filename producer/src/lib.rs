@@ -14,7 +14,7 @@ pub mod producer;
 mod session;
 
 pub use admin::Admin;
-pub use client::{Client, ClientConfig, SaslLogin};
+pub use client::{Client, ClientConfig, SaslArgs, SaslLogin};
 pub use consumer::Consumer;
 pub use error::ClientError;
 pub use producer::{Producer, ProducerConfig, RecordMetadata};

@@ -221,3 +221,30 @@ def test_sasl_ssl_logins_with_a_ca_the_project_makes(client, start_cluster, tmp_
         assert p.flush(10) == 0
     topics = {p["topic"] for p in cluster.describe()["partitions"]}
     assert "never-created" not in topics
+
+
+@pytest.mark.timeout(60)
+def test_the_projects_producer_and_consumer_log_in_with_their_sasl_flags(client, start_cluster, tmp_path):
+    if client.name != "confluent":
+        return  # the project's own binaries: once is enough
+    cluster = sasl_cluster(start_cluster, tmp_path, secret=False)
+    cluster.create_topic("cli", partitions=1, replicas=1)
+    password = tmp_path / "alice.password"
+    password.write_text(USERS["alice"] + "\n")
+    login = ["--kafka", "--bootstrap", cluster.bootstrap(), "--sasl-username", "alice",
+             "--sasl-password-file", str(password)]
+    bin_dir = efcluster.bin_dir()
+    for mechanism in MECHANISMS:
+        r = subprocess.run([os.path.join(bin_dir, "producer"), *login, "--sasl-mechanism", mechanism, "--topic", "cli",
+                            "--transactional-id", f"cli-{mechanism}", "--count", "3", "--value", mechanism],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, f"{mechanism}: {r.stderr}"
+    r = subprocess.run([os.path.join(bin_dir, "consumer"), *login, "--topic", "cli", "--partition", "0", "--json"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    for mechanism in MECHANISMS:
+        assert f"{mechanism}-2" in r.stdout, r.stdout
+    # The own protocol has no client logins yet: the flags without --kafka are refused, clearly.
+    r = subprocess.run([os.path.join(bin_dir, "producer"), *login[1:], "--topic", "cli",
+                        "--transactional-id", "own", "--count", "1"], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "add --kafka" in r.stderr, r.stderr

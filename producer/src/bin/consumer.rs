@@ -1,5 +1,6 @@
 //! `consumer --bootstrap ADDR --topic T --partition P [--from OFFSET] [--follow] [--json] [--kafka]`
 //! `consumer --kafka --bootstrap ADDR --topic T --group G [--follow] [--json]`
+//! (with `--kafka`, `--sasl-username U --sasl-password-file F [--sasl-mechanism M]` log in)
 //!
 //! With `--kafka` it reads over the Kafka protocol from any Kafka-compatible broker, printing the
 //! same lines. With `--group` it is a member of consumer group G (`subscribe()`): it reads the
@@ -29,6 +30,8 @@ struct Args {
     /// Connect over TLS, trusting the CA certificates in this PEM file.
     #[arg(long)]
     tls_ca: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    sasl: producer::SaslArgs,
     /// Topic.
     #[arg(long)]
     topic: String,
@@ -76,7 +79,10 @@ struct Line<'a> {
 async fn main() -> ExitCode {
     net::init_logging("warn");
     let args = Args::parse();
-    let config = match ClientConfig::with_tls_ca(args.tls_ca.as_deref()) {
+    let config = match ClientConfig::with_tls_ca(args.tls_ca.as_deref()).and_then(|c| {
+        let sasl = args.sasl.login(args.kafka).map_err(ClientError::Protocol)?;
+        Ok(ClientConfig { sasl, ..c })
+    }) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");

@@ -1,5 +1,6 @@
 //! `producer --bootstrap ADDR --topic T --transactional-id ID [--partition P] [--count N]
-//! [--interval-ms MS] [--value PREFIX] [--kafka]`
+//! [--interval-ms MS] [--value PREFIX] [--kafka [--sasl-username U --sasl-password-file F
+//! [--sasl-mechanism M]]]`
 //!
 //! Prints one line per acknowledged record. Exit codes: 0 done, 3 fenced, 1 any other failure.
 //! With `--kafka` it speaks the Kafka protocol to any Kafka-compatible broker (the same flags
@@ -28,6 +29,8 @@ struct Args {
     /// Connect over TLS, trusting the CA certificates in this PEM file.
     #[arg(long)]
     tls_ca: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    sasl: producer::SaslArgs,
     /// Topic (created with the coordinator's defaults if it does not exist).
     #[arg(long)]
     topic: String,
@@ -90,6 +93,7 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), ClientError> {
     let mut config = ProducerConfig::transactional(&args.transactional_id);
     config.client = producer::ClientConfig::with_tls_ca(args.tls_ca.as_deref())?;
+    config.client.sasl = args.sasl.login(args.kafka).map_err(ClientError::Protocol)?;
     config.delivery_timeout_ms = args.delivery_timeout_ms;
     config.acks = if args.acks == "leader" { protocol::ACKS_LEADER } else { protocol::ACKS_ALL };
     config.transaction_timeout_ms = args.transaction_timeout_ms;

@@ -376,6 +376,13 @@ async fn sasl_logins_gate_every_request_of_the_kafka_listener() {
     p.begin().unwrap();
     p.send("t", 0, Bytes::from_static(b"in")).await.unwrap();
     p.commit().await.unwrap();
+    // A refused login ends the init at once (it would be refused again).
+    let mut config = ProducerConfig::transactional("sasl-txn-2");
+    config.client.sasl = Some(login(Mechanism::Plain, "alice", "wrong"));
+    let Err(err) = KafkaProducer::init(&c.kafka_bootstrap(), config).await else {
+        panic!("a producer with a wrong password was initialised");
+    };
+    assert!(err.to_string().contains("SASL_AUTHENTICATION_FAILED"), "{err}");
     c.shutdown().await;
 }
 

@@ -108,6 +108,13 @@ impl KafkaError {
     }
 }
 
+/// Whether `e` is a SASL login the broker refused (a wrong password, an unoffered mechanism):
+/// trying again cannot help.
+pub(crate) fn login_refused(e: &ClientError) -> bool {
+    matches!(e, ClientError::Refused { what, status }
+        if status.code == ErrorCode::SaslAuthenticationFailed || what.starts_with("SaslHandshake"))
+}
+
 impl From<KafkaError> for ClientError {
     fn from(e: KafkaError) -> ClientError {
         match e {

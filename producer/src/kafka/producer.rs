@@ -138,6 +138,8 @@ impl KafkaProducer {
                         Err(e) => self.connection_failed(&conn, e)?,
                     }
                 }
+                // A login the broker refused is refused again: no retry.
+                Err(e) if super::login_refused(&e) => return Err(e),
                 Err(e) => e.to_string(),
             };
             attempt = self.pause("InitProducerId", deadline, attempt, last).await?;

@@ -388,11 +388,6 @@ impl ScramExchange {
         (exchange, out)
     }
 
-    /// The user being authenticated.
-    pub fn user(&self) -> &str {
-        &self.user
-    }
-
     /// The hash function of the exchange.
     pub fn mechanism(&self) -> ScramMechanism {
         self.credential.mechanism

@@ -287,7 +287,8 @@ pub(super) fn handlers(shared: &Arc<Shared>) -> Handlers<KafkaWire> {
         let group: GroupHandler<KafkaWire> = Arc::new(move |requests| {
             if *for_group.shared.control.paused.borrow()
                 || !*for_group.shared.registered.borrow()
-                || !for_group.sasl.lock().unwrap_or_else(|p| p.into_inner()).open()
+                || (for_group.shared.kafka_sasl().is_some()
+                    && !for_group.sasl.lock().unwrap_or_else(|p| p.into_inner()).open())
             {
                 return Vec::new(); // each alone, through the handler, which waits (or authenticates)
             }
@@ -470,10 +471,14 @@ impl KafkaConn {
                 _ => sasl::Asked::Other,
             },
         };
-        let state = self.sasl.clone();
-        let finish = move |s| *state.lock().unwrap_or_else(|p| p.into_inner()) = s;
+        let Some(config) = self.shared.kafka_sasl() else {
+            return sasl::gate_off(asked);
+        };
         let mut state = self.sasl.lock().unwrap_or_else(|p| p.into_inner());
-        sasl::gate(&mut state, self.shared.kafka_sasl(), &self.shared.credentials, asked, self.peer, finish)
+        if matches!(asked, sasl::Asked::Other) && state.open() {
+            return sasl::Gate::Pass; // a logged-in connection's request: nothing more to decide
+        }
+        sasl::gate(&mut state, &self.sasl, config, &self.shared.credentials, asked, self.peer)
     }
 
     /// The authenticated principal's name (`User:` aside): `ANONYMOUS` without SASL.

@@ -13,7 +13,7 @@
 //! SaslHandshake v0 (raw tokens after the handshake) is not served: Kafka 4 removed it
 //! (KIP-896), and librdkafka and kafka-python use v1.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -259,32 +259,35 @@ fn server_nonce() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The SASL gate of one connection: decides `asked` in the state `state` (the connection's,
-/// locked by the caller, in the order requests arrived). `credentials` are the broker's,
-/// `peer` the client's address (for the log). `finish` is called with the outcome of a
-/// password check that runs after this returns (PLAIN), to set the state then.
+/// The gate of a listener without SASL: the SASL requests are answered ILLEGAL_SASL_STATE, as
+/// Kafka answers them; everything else passes.
+pub(super) fn gate_off(asked: Asked<'_>) -> Gate {
+    match asked {
+        Asked::Handshake(_) => Gate::Answer(illegal_handshake()),
+        Asked::Authenticate(_) => {
+            Gate::Answer(Handled::answer(illegal_state("this listener does not use SASL (PLAINTEXT or SSL)")))
+        }
+        Asked::ApiVersions | Asked::Other => Gate::Pass,
+    }
+}
+
+/// The SASL gate of one connection of a listener with SASL: decides `asked` in the state
+/// `state` (the connection's, locked by the caller, in the order requests arrived; `cell` is
+/// where it lives, to set the outcome of a PLAIN password check, which runs after this
+/// returns). `credentials` are the broker's, `peer` the client's address (for the log).
 pub(super) fn gate(
     state: &mut SaslState,
-    config: Option<&SaslConfig>,
+    cell: &Arc<Mutex<SaslState>>,
+    config: &SaslConfig,
     credentials: &CredentialCache,
     asked: Asked<'_>,
     peer: std::net::SocketAddr,
-    finish: impl FnOnce(SaslState) + Send + 'static,
 ) -> Gate {
-    let Some(config) = config else {
-        return match asked {
-            Asked::Handshake(_) => Gate::Answer(illegal_handshake()),
-            Asked::Authenticate(_) => {
-                Gate::Answer(Handled::answer(illegal_state("this listener does not use SASL (PLAINTEXT or SSL)")))
-            }
-            _ => Gate::Pass,
-        };
-    };
     let delay = config.failed_authentication_delay_ms;
     match (std::mem::replace(state, SaslState::Failed), asked) {
         (SaslState::Failed, _) => Gate::Answer(Handled::answer(KafkaAnswer::Close)),
         // Served before and after authentication alike.
-        (s @ (SaslState::Handshake | SaslState::Authenticated { .. } | SaslState::Off), Asked::ApiVersions) => {
+        (s @ (SaslState::Handshake | SaslState::Authenticated { .. }), Asked::ApiVersions) => {
             *state = s;
             Gate::Pass
         }
@@ -314,6 +317,8 @@ pub(super) fn gate(
             // does not tell which users exist.
             let known = credentials.lookup(&login.user, ScramMechanism::Sha256);
             *state = SaslState::Checking;
+            let cell = cell.clone();
+            let finish = move |s| *cell.lock().unwrap_or_else(|p| p.into_inner()) = s;
             Gate::Answer(Handled::serial(async move {
                 let user = login.user.clone();
                 let checked = tokio::task::spawn_blocking(move || match known {

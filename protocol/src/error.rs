@@ -172,6 +172,13 @@ error_codes! {
     /// The request would take the server past one of its caps (transactional ids, groups,
     /// offsets per group); the message names the cap.
     PolicyViolation = 44, "POLICY_VIOLATION", false;
+    /// The principal may not use this group (the authorizer, `--authorizer`).
+    GroupAuthorizationFailed = 30, "GROUP_AUTHORIZATION_FAILED", false;
+    /// The principal may not use this transactional id, or the producer id it wrote under was
+    /// granted to another principal's transactional id.
+    TransactionalIdAuthorizationFailed = 53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", false;
+    /// An ACL request while the coordinator runs without `--authorizer`.
+    SecurityDisabled = 54, "SECURITY_DISABLED", false;
 }
 
 impl std::fmt::Display for ErrorCode {

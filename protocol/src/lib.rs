@@ -6,11 +6,13 @@
 //! - [`kafka`]: Kafka's wire format on the broker side (the kafka-protocol crate): its frame codec.
 //! - [`batch`]: Kafka RecordBatch v2: the broker's zero-copy header view, client builders.
 //! - [`compression`]: gzip, snappy, lz4 and zstd records, decompressed with a bound.
+//! - [`acl`]: Kafka's ACLs and its authorizer's rules.
 //! - [`auth`]: cluster-membership proofs (HMAC-SHA256 over a challenge).
 //! - [`names`]: validation of topic names and transactional ids.
 //!
 //! Nothing here touches a socket, a clock or a file.
 
+pub mod acl;
 pub mod auth;
 pub mod batch;
 pub mod codec;

@@ -103,6 +103,7 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
                 intact: true,
                 replicas: vec![],
                 credentials_version: 0,
+                authorization_version: 0,
             }))
             .await,
     );

@@ -363,6 +363,9 @@ struct Shared {
     /// The SCRAM credentials the Kafka listener checks SASL logins against, as the coordinator
     /// last sent them.
     credentials: kafka::sasl::CredentialCache,
+    /// The authorizer's settings and ACLs the Kafka listener checks requests against, as the
+    /// coordinator last sent them.
+    authorization: kafka::authz::AuthorizationCache,
 }
 
 impl Shared {
@@ -483,6 +486,7 @@ pub async fn run_listeners(
         registered: watch::Sender::new(false),
         transaction_version: Mutex::new((0, -1)),
         credentials: kafka::sasl::CredentialCache::default(),
+        authorization: kafka::authz::AuthorizationCache::default(),
         config: config.clone(),
     });
     // Every replica on disk is opened before the first heartbeat, which reports what each
@@ -957,6 +961,7 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
         intact: shared.log_dir.intact,
         replicas,
         credentials_version: shared.credentials.version(),
+        authorization_version: shared.authorization.version(),
     });
     let resp = call_coordinator(shared, req, Duration::from_millis(shared.config.heartbeat_ms * 10))
         .await
@@ -991,6 +996,11 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
     }
     if let Some(credentials) = hb.credentials {
         shared.credentials.replace(credentials);
+    }
+    if let Some(authorization) = hb.authorization {
+        // With the authorizer on, the own listener serves members only: it has no client logins.
+        shared.config.limits.members_only.store(authorization.enabled, Ordering::Relaxed);
+        shared.authorization.replace(authorization);
     }
     if shared.broker_epoch.load(Ordering::Relaxed) < 0 {
         // Registered: the next process of this broker names this epoch as its predecessor's.

@@ -47,6 +47,19 @@ pub struct Args {
     /// use it with `--cluster-secret-file`: then only members can read them.
     #[arg(long)]
     scram_users_file: Option<std::path::PathBuf>,
+    /// Authorize every client request by Kafka's ACLs (kept here, journaled; brokers check
+    /// them): who may use which transactional id, topic and group. Needs
+    /// `--cluster-secret-file`, since brokers relay their clients' requests and only a member
+    /// may. While on, the own protocol serves cluster members only (it has no client logins).
+    #[arg(long, requires = "cluster_secret_file")]
+    authorizer: bool,
+    /// Principals that may do anything, `;`-separated (`User:admin;User:ops`).
+    #[arg(long, requires = "authorizer", default_value = "")]
+    super_users: String,
+    /// Allow a request on a resource no ACL names (Kafka's allow.everyone.if.no.acl.found;
+    /// default: refuse it).
+    #[arg(long, requires = "authorizer")]
+    allow_everyone_if_no_acl_found: bool,
     /// Replicas of a topic created without `--replicas` (default: min(3, live brokers)).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
     default_replication_factor: Option<i32>,
@@ -244,6 +257,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
             tracing::warn!("--scram-users-file without --cluster-secret-file: anyone who can reach this listener can read the stored SCRAM keys (not the passwords) as brokers do");
         }
     }
+    if args.authorizer {
+        config.authorizer = Some(crate::acls::AuthorizerConfig {
+            super_users: parse_super_users(&args.super_users)?,
+            allow_everyone_if_no_acl_found: args.allow_everyone_if_no_acl_found,
+        });
+    }
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
@@ -291,4 +310,16 @@ fn scram_users(path: &std::path::Path) -> anyhow::Result<protocol::Credentials> 
     let users = protocol::sasl::parse_users_file(&text)
         .map_err(|e| anyhow::anyhow!("--scram-users-file {}: {e}", path.display()))?;
     crate::server::scram_credentials(&users).map_err(anyhow::Error::msg)
+}
+
+/// `--super-users`: `Type:name` principals separated by `;` (blanks ignored).
+fn parse_super_users(s: &str) -> anyhow::Result<Vec<String>> {
+    s.split(';')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once(':') {
+            Some((kind, name)) if !kind.is_empty() && !name.is_empty() => Ok(p.to_string()),
+            _ => Err(anyhow::anyhow!("--super-users: `{p}` is not a principal of the form User:name")),
+        })
+        .collect()
 }

@@ -229,6 +229,8 @@ enum Sole {
 #[derive(Debug, Default)]
 pub struct Cluster {
     config: ClusterConfig,
+    /// The ACLs (`--authorizer`), kept with the rest of the cluster's metadata.
+    pub acls: crate::acls::AclStore,
     brokers: BTreeMap<i32, Broker>,
     topics: BTreeMap<String, Topic>,
     /// Last progress each broker reported per partition: (log end offset, high watermark).
@@ -1373,6 +1375,7 @@ impl Cluster {
                 level: self.transaction_version.0,
                 epoch: self.transaction_version.1,
             }))
+            .chain(self.acls.snapshot())
             .collect()
     }
 
@@ -1474,6 +1477,7 @@ impl Cluster {
                     }
                 }
             }
+            Entry::Acls { .. } => self.acls.apply(entry),
             _ => {}
         }
     }

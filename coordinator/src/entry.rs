@@ -250,6 +250,13 @@ pub enum Entry {
         /// The finalized-features epoch.
         epoch: i64,
     },
+    /// ACLs were created and deleted (`--authorizer`); also a snapshot's record of every ACL.
+    Acls {
+        /// Bindings created.
+        created: Vec<protocol::acl::AclBinding>,
+        /// Bindings deleted.
+        deleted: Vec<protocol::acl::AclBinding>,
+    },
 }
 
 /// A group's membership at one generation.
@@ -405,6 +412,7 @@ const TRANSACTION_VERSION: i8 = 37;
 const REGISTER_TV: i8 = 38;
 /// [`TXN_SNAPSHOT_ID`] with the transaction version.
 const TXN_SNAPSHOT_TV: i8 = 39;
+const ACLS: i8 = 40;
 
 /// What a list of fence targets carries, by the entry tag it was written under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -612,6 +620,15 @@ impl Entry {
                 b.put_i8(TRANSACTION_VERSION);
                 b.put_i16(*level);
                 b.put_i64(*epoch);
+            }
+            Entry::Acls { created, deleted } => {
+                b.put_i8(ACLS);
+                for list in [created, deleted] {
+                    b.put_i32(list.len() as i32);
+                    for a in list {
+                        a.encode(&mut b);
+                    }
+                }
             }
             Entry::TxnIdsExpired { transactional_ids: names } | Entry::GroupsExpired { groups: names } => {
                 b.put_i8(if matches!(self, Entry::TxnIdsExpired { .. }) { TXN_IDS_EXPIRED } else { GROUPS_EXPIRED });
@@ -840,6 +857,17 @@ impl Entry {
             },
             PRODUCER_ID_PARITY => Entry::ProducerIdParity { from: r.i64("from")? },
             TRANSACTION_VERSION => Entry::TransactionVersion { level: r.i16("level")?, epoch: r.i64("epoch")? },
+            ACLS => {
+                let mut lists = [Vec::new(), Vec::new()];
+                for list in &mut lists {
+                    let n = r.array_len("acls", protocol::acl::AclBinding::ENCODED_BYTES_MIN)?;
+                    for _ in 0..n {
+                        list.push(protocol::acl::AclBinding::decode(&mut r)?);
+                    }
+                }
+                let [created, deleted] = lists;
+                Entry::Acls { created, deleted }
+            }
             TXN_IDS_EXPIRED | GROUPS_EXPIRED => {
                 let n = r.array_len("names", 2)?;
                 let mut names = Vec::with_capacity(n);
@@ -1003,6 +1031,18 @@ mod tests {
             Entry::GroupsExpired { groups: vec!["g".into()] },
             Entry::ProducerIdParity { from: 17 },
             Entry::TransactionVersion { level: 2, epoch: 3 },
+            Entry::Acls {
+                created: vec![protocol::acl::AclBinding {
+                    resource_type: protocol::acl::ResourceType::Topic,
+                    name: "orders-".into(),
+                    pattern: protocol::acl::PatternType::Prefixed,
+                    principal: "User:alice".into(),
+                    host: "*".into(),
+                    operation: protocol::acl::Operation::Write,
+                    permission: protocol::acl::Permission::Allow,
+                }],
+                deleted: Vec::new(),
+            },
             Entry::TopicCreated {
                 name: "t".into(),
                 replicas: vec![vec![1, 2], vec![2, 1]],

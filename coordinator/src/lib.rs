@@ -1,5 +1,6 @@
 //! The epochfence transaction coordinator and cluster metadata.
 //!
+//! - [`acls`]: the ACLs of `--authorizer` (rules, no I/O).
 //! - [`table`]: producer ids, epochs, partition registrations and fences (rules, no I/O).
 //! - [`cluster`]: brokers, leases, topics and leaders (rules, no I/O).
 //! - [`groups`]: consumer groups, generations and committed offsets (rules, no I/O).
@@ -10,6 +11,7 @@
 //! - [`metrics`]: the Prometheus metrics (`--metrics-listen`).
 //! - [`server`]: the tokio shell that wires them to the network.
 
+pub mod acls;
 pub mod cli;
 pub mod cluster;
 pub mod entry;

@@ -61,6 +61,9 @@ pub struct CoordinatorConfig {
     /// The SCRAM credentials brokers check SASL logins against (`--scram-users-file`), handed
     /// to each broker in its heartbeat answers whenever its copy is another version.
     pub credentials: protocol::Credentials,
+    /// The authorizer (`--authorizer`, which needs a cluster secret): `None` leaves it off, and
+    /// anyone who can reach a listener may fence anyone.
+    pub authorizer: Option<crate::acls::AuthorizerConfig>,
 }
 
 impl CoordinatorConfig {
@@ -78,6 +81,7 @@ impl CoordinatorConfig {
             snapshot_every_entries: 100_000,
             expiry_check_interval_ms: 60_000,
             credentials: protocol::Credentials::default(),
+            authorizer: None,
         }
     }
 }
@@ -185,6 +189,9 @@ pub(crate) struct Shared {
     lease: Option<Arc<LeaseClock>>,
     /// Stops the background work (loops, markers) when this replica steps down.
     cancel: tokio_util::sync::CancellationToken,
+    /// The base of the authorization version brokers see, new at each start (see
+    /// [`crate::acls::AclStore::authorization`]).
+    authorization_base: i64,
 }
 
 /// Until when a replica's lease holds, by its own clock: the send time of the last keep-alive
@@ -352,6 +359,12 @@ pub(crate) fn start(
         coordinator_epoch,
         lease,
         cancel: tokio_util::sync::CancellationToken::new(),
+        authorization_base: {
+            let mut base = [0u8; 8];
+            // A failed random source leaves 1: still not a broker's 0 ("nothing heard yet").
+            let _ = getrandom::fill(&mut base);
+            (i64::from_le_bytes(base) & (i64::MAX >> 1)) | 1
+        },
     });
     if let Some(entry) = transaction_version {
         tracing::info!(?entry, "transaction version recorded");
@@ -368,10 +381,28 @@ pub(crate) fn start(
     if config.limits.cluster_secret.is_none() {
         tracing::warn!("no cluster secret: broker heartbeats and ISR changes are accepted from anyone who can connect");
     }
+    match &config.authorizer {
+        Some(a) => {
+            // Own-protocol clients cannot log in: only members are served (see ServerLimits).
+            config.limits.members_only.store(true, std::sync::atomic::Ordering::Relaxed);
+            let acls = shared.lock().cluster.acls.len();
+            tracing::info!(super_users = ?a.super_users, allow_everyone_if_no_acl_found = a.allow_everyone_if_no_acl_found, acls, "authorizer on");
+        }
+        None => tracing::warn!(
+            "authorization is off (no --authorizer): anyone who can reach a listener may initialise any transactional id, and so fence anyone"
+        ),
+    }
     shared
 }
 
 impl Shared {
+    /// The authorizer's settings and every ACL, unless the broker asking holds this version
+    /// already (`held`).
+    fn authorization(&self, st: &State, held: i64) -> Option<protocol::acl::Authorization> {
+        let a = st.cluster.acls.authorization(self.config.authorizer.as_ref(), self.authorization_base);
+        (a.version != held).then_some(a)
+    }
+
     /// The Prometheus exposition of this replica's metrics.
     pub(crate) fn encode_metrics(&self) -> String {
         let (live, held) = {
@@ -688,14 +719,15 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                     let out = st.cluster.handle_heartbeat(now, r.broker_id, &r.addr, &r.replicas);
                     st.cluster.set_kafka_addr(r.broker_id, &r.kafka_addr);
                     let told = (st.cluster.deleted_among(&r.replicas), st.cluster.transaction_version());
+                    let authorization = shared.authorization(&st, r.authorization_version);
                     // Also a barrier: every leadership decided before this answer is durable before
                     // a broker acts on it, so no leader epoch is ever announced and then forgotten
                     // (nor a transaction version: it is journaled before the first answer).
-                    (broker_epoch, out, told, shared.persist(&moved))
+                    (broker_epoch, out, told, authorization, shared.persist(&moved))
                 })
             };
             Response::Heartbeat(match registered {
-                Ok((broker_epoch, (lease_ms, assignments, brokers), (deleted, tv), rx)) => {
+                Ok((broker_epoch, (lease_ms, assignments, brokers), (deleted, tv), authorization, rx)) => {
                     let status = durable(rx).await.err().unwrap_or_else(Status::ok);
                     let (transaction_version, features_epoch) = tv;
                     HeartbeatResponse {
@@ -711,6 +743,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         credentials: Some(&shared.config.credentials)
                             .filter(|c| c.version != r.credentials_version)
                             .cloned(),
+                        authorization,
                     }
                 }
                 Err(status) => {
@@ -726,10 +759,12 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         transaction_version: 0,
                         features_epoch: -1,
                         credentials: None,
+                        authorization: None,
                     }
                 }
             })
         }
+        Request::Acls(r) => Response::Acls(acls(&shared, r).await),
         Request::AlterPartition(r) => {
             let (rx, resp) = {
                 let mut st = shared.lock();
@@ -805,6 +840,34 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 "this is the coordinator: send produce and fetch to the partition leader (see Metadata)",
             ))
         }
+    }
+}
+
+/// Create and delete ACLs ([`crate::acls::AclStore::decide`]), answered once the change is
+/// durable, with the settings and every binding after it.
+async fn acls(shared: &Arc<Shared>, r: protocol::AclsRequest) -> protocol::AclsResponse {
+    if shared.config.authorizer.is_none() {
+        return crate::acls::AclStore::disabled(&r);
+    }
+    let (rx, created, deleted, authorization) = {
+        let mut st = shared.lock();
+        let (entry, created, deleted) = st.cluster.acls.decide(&r);
+        if let Some(e) = &entry {
+            tracing::info!(entry = ?e, "ACLs changed");
+            st.cluster.apply(e);
+        }
+        let rx = shared.persist(entry.as_slice());
+        let authorization = shared.authorization(&st, 0).unwrap_or_default();
+        (rx, created, deleted, authorization)
+    };
+    match durable(rx).await {
+        Ok(()) => protocol::AclsResponse { status: Status::ok(), created, deleted, authorization },
+        Err(status) => protocol::AclsResponse {
+            created: created.iter().map(|_| status.clone()).collect(),
+            deleted: deleted.iter().map(|_| Vec::new()).collect(),
+            status,
+            authorization: protocol::acl::Authorization::default(),
+        },
     }
 }
 
@@ -1197,6 +1260,7 @@ mod tests {
             coordinator_epoch: 0,
             lease: None,
             cancel: tokio_util::sync::CancellationToken::new(),
+            authorization_base: 1,
         })
     }
 

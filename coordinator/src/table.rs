@@ -1089,6 +1089,7 @@ impl ProducerTable {
             Entry::TopicCreated { .. }
             | Entry::TopicDeleted { .. }
             | Entry::TransactionVersion { .. }
+            | Entry::Acls { .. }
             | Entry::PartitionsAdded { .. }
             | Entry::GroupGeneration(_)
             | Entry::OffsetsCommitted { .. }

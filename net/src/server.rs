@@ -178,6 +178,19 @@ pub struct ServerLimits {
     pub cluster_secret: Option<ClusterSecret>,
     /// Serve TLS only, with this certificate (plain TCP without).
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// While set (and there is a cluster secret), every request is served only on
+    /// connections that proved membership, as internal ones always are: the authorizer is
+    /// on, and the own protocol has no client logins, so a client request could not be
+    /// authorized. Shared by every clone of these limits; a broker sets it from the
+    /// coordinator's word.
+    pub members_only: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ServerLimits {
+    /// Whether [`ServerLimits::members_only`] is set.
+    pub fn members_only(&self) -> bool {
+        self.members_only.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl std::fmt::Debug for ServerLimits {
@@ -193,6 +206,7 @@ impl std::fmt::Debug for ServerLimits {
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("cluster_secret", &self.cluster_secret)
             .field("tls", &self.tls.is_some())
+            .field("members_only", &self.members_only.load(std::sync::atomic::Ordering::Relaxed))
             .finish()
     }
 }
@@ -240,6 +254,7 @@ impl Default for ServerLimits {
             request_timeout_ms: 60_000,
             cluster_secret: None,
             tls: None,
+            members_only: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
     }
 }
@@ -844,13 +859,28 @@ impl Protocol for Own {
                 )),
                 false,
             )),
+            (req, Some(_)) if limits.members_only() && peer.member.is_none() => Some((
+                Response::Error(Status::new(
+                    ErrorCode::ClusterAuthorizationFailed,
+                    format!(
+                        "{:?} refused: the cluster runs with --authorizer, and this protocol has no client logins, so only \
+                         cluster members (those holding the cluster secret, as admin --cluster-secret-file) are served \
+                         here; clients log in on a broker's Kafka listener (SASL; producer and consumer --kafka) and \
+                         are authorized by ACLs",
+                        req.api_key()
+                    ),
+                )),
+                false,
+            )),
             _ => None,
         }
     }
 
     fn gated(limits: &ServerLimits, peer: &OwnPeer, req: &Request) -> bool {
         matches!(req, Request::AuthBegin(_) | Request::AuthProve(_))
-            || (limits.cluster_secret.is_some() && req.is_internal() && peer.member.is_none())
+            || (limits.cluster_secret.is_some()
+                && (req.is_internal() || limits.members_only())
+                && peer.member.is_none())
     }
 
     fn member_request(limits: &ServerLimits, peer: &OwnPeer, req: &Request) -> bool {
@@ -1013,6 +1043,7 @@ mod tests {
             intact: true,
             replicas: Vec::new(),
             credentials_version: 0,
+            authorization_version: 0,
         });
         assert!(claim.push(12, Item::Request(heartbeat)), "an unproven claim closes the connection");
         assert_eq!(claim.next().await.unwrap().1.status().code, ErrorCode::BrokerNotAvailable);

@@ -117,4 +117,14 @@ impl Admin {
             other => Err(ClientError::Protocol(format!("election answered with {}", other.status()))),
         }
     }
+
+    /// Create and delete ACLs (`--authorizer`): the answer carries each creation's status, the
+    /// bindings each filter deleted, and every binding afterwards (an empty request reads them).
+    /// A creation refused alone (an invalid binding) is reported in `created`, not as an error.
+    pub async fn acls(&mut self, req: protocol::AclsRequest) -> Result<protocol::AclsResponse, ClientError> {
+        match self.call("change ACLs", Request::Acls(req)).await? {
+            Response::Acls(a) => Ok(a),
+            other => Err(ClientError::Protocol(format!("ACLs answered with {}", other.status()))),
+        }
+    }
 }

@@ -179,6 +179,8 @@ error_codes! {
     TransactionalIdAuthorizationFailed = 53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", false;
     /// An ACL request while the coordinator runs without `--authorizer`.
     SecurityDisabled = 54, "SECURITY_DISABLED", false;
+    /// Not attempted, because another item of the same request was refused.
+    OperationNotAttempted = 55, "OPERATION_NOT_ATTEMPTED", false;
 }
 
 impl std::fmt::Display for ErrorCode {

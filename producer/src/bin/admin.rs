@@ -1,6 +1,6 @@
 //! `admin --bootstrap ADDR create-topic T --partitions N`, `delete-topic T`,
 //! `create-partitions T --count N`, `elect-leader T` and `describe [--json]` (brokers, partitions,
-//! transactional ids and consumer groups)
+//! transactional ids and consumer groups), `acls add|remove|list` (with `--authorizer`)
 
 use std::process::ExitCode;
 
@@ -69,12 +69,167 @@ enum Command {
         #[arg(long)]
         unclean: bool,
     },
+    /// ACLs (the coordinator runs with --authorizer): who may do what on which resource.
+    Acls {
+        #[command(subcommand)]
+        action: AclAction,
+    },
     /// Show brokers, partitions (leader, leader epoch) and transactional ids (producer id, epoch).
     Describe {
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum AclAction {
+    /// Allow (or with --deny, deny) a principal an operation on a resource.
+    Add(AclArgs),
+    /// Remove the ACL the same arguments name.
+    Remove(AclArgs),
+    /// Print every ACL, one per line (`--json`: a JSON array).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// One ACL: a principal, a resource, an operation.
+#[derive(clap::Args, Debug)]
+struct AclArgs {
+    /// `User:NAME`, or `User:*` for everyone.
+    #[arg(long)]
+    principal: String,
+    /// A topic (with --prefixed, every topic starting with it; `*`: every topic).
+    #[arg(long, group = "resource")]
+    topic: Option<String>,
+    /// A consumer group.
+    #[arg(long, group = "resource")]
+    group: Option<String>,
+    /// A transactional id.
+    #[arg(long, group = "resource")]
+    transactional_id: Option<String>,
+    /// The cluster.
+    #[arg(long, group = "resource")]
+    cluster: bool,
+    /// Kafka's operation: ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION,
+    /// DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE.
+    #[arg(long, value_parser = parse_operation)]
+    operation: protocol::acl::Operation,
+    /// The name is a prefix.
+    #[arg(long)]
+    prefixed: bool,
+    /// Deny rather than allow (a DENY wins over every ALLOW).
+    #[arg(long)]
+    deny: bool,
+    /// The client address it holds for (`*`: any).
+    #[arg(long, default_value = "*")]
+    host: String,
+}
+
+fn parse_operation(s: &str) -> Result<protocol::acl::Operation, String> {
+    protocol::acl::Operation::parse(s).ok_or_else(|| {
+        let all: Vec<&str> = protocol::acl::Operation::ALL_VALUES.iter().map(|o| o.name()).collect();
+        format!("unknown operation `{s}`; one of {}", all.join(", "))
+    })
+}
+
+impl AclArgs {
+    /// The binding these arguments name (clap has checked that one resource is given).
+    fn binding(&self) -> Result<protocol::acl::AclBinding, String> {
+        use protocol::acl::{PatternType, Permission, ResourceType};
+        let (resource_type, name) = match (&self.topic, &self.group, &self.transactional_id, self.cluster) {
+            (Some(t), ..) => (ResourceType::Topic, t.clone()),
+            (_, Some(g), ..) => (ResourceType::Group, g.clone()),
+            (_, _, Some(t), _) => (ResourceType::TransactionalId, t.clone()),
+            (.., true) => (ResourceType::Cluster, protocol::acl::CLUSTER_NAME.to_string()),
+            _ => return Err("name a resource: --topic, --group, --transactional-id or --cluster".into()),
+        };
+        let binding = protocol::acl::AclBinding {
+            resource_type,
+            name,
+            pattern: if self.prefixed { PatternType::Prefixed } else { PatternType::Literal },
+            principal: self.principal.clone(),
+            host: self.host.clone(),
+            operation: self.operation,
+            permission: if self.deny { Permission::Deny } else { Permission::Allow },
+        };
+        binding.validate().map_err(|e| e.to_string())?;
+        Ok(binding)
+    }
+}
+
+/// `admin acls ...`.
+async fn acls(admin: &mut Admin, action: AclAction) -> Result<(), String> {
+    let added = match &action {
+        AclAction::Add(a) => Some(a.binding()?),
+        _ => None,
+    };
+    let req = match &action {
+        AclAction::Add(_) => protocol::AclsRequest { create: added.iter().cloned().collect(), delete: Vec::new() },
+        AclAction::Remove(a) => {
+            let b = a.binding()?;
+            let exactly = protocol::acl::AclFilter {
+                resource_type: Some(b.resource_type),
+                name: Some(b.name),
+                pattern: protocol::acl::PatternFilter::Exactly(b.pattern),
+                principal: Some(b.principal),
+                host: Some(b.host),
+                operation: Some(b.operation),
+                permission: Some(b.permission),
+            };
+            protocol::AclsRequest { create: Vec::new(), delete: vec![exactly] }
+        }
+        AclAction::List { .. } => protocol::AclsRequest::default(),
+    };
+    let resp = admin.acls(req).await.map_err(|e| e.to_string())?;
+    match action {
+        AclAction::Add(_) => match resp.created.first() {
+            Some(s) if s.is_ok() => {
+                if let Some(b) = &added {
+                    println!("added: {b}");
+                }
+            }
+            Some(s) => return Err(s.to_string()),
+            None => return Err("the coordinator answered no result".into()),
+        },
+        AclAction::Remove(_) => match resp.deleted.first().map(Vec::as_slice) {
+            Some([]) | None => return Err("no such ACL".into()),
+            Some(gone) => {
+                for b in gone {
+                    println!("removed: {b}");
+                }
+            }
+        },
+        AclAction::List { json } => {
+            if json {
+                let all: Vec<serde_json::Value> = resp
+                    .authorization
+                    .acls
+                    .iter()
+                    .map(|b| {
+                        serde_json::json!({
+                            "resource_type": b.resource_type.name(),
+                            "name": b.name,
+                            "pattern": b.pattern.name(),
+                            "principal": b.principal,
+                            "host": b.host,
+                            "operation": b.operation.name(),
+                            "permission": b.permission.name(),
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&all).expect("json values serialise"));
+            } else {
+                for b in &resp.authorization.acls {
+                    println!("{b}");
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 #[tokio::main]
@@ -99,6 +254,15 @@ async fn main() -> ExitCode {
         }
     }
     let mut admin = Admin::new(&args.bootstrap, config);
+    if let Command::Acls { action } = args.command {
+        return match acls(&mut admin, action).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let result = match args.command {
         Command::CreateTopic { name, partitions, replicas, min_insync_replicas } => admin
             .create_topic_with(&name, partitions, replicas.unwrap_or(-1), min_insync_replicas.unwrap_or(-1))
@@ -128,6 +292,7 @@ async fn main() -> ExitCode {
             }),
             Err(e) => Err(e),
         },
+        Command::Acls { .. } => unreachable!("answered above"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

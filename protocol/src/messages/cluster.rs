@@ -336,6 +336,9 @@ pub struct HeartbeatRequest {
     /// The version of the SASL credentials the broker holds (see
     /// [`HeartbeatResponse::credentials`]), 0 before any.
     pub credentials_version: i64,
+    /// The version of the authorizer's settings and ACLs the broker holds (see
+    /// [`HeartbeatResponse::authorization`]), 0 before any.
+    pub authorization_version: i64,
 }
 
 impl HeartbeatRequest {
@@ -362,6 +365,7 @@ impl HeartbeatRequest {
             b.put_i64(r.lost_reported_at);
         }
         b.put_i64(self.credentials_version);
+        b.put_i64(self.authorization_version);
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
@@ -390,6 +394,7 @@ impl HeartbeatRequest {
             });
         }
         let credentials_version = r.i64("credentials_version")?;
+        let authorization_version = r.i64("authorization_version")?;
         Ok(HeartbeatRequest {
             broker_id,
             addr,
@@ -401,6 +406,7 @@ impl HeartbeatRequest {
             intact,
             replicas,
             credentials_version,
+            authorization_version,
         })
     }
 }
@@ -511,6 +517,9 @@ pub struct HeartbeatResponse {
     /// version, when the broker's copy (its [`HeartbeatRequest::credentials_version`]) is not
     /// this version; `None` when it is.
     pub credentials: Option<Credentials>,
+    /// The authorizer's settings and every ACL, when the broker's copy (its
+    /// [`HeartbeatRequest::authorization_version`]) is not this version; `None` when it is.
+    pub authorization: Option<crate::acl::Authorization>,
 }
 
 /// Every user's SCRAM credentials, as the coordinator hands them to brokers.
@@ -602,6 +611,10 @@ impl HeartbeatResponse {
                 u.encode(b);
             }
         }
+        b.put_bool(self.authorization.is_some());
+        if let Some(a) = &self.authorization {
+            a.encode(b);
+        }
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
@@ -648,6 +661,10 @@ impl HeartbeatResponse {
                 Some(Credentials { version, users })
             }
         };
+        let authorization = match r.bool("authorization")? {
+            false => None,
+            true => Some(crate::acl::Authorization::decode(r)?),
+        };
         Ok(HeartbeatResponse {
             status,
             lease_ms,
@@ -659,6 +676,7 @@ impl HeartbeatResponse {
             transaction_version,
             features_epoch,
             credentials,
+            authorization,
         })
     }
 }
@@ -957,5 +975,81 @@ impl DescribeResponse {
             held.push(HeldState { kind: r.string("kind")?, count: r.i64("count")?, max: r.i64("max")? });
         }
         Ok(DescribeResponse { status, brokers, partitions, transactional_ids, held })
+    }
+}
+
+/// A principal's ACL changes (admin, or a broker relaying a Kafka client's CreateAcls or
+/// DeleteAcls, which it has authorized) -> coordinator; also how `admin acls list` reads them
+/// (nothing to change). Cluster-internal: only a proven member may send it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AclsRequest {
+    /// Bindings to create (each validated; one that exists already is not created twice).
+    pub create: Vec<crate::acl::AclBinding>,
+    /// Filters whose matching bindings to delete.
+    pub delete: Vec<crate::acl::AclFilter>,
+}
+
+impl AclsRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.create.len() as i32);
+        for a in &self.create {
+            a.encode(b);
+        }
+        b.put_i32(self.delete.len() as i32);
+        for f in &self.delete {
+            f.encode(b);
+        }
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        let n = r.array_len("create", crate::acl::AclBinding::ENCODED_BYTES_MIN)?;
+        let create = (0..n).map(|_| crate::acl::AclBinding::decode(r)).collect::<Result<_, _>>()?;
+        let n = r.array_len("delete", 10)?;
+        let delete = (0..n).map(|_| crate::acl::AclFilter::decode(r)).collect::<Result<_, _>>()?;
+        Ok(AclsRequest { create, delete })
+    }
+}
+
+/// The coordinator's answer to an [`AclsRequest`], once its changes are durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclsResponse {
+    /// SECURITY_DISABLED without `--authorizer`, else NONE (items carry their own errors).
+    pub status: Status,
+    /// Per binding to create: NONE, or INVALID_REQUEST and why.
+    pub created: Vec<Status>,
+    /// Per filter: the bindings it deleted.
+    pub deleted: Vec<Vec<crate::acl::AclBinding>>,
+    /// The settings and every binding after the change (the relaying broker takes them at
+    /// once, so that its next DescribeAcls sees the change).
+    pub authorization: crate::acl::Authorization,
+}
+
+impl AclsResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.created.len() as i32);
+        for s in &self.created {
+            s.encode(b);
+        }
+        b.put_i32(self.deleted.len() as i32);
+        for d in &self.deleted {
+            b.put_i32(d.len() as i32);
+            for a in d {
+                a.encode(b);
+            }
+        }
+        self.authorization.encode(b);
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        let n = r.array_len("created", 4)?;
+        let created = (0..n).map(|_| Status::decode(r)).collect::<Result<_, _>>()?;
+        let n = r.array_len("deleted", 4)?;
+        let mut deleted = Vec::with_capacity(n);
+        for _ in 0..n {
+            let m = r.array_len("deleted_bindings", crate::acl::AclBinding::ENCODED_BYTES_MIN)?;
+            deleted.push((0..m).map(|_| crate::acl::AclBinding::decode(r)).collect::<Result<_, _>>()?);
+        }
+        let authorization = crate::acl::Authorization::decode(r)?;
+        Ok(AclsResponse { status, created, deleted, authorization })
     }
 }

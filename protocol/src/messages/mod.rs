@@ -84,6 +84,9 @@ pub enum ApiKey {
     OffsetFetch = 9,
     /// A transaction will carry a group's offsets (opens it if none is open).
     AddOffsetsToTxn = 25,
+    /// Create and delete ACLs, and read them all (admin, or a broker relaying Kafka's
+    /// CreateAcls and DeleteAcls -> coordinator).
+    Acls = 30,
 }
 
 impl ApiKey {
@@ -115,6 +118,7 @@ impl ApiKey {
             8 => ApiKey::OffsetCommit,
             9 => ApiKey::OffsetFetch,
             25 => ApiKey::AddOffsetsToTxn,
+            30 => ApiKey::Acls,
             _ => return None,
         })
     }
@@ -160,12 +164,12 @@ impl Status {
         self.code == ErrorCode::None
     }
 
-    fn encode(&self, b: &mut BytesMut) {
+    pub(crate) fn encode(&self, b: &mut BytesMut) {
         b.put_i16(self.code.code());
         b.put_nullable_string(if self.message.is_empty() { None } else { Some(&self.message) });
     }
 
-    fn decode(r: &mut Reader) -> Result<Status, DecodeError> {
+    pub(crate) fn decode(r: &mut Reader) -> Result<Status, DecodeError> {
         let code = ErrorCode::from_code(r.i16("error_code")?);
         let message = r.nullable_string("error_message")?.unwrap_or_default();
         Ok(Status { code, message })
@@ -233,6 +237,8 @@ pub enum Request {
     OffsetFetch(OffsetFetchRequest),
     /// See [`AddOffsetsRequest`].
     AddOffsets(AddOffsetsRequest),
+    /// See [`AclsRequest`].
+    Acls(AclsRequest),
     /// See [`DescribeGroupsRequest`].
     DescribeGroups(DescribeGroupsRequest),
 }
@@ -288,6 +294,8 @@ pub enum Response {
     OffsetFetch(OffsetsResponse),
     /// Status only.
     AddOffsets(Status),
+    /// See [`AclsResponse`].
+    Acls(AclsResponse),
     /// See [`DescribeGroupsResponse`].
     DescribeGroups(DescribeGroupsResponse),
     /// The reply to a request that could not be decoded or served at all.
@@ -322,6 +330,7 @@ impl Request {
             Request::OffsetCommit(_) => ApiKey::OffsetCommit,
             Request::OffsetFetch(_) => ApiKey::OffsetFetch,
             Request::AddOffsets(_) => ApiKey::AddOffsetsToTxn,
+            Request::Acls(_) => ApiKey::Acls,
             Request::DescribeGroups(_) => ApiKey::DescribeGroups,
         }
     }
@@ -333,8 +342,7 @@ impl Request {
     /// leaderships), and the admin requests a client could use to hurt the cluster: creating
     /// topics and partitions (each partition costs every replica a log), deleting topics, and
     /// electing leaders (each election bumps a leader epoch, failing the acks=all writes in
-    /// flight). An admin proves it holds
-    /// the secret as brokers do.
+    /// flight), and changing ACLs. An admin proves it holds the secret as brokers do.
     pub fn is_internal(&self) -> bool {
         self.is_member_traffic()
             || matches!(
@@ -343,6 +351,7 @@ impl Request {
                     | Request::DeleteTopic(_)
                     | Request::CreatePartitions(_)
                     | Request::ElectLeader(_)
+                    | Request::Acls(_)
             )
     }
 
@@ -384,6 +393,7 @@ impl Response {
             Response::OffsetCommit(_) => ApiKey::OffsetCommit as i16,
             Response::OffsetFetch(_) => ApiKey::OffsetFetch as i16,
             Response::AddOffsets(_) => ApiKey::AddOffsetsToTxn as i16,
+            Response::Acls(_) => ApiKey::Acls as i16,
             Response::DescribeGroups(_) => ApiKey::DescribeGroups as i16,
             Response::Error(_) => ERROR_RESPONSE_KEY,
         }
@@ -413,6 +423,7 @@ impl Response {
             Response::LeaveGroup(r) => &r.status,
             Response::OffsetCommit(r) | Response::OffsetFetch(r) => &r.status,
             Response::DescribeGroups(r) => &r.status,
+            Response::Acls(r) => &r.status,
             Response::Error(s) => s,
         }
     }
@@ -485,6 +496,7 @@ pub fn encode_request_head(correlation_id: i32, req: &Request, b: &mut BytesMut)
         Request::OffsetCommit(c) => c.encode_body(b),
         Request::OffsetFetch(f) => f.encode_body(b),
         Request::AddOffsets(a) => a.encode_body(b),
+        Request::Acls(a) => a.encode_body(b),
         Request::DescribeGroups(d) => d.encode_body(b),
     }
 }
@@ -556,6 +568,7 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
         ApiKey::OffsetCommit => Request::OffsetCommit(OffsetCommitRequest::decode_body(r)?),
         ApiKey::OffsetFetch => Request::OffsetFetch(OffsetFetchRequest::decode_body(r)?),
         ApiKey::AddOffsetsToTxn => Request::AddOffsets(AddOffsetsRequest::decode_body(r)?),
+        ApiKey::Acls => Request::Acls(AclsRequest::decode_body(r)?),
         ApiKey::DescribeGroups => Request::DescribeGroups(DescribeGroupsRequest::decode_body(r)?),
     })
 }
@@ -592,6 +605,7 @@ pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesM
         | Response::AddOffsets(_)
         | Response::Error(_) => {}
         Response::InitProducerId(i) => i.encode_body(b),
+        Response::Acls(a) => a.encode_body(b),
         Response::EndTxn(e) => e.encode_body(b),
         Response::AuthBegin(a) => a.encode_body(b),
         Response::AuthProve(a) => a.encode_body(b),
@@ -652,6 +666,7 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
         ApiKey::OffsetCommit => Response::OffsetCommit(OffsetsResponse::decode_body(status, r)?),
         ApiKey::OffsetFetch => Response::OffsetFetch(OffsetsResponse::decode_body(status, r)?),
         ApiKey::AddOffsetsToTxn => Response::AddOffsets(status),
+        ApiKey::Acls => Response::Acls(AclsResponse::decode_body(status, r)?),
         ApiKey::DescribeGroups => Response::DescribeGroups(DescribeGroupsResponse::decode_body(status, r)?),
     })
 }
@@ -659,6 +674,18 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn acl_binding() -> crate::acl::AclBinding {
+        crate::acl::AclBinding {
+            resource_type: crate::acl::ResourceType::TransactionalId,
+            name: "payments".into(),
+            pattern: crate::acl::PatternType::Literal,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: crate::acl::Operation::Write,
+            permission: crate::acl::Permission::Allow,
+        }
+    }
 
     fn roundtrip_req(req: Request) {
         let frame = encode_request(42, &req);
@@ -769,6 +796,7 @@ mod tests {
                 lost_reported_at: 4,
             }],
             credentials_version: 12,
+            authorization_version: 13,
         }));
         roundtrip_req(Request::Replicate(ReplicateRequest {
             topic: "t".into(),
@@ -838,6 +866,10 @@ mod tests {
             group: "g".into(),
             partitions: None,
             require_stable: false,
+        }));
+        roundtrip_req(Request::Acls(AclsRequest {
+            create: vec![acl_binding()],
+            delete: vec![crate::acl::AclFilter { principal: Some("User:bob".into()), ..Default::default() }],
         }));
         roundtrip_req(Request::AddOffsets(AddOffsetsRequest {
             txn: TxnOwner { transactional_id: "w".into(), producer_id: 5, producer_epoch: 6 },
@@ -985,6 +1017,19 @@ mod tests {
                     ),
                 }],
             }),
+            authorization: Some(crate::acl::Authorization {
+                version: 3,
+                enabled: true,
+                super_users: vec!["User:admin".into()],
+                allow_everyone_if_no_acl_found: false,
+                acls: vec![acl_binding()],
+            }),
+        }));
+        roundtrip_resp(Response::Acls(AclsResponse {
+            status: Status::ok(),
+            created: vec![Status::ok(), Status::new(ErrorCode::InvalidRequest, "empty name")],
+            deleted: vec![vec![acl_binding()], Vec::new()],
+            authorization: crate::acl::Authorization::default(),
         }));
         roundtrip_resp(Response::Describe(DescribeResponse {
             status: Status::ok(),

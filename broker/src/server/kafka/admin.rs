@@ -5,6 +5,7 @@
 //! DescribeTransactions and ListTransactions (the coordinator's transactional ids). Not KIP-664's
 //! abort, which would be a side door around the gate.
 
+use protocol::acl::{Operation, ResourceType};
 use std::sync::Arc;
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -79,17 +80,25 @@ impl KafkaConn {
 
     pub(super) async fn create_topics(self: &Arc<Self>, r: CreateTopicsRequest, version: i16) -> KafkaAnswer {
         let mut results = Vec::with_capacity(r.topics.len());
+        let caller = self.caller();
+        // CREATE on the cluster, or on the topic.
+        let cluster_create = caller.may_cluster(Operation::Create);
         for t in r.topics {
             let name = t.name.to_string();
             let mut min_isr = -1;
             let mut refused: Option<Status> = None;
+            if !cluster_create && !caller.may(Operation::Create, ResourceType::Topic, &name) {
+                let code = ErrorCode::TopicAuthorizationFailed;
+                refused = Some(caller.refusal(code, Operation::Create, ResourceType::Topic, &name));
+            }
             if !t.assignments.is_empty() {
                 refused = Some(Status::new(
                     ErrorCode::InvalidRequest,
                     "replica assignments are chosen by the coordinator: give num_partitions and replication_factor",
                 ));
             }
-            for c in &t.configs {
+            let authorized = refused.is_none();
+            for c in t.configs.iter().filter(|_| authorized) {
                 let value = c.value.as_deref().unwrap_or_default();
                 match (c.name.as_str(), value.parse::<i32>()) {
                     (MIN_INSYNC_REPLICAS, Ok(v)) if v > 0 => min_isr = v,
@@ -171,12 +180,30 @@ impl KafkaConn {
             r.topic_names.into_iter().map(|n| (Some(n), 0)).collect()
         };
         let mut responses = Vec::with_capacity(asked.len());
+        let caller = self.caller();
+        // DELETE on the cluster, or on the topic (found by its id if only that is given).
+        let cluster_delete = caller.may_cluster(Operation::Delete);
+        let known = match asked.iter().any(|(n, _)| n.is_none()) && !cluster_delete && caller.enabled() {
+            true => self.topic_infos(Vec::new()).await.map(|m| m.topics).unwrap_or_default(),
+            false => Vec::new(),
+        };
         for (name, topic_id) in asked {
+            let named = name
+                .as_ref()
+                .map(|n| n.to_string())
+                .or_else(|| known.iter().find(|t| t.topic_id == topic_id && topic_id != 0).map(|t| t.name.clone()));
+            let allowed = cluster_delete
+                || named.as_deref().is_some_and(|n| caller.may(Operation::Delete, ResourceType::Topic, n));
             let req = Request::DeleteTopic(protocol::DeleteTopicRequest {
                 name: name.as_ref().map(|n| n.to_string()).unwrap_or_default(),
                 topic_id,
             });
-            let status = self.admin_refusal(self.relay(req).await.status().clone(), "deleting a topic");
+            let status = if allowed {
+                self.admin_refusal(self.relay(req).await.status().clone(), "deleting a topic")
+            } else {
+                let shown = named.unwrap_or_else(|| Uuid::from_u128(topic_id).to_string());
+                caller.refusal(ErrorCode::TopicAuthorizationFailed, Operation::Delete, ResourceType::Topic, &shown)
+            };
             let mut out = DeletableTopicResult::default().with_name(name).with_error_code(kafka_code(
                 status.code,
                 ApiKey::DeleteTopics,
@@ -195,8 +222,12 @@ impl KafkaConn {
 
     pub(super) async fn create_partitions(self: &Arc<Self>, r: CreatePartitionsRequest, version: i16) -> KafkaAnswer {
         let mut results = Vec::with_capacity(r.topics.len());
+        let caller = self.caller();
         for t in r.topics {
-            let status = if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
+            // ALTER on the topic.
+            let status = if !caller.may(Operation::Alter, ResourceType::Topic, &t.name) {
+                caller.refusal(ErrorCode::TopicAuthorizationFailed, Operation::Alter, ResourceType::Topic, &t.name)
+            } else if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
                 Status::new(
                     ErrorCode::InvalidRequest,
                     "replica assignments are chosen by the coordinator: give count only",
@@ -224,9 +255,21 @@ impl KafkaConn {
 
     pub(super) async fn describe_configs(self: &Arc<Self>, r: DescribeConfigsRequest, version: i16) -> KafkaAnswer {
         let mut results = Vec::with_capacity(r.resources.len());
+        let caller = self.caller();
         for res in r.resources {
             let keys = res.configuration_keys.clone();
+            // DESCRIBE_CONFIGS on the topic, or on the cluster for a broker.
+            let name = res.resource_name.as_str();
             let configs = match res.resource_type {
+                RESOURCE_TOPIC if !caller.may(Operation::DescribeConfigs, ResourceType::Topic, name) => {
+                    let code = ErrorCode::TopicAuthorizationFailed;
+                    Err(caller.refusal(code, Operation::DescribeConfigs, ResourceType::Topic, name))
+                }
+                RESOURCE_BROKER if !caller.may_cluster(Operation::DescribeConfigs) => {
+                    let code = ErrorCode::ClusterAuthorizationFailed;
+                    let cluster = protocol::acl::CLUSTER_NAME;
+                    Err(caller.refusal(code, Operation::DescribeConfigs, ResourceType::Cluster, cluster))
+                }
                 RESOURCE_TOPIC => match self.topic_infos(vec![res.resource_name.to_string()]).await {
                     Ok(m) => match m.topics.into_iter().next() {
                         Some(t) if t.status.is_ok() => Ok(topic_configs(&self.shared, &t)),
@@ -289,6 +332,18 @@ impl KafkaConn {
         let mut resp = DescribeClusterResponse::default()
             .with_cluster_id(StrBytes::from_static_str(CLUSTER_ID))
             .with_controller_id(self.shared.config.id.into());
+        // DESCRIBE on the cluster.
+        let caller = self.caller();
+        if !caller.may_cluster(Operation::Describe) {
+            let status = caller.refusal(
+                ErrorCode::ClusterAuthorizationFailed,
+                Operation::Describe,
+                ResourceType::Cluster,
+                protocol::acl::CLUSTER_NAME,
+            );
+            let resp = resp.with_error_code(status.code.code()).with_error_message(Some(s(status.message)));
+            return KafkaAnswer::Reply(ResponseKind::DescribeCluster(resp));
+        }
         if version >= 1 {
             resp = resp.with_endpoint_type(r.endpoint_type);
             if r.endpoint_type != ENDPOINT_BROKERS {
@@ -324,11 +379,16 @@ impl KafkaConn {
         version: i16,
     ) -> KafkaAnswer {
         let known = self.transactional_ids().await;
+        let caller = self.caller();
         let states = r
             .transactional_ids
             .into_iter()
             .map(|tid| {
                 let out = TransactionState::default().with_transactional_id(tid.clone());
+                // DESCRIBE on the transactional id.
+                if !caller.may(Operation::Describe, ResourceType::TransactionalId, &tid) {
+                    return out.with_error_code(ErrorCode::TransactionalIdAuthorizationFailed.code());
+                }
                 match &known {
                     Err(status) => out.with_error_code(kafka_code(status.code, ApiKey::DescribeTransactions, version)),
                     Ok(all) => match all.iter().find(|t| t.transactional_id == tid.as_str()) {
@@ -361,8 +421,11 @@ impl KafkaConn {
                 version,
             )),
             Ok(all) => {
+                // Those the caller may describe.
+                let caller = self.caller();
                 let listed = all
                     .into_iter()
+                    .filter(|t| caller.may(Operation::Describe, ResourceType::TransactionalId, &t.transactional_id))
                     .filter(|t| r.state_filters.is_empty() || r.state_filters.iter().any(|f| f.as_str() == t.state))
                     .filter(|t| {
                         r.producer_id_filters.is_empty() || r.producer_id_filters.iter().any(|p| p.0 == t.producer_id)
@@ -391,18 +454,30 @@ impl KafkaConn {
 }
 
 /// DescribeProducers: the producers this leader's partitions know.
-pub(super) fn describe_producers(shared: &Shared, r: DescribeProducersRequest, version: i16) -> KafkaAnswer {
+pub(super) fn describe_producers(
+    shared: &Shared,
+    caller: &super::authz::Caller,
+    r: DescribeProducersRequest,
+    version: i16,
+) -> KafkaAnswer {
     let topics = r
         .topics
         .into_iter()
         .map(|t| {
+            // READ on the topic.
+            let denied = !caller.may(Operation::Read, ResourceType::Topic, &t.name);
             let partitions = t
                 .partition_indexes
                 .iter()
                 .map(|&index| {
                     let out = PartitionResponse::default().with_partition_index(index);
-                    let found = partition(shared, &t.name, index)
-                        .and_then(|p| p.active_producers(-1).map_err(|e| leader_status(shared, &t.name, index, &e)));
+                    let found = if denied {
+                        let code = ErrorCode::TopicAuthorizationFailed;
+                        Err(caller.refusal(code, Operation::Read, ResourceType::Topic, &t.name))
+                    } else {
+                        partition(shared, &t.name, index)
+                            .and_then(|p| p.active_producers(-1).map_err(|e| leader_status(shared, &t.name, index, &e)))
+                    };
                     match found {
                         Ok(producers) => out.with_active_producers(
                             producers

@@ -23,6 +23,7 @@ use protocol::kafka::KafkaAnswer;
 use protocol::{AddPartitionRequest, ErrorCode, Request, Response, Status};
 
 use super::{kafka_code, KafkaConn, CLUSTER_ID};
+use protocol::acl::{Operation, ResourceType};
 
 /// FindCoordinator's key types: a consumer group, a transactional id.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -39,8 +40,32 @@ impl KafkaConn {
             Some(list) => (list.iter().filter_map(|t| t.name.as_ref().map(|n| n.to_string())).collect(), false),
         };
         // Before v4 there is no such flag, and Kafka creates.
-        let allow_auto_create = version < 4 || r.allow_auto_topic_creation;
-        let req = Request::Metadata(protocol::MetadataRequest { topics: names.clone(), allow_auto_create });
+        let mut allow_auto_create = version < 4 || r.allow_auto_topic_creation;
+        // The authorizer hides the topics the caller may not describe: a named one is answered
+        // TOPIC_AUTHORIZATION_FAILED (whether or not it exists), an all-topics answer leaves it
+        // out; creating a topic on the way needs CREATE on the cluster or the topic.
+        let caller = self.caller();
+        let (names, denied, none) = if caller.enabled() {
+            let (allowed, denied): (Vec<String>, Vec<String>) =
+                names.into_iter().partition(|n| caller.may(Operation::Describe, ResourceType::Topic, n));
+            let none = none || (allowed.is_empty() && !denied.is_empty());
+            allow_auto_create &= caller.may_cluster(Operation::Create)
+                || allowed.iter().all(|n| caller.may(Operation::Create, ResourceType::Topic, n));
+            (allowed, denied, none)
+        } else {
+            (names, Vec::new(), none)
+        };
+        let denied_topics = || {
+            denied.iter().map(|n| {
+                MetadataResponseTopic::default()
+                    .with_name(Some(StrBytes::from_string(n.clone()).into()))
+                    .with_error_code(ErrorCode::TopicAuthorizationFailed.code())
+            })
+        };
+        let req = Request::Metadata(protocol::MetadataRequest {
+            topics: if none { Vec::new() } else { names.clone() },
+            allow_auto_create: allow_auto_create && !none,
+        });
         let own_id = self.shared.config.id;
         let mut resp = MetadataResponse::default();
         if version >= 1 {
@@ -70,6 +95,7 @@ impl KafkaConn {
                             .with_name(Some(StrBytes::from_string(n).into()))
                             .with_error_code(ErrorCode::LeaderNotAvailable.code())
                     })
+                    .chain(denied_topics())
                     .collect();
                 return KafkaAnswer::Reply(ResponseKind::Metadata(resp.with_brokers(listed(&[])).with_topics(topics)));
             }
@@ -78,11 +104,12 @@ impl KafkaConn {
         let alive: HashSet<i32> =
             own.brokers.iter().filter(|b| b.alive).map(|b| b.id).chain(std::iter::once(own_id)).collect();
         let brokers = listed(&own.brokers);
-        let topics = if none {
-            Vec::new()
+        let topics: Vec<MetadataResponseTopic> = if none {
+            denied_topics().collect()
         } else {
             own.topics
                 .into_iter()
+                .filter(|t| !caller.enabled() || caller.may(Operation::Describe, ResourceType::Topic, &t.name))
                 .map(|t| {
                     let name = Some(StrBytes::from_string(t.name).into());
                     if t.created {
@@ -123,6 +150,7 @@ impl KafkaConn {
                         topic
                     }
                 })
+                .chain(denied_topics())
                 .collect()
         };
         KafkaAnswer::Reply(ResponseKind::Metadata(resp.with_brokers(brokers).with_topics(topics)))
@@ -133,10 +161,18 @@ impl KafkaConn {
     pub(super) fn find_coordinator(&self, r: FindCoordinatorRequest, version: i16) -> KafkaAnswer {
         let (host, port) = self.own_address();
         let node_id = self.shared.config.id;
-        let code = if matches!(r.key_type, KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION) {
-            ErrorCode::None
-        } else {
-            ErrorCode::InvalidRequest
+        let caller = self.caller();
+        // DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or the transactional id
+        // (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), per key.
+        let code_of = |key: &str| match r.key_type {
+            KEY_TYPE_GROUP if !caller.may(Operation::Describe, ResourceType::Group, key) => {
+                ErrorCode::GroupAuthorizationFailed
+            }
+            KEY_TYPE_TRANSACTION if !caller.may(Operation::Describe, ResourceType::TransactionalId, key) => {
+                ErrorCode::TransactionalIdAuthorizationFailed
+            }
+            KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION => ErrorCode::None,
+            _ => ErrorCode::InvalidRequest,
         };
         let mut resp = FindCoordinatorResponse::default();
         if version >= 4 {
@@ -144,6 +180,7 @@ impl KafkaConn {
                 .coordinator_keys
                 .into_iter()
                 .map(|key| {
+                    let code = code_of(&key);
                     let c = Coordinator::default().with_key(key).with_error_code(code.code());
                     if code == ErrorCode::None {
                         c.with_node_id(node_id.into()).with_host(host.clone()).with_port(port)
@@ -153,10 +190,11 @@ impl KafkaConn {
                 })
                 .collect();
             resp = resp.with_coordinators(coordinators);
-        } else if code == ErrorCode::None {
-            resp = resp.with_node_id(node_id.into()).with_host(host).with_port(port);
         } else {
-            resp = resp.with_error_code(code.code()).with_node_id((-1).into()).with_port(-1);
+            match code_of(&r.key) {
+                ErrorCode::None => resp = resp.with_node_id(node_id.into()).with_host(host).with_port(port),
+                code => resp = resp.with_error_code(code.code()).with_node_id((-1).into()).with_port(-1),
+            }
         }
         KafkaAnswer::Reply(ResponseKind::FindCoordinator(resp))
     }
@@ -178,6 +216,29 @@ impl KafkaConn {
             ))
         };
         let tid = r.transactional_id.map(|t| t.to_string());
+        // WRITE on the transactional id; without one (KIP-679), IDEMPOTENT_WRITE on the cluster
+        // or WRITE on some topic.
+        let caller = self.caller();
+        let refused = match &tid {
+            Some(t) => (!caller.may(Operation::Write, ResourceType::TransactionalId, t))
+                .then_some(ErrorCode::TransactionalIdAuthorizationFailed),
+            None => (!caller.may_cluster(Operation::IdempotentWrite)
+                && !caller.may_any(Operation::Write, ResourceType::Topic))
+            .then_some(ErrorCode::ClusterAuthorizationFailed),
+        };
+        if let Some(code) = refused {
+            tracing::info!(
+                target: "epochfence::fencing",
+                transactional_id = tid.as_deref().unwrap_or(""),
+                client_id = client_id.as_str(),
+                client_address = %self.peer,
+                principal = caller.principal(),
+                status = %code,
+                reason = code.name(),
+                "kafka init refused"
+            );
+            return reply(code, -1, -1);
+        }
         let max = self.shared.config.transaction_max_timeout_ms;
         if tid.is_some() && (r.transaction_timeout_ms <= 0 || r.transaction_timeout_ms > max) {
             tracing::info!(
@@ -239,6 +300,49 @@ impl KafkaConn {
         let (producer_id, epoch) = (r.v3_and_below_producer_id.0, r.v3_and_below_producer_epoch);
         let asked: Vec<(kafka_protocol::messages::TopicName, Vec<i32>)> =
             r.v3_and_below_topics.into_iter().map(|t| (t.name, t.partitions)).collect();
+        // WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every
+        // partition), then on each topic (TOPIC_AUTHORIZATION_FAILED there,
+        // OPERATION_NOT_ATTEMPTED on the others): nothing is registered unless all are allowed.
+        let caller = self.caller();
+        if caller.enabled() {
+            let tid = r.v3_and_below_transactional_id.0.as_str();
+            let tid_ok = caller.may(Operation::Write, ResourceType::TransactionalId, tid);
+            let denied: HashSet<String> = asked
+                .iter()
+                .map(|(n, _)| n.to_string())
+                .filter(|n| tid_ok && !caller.may(Operation::Write, ResourceType::Topic, n))
+                .collect();
+            let code_of = |n: &str| match (tid_ok, denied.contains(n)) {
+                (false, _) => ErrorCode::TransactionalIdAuthorizationFailed,
+                (true, true) => ErrorCode::TopicAuthorizationFailed,
+                (true, false) => ErrorCode::OperationNotAttempted,
+            };
+            if !tid_ok || !denied.is_empty() {
+                tracing::info!(
+                    transactional_id = tid,
+                    principal = caller.principal(),
+                    "Kafka AddPartitionsToTxn not authorized"
+                );
+                let topics = asked
+                    .into_iter()
+                    .map(|(name, partitions)| {
+                        let code = kafka_code(code_of(&name), ApiKey::AddPartitionsToTxn, version);
+                        let results = partitions
+                            .into_iter()
+                            .map(|p| {
+                                AddPartitionsToTxnPartitionResult::default()
+                                    .with_partition_index(p)
+                                    .with_partition_error_code(code)
+                            })
+                            .collect();
+                        AddPartitionsToTxnTopicResult::default().with_name(name).with_results_by_partition(results)
+                    })
+                    .collect();
+                return KafkaAnswer::Reply(ResponseKind::AddPartitionsToTxn(
+                    AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topics),
+                ));
+            }
+        }
         // Every partition is sent before any answer is awaited: the coordinator decides them in
         // order and each answer comes once its registration is durable.
         let timeout = std::time::Duration::from_millis(self.shared.config.request_timeout_ms);
@@ -324,6 +428,10 @@ impl KafkaConn {
     /// of a transaction that ended is answered with the id and epoch it ended into.
     pub(super) async fn end_txn(self: &Arc<Self>, r: EndTxnRequest, version: i16) -> KafkaAnswer {
         let bump_epoch = version >= 5;
+        if !self.caller().may(Operation::Write, ResourceType::TransactionalId, &r.transactional_id) {
+            let code = kafka_code(ErrorCode::TransactionalIdAuthorizationFailed, ApiKey::EndTxn, version);
+            return KafkaAnswer::Reply(ResponseKind::EndTxn(EndTxnResponse::default().with_error_code(code)));
+        }
         let req = Request::EndTxn(protocol::EndTxnRequest {
             transactional_id: r.transactional_id.to_string(),
             producer_id: r.producer_id.0,

@@ -22,7 +22,25 @@ use protocol::kafka::KafkaAnswer;
 use protocol::{ErrorCode, Status, READ_COMMITTED, READ_UNCOMMITTED};
 
 use super::super::{leader_status, partition, Shared, FETCH_BYTES_MAX};
+use super::authz::Caller;
 use super::kafka_code;
+use protocol::acl::{Operation, ResourceType};
+
+/// The topics of `names` that `caller` may not `op` (none while the authorizer is off).
+fn denied<'a>(
+    caller: &Caller,
+    op: Operation,
+    names: impl Iterator<Item = &'a str>,
+) -> std::collections::HashSet<String> {
+    if !caller.enabled() {
+        return Default::default();
+    }
+    names.filter(|n| !caller.may(op, ResourceType::Topic, n)).map(str::to_string).collect()
+}
+
+fn topic_refusal(topic: &str, op: Operation) -> Status {
+    Status::new(ErrorCode::TopicAuthorizationFailed, format!("{op} on topic `{topic}` is not authorized"))
+}
 use crate::partition::{FetchError, TIMESTAMP_MAX};
 
 /// The longest a Fetch waits for `min_bytes`, whatever it asks, in milliseconds (a consumer
@@ -40,18 +58,25 @@ const EARLIEST: i64 = -2;
 /// not over, wait until one of them changes (an append, a new high watermark, a marker, a
 /// leadership change) or the time is up, and read again. Nothing is changed, so later requests
 /// on the connection go ahead while it waits.
-pub(super) fn fetch(shared: &Arc<Shared>, r: FetchRequest, version: i16) -> Handled<KafkaAnswer> {
+pub(super) fn fetch(shared: &Arc<Shared>, caller: &Caller, r: FetchRequest, version: i16) -> Handled<KafkaAnswer> {
     let shared = shared.clone();
     let at = std::time::Instant::now();
+    // READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions).
+    let denied = denied(caller, Operation::Read, r.topics.iter().map(|t| t.topic.as_str()));
     Handled::Applied(Box::pin(async move {
-        let answer = fetch_waiting(&shared, r, version).await;
+        let answer = fetch_waiting(&shared, r, &denied, version).await;
         shared.control.stats.metrics.fetch_latency.observe(at.elapsed().as_secs_f64());
         answer
     }))
 }
 
 /// [`fetch`]: read, and wait up to `max_wait_ms` for `min_bytes`.
-async fn fetch_waiting(shared: &Arc<Shared>, r: FetchRequest, version: i16) -> KafkaAnswer {
+async fn fetch_waiting(
+    shared: &Arc<Shared>,
+    r: FetchRequest,
+    denied: &std::collections::HashSet<String>,
+    version: i16,
+) -> KafkaAnswer {
     {
         if r.session_id != 0 {
             // This broker never creates a fetch session (it answers session id 0), so a client
@@ -68,16 +93,17 @@ async fn fetch_waiting(shared: &Arc<Shared>, r: FetchRequest, version: i16) -> K
                 .topics
                 .iter()
                 .flat_map(|t| t.partitions.iter().map(move |p| (t.topic.to_string(), p.partition)))
+                .filter(|(topic, _)| !denied.contains(topic))
                 .filter_map(|key| shared.partitions.get(&key).map(|p| p.subscribe()))
                 .collect();
-            let (resp, bytes, failed) = fetch_once(shared, &r, isolation, version);
+            let (resp, bytes, failed) = fetch_once(shared, &r, denied, isolation, version);
             let enough = bytes >= r.min_bytes.max(1) as usize;
             if enough || failed || watchers.is_empty() || tokio::time::Instant::now() >= deadline {
                 return KafkaAnswer::Reply(ResponseKind::Fetch(resp));
             }
             let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                let (resp, ..) = fetch_once(shared, &r, isolation, version);
+                let (resp, ..) = fetch_once(shared, &r, denied, isolation, version);
                 return KafkaAnswer::Reply(ResponseKind::Fetch(resp));
             }
         }
@@ -86,7 +112,13 @@ async fn fetch_waiting(shared: &Arc<Shared>, r: FetchRequest, version: i16) -> K
 
 /// One read of every partition: the response, the bytes of records in it, and whether any
 /// partition answered an error (the client acts on it at once rather than after the wait).
-fn fetch_once(shared: &Shared, r: &FetchRequest, isolation: i8, version: i16) -> (FetchResponse, usize, bool) {
+fn fetch_once(
+    shared: &Shared,
+    r: &FetchRequest,
+    denied: &std::collections::HashSet<String>,
+    isolation: i8,
+    version: i16,
+) -> (FetchResponse, usize, bool) {
     let mut room = (r.max_bytes.max(0) as usize).min(FETCH_BYTES_MAX);
     let mut total = 0;
     let mut failed = false;
@@ -95,7 +127,8 @@ fn fetch_once(shared: &Shared, r: &FetchRequest, isolation: i8, version: i16) ->
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
             let mut out = PartitionData::default().with_partition_index(p.partition);
-            if version >= 12 && p.last_fetched_epoch >= 0 {
+            let refused = denied.contains(t.topic.as_str());
+            if version >= 12 && p.last_fetched_epoch >= 0 && !refused {
                 if let Some(diverging) = divergence(shared, &t.topic, p.partition, p.last_fetched_epoch, p.fetch_offset)
                 {
                     // The consumer's log diverges from this leader's: tell it where, no records.
@@ -107,10 +140,14 @@ fn fetch_once(shared: &Shared, r: &FetchRequest, isolation: i8, version: i16) ->
             // only what fits in the room left (the partition's offsets are answered either way).
             let partition_max = p.partition_max_bytes.max(0) as usize;
             let take = partition_max > 0 && (total == 0 || room > 0);
-            let read = partition(shared, &t.topic, p.partition).map_err(FetchFailure::Status).and_then(|part| {
-                part.fetch(p.fetch_offset, partition_max.min(room), p.current_leader_epoch, isolation)
-                    .map_err(FetchFailure::Fetch)
-            });
+            let read = if refused {
+                Err(FetchFailure::Status(topic_refusal(&t.topic, Operation::Read)))
+            } else {
+                partition(shared, &t.topic, p.partition).map_err(FetchFailure::Status).and_then(|part| {
+                    part.fetch(p.fetch_offset, partition_max.min(room), p.current_leader_epoch, isolation)
+                        .map_err(FetchFailure::Fetch)
+                })
+            };
             match read {
                 Ok(f) => {
                     let records = if take { f.records } else { Bytes::new() };
@@ -193,8 +230,15 @@ fn divergence(
 /// ListOffsets: the earliest offset (-2), the latest (-1: the high watermark, the last stable
 /// offset under read_committed), the record with the largest timestamp (-3), or the first at
 /// or after a time.
-pub(super) fn list_offsets(shared: &Arc<Shared>, r: ListOffsetsRequest, version: i16) -> Handled<KafkaAnswer> {
+pub(super) fn list_offsets(
+    shared: &Arc<Shared>,
+    caller: &Caller,
+    r: ListOffsetsRequest,
+    version: i16,
+) -> Handled<KafkaAnswer> {
     let isolation = if r.isolation_level == READ_COMMITTED { READ_COMMITTED } else { READ_UNCOMMITTED };
+    // DESCRIBE on each topic.
+    let denied = denied(caller, Operation::Describe, r.topics.iter().map(|t| t.name.as_str()));
     let topics = r
         .topics
         .into_iter()
@@ -204,14 +248,12 @@ pub(super) fn list_offsets(shared: &Arc<Shared>, r: ListOffsetsRequest, version:
                 .iter()
                 .map(|p| {
                     let out = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
-                    match list_offset(
-                        shared,
-                        &t.name,
-                        p.partition_index,
-                        p.current_leader_epoch,
-                        p.timestamp,
-                        isolation,
-                    ) {
+                    let found = if denied.contains(t.name.as_str()) {
+                        Err(topic_refusal(&t.name, Operation::Describe))
+                    } else {
+                        list_offset(shared, &t.name, p.partition_index, p.current_leader_epoch, p.timestamp, isolation)
+                    };
+                    match found {
                         Ok((timestamp, offset, epoch)) => {
                             let out = out.with_timestamp(timestamp).with_offset(offset);
                             if version >= 4 {
@@ -267,9 +309,12 @@ fn list_offset(
 /// OffsetForLeaderEpoch: where each asked epoch ends in this leader's log.
 pub(super) fn offset_for_leader_epoch(
     shared: &Arc<Shared>,
+    caller: &Caller,
     r: OffsetForLeaderEpochRequest,
     version: i16,
 ) -> Handled<KafkaAnswer> {
+    // DESCRIBE on each topic.
+    let denied = denied(caller, Operation::Describe, r.topics.iter().map(|t| t.topic.as_str()));
     let topics = r
         .topics
         .into_iter()
@@ -279,10 +324,14 @@ pub(super) fn offset_for_leader_epoch(
                 .iter()
                 .map(|p| {
                     let out = LeaderEpochEndOffset::default().with_partition(p.partition);
-                    let found = partition(shared, &t.topic, p.partition).and_then(|part| {
-                        part.epoch_end_offset(p.current_leader_epoch, p.leader_epoch)
-                            .map_err(|e| leader_status(shared, &t.topic, p.partition, &e))
-                    });
+                    let found = if denied.contains(t.topic.as_str()) {
+                        Err(topic_refusal(&t.topic, Operation::Describe))
+                    } else {
+                        partition(shared, &t.topic, p.partition).and_then(|part| {
+                            part.epoch_end_offset(p.current_leader_epoch, p.leader_epoch)
+                                .map_err(|e| leader_status(shared, &t.topic, p.partition, &e))
+                        })
+                    };
                     match found {
                         Ok((epoch, end)) => out.with_leader_epoch(epoch).with_end_offset(end),
                         Err(status) => out

@@ -20,7 +20,15 @@ use kafka_protocol::protocol::StrBytes;
 use protocol::kafka::KafkaAnswer;
 use protocol::{ErrorCode, GroupMember, PartitionOffset, Request, Response, Status, TxnOwner};
 
+use super::authz::Caller;
 use super::{kafka_code, KafkaConn};
+use protocol::acl::{Operation, ResourceType};
+
+/// The refusal of a group request whose caller may not `op` the group.
+fn group_refusal(caller: &Caller, op: Operation, group: &str) -> Option<Status> {
+    (!caller.may(op, ResourceType::Group, group))
+        .then(|| caller.refusal(ErrorCode::GroupAuthorizationFailed, op, ResourceType::Group, group))
+}
 
 /// Longest a relayed JoinGroup or SyncGroup waits for its rebalance, in milliseconds: the
 /// coordinator completes a rebalance within its `rebalance_timeout_max_ms` (300,000), and the
@@ -81,9 +89,13 @@ impl KafkaConn {
             // Kafka's form: a slash and the address (DescribeGroups shows it).
             client_host: format!("/{}", self.peer.ip()),
         });
-        let resp = match self.relay_long(req, rebalance_timeout_ms).await {
-            Response::JoinGroup(j) => j,
-            other => protocol::JoinGroupResponse::error(status_of(&other), &r.member_id.to_string()),
+        let refused = group_refusal(&self.caller(), Operation::Read, &r.group_id);
+        let resp = match refused {
+            Some(status) => protocol::JoinGroupResponse::error(status, &r.member_id.to_string()),
+            None => match self.relay_long(req, rebalance_timeout_ms).await {
+                Response::JoinGroup(j) => j,
+                other => protocol::JoinGroupResponse::error(status_of(&other), &r.member_id.to_string()),
+            },
         };
         if !resp.status.is_ok() && resp.status.code != ErrorCode::MemberIdRequired {
             tracing::info!(group = %r.group_id.0, status = %resp.status, "Kafka JoinGroup refused");
@@ -125,9 +137,12 @@ impl KafkaConn {
             assignments: r.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect(),
         });
         // A follower waits for the leader, which has its rebalance timeout to send the assignment.
-        let resp = match self.relay_long(req, GROUP_WAIT_MS_MAX as i32).await {
-            Response::SyncGroup(s) => s,
-            other => protocol::SyncGroupResponse::error(status_of(&other)),
+        let resp = match group_refusal(&self.caller(), Operation::Read, &r.group_id) {
+            Some(status) => protocol::SyncGroupResponse::error(status),
+            None => match self.relay_long(req, GROUP_WAIT_MS_MAX as i32).await {
+                Response::SyncGroup(s) => s,
+                other => protocol::SyncGroupResponse::error(status_of(&other)),
+            },
         };
         if !resp.status.is_ok() {
             tracing::info!(group = %r.group_id.0, status = %resp.status, "Kafka SyncGroup refused");
@@ -149,7 +164,10 @@ impl KafkaConn {
             member_id: r.member_id.to_string(),
             instance_id: if version >= 3 { opt(&r.group_instance_id) } else { None },
         };
-        let status = status_of(&self.relay(Request::GroupHeartbeat(protocol::GroupHeartbeatRequest { member })).await);
+        let status = match group_refusal(&self.caller(), Operation::Read, &r.group_id) {
+            Some(status) => status,
+            None => status_of(&self.relay(Request::GroupHeartbeat(protocol::GroupHeartbeatRequest { member })).await),
+        };
         KafkaAnswer::Reply(ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(kafka_code(
             status.code,
             ApiKey::Heartbeat,
@@ -167,9 +185,12 @@ impl KafkaConn {
             group: r.group_id.to_string(),
             members: members.clone(),
         });
-        let (status, each) = match self.relay(req).await {
-            Response::LeaveGroup(l) => (l.status, l.members),
-            other => (status_of(&other), Vec::new()),
+        let (status, each) = match group_refusal(&self.caller(), Operation::Read, &r.group_id) {
+            Some(status) => (status, Vec::new()),
+            None => match self.relay(req).await {
+                Response::LeaveGroup(l) => (l.status, l.members),
+                other => (status_of(&other), Vec::new()),
+            },
         };
         let code = |s: &Status| kafka_code(s.code, ApiKey::LeaveGroup, version);
         let mut out = LeaveGroupResponse::default();
@@ -213,8 +234,15 @@ impl KafkaConn {
                 })
             })
             .collect();
-        let req = Request::OffsetCommit(protocol::OffsetCommitRequest { member, txn: None, offsets: offsets.clone() });
-        let (_, codes) = self.offsets_answer(req, &offsets, ApiKey::OffsetCommit, version).await;
+        let caller = self.caller();
+        let (_, codes) = match group_refusal(&caller, Operation::Read, &r.group_id) {
+            Some(status) => (None, refused_codes(&offsets, &status, ApiKey::OffsetCommit, version)),
+            None => {
+                let make =
+                    |offsets| Request::OffsetCommit(protocol::OffsetCommitRequest { member, txn: None, offsets });
+                self.commit_authorized(&caller, offsets, make, ApiKey::OffsetCommit, version).await
+            }
+        };
         let topics = codes
             .into_iter()
             .map(|(topic, ps)| {
@@ -225,6 +253,31 @@ impl KafkaConn {
             })
             .collect();
         KafkaAnswer::Reply(ResponseKind::OffsetCommit(OffsetCommitResponse::default().with_topics(topics)))
+    }
+
+    /// Relay an offset commit of the offsets whose topic the caller may READ (the others are
+    /// answered TOPIC_AUTHORIZATION_FAILED): as [`KafkaConn::offsets_answer`].
+    async fn commit_authorized(
+        self: &Arc<Self>,
+        caller: &Caller,
+        offsets: Vec<PartitionOffset>,
+        make: impl FnOnce(Vec<PartitionOffset>) -> Request,
+        key: ApiKey,
+        version: i16,
+    ) -> (Option<Status>, Vec<(String, Vec<(i32, i16)>)>) {
+        let (allowed, denied): (Vec<PartitionOffset>, Vec<PartitionOffset>) =
+            offsets.into_iter().partition(|o| caller.may(Operation::Read, ResourceType::Topic, &o.topic));
+        let (mut refused, mut codes) = (None, Vec::new());
+        if !allowed.is_empty() {
+            (refused, codes) = self.offsets_answer(make(allowed.clone()), &allowed, key, version).await;
+        }
+        if let Some(first) = denied.first() {
+            let status =
+                caller.refusal(ErrorCode::TopicAuthorizationFailed, Operation::Read, ResourceType::Topic, &first.topic);
+            codes.extend(refused_codes(&denied, &status, key, version));
+            refused.get_or_insert(status);
+        }
+        (refused, codes)
     }
 
     /// Relay an offset commit: the first refusal, if any, and the Kafka code of each offset
@@ -298,6 +351,19 @@ impl KafkaConn {
                 .collect();
             KafkaAnswer::Reply(ResponseKind::TxnOffsetCommit(TxnOffsetCommitResponse::default().with_topics(topics)))
         };
+        // WRITE on the transactional id, READ on the group (each the whole request's answer),
+        // READ on each topic.
+        let caller = self.caller();
+        let whole = if !caller.may(Operation::Write, ResourceType::TransactionalId, &r.transactional_id) {
+            let tid = r.transactional_id.as_str();
+            let code = ErrorCode::TransactionalIdAuthorizationFailed;
+            Some(caller.refusal(code, Operation::Write, ResourceType::TransactionalId, tid))
+        } else {
+            group_refusal(&caller, Operation::Read, &r.group_id)
+        };
+        if let Some(status) = whole {
+            return answer(refused_codes(&offsets, &status, ApiKey::TxnOffsetCommit, version));
+        }
         if version >= 5 {
             // Transaction version 2 (KIP-890): the commit adds the group's offsets to the
             // transaction itself, as AddOffsetsToTxn did (the client sends none), through the
@@ -317,9 +383,8 @@ impl KafkaConn {
                 return answer(by_topic(offsets.iter().map(|o| (o.topic.clone(), (o.partition, code))).collect()));
             }
         }
-        let req =
-            Request::OffsetCommit(protocol::OffsetCommitRequest { member, txn: Some(txn), offsets: offsets.clone() });
-        let (refused, codes) = self.offsets_answer(req, &offsets, ApiKey::TxnOffsetCommit, version).await;
+        let make = |offsets| Request::OffsetCommit(protocol::OffsetCommitRequest { member, txn: Some(txn), offsets });
+        let (refused, codes) = self.commit_authorized(&caller, offsets, make, ApiKey::TxnOffsetCommit, version).await;
         if let Some(s) = refused {
             tracing::info!(transactional_id = %r.transactional_id.0, group = %r.group_id.0, status = %s, "Kafka TxnOffsetCommit refused");
         }
@@ -327,18 +392,44 @@ impl KafkaConn {
     }
 
     pub(super) async fn offset_fetch(self: &Arc<Self>, r: OffsetFetchRequest, version: i16) -> KafkaAnswer {
-        let partitions = r.topics.as_ref().map(|ts| {
+        // DESCRIBE on the group (the whole answer); a named topic the caller may not describe
+        // is answered TOPIC_AUTHORIZATION_FAILED, and an all-topics answer leaves it out.
+        let caller = self.caller();
+        let topic_ok = |t: &str| caller.may(Operation::Describe, ResourceType::Topic, t);
+        let asked = r.topics.as_ref().map(|ts| {
             ts.iter().flat_map(|t| t.partition_indexes.iter().map(|p| (t.name.to_string(), *p))).collect::<Vec<_>>()
         });
+        type Asked = Vec<(String, i32)>;
+        let (partitions, denied): (Option<Asked>, Asked) = match asked {
+            Some(all) if caller.enabled() => {
+                let (ok, denied) = all.into_iter().partition(|(t, _)| topic_ok(t));
+                (Some(ok), denied)
+            }
+            other => (other, Vec::new()),
+        };
         let req = Request::OffsetFetch(protocol::OffsetFetchRequest {
             group: r.group_id.to_string(),
-            partitions,
+            partitions: partitions.clone(),
             require_stable: version >= 7 && r.require_stable,
         });
-        let (status, mut answered) = match self.relay(req).await {
-            Response::OffsetFetch(o) => (o.status, o.partitions),
-            other => (status_of(&other), Vec::new()),
+        let (status, mut answered) = match group_refusal(&caller, Operation::Describe, &r.group_id) {
+            Some(status) => (status, Vec::new()),
+            None if partitions.as_ref().is_some_and(|p| p.is_empty()) && !denied.is_empty() => {
+                (Status::ok(), Vec::new())
+            }
+            None => match self.relay(req).await {
+                Response::OffsetFetch(o) => (o.status, o.partitions),
+                other => (status_of(&other), Vec::new()),
+            },
         };
+        if status.is_ok() {
+            answered.retain(|(o, _)| partitions.is_some() || !caller.enabled() || topic_ok(&o.topic));
+            answered.extend(denied.into_iter().map(|(topic, partition)| {
+                let o = PartitionOffset { topic, partition, offset: -1, leader_epoch: -1, metadata: None };
+                let s = Status::new(ErrorCode::TopicAuthorizationFailed, "topic not authorized");
+                (o, s)
+            }));
+        }
         if version < 2 && !status.is_ok() {
             // Version 1 has no top-level error code: each partition asked carries it, as Kafka
             // answers (an empty answer would read as "nothing committed").
@@ -395,9 +486,13 @@ impl KafkaConn {
                         || r.states_filter.is_empty()
                         || r.states_filter.iter().any(|f| f.eq_ignore_ascii_case(state))
                 };
+                // DESCRIBE on the cluster lists every group; else those the caller may describe.
+                let caller = self.caller();
+                let all = caller.may_cluster(Operation::Describe);
                 let listed = groups
                     .into_iter()
                     .filter(|g| wanted(&g.state))
+                    .filter(|g| all || caller.may(Operation::Describe, ResourceType::Group, &g.group))
                     .map(|g| {
                         let l = ListedGroup::default()
                             .with_group_id(GroupId(text(&g.group)))
@@ -417,8 +512,20 @@ impl KafkaConn {
     }
 
     pub(super) async fn describe_groups(self: &Arc<Self>, r: DescribeGroupsRequest, version: i16) -> KafkaAnswer {
-        let names: Vec<String> = r.groups.iter().map(|g| g.to_string()).collect();
-        let described = match self.groups(names.clone()).await {
+        let caller = self.caller();
+        let (names, denied): (Vec<String>, Vec<String>) = r
+            .groups
+            .iter()
+            .map(|g| g.to_string())
+            .partition(|g| caller.may(Operation::Describe, ResourceType::Group, g));
+        let denied = denied.into_iter().map(|n| {
+            DescribedGroup::default().with_group_id(GroupId(text(&n))).with_error_code(kafka_code(
+                ErrorCode::GroupAuthorizationFailed,
+                ApiKey::DescribeGroups,
+                version,
+            ))
+        });
+        let described: Vec<DescribedGroup> = match self.groups(names.clone()).await {
             Ok(groups) if !names.is_empty() => groups
                 .into_iter()
                 .map(|g| {
@@ -459,6 +566,7 @@ impl KafkaConn {
                 })
                 .collect(),
         };
+        let described = described.into_iter().chain(denied).collect();
         KafkaAnswer::Reply(ResponseKind::DescribeGroups(DescribeGroupsResponse::default().with_groups(described)))
     }
 
@@ -471,7 +579,19 @@ impl KafkaConn {
             },
             group: r.group_id.to_string(),
         });
-        let status = status_of(&self.relay(req).await);
+        // WRITE on the transactional id, then READ on the group.
+        let caller = self.caller();
+        let tid = r.transactional_id.as_str();
+        let refused = if !caller.may(Operation::Write, ResourceType::TransactionalId, tid) {
+            let code = ErrorCode::TransactionalIdAuthorizationFailed;
+            Some(caller.refusal(code, Operation::Write, ResourceType::TransactionalId, tid))
+        } else {
+            group_refusal(&caller, Operation::Read, &r.group_id)
+        };
+        let status = match refused {
+            Some(status) => status,
+            None => status_of(&self.relay(req).await),
+        };
         if !status.is_ok() {
             tracing::info!(transactional_id = %r.transactional_id.0, group = %r.group_id.0, %status, "Kafka AddOffsetsToTxn refused");
         }
@@ -483,4 +603,15 @@ impl KafkaConn {
             )),
         ))
     }
+}
+
+/// Every offset of `offsets` answered with `status`'s code, by topic.
+fn refused_codes(
+    offsets: &[PartitionOffset],
+    status: &Status,
+    key: ApiKey,
+    version: i16,
+) -> Vec<(String, Vec<(i32, i16)>)> {
+    let code = kafka_code(status.code, key, version);
+    by_topic(offsets.iter().map(|o| (o.topic.clone(), (o.partition, code))).collect())
 }

@@ -30,7 +30,9 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use super::Shared;
 
+mod acls;
 mod admin;
+pub(crate) mod authz;
 mod coordinator;
 mod errors;
 mod fetch;
@@ -83,6 +85,10 @@ pub(crate) const SERVED: Served = &[
     // v0 is followed by raw tokens, which Kafka 4 no longer reads either (KIP-896).
     (ApiKey::SaslHandshake, 1, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    // v0 has no pattern type (KIP-896 removed it).
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// The name of the feature KIP-890 finalizes.
@@ -292,7 +298,7 @@ pub(super) fn handlers(shared: &Arc<Shared>) -> Handlers<KafkaWire> {
             {
                 return Vec::new(); // each alone, through the handler, which waits (or authenticates)
             }
-            produce::produce_group(&for_group.shared, requests, |r| for_group.start(r))
+            produce::produce_group(&for_group.shared, &for_group.caller(), requests, |r| for_group.start(r))
         });
         (handler, Some(group))
     })
@@ -359,10 +365,12 @@ impl KafkaConn {
                     version,
                 ))))
             }
-            RequestKind::Produce(r) => produce::produce(&self.shared, r, version),
-            RequestKind::Fetch(r) => fetch::fetch(&self.shared, r, version),
-            RequestKind::ListOffsets(r) => fetch::list_offsets(&self.shared, r, version),
-            RequestKind::OffsetForLeaderEpoch(r) => fetch::offset_for_leader_epoch(&self.shared, r, version),
+            RequestKind::Produce(r) => produce::produce(&self.shared, &self.caller(), r, version),
+            RequestKind::Fetch(r) => fetch::fetch(&self.shared, &self.caller(), r, version),
+            RequestKind::ListOffsets(r) => fetch::list_offsets(&self.shared, &self.caller(), r, version),
+            RequestKind::OffsetForLeaderEpoch(r) => {
+                fetch::offset_for_leader_epoch(&self.shared, &self.caller(), r, version)
+            }
             RequestKind::Metadata(r) => {
                 let conn = self.clone();
                 Handled::serial(async move { conn.metadata(r, version).await })
@@ -409,7 +417,9 @@ impl KafkaConn {
                 let conn = self.clone();
                 Handled::serial(async move { conn.list_transactions(r, version).await })
             }
-            RequestKind::DescribeProducers(r) => Handled::answer(admin::describe_producers(&self.shared, r, version)),
+            RequestKind::DescribeProducers(r) => {
+                Handled::answer(admin::describe_producers(&self.shared, &self.caller(), r, version))
+            }
             RequestKind::JoinGroup(r) => {
                 let conn = self.clone();
                 let client_id = req.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
@@ -451,6 +461,15 @@ impl KafkaConn {
                 let conn = self.clone();
                 Handled::serial(async move { conn.txn_offset_commit(r, version).await })
             }
+            RequestKind::CreateAcls(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.create_acls(r).await })
+            }
+            RequestKind::DeleteAcls(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.delete_acls(r).await })
+            }
+            RequestKind::DescribeAcls(r) => Handled::answer(self.describe_acls(r)),
             // The codec decodes only what SERVED lists.
             other => {
                 tracing::warn!(request = ?ApiKey::try_from(req.header.api_key), "a Kafka request with no handler; closing");
@@ -486,6 +505,17 @@ impl KafkaConn {
         self.sasl.lock().unwrap_or_else(|p| p.into_inner()).user().to_string()
     }
 
+    /// The caller of the request at hand, with the ACLs of now (see [`authz::Caller`]).
+    fn caller(&self) -> authz::Caller {
+        let authorizer = self.shared.authorization.current();
+        let (principal, host) = if authorizer.enabled() {
+            (format!("User:{}", self.user()), self.peer.ip().to_string())
+        } else {
+            (String::new(), String::new())
+        };
+        authz::Caller::new(authorizer, principal, host)
+    }
+
     /// The relay connection to the coordinator (dialled now, by `deadline`, if there is none or
     /// it broke), held open until the returned lease is dropped.
     async fn coordinator(self: &Arc<Self>, deadline: Instant) -> Result<RelayLease, Status> {
@@ -516,6 +546,11 @@ impl KafkaConn {
     /// How the relay reaches the coordinator: without a membership proof, since the coordinator
     /// serves these requests to anyone and a client's request must not pass for the broker's own.
     fn relay_dialer(&self) -> Dialer {
+        if self.shared.authorization.current().enabled() {
+            // The coordinator then serves members only: this broker has authorized the request
+            // by the ACLs and relays it as a member (it relays only requests it built itself).
+            return self.shared.dialer.clone();
+        }
         Dialer { tls: self.shared.config.peer_tls.clone(), secret: None, member: String::new() }
     }
 

@@ -17,7 +17,9 @@ use std::collections::VecDeque;
 use protocol::kafka::{KafkaBody, KafkaRequest};
 
 use super::super::{produce_group_under, produce_under, Shared, TxnRules};
+use super::authz::Caller;
 use super::kafka_code;
+use protocol::acl::{Operation, ResourceType};
 
 /// One partition of a Kafka Produce, started or refused outright.
 enum Part {
@@ -41,12 +43,16 @@ fn own_request(topic: &TopicName, index: i32, acks: i16, records: Option<bytes::
 /// all of them; it is serial (the connection's next request waits) if any partition's batch
 /// waits for the coordinator's verification. With acks=0 nothing is answered, and any error
 /// closes the connection, as Kafka does.
-pub(super) fn produce(shared: &Arc<Shared>, r: ProduceRequest, version: i16) -> Handled<KafkaAnswer> {
+pub(super) fn produce(shared: &Arc<Shared>, caller: &Caller, r: ProduceRequest, version: i16) -> Handled<KafkaAnswer> {
     let acks = r.acks;
     let mut parts: Vec<(TopicName, i32, Part)> = Vec::new();
+    let tid = r.transactional_id.as_ref().map(|t| t.to_string());
     for topic in r.topic_data {
+        let refused = refusal(caller, tid.as_deref(), &topic.name);
         for p in topic.partition_data {
-            let part = if !matches!(acks, -1..=1) {
+            let part = if let Some(status) = &refused {
+                Part::Refused(status.clone())
+            } else if !matches!(acks, -1..=1) {
                 Part::Refused(Status::new(
                     ErrorCode::InvalidRequiredAcks,
                     format!("acks {acks} is not -1 (all), 0 (none) or 1 (leader)"),
@@ -64,30 +70,53 @@ pub(super) fn produce(shared: &Arc<Shared>, r: ProduceRequest, version: i16) -> 
     answer(shared, parts, acks, version)
 }
 
+/// Why `caller` may not write to `topic` under transactional id `tid`, if it may not: a
+/// transactional write needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+/// on every partition), then any write needs WRITE on the topic (TOPIC_AUTHORIZATION_FAILED).
+fn refusal(caller: &Caller, tid: Option<&str>, topic: &TopicName) -> Option<Status> {
+    if !caller.enabled() {
+        return None;
+    }
+    if let Some(tid) = tid {
+        if !caller.may(Operation::Write, ResourceType::TransactionalId, tid) {
+            let code = ErrorCode::TransactionalIdAuthorizationFailed;
+            return Some(caller.refusal(code, Operation::Write, ResourceType::TransactionalId, tid));
+        }
+    }
+    (!caller.may(Operation::Write, ResourceType::Topic, topic))
+        .then(|| caller.refusal(ErrorCode::TopicAuthorizationFailed, Operation::Write, ResourceType::Topic, topic))
+}
+
 /// The one partition of a Produce request that writes to one (with valid acks): its topic,
-/// index, acks and transaction rules.
-fn single_partition(req: &KafkaRequest) -> Option<(&TopicName, i32, i16, TxnRules)> {
+/// index, acks, transaction rules and transactional id.
+fn single_partition(req: &KafkaRequest) -> Option<(&TopicName, i32, i16, TxnRules, Option<&str>)> {
     let KafkaBody::Request(body) = &req.body else { return None };
     let kafka_protocol::messages::RequestKind::Produce(p) = body.as_ref() else { return None };
     let [topic] = p.topic_data.as_slice() else { return None };
     let [part] = topic.partition_data.as_slice() else { return None };
     let rules = TxnRules::for_kafka_produce(req.header.api_version);
-    matches!(p.acks, -1..=1).then_some((&topic.name, part.index, p.acks, rules))
+    let tid = p.transactional_id.as_ref().map(|t| t.as_str());
+    matches!(p.acks, -1..=1).then_some((&topic.name, part.index, p.acks, rules, tid))
 }
 
 /// Start the requests one read brought in, in arrival order (see [`net::GroupHandler`]): a run of
 /// Produce requests that each write one batch to the same partition, with the same acks, is
 /// appended together, as the own listener appends a pipelining producer's batches (one gate,
-/// one write); anything else is started alone by `start`. Stops after a request that must
-/// finish before the next starts (a batch waiting for its verification).
+/// one write); anything else is started alone by `start`, as is a run `caller` may not write
+/// (which `start` refuses). Stops after a request that must finish before the next starts (a
+/// batch waiting for its verification).
 pub(super) fn produce_group(
     shared: &Arc<Shared>,
+    caller: &Caller,
     requests: &mut VecDeque<KafkaRequest>,
     start: impl Fn(KafkaRequest) -> Handled<KafkaAnswer>,
 ) -> Vec<Handled<KafkaAnswer>> {
     let mut out = Vec::new();
     while let Some(first) = requests.pop_front() {
-        let Some((name, index, acks, rules)) = single_partition(&first).map(|(n, i, a, r)| (n.clone(), i, a, r)) else {
+        let run_of = single_partition(&first)
+            .filter(|(n, .., tid)| refusal(caller, *tid, n).is_none())
+            .map(|(n, i, a, r, tid)| (n.clone(), i, a, r, tid.map(str::to_string)));
+        let Some((name, index, acks, rules, tid)) = run_of else {
             let h = start(first);
             let serial = h.is_serial();
             out.push(h);
@@ -100,7 +129,7 @@ pub(super) fn produce_group(
         while requests
             .front()
             .and_then(single_partition)
-            .is_some_and(|(n, i, a, r)| *n == name && i == index && a == acks && r == rules)
+            .is_some_and(|(n, i, a, r, t)| *n == name && i == index && a == acks && r == rules && t == tid.as_deref())
         {
             run.extend(requests.pop_front());
         }

@@ -1,0 +1,105 @@
+//! Authorization on the Kafka listener: the coordinator's ACLs as this broker last heard them
+//! ([`AuthorizationCache`], refreshed by heartbeat answers), and the caller of one request
+//! ([`Caller`]: its principal and address) asking them. Every handler asks before it acts, as
+//! `../shared/reference/kafka-security.md` lists per API; the rules are `protocol::acl`'s.
+
+use std::sync::{Arc, RwLock};
+
+use protocol::acl::{Authorization, Authorizer, Operation, ResourceType, CLUSTER_NAME};
+use protocol::{ErrorCode, Status};
+
+/// The authorizer's settings and ACLs as the coordinator last sent them (off until it says).
+#[derive(Debug, Default)]
+pub(crate) struct AuthorizationCache(RwLock<Arc<Authorizer>>);
+
+impl AuthorizationCache {
+    /// The version held (0 before any).
+    pub(crate) fn version(&self) -> i64 {
+        self.current().settings().version
+    }
+
+    /// What is held now.
+    pub(crate) fn current(&self) -> Arc<Authorizer> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Hold `authorization` from now on.
+    pub(crate) fn replace(&self, authorization: Authorization) {
+        tracing::info!(
+            enabled = authorization.enabled,
+            acls = authorization.acls.len(),
+            version = authorization.version,
+            "authorization received from the coordinator"
+        );
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Authorizer::new(authorization));
+    }
+}
+
+/// Who sent a request: its principal (`User:ANONYMOUS` without SASL) and address, with the
+/// ACLs of the moment it arrived.
+pub(super) struct Caller {
+    authorizer: Arc<Authorizer>,
+    principal: String,
+    host: String,
+}
+
+impl Caller {
+    pub(super) fn new(authorizer: Arc<Authorizer>, principal: String, host: String) -> Caller {
+        Caller { authorizer, principal, host }
+    }
+
+    /// Whether the authorizer is on.
+    pub(super) fn enabled(&self) -> bool {
+        self.authorizer.enabled()
+    }
+
+    /// The caller's principal.
+    pub(super) fn principal(&self) -> &str {
+        &self.principal
+    }
+
+    /// Whether the caller may do `operation` on `(resource_type, name)`.
+    pub(super) fn may(&self, operation: Operation, resource_type: ResourceType, name: &str) -> bool {
+        let allowed = self.authorizer.authorize(&self.principal, &self.host, operation, resource_type, name);
+        if !allowed {
+            tracing::info!(
+                target: "epochfence::fencing",
+                principal = %self.principal,
+                host = %self.host,
+                %operation,
+                %resource_type,
+                resource = name,
+                "kafka request not authorized"
+            );
+        }
+        allowed
+    }
+
+    /// Whether the caller may do `operation` on the cluster.
+    pub(super) fn may_cluster(&self, operation: Operation) -> bool {
+        self.may(operation, ResourceType::Cluster, CLUSTER_NAME)
+    }
+
+    /// Whether the caller may do `operation` on some resource of `resource_type`.
+    pub(super) fn may_any(&self, operation: Operation, resource_type: ResourceType) -> bool {
+        self.authorizer.authorize_any(&self.principal, &self.host, operation, resource_type)
+    }
+
+    /// The refusal of `operation` on a resource, with what to do about it.
+    pub(super) fn refusal(
+        &self,
+        code: ErrorCode,
+        operation: Operation,
+        resource_type: ResourceType,
+        name: &str,
+    ) -> Status {
+        Status::new(
+            code,
+            format!(
+                "{} may not {operation} {resource_type} `{name}`: no ACL allows it (ask an operator: admin acls add \
+                 --principal {} --operation {operation} ...)",
+                self.principal, self.principal
+            ),
+        )
+    }
+}

@@ -75,6 +75,12 @@ impl Caller {
         allowed
     }
 
+    /// [`Caller::may`] without logging a refusal: for what only filters or narrows an answer
+    /// (an all-topics Metadata, ListGroups, a Metadata's topic creation), as Kafka does.
+    pub(super) fn may_quietly(&self, operation: Operation, resource_type: ResourceType, name: &str) -> bool {
+        self.authorizer.authorize(&self.principal, &self.host, operation, resource_type, name)
+    }
+
     /// Whether the caller may do `operation` on the cluster.
     pub(super) fn may_cluster(&self, operation: Operation) -> bool {
         self.may(operation, ResourceType::Cluster, CLUSTER_NAME)

@@ -23,7 +23,7 @@ use protocol::kafka::KafkaAnswer;
 use protocol::{AddPartitionRequest, ErrorCode, Request, Response, Status};
 
 use super::{kafka_code, KafkaConn, CLUSTER_ID};
-use protocol::acl::{Operation, ResourceType};
+use protocol::acl::{Operation, ResourceType, CLUSTER_NAME};
 
 /// FindCoordinator's key types: a consumer group, a transactional id.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -49,8 +49,8 @@ impl KafkaConn {
             let (allowed, denied): (Vec<String>, Vec<String>) =
                 names.into_iter().partition(|n| caller.may(Operation::Describe, ResourceType::Topic, n));
             let none = none || (allowed.is_empty() && !denied.is_empty());
-            allow_auto_create &= caller.may_cluster(Operation::Create)
-                || allowed.iter().all(|n| caller.may(Operation::Create, ResourceType::Topic, n));
+            allow_auto_create &= caller.may_quietly(Operation::Create, ResourceType::Cluster, CLUSTER_NAME)
+                || allowed.iter().all(|n| caller.may_quietly(Operation::Create, ResourceType::Topic, n));
             (allowed, denied, none)
         } else {
             (names, Vec::new(), none)
@@ -109,7 +109,7 @@ impl KafkaConn {
         } else {
             own.topics
                 .into_iter()
-                .filter(|t| !caller.enabled() || caller.may(Operation::Describe, ResourceType::Topic, &t.name))
+                .filter(|t| !caller.enabled() || caller.may_quietly(Operation::Describe, ResourceType::Topic, &t.name))
                 .map(|t| {
                     let name = Some(StrBytes::from_string(t.name).into());
                     if t.created {

@@ -488,11 +488,11 @@ impl KafkaConn {
                 };
                 // DESCRIBE on the cluster lists every group; else those the caller may describe.
                 let caller = self.caller();
-                let all = caller.may_cluster(Operation::Describe);
+                let all = caller.may_quietly(Operation::Describe, ResourceType::Cluster, protocol::acl::CLUSTER_NAME);
                 let listed = groups
                     .into_iter()
                     .filter(|g| wanted(&g.state))
-                    .filter(|g| all || caller.may(Operation::Describe, ResourceType::Group, &g.group))
+                    .filter(|g| all || caller.may_quietly(Operation::Describe, ResourceType::Group, &g.group))
                     .map(|g| {
                         let l = ListedGroup::default()
                             .with_group_id(GroupId(text(&g.group)))

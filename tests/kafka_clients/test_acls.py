@@ -1,0 +1,271 @@
+"""Authorization (issue 29): with the coordinator's --authorizer, Kafka's ACLs decide who may use a
+transactional id, a topic, a group and the cluster, with Kafka's errors and each client's own reaction
+to them (kafka-security.md, section 4): a principal without WRITE on a transactional id cannot
+initialise it (fatal TRANSACTIONAL_ID_AUTHORIZATION_FAILED), so it cannot fence its holder; without
+WRITE on a topic a transaction touching it is abortable; Metadata hides the topics a principal may
+not describe; ACLs are made and removed through confluent-kafka's AdminClient and `admin acls`, and
+a removed ACL takes effect within a heartbeat. The negative case: without the authorizer, the same
+principal fences the holder.
+"""
+
+import os
+import subprocess
+import uuid
+
+import pytest
+
+import efcluster
+from efcluster import wait_until
+
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "mallory": "mallory-secret"}
+
+
+def acl_cluster(start_cluster, tmp_path, authorizer=True, heartbeat_ms=None):
+    users = tmp_path / f"users-{uuid.uuid4().hex[:6]}"
+    users.write_text("".join(f"{u}={p}\n" for u, p in USERS.items()))
+    secret = tmp_path / f"secret-{uuid.uuid4().hex[:6]}"
+    secret.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
+    coordinator_args = ["--scram-users-file", str(users)]
+    if authorizer:
+        coordinator_args += ["--authorizer", "--super-users", "User:admin"]
+    kwargs = {"heartbeat_ms": heartbeat_ms} if heartbeat_ms else {}
+    return start_cluster(brokers=1, broker_args=["--kafka-security-protocol", "SASL_PLAINTEXT"],
+                         coordinator_args=coordinator_args, secret_file=str(secret), **kwargs)
+
+
+def login(client, user):
+    return client.security("SASL_PLAINTEXT", "SCRAM-SHA-512", user, USERS[user])
+
+
+def allow(cluster, principal, *resource, operation):
+    r = cluster.admin("acls", "add", "--principal", principal, *resource, "--operation", operation)
+    assert r.stdout.startswith("added: ALLOW"), r.stdout
+
+
+def wait_acls(cluster, n):
+    """Wait until the broker holds n ACLs: it hears of a change in its next heartbeat answer (its log
+    says `authorization received ... acls=N`)."""
+    path = cluster.brokers[1].process.stderr_path
+
+    def held():
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f"authorization received from the coordinator enabled=true acls={n} " in f.read() or None
+    wait_until(held, 20, f"the broker to hold {n} ACLs")
+
+
+def grant_alice(cluster, topic):
+    """What a transactional producer and a read_committed reader need, as Kafka documents it."""
+    allow(cluster, "User:alice", "--transactional-id", "payments", operation="WRITE")
+    allow(cluster, "User:alice", "--topic", topic, operation="WRITE")
+    allow(cluster, "User:alice", "--topic", topic, operation="READ")
+    allow(cluster, "User:alice", "--group", "*", operation="READ")
+
+
+def error_of(client, e):
+    """(code, fatal, abortable) of a client's transactional error."""
+    if client.name == "confluent":
+        err = e.args[0]
+        return err.code(), err.fatal(), err.txn_requires_abort()
+    return getattr(e, "errno", None), None, None
+
+
+@pytest.mark.timeout(150)
+def test_acls_decide_who_may_fence_whom(client, start_cluster, tmp_path):
+    cluster = acl_cluster(start_cluster, tmp_path)
+    bootstrap = cluster.bootstrap()
+    for topic in ("orders", "hidden", "audit"):
+        cluster.create_topic(topic, partitions=1, replicas=1)
+    grant_alice(cluster, "orders")
+    allow(cluster, "User:mallory", "--topic", "orders", operation="WRITE")
+    # alice sees audit (else the clients fail her record before the transaction ever names it).
+    allow(cluster, "User:alice", "--topic", "audit", operation="DESCRIBE")
+    wait_acls(cluster, 6)
+
+    alice = client.transactional_producer(bootstrap, "payments", **login(client, "alice"))
+    alice.init()
+    alice.begin()
+    alice.send("orders", 0, b"alice-1")
+
+    # mallory may write to the topic, but not use alice's transactional id: her init fails fatally
+    # (librdkafka: at FindCoordinator; kafka-python: the same), and alice's epoch stays hers.
+    mallory = client.transactional_producer(bootstrap, "payments", **login(client, "mallory"))
+    with pytest.raises(Exception) as refused:
+        mallory.init(timeout=20)
+    code, fatal, _ = error_of(client, refused.value)
+    if client.name == "confluent":
+        assert code == client.ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and fatal, refused.value
+    else:
+        assert isinstance(refused.value, client.errors.TransactionalIdAuthorizationFailedError), repr(refused.value)
+    alice.commit()
+    read = client.read(bootstrap, "orders", [0], "read_committed", **login(client, "alice"))
+    assert read.values(0) == [b"alice-1"], "alice's transaction committed after mallory's attempt"
+
+    # A transaction touching a topic alice may not write is abortable, not fatal (AddPartitionsToTxn
+    # answers TOPIC_AUTHORIZATION_FAILED): she aborts and goes on. (Her transaction already holds a
+    # partition: aborting one that holds none is INVALID_TXN_STATE under transaction version 1, as
+    # Kafka answers it, which librdkafka takes as fatal.)
+    alice.begin()
+    alice.send("orders", 0, b"alice-2")
+    alice.flush(20)
+    alice.send("audit", 0, b"not-allowed")
+    if client.name != "confluent":
+        # kafka-python's commit waits for every batch, and audit's is never sent: commit once the
+        # refusal has made the transaction abortable (it then raises at once).
+        manager = alice.raw._transaction_manager
+        wait_until(lambda: manager.has_abortable_error() or None, 20, "kafka-python's abortable error")
+    with pytest.raises(Exception) as aborted:
+        alice.commit(timeout=20)
+    code, fatal, abortable = error_of(client, aborted.value)
+    if client.name == "confluent":
+        assert abortable and not fatal, f"{aborted.value}"
+    else:
+        assert "TopicAuthorizationFailedError" in str(aborted.value), repr(aborted.value)
+        assert manager.has_abortable_error() and not manager.has_fatal_error()
+    alice.abort()
+    alice.begin()
+    alice.send("orders", 0, b"alice-3")
+    alice.commit()
+    read = client.read(bootstrap, "orders", [0], "read_committed", **login(client, "alice"))
+    assert read.values(0) == [b"alice-1", b"alice-3"], "the aborted transaction is not read"
+
+    # Metadata hides the topics mallory may not describe.
+    if client.name == "confluent":
+        from confluent_kafka.admin import AdminClient
+        seen = set(AdminClient({"bootstrap.servers": bootstrap, **login(client, "mallory")})
+                   .list_topics(timeout=10).topics)
+        everything = set(AdminClient({"bootstrap.servers": bootstrap, **login(client, "admin")})
+                         .list_topics(timeout=10).topics)
+    else:
+        kafka = client.kafka
+        admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap.split(","), **login(client, "mallory"))
+        try:
+            seen = set(admin.list_topics())
+        finally:
+            admin.close()
+        admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap.split(","), **login(client, "admin"))
+        try:
+            everything = set(admin.list_topics())
+        finally:
+            admin.close()
+    assert "orders" in seen and "hidden" not in seen and "audit" not in seen, seen
+    assert {"orders", "hidden", "audit"} <= everything, everything
+
+    # A removed ACL takes effect within a heartbeat: mallory's writes to orders are then refused.
+    r = cluster.admin("acls", "remove", "--principal", "User:mallory", "--topic", "orders", "--operation", "WRITE")
+    assert "removed: ALLOW User:mallory WRITE on TOPIC" in r.stdout, r.stdout
+    listed = cluster.admin("acls", "list").stdout
+    assert "User:mallory" not in listed and "ALLOW User:alice WRITE on TRANSACTIONAL_ID LITERAL:payments" in listed, listed
+    wait_acls(cluster, 5)
+
+    def refused_write():
+        p = client.idempotent_producer(bootstrap, **login(client, "mallory"),
+                                       **({"message.timeout.ms": 3000} if client.name == "confluent"
+                                          else {"max_block_ms": 3000}))
+        try:
+            p.send("orders", 0, b"mallory")
+            p.flush(10)
+        except Exception:  # noqa: BLE001 - kafka-python raises the refusal from send/flush
+            return True
+        return bool(p.failed) or None
+    wait_until(refused_write, 20, "mallory's write to be refused once her ACL is gone")
+    read = client.read(bootstrap, "orders", [0], "read_uncommitted", **login(client, "alice"))
+    assert b"mallory" not in read.values(0)
+
+
+@pytest.mark.timeout(90)
+def test_without_the_authorizer_mallory_fences_alice(client, start_cluster, tmp_path):
+    """The negative case: the same logins, no --authorizer: mallory's init fences alice."""
+    cluster = acl_cluster(start_cluster, tmp_path, authorizer=False)
+    bootstrap = cluster.bootstrap()
+    cluster.create_topic("orders", partitions=1, replicas=1)
+    alice = client.transactional_producer(bootstrap, "payments", **login(client, "alice"))
+    alice.init()
+    alice.begin()
+    alice.send("orders", 0, b"alice-1")
+    mallory = client.transactional_producer(bootstrap, "payments", **login(client, "mallory"))
+    mallory.init()
+    with pytest.raises(Exception) as fenced:
+        alice.commit(timeout=20)
+    if client.name == "confluent":
+        assert fenced.value.args[0].code() == client.ck.KafkaError._FENCED, fenced.value
+    else:
+        assert isinstance(fenced.value, (client.errors.ProducerFencedError,
+                                         client.errors.InvalidProducerEpochError)), repr(fenced.value)
+
+
+@pytest.mark.timeout(90)
+def test_acls_through_confluent_kafkas_admin_client(client, start_cluster, tmp_path):
+    if client.name != "confluent":
+        return  # kafka-python's admin client has no ACL calls of its own worth a second run
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
+                                       AdminClient, ResourcePatternType, ResourceType)
+    ck = client.ck
+    cluster = acl_cluster(start_cluster, tmp_path)
+    bootstrap = cluster.bootstrap()
+    admin = AdminClient({"bootstrap.servers": bootstrap, **login(client, "admin")})
+    prefixed = AclBinding(ResourceType.TOPIC, "team-", ResourcePatternType.PREFIXED, "User:alice", "*",
+                          AclOperation.ALL, AclPermissionType.ALLOW)
+    tid = AclBinding(ResourceType.TRANSACTIONAL_ID, "team-tx", ResourcePatternType.LITERAL, "User:alice", "*",
+                     AclOperation.WRITE, AclPermissionType.ALLOW)
+    for f in admin.create_acls([prefixed, tid]).values():
+        f.result(20)
+    # A cluster resource must be named kafka-cluster: INVALID_REQUEST.
+    bad = AclBinding(ResourceType.BROKER, "other", ResourcePatternType.LITERAL, "User:alice", "*",
+                     AclOperation.ALTER, AclPermissionType.ALLOW)
+    with pytest.raises(ck.KafkaException) as invalid:
+        admin.create_acls([bad])[bad].result(20)
+    assert invalid.value.args[0].code() == ck.KafkaError.INVALID_REQUEST, invalid.value
+
+    any_filter = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                                  AclPermissionType.ANY)
+    described = admin.describe_acls(any_filter).result(20)
+    assert set(described) == {prefixed, tid}, described
+    # MATCH: what applies to topic team-payments (the prefixed ACL).
+    match = AclBindingFilter(ResourceType.TOPIC, "team-payments", ResourcePatternType.MATCH, None, None,
+                             AclOperation.ANY, AclPermissionType.ANY)
+    assert admin.describe_acls(match).result(20) == [prefixed]
+
+    # alice may now create and use team-* topics (ALL on the prefix), and nothing else.
+    alice = AdminClient({"bootstrap.servers": bootstrap, **login(client, "alice")})
+    from confluent_kafka.admin import NewTopic
+    alice.create_topics([NewTopic("team-payments", 1, 1)])["team-payments"].result(20)
+    with pytest.raises(ck.KafkaException) as denied:
+        alice.create_topics([NewTopic("elsewhere", 1, 1)])["elsewhere"].result(20)
+    assert denied.value.args[0].code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED, denied.value
+    # ... and may not change ACLs (ALTER on the cluster).
+    with pytest.raises(ck.KafkaException) as not_admin:
+        alice.create_acls([tid])[tid].result(20)
+    assert not_admin.value.args[0].code() == ck.KafkaError.CLUSTER_AUTHORIZATION_FAILED, not_admin.value
+    wait_until(lambda: "team-payments" in alice.list_topics(timeout=5).topics or None, 20, "team-payments listed")
+    tx = client.transactional_producer(bootstrap, "team-tx", **login(client, "alice"))
+    tx.init()
+    tx.begin()
+    tx.send("team-payments", 0, b"ok")
+    tx.commit()
+
+    deleted = admin.delete_acls([any_filter])[any_filter].result(20)
+    assert set(deleted) == {prefixed, tid}, deleted
+    listed = cluster.admin("acls", "list", "--json").stdout
+    assert listed.strip() == "[]", listed
+
+
+@pytest.mark.timeout(60)
+def test_the_own_protocol_serves_members_only_under_the_authorizer(client, start_cluster, tmp_path):
+    if client.name != "confluent":
+        return  # the project's own binaries: once is enough
+    cluster = acl_cluster(start_cluster, tmp_path)
+    cluster.create_topic("own", partitions=1, replicas=1)
+    bin_dir = efcluster.bin_dir()
+    # The own protocol has no client logins: a producer without --kafka is refused, and says why.
+    r = subprocess.run([os.path.join(bin_dir, "producer"), "--bootstrap", cluster.coord_addr, "--topic", "own",
+                        "--transactional-id", "own", "--count", "1"], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "--authorizer" in r.stderr, r.stderr
+    # admin without the cluster secret too; with it (a member) it works.
+    r = subprocess.run([os.path.join(bin_dir, "admin"), "--bootstrap", cluster.coord_addr, "acls", "list"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr, r.stderr
+    assert cluster.admin("acls", "list").returncode == 0
+    # Without --cluster-secret-file the coordinator refuses to start with --authorizer.
+    r = subprocess.run([os.path.join(bin_dir, "coordinator"), "--listen", "127.0.0.1:0", "--data-dir",
+                        str(tmp_path / "nosecret"), "--authorizer"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--cluster-secret-file" in r.stderr, r.stderr

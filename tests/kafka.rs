@@ -288,6 +288,38 @@ async fn every_served_api_answers_at_every_served_version() {
                     assert_eq!(conn.call(&req, v).await.unwrap().error_code, 34, "v{v}");
                     Ok(0)
                 }
+                // No authorizer on this cluster: SECURITY_DISABLED, as Kafka answers without one.
+                ApiKey::CreateAcls => {
+                    let req = CreateAclsRequest::default()
+                        .with_creations(vec![create_acls_request::AclCreation::default()
+                            .with_resource_type(2)
+                            .with_resource_name(StrBytes::from_static_str("t"))
+                            .with_resource_pattern_type(3)
+                            .with_principal(StrBytes::from_static_str("User:a"))
+                            .with_host(StrBytes::from_static_str("*"))
+                            .with_operation(4)
+                            .with_permission_type(3)]);
+                    assert_eq!(conn.call(&req, v).await.unwrap().results[0].error_code, 54, "v{v}");
+                    Ok(0)
+                }
+                ApiKey::DescribeAcls => {
+                    let req = DescribeAclsRequest::default()
+                        .with_resource_type_filter(1)
+                        .with_pattern_type_filter(1)
+                        .with_operation(1)
+                        .with_permission_type(1);
+                    assert_eq!(conn.call(&req, v).await.unwrap().error_code, 54, "v{v}");
+                    Ok(0)
+                }
+                ApiKey::DeleteAcls => {
+                    let req = DeleteAclsRequest::default().with_filters(vec![delete_acls_request::DeleteAclsFilter::default()
+                        .with_resource_type_filter(1)
+                        .with_pattern_type_filter(1)
+                        .with_operation(1)
+                        .with_permission_type(1)]);
+                    assert_eq!(conn.call(&req, v).await.unwrap().filter_results[0].error_code, 54, "v{v}");
+                    Ok(0)
+                }
                 other => panic!("{other:?} is advertised but this test does not know it"),
             };
             assert_eq!(ok.unwrap_or_else(|e| panic!("{key:?} v{v}: {e}")), 0, "{key:?} v{v}");

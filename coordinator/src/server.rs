@@ -1310,6 +1310,52 @@ mod tests {
         assert!(matches!(handle(init), net::Handled::Serial(_)), "inits stay one at a time");
     }
 
+    /// Issue 29: an ACL change is answered once journaled, with every binding after it; a
+    /// restart replays it; heartbeat answers carry the set only to a broker holding another
+    /// version; without `--authorizer` the request is SECURITY_DISABLED.
+    #[tokio::test]
+    async fn acl_changes_are_journaled_and_handed_to_brokers_by_version() {
+        use protocol::acl::{AclBinding, Operation, PatternType, Permission, ResourceType};
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = CoordinatorConfig::new(dir.path());
+        let alice = AclBinding {
+            resource_type: ResourceType::TransactionalId,
+            name: "payments".into(),
+            pattern: PatternType::Literal,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: Operation::Write,
+            permission: Permission::Allow,
+        };
+        let create = protocol::AclsRequest { create: vec![alice.clone()], delete: Vec::new() };
+        {
+            let Recovered { journal, table, cluster, .. } = recover(&config).unwrap();
+            let off = serving(journal, table, cluster, config.clone());
+            let Response::Acls(r) = handle(off.clone(), Request::Acls(create.clone())).await else { panic!() };
+            assert_eq!(r.status.code, ErrorCode::SecurityDisabled);
+            let held = off.authorization(&off.lock(), 0).unwrap();
+            assert!(!held.enabled && held.acls.is_empty());
+        }
+        config.authorizer = Some(crate::acls::AuthorizerConfig {
+            super_users: vec!["User:admin".into()],
+            allow_everyone_if_no_acl_found: false,
+        });
+        {
+            let Recovered { journal, table, cluster, .. } = recover(&config).unwrap();
+            let on = serving(journal, table, cluster, config.clone());
+            let Response::Acls(r) = handle(on.clone(), Request::Acls(create.clone())).await else { panic!() };
+            assert!(r.status.is_ok() && r.created[0].is_ok(), "{:?}", r);
+            assert_eq!(r.authorization.acls, vec![alice.clone()]);
+            assert!(r.authorization.enabled && r.authorization.super_users == ["User:admin"]);
+            let version = r.authorization.version;
+            assert!(on.authorization(&on.lock(), version).is_none(), "a broker holding it is sent nothing");
+            assert!(on.authorization(&on.lock(), version - 1).is_some());
+        }
+        // A restart replays the change from the journal.
+        let Recovered { cluster, .. } = recover(&config).unwrap();
+        assert_eq!(cluster.acls.authorization(None, 0).acls, vec![alice]);
+    }
+
     /// Issue 28: a registration records the topic's id; one asked by a replica of a deleted
     /// topic whose name lives again (another id) is refused, and so is a reserved name.
     #[tokio::test]

@@ -83,6 +83,9 @@ pub struct LocalOptions {
     /// (SASL_PLAINTEXT, or SASL_SSL with `tls`; PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512)
     /// against these users' credentials, which the coordinator hands the brokers.
     pub sasl_users: Vec<(String, String)>,
+    /// Run the coordinator with `--authorizer` (needs `secured`): Kafka ACLs decide every Kafka
+    /// request, and producer ids are bound to their owners.
+    pub authorizer: Option<coordinator::acls::AuthorizerConfig>,
 }
 
 impl Default for LocalOptions {
@@ -106,6 +109,7 @@ impl Default for LocalOptions {
             marker_timeout_ms: CoordinatorConfig::new("").marker_timeout_ms,
             transaction_version: coordinator::cluster::TRANSACTION_VERSION_DEFAULT,
             sasl_users: Vec::new(),
+            authorizer: None,
         }
     }
 }
@@ -160,6 +164,7 @@ impl LocalCluster {
         config.cluster.transaction_version = opts.transaction_version;
         config.marker_timeout_ms = opts.marker_timeout_ms;
         config.limits.cluster_secret = secret.clone();
+        config.authorizer = opts.authorizer.clone();
         if !opts.sasl_users.is_empty() {
             config.credentials = coordinator::server::scram_credentials(&opts.sasl_users).map_err(LocalError::Sasl)?;
         }

@@ -183,6 +183,7 @@ fn init_request(tid: &str) -> Request {
         transaction_timeout_ms: 60_000,
         producer_id: -1,
         producer_epoch: -1,
+        principal: String::new(),
     })
 }
 

@@ -131,6 +131,7 @@ async fn epochs_strictly_increase_over_1000_inits() {
             transaction_timeout_ms: 60_000,
             producer_id: -1,
             producer_epoch: -1,
+            principal: String::new(),
         });
         let Response::InitProducerId(r) = conn.call(req).await.unwrap() else { panic!("wrong answer") };
         assert!(r.status.is_ok(), "{}", r.status);

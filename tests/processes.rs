@@ -17,6 +17,7 @@ async fn init(conn: &Connection, tid: Option<&str>) -> Option<(i64, i16)> {
         transaction_timeout_ms: 60_000,
         producer_id: -1,
         producer_epoch: -1,
+        principal: String::new(),
     });
     match conn.call(req).await {
         Ok(Response::InitProducerId(r)) if r.status.is_ok() => Some((r.producer_id, r.producer_epoch)),
@@ -240,6 +241,7 @@ async fn init_waits_for_the_fence_while_a_leader_is_down() {
         transaction_timeout_ms: 60_000,
         producer_id: -1,
         producer_epoch: -1,
+        principal: String::new(),
     });
     let Response::InitProducerId(r) = conn.call(req.clone()).await.unwrap() else { panic!("wrong answer") };
     assert_eq!(r.status.code, ErrorCode::ConcurrentTransactions, "{}", r.status);

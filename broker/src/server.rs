@@ -366,6 +366,9 @@ struct Shared {
     /// The authorizer's settings and ACLs the Kafka listener checks requests against, as the
     /// coordinator last sent them.
     authorization: kafka::authz::AuthorizationCache,
+    /// Checks that a producer id belongs to its writer (under the authorizer; with the
+    /// cluster secret).
+    pid_binder: Option<protocol::auth::ProducerIdBinder>,
 }
 
 impl Shared {
@@ -487,6 +490,7 @@ pub async fn run_listeners(
         transaction_version: Mutex::new((0, -1)),
         credentials: kafka::sasl::CredentialCache::default(),
         authorization: kafka::authz::AuthorizationCache::default(),
+        pid_binder: config.limits.cluster_secret.as_ref().map(protocol::auth::ProducerIdBinder::new),
         config: config.clone(),
     });
     // Every replica on disk is opened before the first heartbeat, which reports what each

@@ -464,7 +464,12 @@ pub(crate) fn rebuild(
     journal: Journal,
     replay: crate::journal::Replay,
 ) -> Result<Recovered, CoordinatorError> {
-    let mut table = ProducerTable::new(config.table.clone());
+    let mut table_config = config.table.clone();
+    if config.authorizer.is_some() {
+        // Producer ids name their owner, which brokers check every write against.
+        table_config.pid_binder = config.limits.cluster_secret.as_ref().map(protocol::auth::ProducerIdBinder::new);
+    }
+    let mut table = ProducerTable::new(table_config);
     let mut cluster = Cluster::new(config.cluster.clone());
     let mut nonce = [0u8; 8];
     getrandom::fill(&mut nonce).map_err(|e| CoordinatorError::DataDir {
@@ -597,7 +602,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
         Request::InitProducerId(r) => {
             let current = (r.producer_id >= 0).then_some((r.producer_id, r.producer_epoch));
             Response::InitProducerId(
-                init(&shared, r.transactional_id.as_deref(), r.transaction_timeout_ms, current).await,
+                init(&shared, r.transactional_id.as_deref(), r.transaction_timeout_ms, current, &r.principal).await,
             )
         }
         Request::AddPartition(r) => match add_partition(&shared, r) {
@@ -984,11 +989,12 @@ async fn init(
     tid: Option<&str>,
     timeout_ms: i32,
     current: Option<(i64, i16)>,
+    principal: &str,
 ) -> InitProducerIdResponse {
     let refused = |status, epoch| InitProducerIdResponse { status, producer_id: -1, producer_epoch: epoch };
     let (decision, rx) = {
         let mut st = shared.lock();
-        let d = st.table.handle_init(tid, timeout_ms, current);
+        let d = st.table.handle_init_as(tid, timeout_ms, current, principal);
         let rx = match &d {
             InitDecision::Grant { entries, .. } => {
                 st.observe(entries);
@@ -1306,6 +1312,7 @@ mod tests {
             transaction_timeout_ms: 60_000,
             producer_id: -1,
             producer_epoch: -1,
+            principal: String::new(),
         });
         assert!(matches!(handle(init), net::Handled::Serial(_)), "inits stay one at a time");
     }

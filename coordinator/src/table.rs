@@ -22,6 +22,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
+use protocol::auth::{PidOwner, ProducerIdBinder};
 use protocol::{ErrorCode, Status};
 
 use crate::entry::{Entry, FenceTarget, TxnSnapshot};
@@ -47,6 +48,10 @@ pub struct TableConfig {
     /// Tell a forgotten transactional id's producer ids (odd) from idempotent producers'
     /// (even). Off only for the simulator's `expired-ids-taken-for-idempotent` mutation.
     pub producer_id_kinds: bool,
+    /// Under the authorizer: hand out producer ids bound to their owner (a transactional id,
+    /// or an idempotent producer's principal), which brokers check every write against
+    /// (`protocol::auth::ProducerIdBinder`).
+    pub pid_binder: Option<protocol::auth::ProducerIdBinder>,
 }
 
 /// Default [`TableConfig::transactional_id_expiration_ms`]: 7 days, as Kafka's.
@@ -82,6 +87,7 @@ impl Default for TableConfig {
             transactional_id_expiration_ms: TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
             transactional_ids_max: TRANSACTIONAL_IDS_MAX_DEFAULT,
             producer_id_kinds: true,
+            pid_binder: None,
         }
     }
 }
@@ -416,21 +422,40 @@ impl ProducerTable {
 
     /// The next producer id of a kind: odd for a transactional id, even for an idempotent
     /// producer (`parity_from`). Never one handed out before: the next producer id only grows.
-    fn new_producer_id(&self, transactional: bool) -> i64 {
+    fn new_producer_id(&self, owner: PidOwner) -> i64 {
+        let transactional = matches!(owner, PidOwner::TransactionalId(_));
         let next = self.next_producer_id;
-        if (next % 2 == 1) == transactional {
-            next
-        } else {
-            next + 1
+        let counter = if (next % 2 == 1) == transactional { next } else { next + 1 };
+        match &self.config.pid_binder {
+            Some(binder) => binder.bind(counter, owner),
+            None => counter,
         }
+    }
+
+    /// The refusal of an init once bound producer ids have run out (`PID_COUNTER_MAX`).
+    fn out_of_producer_ids(&self) -> Option<InitDecision> {
+        (self.config.pid_binder.is_some() && self.next_producer_id + 1 >= protocol::auth::PID_COUNTER_MAX).then(|| {
+            InitDecision::Refuse {
+                status: Status::new(
+                    ErrorCode::PolicyViolation,
+                    format!(
+                        "the coordinator has handed out every producer id a bound id can hold ({}); \
+                         no new producer can start",
+                        protocol::auth::PID_COUNTER_MAX
+                    ),
+                ),
+                epoch: -1,
+            }
+        })
     }
 
     /// Whether `producer_id`, bound to no transactional id, was one's (its id expired).
     fn had_transactional_id(&self, producer_id: i64) -> bool {
+        let counter = ProducerIdBinder::counter(producer_id);
         self.config.producer_id_kinds
-            && self.parity_from.is_some_and(|from| producer_id >= from)
-            && producer_id % 2 == 1
-            && producer_id < self.next_producer_id
+            && self.parity_from.is_some_and(|from| counter >= from)
+            && counter % 2 == 1
+            && counter < self.next_producer_id
     }
 
     /// The entry recording `parity_from` if it is not recorded yet (applied here): the
@@ -446,9 +471,9 @@ impl ProducerTable {
 
     /// The next (producer id, epoch, marker epoch) after `e`: epoch + 1, or a fresh producer id
     /// at epoch 0 at exhaustion (the old id then fenced at [`EPOCH_RETIRED`]).
-    fn next_epoch(&self, e: &TxnEntry) -> (i64, i16, i16) {
+    fn next_epoch(&self, tid: &str, e: &TxnEntry) -> (i64, i16, i16) {
         if e.epoch >= EPOCH_GRANT_MAX {
-            (self.new_producer_id(true), 0, EPOCH_RETIRED)
+            (self.new_producer_id(PidOwner::TransactionalId(tid)), 0, EPOCH_RETIRED)
         } else {
             (e.producer_id, e.epoch + 1, e.epoch + 1)
         }
@@ -475,10 +500,26 @@ impl ProducerTable {
         transaction_timeout_ms: i32,
         current: Option<(i64, i16)>,
     ) -> InitDecision {
+        self.handle_init_as(transactional_id, transaction_timeout_ms, current, "")
+    }
+
+    /// [`ProducerTable::handle_init`] for `principal` (`User:alice`, as the broker that relays
+    /// the init authenticated it): an idempotent producer's id is bound to it when ids are
+    /// bound ([`TableConfig::pid_binder`]).
+    pub fn handle_init_as(
+        &mut self,
+        transactional_id: Option<&str>,
+        transaction_timeout_ms: i32,
+        current: Option<(i64, i16)>,
+        principal: &str,
+    ) -> InitDecision {
         let refuse = |code, msg: String, epoch| InitDecision::Refuse { status: Status::new(code, msg), epoch };
+        if let Some(refused) = self.out_of_producer_ids() {
+            return refused;
+        }
         let Some(tid) = transactional_id else {
             let mut entries = self.parity_mark();
-            let producer_id = self.new_producer_id(false);
+            let producer_id = self.new_producer_id(PidOwner::Principal(principal));
             let entry = Entry::Grant {
                 transactional_id: None,
                 producer_id,
@@ -524,7 +565,7 @@ impl ProducerTable {
                     -1,
                 );
             }
-            let producer_id = self.new_producer_id(true);
+            let producer_id = self.new_producer_id(PidOwner::TransactionalId(tid));
             return self.grant(tid, producer_id, 0, None, transaction_timeout_ms, Vec::new());
         };
         if let Some(status) = e.markers_pending(tid) {
@@ -568,7 +609,7 @@ impl ProducerTable {
                 };
             }
         }
-        let (producer_id, epoch, marker_epoch) = self.next_epoch(e);
+        let (producer_id, epoch, marker_epoch) = self.next_epoch(tid, e);
         // Everything registered under the old epoch gets an abort marker at the new one: an open
         // transaction is aborted, and the old epoch is fenced there.
         let fence = Self::targets(e, marker_epoch);
@@ -687,7 +728,7 @@ impl ProducerTable {
     fn end_entry_as(&self, tid: &str, commit: bool, timed_out: bool, expired: bool, bump: bool) -> Entry {
         let e = &self.by_tid[tid];
         let (producer_id, epoch, marker_epoch) =
-            if bump { self.next_epoch(e) } else { (e.producer_id, e.epoch, e.epoch) };
+            if bump { self.next_epoch(tid, e) } else { (e.producer_id, e.epoch, e.epoch) };
         Entry::EndTxn {
             transactional_id: tid.to_string(),
             producer_id,
@@ -828,7 +869,7 @@ impl ProducerTable {
         let Registration { producer_id, epoch, topic, partition, topic_id, transactional, verify_only, .. } = *r;
         let refuse = |code, msg: String, epoch| RegisterDecision::Refuse { status: Status::new(code, msg), epoch };
         let Some(tid) = self.owner.get(&producer_id).cloned() else {
-            if producer_id < 0 || producer_id >= self.next_producer_id {
+            if producer_id < 0 || ProducerIdBinder::counter(producer_id) >= self.next_producer_id {
                 return refuse(
                     ErrorCode::UnknownProducerId,
                     format!("producer id {producer_id} was never granted; call InitProducerId first"),
@@ -942,7 +983,7 @@ impl ProducerTable {
     pub fn apply(&mut self, entry: &Entry) {
         match entry {
             Entry::Grant { transactional_id, producer_id, epoch, requested_by, transaction_timeout_ms, fence } => {
-                self.next_producer_id = self.next_producer_id.max(producer_id + 1);
+                self.next_producer_id = self.next_producer_id.max(ProducerIdBinder::counter(*producer_id) + 1);
                 let Some(tid) = transactional_id else { return };
                 self.owner.insert(*producer_id, tid.clone());
                 let e = self.by_tid.entry(tid.clone()).or_insert_with(|| TxnEntry {
@@ -995,7 +1036,7 @@ impl ProducerTable {
                 }
             }
             Entry::EndTxn { transactional_id, producer_id, epoch, prev, commit, timed_out, expired, markers } => {
-                self.next_producer_id = self.next_producer_id.max(producer_id + 1);
+                self.next_producer_id = self.next_producer_id.max(ProducerIdBinder::counter(*producer_id) + 1);
                 self.owner.insert(*producer_id, transactional_id.clone());
                 if let Some(e) = self.by_tid.get_mut(transactional_id) {
                     e.idle_since_ms = None;

@@ -115,6 +115,7 @@ impl Producer {
             transaction_timeout_ms: config.transaction_timeout_ms,
             producer_id: -1,
             producer_epoch: -1,
+            principal: String::new(),
         });
         match call_coordinator_retrying(&mut client, "InitProducerId", config.delivery_timeout_ms, req).await? {
             Response::InitProducerId(r) if r.status.is_ok() => {

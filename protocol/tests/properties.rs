@@ -40,6 +40,7 @@ fn request() -> impl Strategy<Value = Request> {
                     transaction_timeout_ms,
                     producer_id,
                     producer_epoch,
+                    principal: String::new(),
                 })
             }
         ),

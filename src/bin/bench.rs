@@ -686,6 +686,7 @@ async fn grant_load(addr: &str, args: &Args) -> Result<serde_json::Value, String
                     transaction_timeout_ms: 60_000,
                     producer_id: -1,
                     producer_epoch: -1,
+                    principal: String::new(),
                 });
                 let at = Instant::now();
                 match conn.call(req).await {

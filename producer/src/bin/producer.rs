@@ -3,6 +3,11 @@
 //! [--sasl-mechanism M]]]`
 //!
 //! Prints one line per acknowledged record. Exit codes: 0 done, 3 fenced, 1 any other failure.
+//!
+//! `producer --kafka --bootstrap ADDR --topic T --partition P --forge-producer-id PID
+//! --forge-epoch E` is a lying client: one record under a producer id and epoch it names, with
+//! no InitProducerId (`forged write landed at offset N`, exit 0; `forged write refused: ...`,
+//! exit 3).
 //! With `--kafka` it speaks the Kafka protocol to any Kafka-compatible broker (the same flags
 //! and lines), following the rules of Kafka's clients (transaction version 1).
 
@@ -35,8 +40,16 @@ struct Args {
     #[arg(long)]
     topic: String,
     /// Transactional id: a new producer with the same id fences this one.
-    #[arg(long)]
-    transactional_id: String,
+    #[arg(long, required_unless_present = "forge_producer_id")]
+    transactional_id: Option<String>,
+    /// With `--kafka`: write one record (sequence 0, not transactional) under this producer id
+    /// and `--forge-epoch`, without InitProducerId, as a lying client would: under the
+    /// authorizer a producer id belongs to its owner, and the broker refuses it from anyone else.
+    #[arg(long, requires_all = ["kafka", "forge_epoch", "partition"], conflicts_with = "transactional_id")]
+    forge_producer_id: Option<i64>,
+    /// The epoch of `--forge-producer-id`'s write.
+    #[arg(long, requires = "forge_producer_id")]
+    forge_epoch: Option<i16>,
     /// Partition to write to; without it records go round-robin over all partitions.
     #[arg(long)]
     partition: Option<i32>,
@@ -77,6 +90,16 @@ const EXIT_FENCED: u8 = 3;
 async fn main() -> ExitCode {
     net::init_logging("warn");
     let args = Args::parse();
+    if let (Some(producer_id), Some(epoch)) = (args.forge_producer_id, args.forge_epoch) {
+        return match forge(&args, producer_id, epoch).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(ClientError::Refused { .. }) => ExitCode::from(EXIT_FENCED),
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ ClientError::Fenced { .. }) => {
@@ -90,8 +113,29 @@ async fn main() -> ExitCode {
     }
 }
 
+/// `--forge-producer-id`: one lying write.
+async fn forge(args: &Args, producer_id: i64, epoch: i16) -> Result<(), ClientError> {
+    let mut client = producer::ClientConfig::with_tls_ca(args.tls_ca.as_deref())?;
+    client.sasl = args.sasl.login(true).map_err(ClientError::Protocol)?;
+    let partition = args.partition.unwrap_or(0);
+    let value = Bytes::from(args.value.clone().unwrap_or_else(|| "forged".into()));
+    match producer::kafka::forged_write(&args.bootstrap, client, &args.topic, partition, (producer_id, epoch), value).await
+    {
+        Ok(offset) => {
+            println!("forged write landed at offset {offset}: producer id {producer_id} epoch {epoch}");
+            Ok(())
+        }
+        Err(ClientError::Refused { status, .. }) => {
+            println!("forged write refused: {status}");
+            Err(ClientError::Refused { what: "forged write".into(), status })
+        }
+        Err(e) => Err(e),
+    }
+}
+
 async fn run(args: Args) -> Result<(), ClientError> {
-    let mut config = ProducerConfig::transactional(&args.transactional_id);
+    let transactional_id = args.transactional_id.clone().unwrap_or_default();
+    let mut config = ProducerConfig::transactional(&transactional_id);
     config.client = producer::ClientConfig::with_tls_ca(args.tls_ca.as_deref())?;
     config.client.sasl = args.sasl.login(args.kafka).map_err(ClientError::Protocol)?;
     config.delivery_timeout_ms = args.delivery_timeout_ms;
@@ -103,10 +147,10 @@ async fn run(args: Args) -> Result<(), ClientError> {
         Either::Own(Producer::init(&args.bootstrap, config).await?)
     };
     let partitions = producer.partition_count(&args.topic).await? as i32;
-    let prefix = args.value.unwrap_or_else(|| args.transactional_id.clone());
+    let prefix = args.value.unwrap_or_else(|| transactional_id.clone());
     eprintln!(
         "producer: transactional id '{}' has producer id {} at epoch {}; writing to '{}' ({} partitions)",
-        args.transactional_id,
+        transactional_id,
         producer.producer_id(),
         producer.epoch(),
         args.topic,

@@ -11,12 +11,14 @@ use thiserror::Error;
 mod client;
 mod connection;
 mod consumer;
+mod forge;
 mod group;
 mod producer;
 
 pub use client::{KafkaClient, PartitionLeader, TOPIC_ALREADY_EXISTS};
 pub use connection::{KafkaConnection, CLIENT_ID};
 pub use consumer::KafkaConsumer;
+pub use forge::forged_write;
 pub use group::{assigned_partitions, range_assign, GroupConfig, KafkaGroupConsumer};
 pub use producer::KafkaProducer;
 

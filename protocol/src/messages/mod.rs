@@ -747,12 +747,14 @@ mod tests {
             transaction_timeout_ms: 60_000,
             producer_id: -1,
             producer_epoch: -1,
+            principal: String::new(),
         }));
         roundtrip_req(Request::InitProducerId(InitProducerIdRequest {
             transactional_id: None,
             transaction_timeout_ms: 0,
             producer_id: 5,
             producer_epoch: 3,
+            principal: String::new(),
         }));
         roundtrip_req(Request::AddPartition(AddPartitionRequest {
             producer_id: 1,

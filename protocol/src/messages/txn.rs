@@ -21,6 +21,9 @@ pub struct InitProducerIdRequest {
     pub producer_id: i64,
     /// The caller's current epoch, -1 if none (KIP-360).
     pub producer_epoch: i16,
+    /// The principal a broker relays the init for (`User:alice`), empty if none: under the
+    /// authorizer (where only members are served) an idempotent producer's id is bound to it.
+    pub principal: String,
 }
 
 impl InitProducerIdRequest {
@@ -29,6 +32,7 @@ impl InitProducerIdRequest {
         b.put_i32(self.transaction_timeout_ms);
         b.put_i64(self.producer_id);
         b.put_i16(self.producer_epoch);
+        b.put_string(&self.principal);
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
@@ -37,6 +41,7 @@ impl InitProducerIdRequest {
             transaction_timeout_ms: r.i32("transaction_timeout_ms")?,
             producer_id: r.i64("producer_id")?,
             producer_epoch: r.i16("producer_epoch")?,
+            principal: r.string("principal")?,
         })
     }
 }

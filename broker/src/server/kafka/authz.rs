@@ -6,6 +6,7 @@
 use std::sync::{Arc, RwLock};
 
 use protocol::acl::{Authorization, Authorizer, Operation, ResourceType, CLUSTER_NAME};
+use protocol::auth::{PidOwner, ProducerIdBinder};
 use protocol::{ErrorCode, Status};
 
 /// The authorizer's settings and ACLs as the coordinator last sent them (off until it says).
@@ -89,6 +90,61 @@ impl Caller {
     /// Whether the caller may do `operation` on some resource of `resource_type`.
     pub(super) fn may_any(&self, operation: Operation, resource_type: ResourceType) -> bool {
         self.authorizer.authorize_any(&self.principal, &self.host, operation, resource_type)
+    }
+
+    /// Why the caller may not use `producer_id` (under transactional id `tid`, if any), if it
+    /// may not: under the authorizer a producer id belongs to the transactional id it was
+    /// granted for (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, also for a write that names no
+    /// transactional id under one) or, an idempotent producer's, to the principal it was granted
+    /// to (CLUSTER_AUTHORIZATION_FAILED). Super users aside; -1 (no
+    /// producer) is nobody's. See [`ProducerIdBinder`].
+    pub(super) fn producer_id_refusal(
+        &self,
+        binder: Option<&ProducerIdBinder>,
+        tid: Option<&str>,
+        producer_id: i64,
+    ) -> Option<Status> {
+        let binder = binder.filter(|_| self.enabled() && producer_id >= 0)?;
+        if self.authorizer.is_super_user(&self.principal) {
+            return None;
+        }
+        let refused = match tid {
+            Some(t) if !binder.bound_to(producer_id, PidOwner::TransactionalId(t)) => Status::new(
+                ErrorCode::TransactionalIdAuthorizationFailed,
+                format!(
+                    "producer id {producer_id} was not granted to transactional id '{t}': a producer id belongs to \
+                     the transactional id it was initialised for; call InitProducerId for your own"
+                ),
+            ),
+            // An odd producer id is a transactional id's (the coordinator's parity rule), and a
+            // transactional producer writes only transactionally.
+            None if ProducerIdBinder::counter(producer_id) % 2 == 1 => Status::new(
+                ErrorCode::TransactionalIdAuthorizationFailed,
+                format!(
+                    "producer id {producer_id} belongs to a transactional id, and this write names none: only that \
+                     transactional id's producer writes under it; call InitProducerId for your own"
+                ),
+            ),
+            None if !binder.bound_to(producer_id, PidOwner::Principal(&self.principal)) => Status::new(
+                ErrorCode::ClusterAuthorizationFailed,
+                format!(
+                    "producer id {producer_id} was not granted to {}: an idempotent producer id belongs to the \
+                     principal that initialised it; call InitProducerId for your own",
+                    self.principal
+                ),
+            ),
+            _ => return None,
+        };
+        tracing::info!(
+            target: "epochfence::fencing",
+            principal = %self.principal,
+            host = %self.host,
+            producer_id,
+            transactional_id = tid.unwrap_or(""),
+            reason = refused.code.name(),
+            "kafka request under another's producer id refused"
+        );
+        Some(refused)
     }
 
     /// The refusal of `operation` on a resource, with what to do about it.

@@ -255,6 +255,8 @@ impl KafkaConn {
             transaction_timeout_ms: r.transaction_timeout_ms,
             producer_id,
             producer_epoch,
+            // Under the authorizer, an idempotent producer's id is bound to it.
+            principal: caller.principal().to_string(),
         });
         match self.relay(req).await {
             Response::InitProducerId(i) if i.status.is_ok() => {
@@ -306,7 +308,8 @@ impl KafkaConn {
         let caller = self.caller();
         if caller.enabled() {
             let tid = r.v3_and_below_transactional_id.0.as_str();
-            let tid_ok = caller.may(Operation::Write, ResourceType::TransactionalId, tid);
+            let tid_ok = caller.may(Operation::Write, ResourceType::TransactionalId, tid)
+                && caller.producer_id_refusal(self.shared.pid_binder.as_ref(), Some(tid), producer_id).is_none();
             let denied: HashSet<String> = asked
                 .iter()
                 .map(|(n, _)| n.to_string())
@@ -428,7 +431,12 @@ impl KafkaConn {
     /// of a transaction that ended is answered with the id and epoch it ended into.
     pub(super) async fn end_txn(self: &Arc<Self>, r: EndTxnRequest, version: i16) -> KafkaAnswer {
         let bump_epoch = version >= 5;
-        if !self.caller().may(Operation::Write, ResourceType::TransactionalId, &r.transactional_id) {
+        let caller = self.caller();
+        if !caller.may(Operation::Write, ResourceType::TransactionalId, &r.transactional_id)
+            || caller
+                .producer_id_refusal(self.shared.pid_binder.as_ref(), Some(&r.transactional_id), r.producer_id.0)
+                .is_some()
+        {
             let code = kafka_code(ErrorCode::TransactionalIdAuthorizationFailed, ApiKey::EndTxn, version);
             return KafkaAnswer::Reply(ResponseKind::EndTxn(EndTxnResponse::default().with_error_code(code)));
         }

@@ -354,10 +354,12 @@ impl KafkaConn {
         // WRITE on the transactional id, READ on the group (each the whole request's answer),
         // READ on each topic.
         let caller = self.caller();
-        let whole = if !caller.may(Operation::Write, ResourceType::TransactionalId, &r.transactional_id) {
-            let tid = r.transactional_id.as_str();
+        let tid = r.transactional_id.as_str();
+        let whole = if !caller.may(Operation::Write, ResourceType::TransactionalId, tid) {
             let code = ErrorCode::TransactionalIdAuthorizationFailed;
             Some(caller.refusal(code, Operation::Write, ResourceType::TransactionalId, tid))
+        } else if let Some(s) = caller.producer_id_refusal(self.shared.pid_binder.as_ref(), Some(tid), r.producer_id.0) {
+            Some(s)
         } else {
             group_refusal(&caller, Operation::Read, &r.group_id)
         };
@@ -585,6 +587,8 @@ impl KafkaConn {
         let refused = if !caller.may(Operation::Write, ResourceType::TransactionalId, tid) {
             let code = ErrorCode::TransactionalIdAuthorizationFailed;
             Some(caller.refusal(code, Operation::Write, ResourceType::TransactionalId, tid))
+        } else if let Some(s) = caller.producer_id_refusal(self.shared.pid_binder.as_ref(), Some(tid), r.producer_id.0) {
+            Some(s)
         } else {
             group_refusal(&caller, Operation::Read, &r.group_id)
         };

@@ -50,8 +50,9 @@ pub(super) fn produce(shared: &Arc<Shared>, caller: &Caller, r: ProduceRequest, 
     for topic in r.topic_data {
         let refused = refusal(caller, tid.as_deref(), &topic.name);
         for p in topic.partition_data {
-            let part = if let Some(status) = &refused {
-                Part::Refused(status.clone())
+            let refused = refused.clone().or_else(|| pid_refusal(shared, caller, tid.as_deref(), p.records.as_ref()));
+            let part = if let Some(status) = refused {
+                Part::Refused(status)
             } else if !matches!(acks, -1..=1) {
                 Part::Refused(Status::new(
                     ErrorCode::InvalidRequiredAcks,
@@ -87,6 +88,14 @@ fn refusal(caller: &Caller, tid: Option<&str>, topic: &TopicName) -> Option<Stat
         .then(|| caller.refusal(ErrorCode::TopicAuthorizationFailed, Operation::Write, ResourceType::Topic, topic))
 }
 
+/// Why `caller` may not write `records` under their producer id, if it may not (see
+/// [`Caller::producer_id_refusal`]); a batch that does not parse is left to the produce path.
+fn pid_refusal(shared: &Shared, caller: &Caller, tid: Option<&str>, records: Option<&bytes::Bytes>) -> Option<Status> {
+    let binder = shared.pid_binder.as_ref().filter(|_| caller.enabled())?;
+    let header = protocol::batch::BatchHeader::parse(records?).ok()?;
+    caller.producer_id_refusal(Some(binder), tid, header.producer_id)
+}
+
 /// The one partition of a Produce request that writes to one (with valid acks): its topic,
 /// index, acks, transaction rules and transactional id.
 fn single_partition(req: &KafkaRequest) -> Option<(&TopicName, i32, i16, TxnRules, Option<&str>)> {
@@ -97,6 +106,13 @@ fn single_partition(req: &KafkaRequest) -> Option<(&TopicName, i32, i16, TxnRule
     let rules = TxnRules::for_kafka_produce(req.header.api_version);
     let tid = p.transactional_id.as_ref().map(|t| t.as_str());
     matches!(p.acks, -1..=1).then_some((&topic.name, part.index, p.acks, rules, tid))
+}
+
+/// The records of a one-partition Produce request.
+fn first_records(req: &KafkaRequest) -> Option<&bytes::Bytes> {
+    let KafkaBody::Request(body) = &req.body else { return None };
+    let kafka_protocol::messages::RequestKind::Produce(p) = body.as_ref() else { return None };
+    p.topic_data.first()?.partition_data.first()?.records.as_ref()
 }
 
 /// Start the requests one read brought in, in arrival order (see [`net::GroupHandler`]): a run of
@@ -115,6 +131,7 @@ pub(super) fn produce_group(
     while let Some(first) = requests.pop_front() {
         let run_of = single_partition(&first)
             .filter(|(n, .., tid)| refusal(caller, *tid, n).is_none())
+            .filter(|(.., tid)| first_records(&first).is_none_or(|r| pid_refusal(shared, caller, *tid, Some(r)).is_none()))
             .map(|(n, i, a, r, tid)| (n.clone(), i, a, r, tid.map(str::to_string)));
         let Some((name, index, acks, rules, tid)) = run_of else {
             let h = start(first);
@@ -126,11 +143,13 @@ pub(super) fn produce_group(
             continue;
         };
         let mut run = vec![first];
-        while requests
-            .front()
-            .and_then(single_partition)
-            .is_some_and(|(n, i, a, r, t)| *n == name && i == index && a == acks && r == rules && t == tid.as_deref())
-        {
+        // Each one's producer id is checked too: a run shares a partition, not a producer.
+        let joins = |req: &KafkaRequest| {
+            single_partition(req).is_some_and(|(n, i, a, r, t)| {
+                *n == name && i == index && a == acks && r == rules && t == tid.as_deref()
+            }) && first_records(req).is_none_or(|r| pid_refusal(shared, caller, tid.as_deref(), Some(r)).is_none())
+        };
+        while requests.front().is_some_and(joins) {
             run.extend(requests.pop_front());
         }
         let owns: Vec<protocol::ProduceRequest> = run

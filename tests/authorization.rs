@@ -1,0 +1,135 @@
+//! Issue 29, "a producer id belongs to its principal": under the authorizer a write under
+//! someone else's producer id is refused, whatever epoch it carries (Kafka authorizes only the
+//! transactional id, so with WRITE on a topic anyone can send epoch + 1, sequence 0 under
+//! another producer's id and fence it there). The negative case runs the same forged write on
+//! a cluster without the authorizer: it lands, and the victim is fenced.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use epochfence::{LocalCluster, LocalOptions};
+use producer::kafka::{forged_write, KafkaProducer};
+use producer::{ClientConfig, ClientError, ProducerConfig, SaslLogin};
+use protocol::acl::{AclBinding, Operation, PatternType, Permission, ResourceType, CLUSTER_NAME};
+use protocol::sasl::{Mechanism, ScramMechanism};
+use protocol::ErrorCode;
+
+fn users() -> Vec<(String, String)> {
+    ["admin", "alice", "mallory"].iter().map(|u| (u.to_string(), format!("{u}-pw"))).collect()
+}
+
+fn login(user: &str) -> ClientConfig {
+    let sasl =
+        SaslLogin { mechanism: Mechanism::Scram(ScramMechanism::Sha512), user: user.into(), password: format!("{user}-pw") };
+    ClientConfig { sasl: Some(sasl), ..ClientConfig::default() }
+}
+
+fn allow(principal: &str, resource_type: ResourceType, name: &str, operation: Operation) -> AclBinding {
+    AclBinding {
+        resource_type,
+        name: name.into(),
+        pattern: PatternType::Literal,
+        principal: principal.into(),
+        host: "*".into(),
+        operation,
+        permission: Permission::Allow,
+    }
+}
+
+async fn cluster(authorizer: bool) -> LocalCluster {
+    let authorizer = authorizer.then(|| coordinator::acls::AuthorizerConfig {
+        super_users: vec!["User:admin".into()],
+        allow_everyone_if_no_acl_found: false,
+    });
+    let c = LocalCluster::start(LocalOptions {
+        kafka: true,
+        secured: true,
+        sasl_users: users(),
+        authorizer: authorizer.clone(),
+        ..LocalOptions::default()
+    })
+    .await
+    .unwrap();
+    c.create_topic("t", 1).await.unwrap();
+    if authorizer.is_some() {
+        let create = vec![
+            allow("User:alice", ResourceType::Topic, "t", Operation::Write),
+            allow("User:alice", ResourceType::TransactionalId, "payments", Operation::Write),
+            allow("User:mallory", ResourceType::Topic, "t", Operation::Write),
+            allow("User:mallory", ResourceType::Cluster, CLUSTER_NAME, Operation::IdempotentWrite),
+        ];
+        let r = c.admin().acls(protocol::AclsRequest { create, delete: Vec::new() }).await.unwrap();
+        assert!(r.created.iter().all(|s| s.is_ok()), "{r:?}");
+    }
+    c
+}
+
+/// An idempotent producer for `user`, once the brokers hold the ACLs that let it start
+/// (they hear of a change within a heartbeat).
+async fn idempotent(c: &LocalCluster, user: &str) -> KafkaProducer {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let config = ProducerConfig { client: login(user), ..ProducerConfig::idempotent() };
+        match KafkaProducer::init(&c.kafka_bootstrap(), config).await {
+            Ok(p) => return p,
+            Err(e) if Instant::now() < deadline => {
+                assert!(e.to_string().contains("AUTHORIZATION_FAILED"), "{user}: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("{user} never got a producer id: {e}"),
+        }
+    }
+}
+
+fn refused_with(r: Result<i64, ClientError>) -> ErrorCode {
+    match r {
+        Err(ClientError::Refused { status, .. }) => status.code,
+        other => panic!("the forged write was not refused: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_id_belongs_to_its_principal_under_the_authorizer() {
+    let c = cluster(true).await;
+    let bootstrap = c.kafka_bootstrap();
+    let mut alice = idempotent(&c, "alice").await;
+    alice.send("t", 0, Bytes::from_static(b"alice-0")).await.unwrap();
+    let (pid, epoch) = (alice.producer_id(), alice.epoch());
+
+    // mallory may write to t, but not under alice's producer id: not at her epoch, nor a bump.
+    for e in [epoch, epoch + 1] {
+        let forged = forged_write(&bootstrap, login("mallory"), "t", 0, (pid, e), Bytes::from_static(b"forged")).await;
+        assert_eq!(refused_with(forged), ErrorCode::ClusterAuthorizationFailed, "epoch {e}");
+    }
+    // alice is not fenced: her next write lands.
+    alice.send("t", 0, Bytes::from_static(b"alice-1")).await.unwrap();
+
+    // mallory's own producer id is hers to use (the check refuses others' ids, not writes).
+    let mallory = idempotent(&c, "mallory").await;
+    let own = (mallory.producer_id(), mallory.epoch() + 1);
+    forged_write(&bootstrap, login("mallory"), "t", 0, own, Bytes::from_static(b"own")).await.unwrap();
+
+    // A transactional id's producer id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    let config = ProducerConfig { client: login("alice"), ..ProducerConfig::transactional("payments") };
+    let tx = KafkaProducer::init(&bootstrap, config).await.unwrap();
+    let forged =
+        forged_write(&bootstrap, login("mallory"), "t", 0, (tx.producer_id(), tx.epoch() + 1), Bytes::new()).await;
+    assert_eq!(refused_with(forged), ErrorCode::TransactionalIdAuthorizationFailed);
+    // A super user may (an operator's tools).
+    forged_write(&bootstrap, login("admin"), "t", 0, (pid, epoch + 1), Bytes::from_static(b"admin")).await.unwrap();
+    c.shutdown().await;
+}
+
+/// The negative case: without the authorizer the same forged bump lands and fences alice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_authorizer_a_forged_bump_fences_its_victim() {
+    let c = cluster(false).await;
+    let bootstrap = c.kafka_bootstrap();
+    let mut alice = idempotent(&c, "alice").await;
+    alice.send("t", 0, Bytes::from_static(b"alice-0")).await.unwrap();
+    let (pid, epoch) = (alice.producer_id(), alice.epoch());
+    forged_write(&bootstrap, login("mallory"), "t", 0, (pid, epoch + 1), Bytes::from_static(b"forged")).await.unwrap();
+    let err = alice.send("t", 0, Bytes::from_static(b"alice-1")).await.unwrap_err();
+    assert!(err.to_string().contains("INVALID_PRODUCER_EPOCH") || err.is_fenced(), "alice was not fenced: {err}");
+    c.shutdown().await;
+}

@@ -7,8 +7,8 @@
 //! compressed batches, consumer groups (subscribe, committed offsets across a coordinator
 //! kill -9, a frozen read-process-write worker fenced by its group's generation, and not with
 //! `--no-generation-fencing`), a transactional application through `cluster` and its faults
-//! (the README's pytest fixture); then the README's `examples/kafka_zombie.py` and
-//! `examples/kafka_workers.py`.
+//! (the README's pytest fixture), SASL logins and the authorizer's ACLs; then the README's
+//! `examples/kafka_zombie.py`, `examples/kafka_workers.py` and `examples/who_may_fence.py`.
 //!
 //! This test fails, and never skips, when Python 3, its venv module or the packages cannot be
 //! had: the message says what to install.
@@ -64,4 +64,20 @@ fn unmodified_kafka_clients_are_served_and_fenced_as_kafka_fences_them() {
         out.contains("ZOMBIE COMMITTED") && out.contains("the zombie's batch committed a second time: True"),
         "the negative case: {out}"
     );
+    // The README's authorization example: mallory cannot fence alice under the authorizer (nor
+    // write under her producer id), and (without it) does.
+    let example = Command::new(&python)
+        .arg("examples/who_may_fence.py")
+        .env("EPOCHFENCE_BIN", &bin_dir)
+        .current_dir(root)
+        .output()
+        .unwrap_or_else(|e| panic!("run examples/who_may_fence.py: {e}"));
+    let out = String::from_utf8_lossy(&example.stdout);
+    assert!(
+        example.status.success(),
+        "examples/who_may_fence.py failed:\n{out}\n{}",
+        String::from_utf8_lossy(&example.stderr)
+    );
+    assert!(out.contains("forged write refused: TRANSACTIONAL_ID_AUTHORIZATION_FAILED"), "{out}");
+    assert!(out.contains("without it: mallory fenced alice: True"), "the negative case: {out}");
 }

@@ -19,8 +19,11 @@ fn users() -> Vec<(String, String)> {
 }
 
 fn login(user: &str) -> ClientConfig {
-    let sasl =
-        SaslLogin { mechanism: Mechanism::Scram(ScramMechanism::Sha512), user: user.into(), password: format!("{user}-pw") };
+    let sasl = SaslLogin {
+        mechanism: Mechanism::Scram(ScramMechanism::Sha512),
+        user: user.into(),
+        password: format!("{user}-pw"),
+    };
     ClientConfig { sasl: Some(sasl), ..ClientConfig::default() }
 }
 

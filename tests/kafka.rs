@@ -290,8 +290,8 @@ async fn every_served_api_answers_at_every_served_version() {
                 }
                 // No authorizer on this cluster: SECURITY_DISABLED, as Kafka answers without one.
                 ApiKey::CreateAcls => {
-                    let req = CreateAclsRequest::default()
-                        .with_creations(vec![create_acls_request::AclCreation::default()
+                    let req =
+                        CreateAclsRequest::default().with_creations(vec![create_acls_request::AclCreation::default()
                             .with_resource_type(2)
                             .with_resource_name(StrBytes::from_static_str("t"))
                             .with_resource_pattern_type(3)
@@ -312,11 +312,13 @@ async fn every_served_api_answers_at_every_served_version() {
                     Ok(0)
                 }
                 ApiKey::DeleteAcls => {
-                    let req = DeleteAclsRequest::default().with_filters(vec![delete_acls_request::DeleteAclsFilter::default()
-                        .with_resource_type_filter(1)
-                        .with_pattern_type_filter(1)
-                        .with_operation(1)
-                        .with_permission_type(1)]);
+                    let req = DeleteAclsRequest::default().with_filters(vec![
+                        delete_acls_request::DeleteAclsFilter::default()
+                            .with_resource_type_filter(1)
+                            .with_pattern_type_filter(1)
+                            .with_operation(1)
+                            .with_permission_type(1),
+                    ]);
                     assert_eq!(conn.call(&req, v).await.unwrap().filter_results[0].error_code, 54, "v{v}");
                     Ok(0)
                 }

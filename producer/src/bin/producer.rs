@@ -119,7 +119,8 @@ async fn forge(args: &Args, producer_id: i64, epoch: i16) -> Result<(), ClientEr
     client.sasl = args.sasl.login(true).map_err(ClientError::Protocol)?;
     let partition = args.partition.unwrap_or(0);
     let value = Bytes::from(args.value.clone().unwrap_or_else(|| "forged".into()));
-    match producer::kafka::forged_write(&args.bootstrap, client, &args.topic, partition, (producer_id, epoch), value).await
+    match producer::kafka::forged_write(&args.bootstrap, client, &args.topic, partition, (producer_id, epoch), value)
+        .await
     {
         Ok(offset) => {
             println!("forged write landed at offset {offset}: producer id {producer_id} epoch {epoch}");

@@ -34,7 +34,9 @@ pub async fn forged_write(
         .with_timeout_ms(i32::try_from(client.config().request_timeout_ms).unwrap_or(i32::MAX))
         .with_topic_data(vec![TopicProduceData::default()
             .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-            .with_partition_data(vec![PartitionProduceData::default().with_index(partition).with_records(Some(records))])]);
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(records))])]);
     let version = conn.version(ApiKey::Produce, (3, 10))?;
     let r = conn.call(&req, version).await?;
     let p = r

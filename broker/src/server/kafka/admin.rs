@@ -425,7 +425,9 @@ impl KafkaConn {
                 let caller = self.caller();
                 let listed = all
                     .into_iter()
-                    .filter(|t| caller.may_quietly(Operation::Describe, ResourceType::TransactionalId, &t.transactional_id))
+                    .filter(|t| {
+                        caller.may_quietly(Operation::Describe, ResourceType::TransactionalId, &t.transactional_id)
+                    })
                     .filter(|t| r.state_filters.is_empty() || r.state_filters.iter().any(|f| f.as_str() == t.state))
                     .filter(|t| {
                         r.producer_id_filters.is_empty() || r.producer_id_filters.iter().any(|p| p.0 == t.producer_id)

@@ -358,7 +358,8 @@ impl KafkaConn {
         let whole = if !caller.may(Operation::Write, ResourceType::TransactionalId, tid) {
             let code = ErrorCode::TransactionalIdAuthorizationFailed;
             Some(caller.refusal(code, Operation::Write, ResourceType::TransactionalId, tid))
-        } else if let Some(s) = caller.producer_id_refusal(self.shared.pid_binder.as_ref(), Some(tid), r.producer_id.0) {
+        } else if let Some(s) = caller.producer_id_refusal(self.shared.pid_binder.as_ref(), Some(tid), r.producer_id.0)
+        {
             Some(s)
         } else {
             group_refusal(&caller, Operation::Read, &r.group_id)
@@ -587,7 +588,8 @@ impl KafkaConn {
         let refused = if !caller.may(Operation::Write, ResourceType::TransactionalId, tid) {
             let code = ErrorCode::TransactionalIdAuthorizationFailed;
             Some(caller.refusal(code, Operation::Write, ResourceType::TransactionalId, tid))
-        } else if let Some(s) = caller.producer_id_refusal(self.shared.pid_binder.as_ref(), Some(tid), r.producer_id.0) {
+        } else if let Some(s) = caller.producer_id_refusal(self.shared.pid_binder.as_ref(), Some(tid), r.producer_id.0)
+        {
             Some(s)
         } else {
             group_refusal(&caller, Operation::Read, &r.group_id)

@@ -131,7 +131,9 @@ pub(super) fn produce_group(
     while let Some(first) = requests.pop_front() {
         let run_of = single_partition(&first)
             .filter(|(n, .., tid)| refusal(caller, *tid, n).is_none())
-            .filter(|(.., tid)| first_records(&first).is_none_or(|r| pid_refusal(shared, caller, *tid, Some(r)).is_none()))
+            .filter(|(.., tid)| {
+                first_records(&first).is_none_or(|r| pid_refusal(shared, caller, *tid, Some(r)).is_none())
+            })
             .map(|(n, i, a, r, tid)| (n.clone(), i, a, r, tid.map(str::to_string)));
         let Some((name, index, acks, rules, tid)) = run_of else {
             let h = start(first);

@@ -35,9 +35,6 @@ pub enum LocalError {
     /// A condition did not come true in time.
     #[error("timed out waiting for {0}")]
     Timeout(String),
-    /// SASL credentials could not be made.
-    #[error("SASL credentials: {0}")]
-    Sasl(String),
 }
 
 /// Options for [`LocalCluster::start`].
@@ -165,9 +162,7 @@ impl LocalCluster {
         config.marker_timeout_ms = opts.marker_timeout_ms;
         config.limits.cluster_secret = secret.clone();
         config.authorizer = opts.authorizer.clone();
-        if !opts.sasl_users.is_empty() {
-            config.credentials = coordinator::server::scram_credentials(&opts.sasl_users).map_err(LocalError::Sasl)?;
-        }
+        config.scram_users = opts.sasl_users.clone();
         tasks.push(tokio::spawn(async move {
             if let Err(e) = coordinator::run(listener, config, async {
                 let _ = stopped.await;

@@ -322,6 +322,22 @@ async fn every_served_api_answers_at_every_served_version() {
                     assert_eq!(conn.call(&req, v).await.unwrap().filter_results[0].error_code, 54, "v{v}");
                     Ok(0)
                 }
+                ApiKey::DescribeUserScramCredentials => {
+                    let r = conn.call(&DescribeUserScramCredentialsRequest::default(), v).await.unwrap();
+                    assert!(r.results.is_empty(), "v{v}: no users on this cluster: {r:?}");
+                    Ok(r.error_code)
+                }
+                ApiKey::AlterUserScramCredentials => {
+                    let req = AlterUserScramCredentialsRequest::default().with_deletions(vec![
+                        alter_user_scram_credentials_request::ScramCredentialDeletion::default()
+                            .with_name(StrBytes::from_static_str("nobody"))
+                            .with_mechanism(2),
+                    ]);
+                    // A secured cluster without the authorizer: cluster-internal, as CreateTopics.
+                    let r = conn.call(&req, v).await.unwrap();
+                    assert_eq!(r.results[0].error_code, 31, "v{v}: CLUSTER_AUTHORIZATION_FAILED");
+                    Ok(0)
+                }
                 other => panic!("{other:?} is advertised but this test does not know it"),
             };
             assert_eq!(ok.unwrap_or_else(|e| panic!("{key:?} v{v}: {e}")), 0, "{key:?} v{v}");

@@ -41,10 +41,12 @@ pub struct Args {
     /// With it, internal requests are served only to peers that prove they hold it too.
     #[arg(long)]
     cluster_secret_file: Option<std::path::PathBuf>,
-    /// SASL users, one `NAME=PASSWORD` per line (`#` comments): each gets SCRAM-SHA-256 and
-    /// SCRAM-SHA-512 credentials (4096 iterations, a new salt at every start), which brokers
-    /// check SASL logins against (PLAIN ones too). Brokers fetch them in their heartbeats, so
-    /// use it with `--cluster-secret-file`: then only members can read them.
+    /// SASL users, one `NAME=PASSWORD` per line (`#` comments): at each start each gets
+    /// SCRAM-SHA-256 and SCRAM-SHA-512 credentials (4096 iterations, new salts; journaled) unless
+    /// it holds ones that match, so the file wins for the names it lists; others are managed with
+    /// AlterUserScramCredentials (`admin users`). Brokers check SASL logins (PLAIN ones too)
+    /// against them and fetch them in their heartbeats, so use it with `--cluster-secret-file`:
+    /// then only members can read them.
     #[arg(long)]
     scram_users_file: Option<std::path::PathBuf>,
     /// Authorize every client request by Kafka's ACLs (kept here, journaled; brokers check
@@ -251,8 +253,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.limits.cluster_secret =
         args.cluster_secret_file.as_deref().map(net::read_cluster_secret).transpose().map_err(anyhow::Error::msg)?;
     if let Some(path) = &args.scram_users_file {
-        config.credentials = scram_users(path)?;
-        tracing::info!(users = config.credentials.users.len() / 2, file = %path.display(), "SCRAM credentials made");
+        config.scram_users = scram_users(path)?;
+        tracing::info!(users = config.scram_users.len(), file = %path.display(), "SCRAM users read");
         if config.limits.cluster_secret.is_none() {
             tracing::warn!("--scram-users-file without --cluster-secret-file: anyone who can reach this listener can read the stored SCRAM keys (not the passwords) as brokers do");
         }
@@ -302,14 +304,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// SCRAM-SHA-256 and SCRAM-SHA-512 credentials for each user of a `--scram-users-file`, under a
-/// new version.
-fn scram_users(path: &std::path::Path) -> anyhow::Result<protocol::Credentials> {
+/// The users and passwords of a `--scram-users-file`.
+fn scram_users(path: &std::path::Path) -> anyhow::Result<Vec<(String, String)>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("cannot read --scram-users-file {}: {e}", path.display()))?;
-    let users = protocol::sasl::parse_users_file(&text)
-        .map_err(|e| anyhow::anyhow!("--scram-users-file {}: {e}", path.display()))?;
-    crate::server::scram_credentials(&users).map_err(anyhow::Error::msg)
+    protocol::sasl::parse_users_file(&text).map_err(|e| anyhow::anyhow!("--scram-users-file {}: {e}", path.display()))
 }
 
 /// `--super-users`: `Type:name` principals separated by `;` (blanks ignored).

@@ -231,6 +231,8 @@ pub struct Cluster {
     config: ClusterConfig,
     /// The ACLs (`--authorizer`), kept with the rest of the cluster's metadata.
     pub acls: crate::acls::AclStore,
+    /// The SCRAM credentials (KIP-554, `--scram-users-file`).
+    pub credentials: crate::credentials::CredentialStore,
     brokers: BTreeMap<i32, Broker>,
     topics: BTreeMap<String, Topic>,
     /// Last progress each broker reported per partition: (log end offset, high watermark).
@@ -1376,6 +1378,7 @@ impl Cluster {
                 epoch: self.transaction_version.1,
             }))
             .chain(self.acls.snapshot())
+            .chain(self.credentials.snapshot())
             .collect()
     }
 
@@ -1478,6 +1481,7 @@ impl Cluster {
                 }
             }
             Entry::Acls { .. } => self.acls.apply(entry),
+            Entry::ScramCredentials { .. } => self.credentials.apply(entry),
             _ => {}
         }
     }

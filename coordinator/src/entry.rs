@@ -250,6 +250,14 @@ pub enum Entry {
         /// The finalized-features epoch.
         epoch: i64,
     },
+    /// SCRAM credentials were created, replaced and deleted (KIP-554, and `--scram-users-file`
+    /// at start); also a snapshot's record of every credential.
+    ScramCredentials {
+        /// Credentials created or replaced.
+        upserts: Vec<protocol::UserCredential>,
+        /// (user, mechanism) credentials deleted.
+        deletions: Vec<(String, protocol::sasl::ScramMechanism)>,
+    },
     /// ACLs were created and deleted (`--authorizer`); also a snapshot's record of every ACL.
     Acls {
         /// Bindings created.
@@ -413,6 +421,7 @@ const REGISTER_TV: i8 = 38;
 /// [`TXN_SNAPSHOT_ID`] with the transaction version.
 const TXN_SNAPSHOT_TV: i8 = 39;
 const ACLS: i8 = 40;
+const SCRAM_CREDENTIALS: i8 = 41;
 
 /// What a list of fence targets carries, by the entry tag it was written under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -620,6 +629,11 @@ impl Entry {
                 b.put_i8(TRANSACTION_VERSION);
                 b.put_i16(*level);
                 b.put_i64(*epoch);
+            }
+            Entry::ScramCredentials { upserts, deletions } => {
+                b.put_i8(SCRAM_CREDENTIALS);
+                protocol::ScramCredentialsRequest { upserts: upserts.clone(), deletions: deletions.clone() }
+                    .encode_into(&mut b);
             }
             Entry::Acls { created, deleted } => {
                 b.put_i8(ACLS);
@@ -857,6 +871,10 @@ impl Entry {
             },
             PRODUCER_ID_PARITY => Entry::ProducerIdParity { from: r.i64("from")? },
             TRANSACTION_VERSION => Entry::TransactionVersion { level: r.i16("level")?, epoch: r.i64("epoch")? },
+            SCRAM_CREDENTIALS => {
+                let r = protocol::ScramCredentialsRequest::decode_from(&mut r)?;
+                Entry::ScramCredentials { upserts: r.upserts, deletions: r.deletions }
+            }
             ACLS => {
                 let mut lists = [Vec::new(), Vec::new()];
                 for list in &mut lists {
@@ -1031,6 +1049,18 @@ mod tests {
             Entry::GroupsExpired { groups: vec!["g".into()] },
             Entry::ProducerIdParity { from: 17 },
             Entry::TransactionVersion { level: 2, epoch: 3 },
+            Entry::ScramCredentials {
+                upserts: vec![protocol::UserCredential {
+                    user: "alice".into(),
+                    credential: protocol::sasl::ScramCredential::from_salted_password(
+                        protocol::sasl::ScramMechanism::Sha256,
+                        b"salted",
+                        b"salt".to_vec(),
+                        4096,
+                    ),
+                }],
+                deletions: vec![("bob".into(), protocol::sasl::ScramMechanism::Sha512)],
+            },
             Entry::Acls {
                 created: vec![protocol::acl::AclBinding {
                     resource_type: protocol::acl::ResourceType::Topic,

@@ -1,6 +1,7 @@
 //! The epochfence transaction coordinator and cluster metadata.
 //!
 //! - [`acls`]: the ACLs of `--authorizer` (rules, no I/O).
+//! - [`credentials`]: the SCRAM credentials of SASL logins (rules, no I/O).
 //! - [`table`]: producer ids, epochs, partition registrations and fences (rules, no I/O).
 //! - [`cluster`]: brokers, leases, topics and leaders (rules, no I/O).
 //! - [`groups`]: consumer groups, generations and committed offsets (rules, no I/O).
@@ -14,6 +15,7 @@
 pub mod acls;
 pub mod cli;
 pub mod cluster;
+pub mod credentials;
 pub mod entry;
 #[cfg(feature = "etcd")]
 pub mod etcd;

@@ -58,9 +58,12 @@ pub struct CoordinatorConfig {
     /// How often idle transactional ids and empty groups are looked for, in milliseconds: each
     /// is forgotten between its expiration and that plus twice this.
     pub expiry_check_interval_ms: u64,
-    /// The SCRAM credentials brokers check SASL logins against (`--scram-users-file`), handed
-    /// to each broker in its heartbeat answers whenever its copy is another version.
-    pub credentials: protocol::Credentials,
+    /// `--scram-users-file`'s users and passwords: at each start each gets SCRAM-SHA-256 and
+    /// SCRAM-SHA-512 credentials (journaled, 4096 iterations, new salts) unless it holds ones
+    /// that match ([`crate::credentials::CredentialStore::from_users`]). The credentials, with
+    /// those made through AlterUserScramCredentials, go to each broker in its heartbeat answers
+    /// whenever its copy is another version.
+    pub scram_users: Vec<(String, String)>,
     /// The authorizer (`--authorizer`, which needs a cluster secret): `None` leaves it off, and
     /// anyone who can reach a listener may fence anyone.
     pub authorizer: Option<crate::acls::AuthorizerConfig>,
@@ -80,30 +83,10 @@ impl CoordinatorConfig {
             peer_tls: None,
             snapshot_every_entries: 100_000,
             expiry_check_interval_ms: 60_000,
-            credentials: protocol::Credentials::default(),
+            scram_users: Vec::new(),
             authorizer: None,
         }
     }
-}
-
-/// SCRAM-SHA-256 and SCRAM-SHA-512 credentials (4096 iterations, new random salts) for each
-/// `(user, password)`, under a new random version.
-pub fn scram_credentials(users: &[(String, String)]) -> Result<protocol::Credentials, String> {
-    use protocol::sasl::{ScramCredential, ScramMechanism, ITERATIONS_MIN};
-    let mut out = Vec::with_capacity(users.len() * 2);
-    for (user, password) in users {
-        for mechanism in ScramMechanism::ALL {
-            let mut salt = vec![0u8; 32];
-            getrandom::fill(&mut salt).map_err(|e| format!("no random salt: {e}"))?;
-            let credential = ScramCredential::from_password(mechanism, password.as_bytes(), salt, ITERATIONS_MIN);
-            out.push(protocol::UserCredential { user: user.clone(), credential });
-        }
-    }
-    let mut version = [0u8; 8];
-    getrandom::fill(&mut version).map_err(|e| format!("no random version: {e}"))?;
-    // Never 0, the version of "no credentials ever set".
-    let version = (i64::from_le_bytes(version) & i64::MAX) | 1;
-    Ok(protocol::Credentials { version, users: out })
 }
 
 /// Why the coordinator could not start.
@@ -369,6 +352,23 @@ pub(crate) fn start(
     if let Some(entry) = transaction_version {
         tracing::info!(?entry, "transaction version recorded");
         drop(shared.persist(&[entry]));
+    }
+    if !config.scram_users.is_empty() {
+        // Before any heartbeat is answered (they queue behind it in the journal).
+        let mut st = shared.lock();
+        let salt = || {
+            let mut salt = vec![0u8; 32];
+            if let Err(e) = getrandom::fill(&mut salt) {
+                tracing::error!(error = %e, "no random source for SCRAM salts; using the time");
+                salt = LeaseClock::now_us().to_be_bytes().to_vec();
+            }
+            salt
+        };
+        if let Some(entry) = st.cluster.credentials.from_users(&config.scram_users, salt) {
+            st.cluster.apply(&entry);
+            drop(shared.persist(&[entry]));
+        }
+        tracing::info!(users = config.scram_users.len(), "SCRAM credentials of --scram-users-file in place");
     }
     shared.spawn(tick_loop(shared.clone()));
     shared.spawn(groups::group_tick_loop(shared.clone()));
@@ -725,14 +725,22 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                     st.cluster.set_kafka_addr(r.broker_id, &r.kafka_addr);
                     let told = (st.cluster.deleted_among(&r.replicas), st.cluster.transaction_version());
                     let authorization = shared.authorization(&st, r.authorization_version);
+                    let credentials = Some(st.cluster.credentials.credentials(shared.authorization_base))
+                        .filter(|c| c.version != r.credentials_version);
                     // Also a barrier: every leadership decided before this answer is durable before
                     // a broker acts on it, so no leader epoch is ever announced and then forgotten
                     // (nor a transaction version: it is journaled before the first answer).
-                    (broker_epoch, out, told, authorization, shared.persist(&moved))
+                    (broker_epoch, out, told, (authorization, credentials), shared.persist(&moved))
                 })
             };
             Response::Heartbeat(match registered {
-                Ok((broker_epoch, (lease_ms, assignments, brokers), (deleted, tv), authorization, rx)) => {
+                Ok((
+                    broker_epoch,
+                    (lease_ms, assignments, brokers),
+                    (deleted, tv),
+                    (authorization, credentials),
+                    rx,
+                )) => {
                     let status = durable(rx).await.err().unwrap_or_else(Status::ok);
                     let (transaction_version, features_epoch) = tv;
                     HeartbeatResponse {
@@ -745,9 +753,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         coordinator_epoch: shared.coordinator_epoch,
                         transaction_version,
                         features_epoch,
-                        credentials: Some(&shared.config.credentials)
-                            .filter(|c| c.version != r.credentials_version)
-                            .cloned(),
+                        credentials,
                         authorization,
                     }
                 }
@@ -770,6 +776,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             })
         }
         Request::Acls(r) => Response::Acls(acls(&shared, r).await),
+        Request::ScramCredentials(r) => Response::ScramCredentials(scram_credentials(&shared, r).await),
         Request::AlterPartition(r) => {
             let (rx, resp) = {
                 let mut st = shared.lock();
@@ -872,6 +879,38 @@ async fn acls(shared: &Arc<Shared>, r: protocol::AclsRequest) -> protocol::AclsR
             deleted: deleted.iter().map(|_| Vec::new()).collect(),
             status,
             authorization: protocol::acl::Authorization::default(),
+        },
+    }
+}
+
+/// Create, replace and delete SCRAM credentials
+/// ([`crate::credentials::CredentialStore::decide`]), answered once the change is durable, with
+/// every credential after it.
+async fn scram_credentials(
+    shared: &Arc<Shared>,
+    r: protocol::ScramCredentialsRequest,
+) -> protocol::ScramCredentialsResponse {
+    let (rx, results, credentials) = {
+        let mut st = shared.lock();
+        let (entry, results) = st.cluster.credentials.decide(&r);
+        if let Some(Entry::ScramCredentials { upserts, deletions }) = &entry {
+            let upserted: Vec<String> =
+                upserts.iter().map(|u| format!("{} {}", u.user, u.credential.mechanism)).collect();
+            let deleted: Vec<String> = deletions.iter().map(|(u, m)| format!("{u} {m}")).collect();
+            tracing::info!(?upserted, ?deleted, "SCRAM credentials changed");
+        }
+        if let Some(e) = &entry {
+            st.cluster.apply(e);
+        }
+        let rx = shared.persist(entry.as_slice());
+        (rx, results, st.cluster.credentials.credentials(shared.authorization_base))
+    };
+    match durable(rx).await {
+        Ok(()) => protocol::ScramCredentialsResponse { status: Status::ok(), results, credentials },
+        Err(status) => protocol::ScramCredentialsResponse {
+            results: results.into_iter().map(|(u, _)| (u, status.clone())).collect(),
+            status,
+            credentials: protocol::Credentials::default(),
         },
     }
 }
@@ -1361,6 +1400,31 @@ mod tests {
         // A restart replays the change from the journal.
         let Recovered { cluster, .. } = recover(&config).unwrap();
         assert_eq!(cluster.acls.authorization(None, 0).acls, vec![alice]);
+    }
+
+    /// Issue 29 (KIP-554): a credential change is answered once journaled, with every credential
+    /// after it, and a restart replays it; the users file at start adds only what differs.
+    #[tokio::test]
+    async fn credential_changes_are_journaled_and_survive_a_restart() {
+        use protocol::sasl::{ScramCredential, ScramMechanism};
+        let dir = tempfile::tempdir().unwrap();
+        let config = CoordinatorConfig::new(dir.path());
+        let carol = protocol::UserCredential {
+            user: "carol".into(),
+            credential: ScramCredential::from_password(ScramMechanism::Sha512, b"pw", b"salt".to_vec(), 4096),
+        };
+        {
+            let Recovered { journal, table, cluster, .. } = recover(&config).unwrap();
+            let shared = serving(journal, table, cluster, config.clone());
+            let req = protocol::ScramCredentialsRequest { upserts: vec![carol.clone()], deletions: Vec::new() };
+            let Response::ScramCredentials(r) = handle(shared.clone(), Request::ScramCredentials(req)).await else {
+                panic!()
+            };
+            assert!(r.status.is_ok() && r.results == vec![("carol".to_string(), Status::ok())], "{r:?}");
+            assert_eq!(r.credentials.users, vec![carol.clone()]);
+        }
+        let Recovered { cluster, .. } = recover(&config).unwrap();
+        assert_eq!(cluster.credentials.credentials(0).users, vec![carol]);
     }
 
     /// Issue 28: a registration records the topic's id; one asked by a replica of a deleted

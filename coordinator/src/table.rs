@@ -1131,6 +1131,7 @@ impl ProducerTable {
             | Entry::TopicDeleted { .. }
             | Entry::TransactionVersion { .. }
             | Entry::Acls { .. }
+            | Entry::ScramCredentials { .. }
             | Entry::PartitionsAdded { .. }
             | Entry::GroupGeneration(_)
             | Entry::OffsetsCommitted { .. }

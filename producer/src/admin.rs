@@ -127,4 +127,17 @@ impl Admin {
             other => Err(ClientError::Protocol(format!("ACLs answered with {}", other.status()))),
         }
     }
+
+    /// Create, replace and delete SCRAM credentials (KIP-554): each user's result and every
+    /// credential afterwards (an empty request reads them). A user refused alone (too few
+    /// iterations, a deletion of nothing) is reported in `results`, not as an error.
+    pub async fn scram_credentials(
+        &mut self,
+        req: protocol::ScramCredentialsRequest,
+    ) -> Result<protocol::ScramCredentialsResponse, ClientError> {
+        match self.call("change SCRAM credentials", Request::ScramCredentials(req)).await? {
+            Response::ScramCredentials(c) => Ok(c),
+            other => Err(ClientError::Protocol(format!("SCRAM credentials answered with {}", other.status()))),
+        }
+    }
 }

@@ -181,6 +181,14 @@ error_codes! {
     SecurityDisabled = 54, "SECURITY_DISABLED", false;
     /// Not attempted, because another item of the same request was refused.
     OperationNotAttempted = 55, "OPERATION_NOT_ATTEMPTED", false;
+    /// A SASL mechanism the listener does not offer, or a SCRAM mechanism Kafka does not know.
+    UnsupportedSaslMechanism = 33, "UNSUPPORTED_SASL_MECHANISM", false;
+    /// A credential to delete or describe does not exist (KIP-554).
+    ResourceNotFound = 91, "RESOURCE_NOT_FOUND", false;
+    /// A user named twice in one credential request (KIP-554).
+    DuplicateResource = 92, "DUPLICATE_RESOURCE", false;
+    /// A credential Kafka would not accept: an empty user, too few or too many iterations.
+    UnacceptableCredential = 93, "UNACCEPTABLE_CREDENTIAL", false;
 }
 
 impl std::fmt::Display for ErrorCode {

@@ -1,6 +1,7 @@
 //! `admin --bootstrap ADDR create-topic T --partitions N`, `delete-topic T`,
 //! `create-partitions T --count N`, `elect-leader T` and `describe [--json]` (brokers, partitions,
-//! transactional ids and consumer groups), `acls add|remove|list` (with `--authorizer`)
+//! transactional ids and consumer groups), `acls add|remove|list` (with `--authorizer`),
+//! `users set|delete|list` (SCRAM credentials of SASL logins)
 
 use std::process::ExitCode;
 
@@ -74,12 +75,129 @@ enum Command {
         #[command(subcommand)]
         action: AclAction,
     },
+    /// SCRAM credentials of SASL logins (KIP-554): the password is salted here and never sent.
+    Users {
+        #[command(subcommand)]
+        action: UserAction,
+    },
     /// Show brokers, partitions (leader, leader epoch) and transactional ids (producer id, epoch).
     Describe {
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum UserAction {
+    /// Create or replace NAME's credentials (both mechanisms unless `--mechanism`).
+    Set {
+        /// The user.
+        name: String,
+        /// File holding the password (surrounding whitespace ignored).
+        #[arg(long)]
+        password_file: std::path::PathBuf,
+        /// SCRAM-SHA-256 or SCRAM-SHA-512 (default: both).
+        #[arg(long, value_parser = parse_scram_mechanism)]
+        mechanism: Option<protocol::sasl::ScramMechanism>,
+        /// PBKDF2 iterations (4096 to 16384, as Kafka takes).
+        #[arg(long, default_value_t = protocol::sasl::ITERATIONS_MIN)]
+        iterations: u32,
+    },
+    /// Delete NAME's credentials (both mechanisms unless `--mechanism`).
+    Delete {
+        /// The user.
+        name: String,
+        /// SCRAM-SHA-256 or SCRAM-SHA-512 (default: both it has).
+        #[arg(long, value_parser = parse_scram_mechanism)]
+        mechanism: Option<protocol::sasl::ScramMechanism>,
+    },
+    /// Print each user's mechanisms and iterations (`--json`: a JSON array).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_scram_mechanism(s: &str) -> Result<protocol::sasl::ScramMechanism, String> {
+    protocol::sasl::ScramMechanism::parse(s).ok_or_else(|| format!("`{s}`: give SCRAM-SHA-256 or SCRAM-SHA-512"))
+}
+
+/// `admin users ...`.
+async fn users(admin: &mut Admin, action: UserAction) -> Result<(), String> {
+    use protocol::sasl::{ScramCredential, ScramMechanism};
+    let mechanisms = |m: Option<ScramMechanism>| m.map_or(ScramMechanism::ALL.to_vec(), |m| vec![m]);
+    let req = match &action {
+        UserAction::Set { name, password_file, mechanism, iterations } => {
+            let password = std::fs::read_to_string(password_file)
+                .map_err(|e| format!("cannot read --password-file {}: {e}", password_file.display()))?;
+            let password = password.trim();
+            let mut upserts = Vec::new();
+            for m in mechanisms(*mechanism) {
+                let mut salt = vec![0u8; 32];
+                getrandom::fill(&mut salt).map_err(|e| format!("no random salt: {e}"))?;
+                let salted = m.salted_password(password.as_bytes(), &salt, *iterations);
+                let credential = ScramCredential::from_salted_password(m, &salted, salt, *iterations);
+                upserts.push(protocol::UserCredential { user: name.clone(), credential });
+            }
+            protocol::ScramCredentialsRequest { upserts, deletions: Vec::new() }
+        }
+        UserAction::Delete { name, mechanism } => {
+            // Without --mechanism: the ones the user has (a deletion of none is refused).
+            let held = admin
+                .scram_credentials(protocol::ScramCredentialsRequest::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let deletions: Vec<_> = held
+                .credentials
+                .users
+                .iter()
+                .filter(|u| u.user == *name && mechanism.is_none_or(|m| m == u.credential.mechanism))
+                .map(|u| (name.clone(), u.credential.mechanism))
+                .collect();
+            if deletions.is_empty() {
+                return Err(format!("user '{name}' has no such credential"));
+            }
+            protocol::ScramCredentialsRequest { upserts: Vec::new(), deletions }
+        }
+        UserAction::List { .. } => protocol::ScramCredentialsRequest::default(),
+    };
+    let what: Vec<String> = req
+        .upserts
+        .iter()
+        .map(|u| format!("set {} {} iterations={}", u.user, u.credential.mechanism, u.credential.iterations))
+        .chain(req.deletions.iter().map(|(u, m)| format!("deleted {u} {m}")))
+        .collect();
+    let resp = admin.scram_credentials(req).await.map_err(|e| e.to_string())?;
+    if let Some((user, status)) = resp.results.iter().find(|(_, s)| !s.is_ok()) {
+        return Err(format!("{user}: {status}"));
+    }
+    for w in what {
+        println!("{w}");
+    }
+    let last = Some(resp);
+    if let (UserAction::List { json }, Some(resp)) = (&action, last) {
+        let mut rows: Vec<(String, String, u32)> = resp
+            .credentials
+            .users
+            .iter()
+            .map(|u| (u.user.clone(), u.credential.mechanism.name().to_string(), u.credential.iterations))
+            .collect();
+        rows.sort();
+        if *json {
+            let all: Vec<serde_json::Value> = rows
+                .iter()
+                .map(|(u, m, i)| serde_json::json!({ "user": u, "mechanism": m, "iterations": i }))
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&all).expect("json values serialise"));
+        } else {
+            for (u, m, i) in rows {
+                println!("{u} {m} iterations={i}");
+            }
+        }
+    }
+    Ok(())
 }
 
 #[derive(Subcommand, Debug)]
@@ -254,6 +372,15 @@ async fn main() -> ExitCode {
         }
     }
     let mut admin = Admin::new(&args.bootstrap, config);
+    if let Command::Users { action } = args.command {
+        return match users(&mut admin, action).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Command::Acls { action } = args.command {
         return match acls(&mut admin, action).await {
             Ok(()) => ExitCode::SUCCESS,
@@ -292,7 +419,7 @@ async fn main() -> ExitCode {
             }),
             Err(e) => Err(e),
         },
-        Command::Acls { .. } => unreachable!("answered above"),
+        Command::Acls { .. } | Command::Users { .. } => unreachable!("answered above"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

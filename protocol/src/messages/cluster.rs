@@ -1053,3 +1053,93 @@ impl AclsResponse {
         Ok(AclsResponse { status, created, deleted, authorization })
     }
 }
+
+/// SCRAM credential changes (KIP-554: admin, or a broker relaying a Kafka client's
+/// AlterUserScramCredentials) -> coordinator; also how `admin users list` reads them (nothing to
+/// change). Cluster-internal: only a proven member may send it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ScramCredentialsRequest {
+    /// Credentials to create or replace (the client salted the password: it never travels).
+    pub upserts: Vec<UserCredential>,
+    /// (user, mechanism) credentials to delete.
+    pub deletions: Vec<(String, crate::sasl::ScramMechanism)>,
+}
+
+impl ScramCredentialsRequest {
+    /// Encode as the coordinator's journal records it.
+    pub fn encode_into(&self, b: &mut BytesMut) {
+        self.encode_body(b)
+    }
+
+    /// Decode what [`ScramCredentialsRequest::encode_into`] wrote.
+    pub fn decode_from(r: &mut Reader) -> Result<Self, DecodeError> {
+        Self::decode_body(r)
+    }
+
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.upserts.len() as i32);
+        for u in &self.upserts {
+            u.encode(b);
+        }
+        b.put_i32(self.deletions.len() as i32);
+        for (user, mechanism) in &self.deletions {
+            b.put_string(user);
+            b.put_i8(mechanism.kafka_type());
+        }
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        let n = r.array_len("upserts", 23)?;
+        let upserts = (0..n).map(|_| UserCredential::decode(r)).collect::<Result<_, _>>()?;
+        let n = r.array_len("deletions", 3)?;
+        let mut deletions = Vec::with_capacity(n);
+        for _ in 0..n {
+            let user = r.string("user")?;
+            let mechanism =
+                crate::sasl::ScramMechanism::from_kafka_type(r.i8("mechanism")?).ok_or(DecodeError::InvalidValue {
+                    field: "mechanism",
+                    detail: "not a SCRAM mechanism type (1 or 2)".into(),
+                })?;
+            deletions.push((user, mechanism));
+        }
+        Ok(ScramCredentialsRequest { upserts, deletions })
+    }
+}
+
+/// The coordinator's answer to a [`ScramCredentialsRequest`], once its changes are durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScramCredentialsResponse {
+    /// NONE, or why nothing was decided (the journal failed).
+    pub status: Status,
+    /// One per user the request named, in first-seen order.
+    pub results: Vec<(String, Status)>,
+    /// Every credential after the change (the relaying broker takes them at once).
+    pub credentials: Credentials,
+}
+
+impl ScramCredentialsResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.results.len() as i32);
+        for (user, status) in &self.results {
+            b.put_string(user);
+            status.encode(b);
+        }
+        b.put_i64(self.credentials.version);
+        b.put_i32(self.credentials.users.len() as i32);
+        for u in &self.credentials.users {
+            u.encode(b);
+        }
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        let n = r.array_len("results", 4)?;
+        let mut results = Vec::with_capacity(n);
+        for _ in 0..n {
+            results.push((r.string("user")?, Status::decode(r)?));
+        }
+        let version = r.i64("credentials_version")?;
+        let n = r.array_len("credentials", 23)?;
+        let users = (0..n).map(|_| UserCredential::decode(r)).collect::<Result<_, _>>()?;
+        Ok(ScramCredentialsResponse { status, results, credentials: Credentials { version, users } })
+    }
+}

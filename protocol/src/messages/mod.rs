@@ -87,6 +87,9 @@ pub enum ApiKey {
     /// Create and delete ACLs, and read them all (admin, or a broker relaying Kafka's
     /// CreateAcls and DeleteAcls -> coordinator).
     Acls = 30,
+    /// Create, replace and delete SCRAM credentials, and read them all (admin, or a broker
+    /// relaying Kafka's AlterUserScramCredentials -> coordinator; KIP-554).
+    ScramCredentials = 51,
 }
 
 impl ApiKey {
@@ -119,6 +122,7 @@ impl ApiKey {
             9 => ApiKey::OffsetFetch,
             25 => ApiKey::AddOffsetsToTxn,
             30 => ApiKey::Acls,
+            51 => ApiKey::ScramCredentials,
             _ => return None,
         })
     }
@@ -239,6 +243,8 @@ pub enum Request {
     AddOffsets(AddOffsetsRequest),
     /// See [`AclsRequest`].
     Acls(AclsRequest),
+    /// See [`ScramCredentialsRequest`].
+    ScramCredentials(ScramCredentialsRequest),
     /// See [`DescribeGroupsRequest`].
     DescribeGroups(DescribeGroupsRequest),
 }
@@ -296,6 +302,8 @@ pub enum Response {
     AddOffsets(Status),
     /// See [`AclsResponse`].
     Acls(AclsResponse),
+    /// See [`ScramCredentialsResponse`].
+    ScramCredentials(ScramCredentialsResponse),
     /// See [`DescribeGroupsResponse`].
     DescribeGroups(DescribeGroupsResponse),
     /// The reply to a request that could not be decoded or served at all.
@@ -331,6 +339,7 @@ impl Request {
             Request::OffsetFetch(_) => ApiKey::OffsetFetch,
             Request::AddOffsets(_) => ApiKey::AddOffsetsToTxn,
             Request::Acls(_) => ApiKey::Acls,
+            Request::ScramCredentials(_) => ApiKey::ScramCredentials,
             Request::DescribeGroups(_) => ApiKey::DescribeGroups,
         }
     }
@@ -342,7 +351,8 @@ impl Request {
     /// leaderships), and the admin requests a client could use to hurt the cluster: creating
     /// topics and partitions (each partition costs every replica a log), deleting topics, and
     /// electing leaders (each election bumps a leader epoch, failing the acks=all writes in
-    /// flight), and changing ACLs. An admin proves it holds the secret as brokers do.
+    /// flight), and changing ACLs and credentials. An admin proves it holds the secret as
+    /// brokers do.
     pub fn is_internal(&self) -> bool {
         self.is_member_traffic()
             || matches!(
@@ -352,6 +362,7 @@ impl Request {
                     | Request::CreatePartitions(_)
                     | Request::ElectLeader(_)
                     | Request::Acls(_)
+                    | Request::ScramCredentials(_)
             )
     }
 
@@ -394,6 +405,7 @@ impl Response {
             Response::OffsetFetch(_) => ApiKey::OffsetFetch as i16,
             Response::AddOffsets(_) => ApiKey::AddOffsetsToTxn as i16,
             Response::Acls(_) => ApiKey::Acls as i16,
+            Response::ScramCredentials(_) => ApiKey::ScramCredentials as i16,
             Response::DescribeGroups(_) => ApiKey::DescribeGroups as i16,
             Response::Error(_) => ERROR_RESPONSE_KEY,
         }
@@ -424,6 +436,7 @@ impl Response {
             Response::OffsetCommit(r) | Response::OffsetFetch(r) => &r.status,
             Response::DescribeGroups(r) => &r.status,
             Response::Acls(r) => &r.status,
+            Response::ScramCredentials(r) => &r.status,
             Response::Error(s) => s,
         }
     }
@@ -497,6 +510,7 @@ pub fn encode_request_head(correlation_id: i32, req: &Request, b: &mut BytesMut)
         Request::OffsetFetch(f) => f.encode_body(b),
         Request::AddOffsets(a) => a.encode_body(b),
         Request::Acls(a) => a.encode_body(b),
+        Request::ScramCredentials(c) => c.encode_body(b),
         Request::DescribeGroups(d) => d.encode_body(b),
     }
 }
@@ -569,6 +583,7 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
         ApiKey::OffsetFetch => Request::OffsetFetch(OffsetFetchRequest::decode_body(r)?),
         ApiKey::AddOffsetsToTxn => Request::AddOffsets(AddOffsetsRequest::decode_body(r)?),
         ApiKey::Acls => Request::Acls(AclsRequest::decode_body(r)?),
+        ApiKey::ScramCredentials => Request::ScramCredentials(ScramCredentialsRequest::decode_body(r)?),
         ApiKey::DescribeGroups => Request::DescribeGroups(DescribeGroupsRequest::decode_body(r)?),
     })
 }
@@ -606,6 +621,7 @@ pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesM
         | Response::Error(_) => {}
         Response::InitProducerId(i) => i.encode_body(b),
         Response::Acls(a) => a.encode_body(b),
+        Response::ScramCredentials(c) => c.encode_body(b),
         Response::EndTxn(e) => e.encode_body(b),
         Response::AuthBegin(a) => a.encode_body(b),
         Response::AuthProve(a) => a.encode_body(b),
@@ -667,6 +683,7 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
         ApiKey::OffsetFetch => Response::OffsetFetch(OffsetsResponse::decode_body(status, r)?),
         ApiKey::AddOffsetsToTxn => Response::AddOffsets(status),
         ApiKey::Acls => Response::Acls(AclsResponse::decode_body(status, r)?),
+        ApiKey::ScramCredentials => Response::ScramCredentials(ScramCredentialsResponse::decode_body(status, r)?),
         ApiKey::DescribeGroups => Response::DescribeGroups(DescribeGroupsResponse::decode_body(status, r)?),
     })
 }

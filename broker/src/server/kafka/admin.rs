@@ -65,7 +65,7 @@ impl KafkaConn {
     }
 
     /// A coordinator refusal of an admin request, in words a Kafka user can act on.
-    fn admin_refusal(&self, status: Status, what: &str) -> Status {
+    pub(super) fn admin_refusal(&self, status: Status, what: &str) -> Status {
         if status.code == ErrorCode::ClusterAuthorizationFailed {
             return Status::new(
                 status.code,

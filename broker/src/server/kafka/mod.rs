@@ -39,6 +39,7 @@ mod fetch;
 mod groups;
 mod produce;
 pub(crate) mod sasl;
+mod users;
 
 pub(crate) use errors::kafka_code;
 pub(crate) use groups::GROUP_WAIT_MS_MAX;
@@ -89,6 +90,8 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// The name of the feature KIP-890 finalizes.
@@ -470,6 +473,11 @@ impl KafkaConn {
                 Handled::serial(async move { conn.delete_acls(r).await })
             }
             RequestKind::DescribeAcls(r) => Handled::answer(self.describe_acls(r)),
+            RequestKind::DescribeUserScramCredentials(r) => Handled::answer(self.describe_user_scram_credentials(r)),
+            RequestKind::AlterUserScramCredentials(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.alter_user_scram_credentials(r).await })
+            }
             // The codec decodes only what SERVED lists.
             other => {
                 tracing::warn!(request = ?ApiKey::try_from(req.header.api_key), "a Kafka request with no handler; closing");

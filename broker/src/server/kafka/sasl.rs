@@ -127,6 +127,11 @@ impl CredentialCache {
         self.0.read().unwrap_or_else(|p| p.into_inner()).version
     }
 
+    /// Every credential held.
+    pub(crate) fn all(&self) -> Arc<Credentials> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// Hold `credentials` from now on.
     pub(crate) fn replace(&self, credentials: Credentials) {
         tracing::info!(

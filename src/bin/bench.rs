@@ -10,7 +10,9 @@
 //!
 //! Other modes: `replication` (acks=all on three replicas against acks=leader on one broker,
 //! alternating, as paired ratios), `inits` (durable InitProducerId grants per second) and
-//! `recovery` (how fast a partition reopens). `--protocol kafka` drives the fenced cluster
+//! `recovery` (how fast a partition reopens), `authorizer` (idempotent producers over SASL through
+//! the Kafka listener with the coordinator's authorizer on and `--acls` ACLs in place, against
+//! the authorizer off, alternating, as paired ratios). `--protocol kafka` drives the fenced cluster
 //! through its Kafka listener (the producer crate's Kafka client) instead of the own protocol,
 //! `--protocol both` drives it both ways in the same run, alternating, and reports the Kafka
 //! path's throughput as a fraction of the own path's.
@@ -46,8 +48,12 @@ struct Args {
     /// `recovery` (how long a partition with `--log-mib` of log takes to open after a crash, after
     /// a clean shutdown, and with no snapshots or indexes), or `replication` (acks=all on 3
     /// brokers with 3 replicas against acks=leader on 1, fenced, alternating, as paired ratios).
-    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced", "inits", "recovery", "replication"])]
+    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced", "inits", "recovery", "replication", "authorizer"])]
     mode: String,
+    /// ACLs in place for `--mode authorizer` (the producers' own two among them; the others
+    /// name other principals and topics, literal and prefixed, as a shared cluster's would).
+    #[arg(long, default_value_t = 1_000)]
+    acls: usize,
     /// Log size for `--mode recovery`, in MiB.
     #[arg(long, default_value_t = 1024)]
     log_mib: u64,
@@ -601,6 +607,140 @@ async fn cluster(args: &Args, template: Arc<BatchTemplate>, fencing: bool, kafka
     figures
 }
 
+/// One `--mode authorizer` run: a cluster whose Kafka listeners take SCRAM-SHA-512 logins
+/// (SASL_PLAINTEXT), with the coordinator's authorizer on and `--acls` ACLs in place, or off;
+/// idempotent producers (`User:bench`) through the Kafka listener, their producer ids bound to
+/// the principal when it is on.
+async fn authorizer_cluster(args: &Args, template: Arc<BatchTemplate>, on: bool) -> Result<Figures, String> {
+    use producer::kafka::{KafkaClient, KafkaProducer};
+    use protocol::acl::{AclBinding, Operation, PatternType, Permission, ResourceType, CLUSTER_NAME};
+    let log = broker::log::LogConfig { preallocate_bytes: args.preallocate_bytes, ..Default::default() };
+    let opts = LocalOptions {
+        brokers: args.brokers,
+        fencing: true,
+        fsync: args.fsync,
+        secured: true,
+        log,
+        kafka: true,
+        sasl_users: vec![("bench".into(), "bench-pw".into())],
+        authorizer: on.then(coordinator::acls::AuthorizerConfig::default),
+        ..Default::default()
+    };
+    let c = LocalCluster::start(opts).await.map_err(|e| e.to_string())?;
+    c.create_topic_replicated("bench", args.partitions, args.replicas).await.map_err(|e| e.to_string())?;
+    if on {
+        let acl = |principal: String, resource_type, name: String, pattern, operation| AclBinding {
+            resource_type,
+            name,
+            pattern,
+            principal,
+            host: "*".into(),
+            operation,
+            permission: Permission::Allow,
+        };
+        let mut create = vec![
+            acl("User:bench".into(), ResourceType::Topic, "bench".into(), PatternType::Literal, Operation::Write),
+            acl("User:bench".into(), ResourceType::Cluster, CLUSTER_NAME.into(), PatternType::Literal, Operation::IdempotentWrite),
+        ];
+        for i in 0..args.acls.saturating_sub(2) {
+            let pattern = if i % 2 == 0 { PatternType::Literal } else { PatternType::Prefixed };
+            create.push(acl(format!("User:u{i}"), ResourceType::Topic, format!("other-{i}"), pattern, Operation::Write));
+        }
+        let r = c.admin().acls(protocol::AclsRequest { create, delete: Vec::new() }).await.map_err(|e| e.to_string())?;
+        if let Some(s) = r.created.iter().find(|s| !s.is_ok()) {
+            return Err(format!("an ACL was refused: {s}"));
+        }
+    }
+    let login = producer::SaslLogin {
+        mechanism: protocol::sasl::Mechanism::Scram(protocol::sasl::ScramMechanism::Sha512),
+        user: "bench".into(),
+        password: "bench-pw".into(),
+    };
+    let config = ClientConfig { sasl: Some(login), ..c.client_config() };
+    let bootstrap = c.kafka_bootstrap();
+    let client_args = args.clone();
+    let figures = on_client(args.client_threads, async move {
+        let args = &client_args;
+        let mut routes = Vec::new();
+        let mut ids = Vec::new();
+        for _ in 0..args.producers {
+            // The brokers hear of the ACLs within a heartbeat: an init refused until then.
+            let mut tries = 0;
+            let p = loop {
+                let pc = ProducerConfig { client: config.clone(), ..ProducerConfig::idempotent() };
+                match KafkaProducer::init(&bootstrap, pc).await {
+                    Ok(p) => break p,
+                    Err(e) if tries < 500 => {
+                        tries += 1;
+                        let _ = e;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Err(e) => return Err(format!("no producer id: {e}")),
+                }
+            };
+            ids.push((p.producer_id(), p.epoch()));
+            let mut client = KafkaClient::new(&bootstrap, config.clone());
+            let mut mine = Vec::new();
+            for part in 0..args.partitions {
+                let (conn, leader) = client.leader("bench", part).await.map_err(|e| e.to_string())?;
+                let version =
+                    conn.version(kafka_protocol::messages::ApiKey::Produce, (3, 9)).map_err(|e| e.to_string())?;
+                mine.push(Route { wire: Wire::Kafka(conn, version), leader_epoch: leader.leader_epoch });
+            }
+            routes.push(mine);
+        }
+        warm_up(&routes, &ids, args.record_bytes).await?;
+        let txns = vec![None; args.producers];
+        drive(args, routes, ids, txns, template).await
+    })
+    .await;
+    c.shutdown().await;
+    figures
+}
+
+/// `--mode authorizer`: the authorizer off and on, alternating which goes first, `--repeat`
+/// times; the median run of each and the median of the paired on/off ratios.
+async fn authorizer(args: &Args) -> Result<(), String> {
+    // Idempotent batches: the producer ids are idempotent producers' (no transactional id).
+    let template = Arc::new(BatchTemplate::new(args.record_bytes, args.batch_records, false));
+    let mut off_runs = Vec::new();
+    let mut on_runs = Vec::new();
+    let mut ratios = Vec::new();
+    for rep in 0..args.repeat.max(1) {
+        let order = if rep % 2 == 0 { [false, true] } else { [true, false] };
+        let mut pair = [None, None];
+        for on in order {
+            let f = authorizer_cluster(args, template.clone(), on).await?;
+            pair[usize::from(on)] = Some(f);
+        }
+        let [Some(off), Some(on)] = pair else { unreachable!("both ran") };
+        ratios.push(on.records_per_s / off.records_per_s);
+        off_runs.push(off);
+        on_runs.push(on);
+    }
+    let (off, on) = (median_run(off_runs).expect("runs"), median_run(on_runs).expect("runs"));
+    let ratio = median_ratio(&mut ratios.clone());
+    if args.json {
+        let v = serde_json::json!({
+            "config": {"record_bytes": args.record_bytes, "records": args.records, "batch_records": args.batch_records,
+                       "inflight": args.inflight, "producers": args.producers, "partitions": args.partitions,
+                       "acks": args.acks, "fsync": format!("{:?}", args.fsync), "acls": args.acls},
+            "authorizer_off": off, "authorizer_on": on,
+            "on_over_off": ratio, "on_over_off_each_repeat": ratios,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).expect("json serialises"));
+    } else {
+        println!("SASL_PLAINTEXT (SCRAM-SHA-512), Kafka listener, idempotent producers, {} ACLs when on", args.acls);
+        println!("{}", row("authorizer off", &off, None));
+        println!("{}", row("authorizer on", &on, None));
+        if let Some(r) = ratio {
+            println!("authorizer on / off: {:.1}% (median of {} paired runs: {:?})", r * 100.0, ratios.len(),
+                     ratios.iter().map(|r| format!("{:.1}%", r * 100.0)).collect::<Vec<_>>());
+        }
+    }
+    Ok(())
+}
+
 async fn warm_up(routes: &[Vec<Route>], ids: &[(i64, i16)], record_bytes: usize) -> Result<(), String> {
     let _ = record_bytes;
     for (p, rs) in routes.iter().enumerate() {
@@ -972,6 +1112,15 @@ async fn main() -> std::process::ExitCode {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("bench inits: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
+    if args.mode == "authorizer" {
+        return match authorizer(&args).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench authorizer: {e}");
                 std::process::ExitCode::FAILURE
             }
         };

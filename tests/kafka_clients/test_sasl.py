@@ -24,8 +24,8 @@ USERS = {"alice": "alice-secret", "bob": "b0b=with,odd chars"}
 
 def sasl_cluster(start_cluster, tmp_path, protocol="SASL_PLAINTEXT", brokers=1, tls=None, secret=True):
     """A cluster whose Kafka listeners take USERS' logins. With `secret`, a cluster secret too (then
-    only members read the credentials, and a Kafka client's CreateTopics is refused until ACLs
-    decide it: the authorizer is not built yet)."""
+    only members read the credentials, and without the authorizer a Kafka client's CreateTopics is
+    refused: test_acls.py runs the authorizer)."""
     users = tmp_path / "users"
     users.write_text("".join(f"{u}={p}\n" for u, p in USERS.items()))
     secret_file = None

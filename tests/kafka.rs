@@ -419,6 +419,27 @@ async fn sasl_logins_gate_every_request_of_the_kafka_listener() {
         }
     }
 
+    // The broker's configs say so: the mechanisms offered, and re-authentication off (0).
+    let conn = KafkaConnection::connect(&addr, None, T).await.unwrap();
+    conn.authenticate(&login(Mechanism::Scram(ScramMechanism::Sha256), "alice", "alice-pw"), T).await.unwrap();
+    let describe = DescribeConfigsRequest::default().with_resources(vec![
+        describe_configs_request::DescribeConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(StrBytes::from_static_str("1"))
+            .with_configuration_keys(None),
+    ]);
+    let r = conn.call(&describe, 4).await.unwrap();
+    let config = |key: &str| {
+        r.results[0]
+            .configs
+            .iter()
+            .find(|c| c.name.as_str() == key)
+            .and_then(|c| c.value.as_ref())
+            .map(|v| v.to_string())
+    };
+    assert_eq!(config("sasl.enabled.mechanisms").as_deref(), Some("SCRAM-SHA-256,SCRAM-SHA-512,PLAIN"));
+    assert_eq!(config("connections.max.reauth.ms").as_deref(), Some("0"));
+
     // The project's Kafka client logs in on every connection it opens.
     let mut config = ProducerConfig::transactional("sasl-txn");
     config.client.sasl = Some(login(Mechanism::Scram(ScramMechanism::Sha512), "alice", "alice-pw"));

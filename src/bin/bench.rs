@@ -640,13 +640,26 @@ async fn authorizer_cluster(args: &Args, template: Arc<BatchTemplate>, on: bool)
         };
         let mut create = vec![
             acl("User:bench".into(), ResourceType::Topic, "bench".into(), PatternType::Literal, Operation::Write),
-            acl("User:bench".into(), ResourceType::Cluster, CLUSTER_NAME.into(), PatternType::Literal, Operation::IdempotentWrite),
+            acl(
+                "User:bench".into(),
+                ResourceType::Cluster,
+                CLUSTER_NAME.into(),
+                PatternType::Literal,
+                Operation::IdempotentWrite,
+            ),
         ];
         for i in 0..args.acls.saturating_sub(2) {
             let pattern = if i % 2 == 0 { PatternType::Literal } else { PatternType::Prefixed };
-            create.push(acl(format!("User:u{i}"), ResourceType::Topic, format!("other-{i}"), pattern, Operation::Write));
+            create.push(acl(
+                format!("User:u{i}"),
+                ResourceType::Topic,
+                format!("other-{i}"),
+                pattern,
+                Operation::Write,
+            ));
         }
-        let r = c.admin().acls(protocol::AclsRequest { create, delete: Vec::new() }).await.map_err(|e| e.to_string())?;
+        let r =
+            c.admin().acls(protocol::AclsRequest { create, delete: Vec::new() }).await.map_err(|e| e.to_string())?;
         if let Some(s) = r.created.iter().find(|s| !s.is_ok()) {
             return Err(format!("an ACL was refused: {s}"));
         }
@@ -734,8 +747,12 @@ async fn authorizer(args: &Args) -> Result<(), String> {
         println!("{}", row("authorizer off", &off, None));
         println!("{}", row("authorizer on", &on, None));
         if let Some(r) = ratio {
-            println!("authorizer on / off: {:.1}% (median of {} paired runs: {:?})", r * 100.0, ratios.len(),
-                     ratios.iter().map(|r| format!("{:.1}%", r * 100.0)).collect::<Vec<_>>());
+            println!(
+                "authorizer on / off: {:.1}% (median of {} paired runs: {:?})",
+                r * 100.0,
+                ratios.len(),
+                ratios.iter().map(|r| format!("{:.1}%", r * 100.0)).collect::<Vec<_>>()
+            );
         }
     }
     Ok(())

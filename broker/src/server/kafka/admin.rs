@@ -576,5 +576,18 @@ fn broker_configs(shared: &Shared) -> Vec<ConfigEntry> {
             true,
             TYPE_LONG,
         ),
+        // The Kafka listener's mechanisms (empty on a listener without SASL).
+        (
+            "sasl.enabled.mechanisms",
+            shared
+                .kafka_sasl()
+                .map_or(String::new(), |s| s.mechanisms.iter().map(|m| m.name()).collect::<Vec<_>>().join(",")),
+            if shared.kafka_sasl().is_some() { SOURCE_STATIC_BROKER } else { SOURCE_DEFAULT },
+            true,
+            TYPE_LIST,
+        ),
+        // KIP-368 re-authentication is not served: 0, Kafka's default (off), so clients and
+        // librdkafka's own tests do not expect it.
+        ("connections.max.reauth.ms", "0".to_string(), SOURCE_DEFAULT, true, TYPE_LONG),
     ]
 }

@@ -23,7 +23,7 @@ pub use client::{Connection, Dialer, NetError};
 pub use coordinators::Coordinators;
 pub use server::{
     serve, serve_grouped, serve_protocol, Decoded, GroupHandler, Handled, Handler, Handlers, Own, Protocol,
-    ServerLimits, MEMBER_CONNECTIONS_MAX_DEFAULT,
+    ServerLimits, MEMBER_CONNECTIONS_MAX_DEFAULT, RELAY_MEMBER_PREFIX,
 };
 pub use tls::{ClientTls, TlsError};
 

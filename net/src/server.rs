@@ -211,6 +211,13 @@ impl std::fmt::Debug for ServerLimits {
     }
 }
 
+/// The member name a broker's relay of its Kafka clients' requests proves membership under
+/// (`kafka-relay-<broker id>`): a member, so the coordinator serves it under the authorizer, but
+/// client traffic, so never admitted into the members' room
+/// ([`ServerLimits::member_connections_max`]), which a flood of Kafka clients would otherwise
+/// fill, keeping brokers' heartbeats out.
+pub const RELAY_MEMBER_PREFIX: &str = "kafka-relay";
+
 /// Default [`ServerLimits::member_connections_max`]: room for the brokers and coordinator
 /// replicas of a cluster of up to a few dozen members, each with a connection or two.
 pub const MEMBER_CONNECTIONS_MAX_DEFAULT: usize = 64;
@@ -884,6 +891,11 @@ impl Protocol for Own {
     }
 
     fn member_request(limits: &ServerLimits, peer: &OwnPeer, req: &Request) -> bool {
+        if matches!(req, Request::AuthBegin(b) if b.member.starts_with(RELAY_MEMBER_PREFIX)) {
+            // A broker relaying its Kafka clients' requests (under the authorizer) proves
+            // membership, but is client traffic: the members' room is not for it.
+            return false;
+        }
         if limits.cluster_secret.is_some() {
             // A member proves itself first: a claim (a heartbeat the gate would refuse) must
             // not make a client's connection a member's.
@@ -1047,6 +1059,15 @@ mod tests {
         });
         assert!(claim.push(12, Item::Request(heartbeat)), "an unproven claim closes the connection");
         assert_eq!(claim.next().await.unwrap().1.status().code, ErrorCode::BrokerNotAvailable);
+        // A broker's relay of Kafka clients' requests proves membership, but is client traffic:
+        // its handshake does not make it a member's connection (a flood would fill the room).
+        let mut relay = InFlight::<Own>::new(handler.clone(), None, &secured, true);
+        let begin = Request::AuthBegin(protocol::AuthBeginRequest { member: format!("{RELAY_MEMBER_PREFIX}-1") });
+        assert!(relay.push(13, Item::Request(begin)), "a relay's handshake in the members' room closes it");
+        assert_eq!(relay.next().await.unwrap().1.status().code, ErrorCode::BrokerNotAvailable);
+        let mut broker = InFlight::<Own>::new(handler.clone(), None, &secured, true);
+        let begin = Request::AuthBegin(protocol::AuthBeginRequest { member: "broker-1".into() });
+        assert!(!broker.push(14, Item::Request(begin)), "a broker's handshake is a member's");
         // A member (here: one that proved membership) is served as on any connection.
         let mut member = InFlight::<Own>::new(handler, None, &limits, true);
         member.peer.member = Some("broker-1".into());

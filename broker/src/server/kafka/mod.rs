@@ -556,8 +556,10 @@ impl KafkaConn {
     fn relay_dialer(&self) -> Dialer {
         if self.shared.authorization.current().enabled() {
             // The coordinator then serves members only: this broker has authorized the request
-            // by the ACLs and relays it as a member (it relays only requests it built itself).
-            return self.shared.dialer.clone();
+            // by the ACLs and relays it as a member (it relays only requests it built itself),
+            // under a relay's name, which keeps it out of the members' room.
+            let member = format!("{}-{}", net::RELAY_MEMBER_PREFIX, self.shared.config.id);
+            return Dialer { member, ..self.shared.dialer.clone() };
         }
         Dialer { tls: self.shared.config.peer_tls.clone(), secret: None, member: String::new() }
     }

@@ -999,12 +999,14 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
         }
     }
     if let Some(credentials) = hb.credentials {
-        shared.credentials.replace(credentials);
+        shared.credentials.replace_if_newer(credentials);
     }
     if let Some(authorization) = hb.authorization {
         // With the authorizer on, the own listener serves members only: it has no client logins.
-        shared.config.limits.members_only.store(authorization.enabled, Ordering::Relaxed);
-        shared.authorization.replace(authorization);
+        let enabled = authorization.enabled;
+        if shared.authorization.replace_if_newer(authorization) {
+            shared.config.limits.members_only.store(enabled, Ordering::Relaxed);
+        }
     }
     if shared.broker_epoch.load(Ordering::Relaxed) < 0 {
         // Registered: the next process of this broker names this epoch as its predecessor's.

@@ -82,6 +82,18 @@ impl AclStore {
     /// INVALID_REQUEST with why; one past [`ACLS_MAX`] is POLICY_VIOLATION. Deletions apply to
     /// the bindings as they stand before this request's creations, as Kafka's do.
     pub fn decide(&self, req: &AclsRequest) -> (Option<Entry>, Vec<Status>, Vec<Vec<AclBinding>>) {
+        let items = req.create.len() + req.delete.len();
+        if items > protocol::acl::REQUEST_ITEMS_MAX {
+            let status = Status::new(
+                ErrorCode::InvalidRequest,
+                format!("{items} items in one ACL request; at most {}: send several", protocol::acl::REQUEST_ITEMS_MAX),
+            );
+            return (
+                None,
+                req.create.iter().map(|_| status.clone()).collect(),
+                req.delete.iter().map(|_| Vec::new()).collect(),
+            );
+        }
         let mut deleted_all = BTreeSet::new();
         let deleted: Vec<Vec<AclBinding>> = req
             .delete

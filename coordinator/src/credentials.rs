@@ -19,6 +19,8 @@ use crate::entry::Entry;
 /// Most users the coordinator keeps credentials for: every credential travels to every broker
 /// in heartbeat answers, so the set is bounded.
 pub const SCRAM_USERS_MAX: usize = 10_000;
+/// Longest user name and salt, in bytes (what travels is bounded per credential too).
+pub const SCRAM_FIELD_BYTES_MAX: usize = 256;
 
 /// Every user's credentials, as the journal built them.
 #[derive(Debug, Default)]
@@ -100,10 +102,15 @@ impl CredentialStore {
         // Per user, its operations: (mechanism, the credential to upsert or none to delete).
         type Ops<'a> = Vec<(ScramMechanism, Option<&'a UserCredential>)>;
         let mut by_user: Vec<(String, Ops)> = Vec::new();
+        let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        let too_many = req.upserts.len() + req.deletions.len() > protocol::acl::REQUEST_ITEMS_MAX;
         for (user, mechanism, upsert) in ops {
-            match by_user.iter_mut().find(|(u, _)| u == user) {
-                Some((_, v)) => v.push((mechanism, upsert)),
-                None => by_user.push((user.to_string(), vec![(mechanism, upsert)])),
+            match index.get(user) {
+                Some(&i) => by_user[i].1.push((mechanism, upsert)),
+                None => {
+                    index.insert(user, by_user.len());
+                    by_user.push((user.to_string(), vec![(mechanism, upsert)]));
+                }
             }
         }
         let mut users = self.user_count();
@@ -116,10 +123,22 @@ impl CredentialStore {
                 let duplicate = ops.iter().enumerate().any(|(i, (m, _))| ops[..i].iter().any(|(n, _)| n == m));
                 let known = self.users.keys().any(|(user, _)| *user == name);
                 let upserting = ops.iter().any(|(_, u)| u.is_some());
-                let refused = if duplicate {
+                let refused = if too_many {
+                    Some(Status::new(
+                        ErrorCode::InvalidRequest,
+                        format!("more than {} credential changes in one request: send several", protocol::acl::REQUEST_ITEMS_MAX),
+                    ))
+                } else if duplicate {
                     refusal(ErrorCode::DuplicateResource, "A user credential cannot be altered twice in the same request")
                 } else if name.is_empty() {
                     refusal(ErrorCode::UnacceptableCredential, "Username must not be empty")
+                } else if name.len() > SCRAM_FIELD_BYTES_MAX
+                    || ops.iter().any(|(_, u)| u.is_some_and(|u| u.credential.salt.len() > SCRAM_FIELD_BYTES_MAX))
+                {
+                    Some(Status::new(
+                        ErrorCode::UnacceptableCredential,
+                        format!("a user name or salt longer than {SCRAM_FIELD_BYTES_MAX} bytes"),
+                    ))
                 } else if ops.iter().any(|(_, u)| u.is_some_and(|u| u.credential.iterations < ITERATIONS_MIN)) {
                     Some(Status::new(ErrorCode::UnacceptableCredential, format!("Too few iterations: at least {ITERATIONS_MIN}")))
                 } else if ops.iter().any(|(_, u)| u.is_some_and(|u| u.credential.iterations > ITERATIONS_MAX)) {

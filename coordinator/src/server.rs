@@ -172,7 +172,9 @@ pub(crate) struct Shared {
     lease: Option<Arc<LeaseClock>>,
     /// Stops the background work (loops, markers) when this replica steps down.
     cancel: tokio_util::sync::CancellationToken,
-    /// The base of the authorization version brokers see, new at each start (see
+    /// The base of the authorization and credentials versions brokers see: new at each start,
+    /// in the high 32 bits, the changes since counted in the low ones, so a broker tells a
+    /// newer set from an older one of the same process (see
     /// [`crate::acls::AclStore::authorization`]).
     authorization_base: i64,
 }
@@ -343,10 +345,10 @@ pub(crate) fn start(
         lease,
         cancel: tokio_util::sync::CancellationToken::new(),
         authorization_base: {
-            let mut base = [0u8; 8];
+            let mut base = [0u8; 4];
             // A failed random source leaves 1: still not a broker's 0 ("nothing heard yet").
             let _ = getrandom::fill(&mut base);
-            (i64::from_le_bytes(base) & (i64::MAX >> 1)) | 1
+            i64::from((u32::from_le_bytes(base) & 0x7fff_ffff) | 1) << 32
         },
     });
     if let Some(entry) = transaction_version {
@@ -1305,7 +1307,7 @@ mod tests {
             coordinator_epoch: 0,
             lease: None,
             cancel: tokio_util::sync::CancellationToken::new(),
-            authorization_base: 1,
+            authorization_base: 1 << 32,
         })
     }
 

@@ -470,9 +470,14 @@ impl ProducerTable {
     }
 
     /// The next (producer id, epoch, marker epoch) after `e`: epoch + 1, or a fresh producer id
-    /// at epoch 0 at exhaustion (the old id then fenced at [`EPOCH_RETIRED`]).
+    /// at epoch 0 at exhaustion (the old id then fenced at [`EPOCH_RETIRED`]), and so when ids
+    /// are bound ([`TableConfig::pid_binder`]) and `e`'s is not bound to `tid` (granted before
+    /// the authorizer was turned on, or under another cluster secret), which brokers would
+    /// refuse every write under.
     fn next_epoch(&self, tid: &str, e: &TxnEntry) -> (i64, i16, i16) {
-        if e.epoch >= EPOCH_GRANT_MAX {
+        let unbound =
+            self.config.pid_binder.as_ref().is_some_and(|b| !b.bound_to(e.producer_id, PidOwner::TransactionalId(tid)));
+        if e.epoch >= EPOCH_GRANT_MAX || unbound {
             (self.new_producer_id(PidOwner::TransactionalId(tid)), 0, EPOCH_RETIRED)
         } else {
             (e.producer_id, e.epoch + 1, e.epoch + 1)
@@ -1556,6 +1561,36 @@ mod tests {
             t.handle_register(&Registration::new(pid, EPOCH_GRANT_MAX, ("t", 9), 1, false), 0),
             RegisterDecision::Refuse { status: Status { code: ErrorCode::ProducerFenced, .. }, .. }
         ));
+    }
+
+    /// Issue 29: with bound producer ids, grants name their owner, and a transactional id whose
+    /// producer id was granted unbound (before the authorizer) moves to a bound one at its next
+    /// init, the old one retired; the watermark counts the counter, not the whole id.
+    #[test]
+    fn bound_producer_ids_name_their_owner_and_unbound_ones_are_replaced() {
+        let secret = protocol::auth::ClusterSecret::new(vec![3; 32]).unwrap();
+        let binder = ProducerIdBinder::new(&secret);
+        let config = TableConfig { pid_binder: Some(binder.clone()), ..TableConfig::default() };
+        let mut t = ProducerTable::new(config);
+        // Granted before the authorizer: unbound.
+        t.apply(&Entry::Grant {
+            transactional_id: Some("x".into()),
+            producer_id: 1,
+            epoch: 3,
+            requested_by: None,
+            transaction_timeout_ms: T,
+            fence: vec![],
+        });
+        let (pid, epoch, _) = grant(t.handle_init(Some("x"), T, None));
+        assert!(binder.bound_to(pid, PidOwner::TransactionalId("x")), "{pid}");
+        assert_eq!((ProducerIdBinder::counter(pid) % 2, epoch), (1, 0), "a new odd counter at epoch 0");
+        // The next init bumps the bound id, as any.
+        let (again, epoch, _) = grant(t.handle_init(Some("x"), T, None));
+        assert_eq!((again, epoch), (pid, 1));
+        let (idempotent, _, _) = grant(t.handle_init_as(None, T, None, "User:alice"));
+        assert!(binder.bound_to(idempotent, PidOwner::Principal("User:alice")));
+        assert!(!binder.bound_to(idempotent, PidOwner::Principal("User:mallory")));
+        assert!(t.next_producer_id() < 100, "the watermark is the counter: {}", t.next_producer_id());
     }
 
     #[test]

@@ -30,6 +30,13 @@ pub const CLUSTER_NAME: &str = "kafka-cluster";
 pub const ANONYMOUS: &str = "User:ANONYMOUS";
 /// The literal name (and principal `User:*`, host `*`) that matches every one.
 pub const WILDCARD: &str = "*";
+/// Longest resource name of a binding, in bytes (every binding goes to every broker).
+pub const ACL_NAME_BYTES_MAX: usize = 512;
+/// Longest principal or host of a binding, in bytes.
+pub const ACL_PRINCIPAL_BYTES_MAX: usize = 256;
+/// Most items (bindings to create, filters, users) one ACL or credential request may carry:
+/// the work a request asks of a broker or the coordinator is bounded before any of it is done.
+pub const REQUEST_ITEMS_MAX: usize = 1_000;
 
 macro_rules! kafka_enum {
     ($(#[$doc:meta])* $name:ident { $( $(#[$vdoc:meta])* $variant:ident = $num:expr, $text:literal; )* }) => {
@@ -225,6 +232,17 @@ impl AclBinding {
         }
         if self.host.is_empty() {
             return Err(InvalidAcl("the host is empty; give an IP address, or `*` for any".into()));
+        }
+        if self.name.len() > ACL_NAME_BYTES_MAX {
+            return Err(InvalidAcl(format!(
+                "the resource name is {} bytes; at most {ACL_NAME_BYTES_MAX}",
+                self.name.len()
+            )));
+        }
+        if self.principal.len() > ACL_PRINCIPAL_BYTES_MAX || self.host.len() > ACL_PRINCIPAL_BYTES_MAX {
+            return Err(InvalidAcl(format!(
+                "the principal and the host take at most {ACL_PRINCIPAL_BYTES_MAX} bytes each"
+            )));
         }
         Ok(())
     }
@@ -513,10 +531,11 @@ impl Authorizer {
 
     /// Whether `principal` may do `operation` on some resource of `resource_type` (Kafka's
     /// `authorizeByResourceType`, which InitProducerId without a transactional id asks for
-    /// WRITE on any topic): an ALLOW binding for the caller whose resources a DENY does not
-    /// wholly cover (a DENY on the literal `*`, on the same literal name, or on a prefix of the
-    /// name or prefix the ALLOW names). With no binding of that type at all,
-    /// `allow_everyone_if_no_acl_found` decides.
+    /// WRITE on any topic): as Kafka, first the resource named `hardcode` (so super users, a
+    /// literal `*` and `allow_everyone_if_no_acl_found` allow as they would any name); then an
+    /// ALLOW binding for the caller whose resources a DENY does not wholly cover (a DENY on the
+    /// literal `*`, on the same literal name, or on a prefix of the name or prefix the ALLOW
+    /// names).
     pub fn authorize_any(
         &self,
         principal: &str,
@@ -524,11 +543,11 @@ impl Authorizer {
         operation: Operation,
         resource_type: ResourceType,
     ) -> bool {
-        if !self.settings.enabled || self.is_super_user(principal) {
+        if self.authorize(principal, host, operation, resource_type, "hardcode") {
             return true;
         }
         let Some(index) = self.by_type.get(&resource_type) else {
-            return self.settings.allow_everyone_if_no_acl_found;
+            return false;
         };
         let bindings = || {
             index
@@ -547,7 +566,7 @@ impl Authorizer {
                         (PatternType::Literal, _) if d.name == WILDCARD => true,
                         (PatternType::Literal, PatternType::Literal) => d.name == allow.name,
                         (PatternType::Literal, PatternType::Prefixed) => false,
-                        (PatternType::Prefixed, _) => allow.name.starts_with(d.name.as_str()) && allow.name != WILDCARD,
+                        (PatternType::Prefixed, _) => allow.name.starts_with(d.name.as_str()),
                     }
             })
         };
@@ -658,6 +677,16 @@ mod tests {
             acl(Topic, "logs-secret", Literal, "User:alice", Write, Deny),
         ]);
         assert!(partly.authorize_any("User:alice", "h", Write, Topic), "the DENY covers one name of the prefix only");
+        // allow.everyone.if.no.acl.found, with bindings of the type elsewhere: as for any name
+        // no binding names.
+        let mut s = authorizer(vec![acl(Topic, "logs", Literal, "User:bob", Write, Allow)]).settings().clone();
+        s.allow_everyone_if_no_acl_found = true;
+        assert!(Authorizer::new(s).authorize_any("User:alice", "h", Write, Topic));
+        let wildcard_denied = authorizer(vec![
+            acl(Topic, "logs", Literal, "User:alice", Write, Allow),
+            acl(Topic, "*", Literal, "User:*", Write, Deny),
+        ]);
+        assert!(!wildcard_denied.authorize_any("User:alice", "h", Write, Topic));
     }
 
     #[test]

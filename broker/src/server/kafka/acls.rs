@@ -17,6 +17,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use protocol::acl::{
     AclBinding, AclFilter, Operation, PatternFilter, PatternType, Permission, ResourceType, CLUSTER_NAME, FILTER_ANY,
+    REQUEST_ITEMS_MAX,
 };
 use protocol::kafka::KafkaAnswer;
 use protocol::{AclsRequest, ErrorCode, Request, Response, Status};
@@ -82,6 +83,16 @@ fn filter(
     })
 }
 
+/// The refusal of a request of more than [`REQUEST_ITEMS_MAX`] items.
+fn too_many(items: usize) -> Option<Status> {
+    (items > REQUEST_ITEMS_MAX).then(|| {
+        Status::new(
+            ErrorCode::InvalidRequest,
+            format!("{items} items in one ACL request; at most {REQUEST_ITEMS_MAX}: send several"),
+        )
+    })
+}
+
 impl KafkaConn {
     /// Why the caller may not `operation` the cluster's ACLs, if it may not (SECURITY_DISABLED
     /// without the authorizer, CLUSTER_AUTHORIZATION_FAILED without the ACL).
@@ -102,9 +113,7 @@ impl KafkaConn {
     async fn relay_acls(self: &Arc<Self>, req: AclsRequest) -> Result<protocol::AclsResponse, Status> {
         match self.relay(Request::Acls(req)).await {
             Response::Acls(a) if a.status.is_ok() => {
-                if a.authorization.version != self.shared.authorization.version() {
-                    self.shared.authorization.replace(a.authorization.clone());
-                }
+                self.shared.authorization.replace_if_newer(a.authorization.clone());
                 Ok(a)
             }
             other => Err(other.status().clone()),
@@ -122,7 +131,7 @@ impl KafkaConn {
         };
         let reply =
             |results| KafkaAnswer::Reply(ResponseKind::CreateAcls(CreateAclsResponse::default().with_results(results)));
-        if let Some(status) = self.acl_refusal(Operation::Alter) {
+        if let Some(status) = self.acl_refusal(Operation::Alter).or_else(|| too_many(r.creations.len())) {
             return reply(r.creations.iter().map(|_| result(&status)).collect());
         }
         let parsed: Vec<Result<AclBinding, Status>> = r
@@ -170,7 +179,7 @@ impl KafkaConn {
         let reply = |results| {
             KafkaAnswer::Reply(ResponseKind::DeleteAcls(DeleteAclsResponse::default().with_filter_results(results)))
         };
-        if let Some(status) = self.acl_refusal(Operation::Alter) {
+        if let Some(status) = self.acl_refusal(Operation::Alter).or_else(|| too_many(r.filters.len())) {
             return reply(r.filters.iter().map(|_| failed(&status)).collect());
         }
         let parsed: Vec<Result<AclFilter, Status>> = r

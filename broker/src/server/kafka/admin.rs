@@ -91,7 +91,7 @@ impl KafkaConn {
                 let code = ErrorCode::TopicAuthorizationFailed;
                 refused = Some(caller.refusal(code, Operation::Create, ResourceType::Topic, &name));
             }
-            if !t.assignments.is_empty() {
+            if !t.assignments.is_empty() && refused.is_none() {
                 refused = Some(Status::new(
                     ErrorCode::InvalidRequest,
                     "replica assignments are chosen by the coordinator: give num_partitions and replication_factor",
@@ -399,7 +399,18 @@ impl KafkaConn {
                             .with_transaction_start_time_ms(if t.age_ms >= 0 { now_wall_ms() - t.age_ms } else { -1 })
                             .with_producer_id(t.producer_id.into())
                             .with_producer_epoch(t.producer_epoch)
-                            .with_topics(topic_data(&t.partitions)),
+                            // Only the partitions of topics the caller may describe.
+                            .with_topics(topic_data(
+                                &t.partitions
+                                    .iter()
+                                    .filter(|p| {
+                                        p.rsplit_once('-').is_none_or(|(topic, _)| {
+                                            caller.may_quietly(Operation::Describe, ResourceType::Topic, topic)
+                                        })
+                                    })
+                                    .cloned()
+                                    .collect::<Vec<_>>(),
+                            )),
                     },
                 }
             })

@@ -24,8 +24,18 @@ impl AuthorizationCache {
         self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Hold `authorization` from now on if it is newer than what is held
+    /// ([`newer_version`]); whether it was taken.
+    pub(crate) fn replace_if_newer(&self, authorization: Authorization) -> bool {
+        if !newer_version(self.version(), authorization.version) {
+            return false;
+        }
+        self.replace(authorization);
+        true
+    }
+
     /// Hold `authorization` from now on.
-    pub(crate) fn replace(&self, authorization: Authorization) {
+    fn replace(&self, authorization: Authorization) {
         tracing::info!(
             enabled = authorization.enabled,
             acls = authorization.acls.len(),
@@ -34,6 +44,15 @@ impl AuthorizationCache {
         );
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Authorizer::new(authorization));
     }
+}
+
+/// Whether a set of version `got` (ACLs or credentials) is newer than one of version `held`:
+/// the coordinator's versions hold its process's random base in their high 32 bits and its
+/// changes since in the low ones, so within one process the higher is newer, and a set of
+/// another process (a coordinator restart or takeover) is taken. A heartbeat's or a relay's
+/// answer that was overtaken by a newer one changes nothing.
+pub(crate) fn newer_version(held: i64, got: i64) -> bool {
+    (got >> 32) != (held >> 32) || got > held
 }
 
 /// Who sent a request: its principal (`User:ANONYMOUS` without SASL) and address, with the
@@ -163,5 +182,24 @@ impl Caller {
                 self.principal, self.principal
             ),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_overtaken_by_a_newer_one_is_not_taken() {
+        let base = 7i64 << 32;
+        assert!(newer_version(0, base), "the first set");
+        assert!(newer_version(base + 1, base + 2));
+        assert!(!newer_version(base + 2, base + 1), "an older answer of the same process");
+        assert!(!newer_version(base + 2, base + 2));
+        assert!(newer_version(base + 9, (3i64 << 32) + 1), "another coordinator process's");
+        let cache = AuthorizationCache::default();
+        assert!(cache.replace_if_newer(Authorization { version: base + 2, ..Default::default() }));
+        assert!(!cache.replace_if_newer(Authorization { version: base + 1, enabled: true, ..Default::default() }));
+        assert!(!cache.current().enabled(), "the older set was not taken");
     }
 }

@@ -222,7 +222,7 @@ impl KafkaConn {
         let refused = match &tid {
             Some(t) => (!caller.may(Operation::Write, ResourceType::TransactionalId, t))
                 .then_some(ErrorCode::TransactionalIdAuthorizationFailed),
-            None => (!caller.may_cluster(Operation::IdempotentWrite)
+            None => (!caller.may_quietly(Operation::IdempotentWrite, ResourceType::Cluster, CLUSTER_NAME)
                 && !caller.may_any(Operation::Write, ResourceType::Topic))
             .then_some(ErrorCode::ClusterAuthorizationFailed),
         };

@@ -426,7 +426,12 @@ impl KafkaConn {
             },
         };
         if status.is_ok() {
-            answered.retain(|(o, _)| partitions.is_some() || !caller.enabled() || topic_ok(&o.topic));
+            // An all-topics answer is filtered silently, as Kafka filters it.
+            answered.retain(|(o, _)| {
+                partitions.is_some()
+                    || !caller.enabled()
+                    || caller.may_quietly(Operation::Describe, ResourceType::Topic, &o.topic)
+            });
             answered.extend(denied.into_iter().map(|(topic, partition)| {
                 let o = PartitionOffset { topic, partition, offset: -1, leader_epoch: -1, metadata: None };
                 let s = Status::new(ErrorCode::TopicAuthorizationFailed, "topic not authorized");

@@ -517,7 +517,9 @@ impl KafkaConn {
     fn caller(&self) -> authz::Caller {
         let authorizer = self.shared.authorization.current();
         let (principal, host) = if authorizer.enabled() {
-            (format!("User:{}", self.user()), self.peer.ip().to_string())
+            // An IPv4 client of a dual-stack listener as Kafka names it (10.0.0.5, not
+            // ::ffff:10.0.0.5), so host ACLs match.
+            (format!("User:{}", self.user()), self.peer.ip().to_canonical().to_string())
         } else {
             (String::new(), String::new())
         };

@@ -132,6 +132,14 @@ impl CredentialCache {
         self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Hold `credentials` from now on if they are newer than what is held
+    /// ([`super::authz::newer_version`]).
+    pub(crate) fn replace_if_newer(&self, credentials: Credentials) {
+        if super::authz::newer_version(self.version(), credentials.version) {
+            self.replace(credentials);
+        }
+    }
+
     /// Hold `credentials` from now on.
     pub(crate) fn replace(&self, credentials: Credentials) {
         tracing::info!(

@@ -18,7 +18,7 @@ use kafka_protocol::messages::{
     DescribeUserScramCredentialsResponse, ResponseKind,
 };
 use kafka_protocol::protocol::StrBytes;
-use protocol::acl::{Operation, ResourceType, CLUSTER_NAME};
+use protocol::acl::{Operation, ResourceType, CLUSTER_NAME, REQUEST_ITEMS_MAX};
 use protocol::kafka::KafkaAnswer;
 use protocol::sasl::{ScramCredential, ScramMechanism};
 use protocol::{ErrorCode, Request, Response, ScramCredentialsRequest, Status, UserCredential};
@@ -59,11 +59,15 @@ impl KafkaConn {
             Some(users) if !users.is_empty() => users.iter().map(|u| u.name.to_string()).collect(),
             _ => by_user.keys().cloned().collect(),
         };
+        let mut times: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for n in &asked {
+            *times.entry(n.as_str()).or_default() += 1;
+        }
         let results = asked
             .iter()
             .map(|name| {
                 let out = DescribeUserScramCredentialsResult::default().with_user(s(name.clone()));
-                if asked.iter().filter(|n| *n == name).count() > 1 {
+                if times[name.as_str()] > 1 {
                     return out.with_error_code(ErrorCode::DuplicateResource.code()).with_error_message(Some(s(
                         "Cannot describe SCRAM credentials for the same user twice in a single request",
                     )));
@@ -96,20 +100,28 @@ impl KafkaConn {
                 out.with_error_message(Some(s(status.message.clone())))
             }
         };
-        let mut names: Vec<String> = Vec::new();
-        for n in r.upsertions.iter().map(|u| &u.name).chain(r.deletions.iter().map(|d| &d.name)) {
-            if !names.iter().any(|x| x == n.as_str()) {
-                names.push(n.to_string());
-            }
-        }
+        // Authorization first: nothing of the request is looked at for a caller who may not.
         let caller = self.caller();
-        if !caller.may_cluster(Operation::Alter) {
-            let status = caller.refusal(
-                ErrorCode::ClusterAuthorizationFailed,
-                Operation::Alter,
-                ResourceType::Cluster,
-                CLUSTER_NAME,
-            );
+        let refusal = (!caller.may_cluster(Operation::Alter)).then(|| {
+            caller.refusal(ErrorCode::ClusterAuthorizationFailed, Operation::Alter, ResourceType::Cluster, CLUSTER_NAME)
+        });
+        let items = r.upsertions.len() + r.deletions.len();
+        let too_many = (items > REQUEST_ITEMS_MAX).then(|| {
+            Status::new(
+                ErrorCode::InvalidRequest,
+                format!("{items} credential changes in one request; at most {REQUEST_ITEMS_MAX}: send several"),
+            )
+        });
+        let mut seen = std::collections::HashSet::new();
+        let names: Vec<String> = r
+            .upsertions
+            .iter()
+            .map(|u| &u.name)
+            .chain(r.deletions.iter().map(|d| &d.name))
+            .filter(|n| seen.insert(n.as_str()))
+            .map(|n| n.to_string())
+            .collect();
+        if let Some(status) = refusal.or(too_many) {
             return reply(names.iter().map(|n| result(n, &status)).collect());
         }
         // A mechanism Kafka does not know is refused here, for that user.
@@ -148,9 +160,7 @@ impl KafkaConn {
         } else {
             match self.relay(Request::ScramCredentials(req)).await {
                 Response::ScramCredentials(a) if a.status.is_ok() => {
-                    if a.credentials.version != self.shared.credentials.version() {
-                        self.shared.credentials.replace(a.credentials);
-                    }
+                    self.shared.credentials.replace_if_newer(a.credentials);
                     a.results.into_iter().collect()
                 }
                 other => {

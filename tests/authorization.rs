@@ -136,3 +136,52 @@ async fn without_the_authorizer_a_forged_bump_fences_its_victim() {
     assert!(err.to_string().contains("INVALID_PRODUCER_EPOCH") || err.is_fenced(), "alice was not fenced: {err}");
     c.shutdown().await;
 }
+
+/// Metadata under the authorizer: a named topic the principal may not describe is answered
+/// TOPIC_AUTHORIZATION_FAILED and an all-topics answer leaves it out; auto-creation creates the
+/// names the principal may create, and answers TOPIC_AUTHORIZATION_FAILED for a missing one it
+/// may describe but not create, in the same request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_hides_and_creates_by_the_acls() {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let c = cluster(true).await;
+    c.create_topic("secret", 1).await.unwrap();
+    let mut create = vec![allow("User:alice", ResourceType::Topic, "missing", Operation::Write)];
+    create.push(AclBinding {
+        pattern: PatternType::Prefixed,
+        // ALL: describing it too (CREATE alone does not let a principal see a topic).
+        ..allow("User:alice", ResourceType::Topic, "alice-", Operation::All)
+    });
+    let r = c.admin().acls(protocol::AclsRequest { create, delete: Vec::new() }).await.unwrap();
+    assert!(r.created.iter().all(|s| s.is_ok()));
+    let conn =
+        producer::kafka::KafkaConnection::connect(&c.kafka_addrs[0], None, Duration::from_secs(10)).await.unwrap();
+    conn.authenticate(login("alice").sasl.as_ref().unwrap(), Duration::from_secs(10)).await.unwrap();
+    let topic =
+        |n: &'static str| MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_static_str(n))));
+    let named = MetadataRequest::default()
+        .with_topics(Some(vec![topic("secret"), topic("missing"), topic("alice-new")]))
+        .with_allow_auto_topic_creation(true);
+    // The brokers hear of the ACLs within a heartbeat.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let codes = loop {
+        let r = conn.call(&named, 12).await.unwrap();
+        let codes: Vec<(String, i16)> =
+            r.topics.iter().map(|t| (t.name.as_ref().unwrap().to_string(), t.error_code)).collect();
+        if codes.iter().any(|(n, code)| n == "alice-new" && *code != 29) || Instant::now() > deadline {
+            break codes;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let code = |name: &str| codes.iter().find(|(n, _)| n == name).map(|(_, c)| *c);
+    assert_eq!(code("secret"), Some(29), "{codes:?}");
+    assert_eq!(code("missing"), Some(29), "may describe, may not create: {codes:?}");
+    assert!(matches!(code("alice-new"), Some(0) | Some(5)), "created (LEADER_NOT_AVAILABLE at first): {codes:?}");
+    let all = conn.call(&MetadataRequest::default().with_topics(None), 12).await.unwrap();
+    let listed: Vec<String> = all.topics.iter().map(|t| t.name.as_ref().unwrap().to_string()).collect();
+    assert!(listed.contains(&"alice-new".to_string()) && !listed.contains(&"secret".to_string()), "{listed:?}");
+    assert!(!listed.contains(&"missing".to_string()), "missing was not created: {listed:?}");
+    c.shutdown().await;
+}

@@ -40,17 +40,26 @@ impl KafkaConn {
             Some(list) => (list.iter().filter_map(|t| t.name.as_ref().map(|n| n.to_string())).collect(), false),
         };
         // Before v4 there is no such flag, and Kafka creates.
-        let mut allow_auto_create = version < 4 || r.allow_auto_topic_creation;
+        let allow_auto_create = version < 4 || r.allow_auto_topic_creation;
         // The authorizer hides the topics the caller may not describe: a named one is answered
         // TOPIC_AUTHORIZATION_FAILED (whether or not it exists), an all-topics answer leaves it
         // out; creating a topic on the way needs CREATE on the cluster or the topic.
         let caller = self.caller();
+        // Named topics the caller may describe but not create: asked without auto-creation,
+        // and answered TOPIC_AUTHORIZATION_FAILED if they do not exist (the others are created
+        // as asked).
+        let mut uncreatable: HashSet<String> = HashSet::new();
         let (names, denied, none) = if caller.enabled() {
             let (allowed, denied): (Vec<String>, Vec<String>) =
                 names.into_iter().partition(|n| caller.may(Operation::Describe, ResourceType::Topic, n));
             let none = none || (allowed.is_empty() && !denied.is_empty());
-            allow_auto_create &= caller.may_quietly(Operation::Create, ResourceType::Cluster, CLUSTER_NAME)
-                || allowed.iter().all(|n| caller.may_quietly(Operation::Create, ResourceType::Topic, n));
+            if allow_auto_create && !caller.may_quietly(Operation::Create, ResourceType::Cluster, CLUSTER_NAME) {
+                uncreatable = allowed
+                    .iter()
+                    .filter(|n| !caller.may_quietly(Operation::Create, ResourceType::Topic, n))
+                    .cloned()
+                    .collect();
+            }
             (allowed, denied, none)
         } else {
             (names, Vec::new(), none)
@@ -62,9 +71,16 @@ impl KafkaConn {
                     .with_error_code(ErrorCode::TopicAuthorizationFailed.code())
             })
         };
+        let creatable: Vec<String> = names.iter().filter(|n| !uncreatable.contains(*n)).cloned().collect();
+        let (first, second) = match (creatable.is_empty(), uncreatable.is_empty()) {
+            // Only uncreatable names: one request, without auto-creation.
+            (true, false) => (names.clone(), None),
+            (false, false) => (creatable, Some(uncreatable.iter().cloned().collect::<Vec<_>>())),
+            _ => (names.clone(), None),
+        };
         let req = Request::Metadata(protocol::MetadataRequest {
-            topics: if none { Vec::new() } else { names.clone() },
-            allow_auto_create: allow_auto_create && !none,
+            topics: if none { Vec::new() } else { first },
+            allow_auto_create: allow_auto_create && !none && !names.iter().all(|n| uncreatable.contains(n)),
         });
         let own_id = self.shared.config.id;
         let mut resp = MetadataResponse::default();
@@ -82,24 +98,32 @@ impl KafkaConn {
                 })
                 .collect()
         };
-        let own = match self.relay(req).await {
-            Response::Metadata(m) if m.status.is_ok() => m,
-            other => {
-                // The coordinator is out of reach: this broker, and every topic asked as not
-                // available yet (retriable).
-                tracing::info!(status = %other.status(), "Kafka Metadata: the coordinator did not answer");
-                let topics = names
-                    .into_iter()
-                    .map(|n| {
-                        MetadataResponseTopic::default()
-                            .with_name(Some(StrBytes::from_string(n).into()))
-                            .with_error_code(ErrorCode::LeaderNotAvailable.code())
-                    })
-                    .chain(denied_topics())
-                    .collect();
-                return KafkaAnswer::Reply(ResponseKind::Metadata(resp.with_brokers(listed(&[])).with_topics(topics)));
-            }
+        // The coordinator is out of reach: this broker, and every topic asked as not available
+        // yet (retriable).
+        let unavailable = |status: &Status, resp: MetadataResponse| {
+            tracing::info!(%status, "Kafka Metadata: the coordinator did not answer");
+            let topics = names
+                .iter()
+                .map(|n| {
+                    MetadataResponseTopic::default()
+                        .with_name(Some(StrBytes::from_string(n.clone()).into()))
+                        .with_error_code(ErrorCode::LeaderNotAvailable.code())
+                })
+                .chain(denied_topics())
+                .collect();
+            KafkaAnswer::Reply(ResponseKind::Metadata(resp.with_brokers(listed(&[])).with_topics(topics)))
         };
+        let mut own = match self.relay(req).await {
+            Response::Metadata(m) if m.status.is_ok() => m,
+            other => return unavailable(other.status(), resp),
+        };
+        if let Some(rest) = second {
+            let req = Request::Metadata(protocol::MetadataRequest { topics: rest, allow_auto_create: false });
+            match self.relay(req).await {
+                Response::Metadata(m) if m.status.is_ok() => own.topics.extend(m.topics),
+                other => return unavailable(other.status(), resp),
+            }
+        }
         // This broker is listed whatever the coordinator knows, so it is not offline either.
         let alive: HashSet<i32> =
             own.brokers.iter().filter(|b| b.alive).map(|b| b.id).chain(std::iter::once(own_id)).collect();
@@ -111,6 +135,12 @@ impl KafkaConn {
                 .into_iter()
                 .filter(|t| !caller.enabled() || caller.may_quietly(Operation::Describe, ResourceType::Topic, &t.name))
                 .map(|t| {
+                    if t.status.code == ErrorCode::UnknownTopicOrPartition && uncreatable.contains(&t.name) {
+                        // Not there, and the caller may not create it.
+                        return MetadataResponseTopic::default()
+                            .with_name(Some(StrBytes::from_string(t.name).into()))
+                            .with_error_code(ErrorCode::TopicAuthorizationFailed.code());
+                    }
                     let name = Some(StrBytes::from_string(t.name).into());
                     if t.created {
                         // As Kafka answers an auto-created topic: not available until it leads.

@@ -4,7 +4,7 @@
 //! only the answer knows.
 //!
 //! These use the target `epochfence::decisions`: the rare ones (elections, ISR changes, brokers
-//! registered, topics, idle ids fenced) at info, the ones as frequent as transactions
+//! registered, topics, ACL changes, idle ids fenced) at info, the ones as frequent as transactions
 //! (transaction ends, group generations) at debug, so a busy coordinator's stderr stays quiet
 //! (`RUST_LOG=epochfence::decisions=debug` shows them); the events file takes them all.
 
@@ -101,6 +101,16 @@ pub fn record(entries: &[Entry]) {
             }
             Entry::TopicDeleted { name, .. } => {
                 tracing::info!(target: "epochfence::decisions", topic = name.as_str(), "topic deleted");
+            }
+            Entry::Acls { created, deleted } => {
+                let list =
+                    |v: &[protocol::acl::AclBinding]| v.iter().map(|b| b.to_string()).collect::<Vec<_>>().join("; ");
+                tracing::info!(
+                    target: "epochfence::decisions",
+                    created = list(created),
+                    deleted = list(deleted),
+                    "acls changed"
+                );
             }
             Entry::GroupGeneration(g) => {
                 for m in &g.members {

@@ -866,8 +866,8 @@ async fn acls(shared: &Arc<Shared>, r: protocol::AclsRequest) -> protocol::AclsR
     let (rx, created, deleted, authorization) = {
         let mut st = shared.lock();
         let (entry, created, deleted) = st.cluster.acls.decide(&r);
+        // Told as the `acls changed` decision when queued (`crate::events`).
         if let Some(e) = &entry {
-            tracing::info!(entry = ?e, "ACLs changed");
             st.cluster.apply(e);
         }
         let rx = shared.persist(entry.as_slice());

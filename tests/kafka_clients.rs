@@ -31,34 +31,23 @@ fn unmodified_kafka_clients_are_served_and_fenced_as_kafka_fences_them() {
         .unwrap_or_else(|e| panic!("run {python} -m pytest: {e}"));
     assert!(status.success(), "the real-client suite failed (its output above names the test and the client)");
     // The README's example with an unmodified client: fenced, and (against --no-fencing) not.
-    let example = Command::new(&python)
-        .arg("examples/kafka_zombie.py")
-        .env("EPOCHFENCE_BIN", &bin_dir)
-        .current_dir(root)
-        .output()
-        .unwrap_or_else(|e| panic!("run examples/kafka_zombie.py: {e}"));
-    let out = String::from_utf8_lossy(&example.stdout);
-    assert!(
-        example.status.success(),
-        "examples/kafka_zombie.py failed:\n{out}\n{}",
-        String::from_utf8_lossy(&example.stderr)
-    );
+    let example = |script: &str| -> String {
+        let run = Command::new(&python)
+            .arg(script)
+            .env("EPOCHFENCE_BIN", &bin_dir)
+            .current_dir(root)
+            .output()
+            .unwrap_or_else(|e| panic!("run {script}: {e}"));
+        let out = String::from_utf8_lossy(&run.stdout).into_owned();
+        assert!(run.status.success(), "{script} failed:\n{out}\n{}", String::from_utf8_lossy(&run.stderr));
+        out
+    };
+    let out = example("examples/kafka_zombie.py");
     assert!(out.contains("read_committed view: ['B: debit 100']"), "{out}");
     assert!(out.contains("its late write 'A: debit 100 again' was ACKNOWLEDGED"), "the negative case: {out}");
     // The README's read-process-write example: a frozen worker fenced by its group's
     // generation, and (against --no-generation-fencing) its batch doubled.
-    let example = Command::new(&python)
-        .arg("examples/kafka_workers.py")
-        .env("EPOCHFENCE_BIN", &bin_dir)
-        .current_dir(root)
-        .output()
-        .unwrap_or_else(|e| panic!("run examples/kafka_workers.py: {e}"));
-    let out = String::from_utf8_lossy(&example.stdout);
-    assert!(
-        example.status.success(),
-        "examples/kafka_workers.py failed:\n{out}\n{}",
-        String::from_utf8_lossy(&example.stderr)
-    );
+    let out = example("examples/kafka_workers.py");
     assert!(out.contains("ZOMBIE REFUSED") && out.contains("40 records for 40 inputs; duplicated inputs: []"), "{out}");
     assert!(
         out.contains("ZOMBIE COMMITTED") && out.contains("the zombie's batch committed a second time: True"),
@@ -66,18 +55,7 @@ fn unmodified_kafka_clients_are_served_and_fenced_as_kafka_fences_them() {
     );
     // The README's authorization example: mallory cannot fence alice under the authorizer (nor
     // write under her producer id), and (without it) does.
-    let example = Command::new(&python)
-        .arg("examples/who_may_fence.py")
-        .env("EPOCHFENCE_BIN", &bin_dir)
-        .current_dir(root)
-        .output()
-        .unwrap_or_else(|e| panic!("run examples/who_may_fence.py: {e}"));
-    let out = String::from_utf8_lossy(&example.stdout);
-    assert!(
-        example.status.success(),
-        "examples/who_may_fence.py failed:\n{out}\n{}",
-        String::from_utf8_lossy(&example.stderr)
-    );
+    let out = example("examples/who_may_fence.py");
     assert!(out.contains("forged write refused: TRANSACTIONAL_ID_AUTHORIZATION_FAILED"), "{out}");
     assert!(out.contains("without it: mallory fenced alice: True"), "the negative case: {out}");
 }

@@ -16,7 +16,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use protocol::acl::{
-    AclBinding, AclFilter, Operation, PatternFilter, PatternType, Permission, ResourceType, CLUSTER_NAME, FILTER_ANY,
+    AclBinding, AclFilter, Operation, PatternFilter, PatternType, Permission, ResourceType, FILTER_ANY,
     REQUEST_ITEMS_MAX,
 };
 use protocol::kafka::KafkaAnswer;
@@ -104,9 +104,7 @@ impl KafkaConn {
                 "no authorizer is configured: start the coordinator with --authorizer (and --cluster-secret-file)",
             ));
         }
-        (!caller.may_cluster(operation)).then(|| {
-            caller.refusal(ErrorCode::ClusterAuthorizationFailed, operation, ResourceType::Cluster, CLUSTER_NAME)
-        })
+        caller.cluster_refusal(operation)
     }
 
     /// Relay ACL changes to the coordinator; its answer's authorization is taken at once.

@@ -333,14 +333,7 @@ impl KafkaConn {
             .with_cluster_id(StrBytes::from_static_str(CLUSTER_ID))
             .with_controller_id(self.shared.config.id.into());
         // DESCRIBE on the cluster.
-        let caller = self.caller();
-        if !caller.may_cluster(Operation::Describe) {
-            let status = caller.refusal(
-                ErrorCode::ClusterAuthorizationFailed,
-                Operation::Describe,
-                ResourceType::Cluster,
-                protocol::acl::CLUSTER_NAME,
-            );
+        if let Some(status) = self.caller().cluster_refusal(Operation::Describe) {
             let resp = resp.with_error_code(status.code.code()).with_error_message(Some(s(status.message)));
             return KafkaAnswer::Reply(ResponseKind::DescribeCluster(resp));
         }

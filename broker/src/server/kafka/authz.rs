@@ -59,12 +59,12 @@ pub(crate) fn newer_version(held: i64, got: i64) -> bool {
 /// ACLs of the moment it arrived.
 pub(super) struct Caller {
     authorizer: Arc<Authorizer>,
-    principal: String,
-    host: String,
+    principal: Arc<str>,
+    host: Arc<str>,
 }
 
 impl Caller {
-    pub(super) fn new(authorizer: Arc<Authorizer>, principal: String, host: String) -> Caller {
+    pub(super) fn new(authorizer: Arc<Authorizer>, principal: Arc<str>, host: Arc<str>) -> Caller {
         Caller { authorizer, principal, host }
     }
 
@@ -164,6 +164,29 @@ impl Caller {
             "kafka request under another's producer id refused"
         );
         Some(refused)
+    }
+
+    /// CLUSTER_AUTHORIZATION_FAILED, unless the caller may `operation` the cluster.
+    pub(super) fn cluster_refusal(&self, operation: Operation) -> Option<Status> {
+        (!self.may_cluster(operation)).then(|| {
+            self.refusal(ErrorCode::ClusterAuthorizationFailed, operation, ResourceType::Cluster, CLUSTER_NAME)
+        })
+    }
+
+    /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED, unless the caller may WRITE transactional id `tid`
+    /// and `producer_id` is that id's ([`Caller::producer_id_refusal`]): what every request of a
+    /// transaction needs.
+    pub(super) fn transactional_refusal(
+        &self,
+        binder: Option<&ProducerIdBinder>,
+        tid: &str,
+        producer_id: i64,
+    ) -> Option<Status> {
+        if !self.may(Operation::Write, ResourceType::TransactionalId, tid) {
+            let code = ErrorCode::TransactionalIdAuthorizationFailed;
+            return Some(self.refusal(code, Operation::Write, ResourceType::TransactionalId, tid));
+        }
+        self.producer_id_refusal(binder, Some(tid), producer_id)
     }
 
     /// The refusal of `operation` on a resource, with what to do about it.

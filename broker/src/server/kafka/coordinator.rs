@@ -338,8 +338,7 @@ impl KafkaConn {
         let caller = self.caller();
         if caller.enabled() {
             let tid = r.v3_and_below_transactional_id.0.as_str();
-            let tid_ok = caller.may(Operation::Write, ResourceType::TransactionalId, tid)
-                && caller.producer_id_refusal(self.shared.pid_binder.as_ref(), Some(tid), producer_id).is_none();
+            let tid_ok = caller.transactional_refusal(self.shared.pid_binder.as_ref(), tid, producer_id).is_none();
             let denied: HashSet<String> = asked
                 .iter()
                 .map(|(n, _)| n.to_string())
@@ -462,10 +461,7 @@ impl KafkaConn {
     pub(super) async fn end_txn(self: &Arc<Self>, r: EndTxnRequest, version: i16) -> KafkaAnswer {
         let bump_epoch = version >= 5;
         let caller = self.caller();
-        if !caller.may(Operation::Write, ResourceType::TransactionalId, &r.transactional_id)
-            || caller
-                .producer_id_refusal(self.shared.pid_binder.as_ref(), Some(&r.transactional_id), r.producer_id.0)
-                .is_some()
+        if caller.transactional_refusal(self.shared.pid_binder.as_ref(), &r.transactional_id, r.producer_id.0).is_some()
         {
             let code = kafka_code(ErrorCode::TransactionalIdAuthorizationFailed, ApiKey::EndTxn, version);
             return KafkaAnswer::Reply(ResponseKind::EndTxn(EndTxnResponse::default().with_error_code(code)));

@@ -354,16 +354,9 @@ impl KafkaConn {
         // WRITE on the transactional id, READ on the group (each the whole request's answer),
         // READ on each topic.
         let caller = self.caller();
-        let tid = r.transactional_id.as_str();
-        let whole = if !caller.may(Operation::Write, ResourceType::TransactionalId, tid) {
-            let code = ErrorCode::TransactionalIdAuthorizationFailed;
-            Some(caller.refusal(code, Operation::Write, ResourceType::TransactionalId, tid))
-        } else if let Some(s) = caller.producer_id_refusal(self.shared.pid_binder.as_ref(), Some(tid), r.producer_id.0)
-        {
-            Some(s)
-        } else {
-            group_refusal(&caller, Operation::Read, &r.group_id)
-        };
+        let whole = caller
+            .transactional_refusal(self.shared.pid_binder.as_ref(), &r.transactional_id, r.producer_id.0)
+            .or_else(|| group_refusal(&caller, Operation::Read, &r.group_id));
         if let Some(status) = whole {
             return answer(refused_codes(&offsets, &status, ApiKey::TxnOffsetCommit, version));
         }
@@ -589,16 +582,9 @@ impl KafkaConn {
         });
         // WRITE on the transactional id, then READ on the group.
         let caller = self.caller();
-        let tid = r.transactional_id.as_str();
-        let refused = if !caller.may(Operation::Write, ResourceType::TransactionalId, tid) {
-            let code = ErrorCode::TransactionalIdAuthorizationFailed;
-            Some(caller.refusal(code, Operation::Write, ResourceType::TransactionalId, tid))
-        } else if let Some(s) = caller.producer_id_refusal(self.shared.pid_binder.as_ref(), Some(tid), r.producer_id.0)
-        {
-            Some(s)
-        } else {
-            group_refusal(&caller, Operation::Read, &r.group_id)
-        };
+        let refused = caller
+            .transactional_refusal(self.shared.pid_binder.as_ref(), &r.transactional_id, r.producer_id.0)
+            .or_else(|| group_refusal(&caller, Operation::Read, &r.group_id));
         let status = match refused {
             Some(status) => status,
             None => status_of(&self.relay(req).await),

@@ -216,6 +216,9 @@ struct KafkaConn {
     peer: std::net::SocketAddr,
     /// Where the connection is in its SASL authentication; only held inside a handler call.
     sasl: Arc<Mutex<sasl::SaslState>>,
+    /// The caller's principal and address as the authorizer names them, made once the
+    /// connection's principal is settled (logged in, or no SASL), not on every request.
+    identity: std::sync::OnceLock<(Arc<str>, Arc<str>)>,
 }
 
 /// A Kafka connection's relay to the coordinator. Each Kafka connection has its own, so its
@@ -290,6 +293,7 @@ pub(super) fn handlers(shared: &Arc<Shared>) -> Handlers<KafkaWire> {
             relay: Mutex::new(Relay::default()),
             peer,
             sasl: Arc::new(Mutex::new(sasl::SaslState::new(shared.kafka_sasl()))),
+            identity: std::sync::OnceLock::new(),
         });
         let for_group = conn.clone();
         let handler: Handler<KafkaWire> = Arc::new(move |req| conn.start(req));
@@ -516,12 +520,19 @@ impl KafkaConn {
     /// The caller of the request at hand, with the ACLs of now (see [`authz::Caller`]).
     fn caller(&self) -> authz::Caller {
         let authorizer = self.shared.authorization.current();
-        let (principal, host) = if authorizer.enabled() {
-            // An IPv4 client of a dual-stack listener as Kafka names it (10.0.0.5, not
-            // ::ffff:10.0.0.5), so host ACLs match.
-            (format!("User:{}", self.user()), self.peer.ip().to_canonical().to_string())
-        } else {
-            (String::new(), String::new())
+        // An IPv4 client of a dual-stack listener as Kafka names it (10.0.0.5, not
+        // ::ffff:10.0.0.5), so host ACLs match.
+        let made = || -> (Arc<str>, Arc<str>) {
+            (format!("User:{}", self.user()).into(), self.peer.ip().to_canonical().to_string().into())
+        };
+        let (principal, host) = match self.identity.get() {
+            Some(identity) => identity.clone(),
+            None if self.shared.kafka_sasl().is_none()
+                || self.sasl.lock().unwrap_or_else(|p| p.into_inner()).open() =>
+            {
+                self.identity.get_or_init(made).clone()
+            }
+            None => made(),
         };
         authz::Caller::new(authorizer, principal, host)
     }

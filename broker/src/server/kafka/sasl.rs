@@ -141,7 +141,7 @@ impl CredentialCache {
     }
 
     /// Hold `credentials` from now on.
-    pub(crate) fn replace(&self, credentials: Credentials) {
+    fn replace(&self, credentials: Credentials) {
         tracing::info!(
             users = credentials.users.len(),
             version = credentials.version,

@@ -18,7 +18,7 @@ use kafka_protocol::messages::{
     DescribeUserScramCredentialsResponse, ResponseKind,
 };
 use kafka_protocol::protocol::StrBytes;
-use protocol::acl::{Operation, ResourceType, CLUSTER_NAME, REQUEST_ITEMS_MAX};
+use protocol::acl::{Operation, REQUEST_ITEMS_MAX};
 use protocol::kafka::KafkaAnswer;
 use protocol::sasl::{ScramCredential, ScramMechanism};
 use protocol::{ErrorCode, Request, Response, ScramCredentialsRequest, Status, UserCredential};
@@ -32,14 +32,7 @@ fn s(v: impl Into<String>) -> StrBytes {
 impl KafkaConn {
     pub(super) fn describe_user_scram_credentials(&self, r: DescribeUserScramCredentialsRequest) -> KafkaAnswer {
         let reply = |resp| KafkaAnswer::Reply(ResponseKind::DescribeUserScramCredentials(resp));
-        let caller = self.caller();
-        if !caller.may_cluster(Operation::Describe) {
-            let status = caller.refusal(
-                ErrorCode::ClusterAuthorizationFailed,
-                Operation::Describe,
-                ResourceType::Cluster,
-                CLUSTER_NAME,
-            );
+        if let Some(status) = self.caller().cluster_refusal(Operation::Describe) {
             return reply(
                 DescribeUserScramCredentialsResponse::default()
                     .with_error_code(status.code.code())
@@ -101,10 +94,7 @@ impl KafkaConn {
             }
         };
         // Authorization first: nothing of the request is looked at for a caller who may not.
-        let caller = self.caller();
-        let refusal = (!caller.may_cluster(Operation::Alter)).then(|| {
-            caller.refusal(ErrorCode::ClusterAuthorizationFailed, Operation::Alter, ResourceType::Cluster, CLUSTER_NAME)
-        });
+        let refusal = self.caller().cluster_refusal(Operation::Alter);
         let items = r.upsertions.len() + r.deletions.len();
         let too_many = (items > REQUEST_ITEMS_MAX).then(|| {
             Status::new(

@@ -80,6 +80,9 @@ pub struct LocalOptions {
     /// (SASL_PLAINTEXT, or SASL_SSL with `tls`; PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512)
     /// against these users' credentials, which the coordinator hands the brokers.
     pub sasl_users: Vec<(String, String)>,
+    /// How long a Kafka login lasts before the client must log in again, in ms (the brokers'
+    /// `--connections-max-reauth-ms`, KIP-368; 0: the connection's life).
+    pub connections_max_reauth_ms: u64,
     /// Run the coordinator with `--authorizer` (needs `secured`): Kafka ACLs decide every Kafka
     /// request, and producer ids are bound to their owners.
     pub authorizer: Option<coordinator::acls::AuthorizerConfig>,
@@ -106,6 +109,7 @@ impl Default for LocalOptions {
             marker_timeout_ms: CoordinatorConfig::new("").marker_timeout_ms,
             transaction_version: coordinator::cluster::TRANSACTION_VERSION_DEFAULT,
             sasl_users: Vec::new(),
+            connections_max_reauth_ms: 0,
             authorizer: None,
         }
     }
@@ -203,6 +207,7 @@ impl LocalCluster {
                     broker::server::SecurityProtocol::SaslPlaintext
                 });
                 config.kafka_sasl.mechanisms = protocol::sasl::Mechanism::ALL.to_vec();
+                config.kafka_sasl.max_reauth_ms = opts.connections_max_reauth_ms;
             }
             if let Some(storage) = &opts.storage {
                 config.storage = storage.clone();

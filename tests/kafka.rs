@@ -457,6 +457,84 @@ async fn sasl_logins_gate_every_request_of_the_kafka_listener() {
     c.shutdown().await;
 }
 
+/// KIP-368 with `connections_max_reauth_ms`: a login's last answer carries the session
+/// lifetime (DescribeConfigs shows it); a connection logs in again in place as the same user,
+/// and as another user fails and is done; past the lifetime without a new login the next
+/// request closes the connection; each outcome is counted in
+/// `epochfence_broker_kafka_logins_total`. The project's own Kafka client's transaction spanning
+/// several lifetimes commits.
+#[tokio::test]
+async fn kafka_logins_last_connections_max_reauth_ms() {
+    use producer::SaslLogin;
+    use protocol::sasl::{Mechanism, ScramMechanism};
+    const LIFETIME_MS: u64 = 400;
+    let users = vec![("alice".to_string(), "alice-pw".to_string()), ("bob".to_string(), "bob-pw".to_string())];
+    let c = LocalCluster::start(LocalOptions {
+        kafka: true,
+        sasl_users: users,
+        connections_max_reauth_ms: LIFETIME_MS,
+        ..LocalOptions::default()
+    })
+    .await
+    .unwrap();
+    c.create_topic("t", 1).await.unwrap();
+    let addr = c.kafka_addrs[0].clone();
+    let login =
+        |m: Mechanism, user: &str| SaslLogin { mechanism: m, user: user.to_string(), password: format!("{user}-pw") };
+    let scram = Mechanism::Scram(ScramMechanism::Sha512);
+    let metadata = MetadataRequest::default().with_topics(None);
+
+    let conn = KafkaConnection::connect(&addr, None, T).await.unwrap();
+    conn.authenticate(&login(scram, "alice"), T).await.unwrap();
+    let describe = DescribeConfigsRequest::default().with_resources(vec![
+        describe_configs_request::DescribeConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(StrBytes::from_static_str("1"))
+            .with_configuration_keys(Some(vec![StrBytes::from_static_str("connections.max.reauth.ms")])),
+    ]);
+    let r = conn.call(&describe, 4).await.unwrap();
+    assert_eq!(r.results[0].configs[0].value.as_deref(), Some("400"));
+    // Logging in again in place, as the same user: served, and the connection goes on.
+    conn.authenticate(&login(scram, "alice"), T).await.unwrap();
+    conn.call(&metadata, 12).await.unwrap();
+    // Another mechanism, or another user: refused, and the connection is done.
+    let err = conn.authenticate(&login(Mechanism::Plain, "alice"), T).await.unwrap_err();
+    assert!(err.to_string().contains("SASL_AUTHENTICATION_FAILED"), "{err}");
+    assert!(conn.call(&metadata, 12).await.is_err());
+    let conn = KafkaConnection::connect(&addr, None, T).await.unwrap();
+    conn.authenticate(&login(scram, "alice"), T).await.unwrap();
+    let err = conn.authenticate(&login(scram, "bob"), T).await.unwrap_err();
+    assert!(err.to_string().contains("SASL_AUTHENTICATION_FAILED"), "{err}");
+    assert!(conn.call(&metadata, 12).await.is_err(), "a re-authentication as another user ends the connection");
+
+    // Past the session's end, the next request closes the connection. (What is tested is the
+    // clock: the sleep can only be longer on a busy machine, never too short.)
+    let conn = KafkaConnection::connect(&addr, None, T).await.unwrap();
+    conn.authenticate(&login(scram, "alice"), T).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(LIFETIME_MS + 50)).await;
+    let err = conn.call(&metadata, 12).await.unwrap_err();
+    assert!(matches!(err, KafkaError::Closed { .. }), "{err}");
+    let metrics = &c.switches[0].stats.metrics;
+    use broker::metrics::LoginOutcome;
+    assert_eq!(metrics.login_count(LoginOutcome::Reauthenticated), 1);
+    assert_eq!(metrics.login_count(LoginOutcome::Failed), 2);
+    assert_eq!(metrics.login_count(LoginOutcome::SessionEnded), 1);
+    assert!(metrics.encode().contains("epochfence_broker_kafka_logins_total{outcome=\"session_ended\"} 1"));
+
+    // The project's transactional producer across three lifetimes (it moves to a new
+    // connection at 85% of a session, and retries a call whose connection closed).
+    let mut config = ProducerConfig::transactional("reauth-txn");
+    config.client.sasl = Some(login(Mechanism::Plain, "alice"));
+    let mut p = KafkaProducer::init(&c.kafka_bootstrap(), config).await.unwrap();
+    p.begin().unwrap();
+    for _ in 0..3 {
+        p.send("t", 0, Bytes::from_static(b"across")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(LIFETIME_MS / 2)).await;
+    }
+    p.commit().await.unwrap();
+    c.shutdown().await;
+}
+
 /// Raw frames as a broken or hostile client would send them: Kafka closes the connection over
 /// an unknown key, an unsupported version, a body that does not decode and an oversized frame,
 /// answers ApiVersions of an unknown version with a version 0 body, and refuses a batch whose

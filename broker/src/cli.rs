@@ -50,6 +50,13 @@ pub struct Args {
     /// connection.failed.authentication.delay.ms): slows password guessing.
     #[arg(long, default_value_t = crate::server::KAFKA_FAILED_AUTHENTICATION_DELAY_MS_DEFAULT)]
     connection_failed_authentication_delay_ms: u64,
+    /// How long a Kafka client's SASL login lasts, in milliseconds (Kafka's
+    /// connections.max.reauth.ms, KIP-368): the client logs in again on the same connection
+    /// before then (librdkafka and kafka-python do), or its next request closes the connection.
+    /// A deleted user or changed password so ends open sessions within it. 0: a login lasts
+    /// the connection's life.
+    #[arg(long, default_value_t = 0)]
+    connections_max_reauth_ms: u64,
     /// Largest transaction timeout a Kafka client may ask for in InitProducerId, in
     /// milliseconds (Kafka's transaction.max.timeout.ms); above it the init is refused with
     /// INVALID_TRANSACTION_TIMEOUT. The coordinator's own maximum applies as well.
@@ -206,6 +213,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         mechanisms: crate::server::parse_mechanisms(&args.sasl_mechanisms)
             .map_err(|e| anyhow::anyhow!("--sasl-mechanisms: {e}"))?,
         failed_authentication_delay_ms: args.connection_failed_authentication_delay_ms,
+        max_reauth_ms: args.connections_max_reauth_ms,
     };
     config.heartbeat_ms = args.heartbeat_ms;
     config.fencing = !args.no_fencing;

@@ -54,6 +54,38 @@ impl Refusal {
     }
 }
 
+/// How a SASL login on the Kafka listener ended: the `outcome` label of
+/// `epochfence_broker_kafka_logins_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoginOutcome {
+    /// A connection's first login succeeded.
+    Authenticated,
+    /// A logged-in connection logged in again (KIP-368).
+    Reauthenticated,
+    /// A login or re-authentication failed (a wrong password, an unknown user, a malformed
+    /// message, another user or mechanism on re-authentication).
+    Failed,
+    /// A connection was closed because its session ended without a re-authentication.
+    SessionEnded,
+}
+
+impl LoginOutcome {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            LoginOutcome::Authenticated => "authenticated",
+            LoginOutcome::Reauthenticated => "reauthenticated",
+            LoginOutcome::Failed => "failed",
+            LoginOutcome::SessionEnded => "session_ended",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
@@ -83,6 +115,7 @@ pub struct PartitionReading {
 pub struct BrokerMetrics {
     registry: Registry,
     writes_refused: Family<ReasonLabels, Counter>,
+    kafka_logins: Family<OutcomeLabels, Counter>,
     /// Retried batches answered with their original offset, nothing written.
     pub duplicates_answered: Counter,
     /// Records appended as leader.
@@ -134,6 +167,7 @@ impl BrokerMetrics {
         let m = BrokerMetrics {
             registry: Registry::default(),
             writes_refused: Family::default(),
+            kafka_logins: Family::default(),
             duplicates_answered: Counter::default(),
             records_appended: Counter::default(),
             bytes_appended: Counter::default(),
@@ -156,6 +190,11 @@ impl BrokerMetrics {
             "writes_refused",
             "Writes refused, by reason: producer_epoch, leader_epoch, sequence, coordinator, not_leader, not_enough_replicas, storage",
             m.writes_refused.clone(),
+        );
+        registry.register(
+            "kafka_logins",
+            "SASL logins on the Kafka listener, by outcome: authenticated, reauthenticated, failed, session_ended",
+            m.kafka_logins.clone(),
         );
         registry.register(
             "duplicates_answered",
@@ -240,6 +279,16 @@ impl BrokerMetrics {
     /// Writes refused for `why` so far.
     pub fn refused_count(&self, why: Refusal) -> u64 {
         self.writes_refused.get_or_create(&ReasonLabels { reason: why.label() }).get()
+    }
+
+    /// Count a SASL login's outcome.
+    pub fn login(&self, outcome: LoginOutcome) {
+        self.kafka_logins.get_or_create(&OutcomeLabels { outcome: outcome.label() }).inc();
+    }
+
+    /// SASL logins with `outcome` so far.
+    pub fn login_count(&self, outcome: LoginOutcome) -> u64 {
+        self.kafka_logins.get_or_create(&OutcomeLabels { outcome: outcome.label() }).get()
     }
 
     /// Set the gauges from the hosted partitions, and count truncations since the last refresh.

@@ -22,10 +22,11 @@ MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 USERS = {"alice": "alice-secret", "bob": "b0b=with,odd chars"}
 
 
-def sasl_cluster(start_cluster, tmp_path, protocol="SASL_PLAINTEXT", brokers=1, tls=None, secret=True):
+def sasl_cluster(start_cluster, tmp_path, protocol="SASL_PLAINTEXT", brokers=1, tls=None, secret=True, reauth_ms=0):
     """A cluster whose Kafka listeners take USERS' logins. With `secret`, a cluster secret too (then
     only members read the credentials, and without the authorizer a Kafka client's CreateTopics is
-    refused: test_acls.py runs the authorizer)."""
+    refused: test_acls.py runs the authorizer). `reauth_ms`: the brokers'
+    --connections-max-reauth-ms (KIP-368)."""
     users = tmp_path / "users"
     users.write_text("".join(f"{u}={p}\n" for u, p in USERS.items()))
     secret_file = None
@@ -33,7 +34,8 @@ def sasl_cluster(start_cluster, tmp_path, protocol="SASL_PLAINTEXT", brokers=1, 
         secret_file = tmp_path / "secret"
         secret_file.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
         secret_file = str(secret_file)
-    broker_args = ["--kafka-security-protocol", protocol, "--sasl-mechanisms", ",".join(MECHANISMS)]
+    broker_args = ["--kafka-security-protocol", protocol, "--sasl-mechanisms", ",".join(MECHANISMS),
+                   "--connections-max-reauth-ms", str(reauth_ms)]
     if tls:
         broker_args += ["--tls-cert", tls["cert"], "--tls-key", tls["key"], "--tls-ca", tls["ca"]]
     coordinator_args = ["--scram-users-file", str(users)]
@@ -166,6 +168,62 @@ def failed_login(client, cluster, conf, caplog):
         finally:
             p.close(timeout=5)
     return "\n".join(r.getMessage() for r in caplog.records if "SaslAuthenticationFailed" in r.getMessage())
+
+
+def reauthentications(cluster):
+    log = open(cluster.brokers[1].process.stderr_path, encoding="utf-8", errors="replace").read()
+    return log.count("Kafka client re-authenticated")
+
+
+@pytest.mark.timeout(120)
+def test_a_transaction_goes_on_across_reauthentication_and_a_deleted_user_is_logged_out(
+        client, start_cluster, tmp_path):
+    """KIP-368: with connections.max.reauth.ms the clients log in again on their open connections
+    in the middle of a transaction, which commits; a user deleted meanwhile is logged out at its
+    session's end (without re-authentication a deleted user's open connections would go on)."""
+    reauth_ms = 2000
+    cluster = sasl_cluster(start_cluster, tmp_path, secret=False, reauth_ms=reauth_ms)
+    topic = "reauth"
+    cluster.create_topic(topic, partitions=1, replicas=1)
+    bootstrap = cluster.bootstrap()
+    for mechanism in ("SCRAM-SHA-512", "PLAIN"):
+        conf = client.security("SASL_PLAINTEXT", mechanism, "alice", USERS["alice"])
+        tx = client.transactional_producer(bootstrap, f"reauth-{mechanism}", **conf)
+        tx.init()
+        tx.begin()
+        for i in range(5):
+            tx.send(topic, 0, f"{mechanism}-before-{i}".encode())
+        tx.flush(30)
+        before = reauthentications(cluster)
+        # Both clients log in again at 85-95% of the session lifetime the login's answer gave.
+        wait_until(lambda: reauthentications(cluster) >= before + 1, 15, "a re-authentication on the broker",
+                   state=lambda: reauthentications(cluster))
+        for i in range(5):
+            tx.send(topic, 0, f"{mechanism}-after-{i}".encode())
+        tx.commit()
+        assert not tx.failed, tx.failed[:3]
+        read = client.read(bootstrap, topic, [0], "read_committed", **conf)
+        want = {f"{mechanism}-{when}-{i}".encode() for when in ("before", "after") for i in range(5)}
+        assert want <= set(read.values(0)), f"{mechanism}: {len(want - set(read.values(0)))} records missing"
+        tx.close()
+    if client.name != "confluent":
+        return  # the logout's error surface: librdkafka's error callback
+    # Bob logs in; his user is deleted; his open connections end within a session lifetime.
+    ck = client.ck
+    errors = []
+    conf = client.security("SASL_PLAINTEXT", "SCRAM-SHA-256", "bob", USERS["bob"])
+    p = ck.Producer({"bootstrap.servers": bootstrap, "error_cb": errors.append, **conf})
+    try:
+        p.produce(topic, b"bob-logged-in", partition=0)
+        assert p.flush(20) == 0, "bob's first record was not acknowledged"
+        cluster.admin("users", "delete", "bob")
+        wait_until(lambda: (p.poll(0.1), any(e.code() == ck.KafkaError._AUTHENTICATION for e in errors))[1],
+                   reauth_ms / 1000 + 15, "bob's re-authentication refused", state=lambda: errors)
+    finally:
+        p.purge()
+        p.flush(5)
+    log = open(cluster.brokers[1].process.stderr_path, encoding="utf-8", errors="replace").read()
+    assert "failed SASL authentication" in log
 
 
 @pytest.mark.timeout(90)

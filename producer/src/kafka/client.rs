@@ -69,9 +69,9 @@ impl KafkaClient {
         Duration::from_millis(self.config.request_timeout_ms)
     }
 
-    /// A connection to `addr` (reused while open).
+    /// A connection to `addr` (reused while open and its login's session is not near its end).
     pub async fn connection(&mut self, addr: &str) -> Result<KafkaConnection, KafkaError> {
-        if let Some(c) = self.connections.get(addr).filter(|c| !c.is_closed()) {
+        if let Some(c) = self.connections.get(addr).filter(|c| !c.is_closed() && !c.renewing()) {
             return Ok(c.clone());
         }
         let c = KafkaConnection::connect(addr, self.config.tls.as_ref(), self.timeout()).await?;
@@ -85,7 +85,7 @@ impl KafkaClient {
     /// A connection to any broker: a known one, else a bootstrap address (the first that
     /// answers).
     pub async fn any(&mut self) -> Result<KafkaConnection, KafkaError> {
-        if let Some(c) = self.connections.values().find(|c| !c.is_closed()) {
+        if let Some(c) = self.connections.values().find(|c| !c.is_closed() && !c.renewing()) {
             return Ok(c.clone());
         }
         let mut addrs: Vec<String> = self.brokers.values().cloned().collect();

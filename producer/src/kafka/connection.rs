@@ -39,6 +39,10 @@ pub struct KafkaConnection {
     versions: Arc<Vec<(i16, i16, i16)>>,
     /// The `transaction.version` the broker finalized (KIP-890; 0 if it names none).
     transaction_version: i16,
+    /// When to stop using the connection for new calls, if its login has a session lifetime
+    /// (KIP-368): at 85% of it, so a new connection, logged in afresh, takes over before the
+    /// broker would close this one.
+    renew_at: Arc<std::sync::OnceLock<std::time::Instant>>,
 }
 
 impl std::fmt::Debug for KafkaConnection {
@@ -79,6 +83,7 @@ impl KafkaConnection {
             next_id: Arc::new(AtomicI32::new(0)),
             versions: Arc::default(),
             transaction_version: 0,
+            renew_at: Arc::default(),
         };
         let asked = ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str(CLIENT_ID))
@@ -104,7 +109,9 @@ impl KafkaConnection {
 
     /// Log in with SASL (SaslHandshake v1, then SaslAuthenticate v1 rounds), as librdkafka
     /// does: PLAIN in one round, SCRAM in two, checking the server's signature (a server that
-    /// does not know the credential is refused). The connection is the user's from then on.
+    /// does not know the credential is refused). The connection is the user's from then on;
+    /// if the broker gives the login a session lifetime (KIP-368), this client does not log in
+    /// again on the connection but stops using it at 85% of the lifetime ([`Self::renewing`]).
     pub async fn authenticate(&self, login: &crate::client::SaslLogin, timeout: Duration) -> Result<(), KafkaError> {
         use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
         use protocol::sasl::{Mechanism, PlainLogin, ScramClient};
@@ -129,28 +136,37 @@ impl KafkaConnection {
             if answer.error_code != 0 {
                 return Err(refused("SaslAuthenticate", answer.error_code, answer.error_message.as_ref()));
             }
-            Ok(answer.auth_bytes)
+            Ok((answer.auth_bytes, answer.session_lifetime_ms))
         };
-        match login.mechanism {
-            Mechanism::Plain => {
-                round(PlainLogin::encode(&login.user, login.password.as_bytes())).await?;
-            }
+        let lifetime_ms = match login.mechanism {
+            Mechanism::Plain => round(PlainLogin::encode(&login.user, login.password.as_bytes())).await?.1,
             Mechanism::Scram(m) => {
                 let mut nonce = [0u8; 18];
                 getrandom::fill(&mut nonce).map_err(|e| refused("SCRAM nonce", -1, Some(&e.to_string().into())))?;
                 let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
                 let (mut client, first) = ScramClient::new(m, &login.user, login.password.as_bytes(), &nonce);
-                let server_first = round(first).await?;
+                let (server_first, _) = round(first).await?;
                 let last = client
                     .server_first(&server_first)
                     .map_err(|e| refused("SCRAM server-first message", -1, Some(&e.to_string().into())))?;
-                let server_final = round(last).await?;
+                let (server_final, lifetime_ms) = round(last).await?;
                 client
                     .server_final(&server_final)
                     .map_err(|e| refused("SCRAM server-final message", -1, Some(&e.to_string().into())))?;
+                lifetime_ms
             }
+        };
+        if lifetime_ms > 0 {
+            let renew = Duration::from_millis(lifetime_ms.unsigned_abs()).mul_f64(0.85);
+            let _ = self.renew_at.set(std::time::Instant::now() + renew);
         }
         Ok(())
+    }
+
+    /// Whether new calls should go on a new connection: this one's login is near its session's
+    /// end (KIP-368; see [`Self::authenticate`]).
+    pub fn renewing(&self) -> bool {
+        self.renew_at.get().is_some_and(|at| std::time::Instant::now() >= *at)
     }
 
     /// The address this connection goes to.

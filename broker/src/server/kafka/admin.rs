@@ -590,8 +590,13 @@ fn broker_configs(shared: &Shared) -> Vec<ConfigEntry> {
             true,
             TYPE_LIST,
         ),
-        // KIP-368 re-authentication is not served: 0, Kafka's default (off), so clients and
-        // librdkafka's own tests do not expect it.
-        ("connections.max.reauth.ms", "0".to_string(), SOURCE_DEFAULT, true, TYPE_LONG),
+        // KIP-368 re-authentication (0: off, Kafka's default; librdkafka's own tests read it).
+        (
+            "connections.max.reauth.ms",
+            shared.config.kafka_sasl.max_reauth_ms.to_string(),
+            if shared.config.kafka_sasl.max_reauth_ms > 0 { SOURCE_STATIC_BROKER } else { SOURCE_DEFAULT },
+            true,
+            TYPE_LONG,
+        ),
     ]
 }

@@ -301,7 +301,7 @@ pub(super) fn handlers(shared: &Arc<Shared>) -> Handlers<KafkaWire> {
             if *for_group.shared.control.paused.borrow()
                 || !*for_group.shared.registered.borrow()
                 || (for_group.shared.kafka_sasl().is_some()
-                    && !for_group.sasl.lock().unwrap_or_else(|p| p.into_inner()).open())
+                    && !for_group.sasl.lock().unwrap_or_else(|p| p.into_inner()).open_at(Instant::now()))
             {
                 return Vec::new(); // each alone, through the handler, which waits (or authenticates)
             }
@@ -505,11 +505,13 @@ impl KafkaConn {
         let Some(config) = self.shared.kafka_sasl() else {
             return sasl::gate_off(asked);
         };
+        let now = Instant::now();
         let mut state = self.sasl.lock().unwrap_or_else(|p| p.into_inner());
-        if matches!(asked, sasl::Asked::Other) && state.open() {
+        if matches!(asked, sasl::Asked::Other) && state.open_at(now) {
             return sasl::Gate::Pass; // a logged-in connection's request: nothing more to decide
         }
-        sasl::gate(&mut state, &self.sasl, config, &self.shared.credentials, asked, self.peer)
+        let stats = &self.shared.control.stats;
+        sasl::gate(&mut state, &self.sasl, config, &self.shared.credentials, asked, self.peer, now, stats)
     }
 
     /// The authenticated principal's name (`User:` aside): `ANONYMOUS` without SASL.
@@ -528,7 +530,7 @@ impl KafkaConn {
         let (principal, host) = match self.identity.get() {
             Some(identity) => identity.clone(),
             None if self.shared.kafka_sasl().is_none()
-                || self.sasl.lock().unwrap_or_else(|p| p.into_inner()).open() =>
+                || self.sasl.lock().unwrap_or_else(|p| p.into_inner()).settled() =>
             {
                 self.identity.get_or_init(made).clone()
             }

@@ -10,11 +10,18 @@
 //! heartbeat answers ([`CredentialCache`]); PLAIN logins are checked against them too, with
 //! PBKDF2 on tokio's blocking threads, never on a connection's task.
 //!
+//! KIP-368 re-authentication: with `max_reauth_ms` set (Kafka's `connections.max.reauth.ms`),
+//! a login's final answer tells the client its session lifetime; before it ends the client
+//! sends SaslHandshake and SaslAuthenticate again on the same connection, with the same
+//! mechanism and as the same user (else SASL_AUTHENTICATION_FAILED, and the connection closes).
+//! Once a session has ended without a new login, any other request closes the connection, so a
+//! deleted credential or a changed password ends its sessions within `max_reauth_ms`.
+//!
 //! SaslHandshake v0 (raw tokens after the handshake) is not served: Kafka 4 removed it
 //! (KIP-896), and librdkafka and kafka-python use v1.
 
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ResponseKind, SaslAuthenticateResponse, SaslHandshakeResponse};
@@ -27,6 +34,9 @@ use protocol::sasl::{
     SASL_MESSAGE_BYTES_MAX,
 };
 use protocol::Credentials;
+
+use crate::metrics::LoginOutcome;
+use crate::server::BrokerStats;
 
 /// How a Kafka listener secures its connections (Kafka's `security.protocol`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +97,10 @@ pub struct SaslConfig {
     /// How long a failed authentication's answer waits, in milliseconds (Kafka's
     /// `connection.failed.authentication.delay.ms`).
     pub failed_authentication_delay_ms: u64,
+    /// How long a login lasts before the client must log in again on the same connection, in
+    /// milliseconds (Kafka's `connections.max.reauth.ms`, KIP-368); 0: for the connection's
+    /// life.
+    pub max_reauth_ms: u64,
 }
 
 /// Default of [`SaslConfig::failed_authentication_delay_ms`], Kafka's.
@@ -97,6 +111,7 @@ impl Default for SaslConfig {
         SaslConfig {
             mechanisms: vec![Mechanism::Scram(ScramMechanism::Sha256), Mechanism::Scram(ScramMechanism::Sha512)],
             failed_authentication_delay_ms: FAILED_AUTHENTICATION_DELAY_MS_DEFAULT,
+            max_reauth_ms: 0,
         }
     }
 }
@@ -157,6 +172,23 @@ impl CredentialCache {
     }
 }
 
+/// A connection's login: who, how, and until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Session {
+    /// The SASL user (the principal is `User:<user>`).
+    pub(super) user: String,
+    /// The mechanism it logged in with; a re-authentication must use the same.
+    pub(super) mechanism: Mechanism,
+    /// When the session ends unless the client logs in again (KIP-368); `None`: never.
+    pub(super) expires: Option<Instant>,
+}
+
+impl Session {
+    fn open_at(&self, now: Instant) -> bool {
+        self.expires.is_none_or(|e| now < e)
+    }
+}
+
 /// Where one connection is in its authentication.
 #[derive(Debug)]
 pub(super) enum SaslState {
@@ -164,17 +196,15 @@ pub(super) enum SaslState {
     Off,
     /// Waiting for SaslHandshake.
     Handshake,
-    /// The handshake chose this mechanism: waiting for its first SaslAuthenticate.
-    Authenticate(Mechanism),
+    /// The handshake chose `mechanism`: waiting for its first SaslAuthenticate. `prior` is the
+    /// session being renewed, in a re-authentication.
+    Authenticate { mechanism: Mechanism, prior: Option<Session> },
     /// A password check (PLAIN) is under way; the connection's later requests wait for it.
     Checking,
     /// SCRAM: waiting for the client's final message.
-    ScramFinal(ScramExchange),
-    /// Authenticated as `User:<user>`.
-    Authenticated {
-        /// The SASL user.
-        user: String,
-    },
+    ScramFinal { exchange: ScramExchange, prior: Option<Session> },
+    /// Logged in.
+    Authenticated(Session),
     /// The exchange failed or went out of order: every later request closes the connection.
     Failed,
 }
@@ -189,16 +219,27 @@ impl SaslState {
         }
     }
 
-    /// Whether the connection's ordinary requests are served: SASL is off or succeeded.
-    pub(super) fn open(&self) -> bool {
-        matches!(self, SaslState::Off | SaslState::Authenticated { .. })
+    /// Whether the connection's ordinary requests are served at `now`: SASL is off, or a login
+    /// succeeded and its session has not ended.
+    pub(super) fn open_at(&self, now: Instant) -> bool {
+        match self {
+            SaslState::Off => true,
+            SaslState::Authenticated(s) => s.open_at(now),
+            _ => false,
+        }
+    }
+
+    /// Whether the connection's principal is settled: SASL is off, or it logged in (a
+    /// re-authentication keeps the user).
+    pub(super) fn settled(&self) -> bool {
+        matches!(self, SaslState::Off | SaslState::Authenticated(_))
     }
 
     /// The principal's name (`User:` aside): `ANONYMOUS` without SASL, empty before it succeeded.
     pub(super) fn user(&self) -> &str {
         match self {
             SaslState::Off => "ANONYMOUS",
-            SaslState::Authenticated { user, .. } => user,
+            SaslState::Authenticated(s) => &s.user,
             _ => "",
         }
     }
@@ -231,9 +272,13 @@ fn handshake_answer(code: i16, config: &SaslConfig) -> Handled<KafkaAnswer> {
     )))
 }
 
-fn authenticate_answer(bytes: Vec<u8>) -> KafkaAnswer {
+/// A SaslAuthenticate answer carrying `bytes`; `session_lifetime_ms` is the login's lifetime
+/// on the exchange's last answer (KIP-368; 0 before, and when logins last the connection's life).
+fn authenticate_answer(bytes: Vec<u8>, session_lifetime_ms: u64) -> KafkaAnswer {
     KafkaAnswer::Reply(ResponseKind::SaslAuthenticate(
-        SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(bytes)),
+        SaslAuthenticateResponse::default()
+            .with_auth_bytes(Bytes::from(bytes))
+            .with_session_lifetime_ms(i64::try_from(session_lifetime_ms).unwrap_or(i64::MAX)),
     ))
 }
 
@@ -245,8 +290,8 @@ fn illegal_state(why: &str) -> KafkaAnswer {
     ))
 }
 
-/// A SaslHandshake answered ILLEGAL_SASL_STATE (SASL is off, or the connection already
-/// authenticated: re-authentication is not served).
+/// A SaslHandshake answered ILLEGAL_SASL_STATE (SASL is off, or the connection logged in for
+/// its life: re-authentication is served only with `max_reauth_ms`).
 fn illegal_handshake() -> Handled<KafkaAnswer> {
     Handled::answer(KafkaAnswer::Reply(ResponseKind::SaslHandshake(
         SaslHandshakeResponse::default().with_error_code(ResponseError::IllegalSaslState.code()),
@@ -284,10 +329,12 @@ pub(super) fn gate_off(asked: Asked<'_>) -> Gate {
     }
 }
 
-/// The SASL gate of one connection of a listener with SASL: decides `asked` in the state
-/// `state` (the connection's, locked by the caller, in the order requests arrived; `cell` is
-/// where it lives, to set the outcome of a PLAIN password check, which runs after this
-/// returns). `credentials` are the broker's, `peer` the client's address (for the log).
+/// The SASL gate of one connection of a listener with SASL: decides `asked`, arriving at `now`,
+/// in the state `state` (the connection's, locked by the caller, in the order requests arrived;
+/// `cell` is where it lives, to set the outcome of a PLAIN password check, which runs after
+/// this returns). `credentials` are the broker's, `peer` the client's address (for the log);
+/// each login's outcome is counted in `stats`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn gate(
     state: &mut SaslState,
     cell: &Arc<Mutex<SaslState>>,
@@ -295,18 +342,29 @@ pub(super) fn gate(
     credentials: &CredentialCache,
     asked: Asked<'_>,
     peer: std::net::SocketAddr,
+    now: Instant,
+    stats: &Arc<BrokerStats>,
 ) -> Gate {
     let delay = config.failed_authentication_delay_ms;
+    let refuse = |e: &SaslError, peer, delay| {
+        stats.metrics.login(LoginOutcome::Failed);
+        refuse(e, peer, delay)
+    };
     match (std::mem::replace(state, SaslState::Failed), asked) {
         (SaslState::Failed, _) => Gate::Answer(Handled::answer(KafkaAnswer::Close)),
+        (SaslState::Authenticated(s), Asked::ApiVersions | Asked::Other) if !s.open_at(now) => {
+            tracing::info!(%peer, user = %s.user, "a Kafka client's SASL session ended without re-authentication (connections.max.reauth.ms); closing the connection");
+            stats.metrics.login(LoginOutcome::SessionEnded);
+            Gate::Answer(Handled::answer(KafkaAnswer::Close))
+        }
         // Served before and after authentication alike.
-        (s @ (SaslState::Handshake | SaslState::Authenticated { .. }), Asked::ApiVersions) => {
+        (s @ (SaslState::Handshake | SaslState::Authenticated(_)), Asked::ApiVersions) => {
             *state = s;
             Gate::Pass
         }
         (SaslState::Handshake, Asked::Handshake(name)) => match Mechanism::parse(name) {
             Some(m) if config.mechanisms.contains(&m) => {
-                *state = SaslState::Authenticate(m);
+                *state = SaslState::Authenticate { mechanism: m, prior: None };
                 Gate::Answer(handshake_answer(0, config))
             }
             // Kafka answers with its mechanisms and closes: the next request closes it here.
@@ -315,13 +373,26 @@ pub(super) fn gate(
                 Gate::Answer(handshake_answer(ResponseError::UnsupportedSaslMechanism.code(), config))
             }
         },
-        (SaslState::Authenticate(_) | SaslState::ScramFinal(_), Asked::Authenticate(bytes))
+        // KIP-368: a handshake on a logged-in connection whose session has a lifetime starts a
+        // re-authentication, with the same mechanism.
+        (SaslState::Authenticated(s), Asked::Handshake(name)) if s.expires.is_some() => {
+            if Mechanism::parse(name) == Some(s.mechanism) {
+                *state = SaslState::Authenticate { mechanism: s.mechanism, prior: Some(s) };
+                Gate::Answer(handshake_answer(0, config))
+            } else {
+                tracing::info!(%peer, user = %s.user, mechanism = name, was = %s.mechanism, "Kafka client re-authenticating with another mechanism; authentication failed");
+                stats.metrics.login(LoginOutcome::Failed);
+                Gate::Answer(handshake_answer(ResponseError::SaslAuthenticationFailed.code(), config))
+            }
+        }
+        (SaslState::Authenticate { .. } | SaslState::ScramFinal { .. }, Asked::Authenticate(bytes))
             if bytes.len() > SASL_MESSAGE_BYTES_MAX =>
         {
             tracing::info!(%peer, bytes = bytes.len(), "SASL message over {SASL_MESSAGE_BYTES_MAX} bytes; authentication failed");
+            stats.metrics.login(LoginOutcome::Failed);
             Gate::Answer(failed(delay))
         }
-        (SaslState::Authenticate(Mechanism::Plain), Asked::Authenticate(bytes)) => {
+        (SaslState::Authenticate { mechanism: Mechanism::Plain, prior }, Asked::Authenticate(bytes)) => {
             let login = match PlainLogin::parse(bytes) {
                 Ok(l) => l,
                 Err(e) => return refuse(&e, peer, delay),
@@ -332,6 +403,8 @@ pub(super) fn gate(
             *state = SaslState::Checking;
             let cell = cell.clone();
             let finish = move |s| *cell.lock().unwrap_or_else(|p| p.into_inner()) = s;
+            let max_reauth_ms = config.max_reauth_ms;
+            let stats = stats.clone();
             Gate::Answer(Handled::serial(async move {
                 let user = login.user.clone();
                 let checked = tokio::task::spawn_blocking(move || match known {
@@ -349,22 +422,36 @@ pub(super) fn gate(
                 })
                 .await
                 .unwrap_or(false);
-                if checked {
-                    tracing::debug!(%peer, %user, "Kafka client authenticated with PLAIN");
-                    finish(SaslState::Authenticated { user });
-                    authenticate_answer(Vec::new())
-                } else {
-                    tracing::info!(%peer, %user, "Kafka client failed PLAIN authentication");
-                    finish(SaslState::Failed);
-                    failed(delay).into_future().await
+                let session = checked
+                    .then(|| logged_in(user.clone(), Mechanism::Plain, prior.as_ref(), max_reauth_ms, Instant::now()))
+                    .flatten();
+                match session {
+                    Some(s) => {
+                        logged(peer, &s, prior.is_some(), &stats);
+                        finish(SaslState::Authenticated(s));
+                        authenticate_answer(Vec::new(), max_reauth_ms)
+                    }
+                    None => {
+                        tracing::info!(%peer, %user, reauthentication = prior.is_some(), "Kafka client failed PLAIN authentication");
+                        stats.metrics.login(LoginOutcome::Failed);
+                        finish(SaslState::Failed);
+                        failed(delay).into_future().await
+                    }
                 }
             }))
         }
-        (SaslState::Authenticate(Mechanism::Scram(m)), Asked::Authenticate(bytes)) => {
+        (SaslState::Authenticate { mechanism: Mechanism::Scram(m), prior }, Asked::Authenticate(bytes)) => {
             let first = match ClientFirst::parse(bytes) {
                 Ok(f) => f,
                 Err(e) => return refuse(&e, peer, delay),
             };
+            if let Some(p) = prior.as_ref().filter(|p| p.user != first.user) {
+                return refuse(
+                    &SaslError::Unsupported(format!("re-authentication as {:?}, not {:?}", first.user, p.user)),
+                    peer,
+                    delay,
+                );
+            }
             let Some(credential) = credentials.lookup(&first.user, m) else {
                 let e = SaslError::UnknownUser { user: first.user, mechanism: Mechanism::Scram(m) };
                 return refuse(&e, peer, delay);
@@ -373,29 +460,36 @@ pub(super) fn gate(
                 return refuse(&SaslError::Unsupported("a credential with too few iterations".into()), peer, delay);
             }
             let (exchange, server_first) = ScramExchange::start(first, credential, &server_nonce());
-            *state = SaslState::ScramFinal(exchange);
-            Gate::Answer(Handled::answer(authenticate_answer(server_first)))
+            *state = SaslState::ScramFinal { exchange, prior };
+            Gate::Answer(Handled::answer(authenticate_answer(server_first, 0)))
         }
-        (SaslState::ScramFinal(exchange), Asked::Authenticate(bytes)) => {
+        (SaslState::ScramFinal { exchange, prior }, Asked::Authenticate(bytes)) => {
             let mechanism = Mechanism::Scram(exchange.mechanism());
             match exchange.finish(bytes) {
                 Ok((user, server_final)) => {
-                    tracing::debug!(%peer, %user, %mechanism, "Kafka client authenticated");
-                    *state = SaslState::Authenticated { user };
-                    Gate::Answer(Handled::answer(authenticate_answer(server_final)))
+                    match logged_in(user, mechanism, prior.as_ref(), config.max_reauth_ms, now) {
+                        Some(s) => {
+                            logged(peer, &s, prior.is_some(), stats);
+                            *state = SaslState::Authenticated(s);
+                            Gate::Answer(Handled::answer(authenticate_answer(server_final, config.max_reauth_ms)))
+                        }
+                        None => {
+                            refuse(&SaslError::Unsupported("re-authentication as another user".into()), peer, delay)
+                        }
+                    }
                 }
                 Err(e) => refuse(&e, peer, delay),
             }
         }
-        (s @ SaslState::Authenticated { .. }, Asked::Handshake(_)) => {
+        (s @ SaslState::Authenticated(_), Asked::Handshake(_)) => {
             *state = s;
             Gate::Answer(illegal_handshake())
         }
-        (s @ SaslState::Authenticated { .. }, Asked::Authenticate(_)) => {
+        (s @ SaslState::Authenticated(_), Asked::Authenticate(_)) => {
             *state = s;
             Gate::Answer(Handled::answer(illegal_state("this connection has authenticated already")))
         }
-        (s @ SaslState::Authenticated { .. }, Asked::Other) => {
+        (s @ SaslState::Authenticated(_), Asked::Other) => {
             *state = s;
             Gate::Pass
         }
@@ -406,8 +500,222 @@ pub(super) fn gate(
     }
 }
 
+/// The session of `user`, who has just proved its password with `mechanism` at `now`: `None`
+/// if this renews `prior` as another user (a re-authentication keeps the principal, KIP-368).
+fn logged_in(
+    user: String,
+    mechanism: Mechanism,
+    prior: Option<&Session>,
+    max_reauth_ms: u64,
+    now: Instant,
+) -> Option<Session> {
+    if prior.is_some_and(|p| p.user != user) {
+        return None;
+    }
+    let expires = (max_reauth_ms > 0).then(|| now + Duration::from_millis(max_reauth_ms));
+    Some(Session { user, mechanism, expires })
+}
+
+/// A login succeeded: logged at debug, a re-authentication (once a session lifetime) at info.
+fn logged(peer: std::net::SocketAddr, s: &Session, reauthentication: bool, stats: &BrokerStats) {
+    stats.metrics.login(if reauthentication { LoginOutcome::Reauthenticated } else { LoginOutcome::Authenticated });
+    if reauthentication {
+        tracing::info!(%peer, user = %s.user, mechanism = %s.mechanism, "Kafka client re-authenticated (KIP-368)");
+    } else {
+        tracing::debug!(%peer, user = %s.user, mechanism = %s.mechanism, "Kafka client authenticated");
+    }
+}
+
 /// A failed exchange: logged with why, answered with [`FAILED`] only; the state stays Failed.
 fn refuse(e: &SaslError, peer: std::net::SocketAddr, delay_ms: u64) -> Gate {
     tracing::info!(%peer, error = %e, "Kafka client failed SASL authentication");
     Gate::Answer(failed(delay_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::sasl::ScramClient;
+    use protocol::UserCredential;
+
+    const PEER: std::net::SocketAddr =
+        std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9);
+
+    /// Alice and bob with SCRAM-SHA-512 credentials ("a-pw", "b-pw").
+    fn credentials() -> CredentialCache {
+        let cache = CredentialCache::default();
+        let users = [("alice", "a-pw"), ("bob", "b-pw")]
+            .into_iter()
+            .map(|(user, pw)| UserCredential {
+                user: user.into(),
+                credential: ScramCredential::from_password(ScramMechanism::Sha512, pw.as_bytes(), vec![7; 16], 4096),
+            })
+            .collect();
+        cache.replace(Credentials { version: 1, users });
+        cache
+    }
+
+    /// One connection's gate at a clock the test moves.
+    struct Conn {
+        cell: Arc<Mutex<SaslState>>,
+        config: SaslConfig,
+        credentials: CredentialCache,
+        now: Instant,
+        stats: Arc<BrokerStats>,
+    }
+
+    /// What the gate did with a request.
+    #[derive(Debug, PartialEq)]
+    enum Did {
+        Pass,
+        Close,
+        /// An answer with this error code (0: none).
+        Code(i16),
+    }
+
+    impl Conn {
+        fn new(max_reauth_ms: u64) -> Conn {
+            let config = SaslConfig { max_reauth_ms, failed_authentication_delay_ms: 0, ..SaslConfig::default() };
+            let cell = Arc::new(Mutex::new(SaslState::new(Some(&config))));
+            Conn { cell, config, credentials: credentials(), now: Instant::now(), stats: Arc::default() }
+        }
+
+        fn ask(&self, asked: Asked<'_>) -> (Did, Option<SaslAuthenticateResponse>) {
+            let mut state = std::mem::replace(&mut *self.cell.lock().unwrap(), SaslState::Failed);
+            let gate =
+                gate(&mut state, &self.cell, &self.config, &self.credentials, asked, PEER, self.now, &self.stats);
+            *self.cell.lock().unwrap() = state;
+            let answer = match gate {
+                Gate::Pass => return (Did::Pass, None),
+                Gate::Answer(h) => h.into_future(),
+            };
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            match rt.block_on(answer) {
+                KafkaAnswer::Close => (Did::Close, None),
+                KafkaAnswer::Reply(ResponseKind::SaslHandshake(r)) => (Did::Code(r.error_code), None),
+                KafkaAnswer::Reply(ResponseKind::SaslAuthenticate(r)) => (Did::Code(r.error_code), Some(r)),
+                other => panic!("unexpected answer {other:?}"),
+            }
+        }
+
+        /// A SCRAM-SHA-512 login as `user` with `password`: the last answer's code and session
+        /// lifetime.
+        fn login(&self, mechanism: &str, user: &str, password: &str) -> (i16, i64) {
+            assert_eq!(self.ask(Asked::Handshake(mechanism)).0, Did::Code(0));
+            let (mut client, first) = ScramClient::new(ScramMechanism::Sha512, user, password.as_bytes(), "cnonce");
+            let (did, r) = self.ask(Asked::Authenticate(&Bytes::from(first)));
+            let Some(r) = r.filter(|_| did == Did::Code(0)) else {
+                return (
+                    match did {
+                        Did::Code(c) => c,
+                        d => panic!("{d:?}"),
+                    },
+                    0,
+                );
+            };
+            let last = client.server_first(&r.auth_bytes).unwrap();
+            let (did, r) = self.ask(Asked::Authenticate(&Bytes::from(last)));
+            let r = r.unwrap();
+            let Did::Code(code) = did else { panic!("{did:?}") };
+            (code, r.session_lifetime_ms)
+        }
+
+        fn user(&self) -> String {
+            self.cell.lock().unwrap().user().to_string()
+        }
+    }
+
+    #[test]
+    fn without_a_lifetime_a_login_lasts_and_a_second_handshake_is_refused() {
+        let mut c = Conn::new(0);
+        assert_eq!(c.login("SCRAM-SHA-512", "alice", "a-pw"), (0, 0));
+        c.now += Duration::from_secs(86_400);
+        assert_eq!(c.ask(Asked::Other).0, Did::Pass);
+        assert_eq!(c.ask(Asked::Handshake("SCRAM-SHA-512")).0, Did::Code(ResponseError::IllegalSaslState.code()));
+        assert_eq!(c.ask(Asked::Other).0, Did::Pass, "the refused handshake leaves the login as it was");
+    }
+
+    #[test]
+    fn a_session_ends_at_its_lifetime_unless_the_client_logs_in_again_as_itself() {
+        let mut c = Conn::new(1_000);
+        assert_eq!(c.login("SCRAM-SHA-512", "alice", "a-pw"), (0, 1_000), "the final answer tells the lifetime");
+        c.now += Duration::from_millis(900);
+        assert_eq!(c.ask(Asked::Other).0, Did::Pass);
+        assert_eq!(c.login("SCRAM-SHA-512", "alice", "a-pw"), (0, 1_000), "re-authenticated");
+        assert_eq!(c.user(), "alice");
+        c.now += Duration::from_millis(900);
+        assert_eq!(c.ask(Asked::Other).0, Did::Pass, "the new session counts from the re-authentication");
+        c.now += Duration::from_millis(100);
+        assert_eq!(c.ask(Asked::Other).0, Did::Close, "a request after the session ended closes the connection");
+        assert_eq!(c.ask(Asked::ApiVersions).0, Did::Close);
+    }
+
+    #[test]
+    fn an_ended_session_closes_on_apiversions_too() {
+        let mut c = Conn::new(1_000);
+        c.login("SCRAM-SHA-512", "alice", "a-pw");
+        c.now += Duration::from_millis(1_000);
+        assert_eq!(c.ask(Asked::ApiVersions).0, Did::Close);
+    }
+
+    #[test]
+    fn a_reauthentication_as_another_user_or_with_another_mechanism_fails_and_closes() {
+        let c = Conn::new(1_000);
+        c.login("SCRAM-SHA-512", "alice", "a-pw");
+        assert_eq!(c.login("SCRAM-SHA-512", "bob", "b-pw").0, ResponseError::SaslAuthenticationFailed.code());
+        assert_eq!(c.ask(Asked::Other).0, Did::Close, "a failed re-authentication ends the connection");
+
+        let c = Conn::new(1_000);
+        c.login("SCRAM-SHA-512", "alice", "a-pw");
+        let code = ResponseError::SaslAuthenticationFailed.code();
+        assert_eq!(c.ask(Asked::Handshake("SCRAM-SHA-256")).0, Did::Code(code));
+        assert_eq!(c.ask(Asked::Other).0, Did::Close);
+    }
+
+    #[test]
+    fn a_deleted_credential_or_a_wrong_password_ends_the_session_at_its_renewal() {
+        let c = Conn::new(1_000);
+        c.login("SCRAM-SHA-512", "alice", "a-pw");
+        assert_eq!(c.login("SCRAM-SHA-512", "alice", "wrong").0, ResponseError::SaslAuthenticationFailed.code());
+        assert_eq!(c.ask(Asked::Other).0, Did::Close);
+
+        let c = Conn::new(1_000);
+        c.login("SCRAM-SHA-512", "alice", "a-pw");
+        c.credentials.replace(Credentials { version: 2, users: Vec::new() });
+        assert_eq!(c.ask(Asked::Other).0, Did::Pass, "the session lasts until its renewal");
+        assert_eq!(c.login("SCRAM-SHA-512", "alice", "a-pw").0, ResponseError::SaslAuthenticationFailed.code());
+        assert_eq!(c.ask(Asked::Other).0, Did::Close);
+    }
+
+    #[test]
+    fn during_a_reauthentication_other_requests_close_the_connection() {
+        let c = Conn::new(1_000);
+        c.login("SCRAM-SHA-512", "alice", "a-pw");
+        assert_eq!(c.ask(Asked::Handshake("SCRAM-SHA-512")).0, Did::Code(0));
+        assert_eq!(c.ask(Asked::Other).0, Did::Close);
+    }
+
+    #[test]
+    fn plain_reauthenticates_as_itself_only() {
+        let mut c = Conn::new(1_000);
+        c.config.mechanisms = vec![Mechanism::Plain];
+        c.credentials.replace(Credentials {
+            version: 2,
+            users: vec![UserCredential {
+                user: "alice".into(),
+                credential: ScramCredential::from_password(ScramMechanism::Sha256, b"a-pw", vec![1; 16], 4096),
+            }],
+        });
+        let plain = |c: &Conn, user: &str, pw: &str| {
+            assert_eq!(c.ask(Asked::Handshake("PLAIN")).0, Did::Code(0));
+            let msg = Bytes::from(PlainLogin::encode(user, pw.as_bytes()));
+            let (did, r) = c.ask(Asked::Authenticate(&msg));
+            (did, r.map(|r| r.session_lifetime_ms))
+        };
+        assert_eq!(plain(&c, "alice", "a-pw"), (Did::Code(0), Some(1_000)));
+        assert_eq!(plain(&c, "alice", "a-pw"), (Did::Code(0), Some(1_000)));
+        assert_eq!(c.user(), "alice");
+        assert_eq!(plain(&c, "alice", "nope").0, Did::Code(ResponseError::SaslAuthenticationFailed.code()));
+        assert_eq!(c.ask(Asked::Other).0, Did::Close);
+    }
 }

@@ -83,6 +83,11 @@ pub struct LocalOptions {
     /// How long a Kafka login lasts before the client must log in again, in ms (the brokers'
     /// `--connections-max-reauth-ms`, KIP-368; 0: the connection's life).
     pub connections_max_reauth_ms: u64,
+    /// Mutual TLS on the Kafka listeners (needs `tls`): client certificates are made for these
+    /// names ([`LocalCluster::client_certificates`]) and required of every Kafka client.
+    pub kafka_client_certificates: Vec<String>,
+    /// The brokers' `--ssl-principal-mapping-rules` under mutual TLS (`None`: DEFAULT).
+    pub ssl_principal_mapping_rules: Option<String>,
     /// Run the coordinator with `--authorizer` (needs `secured`): Kafka ACLs decide every Kafka
     /// request, and producer ids are bound to their owners.
     pub authorizer: Option<coordinator::acls::AuthorizerConfig>,
@@ -110,6 +115,8 @@ impl Default for LocalOptions {
             transaction_version: coordinator::cluster::TRANSACTION_VERSION_DEFAULT,
             sasl_users: Vec::new(),
             connections_max_reauth_ms: 0,
+            kafka_client_certificates: Vec::new(),
+            ssl_principal_mapping_rules: None,
             authorizer: None,
         }
     }
@@ -132,6 +139,9 @@ pub struct LocalCluster {
     pub secret: Option<ClusterSecret>,
     /// The CA's PEM certificate, if TLS is on (clients trust it).
     pub ca_pem: Option<String>,
+    /// Client certificates for mutual TLS ([`LocalOptions::kafka_client_certificates`]):
+    /// (name, certificate PEM, key PEM).
+    pub client_certificates: Vec<(String, String, String)>,
     stops: Vec<oneshot::Sender<()>>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -151,12 +161,26 @@ impl LocalCluster {
         let coordinator_addr = listener.local_addr()?.to_string();
         let (stop, stopped) = oneshot::channel::<()>();
         stops.push(stop);
-        let (acceptor, peer_tls, ca_pem) = if opts.tls {
-            let (ca, cert, key) = local_certificates()?;
-            let acceptor = net::tls::acceptor(cert.as_bytes(), key.as_bytes())?;
-            (Some(acceptor), Some(net::ClientTls::new(ca.as_bytes())?), Some(ca))
+        let names: Vec<&str> = opts.kafka_client_certificates.iter().map(String::as_str).collect();
+        let (acceptor, peer_tls, ca_pem, mtls, client_certificates) = if opts.tls {
+            let c = local_certificates_with_clients(&names)?;
+            let acceptor = net::tls::acceptor(c.server_cert.as_bytes(), c.server_key.as_bytes())?;
+            let mtls = if names.is_empty() {
+                None
+            } else {
+                Some(net::tls::MutualTls(net::tls::acceptor_requiring_client_certificates(
+                    c.server_cert.as_bytes(),
+                    c.server_key.as_bytes(),
+                    c.ca.as_bytes(),
+                )?))
+            };
+            (Some(acceptor), Some(net::ClientTls::new(c.ca.as_bytes())?), Some(c.ca), mtls, c.clients)
         } else {
-            (None, None, None)
+            (None, None, None, None, Vec::new())
+        };
+        let mapping = match &opts.ssl_principal_mapping_rules {
+            Some(rules) => protocol::principal::PrincipalMapper::parse(rules).map_err(LocalError::Certificate)?,
+            None => protocol::principal::PrincipalMapper::default(),
         };
         let mut config = CoordinatorConfig::new(dir.path().join("coordinator"));
         config.limits.tls = acceptor.clone();
@@ -209,6 +233,8 @@ impl LocalCluster {
                 config.kafka_sasl.mechanisms = protocol::sasl::Mechanism::ALL.to_vec();
                 config.kafka_sasl.max_reauth_ms = opts.connections_max_reauth_ms;
             }
+            config.kafka_mtls = mtls.clone();
+            config.ssl_principal_mapping = mapping.clone();
             if let Some(storage) = &opts.storage {
                 config.storage = storage.clone();
             }
@@ -229,7 +255,18 @@ impl LocalCluster {
                 }
             }));
         }
-        Ok(LocalCluster { coordinator_addr, broker_addrs, kafka_addrs, dir, switches, secret, ca_pem, stops, tasks })
+        Ok(LocalCluster {
+            coordinator_addr,
+            broker_addrs,
+            kafka_addrs,
+            dir,
+            switches,
+            secret,
+            ca_pem,
+            client_certificates,
+            stops,
+            tasks,
+        })
     }
 
     /// Every broker's Kafka address, comma separated: a Kafka client's `bootstrap.servers`.
@@ -344,6 +381,26 @@ impl LocalCluster {
 /// A fresh CA and a certificate it signed for `localhost` and `127.0.0.1`:
 /// (CA certificate PEM, server certificate PEM, server key PEM).
 pub fn local_certificates() -> Result<(String, String, String), LocalError> {
+    let c = local_certificates_with_clients(&[])?;
+    Ok((c.ca, c.server_cert, c.server_key))
+}
+
+/// A test CA's certificates ([`local_certificates_with_clients`]), all PEM.
+#[derive(Debug, Clone)]
+pub struct LocalCertificates {
+    /// The CA's certificate (its key is not kept).
+    pub ca: String,
+    /// A certificate for `localhost` and `127.0.0.1`.
+    pub server_cert: String,
+    /// Its key.
+    pub server_key: String,
+    /// Client certificates (mutual TLS), one per name asked for: (name, certificate, key), the
+    /// subject `CN=<name>,OU=clients,O=epochfence` as RFC 2253 writes it.
+    pub clients: Vec<(String, String, String)>,
+}
+
+/// A fresh CA, a server certificate and a client certificate for each of `clients`.
+pub fn local_certificates_with_clients(clients: &[&str]) -> Result<LocalCertificates, LocalError> {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     let err = |e: rcgen::Error| LocalError::Certificate(e.to_string());
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
@@ -357,7 +414,20 @@ pub fn local_certificates() -> Result<(String, String, String), LocalError> {
     params.distinguished_name.push(DnType::CommonName, "localhost");
     let key = KeyPair::generate().map_err(err)?;
     let cert = params.signed_by(&key, &ca, &ca_key).map_err(err)?;
-    Ok((ca.pem(), cert.pem(), key.serialize_pem()))
+    let mut made = Vec::new();
+    for name in clients {
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+        // The least specific first, as encoded: RFC 2253 writes them the other way round.
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(DnType::OrganizationName, "epochfence");
+        params.distinguished_name.push(DnType::OrganizationalUnitName, "clients");
+        params.distinguished_name.push(DnType::CommonName, *name);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let client_key = KeyPair::generate().map_err(err)?;
+        let client = params.signed_by(&client_key, &ca, &ca_key).map_err(err)?;
+        made.push((name.to_string(), client.pem(), client_key.serialize_pem()));
+    }
+    Ok(LocalCertificates { ca: ca.pem(), server_cert: cert.pem(), server_key: key.serialize_pem(), clients: made })
 }
 
 /// An example's command line: `--timeline FILE.html` (the only option the examples take), if

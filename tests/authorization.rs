@@ -70,9 +70,14 @@ async fn cluster(authorizer: bool) -> LocalCluster {
 /// An idempotent producer for `user`, once the brokers hold the ACLs that let it start
 /// (they hear of a change within a heartbeat).
 async fn idempotent(c: &LocalCluster, user: &str) -> KafkaProducer {
+    idempotent_as(c, user, login(user)).await
+}
+
+/// [`idempotent`], the client logging in as `client` says.
+async fn idempotent_as(c: &LocalCluster, user: &str, client: ClientConfig) -> KafkaProducer {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let config = ProducerConfig { client: login(user), ..ProducerConfig::idempotent() };
+        let config = ProducerConfig { client: client.clone(), ..ProducerConfig::idempotent() };
         match KafkaProducer::init(&c.kafka_bootstrap(), config).await {
             Ok(p) => return p,
             Err(e) if Instant::now() < deadline => {
@@ -183,5 +188,59 @@ async fn metadata_hides_and_creates_by_the_acls() {
     let listed: Vec<String> = all.topics.iter().map(|t| t.name.as_ref().unwrap().to_string()).collect();
     assert!(listed.contains(&"alice-new".to_string()) && !listed.contains(&"secret".to_string()), "{listed:?}");
     assert!(!listed.contains(&"missing".to_string()), "missing was not created: {listed:?}");
+    c.shutdown().await;
+}
+
+/// Mutual TLS (the Kafka listener under SSL requiring client certificates): a certificate's
+/// subject, mapped by `--ssl-principal-mapping-rules`, is the principal the ACLs decide by.
+/// Alice's certificate may write where her ACLs say; bob's, from the same CA, is refused
+/// CLUSTER_AUTHORIZATION_FAILED (he is not alice); a certificate no rule maps, and a client
+/// without one, are not served at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_names_the_principal_the_acls_decide_by() {
+    use producer::kafka::KafkaConnection;
+    let c = LocalCluster::start(LocalOptions {
+        kafka: true,
+        secured: true,
+        tls: true,
+        kafka_client_certificates: vec!["alice".into(), "bob".into(), "carol".into()],
+        ssl_principal_mapping_rules: Some("RULE:^CN=(alice|bob),OU=clients,O=epochfence$/$1/".into()),
+        authorizer: Some(coordinator::acls::AuthorizerConfig {
+            super_users: Vec::new(),
+            allow_everyone_if_no_acl_found: false,
+        }),
+        ..LocalOptions::default()
+    })
+    .await
+    .unwrap();
+    c.create_topic("t", 1).await.unwrap();
+    let create = vec![
+        allow("User:alice", ResourceType::Topic, "t", Operation::Write),
+        allow("User:alice", ResourceType::Cluster, CLUSTER_NAME, Operation::IdempotentWrite),
+    ];
+    let r = c.admin().acls(protocol::AclsRequest { create, delete: Vec::new() }).await.unwrap();
+    assert!(r.created.iter().all(|s| s.is_ok()), "{r:?}");
+    let ca = c.ca_pem.clone().unwrap();
+    let tls_of = |name: &str| {
+        let (_, cert, key) = c.client_certificates.iter().find(|(n, _, _)| n == name).unwrap();
+        net::ClientTls::with_certificate(ca.as_bytes(), cert.as_bytes(), key.as_bytes()).unwrap()
+    };
+    let as_ = |name: &str| ClientConfig { tls: Some(tls_of(name)), ..ClientConfig::default() };
+
+    let mut alice = idempotent_as(&c, "alice", as_("alice")).await;
+    alice.send("t", 0, Bytes::from_static(b"by certificate")).await.unwrap();
+    let config = ProducerConfig { client: as_("bob"), ..ProducerConfig::idempotent() };
+    let err = KafkaProducer::init(&c.kafka_bootstrap(), config).await.err().expect("bob was given a producer id");
+    assert!(err.to_string().contains("CLUSTER_AUTHORIZATION_FAILED"), "{err}");
+
+    // Carol's certificate is the CA's, but no rule names her: nothing is served.
+    let t = Duration::from_secs(5);
+    let carol = tls_of("carol");
+    assert!(KafkaConnection::connect(&c.kafka_addrs[0], Some(&carol), t).await.is_err());
+    // Without a certificate the TLS handshake fails.
+    let anonymous = net::ClientTls::new(ca.as_bytes()).unwrap();
+    assert!(KafkaConnection::connect(&c.kafka_addrs[0], Some(&anonymous), t).await.is_err());
+    // The broker's own listener (members, the project's clients) takes no client certificates.
+    c.admin().describe().await.unwrap();
     c.shutdown().await;
 }

@@ -93,3 +93,17 @@ async fn the_kafka_listener_serves_tls_and_refuses_plaintext() {
     assert!(KafkaConnection::connect(&c.kafka_addrs[0], Some(&stranger), t).await.is_err());
     c.shutdown().await;
 }
+
+/// The subject of a client certificate as RFC 2253 writes it (Kafka's principal for SSL).
+#[test]
+fn a_client_certificates_subject_reads_as_rfc_2253() {
+    use rustls::pki_types::pem::PemObject;
+    let c = epochfence::local_certificates_with_clients(&["alice", "o'b,r+i\\an "]).unwrap();
+    let subject = |pem: &str| {
+        let der = rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+        net::tls::subject_rfc2253(&der).unwrap()
+    };
+    assert_eq!(subject(&c.clients[0].1), "CN=alice,OU=clients,O=epochfence");
+    assert_eq!(subject(&c.clients[1].1), "CN=o'b\\,r\\+i\\\\an\\ ,OU=clients,O=epochfence");
+    assert_eq!(subject(&c.server_cert), "CN=localhost");
+}

@@ -156,6 +156,19 @@ pub struct Args {
     /// Dial the other members over TLS, trusting the CA certificates in this PEM file.
     #[arg(long)]
     tls_ca: Option<std::path::PathBuf>,
+    /// Mutual TLS on the Kafka listener (SSL or SASL_SSL): require of every Kafka client a
+    /// certificate signed by one of the CAs in this PEM file (Kafka's ssl.client.auth=required).
+    /// Under SSL the certificate's subject names the client's principal
+    /// (`--ssl-principal-mapping-rules`); under SASL_SSL the SASL login does.
+    #[arg(long, requires = "tls_cert", requires = "kafka_listen")]
+    tls_client_ca: Option<std::path::PathBuf>,
+    /// How an SSL client's certificate subject (RFC 2253, e.g. `CN=alice,OU=clients,O=acme`)
+    /// becomes its principal's name, in Kafka's syntax (ssl.principal.mapping.rules):
+    /// comma-separated `RULE:pattern/replacement/[L|U]` (the pattern matches the whole subject;
+    /// `$1`.. its groups) and `DEFAULT` (the subject as it is), the first that applies wins; a
+    /// subject none applies to is refused. E.g. `RULE:^CN=([^,]*),.*$/$1/,DEFAULT`.
+    #[arg(long, default_value = "DEFAULT", requires = "tls_client_ca")]
+    ssl_principal_mapping_rules: String,
     /// Most Replicate requests in flight to one follower for one partition (1: each waits for
     /// the answer to the one before).
     #[arg(long, default_value_t = crate::server::REPLICATION_INFLIGHT_MAX_DEFAULT as u64, value_parser = clap::value_parser!(u64).range(1..1025))]
@@ -207,6 +220,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         if p.tls() && args.tls_cert.is_none() {
             anyhow::bail!("--kafka-security-protocol {p} needs --tls-cert and --tls-key");
         }
+        if !p.tls() && args.tls_client_ca.is_some() {
+            anyhow::bail!(
+                "--tls-client-ca needs a TLS Kafka listener: --kafka-security-protocol SSL or SASL_SSL, not {p}"
+            );
+        }
         config.kafka_security_protocol = Some(p);
     }
     config.kafka_sasl = crate::server::SaslConfig {
@@ -238,6 +256,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.limits.idle_ms = args.idle_ms;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.limits.tls = Some(net::tls::acceptor_from_files(cert, key)?);
+    }
+    if let (Some(ca), Some(cert), Some(key)) = (&args.tls_client_ca, &args.tls_cert, &args.tls_key) {
+        config.kafka_mtls = Some(net::tls::MutualTls::from_files(cert, key, ca)?);
+        config.ssl_principal_mapping = protocol::principal::PrincipalMapper::parse(&args.ssl_principal_mapping_rules)
+            .map_err(|e| anyhow::anyhow!("--ssl-principal-mapping-rules: {e}"))?;
     }
     config.peer_tls = args.tls_ca.as_deref().map(net::ClientTls::from_file).transpose()?;
     config.limits.cluster_secret =

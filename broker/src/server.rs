@@ -98,6 +98,13 @@ pub struct BrokerConfig {
     /// The Kafka listener's SASL mechanisms and failed-login delay, used under SASL_PLAINTEXT
     /// and SASL_SSL.
     pub kafka_sasl: SaslConfig,
+    /// Mutual TLS on the Kafka listener: its own TLS acceptor, which requires a client
+    /// certificate signed by the `--tls-client-ca` CAs (under SSL and SASL_SSL; `None`: the
+    /// broker's `limits.tls`, no client certificates).
+    pub kafka_mtls: Option<net::tls::MutualTls>,
+    /// How an SSL client's certificate subject names its principal (Kafka's
+    /// `ssl.principal.mapping.rules`; under SASL_SSL the SASL login names it).
+    pub ssl_principal_mapping: protocol::principal::PrincipalMapper,
     /// Producer fencing on (the default). Off only to demonstrate and measure what it prevents.
     pub fencing: bool,
     /// Followers refuse replication from other leader epochs (the default). Off only to
@@ -168,6 +175,8 @@ impl BrokerConfig {
             kafka_relay_idle_ms: KAFKA_RELAY_IDLE_MS_DEFAULT,
             kafka_security_protocol: None,
             kafka_sasl: SaslConfig::default(),
+            kafka_mtls: None,
+            ssl_principal_mapping: protocol::principal::PrincipalMapper::default(),
             fencing: true,
             leader_epoch_checks: true,
             heartbeat_ms: 300,
@@ -540,6 +549,8 @@ pub async fn run_listeners(
             limits.member_connections_max = 0;
             if !shared.kafka_security().tls() {
                 limits.tls = None;
+            } else if let Some(mtls) = &shared.config.kafka_mtls {
+                limits.tls = Some(mtls.0.clone());
             }
             net::serve_protocol::<kafka::KafkaWire>(l, kafka::handlers(&shared), limits, down(down_rx)).await;
         }

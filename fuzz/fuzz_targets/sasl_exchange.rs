@@ -3,7 +3,8 @@
 //! first 0xff byte: the first part is the client's first message (PLAIN, or SCRAM's
 //! client-first), the rest its final message; a SCRAM exchange started from the first part is
 //! finished with the rest, against a known credential, and the rest also goes to the client
-//! side (as a server's first and final messages) and to the ACL decoders.
+//! side (as a server's first and final messages) and to the ACL decoders. The first part, as
+//! text, is also read as `ssl.principal.mapping.rules`, which map the rest as a subject.
 #![no_main]
 
 use bytes::Bytes;
@@ -26,6 +27,11 @@ fuzz_target!(|data: &[u8]| {
     let (mut client, _) = ScramClient::new(ScramMechanism::Sha512, "alice", b"pw", "clientnonce");
     if client.server_first(first).is_ok() {
         let _ = client.server_final(rest);
+    }
+    if let Ok(rules) = std::str::from_utf8(first) {
+        if let Ok(mapper) = protocol::principal::PrincipalMapper::parse(rules) {
+            let _ = mapper.name(&String::from_utf8_lossy(rest));
+        }
     }
     for decode in [
         |r: &mut Reader| AclBinding::decode(r).map(|_| ()),

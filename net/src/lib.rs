@@ -22,7 +22,7 @@ pub mod tls;
 pub use client::{Connection, Dialer, NetError};
 pub use coordinators::Coordinators;
 pub use server::{
-    serve, serve_grouped, serve_protocol, Decoded, GroupHandler, Handled, Handler, Handlers, Own, Protocol,
+    serve, serve_grouped, serve_protocol, Decoded, GroupHandler, Handled, Handler, Handlers, Own, Peer, Protocol,
     ServerLimits, MEMBER_CONNECTIONS_MAX_DEFAULT, RELAY_MEMBER_PREFIX,
 };
 pub use tls::{ClientTls, TlsError};

@@ -137,7 +137,17 @@ pub type GroupHandler<P = Own> =
 
 /// Makes the handlers of one new connection: a protocol whose handler keeps per-connection
 /// state (the Kafka listener's relay to the coordinator) makes fresh ones each time.
-pub type Handlers<P = Own> = Arc<dyn Fn(std::net::SocketAddr) -> (Handler<P>, Option<GroupHandler<P>>) + Send + Sync>;
+pub type Handlers<P = Own> = Arc<dyn Fn(&Peer) -> (Handler<P>, Option<GroupHandler<P>>) + Send + Sync>;
+
+/// Who is at the other end of an accepted connection.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    /// The client's address, as the listener accepted it.
+    pub addr: std::net::SocketAddr,
+    /// The certificate the client presented in the TLS handshake (a listener that requires
+    /// client certificates: mutual TLS), if any.
+    pub certificate: Option<rustls::pki_types::CertificateDer<'static>>,
+}
 
 /// Limits of one server; every one has a default and a unit.
 #[derive(Clone)]
@@ -323,7 +333,7 @@ pub async fn serve_protocol<P: Protocol>(
                     match limits.tls.clone() {
                         None => match permit {
                             Ok(_permit) => {
-                                let (handler, group) = handlers(peer);
+                                let (handler, group) = handlers(&Peer { addr: peer, certificate: None });
                                 serve_connection::<P, _>(stream, handler, group, &limits, reserved, stop).await;
                             }
                             Err(_) => refuse_connection::<P, _>(stream, &limits).await,
@@ -343,7 +353,9 @@ pub async fn serve_protocol<P: Protocol>(
                             };
                             match permit {
                                 Ok(_permit) => {
-                                    let (handler, group) = handlers(peer);
+                                    let certificate =
+                                        tls.get_ref().1.peer_certificates().and_then(|c| c.first()).cloned();
+                                    let (handler, group) = handlers(&Peer { addr: peer, certificate });
                                     serve_connection::<P, _>(tls, handler, group, &limits, reserved, stop).await;
                                 }
                                 Err(_) => refuse_connection::<P, _>(tls, &limits).await,

@@ -33,12 +33,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 /// The server side: present `cert_chain_pem` with `key_pem`.
 pub fn acceptor(cert_chain_pem: &[u8], key_pem: &[u8]) -> Result<TlsAcceptor, TlsError> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_chain_pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| TlsError::Pem { what: "certificate chain".into(), detail: e.to_string() })?;
-    if certs.is_empty() {
-        return Err(TlsError::Pem { what: "certificate chain".into(), detail: "no certificate found".into() });
-    }
+    let certs = certificates(cert_chain_pem, "certificate chain")?;
     let key = PrivateKeyDer::from_pem_slice(key_pem)
         .map_err(|e| TlsError::Pem { what: "private key".into(), detail: e.to_string() })?;
     let config = rustls::ServerConfig::builder_with_provider(provider())
@@ -52,10 +47,147 @@ pub fn acceptor(cert_chain_pem: &[u8], key_pem: &[u8]) -> Result<TlsAcceptor, Tl
 
 /// The server side from PEM files.
 pub fn acceptor_from_files(cert_chain: &std::path::Path, key: &std::path::Path) -> Result<TlsAcceptor, TlsError> {
-    let read = |p: &std::path::Path| {
-        std::fs::read(p).map_err(|e| TlsError::Pem { what: p.display().to_string(), detail: e.to_string() })
-    };
     acceptor(&read(cert_chain)?, &read(key)?)
+}
+
+fn read(p: &std::path::Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(p).map_err(|e| TlsError::Pem { what: p.display().to_string(), detail: e.to_string() })
+}
+
+fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| TlsError::Pem { what: what.into(), detail: e.to_string() })?;
+    if certs.is_empty() {
+        return Err(TlsError::Pem { what: what.into(), detail: "no certificate found".into() });
+    }
+    Ok(certs)
+}
+
+fn roots(ca_pem: &[u8]) -> Result<rustls::RootCertStore, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certificates(ca_pem, "CA certificates")? {
+        roots.add(cert).map_err(|e| TlsError::Config(e.to_string()))?;
+    }
+    Ok(roots)
+}
+
+/// The server side of mutual TLS: present `cert_chain_pem` with `key_pem`, and require of every
+/// client a certificate signed by one of the CAs in `client_ca_pem` (Kafka's
+/// `ssl.client.auth=required`); [`subject_rfc2253`] names its subject.
+pub fn acceptor_requiring_client_certificates(
+    cert_chain_pem: &[u8],
+    key_pem: &[u8],
+    client_ca_pem: &[u8],
+) -> Result<TlsAcceptor, TlsError> {
+    let certs = certificates(cert_chain_pem, "certificate chain")?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| TlsError::Pem { what: "private key".into(), detail: e.to_string() })?;
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots(client_ca_pem)?), provider())
+            .build()
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+    let config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// A listener's TLS that requires client certificates ([`acceptor_requiring_client_certificates`]).
+#[derive(Clone)]
+pub struct MutualTls(pub TlsAcceptor);
+
+impl std::fmt::Debug for MutualTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MutualTls")
+    }
+}
+
+impl MutualTls {
+    /// [`acceptor_requiring_client_certificates`] from PEM files.
+    pub fn from_files(
+        cert_chain: &std::path::Path,
+        key: &std::path::Path,
+        client_ca: &std::path::Path,
+    ) -> Result<MutualTls, TlsError> {
+        acceptor_requiring_client_certificates(&read(cert_chain)?, &read(key)?, &read(client_ca)?).map(MutualTls)
+    }
+}
+
+/// The subject of the certificate `cert_der` as RFC 2253 writes a distinguished name, the way
+/// Kafka names an SSL client (Java's `X500Principal.getName()`): the most specific RDN first,
+/// `,` between RDNs and `+` inside one, the keywords CN, C, L, ST, O, OU, STREET, DC and UID,
+/// `\` before `,+"\<>;` (and a leading `#` or space, a trailing space), and any other attribute
+/// as its dotted OID with `#` and the hex of its value's DER encoding.
+pub fn subject_rfc2253(cert_der: &[u8]) -> Result<String, TlsError> {
+    use x509_parser::prelude::FromDer;
+    let (_, cert) = x509_parser::certificate::X509Certificate::from_der(cert_der)
+        .map_err(|e| TlsError::Config(format!("cannot parse the client certificate: {e}")))?;
+    let rdns: Vec<String> =
+        cert.subject().iter_rdn().map(|rdn| rdn.iter().map(rfc2253_attribute).collect::<Vec<_>>().join("+")).collect();
+    Ok(rdns.into_iter().rev().collect::<Vec<_>>().join(","))
+}
+
+fn rfc2253_attribute(attribute: &x509_parser::x509::AttributeTypeAndValue<'_>) -> String {
+    use x509_parser::der_parser::asn1_rs::Tag;
+    let oid = attribute.attr_type().to_id_string();
+    let keyword = match oid.as_str() {
+        "2.5.4.3" => Some("CN"),
+        "2.5.4.6" => Some("C"),
+        "2.5.4.7" => Some("L"),
+        "2.5.4.8" => Some("ST"),
+        "2.5.4.10" => Some("O"),
+        "2.5.4.11" => Some("OU"),
+        "2.5.4.9" => Some("STREET"),
+        "0.9.2342.19200300.100.1.25" => Some("DC"),
+        "0.9.2342.19200300.100.1.1" => Some("UID"),
+        _ => None,
+    };
+    let value = attribute.attr_value();
+    let text = match value.tag() {
+        Tag::BmpString => {
+            let units: Vec<u16> = value.data.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
+            String::from_utf16(&units).ok()
+        }
+        _ => attribute.as_str().ok().map(str::to_string),
+    };
+    match (keyword, text) {
+        (Some(k), Some(t)) => format!("{k}={}", escape_rfc2253(&t)),
+        _ => {
+            // The value's DER encoding: its tag, its length, its contents.
+            let mut der =
+                vec![u8::try_from(value.tag().0).unwrap_or(0) | if value.header.is_constructed() { 0x20 } else { 0 }];
+            let len = value.data.len();
+            if len < 0x80 {
+                der.push(len as u8);
+            } else {
+                let bytes: Vec<u8> = len.to_be_bytes().into_iter().skip_while(|b| *b == 0).collect();
+                der.push(0x80 | bytes.len() as u8);
+                der.extend(bytes);
+            }
+            der.extend_from_slice(value.data);
+            let hex: String = der.iter().map(|b| format!("{b:02x}")).collect();
+            format!("{}=#{hex}", keyword.map_or(oid.clone(), str::to_string))
+        }
+    }
+}
+
+fn escape_rfc2253(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let last = value.chars().count().saturating_sub(1);
+    for (i, c) in value.chars().enumerate() {
+        let special = matches!(c, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
+            || (i == 0 && (c == '#' || c == ' '))
+            || (i == last && c == ' ');
+        if special {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The dialling side: trust the CA certificates in `ca_pem`.
@@ -73,19 +205,27 @@ impl std::fmt::Debug for ClientTls {
 impl ClientTls {
     /// Trust the CA certificates in `ca_pem`.
     pub fn new(ca_pem: &[u8]) -> Result<ClientTls, TlsError> {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(ca_pem) {
-            let cert = cert.map_err(|e| TlsError::Pem { what: "CA certificates".into(), detail: e.to_string() })?;
-            roots.add(cert).map_err(|e| TlsError::Config(e.to_string()))?;
-        }
-        if roots.is_empty() {
-            return Err(TlsError::Pem { what: "CA certificates".into(), detail: "no certificate found".into() });
-        }
+        let roots = roots(ca_pem)?;
         let config = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Config(e.to_string()))?
             .with_root_certificates(roots)
             .with_no_client_auth();
+        Ok(ClientTls { connector: TlsConnector::from(Arc::new(config)) })
+    }
+
+    /// Trust the CA certificates in `ca_pem`, and present `cert_pem` with `key_pem` to servers
+    /// that ask for a client certificate (mutual TLS).
+    pub fn with_certificate(ca_pem: &[u8], cert_pem: &[u8], key_pem: &[u8]) -> Result<ClientTls, TlsError> {
+        let certs = certificates(cert_pem, "client certificate")?;
+        let key = PrivateKeyDer::from_pem_slice(key_pem)
+            .map_err(|e| TlsError::Pem { what: "client private key".into(), detail: e.to_string() })?;
+        let config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Config(e.to_string()))?
+            .with_root_certificates(roots(ca_pem)?)
+            .with_client_auth_cert(certs, key)
+            .map_err(|e| TlsError::Config(e.to_string()))?;
         Ok(ClientTls { connector: TlsConnector::from(Arc::new(config)) })
     }
 

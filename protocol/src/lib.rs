@@ -21,6 +21,7 @@ mod error;
 pub mod kafka;
 pub mod messages;
 pub mod names;
+pub mod principal;
 pub mod sasl;
 pub mod wire;
 

@@ -107,13 +107,16 @@ class ConfluentClient:
         self.ck = confluent_kafka
         self.producers = []
 
-    def security(self, protocol, mechanism=None, user=None, password=None, ca=None):
-        """This client's settings for a listener of `protocol` (SASL_PLAINTEXT, SASL_SSL, SSL)."""
+    def security(self, protocol, mechanism=None, user=None, password=None, ca=None, cert=None, key=None):
+        """This client's settings for a listener of `protocol` (SASL_PLAINTEXT, SASL_SSL, SSL); `cert`
+        and `key`: a client certificate for mutual TLS."""
         conf = {"security.protocol": protocol}
         if mechanism:
             conf.update({"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password})
         if ca:
             conf["ssl.ca.location"] = ca
+        if cert:
+            conf.update({"ssl.certificate.location": cert, "ssl.key.location": key})
         return conf
 
     def idempotent_producer(self, bootstrap, **config):
@@ -310,13 +313,16 @@ class KafkaPythonClient:
         self.errors = kafka.errors
         self.producers = []
 
-    def security(self, protocol, mechanism=None, user=None, password=None, ca=None):
-        """This client's settings for a listener of `protocol` (SASL_PLAINTEXT, SASL_SSL, SSL)."""
+    def security(self, protocol, mechanism=None, user=None, password=None, ca=None, cert=None, key=None):
+        """This client's settings for a listener of `protocol` (SASL_PLAINTEXT, SASL_SSL, SSL); `cert`
+        and `key`: a client certificate for mutual TLS."""
         conf = dict(security_protocol=protocol)
         if mechanism:
             conf.update(sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password)
         if ca:
             conf["ssl_cafile"] = ca
+        if cert:
+            conf.update(ssl_certfile=cert, ssl_keyfile=key)
         return conf
 
     def idempotent_producer(self, bootstrap, **config):

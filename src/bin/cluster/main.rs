@@ -105,11 +105,16 @@ enum Cmd {
     },
     /// Write a new test CA and a certificate it signed for `localhost` and `127.0.0.1` into
     /// DIR (`ca.pem`, `server.pem`, `server.key`), for `--tls-cert`/`--tls-key` and the
-    /// clients' CA location (`ssl.ca.location`, `ssl_cafile`). For tests: the CA's key is not
-    /// kept, so it signs nothing else.
+    /// clients' CA location (`ssl.ca.location`, `ssl_cafile`), and with `--client NAME` a client
+    /// certificate for mutual TLS (`client-NAME.pem`, `client-NAME.key`; subject
+    /// `CN=NAME,OU=clients,O=epochfence`) for the broker's `--tls-client-ca`. For tests: the CA's
+    /// key is not kept, so it signs nothing else.
     Certificates {
         /// The directory to write them into (made if missing).
         dir: PathBuf,
+        /// Also a client certificate for NAME (repeatable).
+        #[arg(long = "client", value_name = "NAME")]
+        clients: Vec<String>,
     },
 }
 
@@ -202,10 +207,29 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             })
             .await
         }
-        Cmd::Certificates { dir } => {
-            let (ca, cert, key) = epochfence::local_certificates()?;
+        Cmd::Certificates { dir, clients } => {
+            if let Some(bad) = clients
+                .iter()
+                .find(|n| n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)))
+            {
+                eprintln!(
+                    "cluster: --client {bad:?}: a client name is letters, digits, '.', '_' and '-' (it names files)"
+                );
+                std::process::exit(2);
+            }
+            let names: Vec<&str> = clients.iter().map(String::as_str).collect();
+            let made = epochfence::local_certificates_with_clients(&names)?;
             std::fs::create_dir_all(&dir).map_err(|e| anyhow::anyhow!("cannot make {}: {e}", dir.display()))?;
-            for (name, pem) in [("ca.pem", ca), ("server.pem", cert), ("server.key", key)] {
+            let mut files = vec![
+                ("ca.pem".to_string(), made.ca),
+                ("server.pem".to_string(), made.server_cert),
+                ("server.key".to_string(), made.server_key),
+            ];
+            for (name, cert, key) in made.clients {
+                files.push((format!("client-{name}.pem"), cert));
+                files.push((format!("client-{name}.key"), key));
+            }
+            for (name, pem) in files {
                 let path = dir.join(name);
                 std::fs::write(&path, pem).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
                 println!("{}", path.display());

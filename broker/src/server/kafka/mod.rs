@@ -284,15 +284,37 @@ impl Drop for RelayLease {
     }
 }
 
+/// The principal name of an SSL client from its certificate (mutual TLS, under SSL: under
+/// SASL_SSL the SASL login names it, as in Kafka): its subject mapped by the broker's
+/// `ssl.principal.mapping.rules`; `None` without a certificate (`User:ANONYMOUS`). An error if
+/// the certificate cannot be read or no rule applies.
+fn tls_principal(shared: &Shared, peer: &net::Peer) -> Result<Option<String>, String> {
+    let Some(cert) = peer.certificate.as_ref().filter(|_| shared.kafka_security() == super::SecurityProtocol::Ssl)
+    else {
+        return Ok(None);
+    };
+    let subject = net::tls::subject_rfc2253(cert).map_err(|e| e.to_string())?;
+    shared.config.ssl_principal_mapping.name(&subject).map(Some)
+}
+
 /// The handlers of each new Kafka connection.
 pub(super) fn handlers(shared: &Arc<Shared>) -> Handlers<KafkaWire> {
     let shared = shared.clone();
-    Arc::new(move |peer| {
+    Arc::new(move |peer: &net::Peer| {
+        let tls_user = match tls_principal(&shared, peer) {
+            Ok(user) => user,
+            Err(why) => {
+                // Kafka fails such a client's authentication: nothing it sends is served.
+                tracing::info!(peer = %peer.addr, "Kafka client's certificate refused: {why}; closing the connection");
+                let refused: Handler<KafkaWire> = Arc::new(|_| Handled::answer(KafkaAnswer::Close));
+                return (refused, None);
+            }
+        };
         let conn = Arc::new(KafkaConn {
             shared: shared.clone(),
             relay: Mutex::new(Relay::default()),
-            peer,
-            sasl: Arc::new(Mutex::new(sasl::SaslState::new(shared.kafka_sasl()))),
+            peer: peer.addr,
+            sasl: Arc::new(Mutex::new(sasl::SaslState::new(shared.kafka_sasl(), tls_user))),
             identity: std::sync::OnceLock::new(),
         });
         let for_group = conn.clone();

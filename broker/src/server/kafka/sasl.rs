@@ -192,8 +192,9 @@ impl Session {
 /// Where one connection is in its authentication.
 #[derive(Debug)]
 pub(super) enum SaslState {
-    /// The listener does not use SASL: the client is `User:ANONYMOUS`.
-    Off,
+    /// The listener does not use SASL: the client is `User:<user>`, `ANONYMOUS` or (mutual TLS)
+    /// named by its certificate.
+    Off { user: String },
     /// Waiting for SaslHandshake.
     Handshake,
     /// The handshake chose `mechanism`: waiting for its first SaslAuthenticate. `prior` is the
@@ -210,12 +211,13 @@ pub(super) enum SaslState {
 }
 
 impl SaslState {
-    /// The state a new connection of a listener starts in.
-    pub(super) fn new(sasl: Option<&SaslConfig>) -> SaslState {
+    /// The state a new connection of a listener starts in; `tls_user` is the principal name its
+    /// client certificate gives (mutual TLS), which SASL, when on, overrides.
+    pub(super) fn new(sasl: Option<&SaslConfig>, tls_user: Option<String>) -> SaslState {
         if sasl.is_some() {
             SaslState::Handshake
         } else {
-            SaslState::Off
+            SaslState::Off { user: tls_user.unwrap_or_else(|| "ANONYMOUS".into()) }
         }
     }
 
@@ -223,7 +225,7 @@ impl SaslState {
     /// succeeded and its session has not ended.
     pub(super) fn open_at(&self, now: Instant) -> bool {
         match self {
-            SaslState::Off => true,
+            SaslState::Off { .. } => true,
             SaslState::Authenticated(s) => s.open_at(now),
             _ => false,
         }
@@ -232,13 +234,14 @@ impl SaslState {
     /// Whether the connection's principal is settled: SASL is off, or it logged in (a
     /// re-authentication keeps the user).
     pub(super) fn settled(&self) -> bool {
-        matches!(self, SaslState::Off | SaslState::Authenticated(_))
+        matches!(self, SaslState::Off { .. } | SaslState::Authenticated(_))
     }
 
-    /// The principal's name (`User:` aside): `ANONYMOUS` without SASL, empty before it succeeded.
+    /// The principal's name (`User:` aside): without SASL `ANONYMOUS` or the certificate's,
+    /// empty before a login succeeded.
     pub(super) fn user(&self) -> &str {
         match self {
-            SaslState::Off => "ANONYMOUS",
+            SaslState::Off { user } => user,
             SaslState::Authenticated(s) => &s.user,
             _ => "",
         }
@@ -576,7 +579,7 @@ mod tests {
     impl Conn {
         fn new(max_reauth_ms: u64) -> Conn {
             let config = SaslConfig { max_reauth_ms, failed_authentication_delay_ms: 0, ..SaslConfig::default() };
-            let cell = Arc::new(Mutex::new(SaslState::new(Some(&config))));
+            let cell = Arc::new(Mutex::new(SaslState::new(Some(&config), None)));
             Conn { cell, config, credentials: credentials(), now: Instant::now(), stats: Arc::default() }
         }
 

@@ -83,6 +83,8 @@ pub struct LocalOptions {
     /// How long a Kafka login lasts before the client must log in again, in ms (the brokers'
     /// `--connections-max-reauth-ms`, KIP-368; 0: the connection's life).
     pub connections_max_reauth_ms: u64,
+    /// The brokers' `--sasl-plain-checks-per-s-max`.
+    pub sasl_plain_checks_per_s_max: u32,
     /// Mutual TLS on the Kafka listeners (needs `tls`): client certificates are made for these
     /// names ([`LocalCluster::client_certificates`]) and required of every Kafka client.
     pub kafka_client_certificates: Vec<String>,
@@ -115,6 +117,7 @@ impl Default for LocalOptions {
             transaction_version: coordinator::cluster::TRANSACTION_VERSION_DEFAULT,
             sasl_users: Vec::new(),
             connections_max_reauth_ms: 0,
+            sasl_plain_checks_per_s_max: protocol::sasl::PLAIN_CHECKS_PER_S_MAX_DEFAULT,
             kafka_client_certificates: Vec::new(),
             ssl_principal_mapping_rules: None,
             authorizer: None,
@@ -232,6 +235,7 @@ impl LocalCluster {
                 });
                 config.kafka_sasl.mechanisms = protocol::sasl::Mechanism::ALL.to_vec();
                 config.kafka_sasl.max_reauth_ms = opts.connections_max_reauth_ms;
+                config.kafka_sasl.plain_checks_per_s_max = opts.sasl_plain_checks_per_s_max;
             }
             config.kafka_mtls = mtls.clone();
             config.ssl_principal_mapping = mapping.clone();

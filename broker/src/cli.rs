@@ -57,6 +57,12 @@ pub struct Args {
     /// the connection's life.
     #[arg(long, default_value_t = 0)]
     connections_max_reauth_ms: u64,
+    /// Most PLAIN password checks a second (each a PBKDF2 of about a millisecond of CPU). A
+    /// password that passed before is not checked again; beyond this, other PLAIN logins are
+    /// refused unchecked, so a storm of wrong passwords cannot take the broker's CPU. SCRAM
+    /// logins cost the broker no PBKDF2 and are not counted.
+    #[arg(long, default_value_t = protocol::sasl::PLAIN_CHECKS_PER_S_MAX_DEFAULT, value_parser = clap::value_parser!(u32).range(1..))]
+    sasl_plain_checks_per_s_max: u32,
     /// Largest transaction timeout a Kafka client may ask for in InitProducerId, in
     /// milliseconds (Kafka's transaction.max.timeout.ms); above it the init is refused with
     /// INVALID_TRANSACTION_TIMEOUT. The coordinator's own maximum applies as well.
@@ -232,6 +238,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--sasl-mechanisms: {e}"))?,
         failed_authentication_delay_ms: args.connection_failed_authentication_delay_ms,
         max_reauth_ms: args.connections_max_reauth_ms,
+        plain_checks_per_s_max: args.sasl_plain_checks_per_s_max,
     };
     config.heartbeat_ms = args.heartbeat_ms;
     config.fencing = !args.no_fencing;

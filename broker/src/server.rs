@@ -497,7 +497,7 @@ pub async fn run_listeners(
         stop: stop_rx.clone(),
         registered: watch::Sender::new(false),
         transaction_version: Mutex::new((0, -1)),
-        credentials: kafka::sasl::CredentialCache::default(),
+        credentials: kafka::sasl::CredentialCache::new(config.kafka_sasl.plain_checks_per_s_max),
         authorization: kafka::authz::AuthorizationCache::default(),
         pid_binder: config.limits.cluster_secret.as_ref().map(protocol::auth::ProducerIdBinder::new),
         config: config.clone(),

@@ -437,6 +437,9 @@ pub struct ScramClient {
     /// Set by [`ScramClient::server_first`]: the server key and auth message to check the
     /// server-final message against.
     expect: Option<(Vec<u8>, String)>,
+    /// A salted password computed before: (salt, iterations, SaltedPassword), used when the
+    /// server names that salt and count ([`ScramClient::with_salted_password`]).
+    salted: Option<(Vec<u8>, u32, Vec<u8>)>,
 }
 
 impl ScramClient {
@@ -453,8 +456,17 @@ impl ScramClient {
             client_first_bare,
             nonce: nonce.to_string(),
             expect: None,
+            salted: None,
         };
         (client, msg)
+    }
+
+    /// Use `salted_password`, the password's PBKDF2 under `salt` and `iterations` computed
+    /// before, if the server names those (a load generator's clients skip the PBKDF2 a real
+    /// client pays per login, so the server's cost is what is measured).
+    pub fn with_salted_password(mut self, salt: Vec<u8>, iterations: u32, salted_password: Vec<u8>) -> ScramClient {
+        self.salted = Some((salt, iterations, salted_password));
+        self
     }
 
     /// Answer the server-first message: the client-final message (PBKDF2: costly).
@@ -477,7 +489,14 @@ impl ScramClient {
         }
         let salt = b64_decode(STEP, "the salt", salt)?;
         let m = self.mechanism;
-        let salted = m.salted_password(&self.password, &salt, iterations);
+        let salted = match &self.salted {
+            Some((s, i, salted)) if *s == salt && *i == iterations => salted.clone(),
+            _ => {
+                let salted = m.salted_password(&self.password, &salt, iterations);
+                self.salted = Some((salt, iterations, salted.clone()));
+                salted
+            }
+        };
         let client_key = m.hmac(&salted, &[b"Client Key"]);
         let stored_key = m.hash(&client_key);
         let without_proof = format!("c=biws,r={nonce}");
@@ -486,6 +505,12 @@ impl ScramClient {
         let proof: Vec<u8> = client_key.iter().zip(&signature).map(|(k, s)| k ^ s).collect();
         self.expect = Some((m.hmac(&salted, &[b"Server Key"]), auth_message));
         Ok(format!("{without_proof},p={}", b64_encode(&proof)).into_bytes())
+    }
+
+    /// The salted password used, once [`ScramClient::server_first`] has run: (salt, iterations,
+    /// SaltedPassword), for [`ScramClient::with_salted_password`].
+    pub fn salted_password(&self) -> Option<(Vec<u8>, u32, Vec<u8>)> {
+        self.salted.clone()
     }
 
     /// Check the server-final message: did we reach a server that knows the credential?
@@ -500,6 +525,87 @@ impl ScramClient {
         } else {
             Err(malformed(STEP, "the server's signature is wrong: it does not know the credential"))
         }
+    }
+}
+
+/// Default of a broker's PLAIN password checks per second (`--sasl-plain-checks-per-s-max`).
+pub const PLAIN_CHECKS_PER_S_MAX_DEFAULT: u32 = 50;
+
+/// A broker's PLAIN logins (rules without I/O). A PLAIN password is checked against the user's
+/// SCRAM credential with PBKDF2 (about a millisecond of CPU each at 4,096 iterations), which a
+/// client that sends wrong passwords costs the broker and not itself. So the checks run under a
+/// budget of `checks_per_s_max` a second (a token bucket holding one second's worth), and a
+/// password that passed is remembered (a keyed HMAC of it, per user and credential): a user
+/// logging in again costs an HMAC, not PBKDF2, and is not held up by a storm of wrong ones.
+#[derive(Debug)]
+pub struct PlainChecks {
+    checks_per_s_max: u32,
+    tokens: f64,
+    last: Option<std::time::Instant>,
+    /// A random key of this process for the HMACs of passwords that passed.
+    key: [u8; 32],
+    /// Per user: the credential's stored key and the HMAC of the password that passed.
+    passed: std::collections::HashMap<String, (Vec<u8>, Vec<u8>)>,
+}
+
+/// What a PLAIN login needs, per [`PlainChecks::decide`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlainCheck {
+    /// The password passed before against this credential: logged in, no PBKDF2.
+    Passed,
+    /// Check it with PBKDF2 (a token was taken).
+    Check,
+    /// Over the budget: refuse without a check.
+    OverBudget,
+}
+
+impl PlainChecks {
+    /// Checks under a budget of `checks_per_s_max` a second; `key` is random per process.
+    pub fn new(checks_per_s_max: u32, key: [u8; 32]) -> PlainChecks {
+        PlainChecks {
+            checks_per_s_max,
+            tokens: f64::from(checks_per_s_max),
+            last: None,
+            key,
+            passed: std::collections::HashMap::new(),
+        }
+    }
+
+    fn digest(&self, password: &[u8]) -> Vec<u8> {
+        ScramMechanism::Sha256.hmac(&self.key, &[password])
+    }
+
+    /// What `user`'s PLAIN login with `password` needs at `now`, its credential being
+    /// `credential` (`None`: an unknown user, checked against a made-up one all the same).
+    pub fn decide(
+        &mut self,
+        user: &str,
+        credential: Option<&ScramCredential>,
+        password: &[u8],
+        now: std::time::Instant,
+    ) -> PlainCheck {
+        if let (Some(c), Some((stored, digest))) = (credential, self.passed.get(user)) {
+            if *stored == c.stored_key && bool::from(self.digest(password).ct_eq(digest)) {
+                return PlainCheck::Passed;
+            }
+        }
+        let per_s = f64::from(self.checks_per_s_max);
+        let elapsed = self.last.map_or(0.0, |l| now.saturating_duration_since(l).as_secs_f64());
+        self.tokens = (self.tokens + elapsed * per_s).min(per_s);
+        self.last = Some(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            PlainCheck::Check
+        } else {
+            PlainCheck::OverBudget
+        }
+    }
+
+    /// `user`'s `password` passed a PBKDF2 check against `credential`: remember it (one entry
+    /// per user, so at most one per user with a credential).
+    pub fn passed(&mut self, user: &str, credential: &ScramCredential, password: &[u8]) {
+        let digest = self.digest(password);
+        self.passed.insert(user.to_string(), (credential.stored_key.clone(), digest));
     }
 }
 
@@ -638,5 +744,27 @@ mod tests {
                 let _ = ex.finish(&last);
             }
         }
+    }
+
+    #[test]
+    fn plain_checks_run_under_a_budget_and_a_password_that_passed_needs_none() {
+        use std::time::{Duration, Instant};
+        let c = ScramCredential::from_password(ScramMechanism::Sha256, b"pw", vec![1; 16], 4096);
+        let mut checks = PlainChecks::new(2, [7; 32]);
+        let t0 = Instant::now();
+        assert_eq!(checks.decide("alice", Some(&c), b"pw", t0), PlainCheck::Check);
+        checks.passed("alice", &c, b"pw");
+        assert_eq!(checks.decide("mallory", None, b"guess", t0), PlainCheck::Check);
+        assert_eq!(checks.decide("alice", Some(&c), b"guess", t0), PlainCheck::OverBudget, "two a second");
+        assert_eq!(checks.decide("alice", Some(&c), b"pw", t0), PlainCheck::Passed, "no budget needed");
+        // Half a second later one more check; a second later the bucket is full (2), not more.
+        assert_eq!(checks.decide("alice", Some(&c), b"guess", t0 + Duration::from_millis(500)), PlainCheck::Check);
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!(checks.decide("x", None, b"1", later), PlainCheck::Check);
+        assert_eq!(checks.decide("x", None, b"2", later), PlainCheck::Check);
+        assert_eq!(checks.decide("x", None, b"3", later), PlainCheck::OverBudget);
+        // A changed credential (a new password) forgets the one that passed.
+        let changed = ScramCredential::from_password(ScramMechanism::Sha256, b"new", vec![2; 16], 4096);
+        assert_eq!(checks.decide("alice", Some(&changed), b"pw", later), PlainCheck::OverBudget);
     }
 }

@@ -12,7 +12,9 @@
 //! alternating, as paired ratios), `inits` (durable InitProducerId grants per second) and
 //! `recovery` (how fast a partition reopens), `authorizer` (idempotent producers over SASL through
 //! the Kafka listener with the coordinator's authorizer on and `--acls` ACLs in place, against
-//! the authorizer off, alternating, as paired ratios). `--protocol kafka` drives the fenced cluster
+//! the authorizer off, alternating, as paired ratios), `logins` (SCRAM logins per second, producers
+//! during a storm of failing logins, the time a removed ACL takes to refuse: `bench/logins.rs`).
+//! `--protocol kafka` drives the fenced cluster
 //! through its Kafka listener (the producer crate's Kafka client) instead of the own protocol,
 //! `--protocol both` drives it both ways in the same run, alternating, and reports the Kafka
 //! path's throughput as a fraction of the own path's.
@@ -34,6 +36,9 @@ use producer::{Client, ClientConfig, Producer, ProducerConfig};
 use protocol::batch::{build_batch, ProducerStamp};
 use protocol::{ProduceRequest, ProduceResponse, Request, Response, Status, ACKS_ALL, ACKS_LEADER};
 
+#[path = "bench/logins.rs"]
+mod logins;
+
 /// glibc's allocator hands large freed buffers back to the kernel and faults them in again on
 /// the next frame (worst when one thread frees what another allocated), which slowed and
 /// scattered the figures; mimalloc keeps them.
@@ -48,8 +53,18 @@ struct Args {
     /// `recovery` (how long a partition with `--log-mib` of log takes to open after a crash, after
     /// a clean shutdown, and with no snapshots or indexes), or `replication` (acks=all on 3
     /// brokers with 3 replicas against acks=leader on 1, fenced, alternating, as paired ratios).
-    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced", "inits", "recovery", "replication", "authorizer"])]
+    /// `logins`: SCRAM-SHA-512 logins per second from `--clients` clients, idempotent producers'
+    /// throughput during a storm of failing logins from `--storm` clients against none (paired
+    /// runs, `--repeat`), and the time a removed ACL takes to refuse writes.
+    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced", "inits", "recovery", "replication", "authorizer", "logins"])]
     mode: String,
+    /// Clients failing logins in `--mode logins`'s storms.
+    #[arg(long, default_value_t = 32)]
+    storm: usize,
+    /// The brokers' `--sasl-plain-checks-per-s-max` in `--mode logins` and `authorizer` (a large
+    /// value: no budget, to see what it saves).
+    #[arg(long, default_value_t = protocol::sasl::PLAIN_CHECKS_PER_S_MAX_DEFAULT)]
+    plain_checks_per_s_max: u32,
     /// ACLs in place for `--mode authorizer` (the producers' own two among them; the others
     /// name other principals and topics, literal and prefixed, as a shared cluster's would).
     #[arg(long, default_value_t = 1_000)]
@@ -610,8 +625,14 @@ async fn cluster(args: &Args, template: Arc<BatchTemplate>, fencing: bool, kafka
 /// One `--mode authorizer` run: a cluster whose Kafka listeners take SCRAM-SHA-512 logins
 /// (SASL_PLAINTEXT), with the coordinator's authorizer on and `--acls` ACLs in place, or off;
 /// idempotent producers (`User:bench`) through the Kafka listener, their producer ids bound to
-/// the principal when it is on.
-async fn authorizer_cluster(args: &Args, template: Arc<BatchTemplate>, on: bool) -> Result<Figures, String> {
+/// the principal when it is on. With `storm`, `--storm` clients fail logins on other connections
+/// to the first broker meanwhile (`--mode logins`); also returns how many they failed.
+async fn authorizer_cluster(
+    args: &Args,
+    template: Arc<BatchTemplate>,
+    on: bool,
+    storm: Option<logins::Storm>,
+) -> Result<(Figures, u64), String> {
     use producer::kafka::{KafkaClient, KafkaProducer};
     use protocol::acl::{AclBinding, Operation, PatternType, Permission, ResourceType, CLUSTER_NAME};
     let log = broker::log::LogConfig { preallocate_bytes: args.preallocate_bytes, ..Default::default() };
@@ -623,6 +644,7 @@ async fn authorizer_cluster(args: &Args, template: Arc<BatchTemplate>, on: bool)
         log,
         kafka: true,
         sasl_users: vec![("bench".into(), "bench-pw".into())],
+        sasl_plain_checks_per_s_max: args.plain_checks_per_s_max,
         authorizer: on.then(coordinator::acls::AuthorizerConfig::default),
         ..Default::default()
     };
@@ -671,6 +693,7 @@ async fn authorizer_cluster(args: &Args, template: Arc<BatchTemplate>, on: bool)
     };
     let config = ClientConfig { sasl: Some(login), ..c.client_config() };
     let bootstrap = c.kafka_bootstrap();
+    let storm_addr = c.kafka_addrs[0].clone();
     let client_args = args.clone();
     let figures = on_client(args.client_threads, async move {
         let args = &client_args;
@@ -704,7 +727,11 @@ async fn authorizer_cluster(args: &Args, template: Arc<BatchTemplate>, on: bool)
         }
         warm_up(&routes, &ids, args.record_bytes).await?;
         let txns = vec![None; args.producers];
-        drive(args, routes, ids, txns, template).await
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let attempts = storm.map(|kind| logins::start_storm(storm_addr, kind, args.storm, stop.clone()));
+        let figures = drive(args, routes, ids, txns, template).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        figures.map(|f| (f, attempts.map_or(0, |a| a.load(std::sync::atomic::Ordering::Relaxed))))
     })
     .await;
     c.shutdown().await;
@@ -723,7 +750,7 @@ async fn authorizer(args: &Args) -> Result<(), String> {
         let order = if rep % 2 == 0 { [false, true] } else { [true, false] };
         let mut pair = [None, None];
         for on in order {
-            let f = authorizer_cluster(args, template.clone(), on).await?;
+            let (f, _) = authorizer_cluster(args, template.clone(), on, None).await?;
             pair[usize::from(on)] = Some(f);
         }
         let [Some(off), Some(on)] = pair else { unreachable!("both ran") };
@@ -1129,6 +1156,15 @@ async fn main() -> std::process::ExitCode {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("bench inits: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
+    if args.mode == "logins" {
+        return match logins::logins(&args).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench logins: {e}");
                 std::process::ExitCode::FAILURE
             }
         };

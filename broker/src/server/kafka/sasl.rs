@@ -30,8 +30,8 @@ use kafka_protocol::ResponseError;
 use net::Handled;
 use protocol::kafka::KafkaAnswer;
 use protocol::sasl::{
-    ClientFirst, Mechanism, PlainLogin, SaslError, ScramCredential, ScramExchange, ScramMechanism, FAILED,
-    SASL_MESSAGE_BYTES_MAX,
+    ClientFirst, Mechanism, PlainCheck, PlainChecks, PlainLogin, SaslError, ScramCredential, ScramExchange,
+    ScramMechanism, FAILED, SASL_MESSAGE_BYTES_MAX,
 };
 use protocol::Credentials;
 
@@ -101,6 +101,9 @@ pub struct SaslConfig {
     /// milliseconds (Kafka's `connections.max.reauth.ms`, KIP-368); 0: for the connection's
     /// life.
     pub max_reauth_ms: u64,
+    /// Most PLAIN password checks (PBKDF2) a second; beyond, a PLAIN login whose password has not
+    /// passed before is refused unchecked ([`PlainChecks`]).
+    pub plain_checks_per_s_max: u32,
 }
 
 /// Default of [`SaslConfig::failed_authentication_delay_ms`], Kafka's.
@@ -112,6 +115,7 @@ impl Default for SaslConfig {
             mechanisms: vec![Mechanism::Scram(ScramMechanism::Sha256), Mechanism::Scram(ScramMechanism::Sha512)],
             failed_authentication_delay_ms: FAILED_AUTHENTICATION_DELAY_MS_DEFAULT,
             max_reauth_ms: 0,
+            plain_checks_per_s_max: protocol::sasl::PLAIN_CHECKS_PER_S_MAX_DEFAULT,
         }
     }
 }
@@ -132,11 +136,26 @@ pub fn parse_mechanisms(s: &str) -> Result<Vec<Mechanism>, String> {
     Ok(out)
 }
 
-/// The coordinator's SCRAM credentials, as its last heartbeat answer carrying them said.
-#[derive(Debug, Default)]
-pub(crate) struct CredentialCache(RwLock<Arc<Credentials>>);
+/// The coordinator's SCRAM credentials, as its last heartbeat answer carrying them said, and
+/// the broker's PLAIN checks of passwords against them ([`PlainChecks`]: a budget of PBKDF2 runs
+/// a second, and the passwords that passed).
+#[derive(Debug)]
+pub(crate) struct CredentialCache(RwLock<Arc<Credentials>>, Arc<Mutex<PlainChecks>>);
+
+impl Default for CredentialCache {
+    fn default() -> Self {
+        CredentialCache::new(protocol::sasl::PLAIN_CHECKS_PER_S_MAX_DEFAULT)
+    }
+}
 
 impl CredentialCache {
+    /// No credentials yet; PLAIN checks under a budget of `plain_checks_per_s_max` a second.
+    pub(crate) fn new(plain_checks_per_s_max: u32) -> CredentialCache {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).expect("the operating system's random source works");
+        CredentialCache(RwLock::default(), Arc::new(Mutex::new(PlainChecks::new(plain_checks_per_s_max, key))))
+    }
+
     /// The version held (0 before any).
     pub(crate) fn version(&self) -> i64 {
         self.0.read().unwrap_or_else(|p| p.into_inner()).version
@@ -403,6 +422,33 @@ pub(super) fn gate(
             // A user without a credential is checked against a made-up one, so the time taken
             // does not tell which users exist.
             let known = credentials.lookup(&login.user, ScramMechanism::Sha256);
+            let checks = credentials.1.clone();
+            let decided = checks.lock().unwrap_or_else(|p| p.into_inner()).decide(
+                &login.user,
+                known.as_ref(),
+                &login.password,
+                now,
+            );
+            match decided {
+                PlainCheck::Passed => {
+                    // This password passed PBKDF2 before: no check, no blocking thread.
+                    return match logged_in(login.user, Mechanism::Plain, prior.as_ref(), config.max_reauth_ms, now) {
+                        Some(s) => {
+                            logged(peer, &s, prior.is_some(), stats);
+                            *state = SaslState::Authenticated(s);
+                            Gate::Answer(Handled::answer(authenticate_answer(Vec::new(), config.max_reauth_ms)))
+                        }
+                        None => {
+                            refuse(&SaslError::Unsupported("re-authentication as another user".into()), peer, delay)
+                        }
+                    };
+                }
+                PlainCheck::OverBudget => {
+                    tracing::info!(%peer, user = %login.user, "PLAIN password checks over --sasl-plain-checks-per-s-max this second; login refused without a check (SCRAM logins cost the broker no PBKDF2)");
+                    return refuse(&SaslError::Unsupported("over the PLAIN check budget".into()), peer, delay);
+                }
+                PlainCheck::Check => {}
+            }
             *state = SaslState::Checking;
             let cell = cell.clone();
             let finish = move |s| *cell.lock().unwrap_or_else(|p| p.into_inner()) = s;
@@ -411,7 +457,13 @@ pub(super) fn gate(
             Gate::Answer(Handled::serial(async move {
                 let user = login.user.clone();
                 let checked = tokio::task::spawn_blocking(move || match known {
-                    Some(c) => c.matches_password(&login.password),
+                    Some(c) => {
+                        let ok = c.matches_password(&login.password);
+                        if ok {
+                            checks.lock().unwrap_or_else(|p| p.into_inner()).passed(&login.user, &c, &login.password);
+                        }
+                        ok
+                    }
                     None => {
                         let dummy = ScramCredential::from_salted_password(
                             ScramMechanism::Sha256,
@@ -720,5 +772,33 @@ mod tests {
         assert_eq!(c.user(), "alice");
         assert_eq!(plain(&c, "alice", "nope").0, Did::Code(ResponseError::SaslAuthenticationFailed.code()));
         assert_eq!(c.ask(Asked::Other).0, Did::Close);
+    }
+
+    #[test]
+    fn past_the_plain_budget_wrong_passwords_are_refused_unchecked_and_a_known_one_still_logs_in() {
+        let mut c = Conn::new(0);
+        c.config.mechanisms = vec![Mechanism::Plain];
+        c.credentials = CredentialCache::new(1);
+        c.credentials.replace(Credentials {
+            version: 1,
+            users: vec![UserCredential {
+                user: "alice".into(),
+                credential: ScramCredential::from_password(ScramMechanism::Sha256, b"a-pw", vec![1; 16], 4096),
+            }],
+        });
+        let login = |c: &mut Conn, pw: &str| {
+            c.cell = Arc::new(Mutex::new(SaslState::new(Some(&c.config), None))); // a new connection
+            assert_eq!(c.ask(Asked::Handshake("PLAIN")).0, Did::Code(0));
+            c.ask(Asked::Authenticate(&Bytes::from(PlainLogin::encode("alice", pw.as_bytes())))).0
+        };
+        let failed = Did::Code(ResponseError::SaslAuthenticationFailed.code());
+        assert_eq!(login(&mut c, "a-pw"), Did::Code(0), "checked: the second's one check");
+        for _ in 0..5 {
+            assert_eq!(login(&mut c, "guess"), failed, "over the budget: refused unchecked");
+        }
+        assert_eq!(login(&mut c, "a-pw"), Did::Code(0), "a password that passed needs no check");
+        assert_eq!(c.stats.metrics.login_count(LoginOutcome::Failed), 5);
+        c.now += Duration::from_secs(1);
+        assert_eq!(login(&mut c, "guess"), failed, "checked again a second later, and wrong");
     }
 }

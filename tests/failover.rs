@@ -226,10 +226,11 @@ async fn follower_down_through_two_leadership_changes_truncates_and_converges() 
     signal(c.proc(z), "STOP");
     let mut lone = Producer::init(&c.addr(), producer_config("lone", ACKS_LEADER)).await.unwrap();
     // X sends at most `replication_inflight_max` Replicate requests to each stopped follower
-    // before it waits for an answer, each carrying what was new when it was sent (one record
-    // each here, as the producer waits for every acknowledgement): two more records than that
+    // before it waits for an answer (30 s), each carrying what was new when it was sent: about
+    // one record each, as the producer waits for every acknowledgement, but a replication task
+    // that lags behind the producer takes several at once. Twenty more records than requests
     // and some never leave X.
-    let lone_sent = broker::server::REPLICATION_INFLIGHT_MAX_DEFAULT + 2;
+    let lone_sent = broker::server::REPLICATION_INFLIGHT_MAX_DEFAULT + 20;
     for i in 0..lone_sent {
         lone.send("t", 0, Bytes::from(format!("divergent-{i}"))).await.unwrap();
     }

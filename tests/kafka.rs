@@ -467,7 +467,8 @@ async fn sasl_logins_gate_every_request_of_the_kafka_listener() {
 async fn kafka_logins_last_connections_max_reauth_ms() {
     use producer::SaslLogin;
     use protocol::sasl::{Mechanism, ScramMechanism};
-    const LIFETIME_MS: u64 = 400;
+    // Long enough for two SCRAM logins and a call in a debug build on a busy machine.
+    const LIFETIME_MS: u64 = 2_000;
     let users = vec![("alice".to_string(), "alice-pw".to_string()), ("bob".to_string(), "bob-pw".to_string())];
     let c = LocalCluster::start(LocalOptions {
         kafka: true,
@@ -493,7 +494,7 @@ async fn kafka_logins_last_connections_max_reauth_ms() {
             .with_configuration_keys(Some(vec![StrBytes::from_static_str("connections.max.reauth.ms")])),
     ]);
     let r = conn.call(&describe, 4).await.unwrap();
-    assert_eq!(r.results[0].configs[0].value.as_deref(), Some("400"));
+    assert_eq!(r.results[0].configs[0].value.as_deref(), Some("2000"));
     // Logging in again in place, as the same user: served, and the connection goes on.
     conn.authenticate(&login(scram, "alice"), T).await.unwrap();
     conn.call(&metadata, 12).await.unwrap();
@@ -532,7 +533,75 @@ async fn kafka_logins_last_connections_max_reauth_ms() {
         tokio::time::sleep(Duration::from_millis(LIFETIME_MS / 2)).await;
     }
     p.commit().await.unwrap();
+
+    // A Produce sent behind a re-authentication's handshake, in the same write: the handshake
+    // opens the re-authentication, so the Produce is out of turn and closes the connection;
+    // it is not taken as the login before it allowed (as a run of produce requests would be).
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let frame = |key: ApiKey, version: i16, id: i32, body: &dyn Fn(&mut BytesMut)| {
+            let mut b = BytesMut::new();
+            RequestHeader::default()
+                .with_request_api_key(key as i16)
+                .with_request_api_version(version)
+                .with_correlation_id(id)
+                .with_client_id(None)
+                .encode(&mut b, key.request_header_version(version))
+                .unwrap();
+            body(&mut b);
+            let mut f = BytesMut::new();
+            f.put_u32(b.len() as u32);
+            f.extend_from_slice(&b);
+            f
+        };
+        let handshake = |id| {
+            frame(ApiKey::SaslHandshake, 1, id, &|b| {
+                SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")).encode(b, 1).unwrap()
+            })
+        };
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        s.write_all(&handshake(1)).await.unwrap();
+        let auth = frame(ApiKey::SaslAuthenticate, 2, 2, &|b| {
+            SaslAuthenticateRequest::default()
+                .with_auth_bytes(Bytes::from_static(b"\0alice\0alice-pw"))
+                .encode(b, 2)
+                .unwrap()
+        });
+        s.write_all(&auth).await.unwrap();
+        read_frame(&mut s).await.unwrap();
+        let mut r = read_frame(&mut s).await.unwrap();
+        let _ = ResponseHeader::decode(&mut r, ApiKey::SaslAuthenticate.response_header_version(2)).unwrap();
+        let logged_in = SaslAuthenticateResponse::decode(&mut r, 2).unwrap();
+        assert_eq!(logged_in.error_code, 0, "{logged_in:?}");
+        assert!(logged_in.session_lifetime_ms > 0);
+        let mut both = handshake(3);
+        both.extend_from_slice(&frame(ApiKey::Produce, 9, 4, &|b| {
+            produce_request(1, "t", 0, batch(-1, -1, -1, &["behind a handshake"])).encode(b, 9).unwrap()
+        }));
+        s.write_all(&both).await.unwrap();
+        read_frame(&mut s).await.expect("the handshake is answered");
+        let mut rest = Vec::new();
+        let n = tokio::time::timeout(T, s.read_to_end(&mut rest))
+            .await
+            .expect("the Produce closes the connection (a served Produce leaves it open)");
+        assert!(n.is_err() || rest.is_empty(), "the Produce is not answered: {rest:?}");
+        let mut client = c.client_config();
+        client.sasl = Some(login(Mechanism::Plain, "alice"));
+        let mut consumer = KafkaConsumer::new(&c.kafka_bootstrap(), client);
+        let values: Vec<_> = consumer.read_to_end("t", 0, 0).await.unwrap().into_iter().map(|r| r.value).collect();
+        assert!(!values.contains(&Bytes::from_static(b"behind a handshake")), "{values:?}");
+    }
     c.shutdown().await;
+}
+
+/// The next frame `s` reads, its length prefix aside.
+async fn read_frame(s: &mut tokio::net::TcpStream) -> std::io::Result<Bytes> {
+    use tokio::io::AsyncReadExt;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await?;
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).await?;
+    Ok(Bytes::from(body))
 }
 
 /// Raw frames as a broken or hostile client would send them: Kafka closes the connection over

@@ -323,14 +323,24 @@ pub(super) fn handlers(shared: &Arc<Shared>) -> Handlers<KafkaWire> {
             if *for_group.shared.control.paused.borrow()
                 || !*for_group.shared.registered.borrow()
                 || (for_group.shared.kafka_sasl().is_some()
-                    && !for_group.sasl.lock().unwrap_or_else(|p| p.into_inner()).open_at(Instant::now()))
+                    && (!for_group.sasl.lock().unwrap_or_else(|p| p.into_inner()).open_at(Instant::now())
+                        || requests.iter().any(is_sasl)))
             {
-                return Vec::new(); // each alone, through the handler, which waits (or authenticates)
+                // Each alone, through the handler, which waits (or authenticates): a run of
+                // produce requests is taken as the login of its start allows, so none is taken
+                // behind a (re-)authentication, which changes what is allowed.
+                return Vec::new();
             }
             produce::produce_group(&for_group.shared, &for_group.caller(), requests, |r| for_group.start(r))
         });
         (handler, Some(group))
     })
+}
+
+/// Whether `req` is a step of a SASL login (KIP-368: a logged-in client's re-authentication too).
+fn is_sasl(req: &KafkaRequest) -> bool {
+    matches!(&req.body, KafkaBody::Request(b)
+        if matches!(**b, RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_)))
 }
 
 impl KafkaConn {

@@ -522,7 +522,7 @@ async fn kafka_logins_last_connections_max_reauth_ms() {
     assert_eq!(metrics.login_count(LoginOutcome::SessionEnded), 1);
     assert!(metrics.encode().contains("epochfence_broker_kafka_logins_total{outcome=\"session_ended\"} 1"));
 
-    // The project's transactional producer across three lifetimes (it moves to a new
+    // The project's transactional producer across a session's end (it moves to a new
     // connection at 85% of a session, and retries a call whose connection closed).
     let mut config = ProducerConfig::transactional("reauth-txn");
     config.client.sasl = Some(login(Mechanism::Plain, "alice"));

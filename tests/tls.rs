@@ -98,12 +98,14 @@ async fn the_kafka_listener_serves_tls_and_refuses_plaintext() {
 #[test]
 fn a_client_certificates_subject_reads_as_rfc_2253() {
     use rustls::pki_types::pem::PemObject;
-    let c = epochfence::local_certificates_with_clients(&["alice", "o'b,r+i\\an "]).unwrap();
+    let c = epochfence::local_certificates_with_clients(&["alice", "o'b,r+i\\an ", "  a=b#c  "]).unwrap();
     let subject = |pem: &str| {
         let der = rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
         net::tls::subject_rfc2253(&der).unwrap()
     };
     assert_eq!(subject(&c.clients[0].1), "CN=alice,OU=clients,O=epochfence");
     assert_eq!(subject(&c.clients[1].1), "CN=o'b\\,r\\+i\\\\an\\ ,OU=clients,O=epochfence");
+    // As Java writes it: `=` and `#` escaped anywhere, every leading and trailing space.
+    assert_eq!(subject(&c.clients[2].1), "CN=\\ \\ a\\=b\\#c\\ \\ ,OU=clients,O=epochfence");
     assert_eq!(subject(&c.server_cert), "CN=localhost");
 }

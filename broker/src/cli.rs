@@ -59,8 +59,9 @@ pub struct Args {
     connections_max_reauth_ms: u64,
     /// Most PLAIN password checks a second (each a PBKDF2 of about a millisecond of CPU). A
     /// password that passed before is not checked again; beyond this, other PLAIN logins are
-    /// refused unchecked, so a storm of wrong passwords cannot take the broker's CPU. SCRAM
-    /// logins cost the broker no PBKDF2 and are not counted.
+    /// refused unchecked, so a storm of wrong passwords cannot take the broker's CPU (the
+    /// budget is the broker's: during a storm a password not checked before is refused too).
+    /// SCRAM logins cost the broker no PBKDF2 and are not counted.
     #[arg(long, default_value_t = protocol::sasl::PLAIN_CHECKS_PER_S_MAX_DEFAULT, value_parser = clap::value_parser!(u32).range(1..))]
     sasl_plain_checks_per_s_max: u32,
     /// Largest transaction timeout a Kafka client may ask for in InitProducerId, in
@@ -171,8 +172,9 @@ pub struct Args {
     /// How an SSL client's certificate subject (RFC 2253, e.g. `CN=alice,OU=clients,O=acme`)
     /// becomes its principal's name, in Kafka's syntax (ssl.principal.mapping.rules):
     /// comma-separated `RULE:pattern/replacement/[L|U]` (the pattern matches the whole subject;
-    /// `$1`.. its groups) and `DEFAULT` (the subject as it is), the first that applies wins; a
-    /// subject none applies to is refused. E.g. `RULE:^CN=([^,]*),.*$/$1/,DEFAULT`.
+    /// `$1`.. its groups, a reference to no group refused at start) and `DEFAULT` (the subject
+    /// as it is), the first that applies wins; a subject none applies to is refused. E.g.
+    /// `RULE:^CN=([^,]*),.*$/$1/,DEFAULT`.
     #[arg(long, default_value = "DEFAULT", requires = "tls_client_ca")]
     ssl_principal_mapping_rules: String,
     /// Most Replicate requests in flight to one follower for one partition (1: each waits for

@@ -120,8 +120,8 @@ impl MutualTls {
 /// The subject of the certificate `cert_der` as RFC 2253 writes a distinguished name, the way
 /// Kafka names an SSL client (Java's `X500Principal.getName()`): the most specific RDN first,
 /// `,` between RDNs and `+` inside one, the keywords CN, C, L, ST, O, OU, STREET, DC and UID,
-/// `\` before `,+"\<>;` (and a leading `#` or space, a trailing space), and any other attribute
-/// as its dotted OID with `#` and the hex of its value's DER encoding.
+/// `\` before `,=+<>#;"\` and each leading and trailing space, NUL as `\00`, and any other
+/// attribute as its dotted OID with `#` and the hex of its value's DER encoding.
 pub fn subject_rfc2253(cert_der: &[u8]) -> Result<String, TlsError> {
     use x509_parser::prelude::FromDer;
     let (_, cert) = x509_parser::certificate::X509Certificate::from_der(cert_der)
@@ -175,14 +175,27 @@ fn rfc2253_attribute(attribute: &x509_parser::x509::AttributeTypeAndValue<'_>) -
     }
 }
 
+/// A value escaped as Java's `X500Principal.getName()` escapes it: `\` before each of
+/// `,=+<>#;"\`, NUL as `\00`, and `\` before each leading and trailing space or CR.
 fn escape_rfc2253(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    let last = value.chars().count().saturating_sub(1);
-    for (i, c) in value.chars().enumerate() {
-        let special = matches!(c, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
-            || (i == 0 && (c == '#' || c == ' '))
-            || (i == last && c == ' ');
-        if special {
+    let mut escaped = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            ',' | '=' | '+' | '<' | '>' | '#' | ';' | '"' | '\\' => {
+                escaped.push('\\');
+                escaped.push(c);
+            }
+            '\0' => escaped.push_str("\\00"),
+            c => escaped.push(c),
+        }
+    }
+    let edge = |c: &char| *c == ' ' || *c == '\r';
+    let chars: Vec<char> = escaped.chars().collect();
+    let lead = chars.iter().take_while(|c| edge(c)).count();
+    let trail = chars.len() - chars.iter().rev().take_while(|c| edge(c)).count().min(chars.len() - lead);
+    let mut out = String::with_capacity(escaped.len() + 4);
+    for (i, c) in chars.into_iter().enumerate() {
+        if i < lead || i >= trail {
             out.push('\\');
         }
         out.push(c);

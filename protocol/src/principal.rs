@@ -8,9 +8,10 @@
 //! - `DEFAULT`: the distinguished name as it is;
 //! - `RULE:pattern/replacement/` with an optional `L` or `U` after the last `/`: applies when
 //!   the regular expression `pattern` matches the whole name, which `replacement` then rewrites
-//!   (`$1`, `$2`, ... its groups; a reference past the last group is literal text, as Kafka
-//!   reads it), lowercased with `L` or uppercased with `U`. A `\` in either part escapes the next
-//!   character (`\/`, `\,`).
+//!   (`$1`, `$2`, ... its groups, `${name}` a named one; a `$` that names no group of the
+//!   pattern is refused when the rules are parsed, where Java, and so Kafka, fails every login
+//!   the rule applies to), lowercased with `L` or uppercased with `U`. A `\` in either part
+//!   escapes the next character (`\/`, `\,`, `\$`).
 //!
 //! The regular expressions are the `regex` crate's (RE2's syntax, without Java's backreferences
 //! and lookaround); a rule using those is refused when the rules are parsed.
@@ -23,7 +24,16 @@ enum Rule {
     /// The name as it is.
     Default,
     /// A pattern matching the whole name, its rewrite and case.
-    Pattern { pattern: Regex, replacement: String, case: Case },
+    Pattern { pattern: Regex, replacement: Vec<Piece>, case: Case },
+}
+
+/// A piece of a rule's replacement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    /// A group, by number (0: the whole match) or by name.
+    Group(usize),
+    Named(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +92,8 @@ impl PrincipalMapper {
                 };
                 let pattern = Regex::new(&format!("^(?:{pattern})$"))
                     .map_err(|e| bad(&format!("the pattern is not a regular expression this broker reads: {e}")))?;
-                parsed.push(Rule::Pattern { pattern, replacement: replacement.to_string(), case });
+                let replacement = pieces(replacement, &pattern).map_err(|e| bad(&e))?;
+                parsed.push(Rule::Pattern { pattern, replacement, case });
                 rest = after;
             } else if !rest.starts_with(',') {
                 return Err(format!("invalid rule at {rest:?}: expected DEFAULT or RULE:pattern/replacement/[LU]"));
@@ -107,7 +118,14 @@ impl PrincipalMapper {
                 Rule::Default => return Ok(dn.to_string()),
                 Rule::Pattern { pattern, replacement, case } => {
                     let Some(groups) = pattern.captures(dn) else { continue };
-                    let name = expand(replacement, &groups);
+                    let name = replacement
+                        .iter()
+                        .map(|p| match p {
+                            Piece::Text(t) => t.as_str(),
+                            Piece::Group(n) => groups.get(*n).map_or("", |m| m.as_str()),
+                            Piece::Named(n) => groups.name(n).map_or("", |m| m.as_str()),
+                        })
+                        .collect::<String>();
                     return Ok(match case {
                         Case::Keep => name,
                         Case::Lower => name.to_lowercase(),
@@ -120,46 +138,59 @@ impl PrincipalMapper {
     }
 }
 
-/// Java's replacement syntax, as Kafka uses it: `\x` is `x`, `$N` the group N (as many digits
-/// as make a group that exists; a first digit past the last group leaves `$N` as text), `${name}`
-/// a named group.
-fn expand(replacement: &str, groups: &regex::Captures<'_>) -> String {
-    let count = groups.len() - 1; // without group 0, the whole match
-    let mut out = String::new();
+/// Read `replacement` as Java's replacement syntax, as Kafka uses it, for `pattern`: `\x` is
+/// `x`, `$N` the group N (as many digits as make a group the pattern has), `${name}` a named
+/// group. A reference to no group of the pattern, a bare `$` and a trailing `\` are refused, as
+/// Java refuses them (when the rule applies; here when it is read).
+fn pieces(replacement: &str, pattern: &Regex) -> Result<Vec<Piece>, String> {
+    let count = pattern.captures_len() - 1; // without group 0, the whole match
+    let mut out = Vec::new();
+    let mut text = String::new();
     let mut chars = replacement.chars().peekable();
     while let Some(c) = chars.next() {
-        match c {
-            '\\' => out.extend(chars.next()),
-            '$' => match chars.peek().copied() {
+        let piece = match c {
+            '\\' => {
+                text.push(chars.next().ok_or("the replacement ends in a '\\' that escapes nothing")?);
+                continue;
+            }
+            '$' => match chars.next() {
                 Some(d @ '0'..='9') => {
-                    let first = d.to_digit(10).unwrap_or(0) as usize;
-                    if first > count {
-                        out.push('$');
-                        continue;
+                    let mut n = d.to_digit(10).unwrap_or(0) as usize;
+                    if n > count {
+                        return Err(format!("${n} in the replacement: the pattern has {count} group(s)"));
                     }
-                    chars.next();
-                    let mut n = first;
-                    while let Some(next) = chars.peek().and_then(|c| c.to_digit(10)) {
-                        let more = n * 10 + next as usize;
+                    while let Some(more) = chars.peek().and_then(|c| c.to_digit(10)).map(|d| n * 10 + d as usize) {
                         if more > count {
                             break;
                         }
                         n = more;
                         chars.next();
                     }
-                    out.push_str(groups.get(n).map_or("", |m| m.as_str()));
+                    Piece::Group(n)
                 }
                 Some('{') => {
-                    chars.next();
                     let name: String = chars.by_ref().take_while(|c| *c != '}').collect();
-                    out.push_str(groups.name(&name).map_or("", |m| m.as_str()));
+                    if !pattern.capture_names().flatten().any(|n| n == name) {
+                        return Err(format!("${{{name}}} in the replacement: the pattern has no group of that name"));
+                    }
+                    Piece::Named(name)
                 }
-                _ => out.push('$'),
+                _ => return Err("a '$' in the replacement names no group (write \\$ for a dollar sign)".into()),
             },
-            c => out.push(c),
+            c => {
+                text.push(c);
+                continue;
+            }
+        };
+        if !text.is_empty() {
+            out.push(Piece::Text(std::mem::take(&mut text)));
         }
+        out.push(piece);
     }
-    out
+    if !text.is_empty() {
+        out.push(Piece::Text(text));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -189,14 +220,19 @@ mod tests {
     }
 
     #[test]
-    fn lowercase_escapes_and_references_past_the_last_group() {
-        let m = PrincipalMapper::parse(r"RULE:^CN=([^,]*),.*$/User\/$1$2/L").unwrap();
-        assert_eq!(m.name("CN=Alice,O=x").unwrap(), "user/alice$2", "$2 past the only group is text");
+    fn lowercase_escapes_and_group_references() {
+        let m = PrincipalMapper::parse(r"RULE:^CN=([^,]*),.*$/User\/$1\$2/L").unwrap();
+        assert_eq!(m.name("CN=Alice,O=x").unwrap(), "user/alice$2", "an escaped $ is text");
         let m = PrincipalMapper::parse(r"RULE:^CN=(?P<who>[^,]*)\,.*$/${who}/").unwrap();
         assert_eq!(m.name("CN=dave,O=x").unwrap(), "dave");
         // $12 with one group: group 1, then a literal 2.
         let m = PrincipalMapper::parse(r"RULE:^CN=(.*)$/$12/").unwrap();
         assert_eq!(m.name("CN=e").unwrap(), "e2");
+        // References to no group fail every login in Kafka: refused when read here.
+        for bad in [r"RULE:^CN=(.*)$/$2/", r"RULE:^CN=(.*)$/${who}/", r"RULE:^CN=(.*)$/a$/", r"RULE:^CN=(.*)$/$x/"] {
+            let err = PrincipalMapper::parse(bad).unwrap_err();
+            assert!(err.contains("replacement"), "{bad}: {err}");
+        }
     }
 
     #[test]

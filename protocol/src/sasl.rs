@@ -592,7 +592,8 @@ impl PlainChecks {
         let per_s = f64::from(self.checks_per_s_max);
         let elapsed = self.last.map_or(0.0, |l| now.saturating_duration_since(l).as_secs_f64());
         self.tokens = (self.tokens + elapsed * per_s).min(per_s);
-        self.last = Some(now);
+        // An earlier `now` (callers race to the lock) neither refills nor moves the clock back.
+        self.last = Some(self.last.map_or(now, |l| l.max(now)));
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
             PlainCheck::Check

@@ -158,7 +158,10 @@ impl KafkaConnection {
         };
         if lifetime_ms > 0 {
             let renew = Duration::from_millis(lifetime_ms.unsigned_abs()).mul_f64(0.85);
-            let _ = self.renew_at.set(std::time::Instant::now() + renew);
+            // A lifetime past what the clock can count: never renewed.
+            if let Some(at) = std::time::Instant::now().checked_add(renew) {
+                let _ = self.renew_at.set(at);
+            }
         }
         Ok(())
     }

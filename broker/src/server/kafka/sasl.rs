@@ -257,11 +257,13 @@ impl SaslState {
     }
 
     /// The principal's name (`User:` aside): without SASL `ANONYMOUS` or the certificate's,
-    /// empty before a login succeeded.
+    /// empty before a login succeeded (a re-authentication under way keeps the session's).
     pub(super) fn user(&self) -> &str {
         match self {
             SaslState::Off { user } => user,
-            SaslState::Authenticated(s) => &s.user,
+            SaslState::Authenticated(s)
+            | SaslState::Authenticate { prior: Some(s), .. }
+            | SaslState::ScramFinal { prior: Some(s), .. } => &s.user,
             _ => "",
         }
     }
@@ -567,7 +569,8 @@ fn logged_in(
     if prior.is_some_and(|p| p.user != user) {
         return None;
     }
-    let expires = (max_reauth_ms > 0).then(|| now + Duration::from_millis(max_reauth_ms));
+    // A lifetime past what the clock can count is no end.
+    let expires = (max_reauth_ms > 0).then(|| now.checked_add(Duration::from_millis(max_reauth_ms))).flatten();
     Some(Session { user, mechanism, expires })
 }
 
@@ -691,6 +694,14 @@ mod tests {
     }
 
     #[test]
+    fn a_lifetime_past_what_the_clock_counts_is_no_end() {
+        let mut c = Conn::new(u64::MAX);
+        assert_eq!(c.login("SCRAM-SHA-512", "alice", "a-pw"), (0, i64::MAX));
+        c.now += Duration::from_secs(86_400);
+        assert_eq!(c.ask(Asked::Other).0, Did::Pass);
+    }
+
+    #[test]
     fn a_session_ends_at_its_lifetime_unless_the_client_logs_in_again_as_itself() {
         let mut c = Conn::new(1_000);
         assert_eq!(c.login("SCRAM-SHA-512", "alice", "a-pw"), (0, 1_000), "the final answer tells the lifetime");
@@ -779,26 +790,29 @@ mod tests {
         let mut c = Conn::new(0);
         c.config.mechanisms = vec![Mechanism::Plain];
         c.credentials = CredentialCache::new(1);
-        c.credentials.replace(Credentials {
-            version: 1,
-            users: vec![UserCredential {
-                user: "alice".into(),
-                credential: ScramCredential::from_password(ScramMechanism::Sha256, b"a-pw", vec![1; 16], 4096),
-            }],
-        });
-        let login = |c: &mut Conn, pw: &str| {
+        let user = |name: &str, pw: &[u8]| UserCredential {
+            user: name.into(),
+            credential: ScramCredential::from_password(ScramMechanism::Sha256, pw, vec![1; 16], 4096),
+        };
+        c.credentials.replace(Credentials { version: 1, users: vec![user("alice", b"a-pw"), user("bob", b"b-pw")] });
+        let login = |c: &mut Conn, name: &str, pw: &str| {
             c.cell = Arc::new(Mutex::new(SaslState::new(Some(&c.config), None))); // a new connection
             assert_eq!(c.ask(Asked::Handshake("PLAIN")).0, Did::Code(0));
-            c.ask(Asked::Authenticate(&Bytes::from(PlainLogin::encode("alice", pw.as_bytes())))).0
+            c.ask(Asked::Authenticate(&Bytes::from(PlainLogin::encode(name, pw.as_bytes())))).0
         };
         let failed = Did::Code(ResponseError::SaslAuthenticationFailed.code());
-        assert_eq!(login(&mut c, "a-pw"), Did::Code(0), "checked: the second's one check");
+        assert_eq!(login(&mut c, "alice", "a-pw"), Did::Code(0), "checked: the second's one check");
         for _ in 0..5 {
-            assert_eq!(login(&mut c, "guess"), failed, "over the budget: refused unchecked");
+            assert_eq!(login(&mut c, "alice", "guess"), failed, "over the budget: refused unchecked");
         }
-        assert_eq!(login(&mut c, "a-pw"), Did::Code(0), "a password that passed needs no check");
-        assert_eq!(c.stats.metrics.login_count(LoginOutcome::Failed), 5);
+        assert_eq!(login(&mut c, "alice", "a-pw"), Did::Code(0), "a password that passed needs no check");
+        assert_eq!(
+            login(&mut c, "bob", "b-pw"),
+            failed,
+            "the budget is the broker's: over it, a password not checked before is refused too"
+        );
+        assert_eq!(c.stats.metrics.login_count(LoginOutcome::Failed), 6);
         c.now += Duration::from_secs(1);
-        assert_eq!(login(&mut c, "guess"), failed, "checked again a second later, and wrong");
+        assert_eq!(login(&mut c, "bob", "b-pw"), Did::Code(0), "checked a second later, and right");
     }
 }

@@ -106,6 +106,7 @@ async fn story(epoch_checks: bool, t: &mut Timeline) -> Result<Outcome, Error> {
         &[Bytes::from_static(b"stale-entry")],
     );
     let req = Request::Produce(ProduceRequest {
+        transactional_id: None,
         topic: TOPIC.into(),
         partition: 0,
         leader_epoch: old_epoch,

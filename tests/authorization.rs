@@ -244,3 +244,109 @@ async fn mutual_tls_names_the_principal_the_acls_decide_by() {
     c.admin().describe().await.unwrap();
     c.shutdown().await;
 }
+
+/// The own protocol's clients log in too (SCRAM, SaslLogin) and pass the checks Kafka's pass,
+/// the producer-id rule included: without a login nothing is served under the authorizer;
+/// alice runs a transaction as `payments`; mallory, logged in with WRITE on `t` and on her own
+/// transactional id, can neither initialise `payments` nor write under alice's producer id;
+/// the super user administers without the cluster secret, mallory may not. The negative case
+/// (no authorizer): mallory's init fences alice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_protocol_clients_log_in_and_the_acls_decide_what_they_may_do() {
+    use producer::{Admin, Client, Producer};
+    use protocol::batch::{build_batch, ProducerStamp};
+    use protocol::{ProduceRequest, Request};
+    let code_of = |r: Result<(), ClientError>| match r {
+        Err(ClientError::Refused { status, .. }) => status.code,
+        other => panic!("not refused: {other:?}"),
+    };
+    for authorizer in [true, false] {
+        let c = cluster(authorizer).await;
+        let own = |user: &str| ClientConfig { sasl: login(user).sasl, ..c.client_config() };
+        let transactional =
+            |user: &str| ProducerConfig { client: own(user), ..ProducerConfig::transactional("payments") };
+        if !authorizer {
+            // The negative case: any logged-in client may initialise any transactional id.
+            let mut alice = Producer::init(&c.coordinator_addr, transactional("alice")).await.unwrap();
+            alice.begin().unwrap();
+            alice.send("t", 0, Bytes::from_static(b"alice")).await.unwrap();
+            Producer::init(&c.coordinator_addr, transactional("mallory")).await.unwrap();
+            let err = alice.commit().await.unwrap_err();
+            assert!(err.is_fenced(), "without the authorizer mallory fences alice: {err}");
+            c.shutdown().await;
+            continue;
+        }
+        let mallory_own = allow("User:mallory", ResourceType::TransactionalId, "mallory-own", Operation::Write);
+        let r = c.admin().acls(protocol::AclsRequest { create: vec![mallory_own], delete: Vec::new() }).await.unwrap();
+        assert!(r.created.iter().all(|s| s.is_ok()), "{r:?}");
+
+        // No login: refused, saying how to log in.
+        let anonymous = ProducerConfig { client: c.client_config(), ..ProducerConfig::idempotent() };
+        match Producer::init(&c.coordinator_addr, anonymous).await {
+            Err(ClientError::Refused { status, .. }) => {
+                assert_eq!(status.code, ErrorCode::ClusterAuthorizationFailed);
+                assert!(status.message.contains("logs in first"), "{status}");
+            }
+            other => panic!("served without a login: {:?}", other.map(|p| p.producer_id())),
+        }
+        // A wrong password, and PLAIN (a Kafka listener's only): no login.
+        let mut wrong = own("alice");
+        wrong.sasl.as_mut().unwrap().password = "guess".into();
+        assert_eq!(
+            code_of(Admin::new(&c.coordinator_addr, wrong).describe().await.map(drop)),
+            ErrorCode::SaslAuthenticationFailed
+        );
+        let mut plain = own("alice");
+        plain.sasl.as_mut().unwrap().mechanism = Mechanism::Plain;
+        let err = Admin::new(&c.coordinator_addr, plain).describe().await.unwrap_err();
+        assert!(err.to_string().contains("SCRAM-SHA-512"), "says what to use: {err}");
+
+        // alice's transaction (the brokers hear of the ACLs within a heartbeat).
+        let mut alice = Producer::init(&c.coordinator_addr, transactional("alice")).await.unwrap();
+        alice.begin().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while let Err(e) = alice.send("t", 0, Bytes::from_static(b"alice-0")).await {
+            assert!(e.to_string().contains("AUTHORIZATION_FAILED") && Instant::now() < deadline, "{e}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (pid, epoch) = (alice.producer_id(), alice.epoch());
+
+        // mallory may not initialise payments...
+        let err = Producer::init(&c.coordinator_addr, transactional("mallory")).await.map(drop);
+        assert_eq!(code_of(err), ErrorCode::TransactionalIdAuthorizationFailed);
+        // ...nor write under its producer id, whatever transactional id she names.
+        let mut client = Client::new(&c.coordinator_addr, own("mallory"));
+        let leader = client.leader_or_refresh("t", 0).await.unwrap();
+        for (tid, refused) in [
+            (Some("payments"), ErrorCode::TransactionalIdAuthorizationFailed),
+            (Some("mallory-own"), ErrorCode::TransactionalIdAuthorizationFailed),
+            (None, ErrorCode::TransactionalIdAuthorizationFailed),
+        ] {
+            let stamp = ProducerStamp { producer_id: pid, producer_epoch: epoch + 1, base_sequence: 0 };
+            let req = Request::Produce(ProduceRequest {
+                topic: "t".into(),
+                partition: 0,
+                leader_epoch: -1,
+                acks: -1,
+                transactional_id: tid.map(str::to_string),
+                records: build_batch(stamp, tid.is_some(), 0, &[Bytes::from_static(b"forged")]),
+            });
+            match client.call_broker(&leader.addr, req).await {
+                Err(net::NetError::Refused { status, .. }) => assert_eq!(status.code, refused, "{tid:?}: {status}"),
+                other => panic!("mallory's write under alice's producer id ({tid:?}) was not refused: {other:?}"),
+            }
+        }
+        // alice is not fenced.
+        alice.commit().await.unwrap();
+        alice.begin().unwrap();
+        alice.send("t", 0, Bytes::from_static(b"alice-1")).await.unwrap();
+        alice.commit().await.unwrap();
+
+        // The super user administers without the cluster secret; mallory may not.
+        Admin::new(&c.coordinator_addr, own("admin")).create_topic("u", 1).await.unwrap();
+        let mut mallory = Admin::new(&c.coordinator_addr, own("mallory"));
+        assert_eq!(code_of(mallory.create_topic("v", 1).await), ErrorCode::TopicAuthorizationFailed);
+        assert_eq!(code_of(mallory.describe().await.map(drop)), ErrorCode::ClusterAuthorizationFailed);
+        c.shutdown().await;
+    }
+}

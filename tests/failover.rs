@@ -166,6 +166,7 @@ async fn sigstopped_leader_is_fenced_by_epoch_after_sigcont_and_converges() {
         &[Bytes::from_static(b"stale")],
     );
     let req = Request::Produce(ProduceRequest {
+        transactional_id: None,
         topic: "t".into(),
         partition: 0,
         leader_epoch: old_epoch,

@@ -167,8 +167,14 @@ fn raw_batch(pid: i64, epoch: i16, seq: i32, value: &str) -> Bytes {
 }
 
 async fn raw_produce(conn: &Connection, leader_epoch: i32, records: Bytes) -> protocol::ProduceResponse {
-    let req =
-        Request::Produce(ProduceRequest { topic: "t".into(), partition: 0, leader_epoch, acks: ACKS_ALL, records });
+    let req = Request::Produce(ProduceRequest {
+        transactional_id: None,
+        topic: "t".into(),
+        partition: 0,
+        leader_epoch,
+        acks: ACKS_ALL,
+        records,
+    });
     match conn.call(req).await.unwrap() {
         Response::Produce(r) => r,
         other => panic!("wrong answer {other:?}"),
@@ -273,6 +279,7 @@ async fn pipelined_batches_on_one_connection_are_appended_in_the_order_sent() {
             let records = raw_batch(p.producer_id(), p.epoch(), seq, &format!("b{seq}"));
             tokio::spawn(async move {
                 let req = Request::Produce(ProduceRequest {
+                    transactional_id: None,
                     topic: "t".into(),
                     partition: 0,
                     leader_epoch: 0,
@@ -308,6 +315,7 @@ async fn a_produce_to_a_reserved_name_is_refused_as_an_invalid_topic() {
     );
     let produce = |topic: &str| {
         Request::Produce(ProduceRequest {
+            transactional_id: None,
             topic: topic.into(),
             partition: 0,
             leader_epoch: -1,

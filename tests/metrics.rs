@@ -109,8 +109,14 @@ async fn metrics_count_the_fence_and_the_failover() {
     let conn = Connection::connect(&brokers[at(new_leader)].addr).await.unwrap();
     let stamp = ProducerStamp { producer_id: -1, producer_epoch: -1, base_sequence: -1 };
     let records = build_batch(stamp, false, 0, &[Bytes::from_static(b"stale")]);
-    let req =
-        ProduceRequest { topic: "t".into(), partition: 0, leader_epoch: old_epoch as i32, acks: ACKS_ALL, records };
+    let req = ProduceRequest {
+        transactional_id: None,
+        topic: "t".into(),
+        partition: 0,
+        leader_epoch: old_epoch as i32,
+        acks: ACKS_ALL,
+        records,
+    };
     match conn.call(Request::Produce(req)).await.unwrap() {
         Response::Produce(r) => assert_eq!(r.status.code, ErrorCode::FencedLeaderEpoch, "{}", r.status),
         other => panic!("{other:?}"),
@@ -125,8 +131,14 @@ async fn metrics_count_the_fence_and_the_failover() {
     let follower = (1..=3).find(|b| *b != old_leader && *b != new_leader).unwrap();
     let conn = Connection::connect(&brokers[at(follower)].addr).await.unwrap();
     let records = build_batch(stamp, false, 0, &[Bytes::from_static(b"to a follower")]);
-    let req =
-        ProduceRequest { topic: "t".into(), partition: 0, leader_epoch: new_epoch as i32, acks: ACKS_ALL, records };
+    let req = ProduceRequest {
+        transactional_id: None,
+        topic: "t".into(),
+        partition: 0,
+        leader_epoch: new_epoch as i32,
+        acks: ACKS_ALL,
+        records,
+    };
     match conn.call(Request::Produce(req)).await.unwrap() {
         Response::Produce(r) => assert_eq!(r.status.code, ErrorCode::NotLeaderOrFollower, "{}", r.status),
         other => panic!("{other:?}"),

@@ -32,7 +32,14 @@ fn stale_produce(p: &Producer, seq: i32, leader_epoch: i32) -> Request {
         0,
         &[Bytes::from_static(b"stale")],
     );
-    Request::Produce(ProduceRequest { topic: "t".into(), partition: 0, leader_epoch, acks: ACKS_ALL, records: batch })
+    Request::Produce(ProduceRequest {
+        transactional_id: None,
+        topic: "t".into(),
+        partition: 0,
+        leader_epoch,
+        acks: ACKS_ALL,
+        records: batch,
+    })
 }
 
 async fn values(c: &LocalCluster) -> Vec<String> {
@@ -206,7 +213,14 @@ fn produce_at(p: &Producer, seq: i32, value: &str, acks: i8) -> Request {
         0,
         &[Bytes::from(value.to_string())],
     );
-    Request::Produce(ProduceRequest { topic: "t".into(), partition: 0, leader_epoch: -1, acks, records: batch })
+    Request::Produce(ProduceRequest {
+        transactional_id: None,
+        topic: "t".into(),
+        partition: 0,
+        leader_epoch: -1,
+        acks,
+        records: batch,
+    })
 }
 
 fn produced(answer: Result<Response, net::NetError>) -> protocol::ProduceResponse {

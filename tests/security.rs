@@ -194,7 +194,14 @@ async fn every_bad_input_gets_its_error_code_and_a_message_and_nothing_is_lost()
         )
     };
     let produce = |partition: i32, acks: i8, records: Bytes| {
-        Request::Produce(ProduceRequest { topic: "t".into(), partition, leader_epoch: -1, acks, records })
+        Request::Produce(ProduceRequest {
+            transactional_id: None,
+            topic: "t".into(),
+            partition,
+            leader_epoch: -1,
+            acks,
+            records,
+        })
     };
     // Batches whose CRC is right but whose header or records lie (Kafka's log validator).
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;

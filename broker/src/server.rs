@@ -380,6 +380,28 @@ struct Shared {
     pid_binder: Option<protocol::auth::ProducerIdBinder>,
 }
 
+/// The broker's own-protocol client logins: the coordinator's credentials and ACLs as this
+/// broker last heard them (see [`net::ClientLogins`]).
+struct OwnLogins(Arc<Shared>);
+
+impl net::ClientLogins for OwnLogins {
+    fn credential(
+        &self,
+        user: &str,
+        mechanism: protocol::sasl::ScramMechanism,
+    ) -> Result<Option<protocol::sasl::ScramCredential>, Status> {
+        Ok(self.0.credentials.lookup(user, mechanism))
+    }
+
+    fn authorizer(&self) -> Option<Arc<protocol::acl::Authorizer>> {
+        Some(self.0.authorization.current())
+    }
+
+    fn binder(&self) -> Option<&protocol::auth::ProducerIdBinder> {
+        self.0.pid_binder.as_ref()
+    }
+}
+
 impl Shared {
     /// The transaction version the Kafka listener offers (1 until the coordinator says) and its
     /// finalized-features epoch (-1 until then).
@@ -483,6 +505,7 @@ pub async fn run_listeners(
             tls: config.peer_tls.clone(),
             secret: config.limits.cluster_secret.clone(),
             member: format!("broker-{}", config.id),
+            login: None,
         },
         partitions: DashMap::new(),
         topic_ids: DashMap::new(),
@@ -539,7 +562,11 @@ pub async fn run_listeners(
     let down = |rx: watch::Receiver<bool>| async move {
         let _ = rx.clone().wait_for(|down| *down).await;
     };
-    let own = net::serve_grouped(listener, handler, Some(group), config.limits.clone(), down(down_rx.clone()));
+    // Own-protocol clients log in with the credentials and are authorized by the ACLs the
+    // Kafka listener uses.
+    let own_limits =
+        net::ServerLimits { client_logins: Some(Arc::new(OwnLogins(shared.clone()))), ..config.limits.clone() };
+    let own = net::serve_grouped(listener, handler, Some(group), own_limits, down(down_rx.clone()));
     let kafka = async {
         if let Some(l) = kafka_listener {
             // A JoinGroup waits for its rebalance: the deadline outlasts the longest.
@@ -1694,6 +1721,7 @@ fn register_unfenced(shared: &Arc<Shared>, checked: Checked) -> net::Handled {
     let shared = shared.clone();
     net::Handled::serial(async move {
         let asked = AddPartitionRequest {
+            transactional_id: checked.r.transactional_id.clone().unwrap_or_default(),
             producer_id: checked.header.producer_id,
             producer_epoch: checked.header.producer_epoch,
             topic: checked.r.topic.clone(),
@@ -2030,6 +2058,7 @@ async fn verify_and_produce(
     // Under Kafka's rules the client added the partition to its transaction itself: only check.
     let verify_only = transactional && c.rules == TxnRules::KafkaTv1;
     let asked = AddPartitionRequest {
+        transactional_id: c.r.transactional_id.clone().unwrap_or_default(),
         producer_id,
         producer_epoch: epoch,
         topic: c.r.topic.clone(),

@@ -54,6 +54,11 @@ impl AclStore {
         vec![Entry::Acls { created: self.bindings.iter().cloned().collect(), deleted: Vec::new() }]
     }
 
+    /// The version [`AclStore::authorization`] gives under `base`.
+    pub fn version(&self, base: i64) -> i64 {
+        base.wrapping_add(self.changes)
+    }
+
     /// How many bindings there are.
     pub fn len(&self) -> usize {
         self.bindings.len()
@@ -68,7 +73,7 @@ impl AclStore {
     /// under `base` (new at each start) plus the changes applied since.
     pub fn authorization(&self, config: Option<&AuthorizerConfig>, base: i64) -> Authorization {
         Authorization {
-            version: base.wrapping_add(self.changes),
+            version: self.version(base),
             enabled: config.is_some(),
             super_users: config.map(|c| c.super_users.clone()).unwrap_or_default(),
             allow_everyone_if_no_acl_found: config.is_some_and(|c| c.allow_everyone_if_no_acl_found),

@@ -63,6 +63,11 @@ impl CredentialStore {
         Credentials { version: base.wrapping_add(self.changes), users: self.all() }
     }
 
+    /// `user`'s credential for `mechanism`, if it has one.
+    pub fn lookup(&self, user: &str, mechanism: ScramMechanism) -> Option<protocol::sasl::ScramCredential> {
+        self.users.get(&(user.to_string(), mechanism.kafka_type())).cloned()
+    }
+
     /// How many users hold a credential.
     pub fn user_count(&self) -> usize {
         self.users.keys().map(|(u, _)| u).collect::<BTreeSet<_>>().len()

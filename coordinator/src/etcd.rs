@@ -282,7 +282,13 @@ pub async fn run_replica(
         }));
     }
     let server = {
-        let (limits, handler) = (config.limits.clone(), replica_handler(role.clone()));
+        let serving = role.clone();
+        let logins = crate::server::OwnLogins::new(&config, move || match serving.active() {
+            Some((shared, _)) if shared.serving() => Ok(shared),
+            _ => Err(serving.not_coordinator().status().clone()),
+        });
+        let limits = net::ServerLimits { client_logins: Some(Arc::new(logins)), ..config.limits.clone() };
+        let handler = replica_handler(role.clone());
         let mut stopped = stop_rx.clone();
         tokio::spawn(net::serve(listener, handler, limits, async move {
             let _ = stopped.changed().await;

@@ -300,7 +300,10 @@ pub async fn run_with_metrics(
             let _ = stopped.changed().await;
         }));
     }
-    net::serve(listener, handler(shared.clone()), config.limits.clone(), shutdown).await;
+    let active = shared.clone();
+    let logins = OwnLogins::new(&config, move || Ok(active.clone()));
+    let limits = net::ServerLimits { client_logins: Some(Arc::new(logins)), ..config.limits.clone() };
+    net::serve(listener, handler(shared.clone()), limits, shutdown).await;
     shared.cancel.cancel();
     let _ = stop_tx.send(());
     Ok(())
@@ -395,6 +398,57 @@ pub(crate) fn start(
         ),
     }
     shared
+}
+
+/// The coordinator's own-protocol client logins (see [`net::ClientLogins`]): its credentials
+/// and ACLs as they stand, on the replica that serves (`active`; an error to answer otherwise).
+pub(crate) struct OwnLogins {
+    active: Box<dyn Fn() -> Result<Arc<Shared>, Status> + Send + Sync>,
+    /// The authorizer of the ACLs' last version asked about.
+    cache: Mutex<Option<Arc<protocol::acl::Authorizer>>>,
+    binder: Option<protocol::auth::ProducerIdBinder>,
+}
+
+impl OwnLogins {
+    pub(crate) fn new(
+        config: &CoordinatorConfig,
+        active: impl Fn() -> Result<Arc<Shared>, Status> + Send + Sync + 'static,
+    ) -> OwnLogins {
+        OwnLogins {
+            active: Box::new(active),
+            cache: Mutex::new(None),
+            binder: config.limits.cluster_secret.as_ref().map(protocol::auth::ProducerIdBinder::new),
+        }
+    }
+}
+
+impl net::ClientLogins for OwnLogins {
+    fn credential(
+        &self,
+        user: &str,
+        mechanism: protocol::sasl::ScramMechanism,
+    ) -> Result<Option<protocol::sasl::ScramCredential>, Status> {
+        Ok((self.active)()?.lock().cluster.credentials.lookup(user, mechanism))
+    }
+
+    fn authorizer(&self) -> Option<Arc<protocol::acl::Authorizer>> {
+        let shared = (self.active)().ok()?;
+        let st = shared.lock();
+        let version = st.cluster.acls.version(shared.authorization_base);
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        match cache.as_ref().filter(|a| a.settings().version == version) {
+            Some(a) => Some(a.clone()),
+            None => {
+                let a = Arc::new(protocol::acl::Authorizer::new(shared.authorization(&st, version.wrapping_add(1))?));
+                *cache = Some(a.clone());
+                Some(a)
+            }
+        }
+    }
+
+    fn binder(&self) -> Option<&protocol::auth::ProducerIdBinder> {
+        self.binder.as_ref()
+    }
 }
 
 impl Shared {
@@ -844,9 +898,9 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
         | Request::OffsetFetch(_)
         | Request::AddOffsets(_)
         | Request::DescribeGroups(_)) => groups::handle_group(shared, req).await,
-        Request::AuthBegin(_) | Request::AuthProve(_) => Response::Error(Status::new(
+        Request::AuthBegin(_) | Request::AuthProve(_) | Request::SaslLogin(_) => Response::Error(Status::new(
             ErrorCode::InvalidRequest,
-            "the membership handshake is answered by the connection layer",
+            "membership proofs and logins are answered by the connection layer",
         )),
         Request::Produce(_) | Request::Fetch(_) | Request::WriteMarker(_) | Request::Replicate(_) => {
             Response::Error(Status::new(
@@ -1205,6 +1259,7 @@ async fn peer(shared: &Shared, addr: &str) -> Result<(Connection, tokio::sync::O
         tls: shared.config.peer_tls.clone(),
         secret: shared.config.limits.cluster_secret.clone(),
         member: "coordinator".into(),
+        login: None,
     };
     Ok((dialer.dial(addr).await?, slot))
 }
@@ -1328,6 +1383,7 @@ mod tests {
         let handle = handler(shared.clone());
         let add = |partition| {
             Request::AddPartition(AddPartitionRequest {
+                transactional_id: String::new(),
                 producer_id,
                 producer_epoch: epoch,
                 topic: "t".into(),
@@ -1455,6 +1511,7 @@ mod tests {
         let handle = handler(shared.clone());
         let add = |topic: &str, topic_id| {
             Request::AddPartition(AddPartitionRequest {
+                transactional_id: String::new(),
                 producer_id,
                 producer_epoch: epoch,
                 topic: topic.into(),

@@ -104,6 +104,8 @@ pub struct Options {
     pub only: Option<&'static str>,
     /// How long one check may take before it fails with "timeout", in milliseconds.
     pub timeout_ms: u64,
+    /// Log in with SASL on every connection (a listener under SASL_PLAINTEXT or SASL_SSL).
+    pub sasl: Option<producer::SaslLogin>,
 }
 
 impl Options {
@@ -115,6 +117,7 @@ impl Options {
             topic: None,
             only: None,
             timeout_ms: CHECK_TIMEOUT_MS_DEFAULT,
+            sasl: None,
         }
     }
 }
@@ -197,6 +200,7 @@ pub(crate) struct Ctx {
     pub nonce: String,
     pub prefix: String,
     pub timeout_ms: u64,
+    pub sasl: Option<producer::SaslLogin>,
 }
 
 impl Ctx {
@@ -211,6 +215,7 @@ impl Ctx {
             nonce,
             prefix: opts.topic_prefix.clone(),
             timeout_ms: opts.timeout_ms,
+            sasl: opts.sasl.clone(),
         };
         let mut client = KafkaClient::new(&cx.bootstrap, cx.client());
         cx.topic = match &opts.topic {
@@ -264,7 +269,11 @@ impl Ctx {
 
     /// Connection settings: a request may take a quarter of a check.
     pub fn client(&self) -> ClientConfig {
-        ClientConfig { request_timeout_ms: (self.timeout_ms / 4).max(100), ..ClientConfig::default() }
+        ClientConfig {
+            request_timeout_ms: (self.timeout_ms / 4).max(100),
+            sasl: self.sasl.clone(),
+            ..ClientConfig::default()
+        }
     }
 
     /// A producer's settings: retries give up at half a check, so a check that meets a broker

@@ -11,7 +11,7 @@ use protocol::auth::{ClusterSecret, NONCE_BYTES};
 
 use crate::tls::ClientTls;
 use protocol::codec::{encode_request_frame_head, ClientCodec, FRAME_BYTES_MAX_DEFAULT};
-use protocol::{AuthBeginRequest, AuthProveRequest, ErrorCode, Request, Response, Status};
+use protocol::{AuthBeginRequest, AuthProveRequest, ErrorCode, Request, Response, SaslLoginRequest, Status};
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -161,6 +161,46 @@ impl Connection {
         Ok(conn)
     }
 
+    /// Log in as `login`'s user with SCRAM (two SaslLogin rounds), checking the server's
+    /// signature: a server that does not hold the credential is refused.
+    async fn login(conn: Connection, addr: &str, login: &SaslLogin) -> Result<Connection, NetError> {
+        use protocol::sasl::{Mechanism, ScramClient};
+        let refused = |msg: String| NetError::Refused {
+            addr: addr.to_string(),
+            status: Status::new(ErrorCode::SaslAuthenticationFailed, msg),
+        };
+        let Mechanism::Scram(mechanism) = login.mechanism else {
+            return Err(refused(format!(
+                "{} logs in on a Kafka listener only; epochfence's own protocol logs in with SCRAM-SHA-256 or \
+                 SCRAM-SHA-512 (the same user and password): --sasl-mechanism SCRAM-SHA-512",
+                login.mechanism
+            )));
+        };
+        let round = |bytes: Vec<u8>| {
+            let conn = &conn;
+            async move {
+                let req = Request::SaslLogin(SaslLoginRequest {
+                    mechanism: mechanism.name().to_string(),
+                    auth_bytes: Bytes::from(bytes),
+                });
+                match conn.call(req).await? {
+                    Response::SaslLogin(r) if r.status.is_ok() => Ok(r.auth_bytes),
+                    Response::SaslLogin(r) => Err(NetError::Refused { addr: addr.to_string(), status: r.status }),
+                    other => Err(NetError::Refused { addr: addr.to_string(), status: other.status().clone() }),
+                }
+            }
+        };
+        let (mut client, first) = ScramClient::new(mechanism, &login.user, login.password.as_bytes(), &scram_nonce());
+        let server_first = round(first).await?;
+        let last =
+            client.server_first(&server_first).map_err(|e| refused(format!("SCRAM server-first message: {e}")))?;
+        let server_final = round(last).await?;
+        client
+            .server_final(&server_final)
+            .map_err(|e| refused(format!("{addr} could not prove it holds {}'s credential: {e}", login.user)))?;
+        Ok(conn)
+    }
+
     /// The address this connection goes to.
     pub fn addr(&self) -> &str {
         &self.addr
@@ -206,7 +246,40 @@ impl Connection {
     }
 }
 
-/// How to open connections: optionally over TLS, optionally proving cluster membership.
+/// A client's SASL login: mechanism, user and password. On a Kafka listener any mechanism it
+/// offers; on the own protocol SCRAM-SHA-256 or SCRAM-SHA-512 ([`Dialer::login`]).
+#[derive(Clone)]
+pub struct SaslLogin {
+    /// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    pub mechanism: protocol::sasl::Mechanism,
+    /// The user.
+    pub user: String,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for SaslLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SaslLogin({} as {:?})", self.mechanism, self.user)
+    }
+}
+
+impl SaslLogin {
+    /// The principal the login names (`User:alice`).
+    pub fn principal(&self) -> String {
+        format!("User:{}", self.user)
+    }
+}
+
+/// A fresh printable SCRAM nonce.
+pub fn scram_nonce() -> String {
+    let mut nonce = [0u8; 18];
+    getrandom::fill(&mut nonce).expect("the operating system's random source works");
+    nonce.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// How to open connections: optionally over TLS, optionally proving cluster membership or
+/// logging in as a user.
 #[derive(Clone, Debug, Default)]
 pub struct Dialer {
     /// Dial TLS, trusting these CAs.
@@ -215,6 +288,9 @@ pub struct Dialer {
     pub secret: Option<ClusterSecret>,
     /// The name to prove membership as (`broker-3`, `coordinator`).
     pub member: String,
+    /// Log in as this user (SaslLogin, SCRAM) after any membership proof: under the
+    /// authorizer, the ACLs decide what the connection may do.
+    pub login: Option<SaslLogin>,
 }
 
 impl Dialer {
@@ -226,7 +302,11 @@ impl Dialer {
     /// Open a connection to `addr`.
     pub async fn dial(&self, addr: &str) -> Result<Connection, NetError> {
         let conn = Connection::open(addr, FRAME_BYTES_MAX_DEFAULT * 4, self.tls.as_ref()).await?;
-        Connection::prove(conn, addr, self.secret.as_ref(), &self.member).await
+        let conn = Connection::prove(conn, addr, self.secret.as_ref(), &self.member).await?;
+        match &self.login {
+            Some(login) => Connection::login(conn, addr, login).await,
+            None => Ok(conn),
+        }
     }
 }
 
@@ -385,7 +465,14 @@ mod tests {
         let conn = Connection::connect(&addr).await.unwrap();
         let bytes = |n: usize, seed: u8| Bytes::from((0..n).map(|i| (i as u8).wrapping_mul(seed)).collect::<Vec<u8>>());
         let produce = |records: Bytes| {
-            Request::Produce(ProduceRequest { topic: "t".into(), partition: 0, leader_epoch: 1, acks: 1, records })
+            Request::Produce(ProduceRequest {
+                transactional_id: None,
+                topic: "t".into(),
+                partition: 0,
+                leader_epoch: 1,
+                acks: 1,
+                records,
+            })
         };
         let replicate = |pieces: Vec<Bytes>| {
             Request::Replicate(ReplicateRequest {

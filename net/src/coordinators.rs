@@ -10,7 +10,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use protocol::{ErrorCode, Request, Response};
+use protocol::{ErrorCode, Request, Response, Status};
 
 use crate::{Connection, Dialer, NetError};
 
@@ -223,7 +223,8 @@ impl Coordinators {
             let left = deadline.saturating_duration_since(Instant::now());
             let conn = match self.connection_within(dialer, deadline).await {
                 Ok(c) => c,
-                Err(e) if left.is_zero() => return Err(e),
+                // A refused login or membership proof: dialling again changes nothing.
+                Err(e) if left.is_zero() || !e.is_retriable() => return Err(e),
                 Err(_) => {
                     tokio::time::sleep(Duration::from_millis(FOLLOW_PAUSE_MS).min(left)).await;
                     continue;
@@ -279,15 +280,24 @@ enum Probe {
 
 /// Ask the replica at `addr` a cheap request (Metadata of no topic: answered from memory).
 async fn probe(dialer: &Dialer, addr: &str) -> Probe {
-    let Ok(conn) = dial_bounded(dialer, addr, Some(Duration::from_millis(DIAL_TIMEOUT_MS))).await else {
-        return Probe::Unknown;
+    let named = |status: &Status| active_hint(&status.message).map_or(Probe::Unknown, |h| Probe::Names(h.to_string()));
+    let conn = match dial_bounded(dialer, addr, Some(Duration::from_millis(DIAL_TIMEOUT_MS))).await {
+        Ok(conn) => conn,
+        // A standby refuses logins, naming the active replica.
+        Err(NetError::Refused { status, .. }) if status.code == ErrorCode::NotCoordinator => return named(&status),
+        Err(_) => return Probe::Unknown,
     };
     let req = Request::Metadata(protocol::MetadataRequest { topics: Vec::new(), allow_auto_create: false });
     match conn.call_timeout(req, Duration::from_millis(DIAL_TIMEOUT_MS)).await {
-        Err(NetError::Refused { status, .. }) if status.code == ErrorCode::NotCoordinator => {
-            active_hint(&status.message).map_or(Probe::Unknown, |h| Probe::Names(h.to_string()))
-        }
+        Err(NetError::Refused { status, .. }) if status.code == ErrorCode::NotCoordinator => named(&status),
         Ok(_) => Probe::Serves,
+        // A logged-in client's request is authorized only where it is served: the ACLs' refusal
+        // comes from the active replica (a standby's answers NOT_COORDINATOR).
+        Err(NetError::Refused { status, .. })
+            if dialer.login.is_some() && status.code == ErrorCode::ClusterAuthorizationFailed =>
+        {
+            Probe::Serves
+        }
         Err(_) => Probe::Unknown,
     }
 }

@@ -19,11 +19,11 @@ pub mod progress;
 pub mod server;
 pub mod tls;
 
-pub use client::{Connection, Dialer, NetError};
+pub use client::{Connection, Dialer, NetError, SaslLogin};
 pub use coordinators::Coordinators;
 pub use server::{
-    serve, serve_grouped, serve_protocol, Decoded, GroupHandler, Handled, Handler, Handlers, Own, Peer, Protocol,
-    ServerLimits, MEMBER_CONNECTIONS_MAX_DEFAULT, RELAY_MEMBER_PREFIX,
+    serve, serve_grouped, serve_protocol, ClientLogins, Decoded, GroupHandler, Handled, Handler, Handlers, Own, Peer,
+    Protocol, ServerLimits, MEMBER_CONNECTIONS_MAX_DEFAULT, RELAY_MEMBER_PREFIX,
 };
 pub use tls::{ClientTls, TlsError};
 

@@ -17,7 +17,10 @@ use futures::stream::FuturesOrdered;
 use futures::{FutureExt, SinkExt, StreamExt};
 use protocol::auth::{ClusterSecret, NONCE_BYTES};
 use protocol::codec::{CodecError, ServerCodec, FRAME_BYTES_MAX_DEFAULT};
-use protocol::{request_size_hint, AuthBeginResponse, AuthProveResponse, ErrorCode, Request, Response, Status};
+use protocol::{
+    request_size_hint, AuthBeginResponse, AuthProveResponse, ErrorCode, Request, Response, SaslLoginRequest,
+    SaslLoginResponse, Status,
+};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
@@ -34,6 +37,11 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     type Context: Copy + Send + 'static;
     /// What one connection's peer has proved so far.
     type Peer: Default + Send;
+    /// What a connection from `addr` starts with (nothing proved).
+    fn peer(addr: std::net::SocketAddr) -> Self::Peer {
+        let _ = addr;
+        Self::Peer::default()
+    }
     /// Frames in and out. Both protocols frame with a 4-byte big-endian length prefix.
     type Codec: Decoder<Item = Decoded<Self>, Error = CodecError>
         + Encoder<(Self::Context, Self::Response), Error = CodecError>
@@ -188,12 +196,32 @@ pub struct ServerLimits {
     pub cluster_secret: Option<ClusterSecret>,
     /// Serve TLS only, with this certificate (plain TCP without).
     pub tls: Option<tokio_rustls::TlsAcceptor>,
-    /// While set (and there is a cluster secret), every request is served only on
-    /// connections that proved membership, as internal ones always are: the authorizer is
-    /// on, and the own protocol has no client logins, so a client request could not be
-    /// authorized. Shared by every clone of these limits; a broker sets it from the
-    /// coordinator's word.
+    /// While set (and there is a cluster secret) the authorizer is on: a request is served
+    /// on a connection that proved membership, or that logged in (SaslLogin, with
+    /// `client_logins`) as a principal the ACLs allow it to; any other is refused. Shared by
+    /// every clone of these limits; a broker sets it from the coordinator's word.
     pub members_only: Arc<std::sync::atomic::AtomicBool>,
+    /// The credentials and ACLs own-protocol clients log in and are authorized by (`None`: no
+    /// client logins here).
+    pub client_logins: Option<Arc<dyn ClientLogins>>,
+}
+
+/// What a listener logs own-protocol clients in with and authorizes them by, as this process
+/// holds it now (a broker's copies of the coordinator's, the coordinator's own).
+pub trait ClientLogins: Send + Sync {
+    /// `user`'s SCRAM credential for `mechanism` (`Ok(None)`: it has none); `Err` with the
+    /// answer to give when this process logs no one in now (a coordinator standby:
+    /// NOT_COORDINATOR, naming the active replica).
+    fn credential(
+        &self,
+        user: &str,
+        mechanism: protocol::sasl::ScramMechanism,
+    ) -> Result<Option<protocol::sasl::ScramCredential>, Status>;
+    /// The authorizer's settings and ACLs now; `None` while this process serves no requests
+    /// (a coordinator standby, whose handler answers them NOT_COORDINATOR).
+    fn authorizer(&self) -> Option<Arc<protocol::acl::Authorizer>>;
+    /// The cluster's producer-id binder (with a cluster secret).
+    fn binder(&self) -> Option<&protocol::auth::ProducerIdBinder>;
 }
 
 impl ServerLimits {
@@ -217,6 +245,7 @@ impl std::fmt::Debug for ServerLimits {
             .field("cluster_secret", &self.cluster_secret)
             .field("tls", &self.tls.is_some())
             .field("members_only", &self.members_only.load(std::sync::atomic::Ordering::Relaxed))
+            .field("client_logins", &self.client_logins.is_some())
             .finish()
     }
 }
@@ -272,6 +301,7 @@ impl Default for ServerLimits {
             cluster_secret: None,
             tls: None,
             members_only: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            client_logins: None,
         }
     }
 }
@@ -334,7 +364,8 @@ pub async fn serve_protocol<P: Protocol>(
                         None => match permit {
                             Ok(_permit) => {
                                 let (handler, group) = handlers(&Peer { addr: peer, certificate: None });
-                                serve_connection::<P, _>(stream, handler, group, &limits, reserved, stop).await;
+                                let inflight = InFlight::<P>::new(handler, group, &limits, reserved, P::peer(peer));
+                                serve_connection::<P, _>(stream, inflight, stop).await;
                             }
                             Err(_) => refuse_connection::<P, _>(stream, &limits).await,
                         },
@@ -356,7 +387,8 @@ pub async fn serve_protocol<P: Protocol>(
                                     let certificate =
                                         tls.get_ref().1.peer_certificates().and_then(|c| c.first()).cloned();
                                     let (handler, group) = handlers(&Peer { addr: peer, certificate });
-                                    serve_connection::<P, _>(tls, handler, group, &limits, reserved, stop).await;
+                                    let inflight = InFlight::<P>::new(handler, group, &limits, reserved, P::peer(peer));
+                                    serve_connection::<P, _>(tls, inflight, stop).await;
                                 }
                                 Err(_) => refuse_connection::<P, _>(tls, &limits).await,
                             }
@@ -425,12 +457,13 @@ impl<'a, P: Protocol> InFlight<'a, P> {
         group: Option<GroupHandler<P>>,
         limits: &'a ServerLimits,
         reserved: bool,
+        peer: P::Peer,
     ) -> InFlight<'a, P> {
         InFlight {
             handler,
             group,
             limits,
-            peer: P::Peer::default(),
+            peer,
             reserved,
             running: FuturesOrdered::new(),
             serials: 0,
@@ -577,19 +610,16 @@ struct Served {
 
 async fn serve_connection<P: Protocol, S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
-    handler: Handler<P>,
-    group: Option<GroupHandler<P>>,
-    limits: &ServerLimits,
-    reserved: bool,
+    mut inflight: InFlight<'_, P>,
     mut stop: watch::Receiver<bool>,
 ) -> Served {
+    let (limits, reserved) = (inflight.limits, inflight.reserved);
     let mut served = Served::default();
     // The write buffer starts empty (the encoders reserve room for each answer); the read
     // buffer starts with room for the requests a first read brings.
     let mut framed = Framed::with_capacity(stream, P::codec(limits), 0);
     framed.set_backpressure_boundary(BUFFER_BYTES_KEPT);
     *framed.read_buffer_mut() = BytesMut::with_capacity(BUFFER_BYTES_KEPT);
-    let mut inflight = InFlight::<P>::new(handler, group, limits, reserved);
     // After a request that cannot be decoded we answer it, finish what is in flight and close.
     let mut closing = false;
     let idle = Duration::from_millis(limits.idle_ms);
@@ -731,11 +761,153 @@ fn holds_room<S, C>(framed: &Framed<S, C>, read_ahead: bool, write_grown: bool) 
 /// epochfence's own protocol ([`protocol::messages`]), with its membership handshake.
 pub struct Own;
 
-/// The membership state of one own-protocol connection.
+/// The membership and login state of one own-protocol connection.
 #[derive(Default)]
 pub struct OwnPeer {
     server_nonce: Option<[u8; NONCE_BYTES]>,
     member: Option<String>,
+    /// The client's address as host ACLs name it (10.0.0.5, not ::ffff:10.0.0.5).
+    host: String,
+    login: OwnLogin,
+}
+
+/// Where a connection is in its client login (SaslLogin).
+#[derive(Default)]
+enum OwnLogin {
+    #[default]
+    None,
+    /// The server-first message is out; the client's final one is awaited.
+    ScramFinal(protocol::sasl::ScramExchange),
+    /// Logged in as this principal (`User:alice`).
+    Authenticated(String),
+}
+
+/// The answer to a failed login: the client learns only that it failed (the log says why),
+/// and the connection closes.
+fn login_failed(peer: &OwnPeer, why: &str) -> (Response, bool) {
+    tracing::info!(peer = %peer.host, "own-protocol client login failed: {why}; closing the connection");
+    let status = Status::new(
+        ErrorCode::SaslAuthenticationFailed,
+        "Authentication failed: invalid credentials (SCRAM-SHA-256 or SCRAM-SHA-512 of a user the cluster knows: \
+         admin users set)",
+    );
+    (Response::SaslLogin(SaslLoginResponse { status, auth_bytes: Bytes::new() }), true)
+}
+
+impl Own {
+    /// One round of a client's SCRAM login (see [`ClientLogins`]).
+    fn login_round(limits: &ServerLimits, peer: &mut OwnPeer, req: &SaslLoginRequest) -> (Response, bool) {
+        use protocol::sasl::{ScramExchange, ScramMechanism};
+        let Some(logins) = &limits.client_logins else {
+            return login_failed(peer, "this listener takes no client logins");
+        };
+        let Some(mechanism) = ScramMechanism::parse(&req.mechanism) else {
+            let why = format!(
+                "mechanism {:?}: the own protocol logs in with SCRAM-SHA-256 or SCRAM-SHA-512 (PLAIN is served on \
+                 Kafka listeners)",
+                req.mechanism
+            );
+            return login_failed(peer, &why);
+        };
+        let ok = |auth_bytes: Vec<u8>| {
+            (
+                Response::SaslLogin(SaslLoginResponse { status: Status::ok(), auth_bytes: Bytes::from(auth_bytes) }),
+                false,
+            )
+        };
+        match std::mem::take(&mut peer.login) {
+            OwnLogin::None => {
+                let server_nonce: String = nonce()[..18].iter().map(|b| format!("{b:02x}")).collect();
+                let mut unavailable = None;
+                let lookup = |user: &str| {
+                    logins.credential(user, mechanism).unwrap_or_else(|s| {
+                        unavailable = Some(s);
+                        None
+                    })
+                };
+                let started = ScramExchange::first_round(mechanism, &req.auth_bytes, lookup, &server_nonce);
+                if let Some(status) = unavailable {
+                    return (Response::SaslLogin(SaslLoginResponse { status, auth_bytes: Bytes::new() }), true);
+                }
+                match started {
+                    Ok((exchange, server_first)) => {
+                        peer.login = OwnLogin::ScramFinal(exchange);
+                        ok(server_first)
+                    }
+                    Err(e) => login_failed(peer, &e.to_string()),
+                }
+            }
+            OwnLogin::ScramFinal(exchange) if exchange.mechanism() == mechanism => {
+                match exchange.finish(&req.auth_bytes) {
+                    Ok((user, server_final)) => {
+                        tracing::debug!(peer = %peer.host, %user, "own-protocol client logged in");
+                        peer.login = OwnLogin::Authenticated(format!("User:{user}"));
+                        ok(server_final)
+                    }
+                    Err(e) => login_failed(peer, &e.to_string()),
+                }
+            }
+            OwnLogin::ScramFinal(_) => login_failed(peer, "the final message names another mechanism"),
+            OwnLogin::Authenticated(principal) => {
+                peer.login = OwnLogin::Authenticated(principal);
+                let status = Status::new(
+                    ErrorCode::IllegalSaslState,
+                    "this connection has logged in already; open another to log in as someone else",
+                );
+                (Response::SaslLogin(SaslLoginResponse { status, auth_bytes: Bytes::new() }), false)
+            }
+        }
+    }
+
+    /// Why a request that is neither a membership proof nor a login is refused on this
+    /// connection, if it is: the members' own traffic needs membership; under the authorizer
+    /// (`members_only`) a member may do anything, a logged-in client what the ACLs allow it
+    /// ([`protocol::authorize::own_refusal`]), anyone else nothing; without it the admin
+    /// requests (`Request::is_internal`) need membership. All only with a cluster secret.
+    fn refusal(limits: &ServerLimits, peer: &OwnPeer, req: &Request) -> Option<Status> {
+        if limits.cluster_secret.is_none() || peer.member.is_some() {
+            return None;
+        }
+        let prove = || {
+            Status::new(
+                ErrorCode::ClusterAuthorizationFailed,
+                format!(
+                    "{:?} is a cluster-internal request; prove membership with the cluster secret first (AuthBegin, \
+                     AuthProve)",
+                    req.api_key()
+                ),
+            )
+        };
+        if req.is_member_traffic() {
+            return Some(prove());
+        }
+        if limits.members_only() {
+            let OwnLogin::Authenticated(principal) = &peer.login else {
+                return Some(Status::new(
+                    ErrorCode::ClusterAuthorizationFailed,
+                    format!(
+                        "{:?} refused: the cluster runs with --authorizer, so a client logs in first (--sasl-username \
+                         and --sasl-password-file, SCRAM-SHA-256 or SCRAM-SHA-512) and the ACLs decide what it may \
+                         do; cluster members prove the cluster secret instead",
+                        req.api_key()
+                    ),
+                ));
+            };
+            let authorizer = limits.client_logins.as_ref()?.authorizer()?;
+            let binder = limits.client_logins.as_ref()?.binder();
+            let refused = protocol::authorize::own_refusal(&authorizer, binder, principal, &peer.host, req)?;
+            tracing::info!(
+                target: "epochfence::fencing",
+                principal = %principal,
+                host = %peer.host,
+                request = ?req.api_key(),
+                reason = refused.code.name(),
+                "own-protocol request not authorized"
+            );
+            return Some(refused);
+        }
+        req.is_internal().then(prove)
+    }
 }
 
 /// [`ServerCodec`] with its items as [`Decoded`].
@@ -780,6 +952,10 @@ impl Protocol for Own {
     type Context = i32;
     type Peer = OwnPeer;
     type Codec = OwnCodec;
+
+    fn peer(addr: std::net::SocketAddr) -> OwnPeer {
+        OwnPeer { host: addr.ip().to_canonical().to_string(), ..OwnPeer::default() }
+    }
 
     fn codec(limits: &ServerLimits) -> OwnCodec {
         OwnCodec(ServerCodec::new(limits.frame_bytes_max))
@@ -868,38 +1044,14 @@ impl Protocol for Own {
                     }
                 })
             }
-            (req, Some(_)) if req.is_internal() && peer.member.is_none() => Some((
-                Response::Error(Status::new(
-                    ErrorCode::ClusterAuthorizationFailed,
-                    format!(
-                        "{:?} is a cluster-internal request; prove membership with the cluster secret first (AuthBegin, AuthProve)",
-                        req.api_key()
-                    ),
-                )),
-                false,
-            )),
-            (req, Some(_)) if limits.members_only() && peer.member.is_none() => Some((
-                Response::Error(Status::new(
-                    ErrorCode::ClusterAuthorizationFailed,
-                    format!(
-                        "{:?} refused: the cluster runs with --authorizer, and this protocol has no client logins, so only \
-                         cluster members (those holding the cluster secret, as admin --cluster-secret-file) are served \
-                         here; clients log in on a broker's Kafka listener (SASL; producer and consumer --kafka) and \
-                         are authorized by ACLs",
-                        req.api_key()
-                    ),
-                )),
-                false,
-            )),
-            _ => None,
+            (Request::SaslLogin(l), _) => Some(Self::login_round(limits, peer, l)),
+            (req, _) => Self::refusal(limits, peer, req).map(|status| (Response::Error(status), false)),
         }
     }
 
     fn gated(limits: &ServerLimits, peer: &OwnPeer, req: &Request) -> bool {
-        matches!(req, Request::AuthBegin(_) | Request::AuthProve(_))
-            || (limits.cluster_secret.is_some()
-                && (req.is_internal() || limits.members_only())
-                && peer.member.is_none())
+        matches!(req, Request::AuthBegin(_) | Request::AuthProve(_) | Request::SaslLogin(_))
+            || Self::refusal(limits, peer, req).is_some()
     }
 
     fn member_request(limits: &ServerLimits, peer: &OwnPeer, req: &Request) -> bool {
@@ -1003,7 +1155,7 @@ mod tests {
     /// ids 10, 11, 12) were pushed to a [`holding`] handler; its calls and its release.
     fn three_fetches(serial: bool, limits: &ServerLimits) -> (InFlight<'_, Own>, Calls, oneshot::Sender<()>) {
         let (handler, calls, release) = holding(serial);
-        let mut inflight = InFlight::new(handler, None, limits, false);
+        let mut inflight = InFlight::new(handler, None, limits, false, OwnPeer::default());
         for (id, p) in [(10, 0), (11, 1), (12, 2)] {
             inflight.push(id, Item::Request(fetch(p)));
         }
@@ -1045,7 +1197,7 @@ mod tests {
     async fn a_connection_in_the_members_room_serves_members_only() {
         let limits = ServerLimits { connections_max: 7, ..ServerLimits::default() };
         let (handler, calls, _) = holding(false);
-        let mut client = InFlight::<Own>::new(handler.clone(), None, &limits, true);
+        let mut client = InFlight::<Own>::new(handler.clone(), None, &limits, true, OwnPeer::default());
         assert!(client.push(10, Item::Request(fetch(1))), "a client's request closes the connection");
         let (id, resp) = client.next().await.unwrap();
         assert_eq!(id, 10, "answered in the request's place");
@@ -1055,7 +1207,7 @@ mod tests {
         // With a cluster secret, a claim is not enough: a heartbeat of a peer that proved
         // nothing is refused there too (the gate would refuse it anyway).
         let secured = ServerLimits { cluster_secret: Some(ClusterSecret::new(vec![7; 32]).unwrap()), ..limits.clone() };
-        let mut claim = InFlight::<Own>::new(handler.clone(), None, &secured, true);
+        let mut claim = InFlight::<Own>::new(handler.clone(), None, &secured, true, OwnPeer::default());
         let heartbeat = Request::Heartbeat(protocol::HeartbeatRequest {
             broker_id: 1,
             addr: "a".into(),
@@ -1073,15 +1225,15 @@ mod tests {
         assert_eq!(claim.next().await.unwrap().1.status().code, ErrorCode::BrokerNotAvailable);
         // A broker's relay of Kafka clients' requests proves membership, but is client traffic:
         // its handshake does not make it a member's connection (a flood would fill the room).
-        let mut relay = InFlight::<Own>::new(handler.clone(), None, &secured, true);
+        let mut relay = InFlight::<Own>::new(handler.clone(), None, &secured, true, OwnPeer::default());
         let begin = Request::AuthBegin(protocol::AuthBeginRequest { member: format!("{RELAY_MEMBER_PREFIX}-1") });
         assert!(relay.push(13, Item::Request(begin)), "a relay's handshake in the members' room closes it");
         assert_eq!(relay.next().await.unwrap().1.status().code, ErrorCode::BrokerNotAvailable);
-        let mut broker = InFlight::<Own>::new(handler.clone(), None, &secured, true);
+        let mut broker = InFlight::<Own>::new(handler.clone(), None, &secured, true, OwnPeer::default());
         let begin = Request::AuthBegin(protocol::AuthBeginRequest { member: "broker-1".into() });
         assert!(!broker.push(14, Item::Request(begin)), "a broker's handshake is a member's");
         // A member (here: one that proved membership) is served as on any connection.
-        let mut member = InFlight::<Own>::new(handler, None, &limits, true);
+        let mut member = InFlight::<Own>::new(handler, None, &limits, true, OwnPeer::default());
         member.peer.member = Some("broker-1".into());
         assert!(!member.push(11, Item::Request(fetch(2))));
         assert_eq!(answers(&mut member, 1).await, want(&[(11, "2")]));
@@ -1092,7 +1244,7 @@ mod tests {
         let limits = ServerLimits::default();
         let (handler, single_calls, _) = holding(false);
         let (group, group_calls, release) = grouping();
-        let mut inflight = InFlight::new(handler, Some(group), &limits, false);
+        let mut inflight = InFlight::new(handler, Some(group), &limits, false, OwnPeer::default());
         let requests = [(10, 1), (11, 2), (12, 0), (13, 3), (14, 4)];
         inflight.push_all(requests.iter().map(|(id, p)| (*id, fetch(*p))).collect());
         assert_eq!(*group_calls.lock().unwrap(), [vec![1, 2, 0]], "one call, up to the serial request");
@@ -1116,7 +1268,12 @@ mod tests {
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop_tx, stop) = watch::channel(false);
         let served = tokio::spawn(async move {
-            serve_connection::<Own, _>(server, handler, Some(group), &limits, false, stop).await
+            serve_connection::<Own, _>(
+                server,
+                InFlight::new(handler, Some(group), &limits, false, OwnPeer::default()),
+                stop,
+            )
+            .await
         });
         let mut framed = Framed::new(client, ClientCodec::new(FRAME_BYTES_MAX_DEFAULT));
         // Three requests in one write: the server reads them at once.
@@ -1153,8 +1310,10 @@ mod tests {
         let limits = ServerLimits { buffer_release_ms: 1_000, ..ServerLimits::default() };
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop_tx, stop) = watch::channel(false);
-        let served =
-            tokio::spawn(async move { serve_connection::<Own, _>(server, handler, None, &limits, false, stop).await });
+        let served = tokio::spawn(async move {
+            let inflight = InFlight::new(handler, None, &limits, false, OwnPeer::default());
+            serve_connection::<Own, _>(server, inflight, stop).await
+        });
         let mut framed = Framed::new(client, ClientCodec::new(FRAME_BYTES_MAX_DEFAULT));
         let mut call = async |partitions: &[i32]| {
             for (id, p) in partitions.iter().enumerate() {
@@ -1226,8 +1385,10 @@ mod tests {
             ServerLimits { cluster_secret: Some(ClusterSecret::new(vec![7; 32]).unwrap()), ..ServerLimits::default() };
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop_tx, stop) = watch::channel(false);
-        let served =
-            tokio::spawn(async move { serve_connection::<Own, _>(server, handler, None, &limits, false, stop).await });
+        let served = tokio::spawn(async move {
+            let inflight = InFlight::new(handler, None, &limits, false, OwnPeer::default());
+            serve_connection::<Own, _>(server, inflight, stop).await
+        });
         let mut framed = Framed::new(client, ClientCodec::new(FRAME_BYTES_MAX_DEFAULT));
         let prove = Request::AuthProve(AuthProveRequest {
             member: "intruder".into(),

@@ -17,11 +17,7 @@ impl Admin {
     }
 
     async fn call(&mut self, what: &str, req: Request) -> Result<Response, ClientError> {
-        let resp = self.client.call_coordinator(req).await.map_err(|e| ClientError::Timeout {
-            what: what.to_string(),
-            timeout_ms: self.client.config().request_timeout_ms,
-            last_error: e.to_string(),
-        })?;
+        let resp = self.client.ask_coordinator(what, req).await?;
         if !resp.status().is_ok() {
             return Err(ClientError::Refused { what: what.to_string(), status: resp.status().clone() });
         }

@@ -23,76 +23,48 @@ pub struct ClientConfig {
     /// Prove to the coordinator that this client holds the cluster secret (as `admin`): with a
     /// secret set, creating topics and electing leaders need it.
     pub secret: Option<ClusterSecret>,
-    /// Log in with SASL on every Kafka connection (a listener under SASL_PLAINTEXT or SASL_SSL).
+    /// Log in as this user on every connection: SASL on a Kafka listener (SASL_PLAINTEXT or
+    /// SASL_SSL), SCRAM (SaslLogin) on the own protocol.
     pub sasl: Option<SaslLogin>,
 }
 
-/// A SASL login: mechanism, user and password.
-#[derive(Clone)]
-pub struct SaslLogin {
-    /// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
-    pub mechanism: protocol::sasl::Mechanism,
-    /// The user.
-    pub user: String,
-    /// The password.
-    pub password: String,
-}
+pub use net::SaslLogin;
 
-impl std::fmt::Debug for SaslLogin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SaslLogin({} as {:?})", self.mechanism, self.user)
-    }
-}
-
-/// The command line's SASL login flags (`producer`, `consumer` with `--kafka`).
+/// The command line's SASL login flags (`producer`, `consumer`, `admin`, `fencecheck`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct SaslArgs {
-    /// Log in with SASL as this user on every Kafka connection (a listener under
-    /// SASL_PLAINTEXT or SASL_SSL; needs `--kafka` and `--sasl-password-file`).
+    /// Log in as this user on every connection: with SASL on a Kafka listener (SASL_PLAINTEXT
+    /// or SASL_SSL), with SCRAM on the own protocol (under the coordinator's --authorizer the
+    /// ACLs then decide what the user may do). Needs --sasl-password-file.
     #[arg(long, requires = "sasl_password_file")]
     pub sasl_username: Option<String>,
     /// The file whose first line is `--sasl-username`'s password.
     #[arg(long, requires = "sasl_username")]
     pub sasl_password_file: Option<std::path::PathBuf>,
-    /// The SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    /// The SASL mechanism: PLAIN (Kafka listeners only), SCRAM-SHA-256 or SCRAM-SHA-512.
     #[arg(long, default_value = "SCRAM-SHA-512")]
     pub sasl_mechanism: String,
 }
 
 impl SaslArgs {
-    /// The login the flags name, if any; `kafka` tells whether the client speaks the Kafka
-    /// protocol (the own protocol has no client logins yet: the flags are refused without it).
+    /// The login the flags name, if any (`None` without `--sasl-username`); `kafka` tells
+    /// whether the client speaks the Kafka protocol: the own protocol logs in with SCRAM only.
     pub fn login(&self, kafka: bool) -> Result<Option<SaslLogin>, String> {
-        let login = SaslLogin::from_args(
-            &self.sasl_mechanism,
-            self.sasl_username.as_deref(),
-            self.sasl_password_file.as_deref(),
-        )?;
-        if login.is_some() && !kafka {
-            return Err("--sasl-username logs in on a Kafka listener: add --kafka (epochfence's own protocol has no client logins yet)".into());
-        }
-        Ok(login)
-    }
-}
-
-impl SaslLogin {
-    /// A login from the command line's `--sasl-mechanism`, `--sasl-username` and
-    /// `--sasl-password-file` (its first line is the password); `None` without a user.
-    pub fn from_args(
-        mechanism: &str,
-        user: Option<&str>,
-        password_file: Option<&std::path::Path>,
-    ) -> Result<Option<SaslLogin>, String> {
-        let Some(user) = user else {
-            return match password_file {
+        let Some(user) = self.sasl_username.as_deref() else {
+            return match self.sasl_password_file {
                 Some(_) => Err("--sasl-password-file needs --sasl-username".into()),
                 None => Ok(None),
             };
         };
-        let mechanism = protocol::sasl::Mechanism::parse(mechanism).ok_or_else(|| {
-            format!("--sasl-mechanism {mechanism:?} is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512")
+        let mechanism = protocol::sasl::Mechanism::parse(&self.sasl_mechanism).ok_or_else(|| {
+            format!("--sasl-mechanism {:?} is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", self.sasl_mechanism)
         })?;
-        let path = password_file.ok_or("--sasl-username needs --sasl-password-file")?;
+        if mechanism == protocol::sasl::Mechanism::Plain && !kafka {
+            return Err("--sasl-mechanism PLAIN logs in on a Kafka listener only (add --kafka); epochfence's own \
+                        protocol logs in with SCRAM-SHA-256 or SCRAM-SHA-512, the same user and password"
+                .into());
+        }
+        let path = self.sasl_password_file.as_deref().ok_or("--sasl-username needs --sasl-password-file")?;
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read --sasl-password-file {}: {e}", path.display()))?;
         let password = text.lines().next().unwrap_or("").to_string();
@@ -159,7 +131,12 @@ impl Client {
     }
 
     fn dialer(&self) -> Dialer {
-        Dialer { tls: self.config.tls.clone(), secret: self.config.secret.clone(), member: "admin".into() }
+        Dialer {
+            tls: self.config.tls.clone(),
+            secret: self.config.secret.clone(),
+            member: "admin".into(),
+            login: self.config.sasl.clone(),
+        }
     }
 
     /// Settings.
@@ -175,6 +152,22 @@ impl Client {
     /// (a standby's NOT_COORDINATOR is followed to it within the request timeout).
     pub async fn call_coordinator(&mut self, req: Request) -> Result<Response, NetError> {
         self.coordinators.call(&self.dialer(), req, self.timeout()).await
+    }
+
+    /// [`Client::call_coordinator`], a failure told as a [`ClientError`] about `what`: a
+    /// refusal keeps its status (its code tells what to do: an authorization one, say),
+    /// anything else is a timeout.
+    pub async fn ask_coordinator(&mut self, what: &str, req: Request) -> Result<Response, ClientError> {
+        self.call_coordinator(req).await.map_err(|e| match e {
+            NetError::Refused { status, .. } if !status.code.is_retriable() => {
+                ClientError::Refused { what: what.to_string(), status }
+            }
+            e => ClientError::Timeout {
+                what: what.to_string(),
+                timeout_ms: self.config.request_timeout_ms,
+                last_error: e.to_string(),
+            },
+        })
     }
 
     /// Call a broker by address, reconnecting if needed.
@@ -195,13 +188,22 @@ impl Client {
     }
 
     /// Fetch metadata for `topic` (creating it with the coordinator's defaults if allowed).
+    /// A logged-in client asks without creating first: under the authorizer, asking to create
+    /// needs CREATE, which a client that only writes to a topic that exists does not hold.
     pub async fn refresh_metadata(&mut self, topic: &str, allow_auto_create: bool) -> Result<(), ClientError> {
+        if allow_auto_create && self.config.sasl.is_some() {
+            match self.metadata(topic, false).await {
+                Err(ClientError::Refused { status, .. })
+                    if status.code == protocol::ErrorCode::UnknownTopicOrPartition => {}
+                done => return done,
+            }
+        }
+        self.metadata(topic, allow_auto_create).await
+    }
+
+    async fn metadata(&mut self, topic: &str, allow_auto_create: bool) -> Result<(), ClientError> {
         let req = Request::Metadata(MetadataRequest { topics: vec![topic.to_string()], allow_auto_create });
-        let resp = self.call_coordinator(req).await.map_err(|e| ClientError::Timeout {
-            what: format!("metadata for '{topic}'"),
-            timeout_ms: self.config.request_timeout_ms,
-            last_error: e.to_string(),
-        })?;
+        let resp = self.ask_coordinator(&format!("metadata for '{topic}'"), req).await?;
         let Response::Metadata(m) = resp else {
             return Err(ClientError::Protocol(format!("metadata answered with {}", resp.status())));
         };

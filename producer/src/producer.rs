@@ -93,6 +93,10 @@ async fn call_coordinator_retrying(
             Ok(resp) if !retriable(resp.status().code) => return Ok(resp),
             Ok(resp) => resp.status().to_string(),
             Err(e) if e.is_retriable() => e.to_string(),
+            // A refusal (an authorization one, say) keeps its status: its code tells what to do.
+            Err(net::NetError::Refused { status, .. }) => {
+                return Err(ClientError::Refused { what: what.into(), status })
+            }
             Err(e) => return Err(ClientError::Protocol(e.to_string())),
         };
         let pause = client.backoff(attempt);
@@ -115,7 +119,8 @@ impl Producer {
             transaction_timeout_ms: config.transaction_timeout_ms,
             producer_id: -1,
             producer_epoch: -1,
-            principal: String::new(),
+            // Under the authorizer the coordinator binds the producer id to the login's principal.
+            principal: config.client.sasl.as_ref().map(|l| l.principal()).unwrap_or_default(),
         });
         match call_coordinator_retrying(&mut client, "InitProducerId", config.delivery_timeout_ms, req).await? {
             Response::InitProducerId(r) if r.status.is_ok() => {
@@ -194,6 +199,7 @@ impl Producer {
             return Ok(());
         }
         let req = Request::AddPartition(AddPartitionRequest {
+            transactional_id: self.config.transactional_id.clone().unwrap_or_default(),
             producer_id: self.session.producer_id,
             producer_epoch: self.session.epoch,
             topic: topic.to_string(),
@@ -288,6 +294,7 @@ impl Producer {
                 Err(e) => e.to_string(),
                 Ok(leader) => {
                     let req = Request::Produce(ProduceRequest {
+                        transactional_id: self.config.transactional_id.clone(),
                         topic: topic.to_string(),
                         partition,
                         leader_epoch: leader.leader_epoch,
@@ -324,6 +331,9 @@ impl Producer {
                             }
                             status.to_string()
                         }
+                        Err(net::NetError::Refused { status, .. }) if !status.code.is_retriable() => {
+                            return Err(ClientError::Refused { what: what(), status });
+                        }
                         Err(e) => {
                             // The broker may be gone; ask the coordinator where the partition is now.
                             self.client.invalidate(topic);
@@ -354,6 +364,7 @@ impl Producer {
     async fn explain_fence(&mut self, current_epoch: i16, status: Status, topic: &str, partition: i32) -> ClientError {
         if self.config.transactional_id.is_some() {
             let req = Request::AddPartition(AddPartitionRequest {
+                transactional_id: self.config.transactional_id.clone().unwrap_or_default(),
                 producer_id: self.session.producer_id,
                 producer_epoch: self.session.epoch,
                 topic: topic.to_string(),

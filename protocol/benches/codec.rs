@@ -13,6 +13,7 @@ fn codec(c: &mut Criterion) {
     let values: Vec<Bytes> = (0..500).map(|_| Bytes::from(vec![b'x'; 100])).collect();
     let batch = build_batch(ProducerStamp { producer_id: 1, producer_epoch: 0, base_sequence: 0 }, false, 0, &values);
     let req = Request::Produce(ProduceRequest {
+        transactional_id: None,
         topic: "t".into(),
         partition: 0,
         leader_epoch: 0,

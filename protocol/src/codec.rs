@@ -226,6 +226,7 @@ mod tests {
         ]);
         assert_eq!(cuts.pieces().len(), 3, "empty pieces are dropped");
         let produce = Request::Produce(ProduceRequest {
+            transactional_id: None,
             topic: "t".into(),
             partition: 0,
             leader_epoch: -1,
@@ -258,6 +259,7 @@ mod tests {
         use crate::messages::{FetchResponse, ProduceRequest};
         let produce = |n: u8| {
             Request::Produce(ProduceRequest {
+                transactional_id: None,
                 topic: "t".into(),
                 partition: 1,
                 leader_epoch: 2,

@@ -183,6 +183,8 @@ error_codes! {
     OperationNotAttempted = 55, "OPERATION_NOT_ATTEMPTED", false;
     /// A SASL mechanism the listener does not offer, or a SCRAM mechanism Kafka does not know.
     UnsupportedSaslMechanism = 33, "UNSUPPORTED_SASL_MECHANISM", false;
+    /// A login step out of turn (a second login on a connection that logged in).
+    IllegalSaslState = 34, "ILLEGAL_SASL_STATE", false;
     /// A credential to delete or describe does not exist (KIP-554).
     ResourceNotFound = 91, "RESOURCE_NOT_FOUND", false;
     /// A user named twice in one credential request (KIP-554).

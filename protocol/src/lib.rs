@@ -14,6 +14,7 @@
 
 pub mod acl;
 pub mod auth;
+pub mod authorize;
 pub mod batch;
 pub mod codec;
 pub mod compression;

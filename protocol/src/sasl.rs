@@ -388,6 +388,30 @@ impl ScramExchange {
         (exchange, out)
     }
 
+    /// The server's answer to a SCRAM login's first message `msg` under `mechanism`: the
+    /// user's credential found by `lookup`, refused if it is missing or has fewer than
+    /// [`ITERATIONS_MIN`] iterations; the exchange and the server-first message.
+    pub fn first_round(
+        mechanism: ScramMechanism,
+        msg: &[u8],
+        lookup: impl FnOnce(&str) -> Option<ScramCredential>,
+        server_nonce: &str,
+    ) -> Result<(ScramExchange, Vec<u8>), SaslError> {
+        let first = ClientFirst::parse(msg)?;
+        let credential = lookup(&first.user).filter(|c| c.mechanism == mechanism).ok_or_else(|| {
+            SaslError::UnknownUser { user: first.user.clone(), mechanism: Mechanism::Scram(mechanism) }
+        })?;
+        if credential.iterations < ITERATIONS_MIN {
+            return Err(SaslError::Unsupported("a credential with too few iterations".into()));
+        }
+        Ok(ScramExchange::start(first, credential, server_nonce))
+    }
+
+    /// The user the exchange logs in.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
     /// The hash function of the exchange.
     pub fn mechanism(&self) -> ScramMechanism {
         self.credential.mechanism

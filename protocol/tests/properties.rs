@@ -16,6 +16,7 @@ fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
         (name, any::<i32>(), any::<i32>(), any::<i8>(), proptest::collection::vec(any::<u8>(), 0..200)).prop_map(
             |(topic, partition, leader_epoch, acks, records)| Request::Produce(ProduceRequest {
+                transactional_id: None,
                 topic,
                 partition,
                 leader_epoch,
@@ -48,6 +49,7 @@ fn request() -> impl Strategy<Value = Request> {
             .prop_map(
                 |(producer_id, producer_epoch, topic, partition, transactional, verify_only, topic_id, version)| {
                     Request::AddPartition(AddPartitionRequest {
+                        transactional_id: String::new(),
                         producer_id,
                         producer_epoch,
                         topic,

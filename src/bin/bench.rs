@@ -293,6 +293,7 @@ impl Route {
         match &self.wire {
             Wire::Own(conn) => {
                 let req = Request::Produce(ProduceRequest {
+                    transactional_id: None,
                     topic: "bench".into(),
                     partition,
                     leader_epoch: self.leader_epoch,

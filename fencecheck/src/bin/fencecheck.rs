@@ -1,4 +1,5 @@
-//! `fencecheck --bootstrap HOST:PORT[,...] [--topic-prefix P] [--topic T] [--json] [--only NAME]`:
+//! `fencecheck --bootstrap HOST:PORT[,...] [--topic-prefix P] [--topic T] [--json] [--only NAME]
+//! [--sasl-username U --sasl-password-file F [--sasl-mechanism M]]`:
 //! are zombie producers fenced by the Kafka-compatible broker at that address? One line per
 //! check (or one JSON object with `--json`). Exit 0 if no check failed, 1 if one did, 2 on bad
 //! arguments, an unreachable broker, or a broker lost mid-run.
@@ -33,6 +34,8 @@ struct Args {
     /// How long one check may take before it fails with "timeout", in milliseconds.
     #[arg(long, default_value_t = fencecheck::CHECK_TIMEOUT_MS_DEFAULT)]
     timeout_ms: u64,
+    #[command(flatten)]
+    sasl: producer::SaslArgs,
 }
 
 #[tokio::main]
@@ -53,7 +56,15 @@ async fn main() -> ExitCode {
         eprintln!("fencecheck: --timeout-ms must be above 0");
         return ExitCode::from(2);
     }
+    let sasl = match args.sasl.login(true) {
+        Ok(sasl) => sasl,
+        Err(e) => {
+            eprintln!("fencecheck: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let opts = Options {
+        sasl,
         bootstrap: args.bootstrap,
         topic_prefix: args.topic_prefix,
         topic: args.topic,

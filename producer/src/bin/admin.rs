@@ -1,7 +1,8 @@
 //! `admin --bootstrap ADDR create-topic T --partitions N`, `delete-topic T`,
 //! `create-partitions T --count N`, `elect-leader T` and `describe [--json]` (brokers, partitions,
 //! transactional ids and consumer groups), `acls add|remove|list` (with `--authorizer`),
-//! `users set|delete|list` (SCRAM credentials of SASL logins)
+//! `users set|delete|list` (SCRAM credentials of SASL logins); `--sasl-username U --sasl-password-file F`
+//! logs in (SCRAM) so that, under the authorizer, the ACLs decide what the admin may do
 
 use std::process::ExitCode;
 
@@ -22,6 +23,8 @@ struct Args {
     /// and electing leaders need it (the admin proves it holds it, as brokers do).
     #[arg(long)]
     cluster_secret_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    sasl: producer::SaslArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -356,7 +359,8 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     let config = match ClientConfig::with_tls_ca(args.tls_ca.as_deref()).and_then(|c| {
         let secret = args.cluster_secret_file.as_deref().map(net::read_cluster_secret).transpose();
-        Ok(ClientConfig { secret: secret.map_err(producer::ClientError::Protocol)?, ..c })
+        let sasl = args.sasl.login(false).map_err(producer::ClientError::Protocol)?;
+        Ok(ClientConfig { secret: secret.map_err(producer::ClientError::Protocol)?, sasl, ..c })
     }) {
         Ok(c) => c,
         Err(e) => {

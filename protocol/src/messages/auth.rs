@@ -91,3 +91,43 @@ impl AuthProveResponse {
         Ok(AuthProveResponse { status, server_proof: r.bytes("server_proof")? })
     }
 }
+
+/// A client's SCRAM login on the own protocol (RFC 5802, as on the Kafka listener): the
+/// client's first message, then its final one, each answered with the server's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaslLoginRequest {
+    /// `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    pub mechanism: String,
+    /// The client's message of this round.
+    pub auth_bytes: Bytes,
+}
+
+impl SaslLoginRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_string(&self.mechanism);
+        b.put_blob(&self.auth_bytes);
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(SaslLoginRequest { mechanism: r.string("mechanism")?, auth_bytes: r.bytes("auth_bytes")? })
+    }
+}
+
+/// The server's message of the round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaslLoginResponse {
+    /// NONE, or SASL_AUTHENTICATION_FAILED (then the connection is closed).
+    pub status: Status,
+    /// The server-first message, then the server-final one.
+    pub auth_bytes: Bytes,
+}
+
+impl SaslLoginResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_blob(&self.auth_bytes);
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(SaslLoginResponse { status, auth_bytes: r.bytes("auth_bytes")? })
+    }
+}

@@ -90,6 +90,9 @@ pub enum ApiKey {
     /// Create, replace and delete SCRAM credentials, and read them all (admin, or a broker
     /// relaying Kafka's AlterUserScramCredentials -> coordinator; KIP-554).
     ScramCredentials = 51,
+    /// Client -> broker or coordinator: log in as a user (SCRAM), so the ACLs decide what the
+    /// connection may do.
+    SaslLogin = 1002,
 }
 
 impl ApiKey {
@@ -123,6 +126,7 @@ impl ApiKey {
             25 => ApiKey::AddOffsetsToTxn,
             30 => ApiKey::Acls,
             51 => ApiKey::ScramCredentials,
+            1002 => ApiKey::SaslLogin,
             _ => return None,
         })
     }
@@ -247,6 +251,8 @@ pub enum Request {
     ScramCredentials(ScramCredentialsRequest),
     /// See [`DescribeGroupsRequest`].
     DescribeGroups(DescribeGroupsRequest),
+    /// See [`SaslLoginRequest`].
+    SaslLogin(SaslLoginRequest),
 }
 
 /// A response body.
@@ -306,6 +312,8 @@ pub enum Response {
     ScramCredentials(ScramCredentialsResponse),
     /// See [`DescribeGroupsResponse`].
     DescribeGroups(DescribeGroupsResponse),
+    /// See [`SaslLoginResponse`].
+    SaslLogin(SaslLoginResponse),
     /// The reply to a request that could not be decoded or served at all.
     Error(Status),
 }
@@ -341,6 +349,7 @@ impl Request {
             Request::Acls(_) => ApiKey::Acls,
             Request::ScramCredentials(_) => ApiKey::ScramCredentials,
             Request::DescribeGroups(_) => ApiKey::DescribeGroups,
+            Request::SaslLogin(_) => ApiKey::SaslLogin,
         }
     }
 }
@@ -407,6 +416,7 @@ impl Response {
             Response::Acls(_) => ApiKey::Acls as i16,
             Response::ScramCredentials(_) => ApiKey::ScramCredentials as i16,
             Response::DescribeGroups(_) => ApiKey::DescribeGroups as i16,
+            Response::SaslLogin(_) => ApiKey::SaslLogin as i16,
             Response::Error(_) => ERROR_RESPONSE_KEY,
         }
     }
@@ -423,6 +433,7 @@ impl Response {
             Response::ElectLeader(r) => &r.status,
             Response::AuthBegin(r) => &r.status,
             Response::AuthProve(r) => &r.status,
+            Response::SaslLogin(r) => &r.status,
             Response::AddPartition(r) => &r.status,
             Response::WriteMarker(r) => &r.status,
             Response::Heartbeat(r) => &r.status,
@@ -495,6 +506,7 @@ pub fn encode_request_head(correlation_id: i32, req: &Request, b: &mut BytesMut)
         Request::ElectLeader(e) => e.encode_body(b),
         Request::AuthBegin(a) => a.encode_body(b),
         Request::AuthProve(a) => a.encode_body(b),
+        Request::SaslLogin(a) => a.encode_body(b),
         Request::EndTxn(e) => e.encode_body(b),
         Request::AddPartition(a) => a.encode_body(b),
         Request::WriteMarker(w) => w.encode_body(b),
@@ -568,6 +580,7 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
         ApiKey::ElectLeaders => Request::ElectLeader(ElectLeaderRequest::decode_body(r)?),
         ApiKey::AuthBegin => Request::AuthBegin(AuthBeginRequest::decode_body(r)?),
         ApiKey::AuthProve => Request::AuthProve(AuthProveRequest::decode_body(r)?),
+        ApiKey::SaslLogin => Request::SaslLogin(SaslLoginRequest::decode_body(r)?),
         ApiKey::EndTxn => Request::EndTxn(EndTxnRequest::decode_body(r)?),
         ApiKey::AddPartitionsToTxn => Request::AddPartition(AddPartitionRequest::decode_body(r)?),
         ApiKey::WriteTxnMarkers => Request::WriteMarker(WriteMarkerRequest::decode_body(r)?),
@@ -625,6 +638,7 @@ pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesM
         Response::EndTxn(e) => e.encode_body(b),
         Response::AuthBegin(a) => a.encode_body(b),
         Response::AuthProve(a) => a.encode_body(b),
+        Response::SaslLogin(a) => a.encode_body(b),
         Response::ElectLeader(e) => e.encode_body(b),
         Response::AddPartition(a) => a.encode_body(b),
         Response::WriteMarker(w) => w.encode_body(b),
@@ -667,6 +681,7 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
         ApiKey::InitProducerId => Response::InitProducerId(InitProducerIdResponse::decode_body(status, r)?),
         ApiKey::AuthBegin => Response::AuthBegin(AuthBeginResponse::decode_body(status, r)?),
         ApiKey::AuthProve => Response::AuthProve(AuthProveResponse::decode_body(status, r)?),
+        ApiKey::SaslLogin => Response::SaslLogin(SaslLoginResponse::decode_body(status, r)?),
         ApiKey::EndTxn => Response::EndTxn(EndTxnResponse::decode_body(status, r)?),
         ApiKey::ElectLeaders => Response::ElectLeader(ElectLeaderResponse::decode_body(status, r)?),
         ApiKey::AddPartitionsToTxn => Response::AddPartition(AddPartitionResponse::decode_body(status, r)?),
@@ -721,6 +736,7 @@ mod tests {
     #[test]
     fn every_request_roundtrips() {
         roundtrip_req(Request::Produce(ProduceRequest {
+            transactional_id: None,
             topic: "t".into(),
             partition: 3,
             leader_epoch: 2,
@@ -774,6 +790,7 @@ mod tests {
             principal: String::new(),
         }));
         roundtrip_req(Request::AddPartition(AddPartitionRequest {
+            transactional_id: String::new(),
             producer_id: 1,
             producer_epoch: 2,
             topic: "t".into(),
@@ -941,6 +958,14 @@ mod tests {
             }],
         }));
         roundtrip_req(Request::AuthBegin(AuthBeginRequest { member: "broker-1".into() }));
+        roundtrip_req(Request::SaslLogin(SaslLoginRequest {
+            mechanism: "SCRAM-SHA-512".into(),
+            auth_bytes: Bytes::from_static(b"n,,n=alice,r=x"),
+        }));
+        roundtrip_resp(Response::SaslLogin(SaslLoginResponse {
+            status: Status::ok(),
+            auth_bytes: Bytes::from_static(b"v=sig"),
+        }));
         roundtrip_req(Request::AuthProve(AuthProveRequest {
             member: "broker-1".into(),
             client_nonce: Bytes::from_static(&[1; 32]),

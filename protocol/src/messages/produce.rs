@@ -23,6 +23,9 @@ pub struct ProduceRequest {
     /// [`ACKS_ALL`] (-1): answer once every in-sync replica has the batch; [`ACKS_LEADER`] (1):
     /// once the leader has written it.
     pub acks: i8,
+    /// The transactional id a transactional batch is written under (`None` for others): under
+    /// the authorizer the writer needs WRITE on it, and the batch's producer id must be its.
+    pub transactional_id: Option<String>,
     /// Exactly one RecordBatch v2.
     pub records: Bytes,
 }
@@ -34,6 +37,7 @@ impl ProduceRequest {
         b.put_i32(self.partition);
         b.put_i32(self.leader_epoch);
         b.put_i8(self.acks);
+        b.put_nullable_string(self.transactional_id.as_deref());
         b.put_i32(self.records.len() as i32); // the payload follows
     }
 
@@ -48,6 +52,7 @@ impl ProduceRequest {
             partition: r.i32("partition")?,
             leader_epoch: r.i32("leader_epoch")?,
             acks: r.i8("acks")?,
+            transactional_id: r.nullable_string("transactional_id")?,
             records: r.bytes("records")?,
         })
     }

@@ -75,6 +75,9 @@ impl InitProducerIdResponse {
 /// Leader -> coordinator: may `(producer_id, producer_epoch)` write to this partition?
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddPartitionRequest {
+    /// The transactional id the producer id is asked under (empty: none named). Under the
+    /// authorizer the caller needs WRITE on it, and the producer id must be its.
+    pub transactional_id: String,
     /// Producer id.
     pub producer_id: i64,
     /// Producer epoch carried by the batch.
@@ -106,6 +109,7 @@ pub struct AddPartitionRequest {
 
 impl AddPartitionRequest {
     pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_string(&self.transactional_id);
         b.put_i64(self.producer_id);
         b.put_i16(self.producer_epoch);
         b.put_string(&self.topic);
@@ -118,6 +122,7 @@ impl AddPartitionRequest {
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
         Ok(AddPartitionRequest {
+            transactional_id: r.string("transactional_id")?,
             producer_id: r.i64("producer_id")?,
             producer_epoch: r.i16("producer_epoch")?,
             topic: r.string("topic")?,

@@ -6,7 +6,7 @@
 use std::sync::{Arc, RwLock};
 
 use protocol::acl::{Authorization, Authorizer, Operation, ResourceType, CLUSTER_NAME};
-use protocol::auth::{PidOwner, ProducerIdBinder};
+use protocol::auth::ProducerIdBinder;
 use protocol::{ErrorCode, Status};
 
 /// The authorizer's settings and ACLs as the coordinator last sent them (off until it says).
@@ -112,48 +112,16 @@ impl Caller {
     }
 
     /// Why the caller may not use `producer_id` (under transactional id `tid`, if any), if it
-    /// may not: under the authorizer a producer id belongs to the transactional id it was
-    /// granted for (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, also for a write that names no
-    /// transactional id under one) or, an idempotent producer's, to the principal it was granted
-    /// to (CLUSTER_AUTHORIZATION_FAILED). Super users aside; -1 (no
-    /// producer) is nobody's. See [`ProducerIdBinder`].
+    /// may not ([`protocol::authorize::producer_id_refusal`], the rule both listeners share);
+    /// a refusal is logged.
     pub(super) fn producer_id_refusal(
         &self,
         binder: Option<&ProducerIdBinder>,
         tid: Option<&str>,
         producer_id: i64,
     ) -> Option<Status> {
-        let binder = binder.filter(|_| self.enabled() && producer_id >= 0)?;
-        if self.authorizer.is_super_user(&self.principal) {
-            return None;
-        }
-        let refused = match tid {
-            Some(t) if !binder.bound_to(producer_id, PidOwner::TransactionalId(t)) => Status::new(
-                ErrorCode::TransactionalIdAuthorizationFailed,
-                format!(
-                    "producer id {producer_id} was not granted to transactional id '{t}': a producer id belongs to \
-                     the transactional id it was initialised for; call InitProducerId for your own"
-                ),
-            ),
-            // An odd producer id is a transactional id's (the coordinator's parity rule), and a
-            // transactional producer writes only transactionally.
-            None if ProducerIdBinder::counter(producer_id) % 2 == 1 => Status::new(
-                ErrorCode::TransactionalIdAuthorizationFailed,
-                format!(
-                    "producer id {producer_id} belongs to a transactional id, and this write names none: only that \
-                     transactional id's producer writes under it; call InitProducerId for your own"
-                ),
-            ),
-            None if !binder.bound_to(producer_id, PidOwner::Principal(&self.principal)) => Status::new(
-                ErrorCode::ClusterAuthorizationFailed,
-                format!(
-                    "producer id {producer_id} was not granted to {}: an idempotent producer id belongs to the \
-                     principal that initialised it; call InitProducerId for your own",
-                    self.principal
-                ),
-            ),
-            _ => return None,
-        };
+        let refused =
+            protocol::authorize::producer_id_refusal(&self.authorizer, binder, &self.principal, tid, producer_id)?;
         tracing::info!(
             target: "epochfence::fencing",
             principal = %self.principal,
@@ -197,14 +165,7 @@ impl Caller {
         resource_type: ResourceType,
         name: &str,
     ) -> Status {
-        Status::new(
-            code,
-            format!(
-                "{} may not {operation} {resource_type} `{name}`: no ACL allows it (ask an operator: admin acls add \
-                 --principal {} --operation {operation} ...)",
-                self.principal, self.principal
-            ),
-        )
+        protocol::authorize::refusal(&self.principal, code, operation, resource_type, name)
     }
 }
 

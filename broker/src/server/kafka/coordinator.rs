@@ -389,6 +389,7 @@ impl KafkaConn {
         for (name, partitions) in &asked {
             for partition in partitions {
                 let req = Request::AddPartition(AddPartitionRequest {
+                    transactional_id: r.v3_and_below_transactional_id.0.to_string(),
                     producer_id,
                     producer_epoch: epoch,
                     topic: name.to_string(),

@@ -608,7 +608,7 @@ impl KafkaConn {
             let member = format!("{}-{}", net::RELAY_MEMBER_PREFIX, self.shared.config.id);
             return Dialer { member, ..self.shared.dialer.clone() };
         }
-        Dialer { tls: self.shared.config.peer_tls.clone(), secret: None, member: String::new() }
+        Dialer { tls: self.shared.config.peer_tls.clone(), ..Dialer::default() }
     }
 
     /// The coordinator replica behind `conn` answered NOT_COORDINATOR (a standby, or a deposed

@@ -31,6 +31,7 @@ enum Part {
 /// epoch: whoever leads now takes it).
 fn own_request(topic: &TopicName, index: i32, acks: i16, records: Option<bytes::Bytes>) -> protocol::ProduceRequest {
     protocol::ProduceRequest {
+        transactional_id: None,
         topic: topic.to_string(),
         partition: index,
         leader_epoch: -1,

@@ -30,8 +30,8 @@ use kafka_protocol::ResponseError;
 use net::Handled;
 use protocol::kafka::KafkaAnswer;
 use protocol::sasl::{
-    ClientFirst, Mechanism, PlainCheck, PlainChecks, PlainLogin, SaslError, ScramCredential, ScramExchange,
-    ScramMechanism, FAILED, SASL_MESSAGE_BYTES_MAX,
+    Mechanism, PlainCheck, PlainChecks, PlainLogin, SaslError, ScramCredential, ScramExchange, ScramMechanism, FAILED,
+    SASL_MESSAGE_BYTES_MAX,
 };
 use protocol::Credentials;
 
@@ -498,25 +498,15 @@ pub(super) fn gate(
             }))
         }
         (SaslState::Authenticate { mechanism: Mechanism::Scram(m), prior }, Asked::Authenticate(bytes)) => {
-            let first = match ClientFirst::parse(bytes) {
-                Ok(f) => f,
+            let lookup = |user: &str| credentials.lookup(user, m);
+            let (exchange, server_first) = match ScramExchange::first_round(m, bytes, lookup, &server_nonce()) {
+                Ok(started) => started,
                 Err(e) => return refuse(&e, peer, delay),
             };
-            if let Some(p) = prior.as_ref().filter(|p| p.user != first.user) {
-                return refuse(
-                    &SaslError::Unsupported(format!("re-authentication as {:?}, not {:?}", first.user, p.user)),
-                    peer,
-                    delay,
-                );
-            }
-            let Some(credential) = credentials.lookup(&first.user, m) else {
-                let e = SaslError::UnknownUser { user: first.user, mechanism: Mechanism::Scram(m) };
+            if let Some(p) = prior.as_ref().filter(|p| p.user != exchange.user()) {
+                let e = SaslError::Unsupported(format!("re-authentication as {:?}, not {:?}", exchange.user(), p.user));
                 return refuse(&e, peer, delay);
-            };
-            if credential.iterations < protocol::sasl::ITERATIONS_MIN {
-                return refuse(&SaslError::Unsupported("a credential with too few iterations".into()), peer, delay);
             }
-            let (exchange, server_first) = ScramExchange::start(first, credential, &server_nonce());
             *state = SaslState::ScramFinal { exchange, prior };
             Gate::Answer(Handled::answer(authenticate_answer(server_first, 0)))
         }

@@ -1040,7 +1040,8 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
         shared.credentials.replace_if_newer(credentials);
     }
     if let Some(authorization) = hb.authorization {
-        // With the authorizer on, the own listener serves members only: it has no client logins.
+        // With the authorizer on, the own listener serves members and logged-in clients the
+        // ACLs allow.
         let enabled = authorization.enabled;
         if shared.authorization.replace_if_newer(authorization) {
             shared.config.limits.members_only.store(enabled, Ordering::Relaxed);

@@ -52,7 +52,8 @@ pub struct Args {
     /// Authorize every client request by Kafka's ACLs (kept here, journaled; brokers check
     /// them): who may use which transactional id, topic and group. Needs
     /// `--cluster-secret-file`, since brokers relay their clients' requests and only a member
-    /// may. While on, the own protocol serves cluster members only (it has no client logins).
+    /// may. While on, the own protocol serves cluster members, and clients that logged in
+    /// (SCRAM) as far as the ACLs allow.
     #[arg(long, requires = "cluster_secret_file")]
     authorizer: bool,
     /// Principals that may do anything, `;`-separated (`User:admin;User:ops`).

@@ -758,7 +758,8 @@ fn holds_room<S, C>(framed: &Framed<S, C>, read_ahead: bool, write_grown: bool) 
     (read_ahead && framed.read_buffer().is_empty()) || (write_grown && framed.write_buffer().is_empty())
 }
 
-/// epochfence's own protocol ([`protocol::messages`]), with its membership handshake.
+/// epochfence's own protocol ([`protocol::messages`]), with its membership handshake and client
+/// logins.
 pub struct Own;
 
 /// The membership and login state of one own-protocol connection.
@@ -988,7 +989,8 @@ impl Protocol for Own {
         (-1, Response::Error(status))
     }
 
-    /// Answer the membership handshake, and refuse internal requests from non-members.
+    /// Answer the membership handshake and client logins, and refuse what the peer may not ask
+    /// ([`Own::refusal`]).
     fn gate(limits: &ServerLimits, peer: &mut OwnPeer, req: &Request) -> Option<(Response, bool)> {
         let failed = |msg: String| Status::new(ErrorCode::SaslAuthenticationFailed, msg);
         match (req, &limits.cluster_secret) {

@@ -249,21 +249,56 @@ def test_acls_through_confluent_kafkas_admin_client(client, start_cluster, tmp_p
     assert listed.strip() == "[]", listed
 
 
-@pytest.mark.timeout(60)
-def test_the_own_protocol_serves_members_only_under_the_authorizer(client, start_cluster, tmp_path):
+@pytest.mark.timeout(150)
+def test_the_own_protocols_binaries_log_in_and_the_acls_decide(client, start_cluster, tmp_path):
+    """The own protocol under the authorizer: no login, no service; `--sasl-username` logs the
+    binaries in (SCRAM) and the ACLs decide, as on the Kafka listener."""
     if client.name != "confluent":
         return  # the project's own binaries: once is enough
     cluster = acl_cluster(start_cluster, tmp_path)
     cluster.create_topic("own", partitions=1, replicas=1)
+    allow(cluster, "User:alice", "--transactional-id", "payments", operation="WRITE")
+    allow(cluster, "User:alice", "--topic", "own", operation="WRITE")
+    allow(cluster, "User:alice", "--topic", "own", operation="READ")
+    allow(cluster, "User:mallory", "--topic", "own", operation="WRITE")
+    wait_acls(cluster, 4)
     bin_dir = efcluster.bin_dir()
-    # The own protocol has no client logins: a producer without --kafka is refused, and says why.
-    r = subprocess.run([os.path.join(bin_dir, "producer"), "--bootstrap", cluster.coord_addr, "--topic", "own",
-                        "--transactional-id", "own", "--count", "1"], capture_output=True, text=True, timeout=30)
-    assert r.returncode != 0 and "--authorizer" in r.stderr, r.stderr
-    # admin without the cluster secret too; with it (a member) it works.
-    r = subprocess.run([os.path.join(bin_dir, "admin"), "--bootstrap", cluster.coord_addr, "acls", "list"],
-                       capture_output=True, text=True, timeout=30)
+    passwords = {"wrong": tmp_path / "wrong.password"}
+    passwords["wrong"].write_text("guess\n")
+    for user, password in USERS.items():
+        passwords[user] = tmp_path / f"{user}.password"
+        passwords[user].write_text(password + "\n")
+
+    def run(binary, *args, user=None, password=None, mechanism=None):
+        login = [] if user is None else ["--sasl-username", user,
+                                         "--sasl-password-file", str(passwords[password or user])]
+        login += [] if mechanism is None else ["--sasl-mechanism", mechanism]
+        return subprocess.run([os.path.join(bin_dir, binary), "--bootstrap", cluster.coord_addr, *login, *args],
+                              capture_output=True, text=True, timeout=60)
+
+    produce = ["--topic", "own", "--transactional-id", "payments", "--count", "1", "--value", "own"]
+    # No login: refused, saying how to log in.
+    r = run("producer", *produce)
+    assert r.returncode != 0 and "--sasl-username" in r.stderr, r.stderr
+    r = run("admin", "acls", "list")
     assert r.returncode != 0 and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr, r.stderr
+    # A wrong password, and PLAIN (a Kafka listener's only).
+    r = run("admin", "acls", "list", user="alice", password="wrong")
+    assert r.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in r.stderr, r.stderr
+    r = run("admin", "describe", user="alice", mechanism="PLAIN")
+    assert r.returncode != 0 and "SCRAM-SHA-512" in r.stderr, r.stderr
+    # alice writes as payments and reads it back; mallory may not initialise payments.
+    r = run("producer", *produce, user="alice")
+    assert r.returncode == 0 and "acked partition=0" in r.stdout, r.stderr
+    r = run("consumer", "--topic", "own", "--partition", "0", user="alice")
+    assert r.returncode == 0 and "own-0" in r.stdout, r.stdout + r.stderr
+    r = run("producer", *produce, user="mallory")
+    assert r.returncode != 0 and "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in r.stderr, r.stderr
+    # The super user administers without the cluster secret; mallory may not; a member may.
+    r = run("admin", "acls", "list", user="admin")
+    assert r.returncode == 0 and "User:alice" in r.stdout, r.stdout + r.stderr
+    r = run("admin", "create-topic", "mallorys", user="mallory")
+    assert r.returncode != 0 and "TOPIC_AUTHORIZATION_FAILED" in r.stderr, r.stderr
     assert cluster.admin("acls", "list").returncode == 0
     # Without --cluster-secret-file the coordinator refuses to start with --authorizer.
     r = subprocess.run([os.path.join(bin_dir, "coordinator"), "--listen", "127.0.0.1:0", "--data-dir",

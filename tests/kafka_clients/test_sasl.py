@@ -302,7 +302,12 @@ def test_the_projects_producer_and_consumer_log_in_with_their_sasl_flags(client,
     assert r.returncode == 0, r.stderr
     for mechanism in MECHANISMS:
         assert f"{mechanism}-2" in r.stdout, r.stdout
-    # The own protocol has no client logins yet: the flags without --kafka are refused, clearly.
-    r = subprocess.run([os.path.join(bin_dir, "producer"), *login[1:], "--topic", "cli",
+    # Without --kafka the same flags log in on the own protocol (SCRAM); PLAIN is refused there,
+    # saying what to use.
+    own = ["--bootstrap", cluster.coord_addr, *login[3:]]
+    r = subprocess.run([os.path.join(bin_dir, "producer"), *own, "--topic", "cli", "--transactional-id", "own",
+                        "--count", "1", "--value", "own"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "acked partition=0" in r.stdout, r.stderr
+    r = subprocess.run([os.path.join(bin_dir, "producer"), *own, "--sasl-mechanism", "PLAIN", "--topic", "cli",
                         "--transactional-id", "own", "--count", "1"], capture_output=True, text=True, timeout=30)
-    assert r.returncode != 0 and "add --kafka" in r.stderr, r.stderr
+    assert r.returncode != 0 and "SCRAM-SHA-512" in r.stderr, r.stderr

@@ -1,6 +1,7 @@
 //! `consumer --bootstrap ADDR --topic T --partition P [--from OFFSET] [--follow] [--json] [--kafka]`
 //! `consumer --kafka --bootstrap ADDR --topic T --group G [--follow] [--json]`
-//! (with `--kafka`, `--sasl-username U --sasl-password-file F [--sasl-mechanism M]` log in)
+//! (`--sasl-username U --sasl-password-file F [--sasl-mechanism M]` log in: SASL with `--kafka`,
+//! SCRAM on the own protocol)
 //!
 //! With `--kafka` it reads over the Kafka protocol from any Kafka-compatible broker, printing the
 //! same lines. With `--group` it is a member of consumer group G (`subscribe()`): it reads the

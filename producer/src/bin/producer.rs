@@ -1,6 +1,6 @@
 //! `producer --bootstrap ADDR --topic T --transactional-id ID [--partition P] [--count N]
-//! [--interval-ms MS] [--value PREFIX] [--kafka [--sasl-username U --sasl-password-file F
-//! [--sasl-mechanism M]]]`
+//! [--interval-ms MS] [--value PREFIX] [--kafka] [--sasl-username U --sasl-password-file F
+//! [--sasl-mechanism M]]` (a login: SASL on a Kafka listener, SCRAM on the own protocol)
 //!
 //! Prints one line per acknowledged record. Exit codes: 0 done, 3 fenced, 1 any other failure.
 //!

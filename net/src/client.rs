@@ -271,7 +271,7 @@ impl SaslLogin {
     }
 }
 
-/// A fresh printable SCRAM nonce.
+/// A fresh printable SCRAM nonce (18 random bytes in hex), a client's or a server's.
 pub fn scram_nonce() -> String {
     let mut nonce = [0u8; 18];
     getrandom::fill(&mut nonce).expect("the operating system's random source works");

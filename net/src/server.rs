@@ -818,7 +818,7 @@ impl Own {
         };
         match std::mem::take(&mut peer.login) {
             OwnLogin::None => {
-                let server_nonce: String = nonce()[..18].iter().map(|b| format!("{b:02x}")).collect();
+                let server_nonce = crate::client::scram_nonce();
                 let mut unavailable = None;
                 let lookup = |user: &str| {
                     logins.credential(user, mechanism).unwrap_or_else(|s| {

@@ -73,7 +73,26 @@ def test_credentials_through_the_admin_apis_and_the_cli(client, start_cluster, t
     # The broker hears of dave in its next heartbeat.
     wait_until(lambda: logs_in(client, bootstrap, "dave", "dave-secret") or None, 20, "dave's login")
     if client.name != "confluent":
-        return  # kafka-python: a login with a credential made through the coordinator; no SCRAM admin calls
+        # kafka-python's KafkaAdminClient (KIP-554): frank made, described, logged in as, deleted.
+        kafka = client.kafka
+        from kafka.admin import ScramMechanism, UserScramCredentialDeletion, UserScramCredentialUpsertion
+        admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap.split(","), api_version=(3, 8),
+                                       **client.security("SASL_PLAINTEXT", "SCRAM-SHA-512", "admin", USERS["admin"]))
+        try:
+            frank = UserScramCredentialUpsertion("frank", ScramMechanism.SCRAM_SHA_512, b"frank-secret",
+                                                 iterations=8192)
+            assert admin.alter_user_scram_credentials([frank]) == {"frank": None}
+            described = admin.describe_user_scram_credentials(["frank"])["frank"]
+            assert described["error"] is None, described
+            assert [(i["mechanism"], i["iterations"]) for i in described["credential_infos"]] == \
+                [(ScramMechanism.SCRAM_SHA_512, 8192)], described
+            wait_until(lambda: logs_in(client, bootstrap, "frank", "frank-secret") or None, 20, "frank's login")
+            gone = UserScramCredentialDeletion("frank", ScramMechanism.SCRAM_SHA_512)
+            assert admin.alter_user_scram_credentials([gone]) == {"frank": None}
+            assert admin.describe_user_scram_credentials(["frank"])["frank"]["error"] is not None
+        finally:
+            admin.close()
+        return
     assert not logs_in(client, bootstrap, "dave", "not-dave-secret")
     r = cluster.admin("users", "delete", "dave")
     assert "deleted dave SCRAM-SHA-256" in r.stdout and "deleted dave SCRAM-SHA-512" in r.stdout, r.stdout

@@ -141,9 +141,7 @@ impl KafkaConnection {
         let lifetime_ms = match login.mechanism {
             Mechanism::Plain => round(PlainLogin::encode(&login.user, login.password.as_bytes())).await?.1,
             Mechanism::Scram(m) => {
-                let mut nonce = [0u8; 18];
-                getrandom::fill(&mut nonce).map_err(|e| refused("SCRAM nonce", -1, Some(&e.to_string().into())))?;
-                let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+                let nonce = net::client::scram_nonce();
                 let (mut client, first) = ScramClient::new(m, &login.user, login.password.as_bytes(), &nonce);
                 let (server_first, _) = round(first).await?;
                 let last = client

@@ -334,13 +334,6 @@ fn failed(delay_ms: u64) -> Handled<KafkaAnswer> {
     })
 }
 
-/// A fresh printable server nonce.
-fn server_nonce() -> String {
-    let mut b = [0u8; 24];
-    getrandom::fill(&mut b).expect("the operating system's random source works");
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// The gate of a listener without SASL: the SASL requests are answered ILLEGAL_SASL_STATE, as
 /// Kafka answers them; everything else passes.
 pub(super) fn gate_off(asked: Asked<'_>) -> Gate {
@@ -499,10 +492,11 @@ pub(super) fn gate(
         }
         (SaslState::Authenticate { mechanism: Mechanism::Scram(m), prior }, Asked::Authenticate(bytes)) => {
             let lookup = |user: &str| credentials.lookup(user, m);
-            let (exchange, server_first) = match ScramExchange::first_round(m, bytes, lookup, &server_nonce()) {
-                Ok(started) => started,
-                Err(e) => return refuse(&e, peer, delay),
-            };
+            let (exchange, server_first) =
+                match ScramExchange::first_round(m, bytes, lookup, &net::client::scram_nonce()) {
+                    Ok(started) => started,
+                    Err(e) => return refuse(&e, peer, delay),
+                };
             if let Some(p) = prior.as_ref().filter(|p| p.user != exchange.user()) {
                 let e = SaslError::Unsupported(format!("re-authentication as {:?}, not {:?}", exchange.user(), p.user));
                 return refuse(&e, peer, delay);

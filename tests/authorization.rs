@@ -341,6 +341,12 @@ async fn own_protocol_clients_log_in_and_the_acls_decide_what_they_may_do() {
         alice.begin().unwrap();
         alice.send("t", 0, Bytes::from_static(b"alice-1")).await.unwrap();
         alice.commit().await.unwrap();
+        // Reading needs READ on the topic, which nobody here holds but the super user.
+        let read = producer::Consumer::new(&c.coordinator_addr, own("mallory")).read_to_end("t", 0, 0).await;
+        assert_eq!(code_of(read.map(drop)), ErrorCode::TopicAuthorizationFailed);
+        let records = producer::Consumer::new(&c.coordinator_addr, own("admin")).read_to_end("t", 0, 0).await.unwrap();
+        let values: Vec<&[u8]> = records.iter().map(|r| r.value.as_ref()).collect();
+        assert!(values.contains(&&b"alice-1"[..]) && !values.contains(&&b"forged"[..]), "{values:?}");
 
         // The super user administers without the cluster secret; mallory may not.
         Admin::new(&c.coordinator_addr, own("admin")).create_topic("u", 1).await.unwrap();

@@ -82,6 +82,10 @@ impl Consumer {
                             other.status().to_string()
                         }
                         Ok(other) => return Err(ClientError::Refused { what: what(), status: other.status().clone() }),
+                        // A refusal (an authorization one, say) is told at once, not retried.
+                        Err(net::NetError::Refused { status, .. }) if !status.code.is_retriable() => {
+                            return Err(ClientError::Refused { what: what(), status });
+                        }
                         Err(e) => {
                             self.client.invalidate(topic);
                             e.to_string()

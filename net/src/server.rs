@@ -1425,4 +1425,161 @@ mod tests {
         );
         assert_eq!(*calls.lock().unwrap(), [0, 1], "the request after the failed proof never ran");
     }
+
+    /// Credentials of alice (SCRAM-SHA-512) and an authorizer letting her read `t`; a standby
+    /// logs no one in.
+    struct Logins {
+        standby: bool,
+        authorizer: Arc<protocol::acl::Authorizer>,
+    }
+
+    impl ClientLogins for Logins {
+        fn credential(
+            &self,
+            user: &str,
+            mechanism: protocol::sasl::ScramMechanism,
+        ) -> Result<Option<protocol::sasl::ScramCredential>, Status> {
+            if self.standby {
+                return Err(Status::new(ErrorCode::NotCoordinator, "a standby; the active replica is 10.0.0.9:9092"));
+            }
+            Ok((user == "alice")
+                .then(|| protocol::sasl::ScramCredential::from_password(mechanism, b"alice-pw", vec![3; 16], 4096)))
+        }
+
+        fn authorizer(&self) -> Option<Arc<protocol::acl::Authorizer>> {
+            (!self.standby).then(|| self.authorizer.clone())
+        }
+
+        fn binder(&self) -> Option<&protocol::auth::ProducerIdBinder> {
+            None
+        }
+    }
+
+    fn logins_limits(standby: bool) -> ServerLimits {
+        use protocol::acl::*;
+        let read = AclBinding {
+            resource_type: ResourceType::Topic,
+            name: "t".into(),
+            pattern: PatternType::Literal,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: Operation::Read,
+            permission: Permission::Allow,
+        };
+        let authorizer =
+            Arc::new(Authorizer::new(Authorization { enabled: true, acls: vec![read], ..Default::default() }));
+        let limits = ServerLimits {
+            cluster_secret: Some(ClusterSecret::new(vec![7; 32]).unwrap()),
+            client_logins: Some(Arc::new(Logins { standby, authorizer })),
+            ..ServerLimits::default()
+        };
+        limits.members_only.store(true, std::sync::atomic::Ordering::Relaxed);
+        limits
+    }
+
+    fn sasl_login(mechanism: &str, bytes: Vec<u8>) -> Request {
+        Request::SaslLogin(SaslLoginRequest { mechanism: mechanism.into(), auth_bytes: Bytes::from(bytes) })
+    }
+
+    /// One SaslLogin round through the gate: the answer's status, its bytes, and whether the
+    /// connection closes.
+    fn round(limits: &ServerLimits, peer: &mut OwnPeer, req: Request) -> (ErrorCode, Bytes, bool) {
+        assert!(Own::gated(limits, peer, &req), "the gate answers logins itself");
+        match Own::gate(limits, peer, &req) {
+            Some((Response::SaslLogin(r), close)) => (r.status.code, r.auth_bytes, close),
+            other => panic!("not a login answer: {:?}", other.map(|(r, _)| r)),
+        }
+    }
+
+    /// A SCRAM-SHA-512 login as alice with `password`: the last round's code and whether it
+    /// closes the connection.
+    fn log_in(limits: &ServerLimits, peer: &mut OwnPeer, password: &str) -> (ErrorCode, bool) {
+        use protocol::sasl::{ScramClient, ScramMechanism};
+        let (mut client, first) = ScramClient::new(ScramMechanism::Sha512, "alice", password.as_bytes(), "cnonce");
+        let (code, server_first, close) = round(limits, peer, sasl_login("SCRAM-SHA-512", first));
+        if code != ErrorCode::None {
+            return (code, close);
+        }
+        let last = client.server_first(&server_first).unwrap();
+        let (code, server_final, close) = round(limits, peer, sasl_login("SCRAM-SHA-512", last));
+        if code == ErrorCode::None {
+            client.server_final(&server_final).expect("the server proves it holds the credential");
+        }
+        (code, close)
+    }
+
+    #[test]
+    fn own_clients_log_in_with_scram_and_the_acls_decide_what_they_may_do() {
+        let limits = logins_limits(false);
+        let describe = Request::Describe;
+        // Before a login: refused, saying how to log in; the connection stays.
+        let mut peer = Own::peer("10.0.0.5:4000".parse().unwrap());
+        assert!(Own::gated(&limits, &peer, &fetch(0)));
+        let refused = Own::gate(&limits, &mut peer, &fetch(0)).unwrap();
+        assert_eq!(refused.0.status().code, ErrorCode::ClusterAuthorizationFailed);
+        assert!(refused.0.status().message.contains("--sasl-username") && !refused.1, "{:?}", refused);
+        // A login: then what the ACLs allow passes to the handler, and nothing else.
+        assert_eq!(log_in(&limits, &mut peer, "alice-pw"), (ErrorCode::None, false));
+        assert!(!Own::gated(&limits, &peer, &fetch(0)) && Own::gate(&limits, &mut peer, &fetch(0)).is_none());
+        let no = Own::gate(&limits, &mut peer, &describe).unwrap();
+        assert_eq!(no.0.status().code, ErrorCode::ClusterAuthorizationFailed, "no DESCRIBE on the cluster");
+        assert!(Own::gated(&limits, &peer, &describe), "gated agrees with the gate");
+        let heartbeat = Request::Heartbeat(protocol::HeartbeatRequest {
+            broker_id: 1,
+            addr: "a".into(),
+            kafka_addr: String::new(),
+            incarnation: 1,
+            broker_epoch: -1,
+            previous_broker_epoch: -1,
+            log_dir_id: 1,
+            intact: true,
+            replicas: Vec::new(),
+            credentials_version: 0,
+            authorization_version: 0,
+        });
+        let members = Own::gate(&limits, &mut peer, &heartbeat).unwrap();
+        assert_eq!(members.0.status().code, ErrorCode::ClusterAuthorizationFailed, "a member's request");
+        // A second login on the connection: ILLEGAL_SASL_STATE, the first one stands.
+        let (code, _, close) = round(&limits, &mut peer, sasl_login("SCRAM-SHA-512", b"n,,n=bob,r=x".to_vec()));
+        assert_eq!((code, close), (ErrorCode::IllegalSaslState, false));
+        assert!(Own::gate(&limits, &mut peer, &fetch(0)).is_none(), "still alice");
+        // Failures close the connection: a wrong password, an unknown user, PLAIN, a final
+        // round under another mechanism, a malformed message.
+        let failed = (ErrorCode::SaslAuthenticationFailed, true);
+        let fresh = || Own::peer("10.0.0.5:4001".parse().unwrap());
+        assert_eq!(log_in(&limits, &mut fresh(), "guess"), failed);
+        let mut p = fresh();
+        let (code, _, close) = round(&limits, &mut p, sasl_login("SCRAM-SHA-512", b"n,,n=bob,r=x".to_vec()));
+        assert_eq!((code, close), failed, "an unknown user");
+        let mut p = fresh();
+        let (code, _, close) = round(&limits, &mut p, sasl_login("PLAIN", b"\0alice\0alice-pw".to_vec()));
+        assert_eq!((code, close), failed, "PLAIN is a Kafka listener's");
+        let mut p = fresh();
+        let (mut client, first) =
+            protocol::sasl::ScramClient::new(protocol::sasl::ScramMechanism::Sha512, "alice", b"alice-pw", "cnonce");
+        let (_, server_first, _) = round(&limits, &mut p, sasl_login("SCRAM-SHA-512", first));
+        let last = client.server_first(&server_first).unwrap();
+        let (code, _, close) = round(&limits, &mut p, sasl_login("SCRAM-SHA-256", last));
+        assert_eq!((code, close), failed, "the final round under another mechanism");
+        assert!(Own::gate(&limits, &mut p, &fetch(0)).is_some(), "no login came of it");
+        let mut p = fresh();
+        let (code, _, close) = round(&limits, &mut p, sasl_login("SCRAM-SHA-512", b"garbage".to_vec()));
+        assert_eq!((code, close), failed);
+    }
+
+    #[test]
+    fn a_standby_logs_no_one_in_and_names_the_active_replica() {
+        let limits = logins_limits(true);
+        let mut peer = Own::peer("10.0.0.5:4000".parse().unwrap());
+        let first =
+            protocol::sasl::ScramClient::new(protocol::sasl::ScramMechanism::Sha512, "alice", b"alice-pw", "n").1;
+        let req = sasl_login("SCRAM-SHA-512", first);
+        match Own::gate(&limits, &mut peer, &req) {
+            Some((Response::SaslLogin(r), true)) => {
+                assert_eq!(r.status.code, ErrorCode::NotCoordinator);
+                assert!(r.status.message.contains("10.0.0.9:9092"), "{}", r.status);
+            }
+            other => panic!("{:?}", other.map(|(r, _)| r)),
+        }
+    }
 }

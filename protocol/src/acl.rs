@@ -773,16 +773,46 @@ mod tests {
         let mine = |a: &&&AclBinding| {
             (a.principal == principal || a.principal == "User:*") && (a.host == host || a.host == "*")
         };
-        let implied = |granted: Operation| {
-            granted == op
-                || granted == All
-                || (op == Describe && [Read, Write, Delete, Alter].contains(&granted))
-                || (op == DescribeConfigs && granted == AlterConfigs)
-        };
         if on_resource.iter().filter(mine).any(|a| a.permission == Deny && (a.operation == op || a.operation == All)) {
             return false;
         }
-        on_resource.iter().filter(mine).any(|a| a.permission == Allow && implied(a.operation))
+        on_resource.iter().filter(mine).any(|a| a.permission == Allow && implies(a.operation, op))
+    }
+
+    /// Whether an ALLOW of `granted` allows `op` (Kafka's implications).
+    fn implies(granted: Operation, op: Operation) -> bool {
+        granted == op
+            || granted == All
+            || (op == Describe && [Read, Write, Delete, Alter].contains(&granted))
+            || (op == DescribeConfigs && granted == AlterConfigs)
+    }
+
+    /// Kafka's `authorizeByResourceType` over the plain list: the resource `hardcode` as any
+    /// other; else an ALLOW for the caller that no DENY for it wholly covers (a DENY of the
+    /// literal `*`, of the same literal name, or of a prefix of the ALLOW's name or prefix).
+    fn model_any(s: &Authorization, principal: &str, host: &str, op: Operation, t: ResourceType) -> bool {
+        if model(s, principal, host, op, t, "hardcode") {
+            return true;
+        }
+        let mine = |a: &&AclBinding| {
+            a.resource_type == t
+                && (a.principal == principal || a.principal == "User:*")
+                && (a.host == host || a.host == "*")
+        };
+        let denies: Vec<&AclBinding> = s
+            .acls
+            .iter()
+            .filter(mine)
+            .filter(|a| a.permission == Deny && (a.operation == op || a.operation == All))
+            .collect();
+        s.acls.iter().filter(mine).filter(|a| a.permission == Allow && implies(a.operation, op)).any(|allow| {
+            !denies.iter().any(|d| match (d.pattern, allow.pattern) {
+                (Literal, _) if d.name == "*" => true,
+                (Literal, Literal) => d.name == allow.name,
+                (Literal, Prefixed) => false,
+                (Prefixed, _) => allow.name.starts_with(&d.name),
+            })
+        })
     }
 
     proptest::proptest! {
@@ -820,6 +850,9 @@ mod tests {
                 let got = a.authorize(principal, host, op, types[t], asked_names[n]);
                 proptest::prop_assert_eq!(got, model(&s, principal, host, op, types[t], asked_names[n]),
                     "{} from {} {} on {} {}", principal, host, op, types[t], asked_names[n]);
+                let any = a.authorize_any(principal, host, op, types[t]);
+                proptest::prop_assert_eq!(any, model_any(&s, principal, host, op, types[t]),
+                    "{} from {} {} on any {}", principal, host, op, types[t]);
             }
         }
     }

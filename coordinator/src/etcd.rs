@@ -288,6 +288,9 @@ pub async fn run_replica(
             _ => Err(serving.not_coordinator().status().clone()),
         });
         let limits = net::ServerLimits { client_logins: Some(Arc::new(logins)), ..config.limits.clone() };
+        // From the start, not from the first takeover: a standby promoted between its gate and
+        // its handler must not have let an unchecked request through.
+        limits.members_only.store(config.authorizer.is_some(), std::sync::atomic::Ordering::Relaxed);
         let handler = replica_handler(role.clone());
         let mut stopped = stop_rx.clone();
         tokio::spawn(net::serve(listener, handler, limits, async move {

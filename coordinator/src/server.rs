@@ -388,7 +388,7 @@ pub(crate) fn start(
     }
     match &config.authorizer {
         Some(a) => {
-            // Own-protocol clients cannot log in: only members are served (see ServerLimits).
+            // Members, and clients that logged in as far as the ACLs allow (see ServerLimits).
             config.limits.members_only.store(true, std::sync::atomic::Ordering::Relaxed);
             let acls = shared.lock().cluster.acls.len();
             tracing::info!(super_users = ?a.super_users, allow_everyone_if_no_acl_found = a.allow_everyone_if_no_acl_found, acls, "authorizer on");

@@ -164,7 +164,7 @@ impl Connection {
     /// Log in as `login`'s user with SCRAM (two SaslLogin rounds), checking the server's
     /// signature: a server that does not hold the credential is refused.
     async fn login(conn: Connection, addr: &str, login: &SaslLogin) -> Result<Connection, NetError> {
-        use protocol::sasl::{Mechanism, ScramClient};
+        use protocol::sasl::Mechanism;
         let refused = |msg: String| NetError::Refused {
             addr: addr.to_string(),
             status: Status::new(ErrorCode::SaslAuthenticationFailed, msg),
@@ -184,20 +184,13 @@ impl Connection {
                     auth_bytes: Bytes::from(bytes),
                 });
                 match conn.call(req).await? {
-                    Response::SaslLogin(r) if r.status.is_ok() => Ok(r.auth_bytes),
+                    Response::SaslLogin(r) if r.status.is_ok() => Ok((r.auth_bytes, ())),
                     Response::SaslLogin(r) => Err(NetError::Refused { addr: addr.to_string(), status: r.status }),
                     other => Err(NetError::Refused { addr: addr.to_string(), status: other.status().clone() }),
                 }
             }
         };
-        let (mut client, first) = ScramClient::new(mechanism, &login.user, login.password.as_bytes(), &scram_nonce());
-        let server_first = round(first).await?;
-        let last =
-            client.server_first(&server_first).map_err(|e| refused(format!("SCRAM server-first message: {e}")))?;
-        let server_final = round(last).await?;
-        client
-            .server_final(&server_final)
-            .map_err(|e| refused(format!("{addr} could not prove it holds {}'s credential: {e}", login.user)))?;
+        scram_login(mechanism, login, round, refused).await?;
         Ok(conn)
     }
 
@@ -276,6 +269,30 @@ pub fn scram_nonce() -> String {
     let mut nonce = [0u8; 18];
     getrandom::fill(&mut nonce).expect("the operating system's random source works");
     nonce.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A SCRAM login as `login`'s user with `mechanism`, on any wire: `round` sends one client
+/// message and returns the server's answer with what else that answer carries (`T`); the
+/// server's signature is checked, so a server that does not hold the credential is refused
+/// (`bad` makes the error). Returns the last answer's `T`. One client for both protocols.
+pub async fn scram_login<T, E, Fut>(
+    mechanism: protocol::sasl::ScramMechanism,
+    login: &SaslLogin,
+    mut round: impl FnMut(Vec<u8>) -> Fut,
+    bad: impl Fn(String) -> E,
+) -> Result<T, E>
+where
+    Fut: std::future::Future<Output = Result<(Bytes, T), E>>,
+{
+    let (mut client, first) =
+        protocol::sasl::ScramClient::new(mechanism, &login.user, login.password.as_bytes(), &scram_nonce());
+    let (server_first, _) = round(first).await?;
+    let last = client.server_first(&server_first).map_err(|e| bad(format!("SCRAM server-first message: {e}")))?;
+    let (server_final, carried) = round(last).await?;
+    client
+        .server_final(&server_final)
+        .map_err(|e| bad(format!("the server could not prove it holds {}'s credential: {e}", login.user)))?;
+    Ok(carried)
 }
 
 /// How to open connections: optionally over TLS, optionally proving cluster membership or

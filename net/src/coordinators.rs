@@ -116,6 +116,9 @@ impl Coordinators {
                     self.lock().current = at;
                     return Ok(c);
                 }
+                // A refused login or membership proof: another replica's answer (a standby's
+                // NOT_COORDINATOR) must not hide it.
+                Err(e) if !e.is_retriable() => return Err(e),
                 Err(e) => last = Some(e),
             }
         }

@@ -783,6 +783,12 @@ enum OwnLogin {
     Authenticated(String),
 }
 
+/// A SaslLogin answer (empty bytes unless it carries a SCRAM message), and whether the
+/// connection closes after it.
+fn login_answer(status: Status, auth_bytes: Bytes, close: bool) -> (Response, bool) {
+    (Response::SaslLogin(SaslLoginResponse { status, auth_bytes }), close)
+}
+
 /// The answer to a failed login: the client learns only that it failed (the log says why),
 /// and the connection closes.
 fn login_failed(peer: &OwnPeer, why: &str) -> (Response, bool) {
@@ -792,30 +798,45 @@ fn login_failed(peer: &OwnPeer, why: &str) -> (Response, bool) {
         "Authentication failed: invalid credentials (SCRAM-SHA-256 or SCRAM-SHA-512 of a user the cluster knows: \
          admin users set)",
     );
-    (Response::SaslLogin(SaslLoginResponse { status, auth_bytes: Bytes::new() }), true)
+    login_answer(status, Bytes::new(), true)
 }
 
 impl Own {
     /// One round of a client's SCRAM login (see [`ClientLogins`]).
     fn login_round(limits: &ServerLimits, peer: &mut OwnPeer, req: &SaslLoginRequest) -> (Response, bool) {
         use protocol::sasl::{ScramExchange, ScramMechanism};
+        let again = || {
+            let status = Status::new(
+                ErrorCode::IllegalSaslState,
+                "this connection has logged in already; open another to log in as someone else",
+            );
+            login_answer(status, Bytes::new(), false)
+        };
+        if let OwnLogin::Authenticated(_) = peer.login {
+            return again();
+        }
         let Some(logins) = &limits.client_logins else {
             return login_failed(peer, "this listener takes no client logins");
         };
-        let Some(mechanism) = ScramMechanism::parse(&req.mechanism) else {
-            let why = format!(
-                "mechanism {:?}: the own protocol logs in with SCRAM-SHA-256 or SCRAM-SHA-512 (PLAIN is served on \
-                 Kafka listeners)",
-                req.mechanism
-            );
+        if req.auth_bytes.len() > protocol::sasl::SASL_MESSAGE_BYTES_MAX {
+            let why =
+                format!("a message of {} bytes, over {}", req.auth_bytes.len(), protocol::sasl::SASL_MESSAGE_BYTES_MAX);
             return login_failed(peer, &why);
+        }
+        let Some(mechanism) = ScramMechanism::parse(&req.mechanism) else {
+            // As Kafka answers a mechanism it does not offer; the connection is done.
+            tracing::info!(peer = %peer.host, mechanism = req.mechanism, "own-protocol client asked for a mechanism not offered");
+            let status = Status::new(
+                ErrorCode::UnsupportedSaslMechanism,
+                format!(
+                    "mechanism {:?}: the own protocol logs in with SCRAM-SHA-256 or SCRAM-SHA-512 (PLAIN is served \
+                     on Kafka listeners)",
+                    req.mechanism
+                ),
+            );
+            return login_answer(status, Bytes::new(), true);
         };
-        let ok = |auth_bytes: Vec<u8>| {
-            (
-                Response::SaslLogin(SaslLoginResponse { status: Status::ok(), auth_bytes: Bytes::from(auth_bytes) }),
-                false,
-            )
-        };
+        let ok = |auth_bytes: Vec<u8>| login_answer(Status::ok(), Bytes::from(auth_bytes), false);
         match std::mem::take(&mut peer.login) {
             OwnLogin::None => {
                 let server_nonce = crate::client::scram_nonce();
@@ -828,7 +849,7 @@ impl Own {
                 };
                 let started = ScramExchange::first_round(mechanism, &req.auth_bytes, lookup, &server_nonce);
                 if let Some(status) = unavailable {
-                    return (Response::SaslLogin(SaslLoginResponse { status, auth_bytes: Bytes::new() }), true);
+                    return login_answer(status, Bytes::new(), true);
                 }
                 match started {
                     Ok((exchange, server_first)) => {
@@ -851,11 +872,7 @@ impl Own {
             OwnLogin::ScramFinal(_) => login_failed(peer, "the final message names another mechanism"),
             OwnLogin::Authenticated(principal) => {
                 peer.login = OwnLogin::Authenticated(principal);
-                let status = Status::new(
-                    ErrorCode::IllegalSaslState,
-                    "this connection has logged in already; open another to log in as someone else",
-                );
-                (Response::SaslLogin(SaslLoginResponse { status, auth_bytes: Bytes::new() }), false)
+                again()
             }
         }
     }
@@ -894,8 +911,16 @@ impl Own {
                     ),
                 ));
             };
-            let authorizer = limits.client_logins.as_ref()?.authorizer()?;
-            let binder = limits.client_logins.as_ref()?.binder();
+            let logins = limits.client_logins.as_ref()?;
+            let Some(authorizer) = logins.authorizer() else {
+                // A coordinator replica that serves nothing now: nothing passes unchecked, and
+                // the client looks for the replica that serves.
+                return Some(Status::new(
+                    ErrorCode::NotCoordinator,
+                    "this coordinator replica serves no requests now (a standby, or its lease lapsed); retry",
+                ));
+            };
+            let binder = logins.binder();
             let refused = protocol::authorize::own_refusal(&authorizer, binder, principal, &peer.host, req)?;
             tracing::info!(
                 target: "epochfence::fencing",
@@ -1077,7 +1102,8 @@ impl Protocol for Own {
     fn not_handled() -> Response {
         Response::Error(Status::new(
             ErrorCode::ClusterAuthorizationFailed,
-            "not handled: an earlier request on this connection failed its membership proof; reconnect",
+            "not handled: an earlier request on this connection failed (a membership proof or a login), closing \
+             it; reconnect",
         ))
     }
 
@@ -1542,6 +1568,8 @@ mod tests {
         // A second login on the connection: ILLEGAL_SASL_STATE, the first one stands.
         let (code, _, close) = round(&limits, &mut peer, sasl_login("SCRAM-SHA-512", b"n,,n=bob,r=x".to_vec()));
         assert_eq!((code, close), (ErrorCode::IllegalSaslState, false));
+        let (code, _, close) = round(&limits, &mut peer, sasl_login("PLAIN", Vec::new()));
+        assert_eq!((code, close), (ErrorCode::IllegalSaslState, false), "whatever the mechanism");
         assert!(Own::gate(&limits, &mut peer, &fetch(0)).is_none(), "still alice");
         // Failures close the connection: a wrong password, an unknown user, PLAIN, a final
         // round under another mechanism, a malformed message.
@@ -1553,7 +1581,7 @@ mod tests {
         assert_eq!((code, close), failed, "an unknown user");
         let mut p = fresh();
         let (code, _, close) = round(&limits, &mut p, sasl_login("PLAIN", b"\0alice\0alice-pw".to_vec()));
-        assert_eq!((code, close), failed, "PLAIN is a Kafka listener's");
+        assert_eq!((code, close), (ErrorCode::UnsupportedSaslMechanism, true), "PLAIN is a Kafka listener's");
         let mut p = fresh();
         let (mut client, first) =
             protocol::sasl::ScramClient::new(protocol::sasl::ScramMechanism::Sha512, "alice", b"alice-pw", "cnonce");
@@ -1565,6 +1593,20 @@ mod tests {
         let mut p = fresh();
         let (code, _, close) = round(&limits, &mut p, sasl_login("SCRAM-SHA-512", b"garbage".to_vec()));
         assert_eq!((code, close), failed);
+        let mut p = fresh();
+        let huge = vec![b'r'; protocol::sasl::SASL_MESSAGE_BYTES_MAX + 1];
+        let (code, _, close) = round(&limits, &mut p, sasl_login("SCRAM-SHA-512", huge));
+        assert_eq!((code, close), failed, "a message over SASL_MESSAGE_BYTES_MAX");
+    }
+
+    #[test]
+    fn a_replica_that_serves_nothing_lets_nothing_pass_unchecked() {
+        let limits = logins_limits(true);
+        let mut peer = Own::peer("10.0.0.5:4000".parse().unwrap());
+        peer.login = OwnLogin::Authenticated("User:alice".into()); // logged in while it served
+        assert!(Own::gated(&limits, &peer, &fetch(0)));
+        let refused = Own::gate(&limits, &mut peer, &fetch(0)).unwrap();
+        assert_eq!(refused.0.status().code, ErrorCode::NotCoordinator, "{:?}", refused);
     }
 
     #[test]

@@ -76,6 +76,34 @@ pub fn producer_id_refusal(
     })
 }
 
+/// What InitProducerId needs of `principal` at `host`, refused with Kafka's error: WRITE on the
+/// transactional id `tid` (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); without one (KIP-679),
+/// IDEMPOTENT_WRITE on the cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED).
+pub fn init_producer_id_refusal(
+    authorizer: &Authorizer,
+    principal: &str,
+    host: &str,
+    tid: Option<&str>,
+) -> Option<Status> {
+    let (code, operation, resource_type, name) = match tid {
+        Some(t) if !authorizer.authorize(principal, host, Operation::Write, ResourceType::TransactionalId, t) => {
+            (ErrorCode::TransactionalIdAuthorizationFailed, Operation::Write, ResourceType::TransactionalId, t)
+        }
+        None if !authorizer.authorize(
+            principal,
+            host,
+            Operation::IdempotentWrite,
+            ResourceType::Cluster,
+            CLUSTER_NAME,
+        ) && !authorizer.authorize_any(principal, host, Operation::Write, ResourceType::Topic) =>
+        {
+            (ErrorCode::ClusterAuthorizationFailed, Operation::IdempotentWrite, ResourceType::Cluster, CLUSTER_NAME)
+        }
+        _ => return None,
+    };
+    Some(refusal(principal, code, operation, resource_type, name))
+}
+
 /// One caller's view of the ACLs: its principal and host.
 struct Asker<'a> {
     authorizer: &'a Authorizer,
@@ -131,14 +159,15 @@ impl Asker<'_> {
         use Operation::*;
         let tid_of = |t: &str| (!t.is_empty()).then(|| t.to_string());
         match req {
+            // The transactional id first, then the topic, as Kafka checks them.
             Request::Produce(p) => {
-                self.topic(Write, &p.topic)?;
                 // A batch that does not parse is the produce path's to refuse.
                 let producer_id = BatchHeader::parse(&p.records).map_or(-1, |h| h.producer_id);
                 match &p.transactional_id {
-                    Some(t) => self.transaction(t, producer_id),
-                    None => self.producer_id(None, producer_id),
+                    Some(t) => self.transaction(t, producer_id)?,
+                    None => self.producer_id(None, producer_id)?,
                 }
+                self.topic(Write, &p.topic)
             }
             Request::Fetch(f) => self.topic(Read, &f.topic),
             Request::Metadata(m) if m.topics.is_empty() => self.cluster(Describe),
@@ -179,27 +208,23 @@ impl Asker<'_> {
                         ),
                     ));
                 }
-                match &i.transactional_id {
-                    Some(t) => self.need(
-                        ErrorCode::TransactionalIdAuthorizationFailed,
-                        Write,
-                        ResourceType::TransactionalId,
-                        t,
-                    ),
-                    // Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
-                    None if self.authorizer.authorize_any(self.principal, self.host, Write, ResourceType::Topic) => {
-                        Ok(())
-                    }
-                    None => self.cluster(IdempotentWrite),
+                match init_producer_id_refusal(
+                    self.authorizer,
+                    self.principal,
+                    self.host,
+                    i.transactional_id.as_deref(),
+                ) {
+                    Some(refused) => Err(refused),
+                    None => Ok(()),
                 }
             }
             Request::EndTxn(e) => self.transaction(&e.transactional_id, e.producer_id),
             Request::AddPartition(a) => {
-                self.topic(Write, &a.topic)?;
                 match tid_of(&a.transactional_id) {
-                    Some(t) => self.transaction(&t, a.producer_id),
-                    None => self.producer_id(None, a.producer_id),
+                    Some(t) => self.transaction(&t, a.producer_id)?,
+                    None => self.producer_id(None, a.producer_id)?,
                 }
+                self.topic(Write, &a.topic)
             }
             Request::AddOffsets(a) => {
                 self.transaction(&a.txn.transactional_id, a.txn.producer_id)?;
@@ -218,7 +243,12 @@ impl Asker<'_> {
             }
             Request::OffsetFetch(f) => {
                 self.group(Describe, &f.group)?;
-                f.partitions.iter().flatten().try_for_each(|(t, _)| self.topic(Describe, t))
+                match &f.partitions {
+                    Some(partitions) => partitions.iter().try_for_each(|(t, _)| self.topic(Describe, t)),
+                    // Every topic's offsets: where Kafka leaves out the topics the principal may not
+                    // describe, the own protocol asks DESCRIBE on the cluster.
+                    None => self.cluster(Describe),
+                }
             }
             Request::DescribeGroups(d) => d.groups.iter().try_for_each(|g| self.group(Describe, g)),
             Request::Acls(a) if a.create.is_empty() && a.delete.is_empty() => self.cluster(Describe),
@@ -345,6 +375,19 @@ mod tests {
         assert_eq!(code(ALICE, &init(Some("payments"), ALICE)), Some(ErrorCode::TransactionalIdAuthorizationFailed));
         assert_eq!(code(ALICE, &init(None, ALICE)), Some(ErrorCode::ClusterAuthorizationFailed), "no WRITE anywhere");
         assert_eq!(code(MALLORY, &init(None, ALICE)), Some(ErrorCode::ClusterAuthorizationFailed), "another's name");
+        // Kafka's order: the transactional id before the topic.
+        assert_eq!(code(MALLORY, &produce(Some("payments"), -1)), Some(ErrorCode::TransactionalIdAuthorizationFailed));
+        let offsets = |partitions: Option<Vec<(String, i32)>>| {
+            Request::OffsetFetch(crate::OffsetFetchRequest { group: "g".into(), partitions, require_stable: false })
+        };
+        let a = authorizer(vec![
+            allow(ResourceType::Topic, "t", Operation::Read),
+            allow(ResourceType::Group, "g", Operation::Describe),
+        ]);
+        let code = |req: &Request| own_refusal(&a, None, ALICE, "h", req).map(|s| s.code);
+        assert_eq!(code(&offsets(Some(vec![("t".into(), 0)]))), None);
+        assert_eq!(code(&offsets(Some(vec![("u".into(), 0)]))), Some(ErrorCode::TopicAuthorizationFailed));
+        assert_eq!(code(&offsets(None)), Some(ErrorCode::ClusterAuthorizationFailed), "every topic's offsets");
         let off = Authorizer::new(Authorization::default());
         assert_eq!(own_refusal(&off, None, MALLORY, "h", &Request::Describe), None, "the authorizer off");
     }

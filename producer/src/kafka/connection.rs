@@ -114,7 +114,7 @@ impl KafkaConnection {
     /// again on the connection but stops using it at 85% of the lifetime ([`Self::renewing`]).
     pub async fn authenticate(&self, login: &crate::client::SaslLogin, timeout: Duration) -> Result<(), KafkaError> {
         use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
-        use protocol::sasl::{Mechanism, PlainLogin, ScramClient};
+        use protocol::sasl::{Mechanism, PlainLogin};
         let addr = self.addr.clone();
         let timed = |_| KafkaError::Timeout { addr: addr.clone(), timeout_ms: timeout.as_millis() as u64 };
         let refused = |what: &str, code: i16, message: Option<&StrBytes>| KafkaError::Refused {
@@ -141,17 +141,8 @@ impl KafkaConnection {
         let lifetime_ms = match login.mechanism {
             Mechanism::Plain => round(PlainLogin::encode(&login.user, login.password.as_bytes())).await?.1,
             Mechanism::Scram(m) => {
-                let nonce = net::client::scram_nonce();
-                let (mut client, first) = ScramClient::new(m, &login.user, login.password.as_bytes(), &nonce);
-                let (server_first, _) = round(first).await?;
-                let last = client
-                    .server_first(&server_first)
-                    .map_err(|e| refused("SCRAM server-first message", -1, Some(&e.to_string().into())))?;
-                let (server_final, lifetime_ms) = round(last).await?;
-                client
-                    .server_final(&server_final)
-                    .map_err(|e| refused("SCRAM server-final message", -1, Some(&e.to_string().into())))?;
-                lifetime_ms
+                let bad = |why: String| refused("SCRAM login", -1, Some(&why.into()));
+                net::client::scram_login(m, login, round, bad).await?
             }
         };
         if lifetime_ms > 0 {

@@ -106,11 +106,6 @@ impl Caller {
         self.may(operation, ResourceType::Cluster, CLUSTER_NAME)
     }
 
-    /// Whether the caller may do `operation` on some resource of `resource_type`.
-    pub(super) fn may_any(&self, operation: Operation, resource_type: ResourceType) -> bool {
-        self.authorizer.authorize_any(&self.principal, &self.host, operation, resource_type)
-    }
-
     /// Why the caller may not use `producer_id` (under transactional id `tid`, if any), if it
     /// may not ([`protocol::authorize::producer_id_refusal`], the rule both listeners share);
     /// a refusal is logged.
@@ -132,6 +127,12 @@ impl Caller {
             "kafka request under another's producer id refused"
         );
         Some(refused)
+    }
+
+    /// Why the caller may not call InitProducerId for `tid` (or, without one, for an
+    /// idempotent producer id), if it may not ([`protocol::authorize::init_producer_id_refusal`]).
+    pub(super) fn init_producer_id_refusal(&self, tid: Option<&str>) -> Option<Status> {
+        protocol::authorize::init_producer_id_refusal(&self.authorizer, &self.principal, &self.host, tid)
     }
 
     /// CLUSTER_AUTHORIZATION_FAILED, unless the caller may `operation` the cluster.

@@ -249,13 +249,7 @@ impl KafkaConn {
         // WRITE on the transactional id; without one (KIP-679), IDEMPOTENT_WRITE on the cluster
         // or WRITE on some topic.
         let caller = self.caller();
-        let refused = match &tid {
-            Some(t) => (!caller.may(Operation::Write, ResourceType::TransactionalId, t))
-                .then_some(ErrorCode::TransactionalIdAuthorizationFailed),
-            None => (!caller.may_quietly(Operation::IdempotentWrite, ResourceType::Cluster, CLUSTER_NAME)
-                && !caller.may_any(Operation::Write, ResourceType::Topic))
-            .then_some(ErrorCode::ClusterAuthorizationFailed),
-        };
+        let refused = caller.init_producer_id_refusal(tid.as_deref()).map(|s| s.code);
         if let Some(code) = refused {
             tracing::info!(
                 target: "epochfence::fencing",

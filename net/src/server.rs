@@ -218,7 +218,8 @@ pub trait ClientLogins: Send + Sync {
         mechanism: protocol::sasl::ScramMechanism,
     ) -> Result<Option<protocol::sasl::ScramCredential>, Status>;
     /// The authorizer's settings and ACLs now; `None` while this process serves no requests
-    /// (a coordinator standby, whose handler answers them NOT_COORDINATOR).
+    /// (a coordinator standby, a lapsed lease): the gate then answers a logged-in client's
+    /// requests NOT_COORDINATOR.
     fn authorizer(&self) -> Option<Arc<protocol::acl::Authorizer>>;
     /// The cluster's producer-id binder (with a cluster secret).
     fn binder(&self) -> Option<&protocol::auth::ProducerIdBinder>;

@@ -1131,6 +1131,23 @@ mod tests {
         })
     }
 
+    /// A broker's first heartbeat: a cluster member's own request.
+    fn heartbeat() -> Request {
+        Request::Heartbeat(protocol::HeartbeatRequest {
+            broker_id: 1,
+            addr: "a".into(),
+            kafka_addr: String::new(),
+            incarnation: 1,
+            broker_epoch: -1,
+            previous_broker_epoch: -1,
+            log_dir_id: 1,
+            intact: true,
+            replicas: Vec::new(),
+            credentials_version: 0,
+            authorization_version: 0,
+        })
+    }
+
     /// An answer that names the partition asked.
     fn answer(partition: i32) -> Response {
         Response::Error(Status::new(ErrorCode::None, partition.to_string()))
@@ -1237,19 +1254,7 @@ mod tests {
         // nothing is refused there too (the gate would refuse it anyway).
         let secured = ServerLimits { cluster_secret: Some(ClusterSecret::new(vec![7; 32]).unwrap()), ..limits.clone() };
         let mut claim = InFlight::<Own>::new(handler.clone(), None, &secured, true, OwnPeer::default());
-        let heartbeat = Request::Heartbeat(protocol::HeartbeatRequest {
-            broker_id: 1,
-            addr: "a".into(),
-            kafka_addr: String::new(),
-            incarnation: 1,
-            broker_epoch: -1,
-            previous_broker_epoch: -1,
-            log_dir_id: 1,
-            intact: true,
-            replicas: Vec::new(),
-            credentials_version: 0,
-            authorization_version: 0,
-        });
+        let heartbeat = heartbeat();
         assert!(claim.push(12, Item::Request(heartbeat)), "an unproven claim closes the connection");
         assert_eq!(claim.next().await.unwrap().1.status().code, ErrorCode::BrokerNotAvailable);
         // A broker's relay of Kafka clients' requests proves membership, but is client traffic:
@@ -1551,19 +1556,7 @@ mod tests {
         let no = Own::gate(&limits, &mut peer, &describe).unwrap();
         assert_eq!(no.0.status().code, ErrorCode::ClusterAuthorizationFailed, "no DESCRIBE on the cluster");
         assert!(Own::gated(&limits, &peer, &describe), "gated agrees with the gate");
-        let heartbeat = Request::Heartbeat(protocol::HeartbeatRequest {
-            broker_id: 1,
-            addr: "a".into(),
-            kafka_addr: String::new(),
-            incarnation: 1,
-            broker_epoch: -1,
-            previous_broker_epoch: -1,
-            log_dir_id: 1,
-            intact: true,
-            replicas: Vec::new(),
-            credentials_version: 0,
-            authorization_version: 0,
-        });
+        let heartbeat = heartbeat();
         let members = Own::gate(&limits, &mut peer, &heartbeat).unwrap();
         assert_eq!(members.0.status().code, ErrorCode::ClusterAuthorizationFailed, "a member's request");
         // A second login on the connection: ILLEGAL_SASL_STATE, the first one stands.

@@ -33,16 +33,31 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 /// The server side: present `cert_chain_pem` with `key_pem`.
 pub fn acceptor(cert_chain_pem: &[u8], key_pem: &[u8]) -> Result<TlsAcceptor, TlsError> {
+    server(cert_chain_pem, key_pem, None)
+}
+
+/// A server presenting `cert_chain_pem` with `key_pem`, requiring client certificates of the
+/// CAs in `client_ca_pem` if given.
+fn server(cert_chain_pem: &[u8], key_pem: &[u8], client_ca_pem: Option<&[u8]>) -> Result<TlsAcceptor, TlsError> {
     let certs = certificates(cert_chain_pem, "certificate chain")?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem)
-        .map_err(|e| TlsError::Pem { what: "private key".into(), detail: e.to_string() })?;
-    let config = rustls::ServerConfig::builder_with_provider(provider())
+    let key = private_key(key_pem, "private key")?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
         .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = match client_ca_pem {
+        None => builder.with_no_client_auth(),
+        Some(ca) => builder.with_client_cert_verifier(
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
+                .build()
+                .map_err(|e| TlsError::Config(e.to_string()))?,
+        ),
+    };
+    let config = builder.with_single_cert(certs, key).map_err(|e| TlsError::Config(e.to_string()))?;
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+fn private_key(pem: &[u8], what: &str) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| TlsError::Pem { what: what.into(), detail: e.to_string() })
 }
 
 /// The server side from PEM files.
@@ -80,20 +95,7 @@ pub fn acceptor_requiring_client_certificates(
     key_pem: &[u8],
     client_ca_pem: &[u8],
 ) -> Result<TlsAcceptor, TlsError> {
-    let certs = certificates(cert_chain_pem, "certificate chain")?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem)
-        .map_err(|e| TlsError::Pem { what: "private key".into(), detail: e.to_string() })?;
-    let verifier =
-        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots(client_ca_pem)?), provider())
-            .build()
-            .map_err(|e| TlsError::Config(e.to_string()))?;
-    let config = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)
-        .map_err(|e| TlsError::Config(e.to_string()))?;
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    server(cert_chain_pem, key_pem, Some(client_ca_pem))
 }
 
 /// A listener's TLS that requires client certificates ([`acceptor_requiring_client_certificates`]).
@@ -231,8 +233,7 @@ impl ClientTls {
     /// that ask for a client certificate (mutual TLS).
     pub fn with_certificate(ca_pem: &[u8], cert_pem: &[u8], key_pem: &[u8]) -> Result<ClientTls, TlsError> {
         let certs = certificates(cert_pem, "client certificate")?;
-        let key = PrivateKeyDer::from_pem_slice(key_pem)
-            .map_err(|e| TlsError::Pem { what: "client private key".into(), detail: e.to_string() })?;
+        let key = private_key(key_pem, "client private key")?;
         let config = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Config(e.to_string()))?

@@ -77,9 +77,7 @@ async fn handshake(conn: &KafkaConnection, mechanism: &'static str) -> Result<()
 async fn scram_login(addr: &str, cache: &SaltedCache, wrong_proof: bool) -> Result<bool, String> {
     let conn = KafkaConnection::connect(addr, None, T).await.map_err(|e| e.to_string())?;
     handshake(&conn, "SCRAM-SHA-512").await?;
-    let mut nonce = [0u8; 12];
-    getrandom::fill(&mut nonce).map_err(|e| e.to_string())?;
-    let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+    let nonce = net::client::scram_nonce();
     // A storm client's cache holds the wrong password's salted form: its proofs are as wrong as
     // any, and it pays PBKDF2 once, not per attempt.
     let password = if wrong_proof { "not-the-password" } else { PASSWORD };

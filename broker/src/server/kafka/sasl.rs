@@ -367,6 +367,23 @@ pub(super) fn gate(
         stats.metrics.login(LoginOutcome::Failed);
         refuse(e, peer, delay)
     };
+    // `user` proved its password with `mechanism`: the connection logs in (a new session, or
+    // `prior` renewed) and is answered `bytes` with the session's lifetime; a re-authentication
+    // as another user is refused.
+    let log_in = |state: &mut SaslState, user: String, mechanism, prior: Option<Session>, bytes| match logged_in(
+        user,
+        mechanism,
+        prior.as_ref(),
+        config.max_reauth_ms,
+        now,
+    ) {
+        Some(s) => {
+            logged(peer, &s, prior.is_some(), stats);
+            *state = SaslState::Authenticated(s);
+            Gate::Answer(Handled::answer(authenticate_answer(bytes, config.max_reauth_ms)))
+        }
+        None => refuse(&SaslError::Unsupported("re-authentication as another user".into()), peer, delay),
+    };
     match (std::mem::replace(state, SaslState::Failed), asked) {
         (SaslState::Failed, _) => Gate::Answer(Handled::answer(KafkaAnswer::Close)),
         (SaslState::Authenticated(s), Asked::ApiVersions | Asked::Other) if !s.open_at(now) => {
@@ -427,16 +444,7 @@ pub(super) fn gate(
             match decided {
                 PlainCheck::Passed => {
                     // This password passed PBKDF2 before: no check, no blocking thread.
-                    return match logged_in(login.user, Mechanism::Plain, prior.as_ref(), config.max_reauth_ms, now) {
-                        Some(s) => {
-                            logged(peer, &s, prior.is_some(), stats);
-                            *state = SaslState::Authenticated(s);
-                            Gate::Answer(Handled::answer(authenticate_answer(Vec::new(), config.max_reauth_ms)))
-                        }
-                        None => {
-                            refuse(&SaslError::Unsupported("re-authentication as another user".into()), peer, delay)
-                        }
-                    };
+                    return log_in(state, login.user, Mechanism::Plain, prior, Vec::new());
                 }
                 PlainCheck::OverBudget => {
                     tracing::info!(%peer, user = %login.user, "PLAIN password checks over --sasl-plain-checks-per-s-max this second; login refused without a check (SCRAM logins cost the broker no PBKDF2)");
@@ -507,18 +515,7 @@ pub(super) fn gate(
         (SaslState::ScramFinal { exchange, prior }, Asked::Authenticate(bytes)) => {
             let mechanism = Mechanism::Scram(exchange.mechanism());
             match exchange.finish(bytes) {
-                Ok((user, server_final)) => {
-                    match logged_in(user, mechanism, prior.as_ref(), config.max_reauth_ms, now) {
-                        Some(s) => {
-                            logged(peer, &s, prior.is_some(), stats);
-                            *state = SaslState::Authenticated(s);
-                            Gate::Answer(Handled::answer(authenticate_answer(server_final, config.max_reauth_ms)))
-                        }
-                        None => {
-                            refuse(&SaslError::Unsupported("re-authentication as another user".into()), peer, delay)
-                        }
-                    }
-                }
+                Ok((user, server_final)) => log_in(state, user, mechanism, prior, server_final),
                 Err(e) => refuse(&e, peer, delay),
             }
         }

@@ -89,7 +89,8 @@ async fn a_group_member_reads_from_the_committed_offsets_and_commits_what_it_pri
         .collect();
     assert_eq!(committed, [(0, 10), (1, 10), (2, 10), (3, 10)]);
     // The coordinator counted the member's generation and its commits; nothing refused.
-    let metrics = common::scrape(&common::metrics_addr(&mut c, 0));
+    let metrics_addr = common::metrics_addr(&mut c, 0);
+    let metrics = common::scrape(&metrics_addr);
     assert!(common::sample(&metrics, "epochfence_coordinator_group_rebalances_total") >= 1.0, "{metrics}");
     assert!(common::sample(&metrics, "epochfence_coordinator_group_offset_commits_total") >= 1.0, "{metrics}");
     assert!(!metrics.contains("epochfence_coordinator_group_offset_commits_refused_total{"), "{metrics}");
@@ -107,6 +108,20 @@ async fn a_group_member_reads_from_the_committed_offsets_and_commits_what_it_pri
         text.contains("groups:\n  g state=Empty") && text.contains("committed [in-0=11 in-1=11 in-2=11 in-3=11]"),
         "{text}"
     );
+    // `admin delete-group` (issue 32, item 3): g goes with its offsets, so a member of g reads
+    // everything again; a group that does not exist is not deleted (exit 1, and says why).
+    let out = common::run("admin", &["--bootstrap", &c.addr, "delete-group", "g"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "deleted group 'g'\n");
+    let out = common::run("admin", &["--bootstrap", &c.addr, "delete-group", "g", "other"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "deleted group 'other'\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error: group 'g' not deleted: GROUP_ID_NOT_FOUND"), "{err}");
+    assert_eq!(describe_groups(&c.addr), serde_json::json!([]));
+    assert_eq!(group_read(&kafka, "g").0.len(), 44, "a deleted group's member starts over");
+    let metrics = common::scrape(&metrics_addr);
+    assert_eq!(common::sample(&metrics, "epochfence_coordinator_groups_deleted_total"), 2.0, "{metrics}");
 }
 
 /// A `consumer --group --follow` whose stderr lines arrive on a channel.

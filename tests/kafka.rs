@@ -256,6 +256,22 @@ async fn every_served_api_answers_at_every_served_version() {
                     assert_eq!(r.groups[0].group_state.as_str(), "Empty", "v{v}");
                     Ok(r.groups[0].error_code)
                 }
+                ApiKey::DeleteGroups => {
+                    let req = DeleteGroupsRequest::default()
+                        .with_groups_names(vec![GroupId(StrBytes::from_static_str("none"))]);
+                    let r = conn.call(&req, v).await.unwrap();
+                    assert_eq!(r.results[0].error_code, 31, "v{v}: the cluster has a secret");
+                    Ok(0)
+                }
+                ApiKey::OffsetDelete => {
+                    let req = OffsetDeleteRequest::default()
+                        .with_group_id(GroupId(StrBytes::from_static_str("sweep")))
+                        .with_topics(vec![offset_delete_request::OffsetDeleteRequestTopic::default()
+                            .with_name(name("t"))
+                            .with_partitions(vec![offset_delete_request::OffsetDeleteRequestPartition::default()])]);
+                    assert_eq!(conn.call(&req, v).await.unwrap().error_code, 31, "v{v}: the cluster has a secret");
+                    Ok(0)
+                }
                 ApiKey::AddOffsetsToTxn => {
                     let req = AddOffsetsToTxnRequest::default()
                         .with_transactional_id(tid("nobody"))

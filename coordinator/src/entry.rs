@@ -234,6 +234,19 @@ pub enum Entry {
         /// Group ids.
         groups: Vec<String>,
     },
+    /// Groups an admin deleted (DeleteGroups; only groups without members): forgotten with
+    /// their committed offsets and the offsets open transactions staged for them.
+    GroupsDeleted {
+        /// Group ids.
+        groups: Vec<String>,
+    },
+    /// A group's committed offsets of these partitions were deleted (OffsetDelete).
+    OffsetsDeleted {
+        /// Group id.
+        group: String,
+        /// (topic, partition) pairs.
+        partitions: Vec<(String, i32)>,
+    },
     /// From producer id `from` on, transactional ids get odd producer ids and idempotent
     /// producers even ones (written once, before the first id handed out under the rule).
     ProducerIdParity {
@@ -422,6 +435,8 @@ const REGISTER_TV: i8 = 38;
 const TXN_SNAPSHOT_TV: i8 = 39;
 const ACLS: i8 = 40;
 const SCRAM_CREDENTIALS: i8 = 41;
+const GROUPS_DELETED: i8 = 42;
+const OFFSETS_DELETED: i8 = 43;
 
 /// What a list of fence targets carries, by the entry tag it was written under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -644,8 +659,23 @@ impl Entry {
                     }
                 }
             }
-            Entry::TxnIdsExpired { transactional_ids: names } | Entry::GroupsExpired { groups: names } => {
-                b.put_i8(if matches!(self, Entry::TxnIdsExpired { .. }) { TXN_IDS_EXPIRED } else { GROUPS_EXPIRED });
+            Entry::OffsetsDeleted { group, partitions } => {
+                b.put_i8(OFFSETS_DELETED);
+                b.put_string(group);
+                b.put_i32(partitions.len() as i32);
+                for (topic, partition) in partitions {
+                    b.put_string(topic);
+                    b.put_i32(*partition);
+                }
+            }
+            Entry::TxnIdsExpired { transactional_ids: names }
+            | Entry::GroupsExpired { groups: names }
+            | Entry::GroupsDeleted { groups: names } => {
+                b.put_i8(match self {
+                    Entry::TxnIdsExpired { .. } => TXN_IDS_EXPIRED,
+                    Entry::GroupsExpired { .. } => GROUPS_EXPIRED,
+                    _ => GROUPS_DELETED,
+                });
                 b.put_i32(names.len() as i32);
                 for n in names {
                     b.put_string(n);
@@ -886,17 +916,26 @@ impl Entry {
                 let [created, deleted] = lists;
                 Entry::Acls { created, deleted }
             }
-            TXN_IDS_EXPIRED | GROUPS_EXPIRED => {
+            TXN_IDS_EXPIRED | GROUPS_EXPIRED | GROUPS_DELETED => {
                 let n = r.array_len("names", 2)?;
                 let mut names = Vec::with_capacity(n);
                 for _ in 0..n {
                     names.push(r.string("name")?);
                 }
-                if tag == TXN_IDS_EXPIRED {
-                    Entry::TxnIdsExpired { transactional_ids: names }
-                } else {
-                    Entry::GroupsExpired { groups: names }
+                match tag {
+                    TXN_IDS_EXPIRED => Entry::TxnIdsExpired { transactional_ids: names },
+                    GROUPS_EXPIRED => Entry::GroupsExpired { groups: names },
+                    _ => Entry::GroupsDeleted { groups: names },
                 }
+            }
+            OFFSETS_DELETED => {
+                let group = r.string("group")?;
+                let n = r.array_len("partitions", 6)?;
+                let mut partitions = Vec::with_capacity(n);
+                for _ in 0..n {
+                    partitions.push((r.string("topic")?, r.i32("partition")?));
+                }
+                Entry::OffsetsDeleted { group, partitions }
             }
             _ => return Err(DecodeError::InvalidValue { field: "tag", detail: format!("unknown entry tag {tag}") }),
         };
@@ -1047,6 +1086,8 @@ mod tests {
             Entry::UncleanLeader { topic: "t".into(), partition: 2, leader_epoch: 9 },
             Entry::TxnIdsExpired { transactional_ids: vec!["a".into(), "b".into()] },
             Entry::GroupsExpired { groups: vec!["g".into()] },
+            Entry::GroupsDeleted { groups: vec!["g".into(), "h".into()] },
+            Entry::OffsetsDeleted { group: "g".into(), partitions: vec![("t".into(), 0), ("u".into(), 2)] },
             Entry::ProducerIdParity { from: 17 },
             Entry::TransactionVersion { level: 2, epoch: 3 },
             Entry::ScramCredentials {

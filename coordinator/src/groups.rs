@@ -1002,6 +1002,139 @@ impl GroupTable {
         entries
     }
 
+    /// Whether `group` exists: it has a generation or committed offsets, or an open transaction
+    /// staged offsets for it.
+    fn exists(&self, group: &str) -> bool {
+        self.groups.contains_key(group) || self.staged.values().any(|by_group| by_group.contains_key(group))
+    }
+
+    /// DeleteGroups: each group without members is deleted with its committed offsets and the
+    /// offsets open transactions staged for it (as Kafka deletes them; such a transaction's
+    /// commit then commits nothing for it); journaled. A status per group, in order:
+    /// GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP or INVALID_GROUP_ID when not deleted. A group
+    /// created again under the name starts at generation 1, and no member id of the old one is
+    /// ever handed out again, so a zombie member of the old group is not one of the new.
+    pub fn handle_delete_groups(&mut self, names: &[String]) -> Vec<Status> {
+        let mut deleted = Vec::new();
+        let statuses = names
+            .iter()
+            .map(|name| {
+                if name.is_empty() {
+                    return status(ErrorCode::InvalidGroupId, "the group id is empty".into());
+                }
+                if !self.exists(name) || deleted.contains(name) {
+                    return status(
+                        ErrorCode::GroupIdNotFound,
+                        format!("group '{name}' does not exist (never used, deleted, or expired): nothing to delete"),
+                    );
+                }
+                if let Some(g) = self.groups.get(name).filter(|g| g.phase != GroupPhase::Empty) {
+                    return status(
+                        ErrorCode::NonEmptyGroup,
+                        format!(
+                            "group '{name}' has {} members ({}): a group is deleted once it has none; stop its                              consumers (or wait for their sessions to expire) and delete it again",
+                            g.members.len(),
+                            g.phase.name()
+                        ),
+                    );
+                }
+                deleted.push(name.clone());
+                Status::ok()
+            })
+            .collect();
+        for entry in crate::table::expiry_entries(&deleted, |groups| Entry::GroupsDeleted { groups }) {
+            self.apply(&entry);
+            self.entries.push(entry);
+        }
+        statuses
+    }
+
+    /// OffsetDelete (KIP-496): the group's committed offsets of `partitions` are deleted,
+    /// except those of topics its members are subscribed to (GROUP_SUBSCRIBED_TO_TOPIC each);
+    /// `exists` says which partitions exist (UNKNOWN_TOPIC_OR_PARTITION for one that does not,
+    /// unless the group holds an offset for it: that of a deleted topic is deleted). A group
+    /// with members whose subscriptions cannot be told (not the `consumer` protocol type) is
+    /// refused NON_EMPTY_GROUP as a whole, one that does not exist GROUP_ID_NOT_FOUND.
+    /// Journaled; a status per partition, in order.
+    pub fn handle_offset_delete(
+        &mut self,
+        group: &str,
+        partitions: &[(String, i32)],
+        exists: &[bool],
+    ) -> Result<Vec<Status>, Status> {
+        if group.is_empty() {
+            return Err(status(ErrorCode::InvalidGroupId, "the group id is empty".into()));
+        }
+        if !self.exists(group) {
+            return Err(status(
+                ErrorCode::GroupIdNotFound,
+                format!("group '{group}' does not exist (never used, deleted, or expired): it holds no offsets"),
+            ));
+        }
+        let subscribed: std::collections::HashSet<String> = match self.groups.get(group) {
+            Some(g) if g.phase != GroupPhase::Empty => {
+                let unreadable = || {
+                    status(
+                        ErrorCode::NonEmptyGroup,
+                        format!(
+                            "group '{group}' has {} members of protocol type '{}', whose subscriptions cannot be                              read: its offsets are deleted once it has none",
+                            g.members.len(),
+                            g.protocol_type
+                        ),
+                    )
+                };
+                if g.protocol_type != "consumer" {
+                    return Err(unreadable());
+                }
+                let mut topics = std::collections::HashSet::new();
+                for m in g.members.values() {
+                    for (_, metadata) in &m.protocols {
+                        topics.extend(protocol::kafka::subscribed_topics(metadata).ok_or_else(unreadable)?);
+                    }
+                }
+                topics
+            }
+            _ => Default::default(),
+        };
+        let held = |key: &(String, i32)| self.groups.get(group).is_some_and(|g| g.offsets.contains_key(key));
+        let mut gone = Vec::new();
+        let statuses = partitions
+            .iter()
+            .zip(exists.iter().copied().chain(std::iter::repeat(false)))
+            .map(|(key, exists)| {
+                let (topic, partition) = key;
+                if subscribed.contains(topic) {
+                    return status(
+                        ErrorCode::GroupSubscribedToTopic,
+                        format!(
+                            "members of group '{group}' are subscribed to topic '{topic}': its offsets are kept;                              delete them once no member subscribes to it"
+                        ),
+                    );
+                }
+                if !exists && !held(key) {
+                    return status(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("no such partition: {topic}-{partition}, and group '{group}' holds no offset for it"),
+                    );
+                }
+                if held(key) && !gone.contains(key) {
+                    gone.push(key.clone());
+                }
+                Status::ok()
+            })
+            .collect();
+        let chunk = self.config.offsets_per_commit_max.max(1);
+        let entries: Vec<Entry> = gone
+            .chunks(chunk)
+            .map(|part| Entry::OffsetsDeleted { group: group.to_string(), partitions: part.to_vec() })
+            .collect();
+        for entry in entries {
+            self.apply(&entry);
+            self.entries.push(entry);
+        }
+        Ok(statuses)
+    }
+
     /// OffsetCommit: checked by [`GroupTable::check_commit`], applied and journaled.
     pub fn handle_commit(&mut self, who: &GroupMember, offsets: &[PartitionOffset]) -> Result<(), Status> {
         self.room_for(&who.group)?;
@@ -1204,6 +1337,28 @@ impl GroupTable {
                 for group in groups {
                     if let Some(g) = self.groups.remove(group) {
                         self.offsets_total -= g.offsets.len();
+                    }
+                }
+            }
+            Entry::GroupsDeleted { groups } => {
+                for group in groups {
+                    if let Some(g) = self.groups.remove(group) {
+                        self.offsets_total -= g.offsets.len();
+                    }
+                    for by_group in self.staged.values_mut() {
+                        if let Some(offsets) = by_group.remove(group) {
+                            self.staged_total -= offsets.len();
+                        }
+                    }
+                }
+                self.staged.retain(|_, by_group| !by_group.is_empty());
+            }
+            Entry::OffsetsDeleted { group, partitions } => {
+                if let Some(g) = self.groups.get_mut(group) {
+                    for key in partitions {
+                        if g.offsets.remove(key).is_some() {
+                            self.offsets_total -= 1;
+                        }
                     }
                 }
             }
@@ -1431,6 +1586,143 @@ mod tests {
         let over = t.handle_txn_commit("w", &anonymous, &[offset(2, 1)]).unwrap_err();
         assert_eq!(over.code, ErrorCode::PolicyViolation);
         assert_eq!(t.counts().offsets, (2, 2));
+    }
+
+    /// The consumer protocol's Subscription (version 0) of `topics`.
+    fn subscription(topics: &[&str]) -> Bytes {
+        use bytes::BufMut;
+        let mut b = bytes::BytesMut::new();
+        b.put_i16(0);
+        b.put_i32(topics.len() as i32);
+        for t in topics {
+            b.put_i16(t.len() as i16);
+            b.put_slice(t.as_bytes());
+        }
+        b.put_i32(-1); // no user data
+        b.freeze()
+    }
+
+    fn end_txn(tid: &str, commit: bool) -> Entry {
+        Entry::EndTxn {
+            transactional_id: tid.into(),
+            producer_id: 1,
+            epoch: 1,
+            prev: (1, 0),
+            commit,
+            timed_out: false,
+            expired: false,
+            markers: vec![],
+        }
+    }
+
+    /// Issue 32, item 3: DeleteGroups deletes only a group without members, with its offsets
+    /// and those open transactions staged for it; a replay of the journal agrees; a member of
+    /// the deleted group is no member of one created again under the name.
+    #[test]
+    fn a_group_is_deleted_only_without_members_and_takes_its_offsets_with_it() {
+        let mut t = GroupTable::new(config(), 1);
+        let mut journal = Vec::new();
+        let a = join(&mut t, 0, None);
+        commit_to(&mut t, "idle", &[offset(0, 5), offset(1, 7)]).unwrap();
+        let anonymous =
+            GroupMember { group: "staged".into(), generation: -1, member_id: String::new(), instance_id: None };
+        t.handle_txn_commit("w", &anonymous, &[offset(0, 9)]).unwrap();
+        journal.extend(t.take_effects().1);
+        assert_eq!(t.counts().offsets.0, 3);
+        let names: Vec<String> = ["g", "idle", "staged", "idle", "none", ""].iter().map(|n| n.to_string()).collect();
+        let codes: Vec<ErrorCode> = t.handle_delete_groups(&names).iter().map(|s| s.code).collect();
+        assert_eq!(
+            codes,
+            [
+                ErrorCode::NonEmptyGroup,
+                ErrorCode::None,
+                ErrorCode::None,
+                ErrorCode::GroupIdNotFound,
+                ErrorCode::GroupIdNotFound,
+                ErrorCode::InvalidGroupId
+            ]
+        );
+        let (_, entries) = t.take_effects();
+        assert_eq!(entries, vec![Entry::GroupsDeleted { groups: vec!["idle".into(), "staged".into()] }]);
+        journal.extend(entries);
+        assert_eq!(t.counts().offsets.0, 0, "committed and staged offsets went with their groups");
+        assert_eq!(t.handle_fetch("idle", None, false), vec![]);
+        // The transaction that staged offsets for the deleted group commits: nothing for it.
+        t.apply(&end_txn("w", true));
+        journal.push(end_txn("w", true));
+        assert_eq!(t.handle_fetch("staged", Some(&[("in".into(), 0)]), false)[0].0.offset, -1);
+        assert_eq!(t.describe(&["idle".into()])[0].state, "Dead");
+        // The journal replayed: the same groups.
+        let mut replayed = GroupTable::new(config(), 2);
+        journal.iter().for_each(|e| replayed.apply(e));
+        assert_eq!(replayed.counts().groups.0, 1);
+        assert_eq!(replayed.counts().offsets.0, 0);
+        // Once its member left, g is deleted; a group created again under the name does not
+        // know the old member, whatever generation it names.
+        t.handle_leave(1, "g", &[(a.clone(), None)]);
+        let _ = t.take_effects();
+        assert_eq!(t.handle_delete_groups(&["g".into()])[0].code, ErrorCode::None);
+        let b = join(&mut t, 2, None);
+        assert_eq!(generation_of(&mut t, &b), Some(1));
+        let zombie = t.handle_txn_commit("w2", &who(&a, 1, None), &[offset(0, 1)]).unwrap_err();
+        assert_eq!(zombie.code, ErrorCode::UnknownMemberId, "{zombie}");
+        t.handle_txn_commit("w2", &who(&b, 1, None), &[offset(0, 1)]).unwrap();
+    }
+
+    /// Issue 32, item 3: OffsetDelete keeps the offsets of topics the members subscribe to,
+    /// deletes the others, and refuses a group whose subscriptions it cannot read.
+    #[test]
+    fn offset_delete_keeps_the_offsets_of_subscribed_topics() {
+        let mut t = GroupTable::new(config(), 1);
+        let mut req = join_req("", None);
+        req.protocols = vec![("range".into(), subscription(&["in"]))];
+        let JoinDecision::Wait { member_id: a } = t.handle_join(0, &req) else { panic!("a first join waits") };
+        let _ = t.take_effects();
+        let _ = t.handle_sync(1, &SyncGroupRequest { member: who(&a, 1, None), assignments: vec![] });
+        let out = |p| PartitionOffset { topic: "out".into(), ..offset(p, 3) };
+        t.handle_commit(&who(&a, 1, None), &[offset(0, 5), out(0), out(1)]).unwrap();
+        let _ = t.take_effects();
+        let asked: Vec<(String, i32)> =
+            vec![("in".into(), 0), ("out".into(), 0), ("out".into(), 1), ("gone".into(), 0), ("out".into(), 2)];
+        let codes: Vec<ErrorCode> = t
+            .handle_offset_delete("g", &asked, &[true, true, false, false, true])
+            .unwrap()
+            .iter()
+            .map(|s| s.code)
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                ErrorCode::GroupSubscribedToTopic,
+                ErrorCode::None,
+                ErrorCode::None, // a partition that is gone, whose offset the group held
+                ErrorCode::UnknownTopicOrPartition,
+                ErrorCode::None, // held none: nothing to delete
+            ]
+        );
+        let (_, entries) = t.take_effects();
+        assert_eq!(
+            entries,
+            vec![Entry::OffsetsDeleted { group: "g".into(), partitions: vec![("out".into(), 0), ("out".into(), 1)] }]
+        );
+        let left: Vec<(String, i64)> =
+            t.handle_fetch("g", None, false).into_iter().map(|(o, _)| (o.topic, o.offset)).collect();
+        assert_eq!(left, [("in".to_string(), 5)]);
+        assert_eq!(t.counts().offsets.0, 1);
+        // Unknown and unreadable groups.
+        let missing = t.handle_offset_delete("none", &asked, &[true; 5]).unwrap_err();
+        assert_eq!(missing.code, ErrorCode::GroupIdNotFound);
+        let mut other = GroupTable::new(config(), 1);
+        let mut req = join_req("", None);
+        req.protocol_type = "connect".into();
+        let JoinDecision::Wait { .. } = other.handle_join(0, &req) else { panic!() };
+        let opaque = other.handle_offset_delete("g", &asked, &[true; 5]).unwrap_err();
+        assert_eq!(opaque.code, ErrorCode::NonEmptyGroup, "{opaque}");
+        // Once the member left, every offset may go.
+        t.handle_leave(2, "g", &[(a, None)]);
+        let codes = t.handle_offset_delete("g", &[("in".into(), 0)], &[true]).unwrap();
+        assert!(codes[0].is_ok(), "{}", codes[0]);
+        assert_eq!(t.counts().offsets.0, 0);
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub struct CoordinatorMetrics {
     held_max: Family<KindLabels, Gauge>,
     txn_ids_expired: Counter,
     groups_expired: Counter,
+    groups_deleted: Counter,
 }
 
 /// The `kind` label of `epochfence_coordinator_state_held` and `_state_held_max`:
@@ -79,6 +80,7 @@ impl CoordinatorMetrics {
             held_max: Family::default(),
             txn_ids_expired: Counter::default(),
             groups_expired: Counter::default(),
+            groups_deleted: Counter::default(),
         };
         registry.register(
             "init_producer_id_grants",
@@ -138,6 +140,11 @@ impl CoordinatorMetrics {
             "groups_expired",
             "Groups without members forgotten with their offsets after --offsets-retention-minutes without a commit",
             m.groups_expired.clone(),
+        );
+        registry.register(
+            "groups_deleted",
+            "Groups an admin deleted with their offsets (DeleteGroups)",
+            m.groups_deleted.clone(),
         );
         registry.register_with_unit(
             "journal_append_latency",
@@ -200,6 +207,9 @@ impl CoordinatorMetrics {
                 }
                 Entry::GroupsExpired { groups } => {
                     self.groups_expired.inc_by(groups.len() as u64);
+                }
+                Entry::GroupsDeleted { groups } => {
+                    self.groups_deleted.inc_by(groups.len() as u64);
                 }
                 _ => {}
             }
@@ -298,6 +308,7 @@ mod tests {
         // A rebalance is journaled twice (formed, then stable with the assignment): counted once.
         m.count(&[generation(false), generation(true)]);
         m.count(&[Entry::OffsetsCommitted { group: "g".into(), offsets: vec![] }]);
+        m.count(&[Entry::GroupsDeleted { groups: vec!["a".into(), "b".into()] }]);
         m.offset_commit_refused(protocol::ErrorCode::IllegalGeneration);
         m.offset_commit_refused(protocol::ErrorCode::IllegalGeneration);
         m.offset_commit_refused(protocol::ErrorCode::FencedInstanceId);
@@ -305,6 +316,7 @@ mod tests {
         for (sample, want) in [
             ("epochfence_coordinator_group_rebalances_total", 1),
             ("epochfence_coordinator_group_offset_commits_total", 1),
+            ("epochfence_coordinator_groups_deleted_total", 2),
             ("epochfence_coordinator_group_offset_commits_refused_total{reason=\"generation\"}", 2),
             ("epochfence_coordinator_group_offset_commits_refused_total{reason=\"instance\"}", 1),
         ] {

@@ -897,7 +897,9 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
         | Request::OffsetCommit(_)
         | Request::OffsetFetch(_)
         | Request::AddOffsets(_)
-        | Request::DescribeGroups(_)) => groups::handle_group(shared, req).await,
+        | Request::DescribeGroups(_)
+        | Request::DeleteGroups(_)
+        | Request::OffsetDelete(_)) => groups::handle_group(shared, req).await,
         Request::AuthBegin(_) | Request::AuthProve(_) | Request::SaslLogin(_) => Response::Error(Status::new(
             ErrorCode::InvalidRequest,
             "membership proofs and logins are answered by the connection layer",

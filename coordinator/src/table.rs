@@ -1146,6 +1146,8 @@ impl ProducerTable {
             | Entry::UncleanLeader { .. }
             | Entry::BrokerIncarnation { .. }
             | Entry::GroupsExpired { .. }
+            | Entry::GroupsDeleted { .. }
+            | Entry::OffsetsDeleted { .. }
             | Entry::TopicSnapshot { .. } => {}
         }
     }

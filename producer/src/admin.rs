@@ -94,6 +94,34 @@ impl Admin {
         }
     }
 
+    /// Delete groups without members, with their committed offsets (and those open
+    /// transactions staged for them): a status per group, in order (NON_EMPTY_GROUP,
+    /// GROUP_ID_NOT_FOUND: not deleted).
+    pub async fn delete_groups(&mut self, groups: &[String]) -> Result<Vec<protocol::Status>, ClientError> {
+        let req = Request::DeleteGroups(protocol::DeleteGroupsRequest { groups: groups.to_vec() });
+        match self.call("delete groups", req).await? {
+            Response::DeleteGroups(d) if d.groups.len() == groups.len() => Ok(d.groups),
+            other => Err(ClientError::Protocol(format!("delete groups answered with {}", other.status()))),
+        }
+    }
+
+    /// Delete a group's committed offsets of `partitions` (KIP-496): a status per partition,
+    /// in order (GROUP_SUBSCRIBED_TO_TOPIC for a topic its members subscribe to).
+    pub async fn delete_offsets(
+        &mut self,
+        group: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<protocol::Status>, ClientError> {
+        let req = Request::OffsetDelete(protocol::OffsetDeleteRequest {
+            group: group.to_string(),
+            partitions: partitions.to_vec(),
+        });
+        match self.call(&format!("delete offsets of group '{group}'"), req).await? {
+            Response::OffsetDelete(d) if d.partitions.len() == partitions.len() => Ok(d.partitions),
+            other => Err(ClientError::Protocol(format!("delete offsets answered with {}", other.status()))),
+        }
+    }
+
     /// Elect a partition's leader again under a new leader epoch; returns (leader, epoch).
     pub async fn elect_leader(&mut self, topic: &str, partition: i32) -> Result<(i32, i32), ClientError> {
         self.elect_leader_with(topic, partition, false).await

@@ -251,6 +251,11 @@ impl Asker<'_> {
                 }
             }
             Request::DescribeGroups(d) => d.groups.iter().try_for_each(|g| self.group(Describe, g)),
+            Request::DeleteGroups(d) => d.groups.iter().try_for_each(|g| self.group(Delete, g)),
+            Request::OffsetDelete(d) => {
+                self.group(Delete, &d.group)?;
+                d.partitions.iter().try_for_each(|(t, _)| self.topic(Read, t))
+            }
             Request::Acls(a) if a.create.is_empty() && a.delete.is_empty() => self.cluster(Describe),
             Request::Acls(_) => self.cluster(Alter),
             Request::ScramCredentials(c) if c.upserts.is_empty() && c.deletions.is_empty() => self.cluster(Describe),
@@ -390,6 +395,34 @@ mod tests {
         assert_eq!(code(&offsets(None)), Some(ErrorCode::ClusterAuthorizationFailed), "every topic's offsets");
         let off = Authorizer::new(Authorization::default());
         assert_eq!(own_refusal(&off, None, MALLORY, "h", &Request::Describe), None, "the authorizer off");
+    }
+
+    #[test]
+    fn deleting_a_group_or_its_offsets_needs_delete_on_the_group_and_read_on_the_topics() {
+        let a = authorizer(vec![
+            allow(ResourceType::Topic, "t", Operation::Read),
+            allow(ResourceType::Group, "g", Operation::Delete),
+            allow(ResourceType::Group, "h", Operation::Read),
+        ]);
+        let code = |req: &Request| own_refusal(&a, None, ALICE, "h", req).map(|s| s.code);
+        let groups = |names: &[&str]| {
+            Request::DeleteGroups(crate::DeleteGroupsRequest { groups: names.iter().map(|n| n.to_string()).collect() })
+        };
+        assert_eq!(code(&groups(&["g"])), None);
+        assert_eq!(code(&groups(&["g", "h"])), Some(ErrorCode::GroupAuthorizationFailed), "READ is not DELETE");
+        let offsets = |group: &str, topic: &str| {
+            Request::OffsetDelete(crate::OffsetDeleteRequest {
+                group: group.into(),
+                partitions: vec![(topic.into(), 0)],
+            })
+        };
+        assert_eq!(code(&offsets("g", "t")), None);
+        assert_eq!(code(&offsets("h", "t")), Some(ErrorCode::GroupAuthorizationFailed));
+        assert_eq!(code(&offsets("g", "u")), Some(ErrorCode::TopicAuthorizationFailed));
+        assert_eq!(
+            own_refusal(&a, None, MALLORY, "h", &groups(&["g"])).map(|s| s.code),
+            Some(ErrorCode::GroupAuthorizationFailed)
+        );
     }
 
     #[test]

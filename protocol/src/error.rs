@@ -169,6 +169,11 @@ error_codes! {
     UnstableOffsetCommit = 88, "UNSTABLE_OFFSET_COMMIT", true;
     /// The group does not exist.
     GroupIdNotFound = 69, "GROUP_ID_NOT_FOUND", false;
+    /// The group has members (DeleteGroups; OffsetDelete of a group whose subscriptions cannot
+    /// be told): it can be deleted once they have left.
+    NonEmptyGroup = 68, "NON_EMPTY_GROUP", false;
+    /// OffsetDelete of a partition of a topic the group's members are subscribed to.
+    GroupSubscribedToTopic = 86, "GROUP_SUBSCRIBED_TO_TOPIC", false;
     /// The request would take the server past one of its caps (transactional ids, groups,
     /// offsets per group); the message names the cap.
     PolicyViolation = 44, "POLICY_VIOLATION", false;

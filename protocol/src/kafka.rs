@@ -192,6 +192,19 @@ impl Encoder<(KafkaHeader, KafkaAnswer)> for KafkaServerCodec {
     }
 }
 
+/// The topics a classic `consumer` group member's metadata subscribes to (the consumer
+/// protocol's Subscription, any version: its topics lead every version), or `None` if the
+/// metadata is not one.
+pub fn subscribed_topics(metadata: &[u8]) -> Option<Vec<String>> {
+    let mut b = Bytes::copy_from_slice(metadata);
+    if b.remaining() < 2 || b.get_i16() < 0 {
+        return None;
+    }
+    // Version 0's fields (topics, user data) start every later version.
+    let s = kafka_protocol::messages::ConsumerProtocolSubscription::decode(&mut b, 0).ok()?;
+    Some(s.topics.iter().map(|t| t.to_string()).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +223,23 @@ mod tests {
             .unwrap();
         body.encode(&mut b, version).unwrap();
         b.freeze()
+    }
+
+    #[test]
+    fn a_members_subscription_is_read_at_any_version() {
+        use kafka_protocol::messages::ConsumerProtocolSubscription;
+        let s = ConsumerProtocolSubscription::default()
+            .with_topics(vec![StrBytes::from_static_str("a"), StrBytes::from_static_str("b")])
+            .with_user_data(Some(Bytes::from_static(b"u")))
+            .with_generation_id(7);
+        for version in 0..=3 {
+            let mut b = BytesMut::new();
+            bytes::BufMut::put_i16(&mut b, version);
+            s.encode(&mut b, version).unwrap();
+            assert_eq!(subscribed_topics(&b), Some(vec!["a".to_string(), "b".to_string()]), "version {version}");
+        }
+        assert_eq!(subscribed_topics(b"\x00\x00\x7f\xff\xff\xff"), None, "a count past the end");
+        assert_eq!(subscribed_topics(b"x"), None);
     }
 
     #[test]

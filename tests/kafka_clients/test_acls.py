@@ -249,6 +249,60 @@ def test_acls_through_confluent_kafkas_admin_client(client, start_cluster, tmp_p
     assert listed.strip() == "[]", listed
 
 
+@pytest.mark.timeout(90)
+def test_deleting_a_group_or_its_offsets_needs_delete_on_the_group(client, start_cluster, tmp_path):
+    """DeleteGroups and OffsetDelete (issue 32, item 6) ask what Kafka asks: DELETE on the group
+    (GROUP_AUTHORIZATION_FAILED), then, for OffsetDelete, READ on each topic
+    (TOPIC_AUTHORIZATION_FAILED for that partition alone)."""
+    from confluent_kafka import Consumer, TopicPartition
+    cluster = acl_cluster(start_cluster, tmp_path)
+    bootstrap = cluster.bootstrap()
+    for topic in ("orders", "secret"):
+        cluster.create_topic(topic, partitions=1, replicas=1)
+    su = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+          "sasl.username": "admin", "sasl.password": USERS["admin"]}
+    for group in ("g", "h"):
+        c = Consumer({**su, "group.id": group, "enable.auto.commit": False})
+        c.commit(offsets=[TopicPartition("orders", 0, 4), TopicPartition("secret", 0, 4)], asynchronous=False)
+        c.close()
+    allow(cluster, "User:alice", "--topic", "orders", operation="READ")
+    allow(cluster, "User:alice", "--group", "g", operation="DELETE")
+    # DESCRIBE on h lets the clients find its coordinator (FindCoordinator asks it), so the refusal
+    # below is DeleteGroups' and OffsetDelete's own.
+    allow(cluster, "User:alice", "--group", "h", operation="DESCRIBE")
+    wait_acls(cluster, 3)
+    if client.name == "confluent":
+        ck = client.ck
+        from confluent_kafka.admin import AdminClient
+        alice = AdminClient({"bootstrap.servers": bootstrap, **login(client, "alice")})
+        futures = alice.delete_consumer_groups(["g", "h"], request_timeout=10)
+        futures["g"].result(10)
+        with pytest.raises(ck.KafkaException) as denied:
+            futures["h"].result(10)
+        assert denied.value.args[0].code() == ck.KafkaError.GROUP_AUTHORIZATION_FAILED, denied.value
+    else:
+        kafka = client.kafka
+        import kafka.errors as kerrors
+        alice = kafka.KafkaAdminClient(bootstrap_servers=bootstrap.split(","), **login(client, "alice"))
+        try:
+            with pytest.raises(kerrors.GroupAuthorizationFailedError):
+                alice.delete_group_offsets("h", [kafka.TopicPartition("orders", 0)])
+            got = alice.delete_group_offsets("g", [kafka.TopicPartition("orders", 0), kafka.TopicPartition("secret", 0)])
+            assert got == {kafka.TopicPartition("orders", 0): kerrors.NoError,
+                           kafka.TopicPartition("secret", 0): kerrors.TopicAuthorizationFailedError}, got
+            assert alice.delete_groups(["h", "g"]) == {"h": "GroupAuthorizationFailedError", "g": "OK"}
+        finally:
+            alice.close()
+    # The super user sees what is left: h whole, g gone.
+    probe = Consumer({**su, "group.id": "h"})
+    try:
+        assert [tp.offset for tp in probe.committed([TopicPartition("orders", 0)], timeout=10)] == [4]
+    finally:
+        probe.close()
+    r = cluster.admin("delete-group", "g", check=False)
+    assert r.returncode == 1 and "GROUP_ID_NOT_FOUND" in r.stderr, r.stderr
+
+
 @pytest.mark.timeout(150)
 def test_the_own_protocols_binaries_log_in_and_the_acls_decide(client, start_cluster, tmp_path):
     """The own protocol under the authorizer: no login, no service; `--sasl-username` logs the

@@ -229,3 +229,89 @@ def test_kafka_python_subscribers_share_partitions_and_commit(cluster):
     a.close()
     b.close()
     assert _committed(bs, "py", "in") == {p: PER_PARTITION for p in range(PARTITIONS)}
+
+
+def _commit_standalone(bootstrap, group, offsets):
+    """Commit `offsets` ({(topic, partition): offset}) for `group` as an assign() consumer
+    (no member id, generation -1), then leave: a group with offsets and no members."""
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+    finally:
+        c.close()
+
+
+@pytest.mark.timeout(120)
+def test_admin_clients_delete_groups_and_their_offsets(cluster):
+    """Issue 32, item 3: DeleteGroups through confluent-kafka's AdminClient, kafka-python's
+    KafkaAdminClient and `admin delete-group`; OffsetDelete (KIP-496) through kafka-python's. A group
+    with a member is not deleted (NON_EMPTY_GROUP) and keeps the offsets of the topics it subscribes
+    to (GROUP_SUBSCRIBED_TO_TOPIC); a group that does not exist is GROUP_ID_NOT_FOUND; deleted
+    offsets stay deleted across a coordinator restart, and a consumer of a deleted group starts over
+    at auto.offset.reset."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    import kafka
+    import kafka.errors as kerrors
+    c = cluster()
+    c.create_topic("in", partitions=PARTITIONS, replicas=1)
+    c.create_topic("other", partitions=1, replicas=1)
+    bs = c.bootstrap()
+    _fill(bs, "in")
+    for group in ("idle-a", "idle-b", "idle-c"):
+        _commit_standalone(bs, group, {("in", 0): 7})
+    # "active" has a member subscribed to "in", and offsets for "in" and "other".
+    live = _consumer(bs, "live", **{"group.id": "active"})
+    live.subscribe(["in"])
+    wait_until(lambda: (live.poll(0.05), len(live.assignment()) == PARTITIONS)[1], 30, "the member assigned",
+               interval=0)
+    live.commit(offsets=[TopicPartition("in", p, 3) for p in range(PARTITIONS)] + [TopicPartition("other", 0, 2)],
+                asynchronous=False)
+
+    admin = AdminClient({"bootstrap.servers": bs})
+    futures = admin.delete_consumer_groups(["active", "idle-a", "nope"], request_timeout=10)
+    futures["idle-a"].result(10)
+    for group, code in (("active", KafkaError.NON_EMPTY_GROUP), ("nope", KafkaError.GROUP_ID_NOT_FOUND)):
+        with pytest.raises(KafkaException) as refused:
+            futures[group].result(10)
+        assert refused.value.args[0].code() == code, (group, refused.value)
+    assert _committed(bs, "idle-a", "in")[0] < 0, "the deleted group's offsets went with it"
+    assert _committed(bs, "idle-b", "in")[0] == 7, "another group's stay"
+
+    kadmin = kafka.KafkaAdminClient(bootstrap_servers=bs.split(","), request_timeout_ms=10000)
+    try:
+        got = kadmin.delete_group_offsets("active", [kafka.TopicPartition("in", 0), kafka.TopicPartition("other", 0)])
+        assert got == {kafka.TopicPartition("in", 0): kerrors.GroupSubscribedToTopicError,
+                       kafka.TopicPartition("other", 0): kerrors.NoError}, got
+        with pytest.raises(kerrors.GroupIdNotFoundError):
+            kadmin.delete_group_offsets("nope", [kafka.TopicPartition("in", 0)])
+        got = kadmin.delete_groups(["idle-b", "active", "nope"])
+        assert got == {"idle-b": "OK", "active": "NonEmptyGroupError", "nope": "GroupIdNotFoundError"}, got
+    finally:
+        kadmin.close()
+    from confluent_kafka import Consumer
+    probe = Consumer({"bootstrap.servers": bs, "group.id": "active"})
+    try:
+        kept = probe.committed([TopicPartition("in", 0), TopicPartition("other", 0)], timeout=10)
+    finally:
+        probe.close()
+    assert [tp.offset for tp in kept] == [3, -1001], kept
+
+    # Durable: after a coordinator restart the deleted group and offsets are still gone.
+    c.coordinator.kill9()
+    c.restart_coordinator()
+    assert _committed(bs, "idle-b", "in")[0] < 0
+    # The member leaves; the binary deletes the group, and says so; a second time it does not exist.
+    live.close()
+    assert c.admin("delete-group", "idle-c").stdout == "deleted group 'idle-c'\n"
+    wait_until(lambda: c.admin("delete-group", "active", check=False).returncode == 0, 30, "the group empty and deleted")
+    again = c.admin("delete-group", "active", check=False)
+    assert again.returncode == 1 and "GROUP_ID_NOT_FOUND" in again.stderr, (again.returncode, again.stderr)
+    # A consumer of the deleted group starts over at auto.offset.reset: every record again.
+    fresh = _consumer(bs, "fresh", **{"group.id": "active"})
+    fresh.subscribe(["in"])
+    seen = []
+    _drain([fresh], PARTITIONS * PER_PARTITION, seen)
+    assert sorted(seen) == list(range(PARTITIONS * PER_PARTITION))
+    fresh.close()

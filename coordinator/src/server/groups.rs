@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use protocol::{
-    AddOffsetsRequest, DescribeGroupsResponse, ErrorCode, GroupMember, JoinGroupResponse, LeaveGroupResponse,
-    OffsetCommitRequest, OffsetsResponse, Request, Response, Status, SyncGroupResponse, TxnOwner,
+    AddOffsetsRequest, DeleteGroupsResponse, DescribeGroupsResponse, ErrorCode, GroupMember, JoinGroupResponse,
+    LeaveGroupResponse, OffsetCommitRequest, OffsetDeleteResponse, OffsetsResponse, Request, Response, Status,
+    SyncGroupResponse, TxnOwner,
 };
 use tokio::sync::oneshot;
 
@@ -266,6 +267,38 @@ pub(super) async fn handle_group(shared: Arc<Shared>, req: Request) -> Response 
             };
             let status = settled(done).await.err().unwrap_or_else(Status::ok);
             Response::DescribeGroups(DescribeGroupsResponse { status, groups })
+        }
+        Request::DeleteGroups(r) => {
+            let (groups, done) = {
+                let mut st = shared.lock();
+                let groups = st.groups.handle_delete_groups(&r.groups);
+                (groups, flush_groups(&shared, &mut st))
+            };
+            match settled(done).await {
+                Ok(()) => {
+                    for (name, s) in r.groups.iter().zip(&groups) {
+                        if s.is_ok() {
+                            tracing::info!(group = %name, "group deleted with its offsets");
+                        }
+                    }
+                    Response::DeleteGroups(DeleteGroupsResponse { status: Status::ok(), groups })
+                }
+                Err(status) => Response::DeleteGroups(DeleteGroupsResponse { status, groups: Vec::new() }),
+            }
+        }
+        Request::OffsetDelete(r) => {
+            let (outcome, done) = {
+                let mut st = shared.lock();
+                let exists: Vec<bool> =
+                    r.partitions.iter().map(|(t, p)| st.cluster.leader_of(t, *p).is_some()).collect();
+                let outcome = st.groups.handle_offset_delete(&r.group, &r.partitions, &exists);
+                (outcome, flush_groups(&shared, &mut st))
+            };
+            let (status, partitions) = match (outcome, settled(done).await) {
+                (Ok(partitions), Ok(())) => (Status::ok(), partitions),
+                (Err(status), _) | (Ok(_), Err(status)) => (status, Vec::new()),
+            };
+            Response::OffsetDelete(OffsetDeleteResponse { status, partitions })
         }
         other => Response::Error(Status::new(
             ErrorCode::InvalidRequest,

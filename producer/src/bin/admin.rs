@@ -1,4 +1,4 @@
-//! `admin --bootstrap ADDR create-topic T --partitions N`, `delete-topic T`,
+//! `admin --bootstrap ADDR create-topic T --partitions N`, `delete-topic T`, `delete-group G...`,
 //! `create-partitions T --count N`, `elect-leader T` and `describe [--json]` (brokers, partitions,
 //! transactional ids and consumer groups), `acls add|remove|list` (with `--authorizer`),
 //! `users set|delete|list` (SCRAM credentials of SASL logins); `--sasl-username U --sasl-password-file F`
@@ -51,6 +51,13 @@ enum Command {
     DeleteTopic {
         /// Topic name.
         name: String,
+    },
+    /// Delete consumer groups without members, with their committed offsets (exit 1 if any is
+    /// not deleted: it has members, or does not exist).
+    DeleteGroup {
+        /// Group ids.
+        #[arg(required = true)]
+        groups: Vec<String>,
     },
     /// Give a topic more partitions.
     CreatePartitions {
@@ -385,6 +392,26 @@ async fn main() -> ExitCode {
             }
         };
     }
+    if let Command::DeleteGroup { groups } = &args.command {
+        return match admin.delete_groups(groups).await {
+            Ok(statuses) => {
+                let mut code = ExitCode::SUCCESS;
+                for (group, status) in groups.iter().zip(statuses) {
+                    if status.is_ok() {
+                        println!("deleted group '{group}'");
+                    } else {
+                        eprintln!("error: group '{group}' not deleted: {status}");
+                        code = ExitCode::FAILURE;
+                    }
+                }
+                code
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Command::Acls { action } = args.command {
         return match acls(&mut admin, action).await {
             Ok(()) => ExitCode::SUCCESS,
@@ -423,7 +450,7 @@ async fn main() -> ExitCode {
             }),
             Err(e) => Err(e),
         },
-        Command::Acls { .. } | Command::Users { .. } => unreachable!("answered above"),
+        Command::Acls { .. } | Command::Users { .. } | Command::DeleteGroup { .. } => unreachable!("answered above"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -657,3 +657,117 @@ impl DescribeGroupsResponse {
         Ok(DescribeGroupsResponse { status, groups })
     }
 }
+
+/// Delete groups, each with its committed offsets and the offsets open transactions staged for
+/// it (Kafka's DeleteGroups). Only a group without members is deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteGroupsRequest {
+    /// Group ids.
+    pub groups: Vec<String>,
+}
+
+impl DeleteGroupsRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.groups.len() as i32);
+        for g in &self.groups {
+            b.put_string(g);
+        }
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        let n = r.array_len("groups", 2)?;
+        let mut groups = Vec::with_capacity(n);
+        for _ in 0..n {
+            groups.push(r.string("group")?);
+        }
+        Ok(DeleteGroupsRequest { groups })
+    }
+}
+
+/// The answer to DeleteGroups: a status per group, in the request's order (OK, NON_EMPTY_GROUP,
+/// GROUP_ID_NOT_FOUND, INVALID_GROUP_ID).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteGroupsResponse {
+    /// Outcome of the request as a whole.
+    pub status: Status,
+    /// Per group.
+    pub groups: Vec<Status>,
+}
+
+impl DeleteGroupsResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.groups.len() as i32);
+        for s in &self.groups {
+            s.encode(b);
+        }
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        let n = r.array_len("groups", 4)?;
+        let mut groups = Vec::with_capacity(n);
+        for _ in 0..n {
+            groups.push(Status::decode(r)?);
+        }
+        Ok(DeleteGroupsResponse { status, groups })
+    }
+}
+
+/// Delete a group's committed offsets of some partitions (Kafka's OffsetDelete, KIP-496): only
+/// of topics no member of the group is subscribed to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetDeleteRequest {
+    /// Group id.
+    pub group: String,
+    /// (topic, partition) pairs.
+    pub partitions: Vec<(String, i32)>,
+}
+
+impl OffsetDeleteRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_string(&self.group);
+        b.put_i32(self.partitions.len() as i32);
+        for (topic, partition) in &self.partitions {
+            b.put_string(topic);
+            b.put_i32(*partition);
+        }
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        let group = r.string("group")?;
+        let n = r.array_len("partitions", 6)?;
+        let mut partitions = Vec::with_capacity(n);
+        for _ in 0..n {
+            partitions.push((r.string("topic")?, r.i32("partition")?));
+        }
+        Ok(OffsetDeleteRequest { group, partitions })
+    }
+}
+
+/// The answer to OffsetDelete: the group's outcome (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, ...)
+/// and, when it is OK, a status per partition in the request's order (OK, whether or not an
+/// offset was held; GROUP_SUBSCRIBED_TO_TOPIC; UNKNOWN_TOPIC_OR_PARTITION).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetDeleteResponse {
+    /// The group's outcome.
+    pub status: Status,
+    /// Per partition.
+    pub partitions: Vec<Status>,
+}
+
+impl OffsetDeleteResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.partitions.len() as i32);
+        for s in &self.partitions {
+            s.encode(b);
+        }
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        let n = r.array_len("partitions", 4)?;
+        let mut partitions = Vec::with_capacity(n);
+        for _ in 0..n {
+            partitions.push(Status::decode(r)?);
+        }
+        Ok(OffsetDeleteResponse { status, partitions })
+    }
+}

@@ -78,6 +78,10 @@ pub enum ApiKey {
     SyncGroup = 14,
     /// Groups as they stand (Kafka's DescribeGroups and ListGroups).
     DescribeGroups = 15,
+    /// Delete empty groups with their offsets (admin, or a broker relaying Kafka's DeleteGroups).
+    DeleteGroups = 42,
+    /// Delete a group's committed offsets of some partitions (Kafka's OffsetDelete).
+    OffsetDelete = 47,
     /// Commit a group's offsets, at once or staged in a transaction (TxnOffsetCommit).
     OffsetCommit = 8,
     /// A group's committed offsets.
@@ -121,6 +125,8 @@ impl ApiKey {
             13 => ApiKey::LeaveGroup,
             14 => ApiKey::SyncGroup,
             15 => ApiKey::DescribeGroups,
+            42 => ApiKey::DeleteGroups,
+            47 => ApiKey::OffsetDelete,
             8 => ApiKey::OffsetCommit,
             9 => ApiKey::OffsetFetch,
             25 => ApiKey::AddOffsetsToTxn,
@@ -251,6 +257,10 @@ pub enum Request {
     ScramCredentials(ScramCredentialsRequest),
     /// See [`DescribeGroupsRequest`].
     DescribeGroups(DescribeGroupsRequest),
+    /// See [`DeleteGroupsRequest`].
+    DeleteGroups(DeleteGroupsRequest),
+    /// See [`OffsetDeleteRequest`].
+    OffsetDelete(OffsetDeleteRequest),
     /// See [`SaslLoginRequest`].
     SaslLogin(SaslLoginRequest),
 }
@@ -312,6 +322,10 @@ pub enum Response {
     ScramCredentials(ScramCredentialsResponse),
     /// See [`DescribeGroupsResponse`].
     DescribeGroups(DescribeGroupsResponse),
+    /// See [`DeleteGroupsResponse`].
+    DeleteGroups(DeleteGroupsResponse),
+    /// See [`OffsetDeleteResponse`].
+    OffsetDelete(OffsetDeleteResponse),
     /// See [`SaslLoginResponse`].
     SaslLogin(SaslLoginResponse),
     /// The reply to a request that could not be decoded or served at all.
@@ -349,6 +363,8 @@ impl Request {
             Request::Acls(_) => ApiKey::Acls,
             Request::ScramCredentials(_) => ApiKey::ScramCredentials,
             Request::DescribeGroups(_) => ApiKey::DescribeGroups,
+            Request::DeleteGroups(_) => ApiKey::DeleteGroups,
+            Request::OffsetDelete(_) => ApiKey::OffsetDelete,
             Request::SaslLogin(_) => ApiKey::SaslLogin,
         }
     }
@@ -360,7 +376,8 @@ impl Request {
     /// leaderships), and the admin requests a client could use to hurt the cluster: creating
     /// topics and partitions (each partition costs every replica a log), deleting topics, and
     /// electing leaders (each election bumps a leader epoch, failing the acks=all writes in
-    /// flight), and changing ACLs and credentials. An admin proves it holds the secret as
+    /// flight), changing ACLs and credentials, and deleting groups and their offsets (a
+    /// consumer group's position is its state). An admin proves it holds the secret as
     /// brokers do.
     pub fn is_internal(&self) -> bool {
         self.is_member_traffic()
@@ -372,6 +389,8 @@ impl Request {
                     | Request::ElectLeader(_)
                     | Request::Acls(_)
                     | Request::ScramCredentials(_)
+                    | Request::DeleteGroups(_)
+                    | Request::OffsetDelete(_)
             )
     }
 
@@ -416,6 +435,8 @@ impl Response {
             Response::Acls(_) => ApiKey::Acls as i16,
             Response::ScramCredentials(_) => ApiKey::ScramCredentials as i16,
             Response::DescribeGroups(_) => ApiKey::DescribeGroups as i16,
+            Response::DeleteGroups(_) => ApiKey::DeleteGroups as i16,
+            Response::OffsetDelete(_) => ApiKey::OffsetDelete as i16,
             Response::SaslLogin(_) => ApiKey::SaslLogin as i16,
             Response::Error(_) => ERROR_RESPONSE_KEY,
         }
@@ -446,6 +467,8 @@ impl Response {
             Response::LeaveGroup(r) => &r.status,
             Response::OffsetCommit(r) | Response::OffsetFetch(r) => &r.status,
             Response::DescribeGroups(r) => &r.status,
+            Response::DeleteGroups(r) => &r.status,
+            Response::OffsetDelete(r) => &r.status,
             Response::Acls(r) => &r.status,
             Response::ScramCredentials(r) => &r.status,
             Response::Error(s) => s,
@@ -524,6 +547,8 @@ pub fn encode_request_head(correlation_id: i32, req: &Request, b: &mut BytesMut)
         Request::Acls(a) => a.encode_body(b),
         Request::ScramCredentials(c) => c.encode_body(b),
         Request::DescribeGroups(d) => d.encode_body(b),
+        Request::DeleteGroups(d) => d.encode_body(b),
+        Request::OffsetDelete(d) => d.encode_body(b),
     }
 }
 
@@ -598,6 +623,8 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
         ApiKey::Acls => Request::Acls(AclsRequest::decode_body(r)?),
         ApiKey::ScramCredentials => Request::ScramCredentials(ScramCredentialsRequest::decode_body(r)?),
         ApiKey::DescribeGroups => Request::DescribeGroups(DescribeGroupsRequest::decode_body(r)?),
+        ApiKey::DeleteGroups => Request::DeleteGroups(DeleteGroupsRequest::decode_body(r)?),
+        ApiKey::OffsetDelete => Request::OffsetDelete(OffsetDeleteRequest::decode_body(r)?),
     })
 }
 
@@ -651,6 +678,8 @@ pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesM
         Response::LeaveGroup(l) => l.encode_body(b),
         Response::OffsetCommit(o) | Response::OffsetFetch(o) => o.encode_body(b),
         Response::DescribeGroups(d) => d.encode_body(b),
+        Response::DeleteGroups(d) => d.encode_body(b),
+        Response::OffsetDelete(d) => d.encode_body(b),
     }
 }
 
@@ -700,6 +729,8 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
         ApiKey::Acls => Response::Acls(AclsResponse::decode_body(status, r)?),
         ApiKey::ScramCredentials => Response::ScramCredentials(ScramCredentialsResponse::decode_body(status, r)?),
         ApiKey::DescribeGroups => Response::DescribeGroups(DescribeGroupsResponse::decode_body(status, r)?),
+        ApiKey::DeleteGroups => Response::DeleteGroups(DeleteGroupsResponse::decode_body(status, r)?),
+        ApiKey::OffsetDelete => Response::OffsetDelete(OffsetDeleteResponse::decode_body(status, r)?),
     })
 }
 
@@ -912,6 +943,19 @@ mod tests {
             group: "g".into(),
         }));
         roundtrip_req(Request::DescribeGroups(DescribeGroupsRequest { groups: vec!["g".into()] }));
+        roundtrip_req(Request::DeleteGroups(DeleteGroupsRequest { groups: vec!["g".into(), "h".into()] }));
+        roundtrip_resp(Response::DeleteGroups(DeleteGroupsResponse {
+            status: Status::ok(),
+            groups: vec![Status::ok(), Status::new(ErrorCode::NonEmptyGroup, "it has members")],
+        }));
+        roundtrip_req(Request::OffsetDelete(OffsetDeleteRequest {
+            group: "g".into(),
+            partitions: vec![("t".into(), 0), ("u".into(), 3)],
+        }));
+        roundtrip_resp(Response::OffsetDelete(OffsetDeleteResponse {
+            status: Status::ok(),
+            partitions: vec![Status::new(ErrorCode::GroupSubscribedToTopic, "subscribed"), Status::ok()],
+        }));
         roundtrip_resp(Response::JoinGroup(JoinGroupResponse {
             status: Status::ok(),
             generation: 4,

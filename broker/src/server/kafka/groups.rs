@@ -6,11 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
 use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponsePartition, OffsetFetchResponseTopic};
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -599,6 +601,136 @@ impl KafkaConn {
                 version,
             )),
         ))
+    }
+}
+
+impl KafkaConn {
+    /// DeleteGroups: each group the caller may DELETE is relayed (GROUP_AUTHORIZATION_FAILED
+    /// for the others); the coordinator deletes those without members.
+    pub(super) async fn delete_groups(self: &Arc<Self>, r: DeleteGroupsRequest, version: i16) -> KafkaAnswer {
+        let caller = self.caller();
+        let names: Vec<String> = r.groups_names.iter().map(|g| g.to_string()).collect();
+        let allowed: Vec<bool> = names.iter().map(|g| caller.may(Operation::Delete, ResourceType::Group, g)).collect();
+        let asked: Vec<String> = names.iter().zip(&allowed).filter(|(_, a)| **a).map(|(g, _)| g.clone()).collect();
+        let mut relayed = Vec::new();
+        if !asked.is_empty() {
+            let n = asked.len();
+            relayed = match self.relay(Request::DeleteGroups(protocol::DeleteGroupsRequest { groups: asked })).await {
+                Response::DeleteGroups(d) if d.status.is_ok() && d.groups.len() == n => d.groups,
+                other => {
+                    let s = self.admin_refusal(status_of(&other), "deleting a group");
+                    let s =
+                        if s.is_ok() { Status::new(ErrorCode::UnknownServerError, "a malformed answer") } else { s };
+                    vec![s; n]
+                }
+            };
+        }
+        let mut relayed = relayed.into_iter();
+        let results = names
+            .iter()
+            .zip(allowed)
+            .map(|(name, allowed)| {
+                let status = match allowed {
+                    true => relayed.next().unwrap_or_else(Status::ok),
+                    false => caller.refusal(
+                        ErrorCode::GroupAuthorizationFailed,
+                        Operation::Delete,
+                        ResourceType::Group,
+                        name,
+                    ),
+                };
+                if !status.is_ok() {
+                    tracing::info!(group = %name, %status, "Kafka DeleteGroups refused");
+                }
+                DeletableGroupResult::default().with_group_id(GroupId(text(name))).with_error_code(kafka_code(
+                    status.code,
+                    ApiKey::DeleteGroups,
+                    version,
+                ))
+            })
+            .collect();
+        KafkaAnswer::Reply(ResponseKind::DeleteGroups(DeleteGroupsResponse::default().with_results(results)))
+    }
+
+    /// OffsetDelete (KIP-496): DELETE on the group, then READ on each topic
+    /// (TOPIC_AUTHORIZATION_FAILED for a partition of a topic the caller may not read); the
+    /// coordinator deletes the offsets of topics no member subscribes to.
+    pub(super) async fn offset_delete(self: &Arc<Self>, r: OffsetDeleteRequest, version: i16) -> KafkaAnswer {
+        let caller = self.caller();
+        let asked: Vec<(String, i32)> = r
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (t.name.to_string(), p.partition_index)))
+            .collect();
+        let code = |s: &Status| kafka_code(s.code, ApiKey::OffsetDelete, version);
+        let mut out = OffsetDeleteResponse::default();
+        let statuses: Vec<Status> = match group_refusal(&caller, Operation::Delete, &r.group_id) {
+            Some(refused) => {
+                out = out.with_error_code(code(&refused));
+                Vec::new()
+            }
+            None => {
+                let readable: Vec<bool> =
+                    asked.iter().map(|(t, _)| caller.may(Operation::Read, ResourceType::Topic, t)).collect();
+                let partitions: Vec<(String, i32)> =
+                    asked.iter().zip(&readable).filter(|(_, r)| **r).map(|(p, _)| p.clone()).collect();
+                let mut relayed = Vec::new();
+                if !partitions.is_empty() {
+                    let n = partitions.len();
+                    let req = Request::OffsetDelete(protocol::OffsetDeleteRequest {
+                        group: r.group_id.to_string(),
+                        partitions,
+                    });
+                    match self.relay(req).await {
+                        Response::OffsetDelete(d) if d.status.is_ok() && d.partitions.len() == n => {
+                            relayed = d.partitions
+                        }
+                        other => {
+                            let s = self.admin_refusal(status_of(&other), "deleting a group's offsets");
+                            let s = if s.is_ok() {
+                                Status::new(ErrorCode::UnknownServerError, "a malformed answer")
+                            } else {
+                                s
+                            };
+                            out = out.with_error_code(code(&s));
+                        }
+                    }
+                }
+                let mut relayed = relayed.into_iter();
+                asked
+                    .iter()
+                    .zip(readable)
+                    .map(|((topic, _), readable)| match readable {
+                        true => relayed.next().unwrap_or_else(Status::ok),
+                        false => caller.refusal(
+                            ErrorCode::TopicAuthorizationFailed,
+                            Operation::Read,
+                            ResourceType::Topic,
+                            topic,
+                        ),
+                    })
+                    .collect()
+            }
+        };
+        if out.error_code == 0 {
+            let codes = asked.iter().zip(&statuses).map(|((t, p), s)| (t.clone(), (*p, code(s)))).collect();
+            let topics = by_topic(codes)
+                .into_iter()
+                .map(|(topic, ps)| {
+                    let ps = ps.into_iter().map(|(p, c)| {
+                        OffsetDeleteResponsePartition::default().with_partition_index(p).with_error_code(c)
+                    });
+                    OffsetDeleteResponseTopic::default()
+                        .with_name(TopicName(text(&topic)))
+                        .with_partitions(ps.collect())
+                })
+                .collect();
+            out = out.with_topics(topics);
+        }
+        if out.error_code != 0 || statuses.iter().any(|s| !s.is_ok()) {
+            tracing::info!(group = %r.group_id.0, error_code = out.error_code, "Kafka OffsetDelete refused in part or whole");
+        }
+        KafkaAnswer::Reply(ResponseKind::OffsetDelete(out))
     }
 }
 

@@ -81,6 +81,8 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::OffsetFetch, 1, 7),
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 5),
     // v0 is followed by raw tokens, which Kafka 4 no longer reads either (KIP-896).
@@ -491,6 +493,14 @@ impl KafkaConn {
             RequestKind::DescribeGroups(r) => {
                 let conn = self.clone();
                 Handled::serial(async move { conn.describe_groups(r, version).await })
+            }
+            RequestKind::DeleteGroups(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.delete_groups(r, version).await })
+            }
+            RequestKind::OffsetDelete(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.offset_delete(r, version).await })
             }
             RequestKind::AddOffsetsToTxn(r) => {
                 let conn = self.clone();

@@ -964,8 +964,22 @@ async fn kafka_admin_creates_describes_grows_and_deletes_topics() {
     assert_eq!(topic.error_code, 0);
     let min_isr = topic.configs.iter().find(|c| c.name.as_str() == "min.insync.replicas").unwrap();
     assert_eq!(min_isr.value.as_deref(), Some("1"));
+    assert_eq!(min_isr.config_source, 1, "TOPIC_CONFIG");
+    // A broker setting no flag gave is the broker's default (DEFAULT_CONFIG, as Kafka reports
+    // an unset one); what the flags give is STATIC_BROKER_CONFIG (test_admin.py).
+    let segment = topic.configs.iter().find(|c| c.name.as_str() == "segment.bytes").unwrap();
+    assert_eq!((segment.value.as_deref(), segment.config_source), (Some("134217728"), 5), "{segment:?}");
     assert_eq!(r.results[1].configs.len(), 1, "only the key asked");
     assert_eq!(r.results[1].configs[0].value.as_deref(), Some("1"));
+    let listeners = DescribeConfigsRequest::default().with_resources(vec![
+        describe_configs_request::DescribeConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(StrBytes::from_static_str("1"))
+            .with_configuration_keys(Some(vec![StrBytes::from_static_str("advertised.listeners")])),
+    ]);
+    let r = conn.call(&listeners, 4).await.unwrap();
+    let want = format!("PLAINTEXT://{}", c.kafka_addrs[0]);
+    assert_eq!(r.results[0].configs[0].value.as_deref(), Some(want.as_str()), "{r:?}");
     // CreatePartitions: 3 -> 5.
     let grow = CreatePartitionsRequest::default().with_topics(vec![
         create_partitions_request::CreatePartitionsTopic::default().with_name(name("adm")).with_count(5),

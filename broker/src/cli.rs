@@ -200,6 +200,44 @@ pub struct Args {
     /// DANGER: turn producer fencing off (demonstrations and overhead measurements only).
     #[arg(long)]
     no_fencing: bool,
+    /// The Kafka broker configs whose flags were given on the command line (filled by
+    /// [`Args::parse_from_command_line`]): DescribeConfigs reports them as
+    /// STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG.
+    #[arg(skip)]
+    given: Vec<&'static str>,
+}
+
+/// The flags behind Kafka broker configs, by the config's Kafka name.
+const FLAG_CONFIGS: &[(&str, &str)] = &[
+    ("segment_bytes", "log.segment.bytes"),
+    ("retention_ms", "log.retention.ms"),
+    ("retention_bytes", "log.retention.bytes"),
+    ("batch_bytes_max", "message.max.bytes"),
+    ("message_timestamp_after_max_ms", "log.message.timestamp.after.max.ms"),
+    ("message_timestamp_before_max_ms", "log.message.timestamp.before.max.ms"),
+    ("transaction_max_timeout_ms", "transaction.max.timeout.ms"),
+    ("replica_lag_ms", "replica.lag.time.max.ms"),
+    ("sasl_mechanisms", "sasl.enabled.mechanisms"),
+    ("connections_max_reauth_ms", "connections.max.reauth.ms"),
+];
+
+impl Args {
+    /// [`Args`] from `argv`, knowing which flags it gives (rather than their defaults).
+    pub fn parse_from_command_line<I, T>(argv: I) -> Args
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Args::command().get_matches_from(argv);
+        let mut args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        args.given = FLAG_CONFIGS
+            .iter()
+            .filter(|(flag, _)| matches.value_source(flag) == Some(clap::parser::ValueSource::CommandLine))
+            .map(|(_, config)| *config)
+            .collect();
+        args
+    }
 }
 
 /// Run the process the command line `args` describes, until SIGINT or SIGTERM.
@@ -276,6 +314,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         args.cluster_secret_file.as_deref().map(net::read_cluster_secret).transpose().map_err(anyhow::Error::msg)?;
     config.request_timeout_ms = args.request_timeout_ms;
     config.replica_lag_ms = args.replica_lag_ms;
+    config.configs_given = args.given.clone();
     config.replication_inflight_max = args.replication_inflight_max as usize;
     config.limits.frame_bytes_max = args.frame_bytes_max;
     config.limits.connections_max = args.connections_max;

@@ -134,6 +134,10 @@ pub struct BrokerConfig {
     pub message_timestamp_after_max_ms: Option<u64>,
     /// How far behind the broker's clock a record's timestamp may be, in ms (`None`: any).
     pub message_timestamp_before_max_ms: Option<u64>,
+    /// The Kafka broker configs set on the command line (`log.segment.bytes`, ...):
+    /// DescribeConfigs reports them, and the topic configs they are the defaults of, as
+    /// STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG.
+    pub configs_given: Vec<&'static str>,
     /// When log writes are made durable.
     pub fsync: FsyncPolicy,
     /// Segment size and retention of every partition log.
@@ -189,6 +193,7 @@ impl BrokerConfig {
             decompressed_batch_bytes_max: protocol::batch::DECOMPRESSED_BATCH_BYTES_MAX_DEFAULT,
             message_timestamp_after_max_ms: Some(MESSAGE_TIMESTAMP_AFTER_MAX_MS_DEFAULT),
             message_timestamp_before_max_ms: None,
+            configs_given: Vec::new(),
             fsync: FsyncPolicy::Always,
             log: LogConfig::default(),
             storage: Arc::new(OsStorage),

@@ -134,8 +134,7 @@ fn main() -> std::process::ExitCode {
     let _exe = argv.next();
     match argv.next().as_ref().and_then(|a| a.to_str()) {
         Some(supervisor::RUN_BROKER) => {
-            use clap::Parser as _;
-            let args = broker::cli::Args::parse_from(std::iter::once("broker".into()).chain(argv));
+            let args = broker::cli::Args::parse_from_command_line(std::iter::once("broker".into()).chain(argv));
             return exit(broker::cli::main(args));
         }
         Some(supervisor::RUN_COORDINATOR) => {

@@ -536,48 +536,61 @@ type ConfigEntry = (&'static str, String, i8, bool, i8);
 fn topic_configs(shared: &Shared, t: &TopicInfo) -> Vec<ConfigEntry> {
     let c = &shared.config;
     let opt = |v: Option<i64>| v.map_or("-1".to_string(), |v| v.to_string());
+    // A topic's setting that is the broker's: STATIC_BROKER_CONFIG if its flag was given.
+    let of = |broker_key: &str| source(shared, broker_key);
     vec![
         (MIN_INSYNC_REPLICAS, t.min_insync_replicas.to_string(), SOURCE_TOPIC, false, TYPE_INT),
         ("cleanup.policy", "delete".into(), SOURCE_DEFAULT, true, TYPE_LIST),
-        ("retention.ms", opt(c.log.retention_ms), SOURCE_STATIC_BROKER, true, TYPE_LONG),
-        ("retention.bytes", opt(c.log.retention_bytes.map(|b| b as i64)), SOURCE_STATIC_BROKER, true, TYPE_LONG),
-        ("segment.bytes", c.log.segment_bytes.to_string(), SOURCE_STATIC_BROKER, true, TYPE_INT),
-        ("max.message.bytes", c.batch_bytes_max.to_string(), SOURCE_STATIC_BROKER, true, TYPE_INT),
+        ("retention.ms", opt(c.log.retention_ms), of("log.retention.ms"), true, TYPE_LONG),
+        ("retention.bytes", opt(c.log.retention_bytes.map(|b| b as i64)), of("log.retention.bytes"), true, TYPE_LONG),
+        ("segment.bytes", c.log.segment_bytes.to_string(), of("log.segment.bytes"), true, TYPE_INT),
+        ("max.message.bytes", c.batch_bytes_max.to_string(), of("message.max.bytes"), true, TYPE_INT),
         ("message.timestamp.type", "CreateTime".into(), SOURCE_DEFAULT, true, TYPE_STRING),
         (
             "message.timestamp.after.max.ms",
             opt(c.message_timestamp_after_max_ms.map(|v| v as i64)),
-            SOURCE_STATIC_BROKER,
+            of("log.message.timestamp.after.max.ms"),
             true,
             TYPE_LONG,
         ),
         (
             "message.timestamp.before.max.ms",
             opt(c.message_timestamp_before_max_ms.map(|v| v as i64)),
-            SOURCE_STATIC_BROKER,
+            of("log.message.timestamp.before.max.ms"),
             true,
             TYPE_LONG,
         ),
     ]
 }
 
+/// Where broker config `broker_key`'s value comes from: STATIC_BROKER_CONFIG if its flag was
+/// given on the command line, else DEFAULT_CONFIG (the broker's default).
+fn source(shared: &Shared, broker_key: &str) -> i8 {
+    if shared.config.configs_given.contains(&broker_key) {
+        SOURCE_STATIC_BROKER
+    } else {
+        SOURCE_DEFAULT
+    }
+}
+
 /// This broker's settings, as Kafka names them.
 fn broker_configs(shared: &Shared) -> Vec<ConfigEntry> {
     let c = &shared.config;
     let opt = |v: Option<i64>| v.map_or("-1".to_string(), |v| v.to_string());
-    vec![
+    let given =
+        |key: &'static str, value: String, config_type: i8| (key, value, source(shared, key), true, config_type);
+    let mut out = vec![
         ("broker.id", c.id.to_string(), SOURCE_STATIC_BROKER, true, TYPE_INT),
-        ("transaction.max.timeout.ms", c.transaction_max_timeout_ms.to_string(), SOURCE_STATIC_BROKER, true, TYPE_INT),
-        ("message.max.bytes", c.batch_bytes_max.to_string(), SOURCE_STATIC_BROKER, true, TYPE_INT),
-        ("log.segment.bytes", c.log.segment_bytes.to_string(), SOURCE_STATIC_BROKER, true, TYPE_INT),
-        ("log.retention.ms", opt(c.log.retention_ms), SOURCE_STATIC_BROKER, true, TYPE_LONG),
-        ("log.retention.bytes", opt(c.log.retention_bytes.map(|b| b as i64)), SOURCE_STATIC_BROKER, true, TYPE_LONG),
-        ("replica.lag.time.max.ms", c.replica_lag_ms.to_string(), SOURCE_STATIC_BROKER, true, TYPE_LONG),
-        (
-            "log.message.timestamp.after.max.ms",
-            opt(c.message_timestamp_after_max_ms.map(|v| v as i64)),
-            SOURCE_STATIC_BROKER,
-            true,
+        given("transaction.max.timeout.ms", c.transaction_max_timeout_ms.to_string(), TYPE_INT),
+        given("message.max.bytes", c.batch_bytes_max.to_string(), TYPE_INT),
+        given("log.segment.bytes", c.log.segment_bytes.to_string(), TYPE_INT),
+        given("log.retention.ms", opt(c.log.retention_ms), TYPE_LONG),
+        given("log.retention.bytes", opt(c.log.retention_bytes.map(|b| b as i64)), TYPE_LONG),
+        given("replica.lag.time.max.ms", c.replica_lag_ms.to_string(), TYPE_LONG),
+        given("log.message.timestamp.after.max.ms", opt(c.message_timestamp_after_max_ms.map(|v| v as i64)), TYPE_LONG),
+        given(
+            "log.message.timestamp.before.max.ms",
+            opt(c.message_timestamp_before_max_ms.map(|v| v as i64)),
             TYPE_LONG,
         ),
         // The Kafka listener's mechanisms (empty on a listener without SASL).
@@ -586,17 +599,18 @@ fn broker_configs(shared: &Shared) -> Vec<ConfigEntry> {
             shared
                 .kafka_sasl()
                 .map_or(String::new(), |s| s.mechanisms.iter().map(|m| m.name()).collect::<Vec<_>>().join(",")),
-            if shared.kafka_sasl().is_some() { SOURCE_STATIC_BROKER } else { SOURCE_DEFAULT },
+            if shared.kafka_sasl().is_some() { source(shared, "sasl.enabled.mechanisms") } else { SOURCE_DEFAULT },
             true,
             TYPE_LIST,
         ),
         // KIP-368 re-authentication (0: off, Kafka's default; librdkafka's own tests read it).
-        (
-            "connections.max.reauth.ms",
-            shared.config.kafka_sasl.max_reauth_ms.to_string(),
-            if shared.config.kafka_sasl.max_reauth_ms > 0 { SOURCE_STATIC_BROKER } else { SOURCE_DEFAULT },
-            true,
-            TYPE_LONG,
-        ),
-    ]
+        given("connections.max.reauth.ms", shared.config.kafka_sasl.max_reauth_ms.to_string(), TYPE_LONG),
+    ];
+    // The Kafka listener as clients are told to reach it (`--kafka-listen`, `--kafka-advertise`),
+    // named by its security protocol as Kafka names a listener that has no name of its own.
+    if let Some(addr) = &shared.kafka_addr {
+        let listener = format!("{}://{addr}", shared.kafka_security());
+        out.push(("advertised.listeners", listener, SOURCE_STATIC_BROKER, true, TYPE_LIST));
+    }
+    out
 }

@@ -82,10 +82,23 @@ async fn every_served_api_answers_at_every_served_version() {
                     conn.call(&req, v).await.map(|r| r.responses[0].partitions[0].error_code)
                 }
                 ApiKey::ListOffsets => {
-                    let req = ListOffsetsRequest::default().with_topics(vec![ListOffsetsTopic::default()
-                        .with_name(name("t"))
-                        .with_partitions(vec![ListOffsetsPartition::default().with_timestamp(-1)])]);
-                    conn.call(&req, v).await.map(|r| r.topics[0].partitions[0].error_code)
+                    let req = |timestamp| {
+                        ListOffsetsRequest::default().with_timeout_ms(1_000).with_topics(vec![
+                            ListOffsetsTopic::default()
+                                .with_name(name("t"))
+                                .with_partitions(vec![ListOffsetsPartition::default().with_timestamp(timestamp)]),
+                        ])
+                    };
+                    // KIP-405's earliest local offset (v8) is the log start; KIP-1005's latest
+                    // tiered one (v9) is none: there is no tiered storage.
+                    for (timestamp, since, want) in [(-4, 8, 0), (-5, 9, -1)] {
+                        if v >= since {
+                            let r = conn.call(&req(timestamp), v).await.unwrap();
+                            let p = &r.topics[0].partitions[0];
+                            assert_eq!((p.error_code, p.offset), (0, want), "v{v} timestamp {timestamp}");
+                        }
+                    }
+                    conn.call(&req(-1), v).await.map(|r| r.topics[0].partitions[0].error_code)
                 }
                 ApiKey::OffsetForLeaderEpoch => {
                     let req = OffsetForLeaderEpochRequest::default().with_topics(vec![OffsetForLeaderTopic::default()

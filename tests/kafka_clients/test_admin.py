@@ -45,3 +45,22 @@ def test_describe_configs_reports_where_each_value_comes_from(cluster):
     assert b["message.max.bytes"].source == ConfigSource.DEFAULT_CONFIG.value, b["message.max.bytes"]
     kafka_addr = c.brokers[1].kafka_addr
     assert b["advertised.listeners"].value == f"PLAINTEXT://{kafka_addr}", b["advertised.listeners"]
+
+
+@pytest.mark.timeout(60)
+def test_kafka_python_infers_kafka_4_0_from_the_versions_offered(cluster):
+    """Issue 32, item 5: kafka-python infers a broker's version from the api versions it offers
+    (ListOffsets v10 is Kafka 4.0's); ListOffsets' KIP-405 and KIP-1005 timestamps answer as a
+    broker without tiered storage does."""
+    import kafka
+    c = cluster()
+    c.create_topic("t", partitions=1, replicas=1)
+    admin = kafka.KafkaAdminClient(bootstrap_servers=c.bootstrap().split(","), request_timeout_ms=10000)
+    try:
+        data = admin.get_broker_version_data(1)
+        assert data.broker_version[:2] == (4, 0), data.broker_version
+        tp = kafka.TopicPartition("t", 0)
+        assert admin.list_partition_offsets({tp: kafka.admin.OffsetSpec.EARLIEST_LOCAL})[tp].offset == 0
+        assert admin.list_partition_offsets({tp: kafka.admin.OffsetSpec.LATEST_TIERED})[tp].offset == -1
+    finally:
+        admin.close()

@@ -53,6 +53,10 @@ const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 /// ListOffsets' special timestamps.
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
+/// KIP-405's first offset of the local log (v8): without tiered storage, the log start.
+const EARLIEST_LOCAL: i64 = -4;
+/// KIP-1005's last offset in tiered storage (v9): without it, none (-1), as Kafka answers.
+const LATEST_TIERED: i64 = -5;
 
 /// Fetch: read every partition asked; if that is less than `min_bytes` and `max_wait_ms` is
 /// not over, wait until one of them changes (an append, a new high watermark, a marker, a
@@ -227,9 +231,10 @@ fn divergence(
         .then(|| EpochEndOffset::default().with_epoch(epoch).with_end_offset(end))
 }
 
-/// ListOffsets: the earliest offset (-2), the latest (-1: the high watermark, the last stable
-/// offset under read_committed), the record with the largest timestamp (-3), or the first at
-/// or after a time.
+/// ListOffsets: the earliest offset (-2, and -4: the local log is the whole log), the latest
+/// (-1: the high watermark, the last stable offset under read_committed), the record with the
+/// largest timestamp (-3), none in tiered storage (-5: there is none), or the first at or after
+/// a time. Version 10's `timeout_ms` is moot: every answer is at hand.
 pub(super) fn list_offsets(
     shared: &Arc<Shared>,
     caller: &Caller,
@@ -293,7 +298,8 @@ fn list_offset(
             let end = if isolation == READ_COMMITTED { offsets.last_stable_offset } else { offsets.high_watermark };
             Ok((-1, end, if end > offsets.log_start_offset { epoch_of(end - 1) } else { offsets.leader_epoch }))
         }
-        EARLIEST => Ok((-1, offsets.log_start_offset, epoch_of(offsets.log_start_offset))),
+        EARLIEST | EARLIEST_LOCAL => Ok((-1, offsets.log_start_offset, epoch_of(offsets.log_start_offset))),
+        LATEST_TIERED => Ok((-1, -1, -1)),
         t if t >= 0 || t == TIMESTAMP_MAX => match part.find_by_time(current_leader_epoch, t, isolation) {
             Ok(Some(found)) => Ok((found.timestamp_ms, found.offset, found.leader_epoch)),
             Ok(None) => Ok((-1, -1, -1)),
@@ -301,7 +307,10 @@ fn list_offset(
         },
         t => Err(Status::new(
             ErrorCode::InvalidRequest,
-            format!("timestamp {t}: use -1 (latest), -2 (earliest), -3 (largest timestamp) or a time in ms"),
+            format!(
+                "timestamp {t}: use -1 (latest), -2 (earliest), -3 (largest timestamp), -4 (earliest local), -5 \
+                 (latest tiered) or a time in ms"
+            ),
         )),
     }
 }

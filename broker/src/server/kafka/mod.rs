@@ -56,7 +56,7 @@ const CLUSTER_ID: &str = "epochfence";
 pub(crate) const SERVED: Served = &[
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
-    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::ApiVersions, 0, 4),

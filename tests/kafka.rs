@@ -269,6 +269,17 @@ async fn every_served_api_answers_at_every_served_version() {
                     assert_eq!(r.groups[0].group_state.as_str(), "Empty", "v{v}");
                     Ok(r.groups[0].error_code)
                 }
+                ApiKey::ElectLeaders => {
+                    let req = ElectLeadersRequest::default().with_topic_partitions(Some(vec![
+                        elect_leaders_request::TopicPartitions::default()
+                            .with_topic(name("t"))
+                            .with_partitions(vec![0]),
+                    ]));
+                    let r = conn.call(&req, v).await.unwrap();
+                    let code = r.replica_election_results[0].partition_result[0].error_code;
+                    assert_eq!(code, 31, "v{v}: the cluster has a secret");
+                    Ok(0)
+                }
                 ApiKey::DeleteGroups => {
                     let req = DeleteGroupsRequest::default()
                         .with_groups_names(vec![GroupId(StrBytes::from_static_str("none"))]);

@@ -136,7 +136,11 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
     assert_eq!(status.code, ErrorCode::ClusterAuthorizationFailed, "{status}");
     let status = refused(
         outsider
-            .call(Request::ElectLeader(ElectLeaderRequest { topic: "t".into(), partition: 0, unclean: false }))
+            .call(Request::ElectLeader(ElectLeaderRequest {
+                topic: "t".into(),
+                partition: 0,
+                election: protocol::Election::Again,
+            }))
             .await,
     );
     assert_eq!(status.code, ErrorCode::ClusterAuthorizationFailed, "{status}");

@@ -1047,8 +1047,9 @@ impl Cluster {
         now_ms: u64,
         topic: &str,
         partition: i32,
-        unclean: bool,
+        election: protocol::Election,
     ) -> Result<Vec<Entry>, Status> {
+        let unclean = election.unclean();
         let Some(t) = self.topics.get(topic) else {
             return Err(Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist")));
         };
@@ -1058,7 +1059,33 @@ impl Cluster {
         let live = |b: i32| self.electable(topic, partition, b, now_ms);
         let leader_alive = p.leader_id != NO_LEADER && live(p.leader_id);
         let mut elected_uncleanly = false;
-        let (leader_id, isr, elr) = if leader_alive {
+        let preferred = p.replicas.first().copied().unwrap_or(NO_LEADER);
+        let (leader_id, isr, elr) = if election == protocol::Election::Preferred {
+            if leader_alive && p.leader_id == preferred {
+                return Err(Status::new(
+                    ErrorCode::ElectionNotNeeded,
+                    format!("{topic}-{partition}: its preferred replica, broker {preferred}, leads it already"),
+                ));
+            }
+            if !(live(preferred) && p.isr.contains(&preferred)) {
+                return Err(Status::new(
+                    ErrorCode::PreferredLeaderNotAvailable,
+                    format!(
+                        "{topic}-{partition}: its preferred replica, broker {preferred}, is not {} (ISR {:?}); retry \
+                         once it is back in sync",
+                        if live(preferred) { "in sync" } else { "live" },
+                        p.isr
+                    ),
+                ));
+            }
+            // The leader (if live) stays in sync, a follower now.
+            (preferred, p.isr.clone(), p.elr.clone())
+        } else if leader_alive && election == protocol::Election::Unclean {
+            return Err(Status::new(
+                ErrorCode::ElectionNotNeeded,
+                format!("{topic}-{partition} has a live leader, broker {}: no unclean election", p.leader_id),
+            ));
+        } else if leader_alive {
             (p.leader_id, p.isr.clone(), p.elr.clone())
         } else if let Some(c) = p.isr.iter().copied().find(|b| live(*b)) {
             // A dead leader that is replaced leaves the ISR, as in a lease-expiry election;
@@ -1080,8 +1107,12 @@ impl Cluster {
             elected_uncleanly = true;
             (c, vec![c], Vec::new())
         } else {
+            let code = match election {
+                protocol::Election::Unclean => ErrorCode::EligibleLeadersNotAvailable,
+                _ => ErrorCode::LeaderNotAvailable,
+            };
             return Err(Status::new(
-                ErrorCode::LeaderNotAvailable,
+                code,
                 format!(
                     "no in-sync or eligible replica of {topic}-{partition} holds a live lease (ISR {:?}, ELR {:?}); \
                      start one and retry{}",
@@ -1644,7 +1675,7 @@ mod tests {
         let mut c = cluster(&[1, 2, 3]);
         c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
         let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
-        c.handle_elect_leader(10, "t", 0, false).unwrap();
+        c.handle_elect_leader(10, "t", 0, protocol::Election::Again).unwrap();
         let r = alter(&mut c, leader, epoch, 1, &[leader]);
         assert_eq!(r.status.code, ErrorCode::FencedLeaderEpoch);
         assert_eq!((r.leader_epoch, r.partition_epoch, r.isr.len()), (epoch + 1, 1, 3));
@@ -1725,7 +1756,7 @@ mod tests {
         assert!(grow.status.is_ok());
         assert_eq!(grow.partition_epoch, 2);
         // Leadership changes move it too, and it survives a snapshot and a replay.
-        c.handle_elect_leader(5, "t", 0, false).unwrap();
+        c.handle_elect_leader(5, "t", 0, protocol::Election::Again).unwrap();
         assert_eq!(hb(&mut c).partition_epoch, 3);
         let mut replayed = Cluster::new(ClusterConfig::default());
         for e in c.snapshot() {
@@ -1739,13 +1770,64 @@ mod tests {
     fn election_bumps_the_epoch_and_needs_a_live_isr_member() {
         let mut c = cluster(&[1]);
         c.handle_create_topic(0, "t", 1, 1, -1).unwrap();
-        c.handle_elect_leader(10, "t", 0, false).unwrap();
-        c.handle_elect_leader(10, "t", 0, false).unwrap();
+        c.handle_elect_leader(10, "t", 0, protocol::Election::Again).unwrap();
+        c.handle_elect_leader(10, "t", 0, protocol::Election::Again).unwrap();
         assert_eq!(c.leader_of("t", 0).unwrap().1, 2);
         let (_, a, _) = c.handle_heartbeat(20, 1, "a:1", &[]);
         assert_eq!(a[0].leader_epoch, 2);
-        assert_eq!(c.handle_elect_leader(500, "t", 0, false).unwrap_err().code, ErrorCode::LeaderNotAvailable);
-        assert_eq!(c.handle_elect_leader(10, "t", 5, false).unwrap_err().code, ErrorCode::UnknownTopicOrPartition);
+        assert_eq!(
+            c.handle_elect_leader(500, "t", 0, protocol::Election::Again).unwrap_err().code,
+            ErrorCode::LeaderNotAvailable
+        );
+        assert_eq!(
+            c.handle_elect_leader(10, "t", 5, protocol::Election::Again).unwrap_err().code,
+            ErrorCode::UnknownTopicOrPartition
+        );
+    }
+
+    /// Issue 32, item 4: Kafka's PREFERRED election moves the leadership back to the first
+    /// replica once it is live and in sync, and its UNCLEAN one acts only for a partition whose
+    /// leader is gone; each under a new leader epoch, with Kafka's refusals.
+    #[test]
+    fn kafkas_preferred_and_unclean_elections() {
+        use protocol::Election::{Preferred, Unclean};
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
+        let p = state(&c, "t");
+        let preferred = p.replicas[0];
+        assert_eq!(p.leader_id, preferred);
+        assert_eq!(c.handle_elect_leader(10, "t", 0, Preferred).unwrap_err().code, ErrorCode::ElectionNotNeeded);
+        assert_eq!(c.handle_elect_leader(10, "t", 0, Unclean).unwrap_err().code, ErrorCode::ElectionNotNeeded);
+        // The preferred replica's lease lapses: another in-sync replica leads.
+        let others = p.replicas[1..].to_vec();
+        for b in &others {
+            c.handle_heartbeat(90, *b, &format!("a:{b}"), &[]);
+        }
+        c.handle_tick(150);
+        let moved = state(&c, "t");
+        assert!(others.contains(&moved.leader_id) && !moved.isr.contains(&preferred), "{moved:?}");
+        let refused = c.handle_elect_leader(150, "t", 0, Preferred).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::PreferredLeaderNotAvailable, "{refused}");
+        // Back, but not in sync yet: still refused; once the leader takes it back into the ISR,
+        // the preferred election moves the leadership to it, the old leader a follower in sync.
+        c.handle_heartbeat(160, preferred, &format!("a:{preferred}"), &[]);
+        let refused = c.handle_elect_leader(160, "t", 0, Preferred).unwrap_err();
+        assert!(
+            refused.code == ErrorCode::PreferredLeaderNotAvailable && refused.message.contains("in sync"),
+            "{refused}"
+        );
+        let partition_epoch = c.handle_heartbeat(160, moved.leader_id, "x", &[]).1[0].partition_epoch;
+        let grown: Vec<i32> = moved.isr.iter().copied().chain([preferred]).collect();
+        assert!(alter(&mut c, moved.leader_id, moved.leader_epoch, partition_epoch, &grown).status.is_ok());
+        let entries = c.handle_elect_leader(160, "t", 0, Preferred).unwrap();
+        assert_eq!(entries.len(), 1);
+        let back = state(&c, "t");
+        assert_eq!((back.leader_id, back.leader_epoch), (preferred, moved.leader_epoch + 1));
+        assert!(back.isr.contains(&moved.leader_id), "{back:?}");
+        assert_eq!(c.handle_elect_leader(160, "t", 0, Preferred).unwrap_err().code, ErrorCode::ElectionNotNeeded);
+        // Every lease lapsed: nobody to elect, even uncleanly.
+        let none = c.handle_elect_leader(10_000, "t", 0, Unclean).unwrap_err();
+        assert_eq!(none.code, ErrorCode::EligibleLeadersNotAvailable, "{none}");
     }
 
     #[test]
@@ -1766,7 +1848,7 @@ mod tests {
         let mut c = cluster(&[1, 2]);
         let mut log = vec![c.handle_create_topic(0, "t", 2, 2, -1).unwrap()];
         log.extend(c.handle_tick(150));
-        log.extend(c.handle_elect_leader(0, "t", 1, false).unwrap_or_default());
+        log.extend(c.handle_elect_leader(0, "t", 1, protocol::Election::Again).unwrap_or_default());
         let mut r = Cluster::new(ClusterConfig::default());
         for e in &log {
             r.apply(e);
@@ -2178,8 +2260,11 @@ mod tests {
         assert_eq!((p.leader_id, p.isr.len(), p.elr.len()), (NO_LEADER, 0, 0), "offline: {p:?}");
         c.handle_tick(160);
         assert_eq!(c.leader_of("t", 0).unwrap().0, NO_LEADER, "never elected automatically");
-        assert_eq!(c.handle_elect_leader(170, "t", 0, false).unwrap_err().code, ErrorCode::LeaderNotAvailable);
-        let entries = c.handle_elect_leader(170, "t", 0, true).unwrap();
+        assert_eq!(
+            c.handle_elect_leader(170, "t", 0, protocol::Election::Again).unwrap_err().code,
+            ErrorCode::LeaderNotAvailable
+        );
+        let entries = c.handle_elect_leader(170, "t", 0, protocol::Election::AgainUnclean).unwrap();
         let p = state(&c, "t");
         assert_eq!((p.leader_id, p.isr.clone()), (others[1], vec![others[1]]), "the longest log leads");
         // Issue 28: the unclean leader learns it is one, and cuts its log to its high watermark
@@ -2198,7 +2283,7 @@ mod tests {
         assert_eq!(unclean_of(&mut replayed), epoch);
         // A clean election after it: the assignment still names the unclean epoch, which no
         // longer matches the leadership (the new leader cuts nothing).
-        let clean = c.handle_elect_leader(185, "t", 0, false).unwrap();
+        let clean = c.handle_elect_leader(185, "t", 0, protocol::Election::Again).unwrap();
         assert_eq!(clean.len(), 1);
     }
 

@@ -737,7 +737,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             let outcome = {
                 let mut st = shared.lock();
                 let now = shared.now_ms();
-                st.cluster.handle_elect_leader(now, &r.topic, r.partition, r.unclean).map(|entries| {
+                st.cluster.handle_elect_leader(now, &r.topic, r.partition, r.election).map(|entries| {
                     let (leader_id, leader_epoch) = match entries.first() {
                         Some(Entry::LeaderChanged { leader_id, leader_epoch, .. }) => (*leader_id, *leader_epoch),
                         _ => unreachable!("elections produce LeaderChanged first"),

@@ -135,7 +135,18 @@ impl Admin {
         partition: i32,
         unclean: bool,
     ) -> Result<(i32, i32), ClientError> {
-        let req = Request::ElectLeader(ElectLeaderRequest { topic: topic.to_string(), partition, unclean });
+        let election = if unclean { protocol::Election::AgainUnclean } else { protocol::Election::Again };
+        self.elect(topic, partition, election).await
+    }
+
+    /// Elect `topic`-`partition`'s leader as `election` says; returns (leader, epoch).
+    pub async fn elect(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        election: protocol::Election,
+    ) -> Result<(i32, i32), ClientError> {
+        let req = Request::ElectLeader(ElectLeaderRequest { topic: topic.to_string(), partition, election });
         match self.call(&format!("elect leader of {topic}-{partition}"), req).await? {
             Response::ElectLeader(e) => Ok((e.leader_id, e.leader_epoch)),
             other => Err(ClientError::Protocol(format!("election answered with {}", other.status()))),

@@ -167,6 +167,13 @@ error_codes! {
     OffsetMetadataTooLarge = 12, "OFFSET_METADATA_TOO_LARGE", false;
     /// A transaction holds uncommitted offsets for the partition; retry once it ends.
     UnstableOffsetCommit = 88, "UNSTABLE_OFFSET_COMMIT", true;
+    /// A preferred election of a partition its preferred replica leads already, or an unclean
+    /// one of a partition whose leader is live (ElectLeaders).
+    ElectionNotNeeded = 84, "ELECTION_NOT_NEEDED", false;
+    /// A preferred election whose preferred replica (the first) is not live or not in sync.
+    PreferredLeaderNotAvailable = 80, "PREFERRED_LEADER_NOT_AVAILABLE", true;
+    /// An unclean election of a partition none of whose replicas is live.
+    EligibleLeadersNotAvailable = 83, "ELIGIBLE_LEADERS_NOT_AVAILABLE", true;
     /// The group does not exist.
     GroupIdNotFound = 69, "GROUP_ID_NOT_FOUND", false;
     /// The group has members (DeleteGroups; OffsetDelete of a group whose subscriptions cannot

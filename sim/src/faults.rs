@@ -38,7 +38,8 @@ impl Sim {
                 // An operator asks for an election (`admin elect`): a new leader epoch.
                 let now = self.clock(COORD);
                 let partition = self.rng.below(self.cfg.partitions as u64) as i32;
-                if let Ok(entries) = self.cluster.handle_elect_leader(now, TOPIC, partition, false) {
+                if let Ok(entries) = self.cluster.handle_elect_leader(now, TOPIC, partition, protocol::Election::Again)
+                {
                     self.fault("leader election asked");
                     self.journal_cluster(entries, "elected (asked)");
                 }
@@ -315,7 +316,10 @@ impl Sim {
     /// `admin elect-leader --unclean` for `partition`; true if it elected one.
     fn elect_uncleanly(&mut self, partition: i32) -> bool {
         let now = self.clock(COORD);
-        let Ok(entries) = self.cluster.handle_elect_leader(now, TOPIC, partition, true) else { return false };
+        let Ok(entries) = self.cluster.handle_elect_leader(now, TOPIC, partition, protocol::Election::AgainUnclean)
+        else {
+            return false;
+        };
         let Some(Entry::LeaderChanged { leader_id, leader_epoch, .. }) = entries.first() else { return false };
         let (leader_id, leader_epoch) = (*leader_id, *leader_epoch);
         if !entries.iter().any(|e| matches!(e, Entry::UncleanLeader { .. })) {

@@ -77,8 +77,12 @@ enum Command {
         /// If no in-sync or eligible replica is live (every one lost its log, say), elect the
         /// live replica with the longest log anyway: records committed only on the others are
         /// lost.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "preferred")]
         unclean: bool,
+        /// Kafka's preferred election: the first replica leads again, if it is live and in
+        /// sync (exit 1 with ELECTION_NOT_NEEDED if it leads already).
+        #[arg(long)]
+        preferred: bool,
     },
     /// ACLs (the coordinator runs with --authorizer): who may do what on which resource.
     Acls {
@@ -432,8 +436,13 @@ async fn main() -> ExitCode {
         Command::CreatePartitions { name, count } => {
             admin.create_partitions(&name, count).await.map(|()| println!("topic '{name}' has {count} partitions"))
         }
-        Command::ElectLeader { topic, partition, unclean } => {
-            admin.elect_leader_with(&topic, partition, unclean).await.map(|(leader, epoch)| {
+        Command::ElectLeader { topic, partition, unclean, preferred } => {
+            let election = match (preferred, unclean) {
+                (true, _) => protocol::Election::Preferred,
+                (false, true) => protocol::Election::AgainUnclean,
+                (false, false) => protocol::Election::Again,
+            };
+            admin.elect(&topic, partition, election).await.map(|(leader, epoch)| {
                 println!("{topic}-{partition}: leader={leader} leader_epoch={epoch}");
             })
         }

@@ -260,24 +260,68 @@ pub struct ElectLeaderRequest {
     pub topic: String,
     /// Partition index.
     pub partition: i32,
-    /// With no in-sync or eligible replica live, elect the live replica with the longest log
-    /// anyway (Kafka's unclean election: records committed only on the others are lost).
-    pub unclean: bool,
+    /// Which election.
+    pub election: Election,
+}
+
+/// The kinds of election (an int8 on the wire: 0 and 1 are what a bool `unclean` was).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Election {
+    /// Elect again under the next leader epoch: a live leader keeps leading (its epoch moves,
+    /// fencing every write under the old one), else a live in-sync replica, else a live eligible
+    /// one (KIP-966).
+    Again,
+    /// As [`Election::Again`], and with no in-sync or eligible replica live, the live replica
+    /// with the longest log anyway (records committed only on the others are lost).
+    AgainUnclean,
+    /// Kafka's PREFERRED election: the first replica leads if it is live and in sync
+    /// (ELECTION_NOT_NEEDED if it leads already, PREFERRED_LEADER_NOT_AVAILABLE if it cannot).
+    Preferred,
+    /// Kafka's UNCLEAN election: only for a partition whose leader is gone (ELECTION_NOT_NEEDED
+    /// while it is live), as [`Election::AgainUnclean`] (ELIGIBLE_LEADERS_NOT_AVAILABLE if no
+    /// replica is live).
+    Unclean,
+}
+
+impl Election {
+    fn code(self) -> i8 {
+        match self {
+            Election::Again => 0,
+            Election::AgainUnclean => 1,
+            Election::Preferred => 2,
+            Election::Unclean => 3,
+        }
+    }
+
+    /// Whether the election may choose a replica that is not in sync (or eligible).
+    pub fn unclean(self) -> bool {
+        matches!(self, Election::AgainUnclean | Election::Unclean)
+    }
 }
 
 impl ElectLeaderRequest {
     pub(crate) fn encode_body(&self, b: &mut BytesMut) {
         b.put_string(&self.topic);
         b.put_i32(self.partition);
-        b.put_bool(self.unclean);
+        b.put_i8(self.election.code());
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(ElectLeaderRequest {
-            topic: r.string("topic")?,
-            partition: r.i32("partition")?,
-            unclean: r.bool("unclean")?,
-        })
+        let topic = r.string("topic")?;
+        let partition = r.i32("partition")?;
+        let election = match r.i8("election")? {
+            0 => Election::Again,
+            1 => Election::AgainUnclean,
+            2 => Election::Preferred,
+            3 => Election::Unclean,
+            other => {
+                return Err(DecodeError::InvalidValue {
+                    field: "election",
+                    detail: format!("{other}: 0 again, 1 again allowing unclean, 2 preferred, 3 unclean"),
+                })
+            }
+        };
+        Ok(ElectLeaderRequest { topic, partition, election })
     }
 }
 

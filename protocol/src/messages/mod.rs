@@ -1015,7 +1015,9 @@ mod tests {
             client_nonce: Bytes::from_static(&[1; 32]),
             proof: Bytes::from_static(&[2; 32]),
         }));
-        roundtrip_req(Request::ElectLeader(ElectLeaderRequest { topic: "t".into(), partition: 2, unclean: true }));
+        for election in [Election::Again, Election::AgainUnclean, Election::Preferred, Election::Unclean] {
+            roundtrip_req(Request::ElectLeader(ElectLeaderRequest { topic: "t".into(), partition: 2, election }));
+        }
     }
 
     #[test]

@@ -15,13 +15,14 @@ use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
 use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
 use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
+use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::list_transactions_response::TransactionState as ListedTransaction;
 use kafka_protocol::messages::{
     ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
     DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
     DescribeConfigsResponse, DescribeProducersRequest, DescribeProducersResponse, DescribeTransactionsRequest,
-    DescribeTransactionsResponse, ListTransactionsRequest, ListTransactionsResponse, ResponseKind, TopicName,
-    TransactionalId,
+    DescribeTransactionsResponse, ElectLeadersRequest, ElectLeadersResponse, ListTransactionsRequest,
+    ListTransactionsResponse, ResponseKind, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use protocol::kafka::KafkaAnswer;
@@ -326,6 +327,83 @@ impl KafkaConn {
             results.push(out);
         }
         KafkaAnswer::Reply(ResponseKind::DescribeConfigs(DescribeConfigsResponse::default().with_results(results)))
+    }
+
+    /// ElectLeaders: ALTER on the cluster, then each partition's election relayed as an own
+    /// ElectLeader, Kafka's PREFERRED (0, and every version 0 request) or UNCLEAN (1). With no
+    /// partitions named, every partition of every topic, leaving out those that needed none (as
+    /// Kafka does).
+    pub(super) async fn elect_leaders(self: &Arc<Self>, r: ElectLeadersRequest, version: i16) -> KafkaAnswer {
+        let mut out = ElectLeadersResponse::default();
+        let election = match (version, r.election_type) {
+            (0, _) | (_, 0) => protocol::Election::Preferred,
+            (_, 1) => protocol::Election::Unclean,
+            (_, other) => {
+                let refused = Status::new(
+                    ErrorCode::InvalidRequest,
+                    format!("election type {other}: 0 (preferred) or 1 (unclean)"),
+                );
+                return KafkaAnswer::Reply(ResponseKind::ElectLeaders(out.with_error_code(kafka_code(
+                    refused.code,
+                    ApiKey::ElectLeaders,
+                    version,
+                ))));
+            }
+        };
+        let all = r.topic_partitions.is_none();
+        let asked: Vec<(String, Vec<i32>)> = match r.topic_partitions {
+            Some(topics) => topics.into_iter().map(|t| (t.topic.to_string(), t.partitions)).collect(),
+            None => match self.topic_infos(Vec::new()).await {
+                Ok(m) => {
+                    m.topics.into_iter().map(|t| (t.name, t.partitions.iter().map(|p| p.partition).collect())).collect()
+                }
+                Err(status) => {
+                    let out = out.with_error_code(kafka_code(status.code, ApiKey::ElectLeaders, version));
+                    return KafkaAnswer::Reply(ResponseKind::ElectLeaders(out));
+                }
+            },
+        };
+        // ALTER on the cluster: refused as a whole (and, before version 1's top-level code, per
+        // partition).
+        let refused = self.caller().cluster_refusal(Operation::Alter);
+        if let Some(status) = &refused {
+            out = out.with_error_code(kafka_code(status.code, ApiKey::ElectLeaders, version));
+        }
+        let mut results = Vec::with_capacity(asked.len());
+        for (topic, partitions) in asked {
+            let mut each = Vec::with_capacity(partitions.len());
+            for partition in partitions {
+                let status = match &refused {
+                    Some(status) => status.clone(),
+                    None => {
+                        let req = Request::ElectLeader(protocol::ElectLeaderRequest {
+                            topic: topic.clone(),
+                            partition,
+                            election,
+                        });
+                        self.admin_refusal(self.relay(req).await.status().clone(), "electing a leader")
+                    }
+                };
+                if all && status.code == ErrorCode::ElectionNotNeeded {
+                    continue;
+                }
+                if !status.is_ok() {
+                    tracing::info!(%topic, partition, %status, "Kafka ElectLeaders refused");
+                }
+                let code = kafka_code(status.code, ApiKey::ElectLeaders, version);
+                each.push(
+                    PartitionResult::default()
+                        .with_partition_id(partition)
+                        .with_error_code(code)
+                        .with_error_message((code != 0).then(|| s(status.message))),
+                );
+            }
+            if !(all && each.is_empty()) {
+                results
+                    .push(ReplicaElectionResult::default().with_topic(TopicName(s(topic))).with_partition_result(each));
+            }
+        }
+        KafkaAnswer::Reply(ResponseKind::ElectLeaders(out.with_replica_election_results(results)))
     }
 
     pub(super) async fn describe_cluster(self: &Arc<Self>, r: DescribeClusterRequest, version: i16) -> KafkaAnswer {

@@ -67,6 +67,7 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
@@ -445,6 +446,10 @@ impl KafkaConn {
             RequestKind::DescribeConfigs(r) => {
                 let conn = self.clone();
                 Handled::serial(async move { conn.describe_configs(r, version).await })
+            }
+            RequestKind::ElectLeaders(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.elect_leaders(r, version).await })
             }
             RequestKind::DescribeCluster(r) => {
                 let conn = self.clone();

@@ -1323,3 +1323,40 @@ async fn idle_kafka_clients_do_not_hold_connections_to_the_coordinator() {
     relay_connections_become(&c, 0, T).await;
     c.shutdown().await;
 }
+
+/// ElectLeaders under the authorizer, from a principal without ALTER on the cluster: refused
+/// per partition at version 0 (which has no top-level code: the answer must still be one, not a
+/// closed connection), as a whole from version 1; a request for every partition names no topic.
+#[tokio::test]
+async fn elect_leaders_without_alter_on_the_cluster_is_refused_and_names_no_topic() {
+    let authorizer =
+        coordinator::acls::AuthorizerConfig { super_users: Vec::new(), allow_everyone_if_no_acl_found: false };
+    let c = LocalCluster::start(LocalOptions { kafka: true, authorizer: Some(authorizer), ..LocalOptions::default() })
+        .await
+        .unwrap();
+    c.create_topic("t", 1).await.unwrap();
+    let conn = connect(&c).await;
+    let named = ElectLeadersRequest::default().with_topic_partitions(Some(vec![
+        elect_leaders_request::TopicPartitions::default().with_topic(name("t")).with_partitions(vec![0]),
+    ]));
+    // The broker hears of the authorizer in a heartbeat answer: until then the coordinator
+    // refuses the relayed election as cluster-internal (the relay is no member).
+    let deadline = std::time::Instant::now() + T;
+    let r = loop {
+        let r = conn.call(&named, 0).await.expect("version 0 answered, not closed");
+        let p = &r.replica_election_results[0].partition_result[0];
+        if p.error_message.as_deref().is_some_and(|m| m.contains("may not")) {
+            break r;
+        }
+        assert!(std::time::Instant::now() < deadline, "the authorizer never applied: {r:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!((r.error_code, r.replica_election_results[0].partition_result[0].error_code), (0, 31));
+    let r = conn.call(&named, 2).await.unwrap();
+    assert_eq!(r.error_code, 31, "{r:?}");
+    let every = ElectLeadersRequest::default().with_election_type(0).with_topic_partitions(None);
+    let r = conn.call(&every, 2).await.unwrap();
+    assert_eq!(r.error_code, 31);
+    assert!(r.replica_election_results.is_empty(), "no topic named to a caller without ALTER: {r:?}");
+    c.shutdown().await;
+}

@@ -1078,8 +1078,15 @@ impl Cluster {
                     ),
                 ));
             }
-            // The leader (if live) stays in sync, a follower now.
-            (preferred, p.isr.clone(), p.elr.clone())
+            // A live leader stays in sync, a follower now; a dead one leaves the ISR, as in
+            // the other elections.
+            if leader_alive {
+                (preferred, p.isr.clone(), p.elr.clone())
+            } else {
+                let isr: Vec<i32> = p.isr.iter().copied().filter(|b| *b != p.leader_id).collect();
+                let elr = p.elr_after(t.min_isr, &isr, &[]);
+                (preferred, isr, elr)
+            }
         } else if leader_alive && election == protocol::Election::Unclean {
             return Err(Status::new(
                 ErrorCode::ElectionNotNeeded,
@@ -1791,34 +1798,35 @@ mod tests {
     #[test]
     fn kafkas_preferred_and_unclean_elections() {
         use protocol::Election::{Preferred, Unclean};
-        let mut c = cluster(&[1, 2, 3]);
-        c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
-        let p = state(&c, "t");
-        let preferred = p.replicas[0];
-        assert_eq!(p.leader_id, preferred);
-        assert_eq!(c.handle_elect_leader(10, "t", 0, Preferred).unwrap_err().code, ErrorCode::ElectionNotNeeded);
-        assert_eq!(c.handle_elect_leader(10, "t", 0, Unclean).unwrap_err().code, ErrorCode::ElectionNotNeeded);
-        // The preferred replica's lease lapses: another in-sync replica leads.
-        let others = p.replicas[1..].to_vec();
-        for b in &others {
-            c.handle_heartbeat(90, *b, &format!("a:{b}"), &[]);
-        }
-        c.handle_tick(150);
-        let moved = state(&c, "t");
-        assert!(others.contains(&moved.leader_id) && !moved.isr.contains(&preferred), "{moved:?}");
-        let refused = c.handle_elect_leader(150, "t", 0, Preferred).unwrap_err();
-        assert_eq!(refused.code, ErrorCode::PreferredLeaderNotAvailable, "{refused}");
-        // Back, but not in sync yet: still refused; once the leader takes it back into the ISR,
-        // the preferred election moves the leadership to it, the old leader a follower in sync.
-        c.handle_heartbeat(160, preferred, &format!("a:{preferred}"), &[]);
-        let refused = c.handle_elect_leader(160, "t", 0, Preferred).unwrap_err();
-        assert!(
-            refused.code == ErrorCode::PreferredLeaderNotAvailable && refused.message.contains("in sync"),
-            "{refused}"
-        );
-        let partition_epoch = c.handle_heartbeat(160, moved.leader_id, "x", &[]).1[0].partition_epoch;
-        let grown: Vec<i32> = moved.isr.iter().copied().chain([preferred]).collect();
-        assert!(alter(&mut c, moved.leader_id, moved.leader_epoch, partition_epoch, &grown).status.is_ok());
+        // The preferred replica leads, then its lease lapses and another leads; it comes back
+        // and the leader takes it into the ISR again (at 160).
+        let setup = || {
+            let mut c = cluster(&[1, 2, 3]);
+            c.handle_create_topic(0, "t", 1, 3, -1).unwrap();
+            let p = state(&c, "t");
+            let preferred = p.replicas[0];
+            assert_eq!(p.leader_id, preferred);
+            assert_eq!(c.handle_elect_leader(10, "t", 0, Preferred).unwrap_err().code, ErrorCode::ElectionNotNeeded);
+            assert_eq!(c.handle_elect_leader(10, "t", 0, Unclean).unwrap_err().code, ErrorCode::ElectionNotNeeded);
+            for b in &p.replicas[1..] {
+                c.handle_heartbeat(90, *b, &format!("a:{b}"), &[]);
+            }
+            c.handle_tick(150);
+            let moved = state(&c, "t");
+            assert!(p.replicas[1..].contains(&moved.leader_id) && !moved.isr.contains(&preferred), "{moved:?}");
+            let refused = c.handle_elect_leader(150, "t", 0, Preferred).unwrap_err();
+            assert_eq!(refused.code, ErrorCode::PreferredLeaderNotAvailable, "{refused}");
+            // Back, but not in sync yet: still refused.
+            c.handle_heartbeat(160, preferred, &format!("a:{preferred}"), &[]);
+            let refused = c.handle_elect_leader(160, "t", 0, Preferred).unwrap_err();
+            assert!(refused.code == ErrorCode::PreferredLeaderNotAvailable && refused.message.contains("in sync"));
+            let partition_epoch = c.handle_heartbeat(160, moved.leader_id, "x", &[]).1[0].partition_epoch;
+            let grown: Vec<i32> = moved.isr.iter().copied().chain([preferred]).collect();
+            assert!(alter(&mut c, moved.leader_id, moved.leader_epoch, partition_epoch, &grown).status.is_ok());
+            (c, preferred, moved)
+        };
+        // The preferred election moves the leadership to it, the old leader a follower in sync.
+        let (mut c, preferred, moved) = setup();
         let entries = c.handle_elect_leader(160, "t", 0, Preferred).unwrap();
         assert_eq!(entries.len(), 1);
         let back = state(&c, "t");
@@ -1828,6 +1836,16 @@ mod tests {
         // Every lease lapsed: nobody to elect, even uncleanly.
         let none = c.handle_elect_leader(10_000, "t", 0, Unclean).unwrap_err();
         assert_eq!(none.code, ErrorCode::EligibleLeadersNotAvailable, "{none}");
+        // The leader's lease lapsed before any tick noticed: the preferred election takes it out
+        // of the ISR, as the other elections do.
+        let (mut c, preferred, moved) = setup();
+        for b in [1, 2, 3].into_iter().filter(|b| *b != moved.leader_id) {
+            c.handle_heartbeat(250, b, &format!("a:{b}"), &[]);
+        }
+        c.handle_elect_leader(300, "t", 0, Preferred).unwrap();
+        let back = state(&c, "t");
+        assert_eq!(back.leader_id, preferred);
+        assert!(!back.isr.contains(&moved.leader_id), "{back:?}");
     }
 
     #[test]

@@ -1049,7 +1049,8 @@ impl GroupTable {
         statuses
     }
 
-    /// OffsetDelete (KIP-496): the group's committed offsets of `partitions` are deleted,
+    /// OffsetDelete (KIP-496): the group's committed offsets of `partitions` are deleted (and
+    /// those open transactions staged for them),
     /// except those of topics its members are subscribed to (GROUP_SUBSCRIBED_TO_TOPIC each);
     /// `exists` says which partitions exist (UNKNOWN_TOPIC_OR_PARTITION for one that does not,
     /// unless the group holds an offset for it: that of a deleted topic is deleted). A group
@@ -1096,7 +1097,12 @@ impl GroupTable {
             }
             _ => Default::default(),
         };
-        let held = |key: &(String, i32)| self.groups.get(group).is_some_and(|g| g.offsets.contains_key(key));
+        // Committed, or staged by an open transaction (whose commit would otherwise bring it
+        // back): both go, as Kafka removes both.
+        let held = |key: &(String, i32)| {
+            self.groups.get(group).is_some_and(|g| g.offsets.contains_key(key))
+                || self.staged.values().any(|by_group| by_group.get(group).is_some_and(|o| o.contains_key(key)))
+        };
         let mut gone = Vec::new();
         let statuses = partitions
             .iter()
@@ -1361,6 +1367,19 @@ impl GroupTable {
                         }
                     }
                 }
+                for by_group in self.staged.values_mut() {
+                    if let Some(offsets) = by_group.get_mut(group) {
+                        for key in partitions {
+                            if offsets.remove(key).is_some() {
+                                self.staged_total -= 1;
+                            }
+                        }
+                        if offsets.is_empty() {
+                            by_group.remove(group);
+                        }
+                    }
+                }
+                self.staged.retain(|_, by_group| !by_group.is_empty());
             }
             _ => {}
         }
@@ -1718,6 +1737,14 @@ mod tests {
         let JoinDecision::Wait { .. } = other.handle_join(0, &req) else { panic!() };
         let opaque = other.handle_offset_delete("g", &asked, &[true; 5]).unwrap_err();
         assert_eq!(opaque.code, ErrorCode::NonEmptyGroup, "{opaque}");
+        // An offset an open transaction staged goes too: its commit brings nothing back.
+        let anonymous = GroupMember { group: "g".into(), generation: -1, member_id: String::new(), instance_id: None };
+        t.handle_txn_commit("w", &anonymous, &[out(7)]).unwrap();
+        let _ = t.take_effects();
+        assert!(t.handle_offset_delete("g", &[("out".into(), 7)], &[true]).unwrap()[0].is_ok());
+        assert_eq!(t.counts().offsets.0, 1, "the staged offset no longer held");
+        t.apply(&end_txn("w", true));
+        assert_eq!(t.handle_fetch("g", Some(&[("out".into(), 7)]), false)[0].0.offset, -1);
         // Once the member left, every offset may go.
         t.handle_leave(2, "g", &[(a, None)]);
         let codes = t.handle_offset_delete("g", &[("in".into(), 0)], &[true]).unwrap();

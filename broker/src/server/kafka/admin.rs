@@ -335,6 +335,14 @@ impl KafkaConn {
     /// Kafka does).
     pub(super) async fn elect_leaders(self: &Arc<Self>, r: ElectLeadersRequest, version: i16) -> KafkaAnswer {
         let mut out = ElectLeadersResponse::default();
+        // The top-level code came with version 1: before, a refusal is each partition's.
+        let top_level = |out: ElectLeadersResponse, status: &Status| {
+            if version >= 1 {
+                out.with_error_code(kafka_code(status.code, ApiKey::ElectLeaders, version))
+            } else {
+                out
+            }
+        };
         let election = match (version, r.election_type) {
             (0, _) | (_, 0) => protocol::Election::Preferred,
             (_, 1) => protocol::Election::Unclean,
@@ -343,32 +351,27 @@ impl KafkaConn {
                     ErrorCode::InvalidRequest,
                     format!("election type {other}: 0 (preferred) or 1 (unclean)"),
                 );
-                return KafkaAnswer::Reply(ResponseKind::ElectLeaders(out.with_error_code(kafka_code(
-                    refused.code,
-                    ApiKey::ElectLeaders,
-                    version,
-                ))));
+                return KafkaAnswer::Reply(ResponseKind::ElectLeaders(top_level(out, &refused)));
             }
         };
+        // ALTER on the cluster: refused as a whole (and, before version 1's top-level code, per
+        // partition named); a request for every partition then answers none, as Kafka's does,
+        // naming no topic the caller may not describe.
+        let refused = self.caller().cluster_refusal(Operation::Alter);
+        if let Some(status) = &refused {
+            out = top_level(out, status);
+        }
         let all = r.topic_partitions.is_none();
         let asked: Vec<(String, Vec<i32>)> = match r.topic_partitions {
             Some(topics) => topics.into_iter().map(|t| (t.topic.to_string(), t.partitions)).collect(),
+            None if refused.is_some() => Vec::new(),
             None => match self.topic_infos(Vec::new()).await {
                 Ok(m) => {
                     m.topics.into_iter().map(|t| (t.name, t.partitions.iter().map(|p| p.partition).collect())).collect()
                 }
-                Err(status) => {
-                    let out = out.with_error_code(kafka_code(status.code, ApiKey::ElectLeaders, version));
-                    return KafkaAnswer::Reply(ResponseKind::ElectLeaders(out));
-                }
+                Err(status) => return KafkaAnswer::Reply(ResponseKind::ElectLeaders(top_level(out, &status))),
             },
         };
-        // ALTER on the cluster: refused as a whole (and, before version 1's top-level code, per
-        // partition).
-        let refused = self.caller().cluster_refusal(Operation::Alter);
-        if let Some(status) = &refused {
-            out = out.with_error_code(kafka_code(status.code, ApiKey::ElectLeaders, version));
-        }
         let mut results = Vec::with_capacity(asked.len());
         for (topic, partitions) in asked {
             let mut each = Vec::with_capacity(partitions.len());

@@ -674,8 +674,10 @@ impl KafkaConn {
                     asked.iter().map(|(t, _)| caller.may(Operation::Read, ResourceType::Topic, t)).collect();
                 let partitions: Vec<(String, i32)> =
                     asked.iter().zip(&readable).filter(|(_, r)| **r).map(|(p, _)| p.clone()).collect();
+                // Relayed even with no partition left: the group's own refusal (it does not
+                // exist, say) is still the answer, as Kafka's.
                 let mut relayed = Vec::new();
-                if !partitions.is_empty() {
+                {
                     let n = partitions.len();
                     let req = Request::OffsetDelete(protocol::OffsetDeleteRequest {
                         group: r.group_id.to_string(),

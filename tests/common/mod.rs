@@ -349,6 +349,14 @@ pub fn chromium() -> String {
     String::from_utf8_lossy(&found.stdout).lines().last().unwrap().trim().to_string()
 }
 
+/// Debian's kcat, installed by the project's script if missing: its path.
+pub fn kcat() -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let found = Command::new(root.join("scripts/kcat")).output().expect("run scripts/kcat (it needs bash)");
+    assert!(found.status.success(), "scripts/kcat: {}", String::from_utf8_lossy(&found.stderr));
+    String::from_utf8_lossy(&found.stdout).lines().last().unwrap().trim().to_string()
+}
+
 /// The DOM a headless Chromium builds from `page` (profile under `scratch`).
 pub fn browser_dom(page: &Path, scratch: &Path) -> String {
     let out = Command::new(chromium())

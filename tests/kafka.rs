@@ -1360,3 +1360,95 @@ async fn elect_leaders_without_alter_on_the_cluster_is_refused_and_names_no_topi
     assert!(r.replica_election_results.is_empty(), "no topic named to a caller without ALTER: {r:?}");
     c.shutdown().await;
 }
+
+/// SaslHandshake version 0 (listed so that librdkafka before 2.10 logs in at all): after its
+/// acceptance the tokens travel as bare frames. PLAIN: an empty bare answer, then requests are
+/// served; SCRAM: two rounds, the server's proof checked; a wrong password closes the connection
+/// (version 0 carries no error); after the exchange the codec reads requests again.
+#[tokio::test]
+async fn sasl_handshake_version_0_carries_bare_tokens() {
+    use bytes::{Buf, BufMut};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let users = vec![("alice".to_string(), "alice-pw".to_string())];
+    let c =
+        LocalCluster::start(LocalOptions { kafka: true, sasl_users: users, ..LocalOptions::default() }).await.unwrap();
+    c.create_topic("t", 1).await.unwrap();
+    async fn frame(s: &mut tokio::net::TcpStream, body: &[u8]) {
+        let mut b = BytesMut::new();
+        b.put_u32(body.len() as u32);
+        b.put_slice(body);
+        s.write_all(&b).await.unwrap();
+    }
+    async fn read_frame(s: &mut tokio::net::TcpStream) -> Option<Bytes> {
+        let len = s.read_u32().await.ok()?;
+        let mut b = vec![0; len as usize];
+        s.read_exact(&mut b).await.ok()?;
+        Some(Bytes::from(b))
+    }
+    async fn request<R: Encodable + kafka_protocol::protocol::Request>(
+        s: &mut tokio::net::TcpStream,
+        r: &R,
+        version: i16,
+    ) -> Bytes {
+        let mut b = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(7)
+            .encode(&mut b, R::header_version(version))
+            .unwrap();
+        r.encode(&mut b, version).unwrap();
+        frame(s, &b).await;
+        let mut answer = read_frame(s).await.expect("an answer");
+        assert_eq!(answer.get_i32(), 7, "the correlation id");
+        answer
+    }
+    let handshake =
+        |mechanism: &'static str| SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism));
+    let metadata =
+        MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(name("t")))]));
+    let served = |mut answer: Bytes| MetadataResponse::decode(&mut answer, 1).unwrap().topics[0].error_code;
+    let connect = || tokio::net::TcpStream::connect(c.kafka_addrs[0].clone());
+
+    // PLAIN.
+    let mut s = connect().await.unwrap();
+    let mut answer = request(&mut s, &handshake("PLAIN"), 0).await;
+    assert_eq!(SaslHandshakeResponse::decode(&mut answer, 0).unwrap().error_code, 0);
+    frame(&mut s, b"\0alice\0alice-pw").await;
+    assert_eq!(read_frame(&mut s).await.expect("a bare answer"), Bytes::new());
+    assert_eq!(served(request(&mut s, &metadata, 1).await), 0, "logged in, requests served");
+
+    // A wrong password: the connection closes, with no answer.
+    let mut s = connect().await.unwrap();
+    request(&mut s, &handshake("PLAIN"), 0).await;
+    frame(&mut s, b"\0alice\0wrong").await;
+    assert!(read_frame(&mut s).await.is_none(), "closed");
+
+    // SCRAM-SHA-512: two bare rounds, the server's proof checked by the client.
+    let mut s = connect().await.unwrap();
+    request(&mut s, &handshake("SCRAM-SHA-512"), 0).await;
+    let login = producer::SaslLogin {
+        mechanism: protocol::sasl::Mechanism::Scram(protocol::sasl::ScramMechanism::Sha512),
+        user: "alice".into(),
+        password: "alice-pw".into(),
+    };
+    let stream = std::sync::Arc::new(tokio::sync::Mutex::new(s));
+    net::client::scram_login(
+        protocol::sasl::ScramMechanism::Sha512,
+        &login,
+        |token| {
+            let stream = stream.clone();
+            async move {
+                let mut s = stream.lock().await;
+                frame(&mut s, &token).await;
+                read_frame(&mut s).await.map(|b| (b, ())).ok_or_else(|| "closed".to_string())
+            }
+        },
+        |e| e,
+    )
+    .await
+    .unwrap();
+    let mut s = std::sync::Arc::try_unwrap(stream).unwrap().into_inner();
+    assert_eq!(served(request(&mut s, &metadata, 1).await), 0, "logged in, requests served");
+    c.shutdown().await;
+}

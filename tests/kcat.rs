@@ -1,9 +1,8 @@
 //! kcat, Debian's package (installed by scripts/kcat when missing), against a broker's Kafka
 //! listener (issue 32, item 7): `-L` lists the topics, `-P` produces, `-C` reads with
 //! `isolation.level=read_committed` (an aborted transaction's records are not read) and without,
-//! `-Q` finds offsets by time. Not `-X` with SASL: Debian's kcat links librdkafka 2.0.2, which
-//! logs in only with a broker that lists SaslHandshake from version 0, and this listener serves
-//! version 1 alone (version 0's raw-token framing is not built).
+//! `-Q` finds offsets by time, and `-X` logs in with SASL PLAIN (a wrong password gets nothing; its
+//! SCRAM is refused, as Kafka 4 refuses it).
 
 mod common;
 
@@ -89,5 +88,50 @@ async fn kcat_lists_produces_reads_committed_and_finds_offsets_by_time() {
     let later = now_ms() + 3_600_000;
     let none = kcat(&["-b", &bs, "-Q", "-t", &format!("t:0:{later}")], "").await;
     assert!(text(&none).contains("t [0] offset -1"), "{}", text(&none));
+    c.shutdown().await;
+}
+
+/// `-X` with SASL: Debian's kcat (librdkafka 2.0.2) logs in only with a broker that lists
+/// SaslHandshake from version 0, then uses version 1. With PLAIN; its SCRAM is refused, as Kafka
+/// 4 refuses it: librdkafka before 2.6.1 repeats its nonce in the client-final message, which
+/// RFC 5802's strict comparison refuses (librdkafka#4895).
+#[tokio::test]
+async fn kcat_logs_in_with_sasl_and_a_wrong_password_gets_nothing() {
+    let users = vec![("alice".to_string(), "alice-pw".to_string())];
+    let c =
+        LocalCluster::start(LocalOptions { kafka: true, sasl_users: users, ..LocalOptions::default() }).await.unwrap();
+    c.create_topic("t", 1).await.unwrap();
+    let bs = c.kafka_bootstrap();
+    for mechanism in ["PLAIN", "SCRAM-SHA-512"] {
+        let login = |password: &str| {
+            let args: Vec<String> = [
+                "-b".to_string(),
+                bs.clone(),
+                "-L".into(),
+                "-m".into(),
+                "5".into(),
+                "-X".into(),
+                "security.protocol=SASL_PLAINTEXT".into(),
+                "-X".into(),
+                format!("sasl.mechanisms={mechanism}"),
+                "-X".into(),
+                "sasl.username=alice".into(),
+                "-X".into(),
+                format!("sasl.password={password}"),
+            ]
+            .to_vec();
+            async move { kcat(&args.iter().map(String::as_str).collect::<Vec<_>>(), "").await }
+        };
+        let ok = login("alice-pw").await;
+        if mechanism != "PLAIN" {
+            assert!(!ok.status.success(), "this kcat's SCRAM nonce is refused, as Kafka 4 refuses it");
+            continue;
+        }
+        assert!(ok.status.success(), "{mechanism}: {}", String::from_utf8_lossy(&ok.stderr));
+        assert!(text(&ok).contains("topic \"t\" with 1 partitions:"), "{}", text(&ok));
+        let refused = login("wrong").await;
+        assert!(!refused.status.success(), "{mechanism}: {}", text(&refused));
+        assert!(!text(&refused).contains("topic \"t\""), "{}", text(&refused));
+    }
     c.shutdown().await;
 }

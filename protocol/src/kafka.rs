@@ -45,6 +45,10 @@ pub enum KafkaBody {
     /// An ApiVersions request of a version above the served range: answered with a version 0
     /// body and UNSUPPORTED_VERSION, as Kafka answers it.
     UnsupportedApiVersions,
+    /// A SASL token sent as a bare frame (no header), as a client does after a version 0
+    /// SaslHandshake was accepted (KIP-43's framing; version 1 carries tokens in
+    /// SaslAuthenticate). Answered with [`KafkaAnswer::SaslToken`], or the connection closes.
+    SaslToken(Bytes),
 }
 
 /// One decoded request.
@@ -79,6 +83,8 @@ pub enum KafkaAnswer {
     /// No response, and the connection closes (an error under acks=0, a request that cannot be
     /// served).
     Close,
+    /// A SASL token as a bare frame: the answer to a [`KafkaBody::SaslToken`].
+    SaslToken(Bytes),
 }
 
 /// The api versions a listener serves: `(api key, min, max)`.
@@ -138,6 +144,12 @@ pub fn encode_response(ctx: KafkaHeader, answer: &KafkaAnswer, dst: &mut BytesMu
         KafkaAnswer::Reply(body) => (ctx.api_version, body),
         KafkaAnswer::ReplyAt(version, body) => (*version, body),
         KafkaAnswer::Silent | KafkaAnswer::Close => return Ok(()),
+        KafkaAnswer::SaslToken(token) => {
+            let len = u32::try_from(token.len()).map_err(|_| "a SASL token over 4 GiB".to_string())?;
+            dst.extend_from_slice(&len.to_be_bytes());
+            dst.extend_from_slice(token);
+            return Ok(());
+        }
     };
     let key = ApiKey::try_from(ctx.api_key).map_err(|_| format!("no response for api key {}", ctx.api_key))?;
     let start = dst.len();
@@ -157,10 +169,29 @@ pub fn encode_response(ctx: KafkaHeader, answer: &KafkaAnswer, dst: &mut BytesMu
 
 /// The broker side of a Kafka connection: decodes [`KafkaFrame`]s (frames over `frame_bytes_max`
 /// are refused from their length prefix), encodes `(context, answer)`.
+///
+/// After it has encoded the acceptance of a version 0 SaslHandshake, the client's next frames
+/// are bare SASL tokens (no header): one for PLAIN, two for SCRAM; it decodes them as
+/// [`KafkaBody::SaslToken`], then Kafka requests again. (A client sends its first token only
+/// once the handshake's answer arrived; one that sends it earlier has it decoded as a request,
+/// and it closes the connection.)
 pub struct KafkaServerCodec {
     inner: LengthDelimitedCodec,
     frame_bytes_max: usize,
     served: Served,
+    /// The tokens a version 0 SaslHandshake decoded last would be followed by, if accepted.
+    v0_handshake_tokens: u8,
+    /// Bare SASL tokens the client sends next.
+    tokens_next: u8,
+}
+
+/// The bare SASL tokens a client sends after a version 0 SaslHandshake for `mechanism`.
+fn v0_tokens(mechanism: &str) -> u8 {
+    match mechanism {
+        "PLAIN" => 1,
+        "SCRAM-SHA-256" | "SCRAM-SHA-512" => 2,
+        _ => 0,
+    }
 }
 
 impl KafkaServerCodec {
@@ -168,7 +199,7 @@ impl KafkaServerCodec {
     pub fn new(frame_bytes_max: usize, served: Served) -> Self {
         let inner =
             LengthDelimitedCodec::builder().length_field_type::<u32>().max_frame_length(frame_bytes_max).new_codec();
-        KafkaServerCodec { inner, frame_bytes_max, served }
+        KafkaServerCodec { inner, frame_bytes_max, served, v0_handshake_tokens: 0, tokens_next: 0 }
     }
 }
 
@@ -177,10 +208,29 @@ impl Decoder for KafkaServerCodec {
     type Error = CodecError;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<KafkaFrame>, CodecError> {
-        match self.inner.decode(src) {
-            Ok(frame) => Ok(frame.map(|f| decode_request(f.freeze(), self.served))),
-            Err(e) => Err(crate::codec::map_frame_error(e, src, self.frame_bytes_max)),
+        let frame = match self.inner.decode(src) {
+            Ok(Some(f)) => f.freeze(),
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(crate::codec::map_frame_error(e, src, self.frame_bytes_max)),
+        };
+        if self.tokens_next > 0 {
+            self.tokens_next -= 1;
+            let header = KafkaHeader { correlation_id: -1, api_key: ApiKey::SaslAuthenticate as i16, api_version: -1 };
+            return Ok(Some(KafkaFrame::Request(KafkaRequest {
+                header,
+                client_id: None,
+                body: KafkaBody::SaslToken(frame),
+            })));
         }
+        let decoded = decode_request(frame, self.served);
+        if let KafkaFrame::Request(r) = &decoded {
+            if let KafkaBody::Request(body) = &r.body {
+                if let RequestKind::SaslHandshake(h) = body.as_ref() {
+                    self.v0_handshake_tokens = if r.header.api_version == 0 { v0_tokens(&h.mechanism) } else { 0 };
+                }
+            }
+        }
+        Ok(Some(decoded))
     }
 }
 
@@ -188,6 +238,13 @@ impl Encoder<(KafkaHeader, KafkaAnswer)> for KafkaServerCodec {
     type Error = CodecError;
 
     fn encode(&mut self, (ctx, answer): (KafkaHeader, KafkaAnswer), dst: &mut BytesMut) -> Result<(), CodecError> {
+        if ctx.api_key == ApiKey::SaslHandshake as i16 && ctx.api_version == 0 {
+            if let KafkaAnswer::Reply(ResponseKind::SaslHandshake(r)) = &answer {
+                if r.error_code == 0 {
+                    self.tokens_next = std::mem::take(&mut self.v0_handshake_tokens);
+                }
+            }
+        }
         encode_response(ctx, &answer, dst).map_err(CodecError::Encode)
     }
 }

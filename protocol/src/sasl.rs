@@ -217,6 +217,14 @@ pub enum SaslError {
     /// The password or proof is wrong.
     #[error("wrong password for user {0:?}")]
     BadCredentials(String),
+    /// The client-final message names another nonce than the exchange's: a message replayed
+    /// from another exchange, or a client that repeats its own nonce in it (librdkafka before
+    /// 2.6.1), which Kafka 4 refuses as strictly (RFC 5802).
+    #[error(
+        "user {0:?}'s SCRAM client-final message names another nonce than the exchange's (a replayed message, \
+         or librdkafka before 2.6.1, which repeats its own nonce: Kafka 4 refuses it too; upgrade the client)"
+    )]
+    NonceMismatch(String),
 }
 
 fn malformed(step: &'static str, why: impl Into<String>) -> SaslError {
@@ -433,7 +441,7 @@ impl ScramExchange {
             return Err(malformed(STEP, "a channel binding other than the client-first message's GS2 header"));
         }
         if nonce != self.nonce {
-            return Err(SaslError::BadCredentials(self.user));
+            return Err(SaslError::NonceMismatch(self.user));
         }
         let proof = b64_decode(STEP, "the proof", proof)?;
         let m = self.credential.mechanism;
@@ -710,7 +718,7 @@ mod tests {
         let (_, server_first) = ScramExchange::start(ClientFirst::parse(&first).unwrap(), cred.clone(), "n1");
         let recorded = client.server_first(&server_first).unwrap();
         let (second, _) = ScramExchange::start(ClientFirst::parse(&first).unwrap(), cred, "n2");
-        assert!(matches!(second.finish(&recorded), Err(SaslError::BadCredentials(_))));
+        assert!(matches!(second.finish(&recorded), Err(SaslError::NonceMismatch(_))));
     }
 
     #[test]

@@ -86,8 +86,8 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 5),
-    // v0 is followed by raw tokens, which Kafka 4 no longer reads either (KIP-896).
-    (ApiKey::SaslHandshake, 1, 1),
+    // v0 is followed by bare tokens (the codec reads them: `KafkaBody::SaslToken`).
+    (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     // v0 has no pattern type (KIP-896 removed it).
     (ApiKey::CreateAcls, 1, 3),
@@ -167,6 +167,7 @@ impl net::Protocol for KafkaWire {
                 _ => 128,
             },
             KafkaBody::UnsupportedApiVersions => 128,
+            KafkaBody::SaslToken(token) => token.len(),
         }
     }
 
@@ -342,8 +343,9 @@ pub(super) fn handlers(shared: &Arc<Shared>) -> Handlers<KafkaWire> {
 
 /// Whether `req` is a step of a SASL login (KIP-368: a logged-in client's re-authentication too).
 fn is_sasl(req: &KafkaRequest) -> bool {
-    matches!(&req.body, KafkaBody::Request(b)
-        if matches!(**b, RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_)))
+    matches!(&req.body, KafkaBody::SaslToken(_))
+        || matches!(&req.body, KafkaBody::Request(b)
+            if matches!(**b, RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_)))
 }
 
 impl KafkaConn {
@@ -373,6 +375,9 @@ impl KafkaConn {
     fn handle(self: &Arc<Self>, req: KafkaRequest) -> Handled<KafkaAnswer> {
         let version = req.header.api_version;
         if let sasl::Gate::Answer(answer) = self.sasl_gate(&req) {
+            if matches!(req.body, KafkaBody::SaslToken(_)) {
+                return sasl::bare_token(answer);
+            }
             return answer;
         }
         let body = match req.body {
@@ -383,6 +388,8 @@ impl KafkaConn {
                 return Handled::answer(KafkaAnswer::ReplyAt(0, ResponseKind::ApiVersions(resp)));
             }
             KafkaBody::Request(body) => body,
+            // The gate answers every token.
+            KafkaBody::SaslToken(_) => return Handled::answer(KafkaAnswer::Close),
         };
         // A version that only transaction version 2 offers (the transaction version is read only
         // then, and for ApiVersions: not on every request).
@@ -542,6 +549,7 @@ impl KafkaConn {
     fn sasl_gate(&self, req: &KafkaRequest) -> sasl::Gate {
         let asked = match &req.body {
             KafkaBody::UnsupportedApiVersions => sasl::Asked::ApiVersions,
+            KafkaBody::SaslToken(token) => sasl::Asked::Authenticate(token),
             KafkaBody::Request(b) => match &**b {
                 RequestKind::ApiVersions(_) => sasl::Asked::ApiVersions,
                 RequestKind::SaslHandshake(h) => sasl::Asked::Handshake(h.mechanism.as_str()),

@@ -164,7 +164,9 @@ pub(super) fn produce_group(
                     }
                     _ => unreachable!("a run holds produce requests only"),
                 },
-                KafkaBody::UnsupportedApiVersions => unreachable!("a run holds produce requests only"),
+                KafkaBody::UnsupportedApiVersions | KafkaBody::SaslToken(_) => {
+                    unreachable!("a run holds produce requests only")
+                }
             })
             .collect();
         let (started, _) = produce_group_under(shared, owns, rules);

@@ -17,8 +17,11 @@
 //! Once a session has ended without a new login, any other request closes the connection, so a
 //! deleted credential or a changed password ends its sessions within `max_reauth_ms`.
 //!
-//! SaslHandshake v0 (raw tokens after the handshake) is not served: Kafka 4 removed it
-//! (KIP-896), and librdkafka and kafka-python use v1.
+//! SaslHandshake v0 is served too (librdkafka before 2.10 logs in only with a broker that lists
+//! it, though it then uses v1): after its acceptance the client sends its tokens as bare frames
+//! (the codec decodes them as [`protocol::kafka::KafkaBody::SaslToken`]), and the gate's answers
+//! go back as bare frames ([`bare_token`]); a refusal closes the connection, as version 0 has
+//! no error to carry it.
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -312,6 +315,24 @@ fn illegal_state(why: &str) -> KafkaAnswer {
             .with_error_code(ResponseError::IllegalSaslState.code())
             .with_error_message(Some(StrBytes::from_string(why.to_string()))),
     ))
+}
+
+/// The answer to a bare SASL token (after a version 0 SaslHandshake): the gate's
+/// SaslAuthenticate answer's bytes as a bare frame, or, for a refusal (which version 0 cannot
+/// carry), the connection closes (after the failed-login delay, if the answer waits for it).
+pub(super) fn bare_token(answer: Handled<KafkaAnswer>) -> Handled<KafkaAnswer> {
+    fn bare(answer: KafkaAnswer) -> KafkaAnswer {
+        match answer {
+            KafkaAnswer::Reply(ResponseKind::SaslAuthenticate(r)) if r.error_code == 0 => {
+                KafkaAnswer::SaslToken(r.auth_bytes)
+            }
+            _ => KafkaAnswer::Close,
+        }
+    }
+    match answer {
+        Handled::Applied(f) => Handled::Applied(Box::pin(async move { bare(f.await) })),
+        Handled::Serial(f) => Handled::Serial(Box::pin(async move { bare(f.await) })),
+    }
 }
 
 /// A SaslHandshake answered ILLEGAL_SASL_STATE (SASL is off, or the connection logged in for

@@ -1,5 +1,5 @@
 //! SASL authentication on the Kafka listener, as Kafka's `SaslServerAuthenticator` runs it:
-//! before a connection has authenticated, only ApiVersions and SaslHandshake (v1) are served,
+//! before a connection has authenticated, only ApiVersions and SaslHandshake (v0 and v1) are served,
 //! then SaslAuthenticate (v0-2) carries the mechanism's messages (PLAIN, SCRAM-SHA-256,
 //! SCRAM-SHA-512; [`protocol::sasl`] does the checking). Any other request before the exchange
 //! has succeeded closes the connection, and so does anything after a failed exchange. A failed

@@ -816,6 +816,7 @@ impl Cluster {
         now_ms: u64,
         name: &str,
         count: i32,
+        assignments: &[Vec<i32>],
         validate_only: bool,
     ) -> Result<Option<Entry>, Status> {
         let Some(t) = self.topics.get(name) else {
@@ -841,14 +842,52 @@ impl Cluster {
                 format!("topic '{name}' has {rf} replicas per partition but {} live broker(s)", live.len()),
             ));
         }
-        let entry =
-            Entry::PartitionsAdded { name: name.to_string(), replicas: self.place(&live, (count - have) as usize, rf) };
+        let replicas = if assignments.is_empty() {
+            self.place(&live, (count - have) as usize, rf)
+        } else {
+            Self::check_assignments(name, assignments, (count - have) as usize, rf, &live)?;
+            assignments.to_vec()
+        };
+        let entry = Entry::PartitionsAdded { name: name.to_string(), replicas };
         if validate_only {
             return Ok(None);
         }
         self.next_placement = self.next_placement.wrapping_add((count - have) as usize);
         self.apply(&entry);
         Ok(Some(entry))
+    }
+
+    /// Whether `assignments` (CreatePartitions' replica lists) can be followed for `new` new
+    /// partitions of topic `name` with `rf` replicas each: one list per new partition, `rf`
+    /// distinct live brokers in each (Kafka's INVALID_REPLICA_ASSIGNMENT otherwise).
+    fn check_assignments(
+        name: &str,
+        assignments: &[Vec<i32>],
+        new: usize,
+        rf: usize,
+        live: &[i32],
+    ) -> Result<(), Status> {
+        let refuse = |why: String| {
+            Err(Status::new(
+                ErrorCode::InvalidReplicaAssignment,
+                format!("topic '{name}': {why}; give one list of replicas per new partition, or none"),
+            ))
+        };
+        if assignments.len() != new {
+            return refuse(format!("{} replica lists for {new} new partitions", assignments.len()));
+        }
+        for (i, replicas) in assignments.iter().enumerate() {
+            if replicas.len() != rf {
+                return refuse(format!("new partition {i} is given {} replicas, the topic has {rf}", replicas.len()));
+            }
+            if let Some((j, b)) = replicas.iter().enumerate().find(|(j, b)| replicas[..*j].contains(b)) {
+                return refuse(format!("new partition {i} names broker {b} twice (at {j})"));
+            }
+            if let Some(b) = replicas.iter().find(|b| !live.contains(b)) {
+                return refuse(format!("new partition {i} names broker {b}, which is not live (live: {live:?})"));
+            }
+        }
+        Ok(())
     }
 
     /// The deleted topics among `reports` (a broker's replicas): it drops the replicas that
@@ -2482,16 +2521,43 @@ mod tests {
     fn partitions_are_added_and_validate_only_checks_alone() {
         let mut c = cluster(&[1, 2]);
         c.handle_create_topic(0, "t", 2, 2, -1).unwrap();
-        assert!(c.handle_create_partitions(1, "t", 4, true).unwrap().is_none());
+        assert!(c.handle_create_partitions(1, "t", 4, &[], true).unwrap().is_none());
         assert_eq!(c.handle_metadata(1, &["t".to_string()], false).1[0].partitions.len(), 2);
-        c.handle_create_partitions(1, "t", 4, false).unwrap().unwrap();
+        c.handle_create_partitions(1, "t", 4, &[], false).unwrap().unwrap();
         let (_, topics, _) = c.handle_metadata(1, &["t".to_string()], false);
         assert_eq!(topics[0].partitions.len(), 4);
         assert!(topics[0].partitions.iter().all(|p| p.replicas.len() == 2 && p.leader_id >= 0));
-        assert_eq!(c.handle_create_partitions(1, "t", 3, false).unwrap_err().code, ErrorCode::InvalidPartitions);
-        assert_eq!(c.handle_create_partitions(1, "u", 3, false).unwrap_err().code, ErrorCode::UnknownTopicOrPartition);
+        assert_eq!(c.handle_create_partitions(1, "t", 3, &[], false).unwrap_err().code, ErrorCode::InvalidPartitions);
+        assert_eq!(
+            c.handle_create_partitions(1, "u", 3, &[], false).unwrap_err().code,
+            ErrorCode::UnknownTopicOrPartition
+        );
         // The topic's default: -1 partitions.
         c.handle_create_topic(1, "d", -1, 1, -1).unwrap();
         assert_eq!(c.handle_metadata(1, &["d".to_string()], false).1[0].partitions.len(), 1);
+    }
+
+    /// Issue 32, item 5: CreatePartitions with Kafka's replica assignment places each new
+    /// partition on the replicas given, the first leading; one that cannot be followed is
+    /// refused INVALID_REPLICA_ASSIGNMENT and nothing is added.
+    #[test]
+    fn partitions_are_added_on_the_replicas_assigned() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 2, -1).unwrap();
+        let refused = |c: &mut Cluster, assignments: &[Vec<i32>]| {
+            let e = c.handle_create_partitions(1, "t", 3, assignments, false).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidReplicaAssignment, "{assignments:?}: {e}");
+            e.message
+        };
+        assert!(refused(&mut c, &[vec![3, 1]]).contains("1 replica lists for 2 new partitions"));
+        assert!(refused(&mut c, &[vec![3, 1], vec![2]]).contains("is given 1 replicas, the topic has 2"));
+        assert!(refused(&mut c, &[vec![3, 1], vec![2, 2]]).contains("names broker 2 twice"));
+        assert!(refused(&mut c, &[vec![3, 1], vec![2, 9]]).contains("broker 9, which is not live"));
+        assert_eq!(c.handle_metadata(1, &["t".to_string()], false).1[0].partitions.len(), 1, "nothing added");
+        c.handle_create_partitions(1, "t", 3, &[vec![3, 1], vec![2, 3]], false).unwrap().unwrap();
+        let (_, topics, _) = c.handle_metadata(1, &["t".to_string()], false);
+        let placed: Vec<(Vec<i32>, i32)> =
+            topics[0].partitions[1..].iter().map(|p| (p.replicas.clone(), p.leader_id)).collect();
+        assert_eq!(placed, [(vec![3, 1], 3), (vec![2, 3], 2)]);
     }
 }

@@ -724,7 +724,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 let mut st = shared.lock();
                 let now = shared.now_ms();
                 st.cluster
-                    .handle_create_partitions(now, &r.name, r.count, r.validate_only)
+                    .handle_create_partitions(now, &r.name, r.count, &r.assignments, r.validate_only)
                     .map(|e| shared.persist(e.as_slice()))
             };
             Response::CreatePartitions(match rx {

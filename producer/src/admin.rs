@@ -72,6 +72,7 @@ impl Admin {
             name: name.to_string(),
             count,
             validate_only: false,
+            assignments: Vec::new(),
         });
         self.call(&format!("add partitions to '{name}'"), req).await.map(|_| ())
     }

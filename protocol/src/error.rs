@@ -174,6 +174,9 @@ error_codes! {
     PreferredLeaderNotAvailable = 80, "PREFERRED_LEADER_NOT_AVAILABLE", true;
     /// An unclean election of a partition none of whose replicas is live.
     EligibleLeadersNotAvailable = 83, "ELIGIBLE_LEADERS_NOT_AVAILABLE", true;
+    /// A CreatePartitions replica assignment that cannot be followed: not one per new
+    /// partition, another replica count than the topic's, a broker repeated or not live.
+    InvalidReplicaAssignment = 39, "INVALID_REPLICA_ASSIGNMENT", false;
     /// The group does not exist.
     GroupIdNotFound = 69, "GROUP_ID_NOT_FOUND", false;
     /// The group has members (DeleteGroups; OffsetDelete of a group whose subscriptions cannot

@@ -118,3 +118,33 @@ def test_elect_leaders_moves_the_leadership_back_to_the_preferred_replica(cluste
     produce(10, 20)
     values = sorted(int(r["value"]) for r in c.read_log("t", 0))
     assert sorted(acked) == list(range(30)) and values == list(range(30)), (acked, values)
+
+
+@pytest.mark.timeout(60)
+def test_create_partitions_places_them_on_the_replicas_assigned(cluster):
+    """Issue 32, item 5: CreatePartitions with a replica assignment through confluent-kafka's
+    AdminClient: each new partition on the brokers given, the first leading, and writable; an
+    assignment that cannot be followed is refused INVALID_REPLICA_ASSIGNMENT, adding nothing."""
+    from confluent_kafka import KafkaError, KafkaException, Producer
+    from confluent_kafka.admin import AdminClient, NewPartitions
+    c = cluster(brokers=3)
+    c.create_topic("t", partitions=1, replicas=2)
+    bs = c.bootstrap()
+    admin = AdminClient({"bootstrap.servers": bs})
+    bad = NewPartitions("t", 3, replica_assignment=[[3, 1], [2, 2]])
+    with pytest.raises(KafkaException) as refused:
+        admin.create_partitions([bad], request_timeout=10)["t"].result(15)
+    assert refused.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT, refused.value
+    assert "names broker 2 twice" in refused.value.args[0].str(), refused.value
+    assert len([p for p in c.describe()["partitions"] if p["topic"] == "t"]) == 1, "nothing added"
+    good = NewPartitions("t", 3, replica_assignment=[[3, 1], [2, 3]])
+    admin.create_partitions([good], request_timeout=10)["t"].result(15)
+    for index, replicas in ((1, [3, 1]), (2, [2, 3])):
+        p = c.partition("t", index)
+        assert (p["replicas"], p["leader"]) == (replicas, replicas[0]), p
+    prod = Producer({"bootstrap.servers": bs, "acks": "all"})
+    delivered = []
+    for index in (1, 2):
+        prod.produce("t", value=b"x", partition=index, on_delivery=lambda e, m: delivered.append((e, m.partition())))
+    assert prod.flush(30) == 0
+    assert sorted(part for e, part in delivered if e is None) == [1, 2], delivered

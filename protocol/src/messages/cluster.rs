@@ -235,6 +235,9 @@ pub struct CreatePartitionsRequest {
     pub count: i32,
     /// Only check; create nothing.
     pub validate_only: bool,
+    /// Each new partition's replicas, the first its leader (Kafka's replica assignment); empty:
+    /// the coordinator places them. Written last, and absent in a request of an older client.
+    pub assignments: Vec<Vec<i32>>,
 }
 
 impl CreatePartitionsRequest {
@@ -242,14 +245,28 @@ impl CreatePartitionsRequest {
         b.put_string(&self.name);
         b.put_i32(self.count);
         b.put_bool(self.validate_only);
+        b.put_i32(self.assignments.len() as i32);
+        for replicas in &self.assignments {
+            b.put_i32(replicas.len() as i32);
+            for id in replicas {
+                b.put_i32(*id);
+            }
+        }
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(CreatePartitionsRequest {
-            name: r.string("name")?,
-            count: r.i32("count")?,
-            validate_only: r.bool("validate_only")?,
-        })
+        let name = r.string("name")?;
+        let count = r.i32("count")?;
+        let validate_only = r.bool("validate_only")?;
+        let mut assignments = Vec::new();
+        if r.remaining() > 0 {
+            let n = r.array_len("assignments", 4)?;
+            assignments.reserve(n);
+            for _ in 0..n {
+                assignments.push(r.i32_array("replicas")?);
+            }
+        }
+        Ok(CreatePartitionsRequest { name, count, validate_only, assignments })
     }
 }
 

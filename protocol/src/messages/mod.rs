@@ -805,6 +805,13 @@ mod tests {
             name: "n".into(),
             count: 7,
             validate_only: false,
+            assignments: vec![],
+        }));
+        roundtrip_req(Request::CreatePartitions(CreatePartitionsRequest {
+            name: "n".into(),
+            count: 3,
+            validate_only: true,
+            assignments: vec![vec![2, 1], vec![1, 3]],
         }));
         roundtrip_req(Request::InitProducerId(InitProducerIdRequest {
             transactional_id: Some("orders".into()),

@@ -228,16 +228,14 @@ impl KafkaConn {
             // ALTER on the topic.
             let status = if !caller.may(Operation::Alter, ResourceType::Topic, &t.name) {
                 caller.refusal(ErrorCode::TopicAuthorizationFailed, Operation::Alter, ResourceType::Topic, &t.name)
-            } else if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
-                Status::new(
-                    ErrorCode::InvalidRequest,
-                    "replica assignments are chosen by the coordinator: give count only",
-                )
             } else {
+                let assignments =
+                    t.assignments.iter().flatten().map(|a| a.broker_ids.iter().map(|b| b.0).collect()).collect();
                 let req = Request::CreatePartitions(protocol::CreatePartitionsRequest {
                     name: t.name.to_string(),
                     count: t.count,
                     validate_only: r.validate_only,
+                    assignments,
                 });
                 self.admin_refusal(self.relay(req).await.status().clone(), "adding partitions")
             };

@@ -676,28 +676,22 @@ impl KafkaConn {
                     asked.iter().zip(&readable).filter(|(_, r)| **r).map(|(p, _)| p.clone()).collect();
                 // Relayed even with no partition left: the group's own refusal (it does not
                 // exist, say) is still the answer, as Kafka's.
-                let mut relayed = Vec::new();
-                {
-                    let n = partitions.len();
-                    let req = Request::OffsetDelete(protocol::OffsetDeleteRequest {
-                        group: r.group_id.to_string(),
-                        partitions,
-                    });
-                    match self.relay(req).await {
-                        Response::OffsetDelete(d) if d.status.is_ok() && d.partitions.len() == n => {
-                            relayed = d.partitions
-                        }
-                        other => {
-                            let s = self.admin_refusal(status_of(&other), "deleting a group's offsets");
-                            let s = if s.is_ok() {
-                                Status::new(ErrorCode::UnknownServerError, "a malformed answer")
-                            } else {
-                                s
-                            };
-                            out = out.with_error_code(code(&s));
-                        }
+                let n = partitions.len();
+                let req =
+                    Request::OffsetDelete(protocol::OffsetDeleteRequest { group: r.group_id.to_string(), partitions });
+                let relayed = match self.relay(req).await {
+                    Response::OffsetDelete(d) if d.status.is_ok() && d.partitions.len() == n => d.partitions,
+                    other => {
+                        let s = self.admin_refusal(status_of(&other), "deleting a group's offsets");
+                        let s = if s.is_ok() {
+                            Status::new(ErrorCode::UnknownServerError, "a malformed answer")
+                        } else {
+                            s
+                        };
+                        out = out.with_error_code(code(&s));
+                        Vec::new()
                     }
-                }
+                };
                 let mut relayed = relayed.into_iter();
                 asked
                     .iter()

@@ -161,7 +161,10 @@ async fn every_served_api_answers_at_every_served_version() {
                 }
                 ApiKey::CreatePartitions => {
                     let req = CreatePartitionsRequest::default().with_topics(vec![
-                        create_partitions_request::CreatePartitionsTopic::default().with_name(name("t")).with_count(3),
+                        create_partitions_request::CreatePartitionsTopic::default()
+                            .with_name(name("t"))
+                            .with_count(3)
+                            .with_assignments(None),
                     ]);
                     assert_eq!(conn.call(&req, v).await.unwrap().results[0].error_code, 31, "v{v}");
                     Ok(0)
@@ -1004,9 +1007,20 @@ async fn kafka_admin_creates_describes_grows_and_deletes_topics() {
     let r = conn.call(&listeners, 4).await.unwrap();
     let want = format!("PLAINTEXT://{}", c.kafka_addrs[0]);
     assert_eq!(r.results[0].configs[0].value.as_deref(), Some(want.as_str()), "{r:?}");
+    // CreatePartitions with an empty replica assignment: not one list per new partition.
+    let empty = CreatePartitionsRequest::default().with_topics(vec![
+        create_partitions_request::CreatePartitionsTopic::default()
+            .with_name(name("adm"))
+            .with_count(5)
+            .with_assignments(Some(vec![])),
+    ]);
+    assert_eq!(conn.call(&empty, 3).await.unwrap().results[0].error_code, 39, "INVALID_REPLICA_ASSIGNMENT");
     // CreatePartitions: 3 -> 5.
     let grow = CreatePartitionsRequest::default().with_topics(vec![
-        create_partitions_request::CreatePartitionsTopic::default().with_name(name("adm")).with_count(5),
+        create_partitions_request::CreatePartitionsTopic::default()
+            .with_name(name("adm"))
+            .with_count(5)
+            .with_assignments(None),
     ]);
     assert_eq!(conn.call(&grow, 3).await.unwrap().results[0].error_code, 0);
     assert_eq!(metadata(&conn, "adm").await.partitions.len(), 5);
@@ -1047,7 +1061,10 @@ async fn on_a_secured_cluster_kafka_clients_cannot_create_or_delete_topics() {
     let delete = DeleteTopicsRequest::default().with_topic_names(vec![name("t")]);
     assert_eq!(conn.call(&delete, 5).await.unwrap().responses[0].error_code, 31);
     let grow = CreatePartitionsRequest::default().with_topics(vec![
-        create_partitions_request::CreatePartitionsTopic::default().with_name(name("t")).with_count(4),
+        create_partitions_request::CreatePartitionsTopic::default()
+            .with_name(name("t"))
+            .with_count(4)
+            .with_assignments(None),
     ]);
     assert_eq!(conn.call(&grow, 3).await.unwrap().results[0].error_code, 31);
     assert_eq!(metadata(&conn, "t").await.partitions.len(), 2, "nothing changed");

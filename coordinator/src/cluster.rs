@@ -836,23 +836,23 @@ impl Cluster {
         self.check_cluster_partitions(name, count - have)?;
         let rf = t.partitions.first().map_or(1, |p| p.replicas.len());
         let live = self.live_brokers(now_ms);
-        if live.len() < rf {
+        if !assignments.is_empty() {
+            Self::check_assignments(name, assignments, (count - have) as usize, rf, &live)?;
+        } else if live.len() < rf {
             return Err(Status::new(
                 ErrorCode::InvalidReplicationFactor,
                 format!("topic '{name}' has {rf} replicas per partition but {} live broker(s)", live.len()),
             ));
         }
-        let replicas = if assignments.is_empty() {
-            self.place(&live, (count - have) as usize, rf)
-        } else {
-            Self::check_assignments(name, assignments, (count - have) as usize, rf, &live)?;
-            assignments.to_vec()
-        };
+        let replicas =
+            if assignments.is_empty() { self.place(&live, (count - have) as usize, rf) } else { assignments.to_vec() };
         let entry = Entry::PartitionsAdded { name: name.to_string(), replicas };
         if validate_only {
             return Ok(None);
         }
-        self.next_placement = self.next_placement.wrapping_add((count - have) as usize);
+        if assignments.is_empty() {
+            self.next_placement = self.next_placement.wrapping_add((count - have) as usize);
+        }
         self.apply(&entry);
         Ok(Some(entry))
     }

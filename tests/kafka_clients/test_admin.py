@@ -81,7 +81,11 @@ def test_elect_leaders_moves_the_leadership_back_to_the_preferred_replica(cluste
     p = c.partition("t", 0)
     preferred = p["replicas"][0]
     assert p["leader"] == preferred, p
-    admin = AdminClient({"bootstrap.servers": bs})
+    # Every broker answers as the controller (each relays to the coordinator): bootstrapped
+    # at the others, the admin client never sends its ElectLeaders to the broker paused below
+    # (it would wait out its request timeout there, as at a frozen Kafka controller).
+    others = [b for b in c.brokers if b != preferred]
+    admin = AdminClient({"bootstrap.servers": c.bootstrap(others)})
     tp = TopicPartition("t", 0)
 
     def elect(kind):
@@ -148,3 +152,13 @@ def test_create_partitions_places_them_on_the_replicas_assigned(cluster):
         prod.produce("t", value=b"x", partition=index, on_delivery=lambda e, m: delivered.append((e, m.partition())))
     assert prod.flush(30) == 0
     assert sorted(part for e, part in delivered if e is None) == [1, 2], delivered
+    # Without an assignment both clients send none (null), and the coordinator places them.
+    admin.create_partitions([NewPartitions("t", 4)], request_timeout=10)["t"].result(15)
+    import kafka
+    from kafka.admin import NewPartitions as KafkaNewPartitions
+    kadmin = kafka.KafkaAdminClient(bootstrap_servers=bs.split(","), request_timeout_ms=10000)
+    try:
+        kadmin.create_partitions({"t": KafkaNewPartitions(5)})
+    finally:
+        kadmin.close()
+    assert len([p for p in c.describe()["partitions"] if p["topic"] == "t"]) == 5

@@ -236,7 +236,8 @@ pub struct CreatePartitionsRequest {
     /// Only check; create nothing.
     pub validate_only: bool,
     /// Each new partition's replicas, the first its leader (Kafka's replica assignment); empty:
-    /// the coordinator places them. Written last, and absent in a request of an older client.
+    /// the coordinator places them. Written last, only when given (so an older coordinator
+    /// reads a request without it), and absent in a request of an older client.
     pub assignments: Vec<Vec<i32>>,
 }
 
@@ -245,6 +246,10 @@ impl CreatePartitionsRequest {
         b.put_string(&self.name);
         b.put_i32(self.count);
         b.put_bool(self.validate_only);
+        // Written only when given, so a coordinator from before the field reads the rest.
+        if self.assignments.is_empty() {
+            return;
+        }
         b.put_i32(self.assignments.len() as i32);
         for replicas in &self.assignments {
             b.put_i32(replicas.len() as i32);

@@ -228,6 +228,17 @@ impl KafkaConn {
             // ALTER on the topic.
             let status = if !caller.may(Operation::Alter, ResourceType::Topic, &t.name) {
                 caller.refusal(ErrorCode::TopicAuthorizationFailed, Operation::Alter, ResourceType::Topic, &t.name)
+            } else if t.assignments.as_ref().is_some_and(Vec::is_empty) {
+                // The own request cannot tell an empty list from none: refused here, as Kafka
+                // refuses a list that is not one per new partition.
+                Status::new(
+                    ErrorCode::InvalidReplicaAssignment,
+                    format!(
+                        "topic '{}': an empty replica assignment; give one list of replicas per new partition, or \
+                         none (null) for the coordinator to place them",
+                        t.name.as_str()
+                    ),
+                )
             } else {
                 let assignments =
                     t.assignments.iter().flatten().map(|a| a.broker_ids.iter().map(|b| b.0).collect()).collect();

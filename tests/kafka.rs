@@ -283,6 +283,33 @@ async fn every_served_api_answers_at_every_served_version() {
                     assert_eq!(code, 31, "v{v}: the cluster has a secret");
                     Ok(0)
                 }
+                ApiKey::DescribeTopicPartitions => {
+                    // Two partitions, one a page: the cursor names the second, which the next
+                    // page starts at; a topic that does not exist is named with its error.
+                    let page = |cursor: Option<describe_topic_partitions_request::Cursor>| {
+                        DescribeTopicPartitionsRequest::default()
+                            .with_topics(vec![
+                                describe_topic_partitions_request::TopicRequest::default().with_name(name("t")),
+                                describe_topic_partitions_request::TopicRequest::default().with_name(name("zz")),
+                            ])
+                            .with_response_partition_limit(1)
+                            .with_cursor(cursor)
+                    };
+                    let first = conn.call(&page(None), v).await.unwrap();
+                    assert_eq!(first.topics.len(), 1, "{first:?}");
+                    assert_eq!(first.topics[0].partitions[0].partition_index, 0);
+                    assert!(!first.topics[0].topic_id.is_nil());
+                    let cursor = first.next_cursor.clone().expect("more to come");
+                    assert_eq!((cursor.topic_name.as_str(), cursor.partition_index), ("t", 1));
+                    let cursor = describe_topic_partitions_request::Cursor::default()
+                        .with_topic_name(cursor.topic_name)
+                        .with_partition_index(cursor.partition_index);
+                    let second = conn.call(&page(Some(cursor)), v).await.unwrap();
+                    assert_eq!(second.topics[0].partitions[0].partition_index, 1, "{second:?}");
+                    assert_eq!(second.topics[1].error_code, 3, "zz: UNKNOWN_TOPIC_OR_PARTITION");
+                    assert!(second.next_cursor.is_none());
+                    Ok(second.topics[0].error_code)
+                }
                 ApiKey::DeleteGroups => {
                     let req = DeleteGroupsRequest::default()
                         .with_groups_names(vec![GroupId(StrBytes::from_static_str("none"))]);

@@ -162,3 +162,49 @@ def test_create_partitions_places_them_on_the_replicas_assigned(cluster):
     finally:
         kadmin.close()
     assert len([p for p in c.describe()["partitions"] if p["topic"] == "t"]) == 5
+
+
+@pytest.mark.timeout(90)
+def test_describe_topic_partitions_shows_the_eligible_leader_replicas(cluster):
+    """Issue 32, item 5: DescribeTopicPartitions (KIP-966) through kafka-python's admin client:
+    each partition's leader, epoch, replicas and ISR as the coordinator holds them; with two of
+    three followers paused the ISR falls below min.insync.replicas (2) and they are eligible
+    leader replicas (ELR); a page of one partition names where the next starts."""
+    import kafka
+    c = cluster(brokers=3, lease_ms=1000, heartbeat_ms=100)
+    c.create_topic("t", partitions=2, replicas=3)
+    kadmin = kafka.KafkaAdminClient(bootstrap_servers=c.bootstrap().split(","), request_timeout_ms=10000)
+    try:
+        got = kadmin.describe_topic_partitions(["t"])
+        (topic,) = got["topics"]
+        assert topic["error_code"] == 0 and got["next_cursor"] is None, got
+        for p in topic["partitions"]:
+            want = c.partition("t", p["partition_index"])
+            assert (p["leader_id"], p["leader_epoch"], p["replica_nodes"], p["isr_nodes"]) == \
+                (want["leader"], want["leader_epoch"], want["replicas"], want["isr"]), (p, want)
+        page = kadmin.describe_topic_partitions(["t"], response_partition_limit=1)
+        assert [p["partition_index"] for p in page["topics"][0]["partitions"]] == [0]
+        assert page["next_cursor"] == {"topic_name": "t", "partition_index": 1}, page
+        # Pause partition 0's followers: the ISR shrinks to the leader, and they are eligible.
+        p0 = c.partition("t", 0)
+        followers = [b for b in p0["replicas"] if b != p0["leader"]]
+        for b in followers:
+            c.brokers[b].stop()
+        # A client connected to the leader alone (the paused brokers would take its requests
+        # and never answer).
+        leader_only = kafka.KafkaAdminClient(bootstrap_servers=[c.brokers[p0["leader"]].kafka_addr],
+                                             request_timeout_ms=10000)
+        try:
+            def eligible():
+                p = leader_only.describe_topic_partitions(["t"])["topics"][0]["partitions"][0]
+                return p if p["isr_nodes"] == [p0["leader"]] and sorted(p["eligible_leader_replicas"] or []) == \
+                    sorted(followers) else None
+            from efcluster import wait_until
+            got = wait_until(eligible, 30, "the paused followers eligible leader replicas")
+            assert got["eligible_leader_replicas"] is not None
+        finally:
+            leader_only.close()
+            for b in followers:
+                c.brokers[b].cont()
+    finally:
+        kadmin.close()

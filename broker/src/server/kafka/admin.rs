@@ -14,15 +14,18 @@ use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
 use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
+use kafka_protocol::messages::describe_topic_partitions_response::{
+    self, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
+};
 use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::list_transactions_response::TransactionState as ListedTransaction;
 use kafka_protocol::messages::{
-    ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    ApiKey, BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
     DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
-    DescribeConfigsResponse, DescribeProducersRequest, DescribeProducersResponse, DescribeTransactionsRequest,
-    DescribeTransactionsResponse, ElectLeadersRequest, ElectLeadersResponse, ListTransactionsRequest,
-    ListTransactionsResponse, ResponseKind, TopicName, TransactionalId,
+    DescribeConfigsResponse, DescribeProducersRequest, DescribeProducersResponse, DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse, DescribeTransactionsRequest, DescribeTransactionsResponse, ElectLeadersRequest,
+    ElectLeadersResponse, ListTransactionsRequest, ListTransactionsResponse, ResponseKind, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use protocol::kafka::KafkaAnswer;
@@ -538,6 +541,106 @@ impl KafkaConn {
             }
         };
         KafkaAnswer::Reply(ResponseKind::ListTransactions(resp.with_unknown_state_filters(unknown)))
+    }
+
+    /// DescribeTopicPartitions (KIP-966): the topics named (every topic the caller may
+    /// describe, if none is), by name, each partition's leader, epoch, replicas, ISR, eligible
+    /// leader replicas and the replicas their brokers report offline, from a relayed Metadata
+    /// (topic ids) and Describe; at most `response_partition_limit` partitions (2,000 at most,
+    /// as Kafka's), from `cursor` on, with the cursor to go on from when more are left. A named
+    /// topic the caller may not describe: TOPIC_AUTHORIZATION_FAILED; one that does not exist:
+    /// UNKNOWN_TOPIC_OR_PARTITION.
+    pub(super) async fn describe_topic_partitions(self: &Arc<Self>, r: DescribeTopicPartitionsRequest) -> KafkaAnswer {
+        let caller = self.caller();
+        let named = !r.topics.is_empty();
+        let topic_answer = |name: &str, code: i16| {
+            DescribeTopicPartitionsResponseTopic::default()
+                .with_name(Some(TopicName(s(name))))
+                .with_error_code(code)
+                .with_topic_authorized_operations(i32::MIN)
+        };
+        let known = match (self.topic_infos(Vec::new()).await, self.relay(Request::Describe).await) {
+            (Ok(m), Response::Describe(d)) if d.status.is_ok() => Some((m.topics, d.partitions)),
+            (Err(status), _) | (_, Response::Describe(protocol::DescribeResponse { status, .. })) => {
+                tracing::info!(%status, "DescribeTopicPartitions: the coordinator did not answer");
+                None
+            }
+            _ => None,
+        };
+        let Some((topics, partitions)) = known else {
+            // No answer to give: every topic named gets the coordinator's unavailability.
+            let code = kafka_code(ErrorCode::CoordinatorNotAvailable, ApiKey::DescribeTopicPartitions, 0);
+            let out = r.topics.iter().map(|t| topic_answer(t.name.as_str(), code)).collect();
+            return KafkaAnswer::Reply(ResponseKind::DescribeTopicPartitions(
+                DescribeTopicPartitionsResponse::default().with_topics(out),
+            ));
+        };
+        let mut names: Vec<String> = if named {
+            r.topics.iter().map(|t| t.name.to_string()).collect()
+        } else {
+            topics
+                .iter()
+                .map(|t| t.name.clone())
+                .filter(|n| caller.may_quietly(Operation::Describe, ResourceType::Topic, n))
+                .collect()
+        };
+        names.sort();
+        names.dedup();
+        let (from_topic, from_partition) =
+            r.cursor.as_ref().map_or((String::new(), 0), |c| (c.topic_name.to_string(), c.partition_index));
+        let mut left = r.response_partition_limit.clamp(1, 2_000) as usize;
+        let mut out = Vec::new();
+        let mut next = None;
+        for name in names.into_iter().filter(|n| *n >= from_topic) {
+            let first = if name == from_topic { from_partition } else { 0 };
+            if named && !caller.may(Operation::Describe, ResourceType::Topic, &name) {
+                out.push(topic_answer(&name, ErrorCode::TopicAuthorizationFailed.code()));
+                continue;
+            }
+            let Some(info) = topics.iter().find(|t| t.name == name) else {
+                out.push(topic_answer(&name, ErrorCode::UnknownTopicOrPartition.code()));
+                continue;
+            };
+            let mut held: Vec<&protocol::PartitionState> =
+                partitions.iter().filter(|p| p.topic == name && p.partition >= first).collect();
+            held.sort_by_key(|p| p.partition);
+            if left == 0 {
+                next = Some((name, first));
+                break;
+            }
+            let take = held.len().min(left);
+            left -= take;
+            let ids = |v: &[i32]| v.iter().map(|b| BrokerId(*b)).collect::<Vec<_>>();
+            let answered = held[..take]
+                .iter()
+                .map(|p| {
+                    let offline: Vec<i32> =
+                        p.progress.iter().filter(|g| g.problem == "offline").map(|g| g.broker_id).collect();
+                    DescribeTopicPartitionsResponsePartition::default()
+                        .with_partition_index(p.partition)
+                        .with_leader_id(BrokerId(p.leader_id))
+                        .with_leader_epoch(p.leader_epoch)
+                        .with_replica_nodes(ids(&p.replicas))
+                        .with_isr_nodes(ids(&p.isr))
+                        .with_eligible_leader_replicas(Some(ids(&p.elr)))
+                        .with_last_known_elr(Some(Vec::new()))
+                        .with_offline_replicas(ids(&offline))
+                })
+                .collect();
+            out.push(topic_answer(&name, 0).with_topic_id(Uuid::from_u128(info.topic_id)).with_partitions(answered));
+            if take < held.len() {
+                next = Some((name, held[take].partition));
+                break;
+            }
+        }
+        let cursor = next.map(|(topic, partition)| {
+            describe_topic_partitions_response::Cursor::default()
+                .with_topic_name(TopicName(s(topic)))
+                .with_partition_index(partition)
+        });
+        KafkaAnswer::Reply(ResponseKind::DescribeTopicPartitions(
+            DescribeTopicPartitionsResponse::default().with_topics(out).with_next_cursor(cursor),
+        ))
     }
 
     /// Every transactional id the coordinator holds (its Describe, which is read-only).

@@ -68,6 +68,7 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
@@ -457,6 +458,10 @@ impl KafkaConn {
             RequestKind::ElectLeaders(r) => {
                 let conn = self.clone();
                 Handled::serial(async move { conn.elect_leaders(r, version).await })
+            }
+            RequestKind::DescribeTopicPartitions(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.describe_topic_partitions(r).await })
             }
             RequestKind::DescribeCluster(r) => {
                 let conn = self.clone();

@@ -1496,3 +1496,45 @@ async fn sasl_handshake_version_0_carries_bare_tokens() {
     assert_eq!(served(request(&mut s, &metadata, 1).await), 0, "logged in, requests served");
     c.shutdown().await;
 }
+
+/// DescribeTopicPartitions (KIP-966) shows the eligible leader replicas: with both followers
+/// frozen the ISR is the leader alone, below min.insync.replicas (2), and they are eligible.
+#[tokio::test]
+async fn describe_topic_partitions_shows_the_eligible_leader_replicas() {
+    let c =
+        LocalCluster::start(LocalOptions { brokers: 3, kafka: true, broker_lease_ms: 400, ..LocalOptions::default() })
+            .await
+            .unwrap();
+    c.create_topic_replicated("t", 1, 3).await.unwrap();
+    let d = c.admin().describe().await.unwrap();
+    let leader = d.partitions[0].leader_id;
+    let followers: Vec<i32> = (1..=3).filter(|b| *b != leader).collect();
+    // A connection to the leader alone: the frozen brokers answer nothing.
+    let conn = KafkaConnection::connect(&c.kafka_addrs[(leader - 1) as usize], None, T).await.unwrap();
+    let req = DescribeTopicPartitionsRequest::default()
+        .with_topics(vec![describe_topic_partitions_request::TopicRequest::default().with_name(name("t"))])
+        .with_response_partition_limit(10);
+    let before = conn.call(&req, 0).await.unwrap();
+    let p = &before.topics[0].partitions[0];
+    assert_eq!((p.leader_id.0, p.replica_nodes.len(), p.isr_nodes.len()), (leader, 3, 3), "{p:?}");
+    assert_eq!(p.eligible_leader_replicas.as_deref(), Some(&[][..]), "none eligible while all are in sync");
+    for b in &followers {
+        c.switches[(b - 1) as usize].freeze();
+    }
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let r = conn.call(&req, 0).await.unwrap();
+        let p = &r.topics[0].partitions[0];
+        let mut elr: Vec<i32> = p.eligible_leader_replicas.iter().flatten().map(|b| b.0).collect();
+        elr.sort();
+        if p.isr_nodes.iter().map(|b| b.0).collect::<Vec<_>>() == [leader] && elr == followers {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the frozen followers never eligible: {p:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for b in &followers {
+        c.switches[(b - 1) as usize].thaw();
+    }
+    c.shutdown().await;
+}

@@ -165,13 +165,13 @@ def test_create_partitions_places_them_on_the_replicas_assigned(cluster):
 
 
 @pytest.mark.timeout(90)
-def test_describe_topic_partitions_shows_the_eligible_leader_replicas(cluster):
+def test_describe_topic_partitions_through_kafka_python(cluster):
     """Issue 32, item 5: DescribeTopicPartitions (KIP-966) through kafka-python's admin client:
-    each partition's leader, epoch, replicas and ISR as the coordinator holds them; with two of
-    three followers paused the ISR falls below min.insync.replicas (2) and they are eligible
-    leader replicas (ELR); a page of one partition names where the next starts."""
+    each partition's leader, epoch, replicas and ISR as the coordinator holds them; a page of one
+    partition names where the next starts. (The eligible leader replicas of frozen followers:
+    tests/kafka.rs, on a connection to the leader alone, which a client here cannot be held to.)"""
     import kafka
-    c = cluster(brokers=3, lease_ms=1000, heartbeat_ms=100)
+    c = cluster(brokers=3)
     c.create_topic("t", partitions=2, replicas=3)
     kadmin = kafka.KafkaAdminClient(bootstrap_servers=c.bootstrap().split(","), request_timeout_ms=10000)
     try:
@@ -185,26 +185,5 @@ def test_describe_topic_partitions_shows_the_eligible_leader_replicas(cluster):
         page = kadmin.describe_topic_partitions(["t"], response_partition_limit=1)
         assert [p["partition_index"] for p in page["topics"][0]["partitions"]] == [0]
         assert page["next_cursor"] == {"topic_name": "t", "partition_index": 1}, page
-        # Pause partition 0's followers: the ISR shrinks to the leader, and they are eligible.
-        p0 = c.partition("t", 0)
-        followers = [b for b in p0["replicas"] if b != p0["leader"]]
-        for b in followers:
-            c.brokers[b].stop()
-        # A client connected to the leader alone (the paused brokers would take its requests
-        # and never answer).
-        leader_only = kafka.KafkaAdminClient(bootstrap_servers=[c.brokers[p0["leader"]].kafka_addr],
-                                             request_timeout_ms=10000)
-        try:
-            def eligible():
-                p = leader_only.describe_topic_partitions(["t"])["topics"][0]["partitions"][0]
-                return p if p["isr_nodes"] == [p0["leader"]] and sorted(p["eligible_leader_replicas"] or []) == \
-                    sorted(followers) else None
-            from efcluster import wait_until
-            got = wait_until(eligible, 30, "the paused followers eligible leader replicas")
-            assert got["eligible_leader_replicas"] is not None
-        finally:
-            leader_only.close()
-            for b in followers:
-                c.brokers[b].cont()
     finally:
         kadmin.close()

@@ -300,19 +300,11 @@ pub struct LeaveGroupResponse {
 
 impl LeaveGroupResponse {
     pub(crate) fn encode_body(&self, b: &mut BytesMut) {
-        b.put_i32(self.members.len() as i32);
-        for s in &self.members {
-            s.encode(b);
-        }
+        put_statuses(b, &self.members);
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
-        let n = r.array_len("members", 4)?;
-        let mut members = Vec::with_capacity(n);
-        for _ in 0..n {
-            members.push(Status::decode(r)?);
-        }
-        Ok(LeaveGroupResponse { status, members })
+        Ok(LeaveGroupResponse { status, members: get_statuses(r, "members")? })
     }
 }
 
@@ -359,6 +351,32 @@ impl PartitionOffset {
         }
         Ok(out)
     }
+}
+
+/// A list of statuses (one per item of a request, in its order).
+fn put_statuses(b: &mut BytesMut, statuses: &[Status]) {
+    b.put_i32(statuses.len() as i32);
+    for s in statuses {
+        s.encode(b);
+    }
+}
+
+fn get_statuses(r: &mut Reader, field: &'static str) -> Result<Vec<Status>, DecodeError> {
+    let n = r.array_len(field, 4)?;
+    (0..n).map(|_| Status::decode(r)).collect()
+}
+
+/// A list of strings (group ids).
+fn put_strings(b: &mut BytesMut, strings: &[String]) {
+    b.put_i32(strings.len() as i32);
+    for s in strings {
+        b.put_string(s);
+    }
+}
+
+fn get_strings(r: &mut Reader, field: &'static str) -> Result<Vec<String>, DecodeError> {
+    let n = r.array_len(field, 2)?;
+    (0..n).map(|_| r.string(field)).collect()
 }
 
 fn put_offsets(b: &mut BytesMut, offsets: &[PartitionOffset]) {
@@ -542,19 +560,11 @@ pub struct DescribeGroupsRequest {
 
 impl DescribeGroupsRequest {
     pub(crate) fn encode_body(&self, b: &mut BytesMut) {
-        b.put_i32(self.groups.len() as i32);
-        for g in &self.groups {
-            b.put_string(g);
-        }
+        put_strings(b, &self.groups);
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
-        let n = r.array_len("groups", 2)?;
-        let mut groups = Vec::with_capacity(n);
-        for _ in 0..n {
-            groups.push(r.string("group")?);
-        }
-        Ok(DescribeGroupsRequest { groups })
+        Ok(DescribeGroupsRequest { groups: get_strings(r, "groups")? })
     }
 }
 
@@ -668,19 +678,11 @@ pub struct DeleteGroupsRequest {
 
 impl DeleteGroupsRequest {
     pub(crate) fn encode_body(&self, b: &mut BytesMut) {
-        b.put_i32(self.groups.len() as i32);
-        for g in &self.groups {
-            b.put_string(g);
-        }
+        put_strings(b, &self.groups);
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
-        let n = r.array_len("groups", 2)?;
-        let mut groups = Vec::with_capacity(n);
-        for _ in 0..n {
-            groups.push(r.string("group")?);
-        }
-        Ok(DeleteGroupsRequest { groups })
+        Ok(DeleteGroupsRequest { groups: get_strings(r, "groups")? })
     }
 }
 
@@ -696,19 +698,11 @@ pub struct DeleteGroupsResponse {
 
 impl DeleteGroupsResponse {
     pub(crate) fn encode_body(&self, b: &mut BytesMut) {
-        b.put_i32(self.groups.len() as i32);
-        for s in &self.groups {
-            s.encode(b);
-        }
+        put_statuses(b, &self.groups);
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
-        let n = r.array_len("groups", 4)?;
-        let mut groups = Vec::with_capacity(n);
-        for _ in 0..n {
-            groups.push(Status::decode(r)?);
-        }
-        Ok(DeleteGroupsResponse { status, groups })
+        Ok(DeleteGroupsResponse { status, groups: get_statuses(r, "groups")? })
     }
 }
 
@@ -756,18 +750,10 @@ pub struct OffsetDeleteResponse {
 
 impl OffsetDeleteResponse {
     pub(crate) fn encode_body(&self, b: &mut BytesMut) {
-        b.put_i32(self.partitions.len() as i32);
-        for s in &self.partitions {
-            s.encode(b);
-        }
+        put_statuses(b, &self.partitions);
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
-        let n = r.array_len("partitions", 4)?;
-        let mut partitions = Vec::with_capacity(n);
-        for _ in 0..n {
-            partitions.push(Status::decode(r)?);
-        }
-        Ok(OffsetDeleteResponse { status, partitions })
+        Ok(OffsetDeleteResponse { status, partitions: get_statuses(r, "partitions")? })
     }
 }

@@ -50,6 +50,15 @@ fn status_of(resp: &Response) -> Status {
     resp.status().clone()
 }
 
+/// The refusal an answer of the wrong shape (another response, or items missing) stands for:
+/// its status, or UNKNOWN_SERVER_ERROR if that says OK.
+fn malformed(resp: &Response) -> Status {
+    match resp.status() {
+        s if s.is_ok() => Status::new(ErrorCode::UnknownServerError, "a malformed answer"),
+        s => s.clone(),
+    }
+}
+
 /// Offsets by topic, in first-seen order, as Kafka's answers group them.
 fn by_topic<T>(items: Vec<(String, T)>) -> Vec<(String, Vec<T>)> {
     let mut out: Vec<(String, Vec<T>)> = Vec::new();
@@ -295,11 +304,7 @@ impl KafkaConn {
             Response::OffsetCommit(o) if o.partitions.len() == offsets.len() => {
                 o.partitions.into_iter().map(|(_, s)| s).collect()
             }
-            other => {
-                let s = status_of(&other);
-                let s = if s.is_ok() { Status::new(ErrorCode::UnknownServerError, "a malformed answer") } else { s };
-                vec![s; offsets.len()]
-            }
+            other => vec![malformed(&other); offsets.len()],
         };
         let refused = statuses.iter().find(|s| !s.is_ok()).cloned();
         let codes = offsets
@@ -617,12 +622,7 @@ impl KafkaConn {
             let n = asked.len();
             relayed = match self.relay(Request::DeleteGroups(protocol::DeleteGroupsRequest { groups: asked })).await {
                 Response::DeleteGroups(d) if d.status.is_ok() && d.groups.len() == n => d.groups,
-                other => {
-                    let s = self.admin_refusal(status_of(&other), "deleting a group");
-                    let s =
-                        if s.is_ok() { Status::new(ErrorCode::UnknownServerError, "a malformed answer") } else { s };
-                    vec![s; n]
-                }
+                other => vec![self.admin_refusal(malformed(&other), "deleting a group"); n],
             };
         }
         let mut relayed = relayed.into_iter();
@@ -682,13 +682,9 @@ impl KafkaConn {
                 let relayed = match self.relay(req).await {
                     Response::OffsetDelete(d) if d.status.is_ok() && d.partitions.len() == n => d.partitions,
                     other => {
-                        let s = self.admin_refusal(status_of(&other), "deleting a group's offsets");
-                        let s = if s.is_ok() {
-                            Status::new(ErrorCode::UnknownServerError, "a malformed answer")
-                        } else {
-                            s
-                        };
-                        out = out.with_error_code(code(&s));
+                        out = out.with_error_code(code(
+                            &self.admin_refusal(malformed(&other), "deleting a group's offsets"),
+                        ));
                         Vec::new()
                     }
                 };

@@ -61,6 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 prev_epoch: if from == 0 { -1 } else { 1 },
                 high_watermark: offset,
                 log_start_offset: 0,
+                low_watermark: 0,
                 producer_state: Bytes::new(),
                 records: Bytes::from(std::mem::take(&mut records)).into(),
             };

@@ -317,6 +317,17 @@ async fn every_served_api_answers_at_every_served_version() {
                     assert_eq!(r.results[0].error_code, 31, "v{v}: the cluster has a secret");
                     Ok(0)
                 }
+                ApiKey::DeleteRecords => {
+                    let req = DeleteRecordsRequest::default().with_timeout_ms(1_000).with_topics(vec![
+                        delete_records_request::DeleteRecordsTopic::default().with_name(name("t")).with_partitions(
+                            vec![delete_records_request::DeleteRecordsPartition::default().with_offset(0)],
+                        ),
+                    ]);
+                    let r = conn.call(&req, v).await.unwrap();
+                    let p = &r.topics[0].partitions[0];
+                    assert_eq!((p.error_code, p.low_watermark), (29, -1), "v{v}: the cluster has a secret");
+                    Ok(0)
+                }
                 ApiKey::OffsetDelete => {
                     let req = OffsetDeleteRequest::default()
                         .with_group_id(GroupId(StrBytes::from_static_str("sweep")))
@@ -1537,4 +1548,60 @@ async fn describe_topic_partitions_shows_the_eligible_leader_replicas() {
         c.switches[(b - 1) as usize].thaw();
     }
     c.shutdown().await;
+}
+
+/// Issue 32, item 2: DeleteRecords on the Kafka wire, without a cluster secret. One request for
+/// three partitions gets an answer per partition: the log start moves inside a batch (the low
+/// watermark is the offset asked), a partition with nothing committed refuses an offset past its
+/// high watermark, one that does not exist is not led here. A fetch below the start is
+/// OFFSET_OUT_OF_RANGE, one at it returns the batch holding it, ListOffsets' earliest is it, and
+/// -1 deletes up to the high watermark.
+#[tokio::test]
+async fn delete_records_moves_the_log_start_and_reads_below_it_are_out_of_range() {
+    let opts = LocalOptions { secured: false, kafka: true, ..LocalOptions::default() };
+    let c = LocalCluster::start(opts).await.unwrap();
+    c.create_topic("t", 2).await.unwrap();
+    wait_ready(&c.kafka_addrs[0], "t", 2, None).await;
+    let conn = connect(&c).await;
+    for _ in 0..4 {
+        let r = conn.call(&produce_request(-1, "t", 0, batch(-1, -1, -1, &["a", "b"])), 9).await.unwrap();
+        assert_eq!(partition_code(&r), 0);
+    }
+    let delete = |partitions: &[(i32, i64)]| {
+        let partitions = partitions
+            .iter()
+            .map(|(p, offset)| {
+                delete_records_request::DeleteRecordsPartition::default().with_partition_index(*p).with_offset(*offset)
+            })
+            .collect();
+        DeleteRecordsRequest::default().with_timeout_ms(5_000).with_topics(vec![
+            delete_records_request::DeleteRecordsTopic::default().with_name(name("t")).with_partitions(partitions),
+        ])
+    };
+    let r = conn.call(&delete(&[(0, 5), (1, 1), (7, 0)]), 2).await.unwrap();
+    let got: Vec<(i32, i16, i64)> =
+        r.topics[0].partitions.iter().map(|p| (p.partition_index, p.error_code, p.low_watermark)).collect();
+    assert_eq!(got, vec![(0, 0, 5), (1, 1, -1), (7, 6, -1)]);
+
+    let fetch = |offset: i64| {
+        FetchRequest::default().with_max_bytes(1 << 20).with_topics(vec![FetchTopic::default()
+            .with_topic(name("t"))
+            .with_partitions(vec![FetchPartition::default()
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])])
+    };
+    let below = conn.call(&fetch(3), 12).await.unwrap();
+    assert_eq!(below.responses[0].partitions[0].error_code, 1, "OFFSET_OUT_OF_RANGE below the start");
+    let at = conn.call(&fetch(5), 12).await.unwrap();
+    let p = &at.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.log_start_offset, p.high_watermark), (0, 5, 8));
+    let first = protocol::batch::BatchIter::new(p.records.clone().unwrap()).next().unwrap().unwrap().0;
+    assert_eq!(first.base_offset, 4, "the batch holding the start, whole");
+    let earliest = ListOffsetsRequest::default().with_topics(vec![ListOffsetsTopic::default()
+        .with_name(name("t"))
+        .with_partitions(vec![ListOffsetsPartition::default().with_timestamp(-2)])]);
+    assert_eq!(conn.call(&earliest, 9).await.unwrap().topics[0].partitions[0].offset, 5);
+    let r = conn.call(&delete(&[(0, -1)]), 0).await.unwrap();
+    assert_eq!((r.topics[0].partitions[0].error_code, r.topics[0].partitions[0].low_watermark), (0, 8));
+    assert_eq!(conn.call(&earliest, 9).await.unwrap().topics[0].partitions[0].offset, 8);
 }

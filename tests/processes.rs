@@ -584,3 +584,78 @@ async fn a_producer_writing_outside_transactions_keeps_its_transactional_id_aliv
     assert_eq!(acked.lines().count(), 200);
     assert!(acked.lines().all(|l| l.contains(" epoch=0 ")), "one epoch throughout");
 }
+
+/// Issue 32, item 2: `admin delete-records` against three broker processes. A transactional
+/// producer commits one transaction and aborts the next; the log start moves into the committed
+/// one: the line names it, and every replica has it on disk. Past the high watermark, on a topic
+/// that does not exist and below -1: refused, with exit 1 (2 for the usage error). After every
+/// broker is killed with -9 and restarted, a read below the start is out of range and a read from
+/// it gets the rest (read_committed without the aborted records); the producer carries on.
+#[tokio::test]
+async fn admin_delete_records_moves_the_log_start_on_every_replica_across_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = coordinator(dir.path());
+    let mut brokers: Vec<_> = (1..=3).map(|id| broker(id, &c.addr, dir.path())).collect();
+    common::create_topic_replicated(&c.addr, "t", 1, Some(3));
+    let mut p = Producer::init(&c.addr, ProducerConfig::transactional("deleting")).await.unwrap();
+    p.begin().unwrap();
+    for i in 0..6 {
+        p.send("t", 0, Bytes::from(format!("c{i}"))).await.unwrap(); // offsets 0-5, the marker at 6
+    }
+    p.commit().await.unwrap();
+    p.begin().unwrap();
+    for i in 0..3 {
+        p.send("t", 0, Bytes::from(format!("a{i}"))).await.unwrap(); // offsets 7-9, the marker at 10
+    }
+    p.abort().await.unwrap();
+
+    let delete = |args: &[&str]| {
+        let mut all = vec!["--bootstrap", c.addr.as_str(), "delete-records"];
+        all.extend_from_slice(args);
+        run("admin", &all)
+    };
+    let out = delete(&["t", "--partition", "0", "--before", "4"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "t-0: log start offset 4\n");
+    for id in 1..=3 {
+        let file = common::log_path(dir.path(), id, "t", 0).join(broker::log::LOG_START_FILE);
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        assert_eq!(text.lines().nth(1), Some("4"), "broker {id}: {text:?}");
+    }
+    for (args, code, says) in [
+        (&["t", "--before", "999"][..], 1, "OFFSET_OUT_OF_RANGE"),
+        (&["nope", "--before", "1"][..], 1, "UNKNOWN_TOPIC_OR_PARTITION"),
+        (&["t", "--partition", "1", "--before", "1"][..], 1, "has 1 partitions"),
+        (&["t", "--before", "-2"][..], 2, "-2"),
+    ] {
+        let out = delete(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+
+    for b in &mut brokers {
+        b.kill9();
+    }
+    let _brokers: Vec<_> = (1..=3).map(|id| broker(id, &c.addr, dir.path())).collect();
+    let mut consumer = Consumer::new(&c.addr, ClientConfig::default());
+    let below = consumer.read_to_end("t", 0, 0).await.unwrap_err().to_string();
+    assert!(below.contains("OFFSET_OUT_OF_RANGE") && below.contains("[4,"), "{below}");
+    let mut committed = Consumer::read_committed(&c.addr, ClientConfig::default());
+    let values = |records: Vec<protocol::batch::ConsumedRecord>| -> Vec<String> {
+        records.iter().map(|r| String::from_utf8_lossy(&r.value).into_owned()).collect()
+    };
+    p.begin().unwrap();
+    p.send("t", 0, Bytes::from_static(b"after")).await.unwrap();
+    p.commit().await.unwrap();
+    // The restarted leader's high watermark moves once its followers answer: read until it has.
+    let mut read = Vec::new();
+    for _ in 0..200 {
+        read = values(committed.read_to_end("t", 0, 4).await.unwrap());
+        if read.last().map(String::as_str) == Some("after") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(read, ["c4", "c5", "after"]);
+}

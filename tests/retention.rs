@@ -103,3 +103,52 @@ async fn retention_deletes_old_segments_and_a_frozen_follower_starts_over_at_the
     assert!(!records(frozen).is_empty());
     c.shutdown().await;
 }
+
+/// Issue 32, item 2: DeleteRecords is answered once every in-sync replica hides the records. A
+/// frozen follower holds the answer back until it leaves the ISR; once thawed it catches up and
+/// hides the same records on its disk. Without the cluster secret, refused.
+#[tokio::test]
+async fn delete_records_waits_for_the_in_sync_replicas_and_a_frozen_one_follows_later() {
+    let opts = LocalOptions { brokers: 3, replica_lag_ms: 300, ..Default::default() };
+    let c = LocalCluster::start(opts).await.unwrap();
+    c.create_topic_replicated("t", 1, 3).await.unwrap();
+    let mut p = Producer::init(&c.coordinator_addr, ProducerConfig::idempotent()).await.unwrap();
+    for i in 0..10 {
+        p.send("t", 0, Bytes::from(format!("v{i}"))).await.unwrap();
+    }
+    let mut outsider = producer::Admin::new(&c.coordinator_addr, c.client_config());
+    let err = outsider.delete_records("t", 0, 3).await.unwrap_err().to_string();
+    assert!(err.contains("CLUSTER_AUTHORIZATION_FAILED"), "{err}");
+    let d = c
+        .wait_for("every replica at 10", Duration::from_secs(10), |d| {
+            d.partitions[0].progress.iter().filter(|g| g.log_end_offset == 10).count() == 3
+        })
+        .await
+        .unwrap();
+    let leader = d.partitions[0].leader_id;
+    let frozen = (1..=3).find(|b| *b != leader).unwrap();
+    let start_file = |id: i32| {
+        let text = std::fs::read_to_string(c.replica_dir(id, "t", 0).join(broker::log::LOG_START_FILE));
+        text.ok().and_then(|t| t.lines().nth(1).and_then(|l| l.parse::<i64>().ok()))
+    };
+    c.switches[(frozen - 1) as usize].freeze();
+    assert_eq!(c.admin().delete_records("t", 0, 6).await.unwrap(), 6);
+    let d = c.admin().describe().await.unwrap();
+    assert!(!d.partitions[0].isr.contains(&frozen), "answered only once the frozen follower left the ISR");
+    assert_eq!(start_file(frozen), None);
+    for id in (1..=3).filter(|id| *id != frozen) {
+        assert_eq!(start_file(id), Some(6), "broker {id}");
+    }
+    c.switches[(frozen - 1) as usize].thaw();
+    until_files("the thawed follower to hide the records too", || start_file(frozen) == Some(6)).await;
+    p.send("t", 0, Bytes::from_static(b"after")).await.unwrap();
+    let mut consumer = Consumer::new(&c.coordinator_addr, ClientConfig::default());
+    let values: Vec<String> = consumer
+        .read_to_end("t", 0, 6)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.value).into_owned())
+        .collect();
+    assert_eq!(values, ["v6", "v7", "v8", "v9", "after"]);
+}

@@ -65,6 +65,7 @@ async fn an_outsider_cannot_replicate_write_markers_or_pose_as_a_broker() {
                 prev_epoch: -1,
                 high_watermark: 1,
                 log_start_offset: 0,
+                low_watermark: 0,
                 producer_state: bytes::Bytes::new(),
                 records: forged.into(),
             }))

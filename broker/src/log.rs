@@ -30,6 +30,13 @@
 //! newest record timestamp in the segment), never past a bound the caller gives (the high
 //! watermark and the newest producer-state snapshot). Which segments go is decided by
 //! [`retention_cut`], a plain function of sizes, timestamps and `now`.
+//!
+//! DeleteRecords (KIP-107) moves the log start forward to any offset, also inside a segment:
+//! [`PartitionLog::delete_before`] records it in [`LOG_START_FILE`] (written and synced before
+//! it counts), readers see nothing below it ([`PartitionLog::log_start_offset`]), and retention
+//! deletes the segments wholly below it. The batch holding it stays whole on disk, so
+//! replication keeps sending whole batches from [`PartitionLog::start_offset`], the first
+//! offset held.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -48,6 +55,10 @@ pub const SEGMENT_SUFFIX: &str = "log";
 pub const INDEX_SUFFIX: &str = "index";
 /// Default most bytes in one segment before it rolls.
 pub const SEGMENT_BYTES_DEFAULT: u64 = 128 * 1024 * 1024;
+/// The file in a partition's directory holding the log start DeleteRecords set, when it is
+/// above the first offset the segments hold.
+pub const LOG_START_FILE: &str = "log-start-offset";
+const LOG_START_HEADER: &str = "epochfence log start offset v1";
 const INDEX_MAGIC: &[u8; 4] = b"EFIX";
 const INDEX_VERSION: u16 = 1;
 const INDEX_ENTRY_BYTES: usize = 28;
@@ -228,6 +239,9 @@ pub struct PartitionLog {
     /// The leader epoch of the batch just before the log start, when known (kept from the last
     /// segment retention deleted, or given by the leader a follower started over from).
     epoch_before_start: Option<i32>,
+    /// The log start DeleteRecords set (0: none): readers see nothing below it. Held in
+    /// [`LOG_START_FILE`]; at most the log end.
+    deleted_before: i64,
     failed: Option<String>,
     tail: Tail,
 }
@@ -378,10 +392,16 @@ pub struct SegmentSummary {
 }
 
 /// How many of the oldest segments retention deletes: a prefix of closed segments (the last,
-/// active, one always stays), each ending at or below `keep_below`, and each either taking the
-/// log past `retention_bytes` (what remains after deleting it is still at least that big, as in
-/// Kafka) or holding only records older than `retention_ms` before `now_ms`.
-pub fn retention_cut(segments: &[SegmentSummary], config: &LogConfig, now_ms: i64, keep_below: i64) -> usize {
+/// active, one always stays), each ending at or below `keep_below`, and each either ending at
+/// or below `log_start` (DeleteRecords' start: nothing in it is readable), taking the log past
+/// `retention_bytes` (what remains after deleting it is still at least that big, as in Kafka)
+/// or holding only records older than `retention_ms` before `now_ms`.
+pub fn retention_cut(
+    segments: &[SegmentSummary],
+    config: &LogConfig,
+    now_ms: i64,
+    (keep_below, log_start): (i64, i64),
+) -> usize {
     let mut total: u64 = segments.iter().map(|s| s.bytes).sum();
     let closed = segments.len().saturating_sub(1);
     let mut n = 0;
@@ -391,7 +411,8 @@ pub fn retention_cut(segments: &[SegmentSummary], config: &LogConfig, now_ms: i6
         }
         let too_big = config.retention_bytes.is_some_and(|max| total - s.bytes >= max);
         let too_old = config.retention_ms.is_some_and(|ms| s.max_timestamp < now_ms.saturating_sub(ms));
-        if !(too_big || too_old) {
+        let deleted = s.end_offset <= log_start;
+        if !(too_big || too_old || deleted) {
             break;
         }
         total -= s.bytes;
@@ -490,6 +511,7 @@ impl PartitionLog {
             }
             segments.push(seg);
         }
+        let deleted_before = read_log_start(st, dir);
         let mut log = PartitionLog {
             storage,
             dir: dir.to_path_buf(),
@@ -497,10 +519,12 @@ impl PartitionLog {
             segments,
             epochs: Vec::new(),
             epoch_before_start: None,
+            deleted_before: 0,
             failed: None,
             tail: Tail::default(),
         };
         log.rebuild_epochs();
+        log.deleted_before = deleted_before.min(log.end_offset());
         Ok(Recovered { log, truncated_bytes, scanned_bytes, damage })
     }
 
@@ -539,9 +563,61 @@ impl PartitionLog {
         self.active().end_offset()
     }
 
-    /// The first offset still in the log (above 0 once retention deleted segments).
+    /// The first offset the segments still hold (above 0 once retention deleted segments):
+    /// where replication sends from. Readers start at [`PartitionLog::log_start_offset`].
     pub fn start_offset(&self) -> i64 {
         self.segments[0].base_offset
+    }
+
+    /// The log start offset readers see: the first offset held, or the one DeleteRecords set
+    /// if later (inside the batch that holds it, maybe).
+    pub fn log_start_offset(&self) -> i64 {
+        self.deleted_before.max(self.start_offset())
+    }
+
+    /// DeleteRecords: readers see nothing below `offset` from now on, durably (written to
+    /// [`LOG_START_FILE`] and synced before it counts); the segments wholly below it go at the
+    /// next retention pass. Returns whether the start moved (`offset` is clamped to the log
+    /// end; a start already past it stays).
+    pub fn delete_before(&mut self, offset: i64) -> Result<bool, LogError> {
+        let offset = offset.min(self.end_offset());
+        if offset <= self.log_start_offset() {
+            return Ok(false);
+        }
+        if let Some(e) = self.failed_error() {
+            return Err(e);
+        }
+        self.write_log_start(offset)?;
+        self.deleted_before = offset;
+        self.tail.release_below(self.batch_start(offset));
+        Ok(true)
+    }
+
+    /// Whether a retention pass could delete anything: retention is set, or DeleteRecords'
+    /// start is past the first segment.
+    pub fn retention_may_cut(&self) -> bool {
+        self.config.retention_bytes.is_some()
+            || self.config.retention_ms.is_some()
+            || self.segments.get(1).is_some_and(|s| s.base_offset <= self.deleted_before)
+    }
+
+    fn write_log_start(&self, offset: i64) -> Result<(), LogError> {
+        let path = self.dir.join(LOG_START_FILE);
+        self.storage
+            .write_file_atomically(&path, format!("{LOG_START_HEADER}\n{offset}\n").as_bytes())
+            .map_err(io_error(&path, "record the log start"))?;
+        self.storage.sync_dir(&self.dir);
+        Ok(())
+    }
+
+    /// After a cut to `end`: a DeleteRecords start past it comes back to it, durably, so
+    /// that the records appended from there on are readable.
+    fn lower_log_start_to(&mut self, end: i64) -> Result<(), LogError> {
+        if self.deleted_before > end {
+            self.write_log_start(end)?;
+            self.deleted_before = end;
+        }
+        Ok(())
     }
 
     /// Bytes in the log.
@@ -832,6 +908,7 @@ impl PartitionLog {
             Ok(end) => {
                 self.epochs.retain(|(_, start)| *start < end);
                 self.tail.cut_back(end);
+                self.lower_log_start_to(end)?;
                 Ok(end)
             }
             Err(e) => {
@@ -872,7 +949,7 @@ impl PartitionLog {
                 });
                 self.epochs.clear();
                 self.epoch_before_start = epoch_before;
-                Ok(())
+                self.lower_log_start_to(offset)
             }
             Err(e) => {
                 self.fail(format!("reset to offset {offset} failed midway: {e}"));
@@ -889,7 +966,7 @@ impl PartitionLog {
             .iter()
             .map(|s| SegmentSummary { bytes: s.size, max_timestamp: s.max_timestamp, end_offset: s.end_offset() })
             .collect();
-        let n = retention_cut(&summaries, &self.config, now_ms, keep_below);
+        let n = retention_cut(&summaries, &self.config, now_ms, (keep_below, self.deleted_before));
         let mut deleted = 0;
         let mut result = Ok(());
         for seg in &self.segments[..n] {
@@ -938,7 +1015,7 @@ impl PartitionLog {
     /// largest timestamp), the start of the segment holding it and that timestamp. `None` if no
     /// segment qualifies.
     pub fn time_search_start(&self, timestamp_ms: i64) -> Option<(i64, i64)> {
-        let start = |s: &Segment| s.base_offset.max(self.start_offset());
+        let start = |s: &Segment| s.base_offset.max(self.log_start_offset());
         if timestamp_ms == -3 {
             let newest = self.segments.iter().filter(|s| !s.index.is_empty()).max_by_key(|s| s.max_timestamp)?;
             return Some((start(newest), newest.max_timestamp));
@@ -1007,6 +1084,25 @@ impl PartitionLog {
     /// The active segment's file, to fdatasync (closed segments were synced when they rolled).
     pub fn active_file(&self) -> Arc<dyn StoredFile> {
         self.active().file.clone()
+    }
+}
+
+/// The log start recorded in `dir`'s [`LOG_START_FILE`] (0 if none, or unreadable: then the
+/// records DeleteRecords hid are readable again, which loses nothing).
+fn read_log_start(storage: &dyn Storage, dir: &Path) -> i64 {
+    let path = dir.join(LOG_START_FILE);
+    if !storage.exists(&path) {
+        return 0;
+    }
+    let bytes = storage.read(&path).unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes);
+    let mut lines = text.lines();
+    match (lines.next(), lines.next().and_then(|l| l.trim().parse::<i64>().ok())) {
+        (Some(LOG_START_HEADER), Some(offset)) if offset >= 0 => offset,
+        _ => {
+            tracing::warn!(path = %path.display(), "unreadable log start checkpoint; every retained record stays readable");
+            0
+        }
     }
 }
 
@@ -1503,14 +1599,14 @@ mod tests {
         let seg = |bytes, max_timestamp, end_offset| SegmentSummary { bytes, max_timestamp, end_offset };
         let segs = [seg(100, 10, 10), seg(100, 20, 20), seg(100, 30, 30), seg(50, 40, 35)];
         let none = LogConfig::default();
-        assert_eq!(retention_cut(&segs, &none, 1_000, i64::MAX), 0, "no retention set");
+        assert_eq!(retention_cut(&segs, &none, 1_000, (i64::MAX, 0)), 0, "no retention set");
         let bytes = LogConfig { retention_bytes: Some(150), ..none };
-        assert_eq!(retention_cut(&segs, &bytes, 0, i64::MAX), 2, "what remains stays at least 150 bytes");
-        assert_eq!(retention_cut(&segs, &bytes, 0, 15), 1, "never past keep_below");
+        assert_eq!(retention_cut(&segs, &bytes, 0, (i64::MAX, 0)), 2, "what remains stays at least 150 bytes");
+        assert_eq!(retention_cut(&segs, &bytes, 0, (15, 0)), 1, "never past keep_below");
         let age = LogConfig { retention_ms: Some(100), ..none };
-        assert_eq!(retention_cut(&segs, &age, 125, i64::MAX), 2, "segments whose newest record is older than 25");
-        assert_eq!(retention_cut(&segs, &age, 1_000, i64::MAX), 3, "the active segment always stays");
-        assert_eq!(retention_cut(&segs[3..], &age, 1_000, i64::MAX), 0);
+        assert_eq!(retention_cut(&segs, &age, 125, (i64::MAX, 0)), 2, "segments whose newest record is older than 25");
+        assert_eq!(retention_cut(&segs, &age, 1_000, (i64::MAX, 0)), 3, "the active segment always stays");
+        assert_eq!(retention_cut(&segs[3..], &age, 1_000, (i64::MAX, 0)), 0);
     }
 
     #[test]
@@ -1543,6 +1639,49 @@ mod tests {
         drop(log);
         let r = PartitionLog::open(dir.path(), cfg).unwrap();
         assert_eq!((r.log.start_offset(), r.log.end_offset()), (40, 41));
+    }
+
+    #[test]
+    fn delete_before_hides_records_durably_and_retention_removes_whole_segments_below() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(200);
+        let mut log = PartitionLog::open(dir.path(), cfg).unwrap().log;
+        for i in 0..15 {
+            append_at(&mut log, &format!("v{i}"), 0, 0);
+        }
+        assert!(!log.retention_may_cut());
+        assert!(!log.delete_before(0).unwrap(), "nothing below offset 0");
+        assert!(log.delete_before(7).unwrap());
+        assert!(!log.delete_before(5).unwrap(), "the start never moves back");
+        assert_eq!((log.start_offset(), log.log_start_offset()), (0, 7));
+        // The batch holding the start is still whole on disk, for replication.
+        assert!(log.locate(0, usize::MAX, i64::MAX).is_some());
+        assert_eq!(log.time_search_start(0).map(|(from, _)| from), Some(7));
+        drop(log);
+        let mut log = PartitionLog::open(dir.path(), cfg).unwrap().log;
+        assert_eq!(log.log_start_offset(), 7, "the start survives a restart");
+        assert!(log.retention_may_cut());
+        let deleted = log.enforce_retention(0, i64::MAX).unwrap();
+        assert!(deleted > 0);
+        assert!(log.start_offset() <= 7 && log.start_offset() > 0, "only segments wholly below offset 7 go");
+        assert_eq!(log.log_start_offset(), 7);
+        assert!(!log.retention_may_cut());
+        // Past the end: clamped to it.
+        assert!(log.delete_before(99).unwrap());
+        assert_eq!(log.log_start_offset(), 15);
+        // A cut below the start brings it back to the new end, durably: what is appended after
+        // it is readable.
+        let end = log.truncate(12).unwrap();
+        assert_eq!(log.log_start_offset(), end);
+        assert_eq!(append(&mut log, "after"), end);
+        drop(log);
+        let log = PartitionLog::open(dir.path(), cfg).unwrap().log;
+        assert_eq!((log.log_start_offset(), log.end_offset()), (end, end + 1));
+        // An unreadable checkpoint hides nothing.
+        std::fs::write(dir.path().join(LOG_START_FILE), b"garbage").unwrap();
+        drop(log);
+        let log = PartitionLog::open(dir.path(), cfg).unwrap().log;
+        assert_eq!(log.log_start_offset(), log.start_offset());
     }
 
     #[test]

@@ -293,6 +293,28 @@ pub enum FetchError {
     Io(String),
 }
 
+/// Why DeleteRecords was refused.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DeleteRecordsError {
+    /// Leader epoch mismatch or not the leader.
+    #[error(transparent)]
+    Leader(#[from] LeaderEpochError),
+    /// The offset is past the high watermark (or negative other than -1).
+    #[error(
+        "offset {offset} is past the high watermark {high_watermark}: records can be deleted only below it (-1 \
+         deletes up to it)"
+    )]
+    OutOfRange {
+        /// Asked.
+        offset: i64,
+        /// The high watermark.
+        high_watermark: i64,
+    },
+    /// Recording the new start failed.
+    #[error(transparent)]
+    Storage(#[from] LogError),
+}
+
 /// What the leader sends a follower next.
 #[derive(Debug, Clone)]
 pub struct ReplicationWork {
@@ -302,8 +324,11 @@ pub struct ReplicationWork {
     pub prev_epoch: i32,
     /// Leader's high watermark.
     pub high_watermark: i64,
-    /// The leader's log start offset.
+    /// The leader's log start offset (the first offset its segments hold).
     pub log_start_offset: i64,
+    /// The log start readers see on the leader (DeleteRecords'): the follower hides what is
+    /// below it too.
+    pub low_watermark: i64,
     /// When `from_offset` is the log start above 0 (a follower may start its log over there):
     /// the producer state of the producers with nothing from there on
     /// ([`ProducerStates::encode_before`]). Empty otherwise.
@@ -970,6 +995,7 @@ impl Partition {
             prev_epoch,
             high_watermark,
             log_start_offset,
+            low_watermark,
             ref producer_state,
             ref records,
             ..
@@ -1039,6 +1065,12 @@ impl Partition {
         // everything before them. Anything past it may still be a divergent suffix, so it is
         // neither acknowledged nor counted in the high watermark.
         g.high_watermark = g.high_watermark.max(high_watermark.min(matched_end));
+        // DeleteRecords on the leader: hide what it hid, as far as this log agrees with it (the
+        // leader's start is below its high watermark), on disk before the acknowledgement.
+        if g.log.delete_before(low_watermark.min(matched_end)).map_err(ReplicateError::Storage)? {
+            let start = g.log.log_start_offset();
+            g.txns.forget_before(start);
+        }
         g.refusing = None;
         let generation = g.truncations;
         drop(g);
@@ -1182,6 +1214,9 @@ impl Partition {
     /// wall-clock time in ms since the Unix epoch (record timestamps are too).
     pub fn enforce_retention(&self, now_ms: i64) -> Result<usize, LogError> {
         let mut g = self.lock();
+        if !g.log.retention_may_cut() {
+            return Ok(0);
+        }
         let dir = g.log.dir().to_path_buf();
         let io = |e: std::io::Error| LogError::Io {
             path: dir.display().to_string(),
@@ -1340,7 +1375,15 @@ impl Partition {
         (from, max_bytes): (Option<i64>, usize),
         now_ms: u64,
     ) -> Result<Option<ReplicationWork>, FetchError> {
-        let (from_offset, prev_epoch, high_watermark, leader_leo, found, log_start_offset, producer_state) = {
+        let (
+            from_offset,
+            prev_epoch,
+            high_watermark,
+            leader_leo,
+            found,
+            (log_start_offset, low_watermark),
+            producer_state,
+        ) = {
             let g = self.lock();
             if !g.leadership.is_leader || g.leadership.leader_epoch != leader_epoch {
                 return Ok(None);
@@ -1360,7 +1403,16 @@ impl Partition {
             if from == log_start && from > 0 {
                 g.producers.encode_before(from, &mut producer_state);
             }
-            (from, prev_epoch, g.high_watermark, g.log.end_offset(), found, log_start, Bytes::from(producer_state))
+            let low_watermark = g.log.log_start_offset();
+            (
+                from,
+                prev_epoch,
+                g.high_watermark,
+                g.log.end_offset(),
+                found,
+                (log_start, low_watermark),
+                Bytes::from(producer_state),
+            )
         };
         let from_memory = matches!(found, Found::Kept(..));
         let (records, end_offset) = match found {
@@ -1375,6 +1427,7 @@ impl Partition {
             prev_epoch,
             high_watermark,
             log_start_offset,
+            low_watermark,
             producer_state,
             records,
             from_memory,
@@ -1503,8 +1556,11 @@ impl Partition {
         g.trim_tail();
         if moved {
             g.high_watermark = hw;
+        }
+        if moved || newer {
             drop(g);
-            // Wake whoever waits for the high watermark (acks=all answers, markers).
+            // Wake whoever waits for the high watermark (acks=all answers, markers) or for the
+            // low watermark, which a smaller ISR may move (DeleteRecords).
             self.bump();
         }
     }
@@ -1687,7 +1743,7 @@ impl Partition {
         let (range, high_watermark, last_stable_offset, aborted, leader_epoch, log_start_offset) = {
             let g = self.lock();
             g.leadership.check(request_leader_epoch)?;
-            let (start, end) = (g.log.start_offset(), g.log.end_offset());
+            let (start, end) = (g.log.log_start_offset(), g.log.end_offset());
             if offset < start || offset > end {
                 return Err(FetchError::OutOfRange { offset, start, end });
             }
@@ -1715,11 +1771,69 @@ impl Partition {
         g.leadership.check(request_leader_epoch)?;
         let high_watermark = g.high_watermark;
         Ok(Offsets {
-            log_start_offset: g.log.start_offset(),
+            log_start_offset: g.log.log_start_offset(),
             high_watermark,
             last_stable_offset: g.txns.last_stable_offset(high_watermark),
             leader_epoch: g.leadership.leader_epoch,
         })
+    }
+
+    /// DeleteRecords (KIP-107) on the leader at `request_leader_epoch` (-1: any): readers see
+    /// nothing below `offset` (-1: the high watermark) from now on, recorded on disk before
+    /// this returns. Producer state stays as it is (Kafka since KAFKA-7190: a producer id is
+    /// forgotten when it expires, not when its batches go); the aborted transactions wholly
+    /// below the new start leave the index. Followers hide the same records when the next
+    /// Replicate carries the start; returns the offset [`Partition::low_watermark`] must reach
+    /// before the deletion is done, with the leader epoch it was done at. An offset at or below
+    /// the start changes nothing.
+    pub fn delete_records(&self, request_leader_epoch: i32, offset: i64) -> Result<(i64, i32), DeleteRecordsError> {
+        let mut g = self.lock();
+        g.leadership.check(request_leader_epoch)?;
+        let high_watermark = g.high_watermark;
+        let target = if offset == -1 { high_watermark } else { offset };
+        if !(0..=high_watermark).contains(&target) {
+            return Err(DeleteRecordsError::OutOfRange { offset, high_watermark });
+        }
+        let leader_epoch = g.leadership.leader_epoch;
+        if g.log.delete_before(target)? {
+            let start = g.log.log_start_offset();
+            g.txns.forget_before(start);
+            tracing::info!(topic = %self.topic, partition = self.index, log_start_offset = start, "records deleted below the new log start");
+            drop(g);
+            self.bump();
+        }
+        Ok((target, leader_epoch))
+    }
+
+    /// Kafka's low watermark on the leader at `request_leader_epoch` (-1: any): the lowest log
+    /// start offset of this replica and the replicas the high watermark counts
+    /// ([`ReplicaSet::low_watermark`]).
+    pub fn low_watermark(&self, request_leader_epoch: i32) -> Result<i64, LeaderEpochError> {
+        let g = self.lock();
+        g.leadership.check(request_leader_epoch)?;
+        let start = g.log.log_start_offset();
+        Ok(g.replica_set.as_ref().map_or(start, |rs| rs.low_watermark(start)))
+    }
+
+    /// The log start offset readers see here.
+    pub fn log_start_offset(&self) -> i64 {
+        self.lock().log.log_start_offset()
+    }
+
+    /// A follower answered with its log start offset, on its disk (while leading at
+    /// `leader_epoch`).
+    pub fn on_replica_log_start(&self, follower: i32, leader_epoch: i32, log_start_offset: i64) {
+        let mut g = self.lock();
+        if g.leadership.leader_epoch != leader_epoch || !g.leadership.is_leader {
+            return;
+        }
+        let Some(rs) = g.replica_set.as_mut() else { return };
+        let before = rs.follower(follower).map(|f| f.log_start_offset);
+        rs.on_log_start(follower, log_start_offset);
+        if rs.follower(follower).map(|f| f.log_start_offset) != before {
+            drop(g);
+            self.bump();
+        }
     }
 
     /// OffsetForLeaderEpoch, if this replica leads at `request_leader_epoch` (-1: any): the
@@ -1732,7 +1846,7 @@ impl Partition {
         let g = self.lock();
         g.leadership.check(request_leader_epoch)?;
         Ok(match (g.log.epoch_end(epoch), g.log.first_epoch_start()) {
-            ((-1, _), Some(first)) if epoch >= 0 => (epoch, first.max(g.log.start_offset())),
+            ((-1, _), Some(first)) if epoch >= 0 => (epoch, first.max(g.log.log_start_offset())),
             ((-1, _), _) => (-1, -1),
             (found, _) => found,
         })
@@ -1749,13 +1863,13 @@ impl Partition {
         timestamp_ms: i64,
         isolation: i8,
     ) -> Result<Option<FoundByTime>, FetchError> {
-        let (mut offset, limit, target) = {
+        let (mut offset, limit, target, start) = {
             let g = self.lock();
             g.leadership.check(request_leader_epoch)?;
             let hw = g.high_watermark;
             let limit = if isolation == READ_COMMITTED { g.txns.last_stable_offset(hw) } else { hw };
             match g.log.time_search_start(timestamp_ms) {
-                Some((from, target)) => (from, limit, target),
+                Some((from, target)) => (from, limit, target, g.log.log_start_offset()),
                 None => return Ok(None),
             }
         };
@@ -1771,7 +1885,8 @@ impl Partition {
                     continue;
                 }
                 let records = protocol::batch::decode_records(&b).map_err(|e| FetchError::Io(e.to_string()))?;
-                for r in records {
+                // The batch holding the log start may begin below it (DeleteRecords).
+                for r in records.into_iter().filter(|r| r.offset >= start) {
                     let hit = FoundByTime {
                         offset: r.offset,
                         timestamp_ms: r.timestamp_ms,
@@ -1870,6 +1985,7 @@ mod tests {
             prev_epoch: prev,
             high_watermark: 0,
             log_start_offset: 0,
+            low_watermark: 0,
             producer_state: bytes::Bytes::new(),
             records: records.into(),
         };
@@ -1924,6 +2040,7 @@ mod tests {
                 prev_epoch: -1,
                 high_watermark: 0,
                 log_start_offset: 0,
+                low_watermark: 0,
                 producer_state: bytes::Bytes::new(),
                 records: Bytes::from(log.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()).into(),
             };
@@ -2044,6 +2161,7 @@ mod tests {
                 prev_epoch: -1,
                 high_watermark: 0,
                 log_start_offset: 0,
+                low_watermark: 0,
                 producer_state: bytes::Bytes::new(),
                 records: stored(0, 2, "e2").into(),
             };
@@ -2110,6 +2228,7 @@ mod tests {
             prev_epoch: if from == 0 { -1 } else { 1 },
             high_watermark: 0,
             log_start_offset: 0,
+            low_watermark: 0,
             producer_state: bytes::Bytes::new(),
             records: Bytes::from(batches.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()).into(),
         }
@@ -2589,6 +2708,7 @@ mod tests {
             prev_epoch: prev,
             high_watermark: 12,
             log_start_offset: 10,
+            low_watermark: 10,
             producer_state: bytes::Bytes::new(),
             records: Bytes::from(batches.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>()).into(),
         };
@@ -2661,6 +2781,7 @@ mod tests {
             prev_epoch: w.prev_epoch,
             high_watermark: w.high_watermark,
             log_start_offset: w.log_start_offset,
+            low_watermark: w.low_watermark,
             producer_state: w.producer_state.clone(),
             records: w.records.clone(),
         };
@@ -2689,6 +2810,92 @@ mod tests {
             other.append(&next, &h, 3, false),
             Err(AppendError::Gate(GateError::UnknownProducer { producer_id: 7, got: 1 }))
         ));
+    }
+
+    /// Issue 32 (item 2): DeleteRecords moves the leader's log start inside a batch, durably;
+    /// readers below it get OFFSET_OUT_OF_RANGE; the producer state stays and the aborted
+    /// transactions below it leave the index; the next Replicate carries the start to the
+    /// follower, which hides the same records on its disk and reports it, and the low
+    /// watermark then reaches it.
+    #[test]
+    fn delete_records_moves_the_log_start_on_the_leader_and_its_followers() {
+        let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let config = LogConfig { segment_bytes: 300, ..LogConfig::default() };
+        let leader = Partition::open_with(Arc::new(OsStorage), ld.path(), config, "t", 0, 2, true).unwrap();
+        let follower = Partition::open_with(Arc::new(OsStorage), fd.path(), config, "t", 0, 3, true).unwrap();
+        let mut batches =
+            vec![producer_batch(0, 9, 0, 0, true, None), producer_batch(1, 9, 0, -1, false, Some(MarkerKind::Abort))];
+        batches.extend((2..10).map(|o| producer_batch(o, 8, 0, o as i32 - 2, false, None)));
+        for p in [&leader, &follower] {
+            p.learn(1, 1, 0, &[1, 2, 3], &[1, 2, 3], 0);
+            let end = push(p, &batches, 0);
+            push(p, &[], end);
+        }
+        leader.learn(2, 2, 1, &[2, 3], &[2, 3], 0);
+        follower.learn(2, 2, 1, &[2, 3], &[2, 3], 0);
+        assert_eq!(leader.fetch(0, usize::MAX, -1, READ_COMMITTED).unwrap().aborted.len(), 1);
+
+        // Refusals: past the high watermark, a negative offset other than -1, a stale leader
+        // epoch, a follower.
+        assert!(matches!(
+            leader.delete_records(-1, 11),
+            Err(DeleteRecordsError::OutOfRange { high_watermark: 10, .. })
+        ));
+        assert!(matches!(leader.delete_records(-1, -2), Err(DeleteRecordsError::OutOfRange { .. })));
+        assert!(matches!(leader.delete_records(1, 5), Err(DeleteRecordsError::Leader(_))));
+        assert!(matches!(follower.delete_records(-1, 5), Err(DeleteRecordsError::Leader(_))));
+
+        assert_eq!(leader.delete_records(2, 4).unwrap(), (4, 2));
+        assert_eq!(leader.offsets(-1).unwrap().log_start_offset, 4);
+        assert!(matches!(
+            leader.fetch(3, usize::MAX, -1, protocol::READ_UNCOMMITTED),
+            Err(FetchError::OutOfRange { start: 4, .. })
+        ));
+        let read = leader.fetch(4, usize::MAX, -1, READ_COMMITTED).unwrap();
+        assert_eq!((read.log_start_offset, read.aborted.len()), (4, 0), "the aborted transaction below left the index");
+        assert_eq!(leader.lock().txns.aborted_len(), 0);
+        assert_eq!(leader.producer_epoch(9), Some(0), "producer state is kept (KAFKA-7190)");
+        assert_eq!(leader.producer_epoch(8), Some(0));
+        assert_eq!(leader.low_watermark(2).unwrap(), -1, "the follower has not reported its start");
+        assert_eq!(leader.delete_records(-1, 2).unwrap(), (2, 2), "below the start: nothing changes");
+        assert_eq!(leader.offsets(-1).unwrap().log_start_offset, 4);
+
+        // The next push carries the start; the follower hides the same records.
+        let w = leader.replication_work(3, 2, (None, usize::MAX), 0).unwrap().unwrap();
+        assert_eq!((w.log_start_offset, w.low_watermark), (0, 4), "whole batches still go from the first held");
+        let req = ReplicateRequest {
+            topic: "t".into(),
+            partition: 0,
+            topic_id: 0,
+            leader_epoch: 2,
+            leader_id: 2,
+            from_offset: w.from_offset,
+            prev_epoch: w.prev_epoch,
+            high_watermark: w.high_watermark,
+            log_start_offset: w.log_start_offset,
+            low_watermark: w.low_watermark,
+            producer_state: w.producer_state.clone(),
+            records: w.records.clone(),
+        };
+        follower.apply_replicated(&req, true).unwrap();
+        assert_eq!(follower.log_start_offset(), 4);
+        leader.on_replica_log_start(3, 2, follower.log_start_offset());
+        assert_eq!(leader.low_watermark(2).unwrap(), 4);
+        // -1 deletes up to the high watermark.
+        assert_eq!(leader.delete_records(-1, -1).unwrap(), (10, 2));
+        assert_eq!(leader.low_watermark(2).unwrap(), 4, "until the follower confirms");
+        drop(follower);
+        let reopened = Partition::open_with(Arc::new(OsStorage), fd.path(), config, "t", 0, 3, true).unwrap();
+        assert_eq!(reopened.log_start_offset(), 4, "on the follower's disk");
+        assert_eq!(reopened.producer_epoch(8), Some(0));
+        // Retention (no limit set) deletes the segments wholly below the start.
+        assert!(leader.enforce_retention(0).unwrap() > 0);
+        assert!(leader.log_shape().0 > 0);
+        assert_eq!(leader.log_start_offset(), 10);
+        drop(leader);
+        let reopened = Partition::open_with(Arc::new(OsStorage), ld.path(), config, "t", 0, 2, true).unwrap();
+        assert_eq!(reopened.log_start_offset(), 10);
+        assert_eq!(reopened.producer_epoch(8), Some(0), "recovered from the snapshot retention kept");
     }
 
     /// Issue 27 (item 6): retention stops at the newest snapshot at or below the high

@@ -20,6 +20,9 @@ pub struct FollowerProgress {
     pub next_offset: i64,
     /// When the follower last had everything the leader had, in ms.
     pub caught_up_at_ms: u64,
+    /// The follower's log start offset as it last reported it, on disk there (-1 before its
+    /// first report): DeleteRecords is answered once every counted replica's is past the offset.
+    pub log_start_offset: i64,
 }
 
 /// What a Replicate request was taken against: the leader's log end then, and when (ms). A
@@ -83,7 +86,17 @@ impl ReplicaSet {
         let followers = replicas
             .iter()
             .filter(|r| **r != leader_id)
-            .map(|r| (*r, FollowerProgress { log_end_offset: -1, next_offset: leader_leo, caught_up_at_ms: now_ms }))
+            .map(|r| {
+                (
+                    *r,
+                    FollowerProgress {
+                        log_end_offset: -1,
+                        next_offset: leader_leo,
+                        caught_up_at_ms: now_ms,
+                        log_start_offset: -1,
+                    },
+                )
+            })
             .collect();
         let min_isr = usize::try_from(min_isr).unwrap_or(1).clamp(1, replicas.len().max(1));
         let mut s = ReplicaSet {
@@ -208,6 +221,25 @@ impl ReplicaSet {
             f.caught_up_at_ms = f.caught_up_at_ms.max(sent.at_ms);
         }
         self.recompute(leader_leo)
+    }
+
+    /// A follower reported its log start offset (durable there); it never moves back.
+    pub fn on_log_start(&mut self, follower: i32, log_start_offset: i64) {
+        if let Some(f) = self.followers.get_mut(&follower) {
+            f.log_start_offset = f.log_start_offset.max(log_start_offset);
+        }
+    }
+
+    /// Kafka's low watermark: the lowest log start offset among the leader's (`leader_start`)
+    /// and the counted replicas' (-1 for one that has not reported its own). DeleteRecords up
+    /// to an offset is done when this reaches it: every replica the coordinator may elect
+    /// keeps the records below it hidden.
+    pub fn low_watermark(&self, leader_start: i64) -> i64 {
+        self.counted()
+            .iter()
+            .filter(|id| **id != self.leader_id)
+            .map(|id| self.followers.get(id).map_or(-1, |f| f.log_start_offset))
+            .fold(leader_start, i64::min)
     }
 
     /// A follower's log diverges before `next_offset`: resend from `hint` (always earlier).

@@ -16,9 +16,9 @@ use protocol::batch::{
     build_marker, validate_batch, verify_crc, BatchError, BatchHeader, MarkerKind, RecordError, TimestampLimits,
 };
 use protocol::{
-    AddPartitionRequest, AlterPartitionRequest, ErrorCode, FetchRequest, FetchResponse, HeartbeatRequest,
-    ProduceRequest, ProduceResponse, ReplicaReport, ReplicateRequest, ReplicateResponse, Request, Response, Status,
-    WriteMarkerRequest, WriteMarkerResponse, ACKS_ALL, ACKS_LEADER,
+    AddPartitionRequest, AlterPartitionRequest, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode, FetchRequest,
+    FetchResponse, HeartbeatRequest, ProduceRequest, ProduceResponse, ReplicaReport, ReplicateRequest,
+    ReplicateResponse, Request, Response, Status, WriteMarkerRequest, WriteMarkerResponse, ACKS_ALL, ACKS_LEADER,
 };
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -29,7 +29,8 @@ use crate::log::LogConfig;
 use crate::log_dir::LogDir;
 use crate::metrics::Refusal;
 use crate::partition::{
-    AppendError, Appended, Committed, FetchError, Offer, Partition, PartitionRef, ReplicateError, RoleChange,
+    AppendError, Appended, Committed, DeleteRecordsError, FetchError, Offer, Partition, PartitionRef, ReplicateError,
+    RoleChange,
 };
 use crate::producer_state::{GateError, VerificationGuard};
 use crate::replication::Sent;
@@ -730,12 +731,8 @@ async fn high_watermark_loop(shared: Arc<Shared>) {
 }
 
 /// Retention: every `retention_check_ms`, delete the closed segments each partition's log
-/// settings allow (nothing when neither `retention_bytes` nor `retention_ms` is set).
+/// settings allow, and those wholly below the start DeleteRecords set.
 async fn retention_loop(shared: Arc<Shared>) {
-    let config = shared.config.log;
-    if config.retention_bytes.is_none() && config.retention_ms.is_none() {
-        return;
-    }
     let mut stop = shared.stop.clone();
     loop {
         tokio::select! {
@@ -1293,6 +1290,8 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
     // and nothing else is in flight to carry it, and after `idle` to keep the follower's
     // caught-up time fresh.
     let mut sent_hw = -1;
+    // Likewise the log start readers see (DeleteRecords moved it).
+    let mut sent_low = -1;
     let mut ping = true;
     loop {
         if *shared.stop.borrow() {
@@ -1315,12 +1314,13 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
                     break;
                 }
             };
-            let worth_sending =
-                !work.records.is_empty() || (inflight.is_empty() && (ping || work.high_watermark > sent_hw));
+            let worth_sending = !work.records.is_empty()
+                || (inflight.is_empty() && (ping || work.high_watermark > sent_hw || work.low_watermark > sent_low));
             if !worth_sending {
                 break;
             }
             let (from, sent, hw, end) = (work.from_offset, work.sent, work.high_watermark, work.end_offset);
+            sent_low = work.low_watermark;
             let source = match (work.records.is_empty(), work.from_memory) {
                 (true, _) => None,
                 (false, true) => Some(&shared.control.stats.replicate_requests_from_memory),
@@ -1336,6 +1336,7 @@ async fn replicate_loop(shared: Arc<Shared>, part: PartitionRef, follower: i32, 
                 prev_epoch: work.prev_epoch,
                 high_watermark: work.high_watermark,
                 log_start_offset: work.log_start_offset,
+                low_watermark: work.low_watermark,
                 producer_state: work.producer_state,
                 records: work.records,
             });
@@ -1444,6 +1445,7 @@ fn on_replicate_answer(
     match outcome {
         Ok(Response::Replicate(r)) if r.status.is_ok() => {
             part.on_replica_ack(follower, leader_epoch, r.log_end_offset, sent);
+            part.on_replica_log_start(follower, leader_epoch, r.log_start_offset);
             ReplicateOutcome::Applied
         }
         Ok(Response::Replicate(r)) if r.status.code == ErrorCode::OffsetOutOfRange => {
@@ -1523,6 +1525,16 @@ fn handle(shared: &Arc<Shared>, req: Request) -> net::Handled {
         }
         Request::WriteMarker(r) => write_marker(shared, r),
         Request::Replicate(r) => replicate(shared, r),
+        Request::DeleteRecords(r) => {
+            let shared = shared.clone();
+            net::Handled::Applied(Box::pin(async move {
+                let DeleteRecordsRequest { topic, partition, offset, timeout_ms } = r;
+                Response::DeleteRecords(match delete_records(&shared, &topic, partition, offset, timeout_ms).await {
+                    Ok(low_watermark) => DeleteRecordsResponse { status: Status::ok(), low_watermark },
+                    Err(status) => DeleteRecordsResponse { status, low_watermark: -1 },
+                })
+            }))
+        }
         other => net::Handled::answer(Response::Error(Status::new(
             ErrorCode::InvalidRequest,
             format!("a broker does not serve {:?}; send it to the coordinator", other.api_key()),
@@ -2218,6 +2230,48 @@ fn fetch(shared: &Shared, r: FetchRequest) -> FetchResponse {
     }
 }
 
+/// DeleteRecords (KIP-107) on this broker, the leader of `topic`-`index`: its log start moves to
+/// `offset` (-1: the high watermark) on disk here, then the answer waits, at most `timeout_ms`,
+/// until every replica the high watermark counts has its own there too (the next Replicate
+/// carries it). Returns Kafka's low watermark. Both listeners call it.
+async fn delete_records(shared: &Shared, topic: &str, index: i32, offset: i64, timeout_ms: i32) -> Result<i64, Status> {
+    let part = partition(shared, topic, index)?;
+    let mut progress = part.subscribe();
+    let (target, leader_epoch) = part.delete_records(-1, offset).map_err(|e| match e {
+        DeleteRecordsError::Leader(e) => leader_status(shared, topic, index, &e),
+        e @ DeleteRecordsError::OutOfRange { .. } => {
+            Status::new(ErrorCode::OffsetOutOfRange, format!("{topic}-{index}: {e}"))
+        }
+        e @ DeleteRecordsError::Storage(_) => {
+            Status::new(ErrorCode::KafkaStorageError, format!("{topic}-{index}: {e}"))
+        }
+    })?;
+    let timeout_ms = u64::try_from(timeout_ms).unwrap_or(0).min(shared.config.request_timeout_ms.max(1));
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+    loop {
+        let low = part.low_watermark(leader_epoch).map_err(|e| leader_status(shared, topic, index, &e))?;
+        if low >= target {
+            return Ok(low);
+        }
+        tokio::select! {
+            changed = progress.changed() => {
+                if changed.is_err() {
+                    return Err(Status::new(ErrorCode::NotLeaderOrFollower, format!("{topic}-{index} is gone from this broker")));
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                return Err(Status::new(
+                    ErrorCode::RequestTimedOut,
+                    format!(
+                        "{topic}-{index}: the leader hides the records below offset {target}, but an in-sync replica \
+                         has not confirmed it within {timeout_ms} ms (the low watermark is {low}); retry to wait again"
+                    ),
+                ));
+            }
+        }
+    }
+}
+
 /// Apply a leader's push in arrival order; the wait for the disk runs beside later requests.
 fn replicate(shared: &Arc<Shared>, r: ReplicateRequest) -> net::Handled {
     let answer_diverged = |diverging_epoch, status, leo, hint, epoch| ReplicateResponse {
@@ -2226,6 +2280,7 @@ fn replicate(shared: &Arc<Shared>, r: ReplicateRequest) -> net::Handled {
         hint_offset: hint,
         diverging_epoch,
         current_leader_epoch: epoch,
+        log_start_offset: -1,
     };
     let answer = move |status, leo, hint, epoch| answer_diverged(-1, status, leo, hint, epoch);
     let part = match partition(shared, &r.topic, r.partition) {
@@ -2240,7 +2295,11 @@ fn replicate(shared: &Arc<Shared>, r: ReplicateRequest) -> net::Handled {
             let shared = shared.clone();
             return net::Handled::Applied(Box::pin(async move {
                 Response::Replicate(match wait_durable_at(&shared, &part, leo, Some(generation)).await {
-                    Ok(()) => answer(Status::ok(), leo, -1, epoch),
+                    // The log start is on disk when it moves (`PartitionLog::delete_before`).
+                    Ok(()) => ReplicateResponse {
+                        log_start_offset: part.log_start_offset(),
+                        ..answer(Status::ok(), leo, -1, epoch)
+                    },
                     Err(status) => answer(status, -1, -1, epoch),
                 })
             }));

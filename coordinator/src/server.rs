@@ -904,12 +904,14 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             ErrorCode::InvalidRequest,
             "membership proofs and logins are answered by the connection layer",
         )),
-        Request::Produce(_) | Request::Fetch(_) | Request::WriteMarker(_) | Request::Replicate(_) => {
-            Response::Error(Status::new(
-                ErrorCode::InvalidRequest,
-                "this is the coordinator: send produce and fetch to the partition leader (see Metadata)",
-            ))
-        }
+        Request::Produce(_)
+        | Request::Fetch(_)
+        | Request::WriteMarker(_)
+        | Request::Replicate(_)
+        | Request::DeleteRecords(_) => Response::Error(Status::new(
+            ErrorCode::InvalidRequest,
+            "this is the coordinator: send produce and fetch to the partition leader (see Metadata)",
+        )),
     }
 }
 

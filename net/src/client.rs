@@ -475,6 +475,7 @@ mod tests {
                     hint_offset: sum,
                     diverging_epoch: -1,
                     current_leader_epoch: -1,
+                    log_start_offset: -1,
                 }),
             })
         });
@@ -502,6 +503,7 @@ mod tests {
                 prev_epoch: -1,
                 high_watermark: 0,
                 log_start_offset: 0,
+                low_watermark: 0,
                 producer_state: bytes::Bytes::new(),
                 records: Records::from_pieces(pieces),
             })
@@ -591,6 +593,7 @@ mod tests {
             prev_epoch: 4,
             high_watermark: 39,
             log_start_offset: 0,
+            low_watermark: 0,
             producer_state: bytes::Bytes::new(),
             records: Records::from_pieces(pieces),
         });

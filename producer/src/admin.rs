@@ -176,4 +176,55 @@ impl Admin {
             other => Err(ClientError::Protocol(format!("SCRAM credentials answered with {}", other.status()))),
         }
     }
+
+    /// DeleteRecords (KIP-107): the records of `topic`-`partition` below `before` (-1: the high
+    /// watermark) are deleted, on its leader and every in-sync replica, durably; returns the
+    /// partition's low watermark (its log start) afterwards. Sent to the leader, found by
+    /// metadata (the topic is not created) and followed through leadership changes within the
+    /// request timeout.
+    pub async fn delete_records(&mut self, topic: &str, partition: i32, before: i64) -> Result<i64, ClientError> {
+        let what = format!("delete the records of {topic}-{partition} below offset {before}");
+        let timeout_ms = self.client.config().request_timeout_ms;
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(timeout_ms);
+        let mut attempt = 0;
+        loop {
+            self.client.refresh_metadata(topic, false).await?;
+            let count = self.client.partition_count(topic).await?;
+            if !(0..count as i64).contains(&i64::from(partition)) {
+                return Err(ClientError::Refused {
+                    what,
+                    status: protocol::Status::new(
+                        protocol::ErrorCode::UnknownTopicOrPartition,
+                        format!("topic '{topic}' has {count} partitions, numbered from 0"),
+                    ),
+                });
+            }
+            let last = match self.client.leader(topic, partition) {
+                None => format!("{topic}-{partition} has no leader now (or no such partition)"),
+                Some(leader) => {
+                    let req = Request::DeleteRecords(protocol::DeleteRecordsRequest {
+                        topic: topic.to_string(),
+                        partition,
+                        offset: before,
+                        timeout_ms: i32::try_from(timeout_ms).unwrap_or(i32::MAX),
+                    });
+                    let status = match self.client.call_broker(&leader.addr, req).await {
+                        Ok(Response::DeleteRecords(d)) if d.status.is_ok() => return Ok(d.low_watermark),
+                        Ok(other) => other.status().clone(),
+                        Err(net::NetError::Refused { status, .. }) => status,
+                        Err(e) => protocol::Status::new(protocol::ErrorCode::RequestTimedOut, e.to_string()),
+                    };
+                    if !status.code.is_retriable() {
+                        return Err(ClientError::Refused { what, status });
+                    }
+                    status.to_string()
+                }
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClientError::Timeout { what, timeout_ms, last_error: last });
+            }
+            tokio::time::sleep(self.client.backoff(attempt)).await;
+            attempt += 1;
+        }
+    }
 }

@@ -196,6 +196,7 @@ impl Asker<'_> {
             Request::DeleteTopic(d) => self.topic(Delete, &d.name),
             Request::CreatePartitions(c) => self.topic(Alter, &c.name),
             Request::ElectLeader(_) => self.cluster(Alter),
+            Request::DeleteRecords(d) => self.topic(Delete, &d.topic),
             Request::Describe => self.cluster(Describe),
             Request::InitProducerId(i) => {
                 if i.principal != self.principal {
@@ -423,6 +424,29 @@ mod tests {
             own_refusal(&a, None, MALLORY, "h", &groups(&["g"])).map(|s| s.code),
             Some(ErrorCode::GroupAuthorizationFailed)
         );
+    }
+
+    #[test]
+    fn deleting_records_needs_delete_on_the_topic() {
+        let a = authorizer(vec![
+            allow(ResourceType::Topic, "t", Operation::Delete),
+            allow(ResourceType::Topic, "u", Operation::Write),
+        ]);
+        let delete = |topic: &str| {
+            Request::DeleteRecords(crate::DeleteRecordsRequest {
+                topic: topic.into(),
+                partition: 0,
+                offset: 3,
+                timeout_ms: 1_000,
+            })
+        };
+        assert_eq!(own_refusal(&a, None, ALICE, "h", &delete("t")).map(|s| s.code), None);
+        assert_eq!(
+            own_refusal(&a, None, ALICE, "h", &delete("u")).map(|s| s.code),
+            Some(ErrorCode::TopicAuthorizationFailed),
+            "WRITE is not DELETE"
+        );
+        assert!(delete("t").is_internal(), "the cluster secret's without the authorizer");
     }
 
     #[test]

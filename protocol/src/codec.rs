@@ -213,6 +213,7 @@ mod tests {
                 prev_epoch: 2,
                 high_watermark: 8,
                 log_start_offset: 0,
+                low_watermark: 0,
                 producer_state: Bytes::new(),
                 records,
             })

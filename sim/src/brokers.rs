@@ -105,6 +105,7 @@ impl Sim {
                                 prev_epoch: w.prev_epoch,
                                 high_watermark: w.high_watermark,
                                 log_start_offset: w.log_start_offset,
+                                low_watermark: w.low_watermark,
                                 producer_state: w.producer_state,
                                 records: w.records,
                             };

@@ -989,6 +989,7 @@ fn recovery(args: &Args) -> Result<serde_json::Value, String> {
             prev_epoch: if from == 0 { -1 } else { 1 },
             high_watermark: from,
             log_start_offset: 0,
+            low_watermark: 0,
             producer_state: bytes::Bytes::new(),
             records: Bytes::from(chunk).into(),
         };

@@ -187,3 +187,96 @@ def test_describe_topic_partitions_through_kafka_python(cluster):
         assert page["next_cursor"] == {"topic_name": "t", "partition_index": 1}, page
     finally:
         kadmin.close()
+
+
+@pytest.mark.timeout(180)
+def test_delete_records_moves_the_log_start_on_every_replica(cluster):
+    """Issue 32, item 2: DeleteRecords (KIP-107) through confluent-kafka's AdminClient, on a
+    three-replica partition written by a transactional producer (a committed transaction, then an
+    aborted one) and an idempotent one. The log start moves into the aborted transaction: the low
+    watermark is the offset asked, a fetch below it is OFFSET_OUT_OF_RANGE, read_committed still
+    skips the aborted records left above it (the aborted-transaction index follows) and reads the
+    rest exactly once. Past the high watermark, refused.
+    The leader is killed: the new one (a follower that was in sync) has the same log start, and
+    both producers carry on (their state is kept, KAFKA-7190), every acknowledged record there."""
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    c = cluster(brokers=3, lease_ms=1000, heartbeat_ms=100)
+    c.create_topic("t", partitions=1, replicas=3)
+    bs = c.bootstrap()
+    txp = Producer({"bootstrap.servers": bs, "transactional.id": "deleter", "acks": "all"})
+    txp.init_transactions(15)
+    txp.begin_transaction()
+    for i in range(5):
+        txp.produce("t", value=f"c{i}".encode(), partition=0)
+    txp.commit_transaction(15)          # offsets 0-4, the commit marker at 5
+    txp.begin_transaction()
+    for i in range(3):
+        txp.produce("t", value=f"a{i}".encode(), partition=0)
+    assert txp.flush(15) == 0           # written before the abort (which purges what is unsent)
+    txp.abort_transaction(15)           # offsets 6-8, the abort marker at 9
+    idem = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "acks": "all"})
+    for i in range(5):
+        idem.produce("t", value=f"i{i}".encode(), partition=0)   # offsets 10-14
+    assert idem.flush(30) == 0
+
+    admin = AdminClient({"bootstrap.servers": bs})
+
+    def delete(tp):
+        return list(admin.delete_records([tp], request_timeout=15, operation_timeout=15).values())[0].result(20)
+
+    assert delete(TopicPartition("t", 0, 7)).low_watermark == 7
+    # (librdkafka refuses a partition that does not exist itself, with no request: the broker's
+    # answer to one is checked in tests/kafka.rs.)
+    with pytest.raises(Exception) as refused:
+        delete(TopicPartition("t", 0, 99))
+    assert refused.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE, refused.value
+
+    def values(isolation, expect):
+        cons = Consumer({"bootstrap.servers": bs, "group.id": f"g-{isolation}-{expect}",
+                         "auto.offset.reset": "earliest", "isolation.level": isolation,
+                         "enable.auto.commit": False})
+        cons.assign([TopicPartition("t", 0, -2)])  # from the log start
+        got = []
+        for _ in range(300):
+            m = cons.poll(0.1)
+            if m is not None and m.error() is None:
+                got.append(m.value().decode())
+            if len(got) >= expect:
+                break
+        low, high = cons.get_watermark_offsets(TopicPartition("t", 0), timeout=10)
+        cons.close()
+        return got, low, high
+
+    got, low, high = values("read_committed", 5)
+    assert (got, low, high) == ([f"i{i}" for i in range(5)], 7, 15), (got, low, high)
+    got, _, _ = values("read_uncommitted", 7)
+    assert got == ["a1", "a2"] + [f"i{i}" for i in range(5)], got
+
+    below = Consumer({"bootstrap.servers": bs, "group.id": "below", "auto.offset.reset": "error"})
+    below.assign([TopicPartition("t", 0, 3)])
+    errors = []
+    for _ in range(300):
+        m = below.poll(0.1)
+        if m is not None and m.error() is not None:
+            errors.append(m.error())
+            break
+    below.close()
+    assert errors and errors[0].code() == KafkaError._AUTO_OFFSET_RESET and "out of range" in errors[0].str().lower(), \
+        errors
+
+    # The leader dies: an in-sync follower leads, with the same log start.
+    p = c.partition("t", 0)
+    c.brokers[p["leader"]].kill9()
+    c.wait_leader_change("t", 0, p["leader"], p["leader_epoch"])
+    live = c.bootstrap([b for b in c.brokers if b != p["leader"]])
+    for i in range(5, 10):
+        idem.produce("t", value=f"i{i}".encode(), partition=0)
+    assert idem.flush(60) == 0
+    txp.begin_transaction()
+    txp.produce("t", value=b"c-after", partition=0)
+    txp.commit_transaction(30)
+    bs = live
+    got, low, _ = values("read_committed", 11)
+    assert low == 7, low
+    assert got == [f"i{i}" for i in range(10)] + ["c-after"], got

@@ -1,5 +1,6 @@
 //! `admin --bootstrap ADDR create-topic T --partitions N`, `delete-topic T`, `delete-group G...`,
-//! `create-partitions T --count N`, `elect-leader T` and `describe [--json]` (brokers, partitions,
+//! `create-partitions T --count N`, `elect-leader T`, `delete-records T --partition P --before
+//! OFFSET` and `describe [--json]` (brokers, partitions,
 //! transactional ids and consumer groups), `acls add|remove|list` (with `--authorizer`),
 //! `users set|delete|list` (SCRAM credentials of SASL logins); `--sasl-username U --sasl-password-file F`
 //! logs in (SCRAM) so that, under the authorizer, the ACLs decide what the admin may do
@@ -83,6 +84,19 @@ enum Command {
         /// sync (exit 1 with ELECTION_NOT_NEEDED if it leads already).
         #[arg(long)]
         preferred: bool,
+    },
+    /// Delete a partition's records below an offset (Kafka's DeleteRecords): its log start moves
+    /// there on the leader and every in-sync replica, durably; consumers below it get
+    /// OFFSET_OUT_OF_RANGE. Prints the new log start (the low watermark).
+    DeleteRecords {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        #[arg(long, default_value_t = 0)]
+        partition: i32,
+        /// The first offset kept (-1: the high watermark, deleting every committed record).
+        #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..))]
+        before: i64,
     },
     /// ACLs (the coordinator runs with --authorizer): who may do what on which resource.
     Acls {
@@ -444,6 +458,11 @@ async fn main() -> ExitCode {
             };
             admin.elect(&topic, partition, election).await.map(|(leader, epoch)| {
                 println!("{topic}-{partition}: leader={leader} leader_epoch={epoch}");
+            })
+        }
+        Command::DeleteRecords { topic, partition, before } => {
+            admin.delete_records(&topic, partition, before).await.map(|low| {
+                println!("{topic}-{partition}: log start offset {low}");
             })
         }
         Command::Describe { json } => match admin.describe().await {

@@ -347,6 +347,59 @@ impl ElectLeaderRequest {
     }
 }
 
+/// Admin or Kafka listener -> a partition's leader: delete the records below `offset`
+/// (DeleteRecords, KIP-107): the log start moves there on the leader and every in-sync replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteRecordsRequest {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// The new log start (-1: the high watermark).
+    pub offset: i64,
+    /// How long to wait for the in-sync replicas, in ms.
+    pub timeout_ms: i32,
+}
+
+impl DeleteRecordsRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_string(&self.topic);
+        b.put_i32(self.partition);
+        b.put_i64(self.offset);
+        b.put_i32(self.timeout_ms);
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(DeleteRecordsRequest {
+            topic: r.string("topic")?,
+            partition: r.i32("partition")?,
+            offset: r.i64("offset")?,
+            timeout_ms: r.i32("timeout_ms")?,
+        })
+    }
+}
+
+/// The answer to DeleteRecords.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteRecordsResponse {
+    /// Outcome: NONE once every in-sync replica hides the records; REQUEST_TIMED_OUT if they
+    /// did not within the timeout (the leader has, and they will).
+    pub status: Status,
+    /// Kafka's low watermark: the lowest log start of the leader and its in-sync replicas (-1
+    /// on a refusal).
+    pub low_watermark: i64,
+}
+
+impl DeleteRecordsResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i64(self.low_watermark);
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(DeleteRecordsResponse { status, low_watermark: r.i64("low_watermark")? })
+    }
+}
+
 /// The answer to an election.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElectLeaderResponse {

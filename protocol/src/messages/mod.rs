@@ -47,6 +47,8 @@ pub enum ApiKey {
     DeleteTopics = 20,
     /// Give a topic more partitions (admin -> coordinator).
     CreatePartitions = 37,
+    /// Move a partition's log start forward (admin or Kafka listener -> leader).
+    DeleteRecords = 21,
     /// Get a producer id and epoch; bumps and fences for a known transactional id.
     InitProducerId = 22,
     /// Producer -> coordinator: commit or abort the current transaction.
@@ -110,6 +112,7 @@ impl ApiKey {
             19 => ApiKey::CreateTopics,
             20 => ApiKey::DeleteTopics,
             37 => ApiKey::CreatePartitions,
+            21 => ApiKey::DeleteRecords,
             22 => ApiKey::InitProducerId,
             26 => ApiKey::EndTxn,
             36 => ApiKey::AuthProve,
@@ -221,6 +224,8 @@ pub enum Request {
     EndTxn(EndTxnRequest),
     /// See [`ElectLeaderRequest`].
     ElectLeader(ElectLeaderRequest),
+    /// See [`DeleteRecordsRequest`].
+    DeleteRecords(DeleteRecordsRequest),
     /// See [`AuthBeginRequest`].
     AuthBegin(AuthBeginRequest),
     /// See [`AuthProveRequest`].
@@ -286,6 +291,8 @@ pub enum Response {
     EndTxn(EndTxnResponse),
     /// See [`ElectLeaderResponse`].
     ElectLeader(ElectLeaderResponse),
+    /// See [`DeleteRecordsResponse`].
+    DeleteRecords(DeleteRecordsResponse),
     /// See [`AuthBeginResponse`].
     AuthBegin(AuthBeginResponse),
     /// See [`AuthProveResponse`].
@@ -345,6 +352,7 @@ impl Request {
             Request::InitProducerId(_) => ApiKey::InitProducerId,
             Request::EndTxn(_) => ApiKey::EndTxn,
             Request::ElectLeader(_) => ApiKey::ElectLeaders,
+            Request::DeleteRecords(_) => ApiKey::DeleteRecords,
             Request::AuthBegin(_) => ApiKey::AuthBegin,
             Request::AuthProve(_) => ApiKey::AuthProve,
             Request::AddPartition(_) => ApiKey::AddPartitionsToTxn,
@@ -376,9 +384,9 @@ impl Request {
     /// leaderships), and the admin requests a client could use to hurt the cluster: creating
     /// topics and partitions (each partition costs every replica a log), deleting topics, and
     /// electing leaders (each election bumps a leader epoch, failing the acks=all writes in
-    /// flight), changing ACLs and credentials, and deleting groups and their offsets (a
-    /// consumer group's position is its state). An admin proves it holds the secret as
-    /// brokers do.
+    /// flight), changing ACLs and credentials, deleting groups and their offsets (a
+    /// consumer group's position is its state) and deleting records. An admin proves it holds
+    /// the secret as brokers do.
     pub fn is_internal(&self) -> bool {
         self.is_member_traffic()
             || matches!(
@@ -387,6 +395,7 @@ impl Request {
                     | Request::DeleteTopic(_)
                     | Request::CreatePartitions(_)
                     | Request::ElectLeader(_)
+                    | Request::DeleteRecords(_)
                     | Request::Acls(_)
                     | Request::ScramCredentials(_)
                     | Request::DeleteGroups(_)
@@ -417,6 +426,7 @@ impl Response {
             Response::InitProducerId(_) => ApiKey::InitProducerId as i16,
             Response::EndTxn(_) => ApiKey::EndTxn as i16,
             Response::ElectLeader(_) => ApiKey::ElectLeaders as i16,
+            Response::DeleteRecords(_) => ApiKey::DeleteRecords as i16,
             Response::AuthBegin(_) => ApiKey::AuthBegin as i16,
             Response::AuthProve(_) => ApiKey::AuthProve as i16,
             Response::AddPartition(_) => ApiKey::AddPartitionsToTxn as i16,
@@ -452,6 +462,7 @@ impl Response {
             Response::InitProducerId(r) => &r.status,
             Response::EndTxn(r) => &r.status,
             Response::ElectLeader(r) => &r.status,
+            Response::DeleteRecords(r) => &r.status,
             Response::AuthBegin(r) => &r.status,
             Response::AuthProve(r) => &r.status,
             Response::SaslLogin(r) => &r.status,
@@ -527,6 +538,7 @@ pub fn encode_request_head(correlation_id: i32, req: &Request, b: &mut BytesMut)
         Request::CreatePartitions(c) => c.encode_body(b),
         Request::InitProducerId(i) => i.encode_body(b),
         Request::ElectLeader(e) => e.encode_body(b),
+        Request::DeleteRecords(d) => d.encode_body(b),
         Request::AuthBegin(a) => a.encode_body(b),
         Request::AuthProve(a) => a.encode_body(b),
         Request::SaslLogin(a) => a.encode_body(b),
@@ -603,6 +615,7 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
         ApiKey::CreatePartitions => Request::CreatePartitions(CreatePartitionsRequest::decode_body(r)?),
         ApiKey::InitProducerId => Request::InitProducerId(InitProducerIdRequest::decode_body(r)?),
         ApiKey::ElectLeaders => Request::ElectLeader(ElectLeaderRequest::decode_body(r)?),
+        ApiKey::DeleteRecords => Request::DeleteRecords(DeleteRecordsRequest::decode_body(r)?),
         ApiKey::AuthBegin => Request::AuthBegin(AuthBeginRequest::decode_body(r)?),
         ApiKey::AuthProve => Request::AuthProve(AuthProveRequest::decode_body(r)?),
         ApiKey::SaslLogin => Request::SaslLogin(SaslLoginRequest::decode_body(r)?),
@@ -667,6 +680,7 @@ pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesM
         Response::AuthProve(a) => a.encode_body(b),
         Response::SaslLogin(a) => a.encode_body(b),
         Response::ElectLeader(e) => e.encode_body(b),
+        Response::DeleteRecords(d) => d.encode_body(b),
         Response::AddPartition(a) => a.encode_body(b),
         Response::WriteMarker(w) => w.encode_body(b),
         Response::Heartbeat(h) => h.encode_body(b),
@@ -713,6 +727,7 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
         ApiKey::SaslLogin => Response::SaslLogin(SaslLoginResponse::decode_body(status, r)?),
         ApiKey::EndTxn => Response::EndTxn(EndTxnResponse::decode_body(status, r)?),
         ApiKey::ElectLeaders => Response::ElectLeader(ElectLeaderResponse::decode_body(status, r)?),
+        ApiKey::DeleteRecords => Response::DeleteRecords(DeleteRecordsResponse::decode_body(status, r)?),
         ApiKey::AddPartitionsToTxn => Response::AddPartition(AddPartitionResponse::decode_body(status, r)?),
         ApiKey::WriteTxnMarkers => Response::WriteMarker(WriteMarkerResponse::decode_body(status, r)?),
         ApiKey::BrokerHeartbeat => Response::Heartbeat(HeartbeatResponse::decode_body(status, r)?),
@@ -882,6 +897,7 @@ mod tests {
             prev_epoch: 1,
             high_watermark: 9,
             log_start_offset: 3,
+            low_watermark: 3,
             producer_state: Bytes::from_static(b"state"),
             records: Bytes::from_static(b"batches").into(),
         }));
@@ -955,6 +971,13 @@ mod tests {
             status: Status::ok(),
             groups: vec![Status::ok(), Status::new(ErrorCode::NonEmptyGroup, "it has members")],
         }));
+        roundtrip_req(Request::DeleteRecords(DeleteRecordsRequest {
+            topic: "t".into(),
+            partition: 3,
+            offset: -1,
+            timeout_ms: 30_000,
+        }));
+        roundtrip_resp(Response::DeleteRecords(DeleteRecordsResponse { status: Status::ok(), low_watermark: 42 }));
         roundtrip_req(Request::OffsetDelete(OffsetDeleteRequest {
             group: "g".into(),
             partitions: vec![("t".into(), 0), ("u".into(), 3)],
@@ -1174,6 +1197,7 @@ mod tests {
             hint_offset: 7,
             diverging_epoch: 1,
             current_leader_epoch: 2,
+            log_start_offset: 5,
         }));
         roundtrip_resp(Response::AlterPartition(AlterPartitionResponse {
             status: Status::ok(),

@@ -36,6 +36,10 @@ pub struct ReplicateRequest {
     /// The first offset the leader still holds (above 0 once retention deleted segments). When
     /// `from_offset` equals it, the leader has nothing before it to compare with `prev_epoch`.
     pub log_start_offset: i64,
+    /// The log start readers see on the leader (at or above `log_start_offset`, maybe inside
+    /// a batch: DeleteRecords moved it). The follower hides the records below it too, as far
+    /// as its log agrees with the leader's, on disk before it answers.
+    pub low_watermark: i64,
     /// Sent only when `from_offset` is the leader's log start above 0, where a follower may
     /// have to start its log over: the leader's producer state of the producers with nothing at
     /// or after `from_offset` (their epochs, last batches and markers, as a producer-state
@@ -58,6 +62,7 @@ impl ReplicateRequest {
         b.put_i32(self.prev_epoch);
         b.put_i64(self.high_watermark);
         b.put_i64(self.log_start_offset);
+        b.put_i64(self.low_watermark);
         b.put_blob(&self.producer_state);
         b.put_i32(self.records.len() as i32); // the payload follows
     }
@@ -78,6 +83,7 @@ impl ReplicateRequest {
             prev_epoch: r.i32("prev_epoch")?,
             high_watermark: r.i64("high_watermark")?,
             log_start_offset: r.i64("log_start_offset")?,
+            low_watermark: r.i64("low_watermark")?,
             producer_state: r.bytes("producer_state")?,
             records: r.bytes("records")?.into(),
         })
@@ -164,6 +170,9 @@ pub struct ReplicateResponse {
     pub diverging_epoch: i32,
     /// The follower's leader epoch for the partition.
     pub current_leader_epoch: i32,
+    /// The follower's log start offset as readers see it, on its disk (-1: not said; written
+    /// last, and read only when present).
+    pub log_start_offset: i64,
 }
 
 impl ReplicateResponse {
@@ -172,6 +181,7 @@ impl ReplicateResponse {
         b.put_i64(self.hint_offset);
         b.put_i32(self.diverging_epoch);
         b.put_i32(self.current_leader_epoch);
+        b.put_i64(self.log_start_offset);
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
@@ -181,6 +191,7 @@ impl ReplicateResponse {
             hint_offset: r.i64("hint_offset")?,
             diverging_epoch: r.i32("diverging_epoch")?,
             current_leader_epoch: r.i32("current_leader_epoch")?,
+            log_start_offset: if r.remaining() >= 8 { r.i64("log_start_offset")? } else { -1 },
         })
     }
 }

@@ -1,11 +1,12 @@
 //! Kafka's reads: Fetch (with long polling), ListOffsets and OffsetForLeaderEpoch, on the same
-//! partitions the own protocol reads.
+//! partitions the own protocol reads; and DeleteRecords, which moves where they start.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::select_all;
+use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, EpochEndOffset, FetchableTopicResponse, PartitionData,
 };
@@ -14,14 +15,14 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset as LeaderEpochEndOffset, OffsetForLeaderTopicResult,
 };
 use kafka_protocol::messages::{
-    ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse, ResponseKind,
+    ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, FetchRequest, FetchResponse, ListOffsetsRequest,
+    ListOffsetsResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ResponseKind,
 };
 use net::Handled;
 use protocol::kafka::KafkaAnswer;
 use protocol::{ErrorCode, Status, READ_COMMITTED, READ_UNCOMMITTED};
 
-use super::super::{leader_status, partition, Shared, FETCH_BYTES_MAX};
+use super::super::{delete_records as delete_records_here, leader_status, partition, Shared, FETCH_BYTES_MAX};
 use super::authz::Caller;
 use super::kafka_code;
 use protocol::acl::{Operation, ResourceType};
@@ -278,6 +279,76 @@ pub(super) fn list_offsets(
         })
         .collect();
     Handled::answer(KafkaAnswer::Reply(ResponseKind::ListOffsets(ListOffsetsResponse::default().with_topics(topics))))
+}
+
+/// DeleteRecords (KIP-107) of the partitions this broker leads, all at once: each answered with
+/// its low watermark once its in-sync replicas hide the records too ([`delete_records_here`]),
+/// or its error. DELETE on each topic; without the authorizer, on a cluster with a secret, it
+/// is the secret's (a Kafka client cannot prove it: epochfence's `admin delete-records` can).
+pub(super) fn delete_records(
+    shared: &Arc<Shared>,
+    caller: &Caller,
+    r: DeleteRecordsRequest,
+    version: i16,
+) -> Handled<KafkaAnswer> {
+    let denied = denied(caller, Operation::Delete, r.topics.iter().map(|t| t.name.as_str()));
+    let secret_only = !caller.enabled() && shared.config.limits.cluster_secret.is_some();
+    let timeout_ms = r.timeout_ms;
+    let calls: Vec<_> = r
+        .topics
+        .into_iter()
+        .flat_map(|t| {
+            let name = t.name.to_string();
+            let refused = if denied.contains(&name) {
+                Some(topic_refusal(&name, Operation::Delete))
+            } else if secret_only {
+                Some(Status::new(
+                    ErrorCode::TopicAuthorizationFailed,
+                    format!(
+                        "deleting records of `{name}` needs the cluster secret on this cluster, which a Kafka client \
+                         cannot prove: use epochfence's admin delete-records with --cluster-secret-file"
+                    ),
+                ))
+            } else {
+                None
+            };
+            let shared = shared.clone();
+            t.partitions.into_iter().map(move |p| {
+                let (shared, name, refused) = (shared.clone(), name.clone(), refused.clone());
+                async move {
+                    let index = p.partition_index;
+                    let result = match refused {
+                        Some(status) => Err(status),
+                        None => delete_records_here(&shared, &name, index, p.offset, timeout_ms).await,
+                    };
+                    (name, index, result)
+                }
+            })
+        })
+        .collect();
+    Handled::Applied(Box::pin(async move {
+        let mut topics: Vec<DeleteRecordsTopicResult> = Vec::new();
+        for (name, index, result) in futures::future::join_all(calls).await {
+            let out = DeleteRecordsPartitionResult::default().with_partition_index(index);
+            let out = match result {
+                Ok(low) => out.with_low_watermark(low),
+                Err(status) => {
+                    out.with_low_watermark(-1).with_error_code(kafka_code(status.code, ApiKey::DeleteRecords, version))
+                }
+            };
+            match topics.iter_mut().find(|t| t.name.as_str() == name) {
+                Some(t) => t.partitions.push(out),
+                None => topics.push(
+                    DeleteRecordsTopicResult::default()
+                        .with_name(kafka_protocol::messages::TopicName(
+                            kafka_protocol::protocol::StrBytes::from_string(name),
+                        ))
+                        .with_partitions(vec![out]),
+                ),
+            }
+        }
+        KafkaAnswer::Reply(ResponseKind::DeleteRecords(DeleteRecordsResponse::default().with_topics(topics)))
+    }))
 }
 
 /// One partition of ListOffsets: (timestamp, offset, leader epoch).

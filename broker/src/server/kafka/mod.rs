@@ -57,6 +57,7 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::ApiVersions, 0, 4),
@@ -418,6 +419,7 @@ impl KafkaConn {
             RequestKind::Produce(r) => produce::produce(&self.shared, &self.caller(), r, version),
             RequestKind::Fetch(r) => fetch::fetch(&self.shared, &self.caller(), r, version),
             RequestKind::ListOffsets(r) => fetch::list_offsets(&self.shared, &self.caller(), r, version),
+            RequestKind::DeleteRecords(r) => fetch::delete_records(&self.shared, &self.caller(), r, version),
             RequestKind::OffsetForLeaderEpoch(r) => {
                 fetch::offset_for_leader_epoch(&self.shared, &self.caller(), r, version)
             }

@@ -317,6 +317,46 @@ async fn every_served_api_answers_at_every_served_version() {
                     assert_eq!(r.results[0].error_code, 31, "v{v}: the cluster has a secret");
                     Ok(0)
                 }
+                ApiKey::DescribeLogDirs => {
+                    let all = conn.call(&DescribeLogDirsRequest::default().with_topics(None), v).await.unwrap();
+                    let dir = &all.results[0];
+                    assert_eq!((all.error_code, dir.error_code), (0, 0), "v{v}");
+                    assert!(std::path::Path::new(dir.log_dir.as_str()).is_absolute(), "{dir:?}");
+                    let parts: Vec<i32> = dir.topics[0].partitions.iter().map(|p| p.partition_index).collect();
+                    assert_eq!((dir.topics[0].name.as_str(), parts), ("t", vec![0, 1]), "v{v}");
+                    if v >= 4 {
+                        assert!(dir.total_bytes > 0 && dir.usable_bytes >= 0, "{dir:?}");
+                    }
+                    let one = DescribeLogDirsRequest::default().with_topics(Some(vec![
+                        describe_log_dirs_request::DescribableLogDirTopic::default()
+                            .with_topic(name("t"))
+                            .with_partitions(vec![1, 7]),
+                    ]));
+                    let r = conn.call(&one, v).await.unwrap();
+                    let parts: Vec<i32> = r.results[0].topics[0].partitions.iter().map(|p| p.partition_index).collect();
+                    assert_eq!(parts, vec![1], "v{v}: a partition not hosted is left out");
+                    Ok(r.error_code)
+                }
+                ApiKey::AlterReplicaLogDirs => {
+                    let dir =
+                        conn.call(&DescribeLogDirsRequest::default(), 1).await.unwrap().results[0].log_dir.clone();
+                    let req = |path: StrBytes| {
+                        AlterReplicaLogDirsRequest::default().with_dirs(vec![
+                            alter_replica_log_dirs_request::AlterReplicaLogDir::default().with_path(path).with_topics(
+                                vec![alter_replica_log_dirs_request::AlterReplicaLogDirTopic::default()
+                                    .with_name(name("t"))
+                                    .with_partitions(vec![0, 9])],
+                            ),
+                        ])
+                    };
+                    let codes = |r: AlterReplicaLogDirsResponse| -> Vec<i16> {
+                        r.results[0].partitions.iter().map(|p| p.error_code).collect()
+                    };
+                    assert_eq!(codes(conn.call(&req(dir), v).await.unwrap()), vec![0, 9], "v{v}: already there");
+                    let elsewhere = StrBytes::from_static_str("/elsewhere");
+                    assert_eq!(codes(conn.call(&req(elsewhere), v).await.unwrap()), vec![57, 9], "v{v}: one directory");
+                    Ok(0)
+                }
                 ApiKey::DeleteRecords => {
                     let req = DeleteRecordsRequest::default().with_timeout_ms(1_000).with_topics(vec![
                         delete_records_request::DeleteRecordsTopic::default().with_name(name("t")).with_partitions(

@@ -569,7 +569,7 @@ async fn batches_that_arrive_together_are_appended_in_one_write() {
 async fn a_leader_whose_disk_failed_gives_up_its_leadership_to_a_healthy_replica() {
     let disk = std::sync::Arc::new(SlowDisk::default());
     let storage: std::sync::Arc<dyn Storage> = std::sync::Arc::new(SlowStorage(disk.clone()));
-    let opts = LocalOptions { brokers: 3, storage: Some(storage), ..Default::default() };
+    let opts = LocalOptions { brokers: 3, storage: Some(storage), kafka: true, ..Default::default() };
     let c = LocalCluster::start(opts).await.unwrap();
     c.wait_for("three live brokers", Duration::from_secs(10), |d| d.brokers.iter().filter(|b| b.alive).count() == 3)
         .await
@@ -589,5 +589,26 @@ async fn a_leader_whose_disk_failed_gives_up_its_leadership_to_a_healthy_replica
         .unwrap();
     assert_ne!(d.partitions[0].leader_id, failed);
     assert_eq!(values(&c).await, ["before", "after"]);
+    // Issue 32, item 4: Kafka's DescribeLogDirs shows the failed broker's log directory offline
+    // (KAFKA_STORAGE_ERROR, no replicas), a healthy one's with the replica's real size.
+    let describe = |id: i32| {
+        let addr = c.kafka_addrs[(id - 1) as usize].clone();
+        async move {
+            let conn = producer::kafka::KafkaConnection::connect(&addr, None, Duration::from_secs(10)).await.unwrap();
+            let req = kafka_protocol::messages::DescribeLogDirsRequest::default().with_topics(None);
+            conn.call(&req, 4).await.unwrap().results.remove(0)
+        }
+    };
+    let offline = describe(failed).await;
+    assert_eq!((offline.error_code, offline.topics.len()), (56, 0), "{offline:?}");
+    let healthy = describe(d.partitions[0].leader_id).await;
+    assert_eq!(healthy.error_code, 0);
+    let size = healthy.topics[0].partitions[0].partition_size;
+    let on_disk: u64 = broker::log::segment_files(&c.replica_dir(d.partitions[0].leader_id, "t", 0))
+        .unwrap()
+        .iter()
+        .map(|(_, p)| std::fs::metadata(p).unwrap().len())
+        .sum();
+    assert_eq!(size as u64, on_disk, "{healthy:?}");
     c.shutdown().await;
 }

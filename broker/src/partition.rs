@@ -370,6 +370,9 @@ struct Inner {
     replica_set: Option<ReplicaSet>,
     /// This replica's high watermark (a follower's is the leader's, capped by its log end).
     high_watermark: i64,
+    /// A follower's: the high watermark its leader sent last, uncapped (for the offset lag
+    /// DescribeLogDirs reports).
+    leader_high_watermark: i64,
     /// Offsets below this are on disk (fsynced), as far as this process knows.
     durable_end: i64,
     /// Bumped by every truncation: a sync that started before one proves nothing about the
@@ -694,6 +697,7 @@ impl Partition {
             leadership: Leadership { is_leader: false, leader_id: -1, leader_epoch: latest_epoch },
             replicas: Vec::new(),
             replica_set: None,
+            leader_high_watermark: -1,
             // Records below the high watermark checkpointed before the restart were committed:
             // readable at once, without waiting for the followers to answer.
             high_watermark: checkpointed_hw.min(end),
@@ -1065,6 +1069,7 @@ impl Partition {
         // everything before them. Anything past it may still be a divergent suffix, so it is
         // neither acknowledged nor counted in the high watermark.
         g.high_watermark = g.high_watermark.max(high_watermark.min(matched_end));
+        g.leader_high_watermark = high_watermark;
         // DeleteRecords on the leader: hide what it hid, as far as this log agrees with it (the
         // leader's start is below its high watermark), on disk before the acknowledgement.
         if g.log.delete_before(low_watermark.min(matched_end)).map_err(ReplicateError::Storage)? {
@@ -1813,6 +1818,14 @@ impl Partition {
         g.leadership.check(request_leader_epoch)?;
         let start = g.log.log_start_offset();
         Ok(g.replica_set.as_ref().map_or(start, |rs| rs.low_watermark(start)))
+    }
+
+    /// DescribeLogDirs: the bytes this replica's log holds, and how far its end is behind the
+    /// partition's high watermark (on a follower, the one its leader sent last; 0 on a leader).
+    pub fn log_dir_stats(&self) -> (u64, i64) {
+        let g = self.lock();
+        let hw = if g.leadership.is_leader { g.high_watermark } else { g.leader_high_watermark };
+        (g.log.size_bytes(), (hw - g.log.end_offset()).max(0))
     }
 
     /// The log start offset readers see here.
@@ -2896,6 +2909,21 @@ mod tests {
         let reopened = Partition::open_with(Arc::new(OsStorage), ld.path(), config, "t", 0, 2, true).unwrap();
         assert_eq!(reopened.log_start_offset(), 10);
         assert_eq!(reopened.producer_epoch(8), Some(0), "recovered from the snapshot retention kept");
+    }
+
+    /// Issue 32 (item 4): DescribeLogDirs' offset lag: on a follower, how far its log end is
+    /// behind the high watermark its leader sent last; 0 on a leader.
+    #[test]
+    fn the_offset_lag_is_the_leaders_high_watermark_past_the_followers_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = follower_of_leader_1(dir.path(), LogConfig::default());
+        let batches: Vec<Bytes> = (0..3).map(|o| stored(o, 1, &format!("v{o}"))).collect();
+        push(&f, &batches, 10);
+        let (size, lag) = f.log_dir_stats();
+        assert_eq!(lag, 7);
+        assert_eq!(size, batches.iter().map(|b| b.len() as u64).sum::<u64>());
+        f.learn(2, 2, 1, &[1, 2], &[2], 0);
+        assert_eq!(f.log_dir_stats().1, 0, "a leader is behind no one");
     }
 
     /// Issue 27 (item 6): retention stops at the newest snapshot at or below the high

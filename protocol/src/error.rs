@@ -112,8 +112,12 @@ error_codes! {
     InvalidTransactionTimeout = 50, "INVALID_TRANSACTION_TIMEOUT", false;
     /// An earlier epoch of this transactional id is still being fenced; retry shortly.
     ConcurrentTransactions = 51, "CONCURRENT_TRANSACTIONS", true;
+    /// The broker hosts no replica of the partition (AlterReplicaLogDirs).
+    ReplicaNotAvailable = 9, "REPLICA_NOT_AVAILABLE", true;
     /// The broker could not read or write its log.
     KafkaStorageError = 56, "KAFKA_STORAGE_ERROR", true;
+    /// No log directory of that path on the broker (AlterReplicaLogDirs).
+    LogDirNotFound = 57, "LOG_DIR_NOT_FOUND", false;
     /// The producer id was never granted by the coordinator.
     UnknownProducerId = 59, "UNKNOWN_PRODUCER_ID", false;
     /// The request's leader epoch is older than the partition's: the caller is stale.

@@ -280,3 +280,66 @@ def test_delete_records_moves_the_log_start_on_every_replica(cluster):
     got, low, _ = values("read_committed", 11)
     assert low == 7, low
     assert got == [f"i{i}" for i in range(10)] + ["c-after"], got
+
+
+@pytest.mark.timeout(90)
+def test_describe_and_alter_replica_log_dirs_through_kafka_python(cluster):
+    """Issue 32, item 4: kafka-python's describe_log_dirs asks every broker for its one log
+    directory (its --data-dir, as an absolute path) and the replicas in it, each with its log's
+    real size in bytes (the segment files') and an offset lag of 0 once in sync; a partition can be
+    asked alone. alter_replica_log_dirs is honest with one directory: a replica asked into the
+    directory it is in is already there (NoError), another path is LogDirNotFound, a partition the
+    broker hosts no replica of is ReplicaNotAvailable."""
+    import os
+    import time
+
+    import kafka
+    from kafka import TopicPartitionReplica
+    c = cluster(brokers=2)
+    c.create_topic("t", partitions=2, replicas=2)
+    prod = kafka.KafkaProducer(bootstrap_servers=c.bootstrap().split(","), acks="all")
+    for i in range(20):
+        prod.send("t", value=b"x" * 100, partition=i % 2)
+    prod.flush(30)
+    prod.close()
+    c.wait_in_isr("t", 0, 1)
+    c.wait_in_isr("t", 1, 2)
+    admin = kafka.KafkaAdminClient(bootstrap_servers=c.bootstrap().split(","), request_timeout_ms=10000)
+    try:
+        def on_disk(broker_id, partition):
+            d = os.path.join(c.base_dir, f"broker-{broker_id}", f"t-{partition}")
+            return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".log"))
+
+        def sizes():
+            got = {}
+            for answer in admin.describe_log_dirs():
+                [log_dir] = answer["log_dirs"]
+                assert log_dir["error_code"] == 0, log_dir
+                assert log_dir["log_dir"] == os.path.realpath(os.path.join(c.base_dir, f"broker-{answer['broker']}"))
+                for topic in log_dir["topics"]:
+                    for p in topic["partitions"]:
+                        got[(answer["broker"], topic["name"], p["partition_index"])] = \
+                            (p["partition_size"], p["offset_lag"])
+            return got
+
+        want = {(b, "t", p): (on_disk(b, p), 0) for b in (1, 2) for p in (0, 1)}
+        deadline = time.time() + 20
+        while (got := sizes()) != want and time.time() < deadline:
+            time.sleep(0.2)   # the followers' last batches and high watermark
+        assert got == want, (got, want)
+        assert all(size > 0 for size, _ in want.values())
+        [one] = admin.describe_log_dirs(topic_partitions={"t": [1]}, brokers=[1])
+        assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in one["log_dirs"][0]["topics"]] \
+            == [("t", [1])], one
+
+        here = os.path.realpath(os.path.join(c.base_dir, "broker-1"))
+        result = admin.alter_replica_log_dirs({
+            TopicPartitionReplica("t", 0, 1): here,
+            TopicPartitionReplica("t", 7, 1): here,
+        })
+        assert result[TopicPartitionReplica("t", 0, 1)] is kafka.errors.NoError, result
+        assert result[TopicPartitionReplica("t", 7, 1)] is kafka.errors.ReplicaNotAvailableError, result
+        result = admin.alter_replica_log_dirs({TopicPartitionReplica("t", 1, 2): "/elsewhere"})
+        assert result[TopicPartitionReplica("t", 1, 2)] is kafka.errors.LogDirNotFoundError, result
+    finally:
+        admin.close()

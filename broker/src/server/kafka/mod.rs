@@ -37,6 +37,7 @@ mod coordinator;
 mod errors;
 mod fetch;
 mod groups;
+mod log_dirs;
 mod produce;
 pub(crate) mod sasl;
 mod users;
@@ -70,6 +71,9 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DescribeTopicPartitions, 0, 0),
+    // Version 0 is gone in Kafka 4 (KIP-896).
+    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
@@ -464,6 +468,12 @@ impl KafkaConn {
             RequestKind::DescribeTopicPartitions(r) => {
                 let conn = self.clone();
                 Handled::serial(async move { conn.describe_topic_partitions(r).await })
+            }
+            RequestKind::DescribeLogDirs(r) => {
+                Handled::answer(log_dirs::describe_log_dirs(&self.shared, &self.caller(), r, version))
+            }
+            RequestKind::AlterReplicaLogDirs(r) => {
+                Handled::answer(log_dirs::alter_replica_log_dirs(&self.shared, &self.caller(), r, version))
             }
             RequestKind::DescribeCluster(r) => {
                 let conn = self.clone();

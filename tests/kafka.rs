@@ -178,6 +178,32 @@ async fn every_served_api_answers_at_every_served_version() {
                     ]);
                     conn.call(&req, v).await.map(|r| r.results[0].error_code)
                 }
+                ApiKey::AlterConfigs => {
+                    let req = AlterConfigsRequest::default().with_resources(vec![
+                        alter_configs_request::AlterConfigsResource::default()
+                            .with_resource_type(2)
+                            .with_resource_name(StrBytes::from_static_str("t"))
+                            .with_configs(vec![alter_configs_request::AlterableConfig::default()
+                                .with_name(StrBytes::from_static_str("retention.ms"))
+                                .with_value(Some(StrBytes::from_static_str("1000")))]),
+                    ]);
+                    let r = conn.call(&req, v).await.unwrap();
+                    assert_eq!(r.responses[0].error_code, 31, "v{v}: the cluster has a secret");
+                    Ok(0)
+                }
+                ApiKey::IncrementalAlterConfigs => {
+                    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+                        incremental_alter_configs_request::AlterConfigsResource::default()
+                            .with_resource_type(4)
+                            .with_resource_name(StrBytes::from_static_str("1"))
+                            .with_configs(vec![incremental_alter_configs_request::AlterableConfig::default()
+                                .with_name(StrBytes::from_static_str("log.retention.ms"))
+                                .with_value(Some(StrBytes::from_static_str("1000")))]),
+                    ]);
+                    let r = conn.call(&req, v).await.unwrap();
+                    assert_eq!(r.responses[0].error_code, 42, "v{v}: a broker's configs are its flags");
+                    Ok(0)
+                }
                 ApiKey::DescribeCluster => {
                     let req = DescribeClusterRequest::default();
                     conn.call(&req, v).await.map(|r| r.error_code)
@@ -1050,7 +1076,7 @@ async fn kafka_admin_creates_describes_grows_and_deletes_topics() {
     assert_eq!(metadata(&conn, "dry").await.error_code, 3, "validate_only creates nothing");
     let r = conn.call(&create(vec![creatable("cfg", 1, &[("cleanup.policy", "compact")])], false), 7).await.unwrap();
     assert_eq!(r.topics[0].error_code, ErrorCodeNum::INVALID_CONFIG);
-    assert!(r.topics[0].error_message.as_deref().unwrap_or_default().contains("min.insync.replicas"));
+    assert!(r.topics[0].error_message.as_deref().unwrap_or_default().contains("only delete"), "{r:?}");
     let r = conn.call(&create(vec![creatable("adm", 1, &[])], false), 7).await.unwrap();
     assert_eq!(r.topics[0].error_code, 36, "TOPIC_ALREADY_EXISTS");
     // DescribeConfigs: the topic's min.insync.replicas, and this broker's settings.
@@ -1644,4 +1670,148 @@ async fn delete_records_moves_the_log_start_and_reads_below_it_are_out_of_range(
     let r = conn.call(&delete(&[(0, -1)]), 0).await.unwrap();
     assert_eq!((r.topics[0].partitions[0].error_code, r.topics[0].partitions[0].low_watermark), (0, 8));
     assert_eq!(conn.call(&earliest, 9).await.unwrap().topics[0].partitions[0].offset, 8);
+}
+
+/// Issue 32, item 1: per-topic configs on the Kafka wire. CreateTopics sets them (the answer
+/// lists them as TOPIC_CONFIG) and refuses a config Kafka knows that epochfence does not apply,
+/// naming it; they are applied: max.message.bytes (MESSAGE_TOO_LARGE above it, another topic
+/// keeps the broker's), LogAppendTime (the batch read back carries the broker's clock), and
+/// segment.bytes (the log rolls at it); IncrementalAlterConfigs changes only what it names,
+/// AlterConfigs replaces the set; DescribeConfigs shows the sources, the synonyms (the topic's,
+/// then the broker's default) and what each does.
+#[tokio::test]
+async fn topic_configs_are_set_applied_changed_and_described() {
+    let c = LocalCluster::start(LocalOptions { kafka: true, secured: false, ..LocalOptions::default() }).await.unwrap();
+    c.create_topic("plain", 1).await.unwrap();
+    let conn = connect(&c).await;
+    let create = |configs: &[(&str, &str)]| {
+        CreateTopicsRequest::default().with_topics(vec![creatable("cfg", 1, configs)]).with_validate_only(false)
+    };
+    let r = conn.call(&create(&[("segment.jitter.ms", "5")]), 7).await.unwrap();
+    assert_eq!(r.topics[0].error_code, ErrorCodeNum::INVALID_CONFIG);
+    assert!(r.topics[0].error_message.as_deref().unwrap_or_default().contains("'segment.jitter.ms'"), "{r:?}");
+    let configs =
+        [("max.message.bytes", "300"), ("message.timestamp.type", "LogAppendTime"), ("segment.bytes", "1024")];
+    let r = conn.call(&create(&configs), 7).await.unwrap();
+    assert_eq!(r.topics[0].error_code, 0, "{r:?}");
+    let listed = r.topics[0].configs.as_ref().unwrap();
+    for (k, v) in configs {
+        let got = listed.iter().find(|c| c.name.as_str() == k).unwrap();
+        assert_eq!((got.value.as_deref(), got.config_source), (Some(v), 1), "{got:?}");
+    }
+    wait_ready(&c.kafka_addrs[0], "cfg", 1, None).await;
+
+    // max.message.bytes: this topic's, not the other's.
+    let big = batch(-1, -1, -1, &[std::str::from_utf8(&[b'x'; 400]).unwrap().to_string().leak()]);
+    let r = conn.call(&produce_request(-1, "cfg", 0, big.clone()), 9).await.unwrap();
+    assert_eq!(partition_code(&r), 10, "MESSAGE_TOO_LARGE");
+    assert_eq!(partition_code(&conn.call(&produce_request(-1, "plain", 0, big), 9).await.unwrap()), 0);
+    // LogAppendTime: the producer's timestamp (an hour ago) is replaced by the broker's clock.
+    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let old = build_batch(
+        ProducerStamp { producer_id: -1, producer_epoch: -1, base_sequence: -1 },
+        false,
+        before - 3_600_000,
+        &[Bytes::from_static(b"stamped")],
+    );
+    assert_eq!(partition_code(&conn.call(&produce_request(-1, "cfg", 0, old), 9).await.unwrap()), 0);
+    let fetch = FetchRequest::default().with_max_bytes(1 << 20).with_topics(vec![FetchTopic::default()
+        .with_topic(name("cfg"))
+        .with_partitions(vec![FetchPartition::default().with_partition_max_bytes(1 << 20)])]);
+    let r = conn.call(&fetch, 12).await.unwrap();
+    let records = r.responses[0].partitions[0].records.clone().unwrap();
+    let (h, _) = protocol::batch::BatchIter::new(records).next().unwrap().unwrap();
+    assert_eq!(h.attributes & 0x08, 0x08, "LogAppendTime");
+    assert!(h.max_timestamp >= before, "{} < {before}", h.max_timestamp);
+    // segment.bytes 1024: fifteen batches of 100-odd bytes roll the log several times.
+    for i in 0..15 {
+        let v: &'static str = format!("value-{i:03}-{}", "y".repeat(60)).leak();
+        assert_eq!(
+            partition_code(&conn.call(&produce_request(-1, "cfg", 0, batch(-1, -1, -1, &[v])), 9).await.unwrap()),
+            0
+        );
+    }
+    let segments = broker::log::segment_files(&c.replica_dir(1, "cfg", 0)).unwrap().len();
+    assert!(segments >= 2, "{segments} segments");
+    assert_eq!(broker::log::segment_files(&c.replica_dir(1, "plain", 0)).unwrap().len(), 1);
+
+    // IncrementalAlterConfigs: set one, delete one; an unapplied one refuses the whole change.
+    let incremental = |ops: &[(&str, i8, &str)]| {
+        IncrementalAlterConfigsRequest::default().with_resources(vec![
+            incremental_alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str("cfg"))
+                .with_configs(
+                    ops.iter()
+                        .map(|(k, op, v)| {
+                            incremental_alter_configs_request::AlterableConfig::default()
+                                .with_name(StrBytes::from_string(k.to_string()))
+                                .with_config_operation(*op)
+                                .with_value(Some(StrBytes::from_string(v.to_string())))
+                        })
+                        .collect(),
+                ),
+        ])
+    };
+    let r = conn.call(&incremental(&[("max.message.bytes", 0, "100000"), ("flush.ms", 0, "1")]), 1).await.unwrap();
+    assert_eq!(r.responses[0].error_code, ErrorCodeNum::INVALID_CONFIG, "{r:?}");
+    let r = conn
+        .call(&incremental(&[("max.message.bytes", 0, "100000"), ("message.timestamp.type", 1, "")]), 1)
+        .await
+        .unwrap();
+    assert_eq!(r.responses[0].error_code, 0, "{r:?}");
+    let describe = |keys: Option<Vec<&'static str>>| {
+        DescribeConfigsRequest::default().with_include_synonyms(true).with_include_documentation(true).with_resources(
+            vec![describe_configs_request::DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str("cfg"))
+                .with_configuration_keys(keys.map(|k| k.into_iter().map(StrBytes::from_static_str).collect()))],
+        )
+    };
+    let r = conn.call(&describe(None), 4).await.unwrap();
+    let get = |k: &str| r.results[0].configs.iter().find(|c| c.name.as_str() == k).unwrap().clone();
+    assert_eq!(
+        (get("max.message.bytes").value.as_deref(), get("max.message.bytes").config_source),
+        (Some("100000"), 1)
+    );
+    let ts = get("message.timestamp.type");
+    assert_eq!((ts.value.as_deref(), ts.config_source), (Some("CreateTime"), 5), "back to the default");
+    let seg = get("segment.bytes");
+    let synonyms: Vec<(&str, Option<&str>, i8)> =
+        seg.synonyms.iter().map(|s| (s.name.as_str(), s.value.as_deref(), s.source)).collect();
+    assert_eq!(synonyms, [("segment.bytes", Some("1024"), 1), ("log.segment.bytes", Some("134217728"), 5)]);
+    assert!(seg.documentation.as_deref().unwrap_or_default().contains("rolls"), "{seg:?}");
+    assert_eq!(seg.config_type, 3, "INT");
+    // A bigger batch lands once the broker has the change (its next heartbeat).
+    let big = batch(-1, -1, -1, &[std::str::from_utf8(&[b'z'; 400]).unwrap().to_string().leak()]);
+    let mut code = -1;
+    for _ in 0..250 {
+        code = partition_code(&conn.call(&produce_request(-1, "cfg", 0, big.clone()), 9).await.unwrap());
+        if code != 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(code, 0);
+
+    // AlterConfigs replaces the set: what it does not name goes back to the broker's.
+    let replace =
+        AlterConfigsRequest::default().with_resources(vec![alter_configs_request::AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("cfg"))
+            .with_configs(vec![alter_configs_request::AlterableConfig::default()
+                .with_name(StrBytes::from_static_str("retention.ms"))
+                .with_value(Some(StrBytes::from_static_str("86400000")))])]);
+    assert_eq!(conn.call(&replace, 2).await.unwrap().responses[0].error_code, 0);
+    let r = conn.call(&describe(Some(vec!["retention.ms", "segment.bytes", "max.message.bytes"])), 4).await.unwrap();
+    let got: Vec<(&str, Option<&str>, i8)> =
+        r.results[0].configs.iter().map(|c| (c.name.as_str(), c.value.as_deref(), c.config_source)).collect();
+    assert_eq!(
+        got,
+        [
+            ("retention.ms", Some("86400000"), 1),
+            ("segment.bytes", Some("134217728"), 5),
+            ("max.message.bytes", Some("1048576"), 5)
+        ]
+    );
 }

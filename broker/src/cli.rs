@@ -291,6 +291,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         segment_bytes: args.segment_bytes,
         retention_bytes: args.retention_bytes,
         retention_ms: args.retention_ms,
+        // Set per topic (`segment.ms`); no roll by time otherwise.
+        segment_ms: None,
         // Set per partition from `--fsync` (no sync at a roll under `never`).
         sync_on_roll: true,
         preallocate_bytes: args.preallocate_bytes,

@@ -99,6 +99,9 @@ pub struct LogConfig {
     pub retention_bytes: Option<u64>,
     /// Delete closed segments whose newest record is older than this (none: keep all).
     pub retention_ms: Option<i64>,
+    /// Roll the active segment at the next append once its first batch (in this process) is
+    /// this old by the broker's clock (none: by size only). A topic's `segment.ms`.
+    pub segment_ms: Option<i64>,
     /// fdatasync a segment when it closes, so closed segments are durable (`--fsync always`
     /// and `interval-ms`). Off under `--fsync never`: a roll then costs no disk flush, and a
     /// closed segment found torn on open (a power loss) ends the log there.
@@ -126,6 +129,7 @@ impl Default for LogConfig {
             segment_bytes: SEGMENT_BYTES_DEFAULT,
             retention_bytes: None,
             retention_ms: None,
+            segment_ms: None,
             sync_on_roll: true,
             preallocate_bytes: PREALLOCATE_BYTES_DEFAULT,
             replication_cache_bytes_max: REPLICATION_CACHE_BYTES_MAX_DEFAULT,
@@ -242,8 +246,18 @@ pub struct PartitionLog {
     /// The log start DeleteRecords set (0: none): readers see nothing below it. Held in
     /// [`LOG_START_FILE`]; at most the log end.
     deleted_before: i64,
+    /// When (wall-clock ms) the active segment got its first batch in this process, or this
+    /// process opened it holding some; `None` while it is empty ([`LogConfig::segment_ms`]).
+    active_since_ms: Option<i64>,
     failed: Option<String>,
     tail: Tail,
+}
+
+/// The wall clock in ms since the Unix epoch.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The batches appended last, in memory as they went to the file: each batch's rewritten
@@ -520,10 +534,12 @@ impl PartitionLog {
             epochs: Vec::new(),
             epoch_before_start: None,
             deleted_before: 0,
+            active_since_ms: None,
             failed: None,
             tail: Tail::default(),
         };
         log.rebuild_epochs();
+        log.active_since_ms = (log.active().size > 0).then(wall_ms);
         log.deleted_before = deleted_before.min(log.end_offset());
         Ok(Recovered { log, truncated_bytes, scanned_bytes, damage })
     }
@@ -660,7 +676,17 @@ impl PartitionLog {
     /// empty segment.
     pub fn should_roll_after(&self, pending_bytes: u64, batch_bytes: u64) -> bool {
         let size = self.active().size + pending_bytes;
-        size > 0 && size + batch_bytes > self.config.segment_bytes
+        let aged = match (self.config.segment_ms, self.active_since_ms) {
+            (Some(ms), Some(since)) => self.active().size > 0 && wall_ms().saturating_sub(since) >= ms,
+            _ => false,
+        };
+        size > 0 && (size + batch_bytes > self.config.segment_bytes || aged)
+    }
+
+    /// Take new settings (a topic's configs over the broker's): a smaller `segment_bytes` or a
+    /// `segment_ms` applies from the next append, retention from its next pass.
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
     }
 
     /// Close the active segment (fdatasync it unless `sync_on_roll` is off, write its index)
@@ -705,6 +731,7 @@ impl PartitionLog {
             indexed: false,
             reserved: 0,
         });
+        self.active_since_ms = None;
         Ok(())
     }
 
@@ -755,6 +782,9 @@ impl PartitionLog {
                 self.fail(format!("write failed ({detail}) and the partial batches could not be removed ({undo})"));
             }
             return Err(LogError::Io { path, op: "write", detail });
+        }
+        if self.active().size == 0 {
+            self.active_since_ms = Some(wall_ms());
         }
         for (prefix, rest, header) in batches {
             let seg = self.active_mut();
@@ -949,6 +979,7 @@ impl PartitionLog {
                 });
                 self.epochs.clear();
                 self.epoch_before_start = epoch_before;
+                self.active_since_ms = None;
                 self.lower_log_start_to(offset)
             }
             Err(e) => {

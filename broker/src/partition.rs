@@ -396,6 +396,8 @@ struct Inner {
     unclean_leader_epoch: i32,
     /// The topic's `min.insync.replicas` (1 until the coordinator says).
     min_isr: i32,
+    /// The topic's configs (its overrides of the broker's settings), as the coordinator said.
+    topic_config: protocol::topic_config::TopicConfig,
     /// The high watermark last written to [`HIGH_WATERMARK_FILE`] (as far as it was on disk
     /// here then: see [`Partition::checkpoint_high_watermark`]).
     checkpointed_hw: i64,
@@ -698,6 +700,7 @@ impl Partition {
             replicas: Vec::new(),
             replica_set: None,
             leader_high_watermark: -1,
+            topic_config: Default::default(),
             // Records below the high watermark checkpointed before the restart were committed:
             // readable at once, without waiting for the followers to answer.
             high_watermark: checkpointed_hw.min(end),
@@ -973,6 +976,30 @@ impl Partition {
             drop(g);
             self.bump();
         }
+    }
+
+    /// The topic's configs (`segment.bytes`, `segment.ms`, `retention.ms`, `retention.bytes`
+    /// over `base`, the broker's log settings; the rest the produce path reads through
+    /// [`Partition::topic_config`]).
+    pub fn set_topic_config(&self, config: protocol::topic_config::TopicConfig, base: &LogConfig) {
+        let mut g = self.lock();
+        let log = LogConfig {
+            segment_bytes: config.segment_bytes.unwrap_or(base.segment_bytes),
+            retention_ms: config.retention_ms.unwrap_or(base.retention_ms),
+            retention_bytes: config.retention_bytes.unwrap_or(base.retention_bytes),
+            segment_ms: config.segment_ms.or(base.segment_ms),
+            ..*g.log.config()
+        };
+        if *g.log.config() != log {
+            tracing::info!(topic = %self.topic, partition = self.index, ?log, "topic configs applied to the log");
+            g.log.set_config(log);
+        }
+        g.topic_config = config;
+    }
+
+    /// The topic's configs as last learnt.
+    pub fn topic_config(&self) -> protocol::topic_config::TopicConfig {
+        self.lock().topic_config
     }
 
     /// The follower path: check the sender's leader epoch and that this log matches the

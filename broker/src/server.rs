@@ -1149,6 +1149,10 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
             part.set_topic_id(a.topic_id);
         }
         part.set_min_insync_replicas(a.min_insync_replicas);
+        let topic_config = protocol::topic_config::TopicConfig::from_configs(
+            a.configs.iter().map(|(name, value)| (name.as_str(), value.as_str())),
+        );
+        part.set_topic_config(topic_config, &shared.config.log);
         part.set_unclean_leader_epoch(a.unclean_leader_epoch);
         match part.learn(a.leader_id, a.leader_epoch, a.partition_epoch, &a.replicas, &a.isr, now) {
             Some(RoleChange::BecameLeader { leader_epoch, followers }) => {
@@ -1564,16 +1568,17 @@ fn partition(shared: &Shared, topic: &str, index: i32) -> Result<PartitionRef, S
     }
 }
 
-/// What a produced batch's timestamps may be, by the broker's wall clock now.
-fn timestamp_limits(config: &BrokerConfig) -> TimestampLimits {
+/// What a produced batch's timestamps may be, by the broker's wall clock now: the topic's
+/// limits, else the broker's.
+fn timestamp_limits(config: &BrokerConfig, topic: &protocol::topic_config::TopicConfig) -> TimestampLimits {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     let ms = |v: Option<u64>| v.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
     TimestampLimits {
         now_ms,
-        after_max_ms: ms(config.message_timestamp_after_max_ms),
-        before_max_ms: ms(config.message_timestamp_before_max_ms),
+        after_max_ms: ms(topic.timestamp_after_max_ms.or(config.message_timestamp_after_max_ms)),
+        before_max_ms: ms(topic.timestamp_before_max_ms.or(config.message_timestamp_before_max_ms)),
     }
 }
 
@@ -1854,8 +1859,8 @@ enum Checking {
 }
 
 /// The checks that need no partition state.
-fn check_produce(shared: &Shared, r: ProduceRequest, rules: TxnRules) -> Checking {
-    match check_produce_ref(shared, &r) {
+fn check_produce(shared: &Shared, mut r: ProduceRequest, rules: TxnRules) -> Checking {
+    match check_produce_ref(shared, &mut r) {
         Ok((header, part)) => Checking::Passed(Checked { r, header, part, rules }),
         Err(answer) => {
             // A broker hosting no replica of the partition refuses before any gate.
@@ -1867,7 +1872,7 @@ fn check_produce(shared: &Shared, r: ProduceRequest, rules: TxnRules) -> Checkin
     }
 }
 
-fn check_produce_ref(shared: &Shared, r: &ProduceRequest) -> Result<(BatchHeader, PartitionRef), ProduceResponse> {
+fn check_produce_ref(shared: &Shared, r: &mut ProduceRequest) -> Result<(BatchHeader, PartitionRef), ProduceResponse> {
     if r.acks != ACKS_ALL && r.acks != ACKS_LEADER {
         return Err(produce_error(
             Status::new(ErrorCode::InvalidRequiredAcks, format!("acks {} is not -1 (all) or 1 (leader)", r.acks)),
@@ -1875,16 +1880,27 @@ fn check_produce_ref(shared: &Shared, r: &ProduceRequest) -> Result<(BatchHeader
             -1,
         ));
     }
-    if r.records.len() > shared.config.batch_bytes_max {
+    // The topic's configs over the broker's (none where this broker hosts no replica: the
+    // request is refused below).
+    let found = partition(shared, &r.topic, r.partition);
+    let topic_config = found.as_ref().map(|p| p.topic_config()).unwrap_or_default();
+    let batch_bytes_max = topic_config.max_message_bytes.unwrap_or(shared.config.batch_bytes_max);
+    if r.records.len() > batch_bytes_max {
+        let what = if topic_config.max_message_bytes.is_some() {
+            "the topic's max.message.bytes"
+        } else {
+            "the broker's message.max.bytes (--batch-bytes-max)"
+        };
         return Err(produce_error(
             Status::new(
                 ErrorCode::MessageTooLarge,
-                format!("batch of {} bytes exceeds batch_bytes_max {}", r.records.len(), shared.config.batch_bytes_max),
+                format!("batch of {} bytes exceeds {what}, {batch_bytes_max}", r.records.len()),
             ),
             -1,
             -1,
         ));
     }
+    let log_append_time = topic_config.timestamp_type == Some(protocol::topic_config::TimestampType::LogAppendTime);
     let header = match BatchHeader::parse(&r.records).and_then(|h| verify_crc(&r.records, &h).map(|_| h)) {
         Ok(h) if h.is_control() => {
             return Err(produce_error(
@@ -1896,13 +1912,10 @@ fn check_produce_ref(shared: &Shared, r: &ProduceRequest) -> Result<(BatchHeader
         Ok(h) => h,
         Err(e) => return Err(produce_error(batch_status(&e), -1, -1)),
     };
-    validate_batch(
-        &r.records,
-        &header,
-        Some(timestamp_limits(&shared.config)),
-        shared.config.decompressed_batch_bytes_max,
-    )
-    .map_err(|e| produce_error(record_status(&e), -1, -1))?;
+    // Under LogAppendTime the producer's timestamps are not kept, so not checked (as Kafka).
+    let limits = (!log_append_time).then(|| timestamp_limits(&shared.config, &topic_config));
+    validate_batch(&r.records, &header, limits, shared.config.decompressed_batch_bytes_max)
+        .map_err(|e| produce_error(record_status(&e), -1, -1))?;
     if protocol::names::is_reserved_topic(&r.topic) {
         // Kafka's internal names: no topic may have one, and one left in a data directory from
         // before they were reserved takes no writes (the coordinator once wrote no marker there).
@@ -1915,7 +1928,14 @@ fn check_produce_ref(shared: &Shared, r: &ProduceRequest) -> Result<(BatchHeader
             -1,
         ));
     }
-    let part = partition(shared, &r.topic, r.partition).map_err(|s| produce_error(s, -1, -1))?;
+    let part = found.map_err(|s| produce_error(s, -1, -1))?;
+    if log_append_time {
+        // Stamped with this broker's clock; replicated and read as stamped.
+        r.records =
+            protocol::batch::stamp_log_append_time(&r.records, timestamp_limits(&shared.config, &topic_config).now_ms);
+        let header = BatchHeader::parse(&r.records).map_err(|e| produce_error(batch_status(&e), -1, -1))?;
+        return Ok((header, part));
+    }
     Ok((header, part))
 }
 

@@ -112,6 +112,14 @@ struct Topic {
     partitions: Vec<Partition>,
     /// Its id: another for a topic deleted and created again under the same name.
     id: u128,
+    /// Its configs (`protocol::topic_config`, checked), `min.insync.replicas` aside.
+    configs: BTreeMap<String, String>,
+}
+
+impl Topic {
+    fn config_pairs(&self) -> Vec<(String, String)> {
+        self.configs.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
 }
 
 /// Topic ids below this are reserved (0: Kafka's "no id"; 1: [`OFFSETS_PARTITION_ID`]); no
@@ -657,6 +665,7 @@ impl Cluster {
                         min_insync_replicas: t.min_isr,
                         topic_id: t.id,
                         unclean_leader_epoch: unclean.get(&(name.clone(), i as i32)).copied().unwrap_or(-1),
+                        configs: t.config_pairs(),
                     }
                 })
             })
@@ -679,7 +688,20 @@ impl Cluster {
         replication_factor: i32,
         min_insync_replicas: i32,
     ) -> Result<Entry, Status> {
-        let entry = self.plan_create_topic(now_ms, name, partitions, replication_factor, min_insync_replicas)?;
+        self.handle_create_topic_with(now_ms, name, (partitions, replication_factor, min_insync_replicas), &[])
+    }
+
+    /// [`Cluster::handle_create_topic`] with the topic's configs (`protocol::topic_config`;
+    /// a `min.insync.replicas` among them is the topic's, and wins over the argument).
+    pub fn handle_create_topic_with(
+        &mut self,
+        now_ms: u64,
+        name: &str,
+        (partitions, replication_factor, min_insync_replicas): (i32, i32, i32),
+        configs: &[(String, String)],
+    ) -> Result<Entry, Status> {
+        let entry =
+            self.plan_create_topic_with(now_ms, name, (partitions, replication_factor, min_insync_replicas), configs)?;
         if let Entry::TopicCreated { replicas, .. } = &entry {
             self.next_placement = self.next_placement.wrapping_add(replicas.len());
         }
@@ -696,6 +718,17 @@ impl Cluster {
         partitions: i32,
         replication_factor: i32,
         min_insync_replicas: i32,
+    ) -> Result<Entry, Status> {
+        self.plan_create_topic_with(now_ms, name, (partitions, replication_factor, min_insync_replicas), &[])
+    }
+
+    /// [`Cluster::plan_create_topic`] with the topic's configs.
+    pub fn plan_create_topic_with(
+        &self,
+        now_ms: u64,
+        name: &str,
+        (partitions, replication_factor, min_insync_replicas): (i32, i32, i32),
+        configs: &[(String, String)],
     ) -> Result<Entry, Status> {
         if let Err(why) = protocol::names::validate_topic(name) {
             return Err(Status::new(ErrorCode::InvalidTopicException, why));
@@ -749,6 +782,12 @@ impl Cluster {
                 format!("replication factor {rf} for topic '{name}' but {} live broker(s)", live.len()),
             ));
         }
+        let mut configs = protocol::topic_config::check_all(configs, rf)
+            .map_err(|why| Status::new(ErrorCode::InvalidConfig, format!("topic '{name}': {why}")))?;
+        let min_insync_replicas = match configs.remove(protocol::topic_config::MIN_INSYNC_REPLICAS) {
+            Some(v) => v.parse().unwrap_or(min_insync_replicas),
+            None => min_insync_replicas,
+        };
         let min_isr = if min_insync_replicas > 0 { min_insync_replicas } else { self.default_min_isr(rf) };
         if min_isr > rf {
             return Err(Status::new(
@@ -765,7 +804,52 @@ impl Cluster {
             replicas,
             min_insync_replicas: min_isr,
             topic_id: new_topic_id(),
+            configs: configs.into_iter().collect(),
         })
+    }
+
+    /// AlterConfigs on topic `name` (IncrementalAlterConfigs, or with `replace` AlterConfigs:
+    /// the configs not named go back to the brokers' defaults, `min.insync.replicas` to the
+    /// coordinator's): the entry to persist before answering, applied unless `validate_only`.
+    /// INVALID_CONFIG naming the config for one Kafka knows and epochfence does not apply, or
+    /// a bad value; UNKNOWN_TOPIC_OR_PARTITION for no such topic.
+    pub fn handle_alter_configs(
+        &mut self,
+        name: &str,
+        changes: &[protocol::ConfigChange],
+        replace: bool,
+        validate_only: bool,
+    ) -> Result<Entry, Status> {
+        use protocol::topic_config::{apply_ops, ConfigOp, MIN_INSYNC_REPLICAS};
+        let Some(t) = self.topics.get(name) else {
+            return Err(Status::new(ErrorCode::UnknownTopicOrPartition, format!("no topic '{name}'")));
+        };
+        let rf = t.partitions.first().map_or(1, |p| p.replicas.len() as i32);
+        let mut current = t.configs.clone();
+        current.insert(MIN_INSYNC_REPLICAS.to_string(), t.min_isr.to_string());
+        let ops: Vec<(String, ConfigOp)> = changes
+            .iter()
+            .map(|c| match c {
+                protocol::ConfigChange::Set(k, v) => (k.clone(), ConfigOp::Set(v.clone())),
+                protocol::ConfigChange::Delete(k) => (k.clone(), ConfigOp::Delete),
+            })
+            .collect();
+        let mut next = apply_ops(&current, &ops, replace, rf)
+            .map_err(|why| Status::new(ErrorCode::InvalidConfig, format!("topic '{name}': {why}")))?;
+        let min_isr = match next.remove(MIN_INSYNC_REPLICAS) {
+            Some(v) => v.parse().unwrap_or(t.min_isr),
+            None => self.default_min_isr(rf),
+        };
+        let entry = Entry::TopicConfigs {
+            name: name.to_string(),
+            topic_id: t.id,
+            min_insync_replicas: min_isr,
+            configs: next.into_iter().collect(),
+        };
+        if !validate_only {
+            self.apply(&entry);
+        }
+        Ok(entry)
     }
 
     /// Replicas for `partitions` new partitions of `rf` each, round-robin over `live` from where
@@ -1329,8 +1413,9 @@ impl Cluster {
                         .collect()
                 })
                 .unwrap_or_default();
-            let (topic_id, min_insync_replicas) = self.topics.get(&name).map_or((0, 0), |t| (t.id, t.min_isr));
-            out.push(TopicInfo { name, status, partitions, created, topic_id, min_insync_replicas });
+            let (topic_id, min_insync_replicas, configs) =
+                self.topics.get(&name).map_or((0, 0, Vec::new()), |t| (t.id, t.min_isr, t.config_pairs()));
+            out.push(TopicInfo { name, status, partitions, created, topic_id, min_insync_replicas, configs });
         }
         (self.broker_infos(now_ms), out, entries)
     }
@@ -1430,6 +1515,7 @@ impl Cluster {
                 name: name.clone(),
                 topic_id: t.id,
                 min_insync_replicas: t.min_isr,
+                configs: t.config_pairs(),
                 partitions: t
                     .partitions
                     .iter()
@@ -1466,7 +1552,7 @@ impl Cluster {
     /// Apply a journal entry (topics and leaderships; other entries belong to the producer table).
     pub fn apply(&mut self, entry: &Entry) {
         match entry {
-            Entry::TopicCreated { name, replicas, min_insync_replicas, topic_id } => {
+            Entry::TopicCreated { name, replicas, min_insync_replicas, topic_id, configs } => {
                 let rf = replicas.first().map_or(1, |r| r.len() as i32);
                 let min_isr = if *min_insync_replicas > 0 { *min_insync_replicas } else { self.default_min_isr(rf) };
                 let partitions = replicas
@@ -1481,7 +1567,14 @@ impl Cluster {
                     })
                     .collect();
                 let id = topic_id_or_legacy(*topic_id, name);
-                self.topics.insert(name.clone(), Topic { min_isr, partitions, id });
+                let configs = configs.iter().cloned().collect();
+                self.topics.insert(name.clone(), Topic { min_isr, partitions, id, configs });
+            }
+            Entry::TopicConfigs { name, topic_id, min_insync_replicas, configs } => {
+                if let Some(t) = self.topics.get_mut(name).filter(|t| t.id == *topic_id) {
+                    t.min_isr = *min_insync_replicas;
+                    t.configs = configs.iter().cloned().collect();
+                }
             }
             Entry::TransactionVersion { level, epoch } if *epoch > self.transaction_version.1 => {
                 self.transaction_version = (*level, *epoch);
@@ -1526,7 +1619,7 @@ impl Cluster {
                     }
                 }
             }
-            Entry::TopicSnapshot { name, min_insync_replicas, partitions, topic_id } => {
+            Entry::TopicSnapshot { name, min_insync_replicas, partitions, topic_id, configs } => {
                 let rf = partitions.first().map_or(1, |p| p.replicas.len() as i32);
                 let min_isr = if *min_insync_replicas > 0 { *min_insync_replicas } else { self.default_min_isr(rf) };
                 let partitions = partitions
@@ -1541,7 +1634,8 @@ impl Cluster {
                     })
                     .collect();
                 let id = topic_id_or_legacy(*topic_id, name);
-                self.topics.insert(name.clone(), Topic { min_isr, partitions, id });
+                let configs = configs.iter().cloned().collect();
+                self.topics.insert(name.clone(), Topic { min_isr, partitions, id, configs });
             }
             Entry::BrokerIncarnation { broker_id, incarnation, log_dir_id, broker_epoch } => {
                 let r =
@@ -2185,6 +2279,82 @@ mod tests {
         assert_eq!(state(&strict, "solo").min_insync_replicas, 1, "a default above the factor is capped");
     }
 
+    /// Issue 32, item 1: a topic's configs are checked when it is created and changed, kept
+    /// with it (journal entries, snapshot), and handed to its brokers with each assignment.
+    #[test]
+    fn topic_configs_are_checked_kept_and_handed_to_the_brokers() {
+        use protocol::ConfigChange::{Delete, Set};
+        let pairs = |p: &[(&str, &str)]| -> Vec<(String, String)> {
+            p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let configs =
+            |c: &mut Cluster, name: &str| c.handle_metadata(0, &[name.to_string()], false).1[0].configs.clone();
+        let mut c = cluster(&[1, 2, 3]);
+        let refused = c
+            .handle_create_topic_with(0, "t", (1, 3, -1), &pairs(&[("unclean.leader.election.enable", "true")]))
+            .unwrap_err();
+        assert_eq!(refused.code, ErrorCode::InvalidConfig);
+        assert!(refused.message.contains("unclean.leader.election.enable"), "{refused}");
+        assert!(c.topics.is_empty(), "nothing created");
+        let created = c
+            .handle_create_topic_with(
+                0,
+                "t",
+                (2, 3, -1),
+                &pairs(&[("retention.ms", "60000"), ("min.insync.replicas", "3"), ("segment.bytes", "4096")]),
+            )
+            .unwrap();
+        assert_eq!(configs(&mut c, "t"), pairs(&[("retention.ms", "60000"), ("segment.bytes", "4096")]));
+        assert_eq!(state(&c, "t").min_insync_replicas, 3, "min.insync.replicas among the configs is the topic's");
+        let (_, assignments, _) = c.handle_heartbeat(0, 2, "b", &[]);
+        assert!(assignments.iter().all(|a| a.configs == configs(&mut c, "t")), "{assignments:?}");
+
+        // Incremental: only what is named changes; a bad change changes nothing.
+        let bad = c.handle_alter_configs("t", &[Set("cleanup.policy".into(), "compact".into())], false, false);
+        assert!(bad.unwrap_err().message.contains("only delete"));
+        let checked = c.handle_alter_configs("t", &[Set("max.message.bytes".into(), "100".into())], false, true);
+        assert!(checked.is_ok());
+        assert_eq!(configs(&mut c, "t").len(), 2, "validate_only changes nothing");
+        let changed = c
+            .handle_alter_configs(
+                "t",
+                &[Set("max.message.bytes".into(), "100".into()), Delete("retention.ms".into())],
+                false,
+                false,
+            )
+            .unwrap();
+        assert_eq!(configs(&mut c, "t"), pairs(&[("max.message.bytes", "100"), ("segment.bytes", "4096")]));
+        assert_eq!(state(&c, "t").min_insync_replicas, 3);
+        // Replace: what is not named goes back to its default (min.insync.replicas: 2 for three).
+        let replaced = c.handle_alter_configs("t", &[Set("retention.bytes".into(), "-1".into())], true, false).unwrap();
+        assert_eq!(configs(&mut c, "t"), pairs(&[("retention.bytes", "-1")]));
+        assert_eq!(state(&c, "t").min_insync_replicas, 2);
+        assert_eq!(
+            c.handle_alter_configs("nope", &[], false, false).unwrap_err().code,
+            ErrorCode::UnknownTopicOrPartition
+        );
+
+        // Replaying the entries, or the snapshot, gives the same topic.
+        let mut replay = cluster(&[1, 2, 3]);
+        for e in [&created, &changed, &replaced] {
+            replay.apply(&Entry::decode(e.encode()).unwrap());
+        }
+        assert_eq!((configs(&mut replay, "t"), state(&replay, "t").min_insync_replicas), (configs(&mut c, "t"), 2));
+        let mut restored = cluster(&[1, 2, 3]);
+        for e in c.snapshot() {
+            restored.apply(&Entry::decode(e.encode()).unwrap());
+        }
+        assert_eq!(configs(&mut restored, "t"), configs(&mut c, "t"));
+        // An entry of a deleted topic changes nothing of one created again under the name.
+        c.handle_delete_topic("t", 0).unwrap();
+        for b in [1, 2, 3] {
+            c.handle_heartbeat(100, b, "a", &[]);
+        }
+        c.handle_create_topic(100, "t", 1, 3, -1).unwrap();
+        c.apply(&changed);
+        assert!(configs(&mut c, "t").is_empty());
+    }
+
     #[test]
     fn partition_limits_per_topic_and_for_the_cluster() {
         let mut c =
@@ -2510,6 +2680,7 @@ mod tests {
             replicas: vec![vec![1]],
             min_insync_replicas: 1,
             topic_id: 0,
+            configs: Vec::new(),
         });
         let (_, topics, _) = c.handle_metadata(1, &["old".to_string()], false);
         assert_eq!(topics[0].topic_id, legacy_topic_id("old"));

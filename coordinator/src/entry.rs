@@ -169,6 +169,8 @@ pub enum Entry {
         partitions: Vec<PartitionSnapshot>,
         /// Its id (0 in snapshots written before topics had ids: derived from the name).
         topic_id: u128,
+        /// Its configs (`protocol::topic_config`), `min.insync.replicas` aside.
+        configs: Vec<(String, String)>,
     },
     /// A topic was created; partition `i` has replicas `replicas[i]`, the first one leading at
     /// leader epoch 0, all in sync.
@@ -183,6 +185,20 @@ pub enum Entry {
         /// Its id, new for every topic created (0 in entries written before topics had ids:
         /// derived from the name).
         topic_id: u128,
+        /// Its configs (`protocol::topic_config`), `min.insync.replicas` aside.
+        configs: Vec<(String, String)>,
+    },
+    /// A topic's configs changed (AlterConfigs): they are now `configs` (every one; those not
+    /// named have the brokers' defaults) and its `min.insync.replicas` is `min_insync_replicas`.
+    TopicConfigs {
+        /// Topic name.
+        name: String,
+        /// Its id: an entry of a deleted topic changes nothing of one created again.
+        topic_id: u128,
+        /// Its `min.insync.replicas`.
+        min_insync_replicas: i32,
+        /// Its configs, `min.insync.replicas` aside.
+        configs: Vec<(String, String)>,
     },
     /// A topic was deleted (also, in a snapshot, the record of one deleted earlier).
     TopicDeleted {
@@ -437,6 +453,28 @@ const ACLS: i8 = 40;
 const SCRAM_CREDENTIALS: i8 = 41;
 const GROUPS_DELETED: i8 = 42;
 const OFFSETS_DELETED: i8 = 43;
+/// [`TOPIC_CREATED_ID`] with the topic's configs.
+const TOPIC_CREATED_CONFIGS: i8 = 44;
+/// [`TOPIC_SNAPSHOT_ID`] with the topic's configs.
+const TOPIC_SNAPSHOT_CONFIGS: i8 = 45;
+const TOPIC_CONFIGS: i8 = 46;
+
+fn put_configs(b: &mut BytesMut, configs: &[(String, String)]) {
+    b.put_i32(configs.len() as i32);
+    for (name, value) in configs {
+        b.put_string(name);
+        b.put_string(value);
+    }
+}
+
+fn read_configs(r: &mut Reader) -> Result<Vec<(String, String)>, DecodeError> {
+    let n = r.array_len("configs", 4)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push((r.string("config_name")?, r.string("config_value")?));
+    }
+    Ok(out)
+}
 
 /// What a list of fence targets carries, by the entry tag it was written under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -567,8 +605,8 @@ impl Entry {
                     b.put_string(tid);
                 }
             }
-            Entry::TopicSnapshot { name, min_insync_replicas, partitions, topic_id } => {
-                b.put_i8(TOPIC_SNAPSHOT_ID);
+            Entry::TopicSnapshot { name, min_insync_replicas, partitions, topic_id, configs } => {
+                b.put_i8(if configs.is_empty() { TOPIC_SNAPSHOT_ID } else { TOPIC_SNAPSHOT_CONFIGS });
                 b.put_u128(*topic_id);
                 b.put_string(name);
                 b.put_i32(*min_insync_replicas);
@@ -581,9 +619,19 @@ impl Entry {
                     b.put_i32_array(&p.isr);
                     b.put_i32_array(&p.elr);
                 }
+                if !configs.is_empty() {
+                    put_configs(&mut b, configs);
+                }
             }
-            Entry::TopicCreated { name, replicas, min_insync_replicas, topic_id } => {
-                b.put_i8(TOPIC_CREATED_ID);
+            Entry::TopicConfigs { name, topic_id, min_insync_replicas, configs } => {
+                b.put_i8(TOPIC_CONFIGS);
+                b.put_string(name);
+                b.put_u128(*topic_id);
+                b.put_i32(*min_insync_replicas);
+                put_configs(&mut b, configs);
+            }
+            Entry::TopicCreated { name, replicas, min_insync_replicas, topic_id, configs } => {
+                b.put_i8(if configs.is_empty() { TOPIC_CREATED_ID } else { TOPIC_CREATED_CONFIGS });
                 b.put_string(name);
                 b.put_i32(replicas.len() as i32);
                 for r in replicas {
@@ -591,6 +639,9 @@ impl Entry {
                 }
                 b.put_i32(*min_insync_replicas);
                 b.put_u128(*topic_id);
+                if !configs.is_empty() {
+                    put_configs(&mut b, configs);
+                }
             }
             Entry::TopicDeleted { name, topic_id } => {
                 b.put_i8(TOPIC_DELETED);
@@ -730,7 +781,7 @@ impl Entry {
                 )?,
             },
             FENCE_DONE => Entry::FenceDone { transactional_id: r.string("transactional_id")?, epoch: r.i16("epoch")? },
-            TOPIC_CREATED | TOPIC_CREATED_MIN_ISR | TOPIC_CREATED_ID => {
+            TOPIC_CREATED | TOPIC_CREATED_MIN_ISR | TOPIC_CREATED_ID | TOPIC_CREATED_CONFIGS => {
                 let name = r.string("name")?;
                 let n = r.array_len("replicas", 4)?;
                 let mut replicas = Vec::with_capacity(n);
@@ -738,8 +789,10 @@ impl Entry {
                     replicas.push(r.i32_array("replicas")?);
                 }
                 let min_insync_replicas = if tag == TOPIC_CREATED { 0 } else { r.i32("min_insync_replicas")? };
-                let topic_id = if tag == TOPIC_CREATED_ID { r.u128("topic_id")? } else { 0 };
-                Entry::TopicCreated { name, replicas, min_insync_replicas, topic_id }
+                let with_id = matches!(tag, TOPIC_CREATED_ID | TOPIC_CREATED_CONFIGS);
+                let topic_id = if with_id { r.u128("topic_id")? } else { 0 };
+                let configs = if tag == TOPIC_CREATED_CONFIGS { read_configs(&mut r)? } else { Vec::new() };
+                Entry::TopicCreated { name, replicas, min_insync_replicas, topic_id, configs }
             }
             TOPIC_DELETED => Entry::TopicDeleted { name: r.string("name")?, topic_id: r.u128("topic_id")? },
             UNCLEAN_LEADER => Entry::UncleanLeader {
@@ -820,9 +873,14 @@ impl Entry {
                 }
                 Entry::ProducerIds { next_producer_id, owners }
             }
-            TOPIC_SNAPSHOT | TOPIC_SNAPSHOT_EPOCHS | TOPIC_SNAPSHOT_ELR | TOPIC_SNAPSHOT_ID => {
-                let topic_id = if tag == TOPIC_SNAPSHOT_ID { r.u128("topic_id")? } else { 0 };
-                let elr = matches!(tag, TOPIC_SNAPSHOT_ELR | TOPIC_SNAPSHOT_ID);
+            TOPIC_SNAPSHOT
+            | TOPIC_SNAPSHOT_EPOCHS
+            | TOPIC_SNAPSHOT_ELR
+            | TOPIC_SNAPSHOT_ID
+            | TOPIC_SNAPSHOT_CONFIGS => {
+                let with_id = matches!(tag, TOPIC_SNAPSHOT_ID | TOPIC_SNAPSHOT_CONFIGS);
+                let topic_id = if with_id { r.u128("topic_id")? } else { 0 };
+                let elr = matches!(tag, TOPIC_SNAPSHOT_ELR | TOPIC_SNAPSHOT_ID | TOPIC_SNAPSHOT_CONFIGS);
                 let name = r.string("name")?;
                 let min_insync_replicas = if elr { r.i32("min_insync_replicas")? } else { 0 };
                 let n = r.array_len("partitions", 16)?;
@@ -837,8 +895,15 @@ impl Entry {
                         elr: if elr { r.i32_array("elr")? } else { Vec::new() },
                     });
                 }
-                Entry::TopicSnapshot { name, min_insync_replicas, partitions, topic_id }
+                let configs = if tag == TOPIC_SNAPSHOT_CONFIGS { read_configs(&mut r)? } else { Vec::new() };
+                Entry::TopicSnapshot { name, min_insync_replicas, partitions, topic_id, configs }
             }
+            TOPIC_CONFIGS => Entry::TopicConfigs {
+                name: r.string("name")?,
+                topic_id: r.u128("topic_id")?,
+                min_insync_replicas: r.i32("min_insync_replicas")?,
+                configs: read_configs(&mut r)?,
+            },
             LEADER_CHANGED | LEADER_CHANGED_ELR => Entry::LeaderChanged {
                 topic: r.string("topic")?,
                 partition: r.i32("partition")?,
@@ -1119,6 +1184,20 @@ mod tests {
                 replicas: vec![vec![1, 2], vec![2, 1]],
                 min_insync_replicas: 2,
                 topic_id: 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
+                configs: Vec::new(),
+            },
+            Entry::TopicCreated {
+                name: "c".into(),
+                replicas: vec![vec![1]],
+                min_insync_replicas: 1,
+                topic_id: 8,
+                configs: vec![("retention.ms".into(), "1000".into()), ("segment.bytes".into(), "4096".into())],
+            },
+            Entry::TopicConfigs {
+                name: "c".into(),
+                topic_id: 8,
+                min_insync_replicas: 1,
+                configs: vec![("max.message.bytes".into(), "100".into())],
             },
             Entry::TopicDeleted { name: "t".into(), topic_id: 7 },
             Entry::PartitionsAdded { name: "t".into(), replicas: vec![vec![3, 1]] },
@@ -1168,6 +1247,14 @@ mod tests {
                     elr: vec![1],
                 }],
                 topic_id: 9,
+                configs: Vec::new(),
+            },
+            Entry::TopicSnapshot {
+                name: "c".into(),
+                min_insync_replicas: 1,
+                partitions: vec![],
+                topic_id: 8,
+                configs: vec![("cleanup.policy".into(), "delete".into())],
             },
         ];
         for e in entries {
@@ -1195,7 +1282,13 @@ mod tests {
         };
         assert_eq!(
             Entry::decode(b.freeze()).unwrap(),
-            Entry::TopicSnapshot { name: "t".into(), min_insync_replicas: 0, partitions: vec![want], topic_id: 0 }
+            Entry::TopicSnapshot {
+                name: "t".into(),
+                min_insync_replicas: 0,
+                partitions: vec![want],
+                topic_id: 0,
+                configs: Vec::new()
+            }
         );
     }
 
@@ -1214,7 +1307,8 @@ mod tests {
                 name: "t".into(),
                 replicas: vec![vec![1, 2, 3]],
                 min_insync_replicas: 0,
-                topic_id: 0
+                topic_id: 0,
+                configs: Vec::new(),
             }
         );
         let mut b = BytesMut::new();

@@ -686,12 +686,12 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 let attempt = {
                     let mut st = shared.lock();
                     let now = shared.now_ms();
-                    let (name, n, rf, min_isr) = (&r.name, r.partitions, r.replication_factor, r.min_insync_replicas);
+                    let (name, sizes) = (&r.name, (r.partitions, r.replication_factor, r.min_insync_replicas));
                     if r.validate_only {
                         // Nothing to persist: answered once what is queued is durable.
-                        st.cluster.plan_create_topic(now, name, n, rf, min_isr).map(|_| shared.persist(&[]))
+                        st.cluster.plan_create_topic_with(now, name, sizes, &r.configs).map(|_| shared.persist(&[]))
                     } else {
-                        st.cluster.handle_create_topic(now, name, n, rf, min_isr).map(|e| shared.persist(&[e]))
+                        st.cluster.handle_create_topic_with(now, name, sizes, &r.configs).map(|e| shared.persist(&[e]))
                     }
                 };
                 match attempt {
@@ -702,6 +702,23 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 }
             };
             Response::CreateTopic(match rx {
+                Ok(rx) => durable(rx).await.err().unwrap_or_else(Status::ok),
+                Err(status) => status,
+            })
+        }
+        Request::AlterConfigs(r) => {
+            let rx = {
+                let mut st = shared.lock();
+                st.cluster.handle_alter_configs(&r.topic, &r.changes, r.replace, r.validate_only).map(|e| {
+                    if r.validate_only {
+                        shared.persist(&[])
+                    } else {
+                        tracing::info!(entry = ?e, "topic configs changed");
+                        shared.persist(&[e])
+                    }
+                })
+            };
+            Response::AlterConfigs(match rx {
                 Ok(rx) => durable(rx).await.err().unwrap_or_else(Status::ok),
                 Err(status) => status,
             })

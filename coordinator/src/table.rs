@@ -1133,6 +1133,7 @@ impl ProducerTable {
                 self.parity_from.get_or_insert(*from);
             }
             Entry::TopicCreated { .. }
+            | Entry::TopicConfigs { .. }
             | Entry::TopicDeleted { .. }
             | Entry::TransactionVersion { .. }
             | Entry::Acls { .. }

@@ -49,14 +49,43 @@ impl Admin {
         replicas: i32,
         min_insync_replicas: i32,
     ) -> Result<(), ClientError> {
+        self.create_topic_configured(name, partitions, replicas, min_insync_replicas, &[]).await
+    }
+
+    /// [`Admin::create_topic_with`] and the topic's configs (`protocol::topic_config`: each
+    /// overrides the brokers' setting for this topic).
+    pub async fn create_topic_configured(
+        &mut self,
+        name: &str,
+        partitions: i32,
+        replicas: i32,
+        min_insync_replicas: i32,
+        configs: &[(String, String)],
+    ) -> Result<(), ClientError> {
         let req = Request::CreateTopic(CreateTopicRequest {
             name: name.to_string(),
             partitions,
             replication_factor: replicas,
             min_insync_replicas,
             validate_only: false,
+            configs: configs.to_vec(),
         });
         self.call(&format!("create topic '{name}'"), req).await.map(|_| ())
+    }
+
+    /// Change `topic`'s configs: only those `changes` names (Kafka's IncrementalAlterConfigs).
+    pub async fn alter_configs(
+        &mut self,
+        topic: &str,
+        changes: Vec<protocol::ConfigChange>,
+    ) -> Result<(), ClientError> {
+        let req = Request::AlterConfigs(protocol::AlterConfigsRequest {
+            topic: topic.to_string(),
+            changes,
+            replace: false,
+            validate_only: false,
+        });
+        self.call(&format!("alter the configs of topic '{topic}'"), req).await.map(|_| ())
     }
 
     /// Delete a topic: every broker drops its partitions, and a topic created later under the

@@ -197,6 +197,7 @@ impl Asker<'_> {
             Request::CreatePartitions(c) => self.topic(Alter, &c.name),
             Request::ElectLeader(_) => self.cluster(Alter),
             Request::DeleteRecords(d) => self.topic(Delete, &d.topic),
+            Request::AlterConfigs(a) => self.topic(AlterConfigs, &a.topic),
             Request::Describe => self.cluster(Describe),
             Request::InitProducerId(i) => {
                 if i.principal != self.principal {

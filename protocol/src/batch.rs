@@ -507,6 +507,30 @@ pub enum RecordError {
 /// producer's.
 const ATTR_LOG_APPEND_TIME: i16 = 1 << 3;
 
+/// A producer's batch stamped with the broker's clock, for a topic whose
+/// `message.timestamp.type` is LogAppendTime (as Kafka's `setMaxTimestamp`): the timestamp-type
+/// attribute set, the max timestamp `now_ms`, the CRC recomputed; every other byte as sent.
+/// Readers then take `now_ms` as every record's timestamp.
+pub fn stamp_log_append_time(batch: &[u8], now_ms: i64) -> Bytes {
+    let mut b = batch.to_vec();
+    if b.len() < RECORDS_AT {
+        return Bytes::from(b);
+    }
+    let attributes = i16::from_be_bytes([b[ATTRIBUTES_AT], b[ATTRIBUTES_AT + 1]]) | ATTR_LOG_APPEND_TIME;
+    b[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+    b[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = crc32c(&b[ATTRIBUTES_AT..]);
+    b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+    Bytes::from(b)
+}
+
+/// Byte positions in a batch header: its CRC, the attributes the CRC starts at, the max
+/// timestamp, and where the records start.
+const CRC_AT: usize = 17;
+const ATTRIBUTES_AT: usize = 21;
+const MAX_TIMESTAMP_AT: usize = 35;
+const RECORDS_AT: usize = BATCH_HEADER_BYTES;
+
 /// The zigzag varint of at most `max_bytes` bytes at `b[at..]`: (value, the position after
 /// it); `None` if it runs past `b` or past `max_bytes`. One-byte varints (most record fields)
 /// take the first branch.
@@ -727,7 +751,12 @@ pub fn decode_records(batch: &Bytes) -> Result<Vec<ConsumedRecord>, BatchError> 
             producer_epoch: r.producer_epoch,
             sequence: r.sequence,
             leader_epoch: header.partition_leader_epoch,
-            timestamp_ms: r.timestamp,
+            // LogAppendTime: the broker's clock, in the max timestamp, for every record.
+            timestamp_ms: if header.attributes & ATTR_LOG_APPEND_TIME != 0 {
+                header.max_timestamp
+            } else {
+                r.timestamp
+            },
             value: r.value.unwrap_or_default(),
         })
         .collect())
@@ -833,6 +862,19 @@ mod tests {
         let mut b = two(NOW).to_vec();
         b[22] |= ATTR_LOG_APPEND_TIME as u8;
         assert!(matches!(check(&recrc(b), Some(LIMITS)), Err(RecordError::Timestamp(m)) if m.contains("log-append")));
+    }
+
+    #[test]
+    fn a_stamped_batch_carries_the_brokers_clock_and_a_good_crc() {
+        let b = build_batch(stamp(), false, 1_000, &[Bytes::from_static(b"a"), Bytes::from_static(b"bc")]);
+        let stamped = stamp_log_append_time(&b, 5_000);
+        let h = BatchHeader::parse(&stamped).unwrap();
+        verify_crc(&stamped, &h).unwrap();
+        assert_eq!(h.max_timestamp, 5_000);
+        assert_eq!(stamped[ATTRIBUTES_AT + 1] & ATTR_LOG_APPEND_TIME as u8, ATTR_LOG_APPEND_TIME as u8);
+        assert_eq!((h.producer_id, h.base_sequence, h.record_count), (7, 10, 2));
+        let records = decode_records(&stamped).unwrap();
+        assert!(records.iter().all(|r| r.timestamp_ms == 5_000), "{records:?}");
     }
 
     #[test]

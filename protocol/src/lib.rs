@@ -24,6 +24,7 @@ pub mod messages;
 pub mod names;
 pub mod principal;
 pub mod sasl;
+pub mod topic_config;
 pub mod wire;
 
 pub use error::{DecodeError, ErrorCode};

@@ -123,6 +123,7 @@ const LOG: broker::log::LogConfig = broker::log::LogConfig {
     segment_bytes: 2048,
     retention_bytes: None,
     retention_ms: None,
+    segment_ms: None,
     sync_on_roll: true,
     // The simulated disk keeps no blocks; preallocation is a hint it ignores.
     preallocate_bytes: 0,

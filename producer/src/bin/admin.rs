@@ -1,4 +1,5 @@
-//! `admin --bootstrap ADDR create-topic T --partitions N`, `delete-topic T`, `delete-group G...`,
+//! `admin --bootstrap ADDR create-topic T --partitions N [--config K=V]...`, `alter-config --topic T
+//! [--set K=V]... [--delete K]...`, `delete-topic T`, `delete-group G...`,
 //! `create-partitions T --count N`, `elect-leader T`, `delete-records T --partition P --before
 //! OFFSET` and `describe [--json]` (brokers, partitions,
 //! transactional ids and consumer groups), `acls add|remove|list` (with `--authorizer`),
@@ -30,6 +31,14 @@ struct Args {
     command: Command,
 }
 
+/// `K=V` of `--config` and `--set`.
+fn key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("{s:?}: give K=V, a config name and its value")),
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Create a topic.
@@ -46,6 +55,25 @@ enum Command {
         /// (default: the coordinator's, 2 for three replicas or more, else 1).
         #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
         min_insync_replicas: Option<i32>,
+        /// A topic config, `K=V` (repeatable): `retention.ms`, `retention.bytes`, `segment.bytes`,
+        /// `segment.ms`, `max.message.bytes`, `min.insync.replicas`, `message.timestamp.type`,
+        /// `message.timestamp.before.max.ms`, `message.timestamp.after.max.ms`, `cleanup.policy`
+        /// (delete), `compression.type` (producer); each overrides the brokers' setting.
+        #[arg(long = "config", value_name = "K=V", value_parser = key_value)]
+        configs: Vec<(String, String)>,
+    },
+    /// Change a topic's configs: `--set K=V` and `--delete K` (repeatable; a deleted config
+    /// goes back to the brokers' setting). Exit 1 if refused (nothing changes then).
+    AlterConfig {
+        /// Topic name.
+        #[arg(long)]
+        topic: String,
+        /// Set a config, `K=V`.
+        #[arg(long = "set", value_name = "K=V", value_parser = key_value)]
+        set: Vec<(String, String)>,
+        /// Remove a config.
+        #[arg(long = "delete", value_name = "K")]
+        delete: Vec<String>,
     },
     /// Delete a topic: every broker drops its partitions; a topic created again under the name
     /// is another topic (another id), which nothing of the old one reaches.
@@ -440,12 +468,28 @@ async fn main() -> ExitCode {
         };
     }
     let result = match args.command {
-        Command::CreateTopic { name, partitions, replicas, min_insync_replicas } => admin
-            .create_topic_with(&name, partitions, replicas.unwrap_or(-1), min_insync_replicas.unwrap_or(-1))
+        Command::CreateTopic { name, partitions, replicas, min_insync_replicas, configs } => admin
+            .create_topic_configured(
+                &name,
+                partitions,
+                replicas.unwrap_or(-1),
+                min_insync_replicas.unwrap_or(-1),
+                &configs,
+            )
             .await
             .map(|()| {
                 println!("created topic '{name}' with {partitions} partitions");
             }),
+        Command::AlterConfig { topic, set, delete } => {
+            let mut changes: Vec<protocol::ConfigChange> =
+                set.iter().map(|(k, v)| protocol::ConfigChange::Set(k.clone(), v.clone())).collect();
+            changes.extend(delete.iter().map(|k| protocol::ConfigChange::Delete(k.clone())));
+            admin.alter_configs(&topic, changes).await.map(|()| {
+                let mut said: Vec<String> = set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                said.extend(delete.iter().map(|k| format!("{k} deleted")));
+                println!("altered topic '{topic}': {}", said.join(", "));
+            })
+        }
         Command::DeleteTopic { name } => admin.delete_topic(&name).await.map(|()| println!("deleted topic '{name}'")),
         Command::CreatePartitions { name, count } => {
             admin.create_partitions(&name, count).await.map(|()| println!("topic '{name}' has {count} partitions"))

@@ -100,6 +100,9 @@ pub struct TopicInfo {
     pub topic_id: u128,
     /// Its `min.insync.replicas` (0 if it does not exist).
     pub min_insync_replicas: i32,
+    /// The configs set on it (its overrides of the brokers' settings), `min.insync.replicas`
+    /// aside. Written after every topic, and absent in an answer of an older coordinator.
+    pub configs: Vec<(String, String)>,
 }
 
 /// The answer to a metadata request.
@@ -135,6 +138,9 @@ impl MetadataResponse {
                 b.put_i32_array(&p.isr);
             }
         }
+        for t in &self.topics {
+            put_configs(b, &t.configs);
+        }
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
@@ -162,7 +168,21 @@ impl MetadataResponse {
                     isr: r.i32_array("isr")?,
                 });
             }
-            topics.push(TopicInfo { name, status: tstatus, partitions, created, topic_id, min_insync_replicas });
+            let configs = Vec::new();
+            topics.push(TopicInfo {
+                name,
+                status: tstatus,
+                partitions,
+                created,
+                topic_id,
+                min_insync_replicas,
+                configs,
+            });
+        }
+        if r.remaining() > 0 {
+            for t in &mut topics {
+                t.configs = read_configs(r)?;
+            }
         }
         Ok(MetadataResponse { status, brokers, topics })
     }
@@ -182,6 +202,9 @@ pub struct CreateTopicRequest {
     pub min_insync_replicas: i32,
     /// Only check that the topic could be created; create nothing.
     pub validate_only: bool,
+    /// The topic's configs (`protocol::topic_config`). Written last, only when given (so an
+    /// older coordinator reads a request without them).
+    pub configs: Vec<(String, String)>,
 }
 
 impl CreateTopicRequest {
@@ -191,16 +214,19 @@ impl CreateTopicRequest {
         b.put_i32(self.replication_factor);
         b.put_i32(self.min_insync_replicas);
         b.put_bool(self.validate_only);
+        if !self.configs.is_empty() {
+            put_configs(b, &self.configs);
+        }
     }
 
     pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(CreateTopicRequest {
-            name: r.string("name")?,
-            partitions: r.i32("partitions")?,
-            replication_factor: r.i32("replication_factor")?,
-            min_insync_replicas: r.i32("min_insync_replicas")?,
-            validate_only: r.bool("validate_only")?,
-        })
+        let name = r.string("name")?;
+        let partitions = r.i32("partitions")?;
+        let replication_factor = r.i32("replication_factor")?;
+        let min_insync_replicas = r.i32("min_insync_replicas")?;
+        let validate_only = r.bool("validate_only")?;
+        let configs = if r.remaining() > 0 { read_configs(r)? } else { Vec::new() };
+        Ok(CreateTopicRequest { name, partitions, replication_factor, min_insync_replicas, validate_only, configs })
     }
 }
 
@@ -598,6 +624,10 @@ pub struct Assignment {
     /// leader's append that no fence marker reached (after Kafka's KIP-704 recovery). A follower
     /// of a leader at this epoch or later may cut below its high watermark; otherwise it refuses.
     pub unclean_leader_epoch: i32,
+    /// The topic's configs (its overrides of the broker's settings; `min_insync_replicas`
+    /// aside). Written after everything else, one list per assignment, and absent in an answer
+    /// of an older coordinator.
+    pub configs: Vec<(String, String)>,
 }
 
 /// A deleted topic a broker still reported replicas of: it drops them (if they carry this id).
@@ -734,6 +764,9 @@ impl HeartbeatResponse {
         if let Some(a) = &self.authorization {
             a.encode(b);
         }
+        for a in &self.assignments {
+            put_configs(b, &a.configs);
+        }
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
@@ -753,6 +786,7 @@ impl HeartbeatResponse {
                 min_insync_replicas: r.i32("min_insync_replicas")?,
                 topic_id: r.u128("topic_id")?,
                 unclean_leader_epoch: r.i32("unclean_leader_epoch")?,
+                configs: Vec::new(),
             });
         }
         let n = r.array_len("brokers", 9)?;
@@ -784,6 +818,11 @@ impl HeartbeatResponse {
             false => None,
             true => Some(crate::acl::Authorization::decode(r)?),
         };
+        if r.remaining() > 0 {
+            for a in &mut assignments {
+                a.configs = read_configs(r)?;
+            }
+        }
         Ok(HeartbeatResponse {
             status,
             lease_ms,
@@ -1260,5 +1299,86 @@ impl ScramCredentialsResponse {
         let n = r.array_len("credentials", 23)?;
         let users = (0..n).map(|_| UserCredential::decode(r)).collect::<Result<_, _>>()?;
         Ok(ScramCredentialsResponse { status, results, credentials: Credentials { version, users } })
+    }
+}
+
+/// Write a list of config (name, value) pairs.
+fn put_configs(b: &mut BytesMut, configs: &[(String, String)]) {
+    b.put_i32(configs.len() as i32);
+    for (name, value) in configs {
+        b.put_string(name);
+        b.put_string(value);
+    }
+}
+
+/// Read a list of config (name, value) pairs.
+fn read_configs(r: &mut Reader) -> Result<Vec<(String, String)>, DecodeError> {
+    let n = r.array_len("configs", 4)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push((r.string("config_name")?, r.string("config_value")?));
+    }
+    Ok(out)
+}
+
+/// What one change does to a topic config (AlterConfigs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigChange {
+    /// Set the config to a value.
+    Set(String, String),
+    /// Remove the config: the broker's default applies again.
+    Delete(String),
+}
+
+/// Change a topic's configs (admin, or a broker relaying Kafka's IncrementalAlterConfigs or
+/// AlterConfigs -> coordinator).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterConfigsRequest {
+    /// Topic name.
+    pub topic: String,
+    /// The changes, in order.
+    pub changes: Vec<ConfigChange>,
+    /// Kafka's AlterConfigs: the topic's configs become exactly those set (the rest go back to
+    /// their defaults). Otherwise only the configs named change (IncrementalAlterConfigs).
+    pub replace: bool,
+    /// Only check; change nothing.
+    pub validate_only: bool,
+}
+
+impl AlterConfigsRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_string(&self.topic);
+        b.put_i32(self.changes.len() as i32);
+        for c in &self.changes {
+            match c {
+                ConfigChange::Set(name, value) => {
+                    b.put_i8(0);
+                    b.put_string(name);
+                    b.put_string(value);
+                }
+                ConfigChange::Delete(name) => {
+                    b.put_i8(1);
+                    b.put_string(name);
+                }
+            }
+        }
+        b.put_bool(self.replace);
+        b.put_bool(self.validate_only);
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        let topic = r.string("topic")?;
+        let n = r.array_len("changes", 3)?;
+        let mut changes = Vec::with_capacity(n);
+        for _ in 0..n {
+            changes.push(match r.i8("op")? {
+                0 => ConfigChange::Set(r.string("config_name")?, r.string("config_value")?),
+                1 => ConfigChange::Delete(r.string("config_name")?),
+                other => {
+                    return Err(DecodeError::InvalidValue { field: "op", detail: format!("{other}: 0 set, 1 delete") })
+                }
+            });
+        }
+        Ok(AlterConfigsRequest { topic, changes, replace: r.bool("replace")?, validate_only: r.bool("validate_only")? })
     }
 }

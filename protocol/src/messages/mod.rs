@@ -49,6 +49,9 @@ pub enum ApiKey {
     CreatePartitions = 37,
     /// Move a partition's log start forward (admin or Kafka listener -> leader).
     DeleteRecords = 21,
+    /// Change a topic's configs (admin, or a broker relaying Kafka's IncrementalAlterConfigs or
+    /// AlterConfigs -> coordinator).
+    AlterConfigs = 44,
     /// Get a producer id and epoch; bumps and fences for a known transactional id.
     InitProducerId = 22,
     /// Producer -> coordinator: commit or abort the current transaction.
@@ -113,6 +116,7 @@ impl ApiKey {
             20 => ApiKey::DeleteTopics,
             37 => ApiKey::CreatePartitions,
             21 => ApiKey::DeleteRecords,
+            44 => ApiKey::AlterConfigs,
             22 => ApiKey::InitProducerId,
             26 => ApiKey::EndTxn,
             36 => ApiKey::AuthProve,
@@ -226,6 +230,8 @@ pub enum Request {
     ElectLeader(ElectLeaderRequest),
     /// See [`DeleteRecordsRequest`].
     DeleteRecords(DeleteRecordsRequest),
+    /// See [`AlterConfigsRequest`].
+    AlterConfigs(AlterConfigsRequest),
     /// See [`AuthBeginRequest`].
     AuthBegin(AuthBeginRequest),
     /// See [`AuthProveRequest`].
@@ -293,6 +299,8 @@ pub enum Response {
     ElectLeader(ElectLeaderResponse),
     /// See [`DeleteRecordsResponse`].
     DeleteRecords(DeleteRecordsResponse),
+    /// The outcome of an AlterConfigs.
+    AlterConfigs(Status),
     /// See [`AuthBeginResponse`].
     AuthBegin(AuthBeginResponse),
     /// See [`AuthProveResponse`].
@@ -353,6 +361,7 @@ impl Request {
             Request::EndTxn(_) => ApiKey::EndTxn,
             Request::ElectLeader(_) => ApiKey::ElectLeaders,
             Request::DeleteRecords(_) => ApiKey::DeleteRecords,
+            Request::AlterConfigs(_) => ApiKey::AlterConfigs,
             Request::AuthBegin(_) => ApiKey::AuthBegin,
             Request::AuthProve(_) => ApiKey::AuthProve,
             Request::AddPartition(_) => ApiKey::AddPartitionsToTxn,
@@ -396,6 +405,7 @@ impl Request {
                     | Request::CreatePartitions(_)
                     | Request::ElectLeader(_)
                     | Request::DeleteRecords(_)
+                    | Request::AlterConfigs(_)
                     | Request::Acls(_)
                     | Request::ScramCredentials(_)
                     | Request::DeleteGroups(_)
@@ -427,6 +437,7 @@ impl Response {
             Response::EndTxn(_) => ApiKey::EndTxn as i16,
             Response::ElectLeader(_) => ApiKey::ElectLeaders as i16,
             Response::DeleteRecords(_) => ApiKey::DeleteRecords as i16,
+            Response::AlterConfigs(_) => ApiKey::AlterConfigs as i16,
             Response::AuthBegin(_) => ApiKey::AuthBegin as i16,
             Response::AuthProve(_) => ApiKey::AuthProve as i16,
             Response::AddPartition(_) => ApiKey::AddPartitionsToTxn as i16,
@@ -458,7 +469,10 @@ impl Response {
             Response::Produce(r) => &r.status,
             Response::Fetch(r) => &r.status,
             Response::Metadata(r) => &r.status,
-            Response::CreateTopic(s) | Response::DeleteTopic(s) | Response::CreatePartitions(s) => s,
+            Response::CreateTopic(s)
+            | Response::DeleteTopic(s)
+            | Response::CreatePartitions(s)
+            | Response::AlterConfigs(s) => s,
             Response::InitProducerId(r) => &r.status,
             Response::EndTxn(r) => &r.status,
             Response::ElectLeader(r) => &r.status,
@@ -539,6 +553,7 @@ pub fn encode_request_head(correlation_id: i32, req: &Request, b: &mut BytesMut)
         Request::InitProducerId(i) => i.encode_body(b),
         Request::ElectLeader(e) => e.encode_body(b),
         Request::DeleteRecords(d) => d.encode_body(b),
+        Request::AlterConfigs(a) => a.encode_body(b),
         Request::AuthBegin(a) => a.encode_body(b),
         Request::AuthProve(a) => a.encode_body(b),
         Request::SaslLogin(a) => a.encode_body(b),
@@ -616,6 +631,7 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
         ApiKey::InitProducerId => Request::InitProducerId(InitProducerIdRequest::decode_body(r)?),
         ApiKey::ElectLeaders => Request::ElectLeader(ElectLeaderRequest::decode_body(r)?),
         ApiKey::DeleteRecords => Request::DeleteRecords(DeleteRecordsRequest::decode_body(r)?),
+        ApiKey::AlterConfigs => Request::AlterConfigs(AlterConfigsRequest::decode_body(r)?),
         ApiKey::AuthBegin => Request::AuthBegin(AuthBeginRequest::decode_body(r)?),
         ApiKey::AuthProve => Request::AuthProve(AuthProveRequest::decode_body(r)?),
         ApiKey::SaslLogin => Request::SaslLogin(SaslLoginRequest::decode_body(r)?),
@@ -669,6 +685,7 @@ pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesM
         Response::CreateTopic(_)
         | Response::DeleteTopic(_)
         | Response::CreatePartitions(_)
+        | Response::AlterConfigs(_)
         | Response::GroupHeartbeat(_)
         | Response::AddOffsets(_)
         | Response::Error(_) => {}
@@ -719,6 +736,7 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
         ApiKey::Fetch => Response::Fetch(FetchResponse::decode_body(status, r)?),
         ApiKey::Metadata => Response::Metadata(MetadataResponse::decode_body(status, r)?),
         ApiKey::CreateTopics => Response::CreateTopic(status),
+        ApiKey::AlterConfigs => Response::AlterConfigs(status),
         ApiKey::DeleteTopics => Response::DeleteTopic(status),
         ApiKey::CreatePartitions => Response::CreatePartitions(status),
         ApiKey::InitProducerId => Response::InitProducerId(InitProducerIdResponse::decode_body(status, r)?),
@@ -814,7 +832,26 @@ mod tests {
             replication_factor: -1,
             min_insync_replicas: 2,
             validate_only: true,
+            configs: vec![("retention.ms".into(), "1000".into())],
         }));
+        roundtrip_req(Request::CreateTopic(CreateTopicRequest {
+            name: "n".into(),
+            partitions: 4,
+            replication_factor: -1,
+            min_insync_replicas: 2,
+            validate_only: false,
+            configs: Vec::new(),
+        }));
+        roundtrip_req(Request::AlterConfigs(AlterConfigsRequest {
+            topic: "t".into(),
+            changes: vec![
+                ConfigChange::Set("segment.bytes".into(), "4096".into()),
+                ConfigChange::Delete("retention.ms".into()),
+            ],
+            replace: false,
+            validate_only: true,
+        }));
+        roundtrip_resp(Response::AlterConfigs(Status::new(ErrorCode::InvalidConfig, "no")));
         roundtrip_req(Request::DeleteTopic(DeleteTopicRequest { name: "n".into(), topic_id: u128::MAX - 3 }));
         roundtrip_req(Request::CreatePartitions(CreatePartitionsRequest {
             name: "n".into(),
@@ -1084,6 +1121,7 @@ mod tests {
                     replicas: vec![1, 2],
                     isr: vec![1],
                 }],
+                configs: vec![("segment.bytes".into(), "2048".into())],
             }],
         }));
         roundtrip_resp(Response::CreateTopic(Status::new(ErrorCode::TopicAlreadyExists, "exists")));
@@ -1119,6 +1157,7 @@ mod tests {
                 min_insync_replicas: 1,
                 topic_id: 1 << 100,
                 unclean_leader_epoch: 4,
+                configs: vec![("max.message.bytes".into(), "100".into())],
             }],
             brokers: vec![BrokerInfo { id: 2, addr: "b:2".into(), kafka_addr: String::new(), alive: false }],
             deleted: vec![DeletedTopic { name: "old".into(), topic_id: 5 }],

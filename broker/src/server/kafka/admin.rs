@@ -12,7 +12,9 @@ use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicR
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+};
 use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
 use kafka_protocol::messages::describe_topic_partitions_response::{
     self, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
@@ -20,6 +22,10 @@ use kafka_protocol::messages::describe_topic_partitions_response::{
 use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::list_transactions_response::TransactionState as ListedTransaction;
+use kafka_protocol::messages::{alter_configs_response, incremental_alter_configs_response};
+use kafka_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
 use kafka_protocol::messages::{
     ApiKey, BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
     DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
@@ -43,7 +49,6 @@ const SOURCE_TOPIC: i8 = 1;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
 /// Config types (Kafka's ConfigType).
-const TYPE_STRING: i8 = 2;
 const TYPE_INT: i8 = 3;
 const TYPE_LONG: i8 = 5;
 const TYPE_LIST: i8 = 7;
@@ -51,9 +56,6 @@ const TYPE_LIST: i8 = 7;
 const ENDPOINT_BROKERS: i8 = 1;
 /// Kafka's UNSUPPORTED_ENDPOINT_TYPE.
 const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
-
-/// The one topic config epochfence keeps per topic.
-const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
@@ -89,7 +91,6 @@ impl KafkaConn {
         let cluster_create = caller.may_cluster(Operation::Create);
         for t in r.topics {
             let name = t.name.to_string();
-            let mut min_isr = -1;
             let mut refused: Option<Status> = None;
             if !cluster_create && !caller.may(Operation::Create, ResourceType::Topic, &name) {
                 let code = ErrorCode::TopicAuthorizationFailed;
@@ -101,25 +102,13 @@ impl KafkaConn {
                     "replica assignments are chosen by the coordinator: give num_partitions and replication_factor",
                 ));
             }
-            let authorized = refused.is_none();
-            for c in t.configs.iter().filter(|_| authorized) {
-                let value = c.value.as_deref().unwrap_or_default();
-                match (c.name.as_str(), value.parse::<i32>()) {
-                    (MIN_INSYNC_REPLICAS, Ok(v)) if v > 0 => min_isr = v,
-                    (MIN_INSYNC_REPLICAS, _) => {
-                        refused = Some(Status::new(ErrorCode::InvalidConfig, format!("min.insync.replicas {value:?}")))
-                    }
-                    (other, _) => {
-                        refused = Some(Status::new(
-                            ErrorCode::InvalidConfig,
-                            format!(
-                                "topic config {other:?}: epochfence keeps only min.insync.replicas per topic \
-                                 (retention and segment sizes are broker flags)"
-                            ),
-                        ))
-                    }
-                }
-            }
+            // Checked by the coordinator (`protocol::topic_config`): a config Kafka knows that
+            // epochfence does not apply is INVALID_CONFIG, named.
+            let configs: Vec<(String, String)> = t
+                .configs
+                .iter()
+                .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string()).unwrap_or_default()))
+                .collect();
             let status = match refused {
                 Some(s) => s,
                 None => {
@@ -127,8 +116,9 @@ impl KafkaConn {
                         name: name.clone(),
                         partitions: t.num_partitions,
                         replication_factor: i32::from(t.replication_factor),
-                        min_insync_replicas: min_isr,
+                        min_insync_replicas: -1,
                         validate_only: r.validate_only,
+                        configs,
                     });
                     let status = self.relay(req).await.status().clone();
                     self.admin_refusal(status, "creating a topic")
@@ -151,10 +141,16 @@ impl KafkaConn {
                 out = match info.filter(|i| i.status.is_ok()) {
                     Some(i) => {
                         let rf = i.partitions.first().map_or(-1, |p| p.replicas.len() as i16);
-                        let configs = vec![CreatableTopicConfigs::default()
-                            .with_name(s(MIN_INSYNC_REPLICAS))
-                            .with_value(Some(s(i.min_insync_replicas.to_string())))
-                            .with_config_source(SOURCE_TOPIC)];
+                        let configs = topic_configs(&self.shared, &i)
+                            .into_iter()
+                            .map(|e| {
+                                CreatableTopicConfigs::default()
+                                    .with_name(s(e.name))
+                                    .with_value(Some(s(e.value)))
+                                    .with_read_only(e.read_only)
+                                    .with_config_source(e.source)
+                            })
+                            .collect();
                         let out = out
                             .with_num_partitions(i.partitions.len() as i32)
                             .with_replication_factor(rf)
@@ -314,18 +310,33 @@ impl KafkaConn {
                 Ok(all) => {
                     let configs = all
                         .into_iter()
-                        .filter(|(name, ..)| keys.as_ref().is_none_or(|k| k.iter().any(|k| k.as_str() == *name)))
-                        .map(|(name, value, source, read_only, config_type)| {
-                            let c = DescribeConfigsResourceResult::default()
-                                .with_name(s(name))
-                                .with_value(Some(s(value)))
-                                .with_read_only(read_only)
-                                .with_config_source(source);
-                            if version >= 3 {
-                                c.with_config_type(config_type)
-                            } else {
-                                c
+                        .filter(|e| keys.as_ref().is_none_or(|k| k.iter().any(|k| k.as_str() == e.name)))
+                        .map(|e| {
+                            let mut c = DescribeConfigsResourceResult::default()
+                                .with_name(s(e.name))
+                                .with_value(Some(s(e.value)))
+                                .with_read_only(e.read_only)
+                                .with_config_source(e.source);
+                            if version >= 1 && r.include_synonyms {
+                                c = c.with_synonyms(
+                                    e.synonyms
+                                        .into_iter()
+                                        .map(|(name, value, source)| {
+                                            DescribeConfigsSynonym::default()
+                                                .with_name(s(name))
+                                                .with_value(Some(s(value)))
+                                                .with_source(source)
+                                        })
+                                        .collect(),
+                                );
                             }
+                            if version >= 3 {
+                                c = c.with_config_type(e.config_type);
+                                if r.include_documentation {
+                                    c = c.with_documentation(e.doc.map(s));
+                                }
+                            }
+                            c
                         })
                         .collect();
                     out = out.with_configs(configs);
@@ -339,6 +350,128 @@ impl KafkaConn {
             results.push(out);
         }
         KafkaAnswer::Reply(ResponseKind::DescribeConfigs(DescribeConfigsResponse::default().with_results(results)))
+    }
+
+    /// IncrementalAlterConfigs (`replace` false) and AlterConfigs (`replace` true, every config
+    /// not named back to its default): each topic's changes relayed as one own AlterConfigs,
+    /// checked by the coordinator (INVALID_CONFIG naming a config Kafka knows and epochfence
+    /// does not apply, or a bad value). ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED),
+    /// on the cluster for a broker (CLUSTER_AUTHORIZATION_FAILED); a broker's configs are its
+    /// flags and are not changed (INVALID_REQUEST). APPEND and SUBTRACT (operations 2 and 3) are
+    /// for list configs, whose only one here, `cleanup.policy`, takes only `delete`: SET it.
+    async fn alter_configs_of(
+        self: &Arc<Self>,
+        (resource_type, name): (i8, &str),
+        changes: Result<Vec<protocol::ConfigChange>, Status>,
+        replace: bool,
+        validate_only: bool,
+    ) -> Status {
+        let caller = self.caller();
+        match resource_type {
+            RESOURCE_TOPIC if !caller.may(Operation::AlterConfigs, ResourceType::Topic, name) => {
+                caller.refusal(ErrorCode::TopicAuthorizationFailed, Operation::AlterConfigs, ResourceType::Topic, name)
+            }
+            RESOURCE_TOPIC => match changes {
+                Err(status) => status,
+                Ok(changes) => {
+                    let req = Request::AlterConfigs(protocol::AlterConfigsRequest {
+                        topic: name.to_string(),
+                        changes,
+                        replace,
+                        validate_only,
+                    });
+                    let status = self.relay(req).await.status().clone();
+                    self.admin_refusal(status, "changing a topic's configs")
+                }
+            },
+            RESOURCE_BROKER if !caller.may_cluster(Operation::AlterConfigs) => {
+                let cluster = protocol::acl::CLUSTER_NAME;
+                caller.refusal(
+                    ErrorCode::ClusterAuthorizationFailed,
+                    Operation::AlterConfigs,
+                    ResourceType::Cluster,
+                    cluster,
+                )
+            }
+            RESOURCE_BROKER => Status::new(
+                ErrorCode::InvalidRequest,
+                "a broker's configs are its command-line flags (restart it with others); a topic's configs override \
+                 them: alter the topic's",
+            ),
+            other => Status::new(
+                ErrorCode::InvalidRequest,
+                format!("resource type {other}: only topics (2) and brokers (4) have configs here"),
+            ),
+        }
+    }
+
+    pub(super) async fn incremental_alter_configs(
+        self: &Arc<Self>,
+        r: IncrementalAlterConfigsRequest,
+        version: i16,
+    ) -> KafkaAnswer {
+        let mut responses = Vec::with_capacity(r.resources.len());
+        for res in r.resources {
+            let changes: Result<Vec<protocol::ConfigChange>, Status> = res
+                .configs
+                .iter()
+                .map(|c| {
+                    let name = c.name.to_string();
+                    let value = c.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
+                    match c.config_operation {
+                        0 => Ok(protocol::ConfigChange::Set(name, value)),
+                        1 => Ok(protocol::ConfigChange::Delete(name)),
+                        2 | 3 => Err(Status::new(
+                            ErrorCode::InvalidConfig,
+                            format!(
+                                "{name}: APPEND and SUBTRACT are for list configs; the only one a topic has here, \
+                                 cleanup.policy, takes only delete: SET it"
+                            ),
+                        )),
+                        op => Err(Status::new(
+                            ErrorCode::InvalidRequest,
+                            format!("{name}: config operation {op}: 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT"),
+                        )),
+                    }
+                })
+                .collect();
+            let name = res.resource_name.to_string();
+            let status = self.alter_configs_of((res.resource_type, &name), changes, false, r.validate_only).await;
+            responses.push(
+                incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                    .with_error_code(kafka_code(status.code, ApiKey::IncrementalAlterConfigs, version))
+                    .with_error_message((!status.is_ok()).then(|| s(status.message)))
+                    .with_resource_type(res.resource_type)
+                    .with_resource_name(res.resource_name),
+            );
+        }
+        KafkaAnswer::Reply(ResponseKind::IncrementalAlterConfigs(
+            IncrementalAlterConfigsResponse::default().with_responses(responses),
+        ))
+    }
+
+    pub(super) async fn alter_configs(self: &Arc<Self>, r: AlterConfigsRequest, version: i16) -> KafkaAnswer {
+        let mut responses = Vec::with_capacity(r.resources.len());
+        for res in r.resources {
+            let changes = Ok(res
+                .configs
+                .iter()
+                .map(|c| {
+                    let value = c.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
+                    protocol::ConfigChange::Set(c.name.to_string(), value)
+                })
+                .collect());
+            let name = res.resource_name.to_string();
+            let status = self.alter_configs_of((res.resource_type, &name), changes, true, r.validate_only).await;
+            responses.push(
+                alter_configs_response::AlterConfigsResourceResponse::default()
+                    .with_error_code(kafka_code(status.code, ApiKey::AlterConfigs, version))
+                    .with_error_message((!status.is_ok()).then(|| s(status.message)))
+                    .with_resource_type(res.resource_type)
+                    .with_resource_name(res.resource_name),
+            );
+        }
+        KafkaAnswer::Reply(ResponseKind::AlterConfigs(AlterConfigsResponse::default().with_responses(responses)))
     }
 
     /// ElectLeaders: ALTER on the cluster, then each partition's election relayed as an own
@@ -722,38 +855,80 @@ fn now_wall_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// (name, value, source, read only, type).
-type ConfigEntry = (&'static str, String, i8, bool, i8);
+/// One config as DescribeConfigs (and CreateTopics from version 5) reports it.
+struct ConfigEntry {
+    name: &'static str,
+    value: String,
+    source: i8,
+    read_only: bool,
+    config_type: i8,
+    /// (name, value, source), the one that applies first (Kafka's synonyms).
+    synonyms: Vec<(&'static str, String, i8)>,
+    doc: Option<&'static str>,
+}
 
-/// A topic's configs: its min.insync.replicas, and what this broker applies to every topic.
+/// The value broker setting `topic_key` (a topic config's name) has under `c`.
+fn broker_value(c: &super::super::BrokerConfig, topic_key: &str) -> String {
+    use protocol::topic_config as tc;
+    let or_max = |v: Option<u64>| v.map_or(i64::MAX, |v| i64::try_from(v).unwrap_or(i64::MAX)).to_string();
+    match topic_key {
+        tc::RETENTION_MS => c.log.retention_ms.unwrap_or(-1).to_string(),
+        tc::RETENTION_BYTES => c.log.retention_bytes.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX)).to_string(),
+        tc::SEGMENT_BYTES => c.log.segment_bytes.to_string(),
+        // No roll by time: never.
+        tc::SEGMENT_MS => c.log.segment_ms.unwrap_or(i64::MAX).to_string(),
+        tc::MAX_MESSAGE_BYTES => c.batch_bytes_max.to_string(),
+        tc::TIMESTAMP_TYPE => "CreateTime".into(),
+        tc::TIMESTAMP_BEFORE_MAX_MS => or_max(c.message_timestamp_before_max_ms),
+        tc::TIMESTAMP_AFTER_MAX_MS => or_max(c.message_timestamp_after_max_ms),
+        tc::CLEANUP_POLICY => "delete".into(),
+        tc::COMPRESSION_TYPE => "producer".into(),
+        _ => String::new(),
+    }
+}
+
+/// A topic's configs: each one epochfence applies, its own value (TOPIC_CONFIG) where it sets
+/// one, else this broker's (STATIC_BROKER_CONFIG when its flag was given, else
+/// DEFAULT_CONFIG), with its synonyms (the topic's, the broker's flag, the default) and what it
+/// does. `min.insync.replicas` is always the topic's.
 fn topic_configs(shared: &Shared, t: &TopicInfo) -> Vec<ConfigEntry> {
-    let c = &shared.config;
-    let opt = |v: Option<i64>| v.map_or("-1".to_string(), |v| v.to_string());
-    // A topic's setting that is the broker's: STATIC_BROKER_CONFIG if its flag was given.
-    let of = |broker_key: &str| source(shared, broker_key);
-    vec![
-        (MIN_INSYNC_REPLICAS, t.min_insync_replicas.to_string(), SOURCE_TOPIC, false, TYPE_INT),
-        ("cleanup.policy", "delete".into(), SOURCE_DEFAULT, true, TYPE_LIST),
-        ("retention.ms", opt(c.log.retention_ms), of("log.retention.ms"), true, TYPE_LONG),
-        ("retention.bytes", opt(c.log.retention_bytes.map(|b| b as i64)), of("log.retention.bytes"), true, TYPE_LONG),
-        ("segment.bytes", c.log.segment_bytes.to_string(), of("log.segment.bytes"), true, TYPE_INT),
-        ("max.message.bytes", c.batch_bytes_max.to_string(), of("message.max.bytes"), true, TYPE_INT),
-        ("message.timestamp.type", "CreateTime".into(), SOURCE_DEFAULT, true, TYPE_STRING),
-        (
-            "message.timestamp.after.max.ms",
-            opt(c.message_timestamp_after_max_ms.map(|v| v as i64)),
-            of("log.message.timestamp.after.max.ms"),
-            true,
-            TYPE_LONG,
-        ),
-        (
-            "message.timestamp.before.max.ms",
-            opt(c.message_timestamp_before_max_ms.map(|v| v as i64)),
-            of("log.message.timestamp.before.max.ms"),
-            true,
-            TYPE_LONG,
-        ),
-    ]
+    use protocol::topic_config as tc;
+    let defaults = super::super::BrokerConfig::new(0, "", "");
+    tc::KEYS
+        .iter()
+        .map(|k| {
+            let own = if k.name == tc::MIN_INSYNC_REPLICAS {
+                Some(t.min_insync_replicas.to_string())
+            } else {
+                t.configs.iter().find(|(n, _)| n == k.name).map(|(_, v)| v.clone())
+            };
+            let mut synonyms = Vec::new();
+            if let Some(v) = &own {
+                synonyms.push((k.name, v.clone(), SOURCE_TOPIC));
+            }
+            let broker = broker_value(&shared.config, k.name);
+            let broker_source = source(shared, k.broker_synonym);
+            if k.name != tc::MIN_INSYNC_REPLICAS {
+                if broker_source == SOURCE_STATIC_BROKER {
+                    synonyms.push((k.broker_synonym, broker.clone(), SOURCE_STATIC_BROKER));
+                }
+                synonyms.push((k.broker_synonym, broker_value(&defaults, k.name), SOURCE_DEFAULT));
+            }
+            let (value, source) = match own {
+                Some(v) => (v, SOURCE_TOPIC),
+                None => (broker, broker_source),
+            };
+            ConfigEntry {
+                name: k.name,
+                value,
+                source,
+                read_only: false,
+                config_type: k.config_type,
+                synonyms,
+                doc: Some(k.doc),
+            }
+        })
+        .collect()
 }
 
 /// Where broker config `broker_key`'s value comes from: STATIC_BROKER_CONFIG if its flag was
@@ -770,10 +945,18 @@ fn source(shared: &Shared, broker_key: &str) -> i8 {
 fn broker_configs(shared: &Shared) -> Vec<ConfigEntry> {
     let c = &shared.config;
     let opt = |v: Option<i64>| v.map_or("-1".to_string(), |v| v.to_string());
-    let given =
-        |key: &'static str, value: String, config_type: i8| (key, value, source(shared, key), true, config_type);
+    let entry = |name: &'static str, value: String, source: i8, config_type: i8| ConfigEntry {
+        synonyms: vec![(name, value.clone(), source)],
+        name,
+        value,
+        source,
+        read_only: true,
+        config_type,
+        doc: None,
+    };
+    let given = |key: &'static str, value: String, config_type: i8| entry(key, value, source(shared, key), config_type);
     let mut out = vec![
-        ("broker.id", c.id.to_string(), SOURCE_STATIC_BROKER, true, TYPE_INT),
+        entry("broker.id", c.id.to_string(), SOURCE_STATIC_BROKER, TYPE_INT),
         given("transaction.max.timeout.ms", c.transaction_max_timeout_ms.to_string(), TYPE_INT),
         given("message.max.bytes", c.batch_bytes_max.to_string(), TYPE_INT),
         given("log.segment.bytes", c.log.segment_bytes.to_string(), TYPE_INT),
@@ -787,13 +970,12 @@ fn broker_configs(shared: &Shared) -> Vec<ConfigEntry> {
             TYPE_LONG,
         ),
         // The Kafka listener's mechanisms (empty on a listener without SASL).
-        (
+        entry(
             "sasl.enabled.mechanisms",
             shared
                 .kafka_sasl()
                 .map_or(String::new(), |s| s.mechanisms.iter().map(|m| m.name()).collect::<Vec<_>>().join(",")),
             if shared.kafka_sasl().is_some() { source(shared, "sasl.enabled.mechanisms") } else { SOURCE_DEFAULT },
-            true,
             TYPE_LIST,
         ),
         // KIP-368 re-authentication (0: off, Kafka's default; librdkafka's own tests read it).
@@ -803,7 +985,7 @@ fn broker_configs(shared: &Shared) -> Vec<ConfigEntry> {
     // named by its security protocol as Kafka names a listener that has no name of its own.
     if let Some(addr) = &shared.kafka_addr {
         let listener = format!("{}://{addr}", shared.kafka_security());
-        out.push(("advertised.listeners", listener, SOURCE_STATIC_BROKER, true, TYPE_LIST));
+        out.push(entry("advertised.listeners", listener, SOURCE_STATIC_BROKER, TYPE_LIST));
     }
     out
 }

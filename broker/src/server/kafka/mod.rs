@@ -75,6 +75,8 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
@@ -456,6 +458,14 @@ impl KafkaConn {
             RequestKind::CreatePartitions(r) => {
                 let conn = self.clone();
                 Handled::serial(async move { conn.create_partitions(r, version).await })
+            }
+            RequestKind::AlterConfigs(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.alter_configs(r, version).await })
+            }
+            RequestKind::IncrementalAlterConfigs(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.incremental_alter_configs(r, version).await })
             }
             RequestKind::DescribeConfigs(r) => {
                 let conn = self.clone();

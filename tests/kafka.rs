@@ -1794,6 +1794,29 @@ async fn topic_configs_are_set_applied_changed_and_described() {
     }
     assert_eq!(code, 0);
 
+    // message.timestamp.after.max.ms: a minute on this topic, an hour (the default) on the other.
+    let alter_after = incremental(&[("message.timestamp.after.max.ms", 0, "60000")]);
+    assert_eq!(conn.call(&alter_after, 1).await.unwrap().responses[0].error_code, 0);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let ahead = |minutes: i64| {
+        build_batch(
+            ProducerStamp { producer_id: -1, producer_epoch: -1, base_sequence: -1 },
+            false,
+            now + minutes * 60_000,
+            &[Bytes::from_static(b"ahead")],
+        )
+    };
+    let mut code = -1;
+    for _ in 0..250 {
+        code = partition_code(&conn.call(&produce_request(-1, "cfg", 0, ahead(10)), 9).await.unwrap());
+        if code != 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(code, 32, "INVALID_TIMESTAMP");
+    assert_eq!(partition_code(&conn.call(&produce_request(-1, "plain", 0, ahead(10)), 9).await.unwrap()), 0);
+
     // AlterConfigs replaces the set: what it does not name goes back to the broker's.
     let replace =
         AlterConfigsRequest::default().with_resources(vec![alter_configs_request::AlterConfigsResource::default()

@@ -659,3 +659,82 @@ async fn admin_delete_records_moves_the_log_start_on_every_replica_across_kill_9
     }
     assert_eq!(read, ["c4", "c5", "after"]);
 }
+
+/// Issue 32, item 1: `admin create-topic --config` and `admin alter-config` against processes.
+/// The configs are set (a Kafka config epochfence does not apply is refused, naming it, exit
+/// 1; a bad `K=V`, exit 2), changed (the line names each change), survive a kill -9 of the
+/// coordinator (journaled), and are applied by the broker: a batch above the topic's
+/// max.message.bytes is MESSAGE_TOO_LARGE.
+#[tokio::test]
+async fn admin_topic_configs_are_set_changed_and_survive_a_coordinator_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::spare_port();
+    let listen = format!("127.0.0.1:{port}");
+    let data = dir.path().join("coordinator");
+    let coordinator_args = ["--listen", listen.as_str(), "--data-dir", data.to_str().unwrap()];
+    let mut c = common::Proc::start("coordinator", &coordinator_args, &dir.path().join("coordinator.log"));
+    let mut b = common::broker_with(1, &c.addr, dir.path(), &["--kafka-listen", "127.0.0.1:0"]);
+    let kafka = b.next_line().rsplit(' ').next().unwrap().to_string();
+    let admin = |args: &[&str]| {
+        let mut all = vec!["--bootstrap", listen.as_str()];
+        all.extend_from_slice(args);
+        run("admin", &all)
+    };
+    assert_eq!(admin(&["create-topic", "t", "--config", "no-equals"]).status.code(), Some(2));
+    let mut created = None;
+    for _ in 0..200 {
+        let out = admin(&["create-topic", "t", "--config", "max.message.bytes=300", "--config", "segment.bytes=4096"]);
+        if out.status.success() {
+            created = Some(out);
+            break;
+        }
+        assert!(String::from_utf8_lossy(&out.stderr).contains("BROKER_NOT_AVAILABLE"));
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(String::from_utf8_lossy(&created.unwrap().stdout), "created topic 't' with 1 partitions\n");
+    let refused = admin(&["create-topic", "u", "--config", "flush.ms=5"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert!(err.contains("INVALID_CONFIG") && err.contains("'flush.ms'"), "{err}");
+    let out = admin(&["alter-config", "--topic", "t", "--set", "retention.ms=60000", "--delete", "segment.bytes"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "altered topic 't': retention.ms=60000, segment.bytes deleted\n");
+    let bad = admin(&["alter-config", "--topic", "t", "--set", "cleanup.policy=compact"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("only delete"));
+    assert_eq!(admin(&["alter-config", "--topic", "nope", "--set", "retention.ms=1"]).status.code(), Some(1));
+
+    c.kill9();
+    let _c = common::Proc::start("coordinator", &coordinator_args, &dir.path().join("coordinator.log"));
+    let describe = kafka_protocol::messages::DescribeConfigsRequest::default().with_resources(vec![
+        kafka_protocol::messages::describe_configs_request::DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(kafka_protocol::protocol::StrBytes::from_static_str("t"))
+            .with_configuration_keys(None),
+    ]);
+    let conn =
+        producer::kafka::KafkaConnection::connect(&kafka, None, std::time::Duration::from_secs(10)).await.unwrap();
+    let mut configs = Vec::new();
+    for _ in 0..200 {
+        let r = conn.call(&describe, 4).await.unwrap();
+        if r.results[0].error_code == 0 {
+            configs = r.results[0]
+                .configs
+                .iter()
+                .filter(|c| c.config_source == 1)
+                .map(|c| format!("{}={}", c.name.as_str(), c.value.as_deref().unwrap_or_default()))
+                .collect();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(configs, ["min.insync.replicas=1", "retention.ms=60000", "max.message.bytes=300"]);
+    let mut p = Producer::init(&listen, ProducerConfig::idempotent()).await.unwrap();
+    match p.send("t", 0, Bytes::from(vec![b'x'; 400])).await {
+        Err(e) => {
+            assert!(e.to_string().contains("MESSAGE_TOO_LARGE") && e.to_string().contains("max.message.bytes"), "{e}")
+        }
+        Ok(m) => panic!("a batch above max.message.bytes landed: {m:?}"),
+    }
+    p.send("t", 0, Bytes::from_static(b"small")).await.unwrap();
+}

@@ -1716,6 +1716,25 @@ mod tests {
     }
 
     #[test]
+    fn segment_ms_rolls_a_segment_whose_first_batch_is_that_old() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), config(1 << 20)).unwrap().log;
+        append(&mut log, "first");
+        assert!(!log.should_roll(10), "no segment.ms: by size only");
+        log.set_config(LogConfig { segment_ms: Some(60_000), ..config(1 << 20) });
+        assert!(!log.should_roll(10), "a minute has not passed");
+        // The first batch went in an hour ago.
+        log.active_since_ms = Some(wall_ms() - 3_600_000);
+        assert!(log.should_roll(10));
+        log.roll().unwrap();
+        assert_eq!(log.active_since_ms, None);
+        assert!(!log.should_roll(10), "an empty segment never rolls");
+        append(&mut log, "second");
+        assert!(log.active_since_ms.is_some_and(|t| wall_ms() - t < 60_000));
+        assert!(!log.should_roll(10));
+    }
+
+    #[test]
     fn a_clean_shutdown_leaves_nothing_to_scan_and_the_next_append_undoes_that() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = PartitionLog::open(dir.path(), config(300)).unwrap().log;

@@ -343,3 +343,120 @@ def test_describe_and_alter_replica_log_dirs_through_kafka_python(cluster):
         assert result[TopicPartitionReplica("t", 1, 2)] is kafka.errors.LogDirNotFoundError, result
     finally:
         admin.close()
+
+
+@pytest.mark.timeout(120)
+def test_topic_configs_through_confluent_kafka(cluster):
+    """Issue 32, item 1: per-topic configs through confluent-kafka's AdminClient. create_topics
+    with configs (a Kafka config epochfence does not apply refused, INVALID_CONFIG naming it);
+    describe_configs shows them as the topic's (DYNAMIC_TOPIC_CONFIG) and the rest as the
+    broker's, with synonyms; they are applied: max.message.bytes refuses a bigger message
+    (MSG_SIZE_TOO_LARGE) while another topic takes it, retention.bytes with segment.bytes moves
+    this topic's log start while the other keeps everything. incremental_alter_configs changes only
+    what it names, alter_configs replaces the set."""
+    import time
+
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                       ConfigSource, NewTopic, ResourceType)
+    c = cluster(broker_args=["--retention-check-ms", "100"])
+    c.create_topic("plain", partitions=1, replicas=1)
+    bs = c.bootstrap()
+    admin = AdminClient({"bootstrap.servers": bs})
+
+    refused = admin.create_topics([NewTopic("bad", 1, 1, config={"unclean.leader.election.enable": "true"})],
+                                  request_timeout=15)["bad"]
+    with pytest.raises(KafkaException) as e:
+        refused.result(20)
+    assert e.value.args[0].code() == KafkaError.INVALID_CONFIG, e.value
+    assert "unclean.leader.election.enable" in e.value.args[0].str(), e.value
+    configs = {"max.message.bytes": "2000", "segment.bytes": "1024", "retention.bytes": "2048"}
+    admin.create_topics([NewTopic("cfg", 1, 1, config=configs)], request_timeout=15)["cfg"].result(20)
+
+    topic = ConfigResource(ResourceType.TOPIC, "cfg")
+
+    def described():
+        return admin.describe_configs([topic], request_timeout=15)[topic].result(20)
+
+    got = described()
+    for k, v in configs.items():
+        assert (got[k].value, got[k].source) == (v, ConfigSource.DYNAMIC_TOPIC_CONFIG.value), got[k]
+        assert got[k].synonyms[k].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value, got[k].synonyms
+    assert got["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value, got["retention.ms"]
+
+    # max.message.bytes: refused here, taken by the other topic.
+    prod = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "linger.ms": 0})
+    errors = {}
+    for t in ("cfg", "plain"):
+        prod.produce(t, value=b"x" * 3000, partition=0,
+                     on_delivery=lambda err, m, t=t: errors.__setitem__(t, err))
+        prod.flush(30)
+    assert errors["cfg"] is not None and errors["cfg"].code() == KafkaError.MSG_SIZE_TOO_LARGE, errors
+    assert errors["plain"] is None, errors
+
+    # retention.bytes 2048 over segments of 1024 (a topic of its own: librdkafka's batches here
+    # are bigger than cfg's max.message.bytes): its log start moves, the other's not.
+    ret = {"segment.bytes": "1024", "retention.bytes": "2048"}
+    admin.create_topics([NewTopic("ret", 1, 1, config=ret)], request_timeout=15)["ret"].result(20)
+    failed = []
+    # Batches of a few messages: retention deletes whole segments, and keeps at least 2048 bytes.
+    small = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "batch.size": 400})
+    for i in range(60):
+        for t in ("ret", "plain"):
+            small.produce(t, value=f"{t}-{i:03}-".encode() + b"r" * 80, partition=0,
+                          on_delivery=lambda err, m: err is not None and failed.append(err))
+        small.poll(0)
+    assert small.flush(30) == 0 and not failed, failed
+    cons = Consumer({"bootstrap.servers": bs, "group.id": "watch"})
+    deadline = time.time() + 30
+    while cons.get_watermark_offsets(TopicPartition("ret", 0), timeout=10)[0] == 0:
+        assert time.time() < deadline, "retention never moved the log start of ret"
+        time.sleep(0.2)
+    assert cons.get_watermark_offsets(TopicPartition("plain", 0), timeout=10)[0] == 0
+    cons.close()
+
+    # incremental_alter_configs: set one, delete one; the rest stays.
+    change = ConfigResource(ResourceType.TOPIC, "cfg", incremental_configs=[
+        ConfigEntry("max.message.bytes", "100000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.bytes", None, incremental_operation=AlterConfigOpType.DELETE),
+    ])
+    admin.incremental_alter_configs([change], request_timeout=15)[change].result(20)
+    got = described()
+    assert (got["max.message.bytes"].value, got["segment.bytes"].value) == ("100000", "1024")
+    assert got["retention.bytes"].source == ConfigSource.DEFAULT_CONFIG.value, got["retention.bytes"]
+    bad = ConfigResource(ResourceType.TOPIC, "cfg", incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as e:
+        admin.incremental_alter_configs([bad], request_timeout=15)[bad].result(20)
+    assert e.value.args[0].code() == KafkaError.INVALID_CONFIG, e.value
+
+    # alter_configs: the set becomes exactly what is named.
+    replace = ConfigResource(ResourceType.TOPIC, "cfg", set_config={"retention.ms": "86400000"})
+    admin.alter_configs([replace], request_timeout=15)[replace].result(20)
+    got = described()
+    assert (got["retention.ms"].value, got["retention.ms"].source) == \
+        ("86400000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert got["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value, got["segment.bytes"]
+    assert got["max.message.bytes"].source == ConfigSource.DEFAULT_CONFIG.value, got["max.message.bytes"]
+
+
+@pytest.mark.timeout(60)
+def test_topic_configs_through_kafka_python(cluster):
+    """Issue 32, item 1: kafka-python creates a topic with configs, changes them with
+    alter_configs (IncrementalAlterConfigs, as it uses by default with a 4.0 broker) and reads
+    them back with describe_configs."""
+    import kafka
+    from kafka.admin import ConfigResource, ConfigResourceType
+    c = cluster()
+    admin = kafka.KafkaAdminClient(bootstrap_servers=c.bootstrap().split(","), request_timeout_ms=10000)
+    try:
+        admin.create_topics({"kp": {"num_partitions": 1, "replication_factor": 1,
+                                    "configs": {"segment.bytes": "4096", "message.timestamp.type": "LogAppendTime"}}})
+        res = ConfigResource(ConfigResourceType.TOPIC, "kp", configs={"retention.ms": "3600000"})
+        admin.alter_configs([res], raise_on_unknown=False)
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "kp")], config_filter="all")
+        text = repr(described)
+        for want in ("4096", "LogAppendTime", "3600000"):
+            assert want in text, described
+    finally:
+        admin.close()

@@ -703,6 +703,7 @@ async fn admin_topic_configs_are_set_changed_and_survive_a_coordinator_kill_9() 
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("only delete"));
     assert_eq!(admin(&["alter-config", "--topic", "nope", "--set", "retention.ms=1"]).status.code(), Some(1));
+    assert_eq!(admin(&["alter-config", "--topic", "t"]).status.code(), Some(2), "nothing to change");
 
     c.kill9();
     let _c = common::Proc::start("coordinator", &coordinator_args, &dir.path().join("coordinator.log"));

@@ -1572,6 +1572,13 @@ impl Cluster {
             }
             Entry::TopicConfigs { name, topic_id, min_insync_replicas, configs } => {
                 if let Some(t) = self.topics.get_mut(name).filter(|t| t.id == *topic_id) {
+                    if t.min_isr != *min_insync_replicas {
+                        // KIP-966: an ISR at least the new minimum moves the high watermark
+                        // again, so the eligible replicas no longer hold everything committed.
+                        for p in &mut t.partitions {
+                            p.elr = p.elr_after(*min_insync_replicas, &p.isr, &[]);
+                        }
+                    }
                     t.min_isr = *min_insync_replicas;
                     t.configs = configs.iter().cloned().collect();
                 }
@@ -2345,6 +2352,16 @@ mod tests {
             restored.apply(&Entry::decode(e.encode()).unwrap());
         }
         assert_eq!(configs(&mut restored, "t"), configs(&mut c, "t"));
+        // KIP-966: eligible replicas are kept while the ISR stays below the minimum, and cleared
+        // once a lower minimum lets the high watermark move again.
+        if let Some(t) = c.topics.get_mut("t") {
+            t.partitions[0].isr = vec![1];
+            t.partitions[0].elr = vec![2, 3];
+        }
+        c.handle_alter_configs("t", &[Set("retention.ms".into(), "5".into())], false, false).unwrap();
+        assert_eq!(c.topics["t"].partitions[0].elr, [2, 3], "the minimum did not change");
+        c.handle_alter_configs("t", &[Set("min.insync.replicas".into(), "1".into())], false, false).unwrap();
+        assert!(c.topics["t"].partitions[0].elr.is_empty());
         // An entry of a deleted topic changes nothing of one created again under the name.
         c.handle_delete_topic("t", 0).unwrap();
         for b in [1, 2, 3] {

@@ -421,6 +421,12 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Command::AlterConfig { set, delete, .. } = &args.command {
+        if set.is_empty() && delete.is_empty() {
+            eprintln!("error: nothing to change: give --set K=V or --delete K");
+            return ExitCode::from(2);
+        }
+    }
     if let Command::CreateTopic { name, .. } = &args.command {
         if protocol::names::is_reserved_topic(name) {
             // A usage error, as for a bad flag: no cluster would take it.

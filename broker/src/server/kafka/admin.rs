@@ -104,10 +104,11 @@ impl KafkaConn {
             }
             // Checked by the coordinator (`protocol::topic_config`): a config Kafka knows that
             // epochfence does not apply is INVALID_CONFIG, named.
+            // A null value leaves the config at its default, as Kafka takes it.
             let configs: Vec<(String, String)> = t
                 .configs
                 .iter()
-                .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string()).unwrap_or_default()))
+                .filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string())))
                 .collect();
             let status = match refused {
                 Some(s) => s,
@@ -417,18 +418,22 @@ impl KafkaConn {
                 .iter()
                 .map(|c| {
                     let name = c.name.to_string();
-                    let value = c.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
-                    match c.config_operation {
-                        0 => Ok(protocol::ConfigChange::Set(name, value)),
-                        1 => Ok(protocol::ConfigChange::Delete(name)),
-                        2 | 3 => Err(Status::new(
+                    let value = c.value.as_ref().map(|v| v.to_string());
+                    match (c.config_operation, value) {
+                        (0, Some(value)) => Ok(protocol::ConfigChange::Set(name, value)),
+                        (0, None) => Err(Status::new(
+                            ErrorCode::InvalidConfig,
+                            format!("{name}: SET needs a value (DELETE puts the default back)"),
+                        )),
+                        (1, _) => Ok(protocol::ConfigChange::Delete(name)),
+                        (2 | 3, _) => Err(Status::new(
                             ErrorCode::InvalidConfig,
                             format!(
                                 "{name}: APPEND and SUBTRACT are for list configs; the only one a topic has here, \
                                  cleanup.policy, takes only delete: SET it"
                             ),
                         )),
-                        op => Err(Status::new(
+                        (op, _) => Err(Status::new(
                             ErrorCode::InvalidRequest,
                             format!("{name}: config operation {op}: 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT"),
                         )),
@@ -453,12 +458,12 @@ impl KafkaConn {
     pub(super) async fn alter_configs(self: &Arc<Self>, r: AlterConfigsRequest, version: i16) -> KafkaAnswer {
         let mut responses = Vec::with_capacity(r.resources.len());
         for res in r.resources {
+            // A null value leaves the config at its default (the set is replaced).
             let changes = Ok(res
                 .configs
                 .iter()
-                .map(|c| {
-                    let value = c.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
-                    protocol::ConfigChange::Set(c.name.to_string(), value)
+                .filter_map(|c| {
+                    c.value.as_ref().map(|v| protocol::ConfigChange::Set(c.name.to_string(), v.to_string()))
                 })
                 .collect());
             let name = res.resource_name.to_string();
@@ -963,10 +968,15 @@ fn broker_configs(shared: &Shared) -> Vec<ConfigEntry> {
         given("log.retention.ms", opt(c.log.retention_ms), TYPE_LONG),
         given("log.retention.bytes", opt(c.log.retention_bytes.map(|b| b as i64)), TYPE_LONG),
         given("replica.lag.time.max.ms", c.replica_lag_ms.to_string(), TYPE_LONG),
-        given("log.message.timestamp.after.max.ms", opt(c.message_timestamp_after_max_ms.map(|v| v as i64)), TYPE_LONG),
+        // None: no limit, Kafka's Long.MAX_VALUE (as the topic configs report it).
+        given(
+            "log.message.timestamp.after.max.ms",
+            broker_value(c, protocol::topic_config::TIMESTAMP_AFTER_MAX_MS),
+            TYPE_LONG,
+        ),
         given(
             "log.message.timestamp.before.max.ms",
-            opt(c.message_timestamp_before_max_ms.map(|v| v as i64)),
+            broker_value(c, protocol::topic_config::TIMESTAMP_BEFORE_MAX_MS),
             TYPE_LONG,
         ),
         // The Kafka listener's mechanisms (empty on a listener without SASL).

@@ -203,9 +203,10 @@ impl BatchHeader {
         self.attributes & ATTR_TRANSACTIONAL != 0
     }
 
-    /// Offset of the last record.
+    /// Offset of the last record (saturating: a client's header may carry any base offset
+    /// before the leader rewrites it).
     pub fn last_offset(&self) -> i64 {
-        self.base_offset + i64::from(self.last_offset_delta)
+        self.base_offset.saturating_add(i64::from(self.last_offset_delta))
     }
 
     /// Sequence of the last record; sequences wrap from `i32::MAX` to 0, as in Kafka.
@@ -875,6 +876,14 @@ mod tests {
         assert_eq!((h.producer_id, h.base_sequence, h.record_count), (7, 10, 2));
         let records = decode_records(&stamped).unwrap();
         assert!(records.iter().all(|r| r.timestamp_ms == 5_000), "{records:?}");
+    }
+
+    #[test]
+    fn a_header_with_the_largest_base_offset_does_not_overflow() {
+        let mut b = build_batch(stamp(), false, 1, &[Bytes::from_static(b"a"), Bytes::from_static(b"bc")]).to_vec();
+        b[..8].copy_from_slice(&i64::MAX.to_be_bytes());
+        let h = BatchHeader::parse(&b).unwrap();
+        assert_eq!(h.last_offset(), i64::MAX);
     }
 
     #[test]

@@ -1714,7 +1714,10 @@ async fn topic_configs_are_set_applied_changed_and_described() {
         before - 3_600_000,
         &[Bytes::from_static(b"stamped")],
     );
-    assert_eq!(partition_code(&conn.call(&produce_request(-1, "cfg", 0, old), 9).await.unwrap()), 0);
+    let r = conn.call(&produce_request(-1, "cfg", 0, old), 9).await.unwrap();
+    assert_eq!(partition_code(&r), 0);
+    let stamped_at = r.responses[0].partition_responses[0].log_append_time_ms;
+    assert!(stamped_at >= before, "the answer carries the broker's time: {stamped_at}");
     let fetch = FetchRequest::default().with_max_bytes(1 << 20).with_topics(vec![FetchTopic::default()
         .with_topic(name("cfg"))
         .with_partitions(vec![FetchPartition::default().with_partition_max_bytes(1 << 20)])]);
@@ -1722,7 +1725,9 @@ async fn topic_configs_are_set_applied_changed_and_described() {
     let records = r.responses[0].partitions[0].records.clone().unwrap();
     let (h, _) = protocol::batch::BatchIter::new(records).next().unwrap().unwrap();
     assert_eq!(h.attributes & 0x08, 0x08, "LogAppendTime");
-    assert!(h.max_timestamp >= before, "{} < {before}", h.max_timestamp);
+    assert_eq!(h.max_timestamp, stamped_at, "stored as answered");
+    let plain = conn.call(&produce_request(-1, "plain", 0, batch(-1, -1, -1, &["p"])), 9).await.unwrap();
+    assert_eq!(plain.responses[0].partition_responses[0].log_append_time_ms, -1, "CreateTime");
     // segment.bytes 1024: fifteen batches of 100-odd bytes roll the log several times.
     for i in 0..15 {
         let v: &'static str = format!("value-{i:03}-{}", "y".repeat(60)).leak();

@@ -1617,6 +1617,7 @@ fn produce_error(status: Status, producer_epoch: i16, leader_epoch: i32) -> Prod
         log_end_offset: -1,
         current_producer_epoch: producer_epoch,
         current_leader_epoch: leader_epoch,
+        log_append_time_ms: -1,
     }
 }
 
@@ -2177,6 +2178,13 @@ async fn finish_produce(shared: &Shared, c: &Checked, appended: Appended) -> Pro
         log_end_offset: end_offset,
         current_producer_epoch: header.producer_epoch,
         current_leader_epoch: epoch,
+        // The stamp `check_produce_ref` put on the batch (a duplicate's answer carries the
+        // retry's stamp, not the stored one's).
+        log_append_time_ms: if header.attributes & protocol::batch::ATTR_LOG_APPEND_TIME != 0 {
+            header.max_timestamp
+        } else {
+            -1
+        },
     }
 }
 

@@ -468,6 +468,7 @@ mod tests {
                     log_end_offset: sum,
                     current_producer_epoch: -1,
                     current_leader_epoch: -1,
+                    log_append_time_ms: -1,
                 }),
                 _ => Response::Replicate(ReplicateResponse {
                     status,

@@ -506,7 +506,7 @@ pub enum RecordError {
 
 /// Attribute bit 3: the batch's timestamps are the broker's (log-append time), not the
 /// producer's.
-const ATTR_LOG_APPEND_TIME: i16 = 1 << 3;
+pub const ATTR_LOG_APPEND_TIME: i16 = 1 << 3;
 
 /// A producer's batch stamped with the broker's clock, for a topic whose
 /// `message.timestamp.type` is LogAppendTime (as Kafka's `setMaxTimestamp`): the timestamp-type

@@ -514,6 +514,7 @@ async fn loopback(args: &Args, template: Arc<BatchTemplate>) -> Result<Figures, 
             log_end_offset: 0,
             current_producer_epoch: 0,
             current_leader_epoch: 0,
+            log_append_time_ms: -1,
         }))
     });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -1095,6 +1095,7 @@ mod tests {
             log_end_offset: 10,
             current_producer_epoch: 4,
             current_leader_epoch: 0,
+            log_append_time_ms: 1_700_000_000_000,
         }));
         roundtrip_resp(Response::Fetch(FetchResponse {
             status: Status::ok(),

@@ -77,6 +77,9 @@ pub struct ProduceResponse {
     pub current_producer_epoch: i16,
     /// The partition's leader epoch on this broker (-1 if unknown).
     pub current_leader_epoch: i32,
+    /// On a topic whose `message.timestamp.type` is LogAppendTime: the broker's time the batch
+    /// was stamped with; -1 otherwise. Written last, and -1 in an answer that ends before it.
+    pub log_append_time_ms: i64,
 }
 
 impl ProduceResponse {
@@ -85,6 +88,7 @@ impl ProduceResponse {
         b.put_i64(self.log_end_offset);
         b.put_i16(self.current_producer_epoch);
         b.put_i32(self.current_leader_epoch);
+        b.put_i64(self.log_append_time_ms);
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
@@ -94,6 +98,7 @@ impl ProduceResponse {
             log_end_offset: r.i64("log_end_offset")?,
             current_producer_epoch: r.i16("current_producer_epoch")?,
             current_leader_epoch: r.i32("current_leader_epoch")?,
+            log_append_time_ms: if r.remaining() >= 8 { r.i64("log_append_time_ms")? } else { -1 },
         })
     }
 }

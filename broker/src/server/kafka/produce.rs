@@ -196,10 +196,10 @@ fn answer(shared: &Arc<Shared>, parts: Vec<(TopicName, i32, Part)>, acks: i16, v
     let answer = async move {
         let answers = join_all(parts.into_iter().map(|(name, index, part)| async move {
             let status_and_offset = match part {
-                Part::Refused(status) => (status, -1),
+                Part::Refused(status) => (status, (-1, -1)),
                 Part::Started(h) => match h.into_future().await {
-                    Response::Produce(p) => (p.status, p.base_offset),
-                    other => (other.status().clone(), -1),
+                    Response::Produce(p) => (p.status, (p.base_offset, p.log_append_time_ms)),
+                    other => (other.status().clone(), (-1, -1)),
                 },
             };
             (name, index, status_and_offset)
@@ -216,11 +216,15 @@ fn answer(shared: &Arc<Shared>, parts: Vec<(TopicName, i32, Part)>, acks: i16, v
             };
         }
         let mut topics: Vec<TopicProduceResponse> = Vec::new();
-        for (name, index, (status, base_offset)) in answers {
+        for (name, index, (status, (base_offset, log_append_time_ms))) in answers {
             let mut p = PartitionProduceResponse::default()
                 .with_index(index)
                 .with_error_code(kafka_code(status.code, ApiKey::Produce, version))
                 .with_base_offset(base_offset);
+            if version >= 2 {
+                // The broker's time on a LogAppendTime topic, -1 otherwise (as Kafka).
+                p = p.with_log_append_time_ms(log_append_time_ms);
+            }
             if version >= 5 {
                 let start = shared
                     .partitions

@@ -451,6 +451,29 @@ mod tests {
     }
 
     #[test]
+    fn altering_a_topics_configs_needs_alter_configs_on_it() {
+        let a = authorizer(vec![
+            allow(ResourceType::Topic, "t", Operation::AlterConfigs),
+            allow(ResourceType::Topic, "u", Operation::Alter),
+        ]);
+        let alter = |topic: &str| {
+            Request::AlterConfigs(crate::AlterConfigsRequest {
+                topic: topic.into(),
+                changes: vec![crate::ConfigChange::Set("retention.ms".into(), "1".into())],
+                replace: false,
+                validate_only: false,
+            })
+        };
+        assert_eq!(own_refusal(&a, None, ALICE, "h", &alter("t")).map(|s| s.code), None);
+        assert_eq!(
+            own_refusal(&a, None, ALICE, "h", &alter("u")).map(|s| s.code),
+            Some(ErrorCode::TopicAuthorizationFailed),
+            "ALTER is not ALTER_CONFIGS"
+        );
+        assert!(alter("t").is_internal(), "the cluster secret's without the authorizer");
+    }
+
+    #[test]
     fn a_write_under_anothers_producer_id_is_refused() {
         let secret = ClusterSecret::new(vec![7; 32]).unwrap();
         let binder = ProducerIdBinder::new(&secret);

@@ -303,6 +303,75 @@ def test_deleting_a_group_or_its_offsets_needs_delete_on_the_group(client, start
     assert r.returncode == 1 and "GROUP_ID_NOT_FOUND" in r.stderr, r.stderr
 
 
+@pytest.mark.timeout(90)
+def test_deleting_records_and_altering_configs_need_their_acls(client, start_cluster, tmp_path):
+    """DeleteRecords asks DELETE on the topic, IncrementalAlterConfigs ALTER_CONFIGS on it
+    (issue 32, item 6): TOPIC_AUTHORIZATION_FAILED for the topic not granted, nothing changed
+    there; the granted one changes."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    cluster = acl_cluster(start_cluster, tmp_path)
+    bootstrap = cluster.bootstrap()
+    su = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+          "sasl.username": "admin", "sasl.password": USERS["admin"]}
+    prod = Producer(su)
+    for topic in ("orders", "secret"):
+        cluster.create_topic(topic, partitions=1, replicas=1)
+        for i in range(3):
+            prod.produce(topic, value=f"{topic}-{i}".encode(), partition=0)
+    assert prod.flush(30) == 0
+    for topic in ("orders", "secret"):
+        # DESCRIBE on both lets the clients find the leaders, so the refusal below is the api's own.
+        allow(cluster, "User:alice", "--topic", topic, operation="DESCRIBE")
+    allow(cluster, "User:alice", "--topic", "orders", operation="DELETE")
+    allow(cluster, "User:alice", "--topic", "orders", operation="ALTER_CONFIGS")
+    wait_acls(cluster, 4)
+    if client.name == "confluent":
+        ck = client.ck
+        from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+        alice = AdminClient({"bootstrap.servers": bootstrap, **login(client, "alice")})
+        for topic, allowed in (("orders", True), ("secret", False)):
+            tp = TopicPartition(topic, 0, 2)
+            deleted = list(alice.delete_records([tp], request_timeout=10).values())[0]
+            res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+                ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+            altered = alice.incremental_alter_configs([res], request_timeout=10)[res]
+            if allowed:
+                assert deleted.result(10).low_watermark == 2
+                altered.result(10)
+            else:
+                for f in (deleted, altered):
+                    with pytest.raises(ck.KafkaException) as denied:
+                        f.result(10)
+                    assert denied.value.args[0].code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED, denied.value
+    else:
+        kafka = client.kafka
+        import kafka.errors as kerrors
+        from kafka.admin import ConfigResource, ConfigResourceType
+        alice = kafka.KafkaAdminClient(bootstrap_servers=bootstrap.split(","), **login(client, "alice"))
+        try:
+            got = alice.delete_records({kafka.TopicPartition("orders", 0): 2})
+            assert got[kafka.TopicPartition("orders", 0)]["low_watermark"] == 2, got
+            with pytest.raises(kerrors.TopicAuthorizationFailedError):
+                alice.delete_records({kafka.TopicPartition("secret", 0): 2})
+            changed = alice.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "orders",
+                                                          configs={"retention.ms": "3600000"})],
+                                          raise_on_unknown=False)
+            refused = alice.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "secret",
+                                                          configs={"retention.ms": "3600000"})],
+                                          raise_on_unknown=False)
+            assert "TopicAuthorization" in repr(refused) and "TopicAuthorization" not in repr(changed), \
+                (changed, refused)
+        finally:
+            alice.close()
+    # The super user sees what changed: orders starts at 2, secret at 0.
+    probe = Consumer({**su, "group.id": "probe"})
+    try:
+        starts = [probe.get_watermark_offsets(TopicPartition(t, 0), timeout=10)[0] for t in ("orders", "secret")]
+        assert starts == [2, 0], starts
+    finally:
+        probe.close()
+
+
 @pytest.mark.timeout(150)
 def test_the_own_protocols_binaries_log_in_and_the_acls_decide(client, start_cluster, tmp_path):
     """The own protocol under the authorizer: no login, no service; `--sasl-username` logs the

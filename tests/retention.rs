@@ -136,7 +136,9 @@ async fn delete_records_waits_for_the_in_sync_replicas_and_a_frozen_one_follows_
     let d = c.admin().describe().await.unwrap();
     assert!(!d.partitions[0].isr.contains(&frozen), "answered only once the frozen follower left the ISR");
     assert_eq!(start_file(frozen), None);
-    for id in (1..=3).filter(|id| *id != frozen) {
+    // Every replica in the ISR when the answer came has the start on its disk (one that left
+    // the ISR meanwhile, a slow follower on a busy machine, may not yet).
+    for id in d.partitions[0].isr.iter().copied() {
         assert_eq!(start_file(id), Some(6), "broker {id}");
     }
     c.switches[(frozen - 1) as usize].thaw();

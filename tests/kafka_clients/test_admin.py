@@ -322,12 +322,14 @@ def test_describe_and_alter_replica_log_dirs_through_kafka_python(cluster):
                             (p["partition_size"], p["offset_lag"])
             return got
 
-        want = {(b, "t", p): (on_disk(b, p), 0) for b in (1, 2) for p in (0, 1)}
+        def want():
+            return {(b, "t", p): (on_disk(b, p), 0) for b in (1, 2) for p in (0, 1)}
+
         deadline = time.time() + 20
-        while (got := sizes()) != want and time.time() < deadline:
+        while (got := sizes()) != want() and time.time() < deadline:
             time.sleep(0.2)   # the followers' last batches and high watermark
-        assert got == want, (got, want)
-        assert all(size > 0 for size, _ in want.values())
+        assert got == want(), (got, want())
+        assert all(size > 0 for size, _ in want().values())
         [one] = admin.describe_log_dirs(topic_partitions={"t": [1]}, brokers=[1])
         assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in one["log_dirs"][0]["topics"]] \
             == [("t", [1])], one

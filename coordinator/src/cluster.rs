@@ -810,7 +810,8 @@ impl Cluster {
 
     /// AlterConfigs on topic `name` (IncrementalAlterConfigs, or with `replace` AlterConfigs:
     /// the configs not named go back to the brokers' defaults, `min.insync.replicas` to the
-    /// coordinator's): the entry to persist before answering, applied unless `validate_only`.
+    /// coordinator's): the entry to persist before answering, applied; `None` under
+    /// `validate_only`, or when the change leaves the topic as it is (nothing to journal).
     /// INVALID_CONFIG naming the config for one Kafka knows and epochfence does not apply, or
     /// a bad value; UNKNOWN_TOPIC_OR_PARTITION for no such topic.
     pub fn handle_alter_configs(
@@ -819,7 +820,7 @@ impl Cluster {
         changes: &[protocol::ConfigChange],
         replace: bool,
         validate_only: bool,
-    ) -> Result<Entry, Status> {
+    ) -> Result<Option<Entry>, Status> {
         use protocol::topic_config::{apply_ops, ConfigOp, MIN_INSYNC_REPLICAS};
         let Some(t) = self.topics.get(name) else {
             return Err(Status::new(ErrorCode::UnknownTopicOrPartition, format!("no topic '{name}'")));
@@ -840,16 +841,17 @@ impl Cluster {
             Some(v) => v.parse().unwrap_or(t.min_isr),
             None => self.default_min_isr(rf),
         };
+        if validate_only || (next == t.configs && min_isr == t.min_isr) {
+            return Ok(None);
+        }
         let entry = Entry::TopicConfigs {
             name: name.to_string(),
             topic_id: t.id,
             min_insync_replicas: min_isr,
             configs: next.into_iter().collect(),
         };
-        if !validate_only {
-            self.apply(&entry);
-        }
-        Ok(entry)
+        self.apply(&entry);
+        Ok(Some(entry))
     }
 
     /// Replicas for `partitions` new partitions of `rf` each, round-robin over `live` from where
@@ -2320,7 +2322,9 @@ mod tests {
         let bad = c.handle_alter_configs("t", &[Set("cleanup.policy".into(), "compact".into())], false, false);
         assert!(bad.unwrap_err().message.contains("only delete"));
         let checked = c.handle_alter_configs("t", &[Set("max.message.bytes".into(), "100".into())], false, true);
-        assert!(checked.is_ok());
+        assert_eq!(checked, Ok(None));
+        let same = c.handle_alter_configs("t", &[Set("retention.ms".into(), "60000".into())], false, false);
+        assert_eq!(same, Ok(None), "nothing changes, nothing to journal");
         assert_eq!(configs(&mut c, "t").len(), 2, "validate_only changes nothing");
         let changed = c
             .handle_alter_configs(
@@ -2329,11 +2333,13 @@ mod tests {
                 false,
                 false,
             )
+            .unwrap()
             .unwrap();
         assert_eq!(configs(&mut c, "t"), pairs(&[("max.message.bytes", "100"), ("segment.bytes", "4096")]));
         assert_eq!(state(&c, "t").min_insync_replicas, 3);
         // Replace: what is not named goes back to its default (min.insync.replicas: 2 for three).
-        let replaced = c.handle_alter_configs("t", &[Set("retention.bytes".into(), "-1".into())], true, false).unwrap();
+        let replaced =
+            c.handle_alter_configs("t", &[Set("retention.bytes".into(), "-1".into())], true, false).unwrap().unwrap();
         assert_eq!(configs(&mut c, "t"), pairs(&[("retention.bytes", "-1")]));
         assert_eq!(state(&c, "t").min_insync_replicas, 2);
         assert_eq!(

@@ -710,12 +710,12 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             let rx = {
                 let mut st = shared.lock();
                 st.cluster.handle_alter_configs(&r.topic, &r.changes, r.replace, r.validate_only).map(|e| {
-                    if r.validate_only {
-                        shared.persist(&[])
-                    } else {
+                    if let Some(e) = &e {
                         tracing::info!(entry = ?e, "topic configs changed");
-                        shared.persist(&[e])
                     }
+                    // Nothing to journal (validate_only, or no change): answered once what is
+                    // already queued is durable.
+                    shared.persist(e.as_slice())
                 })
             };
             Response::AlterConfigs(match rx {

@@ -36,6 +36,18 @@ async fn until_files(what: &str, ok: impl Fn() -> bool) {
     panic!("timed out waiting for {what}");
 }
 
+/// Once all three replicas of t-0 end at `end`: its leader and one of its followers.
+async fn leader_and_a_follower_at(c: &LocalCluster, end: i64) -> (i32, i32) {
+    let d = c
+        .wait_for(&format!("every replica at {end}"), Duration::from_secs(10), |d| {
+            d.partitions[0].progress.iter().filter(|g| g.log_end_offset == end).count() == 3
+        })
+        .await
+        .unwrap();
+    let leader = d.partitions[0].leader_id;
+    (leader, (1..=3).find(|b| *b != leader).unwrap())
+}
+
 #[tokio::test]
 async fn retention_deletes_old_segments_and_a_frozen_follower_starts_over_at_the_leaders_start() {
     let log = broker::log::LogConfig { segment_bytes: 1024, retention_bytes: Some(2048), ..Default::default() };
@@ -46,14 +58,7 @@ async fn retention_deletes_old_segments_and_a_frozen_follower_starts_over_at_the
     for i in 0..10 {
         zombie.send("t", 0, Bytes::from(format!("early-{i}"))).await.unwrap();
     }
-    let d = c
-        .wait_for("every replica at 10", Duration::from_secs(10), |d| {
-            d.partitions[0].progress.iter().filter(|g| g.log_end_offset == 10).count() == 3
-        })
-        .await
-        .unwrap();
-    let leader = d.partitions[0].leader_id;
-    let frozen = (1..=3).find(|b| *b != leader).unwrap();
+    let (leader, frozen) = leader_and_a_follower_at(&c, 10).await;
     let in_sync = (1..=3).find(|b| *b != leader && *b != frozen).unwrap();
 
     // One follower freezes; the stream goes on without it (it leaves the ISR).
@@ -119,14 +124,7 @@ async fn delete_records_waits_for_the_in_sync_replicas_and_a_frozen_one_follows_
     let mut outsider = producer::Admin::new(&c.coordinator_addr, c.client_config());
     let err = outsider.delete_records("t", 0, 3).await.unwrap_err().to_string();
     assert!(err.contains("CLUSTER_AUTHORIZATION_FAILED"), "{err}");
-    let d = c
-        .wait_for("every replica at 10", Duration::from_secs(10), |d| {
-            d.partitions[0].progress.iter().filter(|g| g.log_end_offset == 10).count() == 3
-        })
-        .await
-        .unwrap();
-    let leader = d.partitions[0].leader_id;
-    let frozen = (1..=3).find(|b| *b != leader).unwrap();
+    let (_, frozen) = leader_and_a_follower_at(&c, 10).await;
     let start_file = |id: i32| {
         let text = std::fs::read_to_string(c.replica_dir(id, "t", 0).join(broker::log::LOG_START_FILE));
         text.ok().and_then(|t| t.lines().nth(1).and_then(|l| l.parse::<i64>().ok()))

@@ -396,8 +396,6 @@ struct Inner {
     unclean_leader_epoch: i32,
     /// The topic's `min.insync.replicas` (1 until the coordinator says).
     min_isr: i32,
-    /// The topic's configs (its overrides of the broker's settings), as the coordinator said.
-    topic_config: protocol::topic_config::TopicConfig,
     /// The high watermark last written to [`HIGH_WATERMARK_FILE`] (as far as it was on disk
     /// here then: see [`Partition::checkpoint_high_watermark`]).
     checkpointed_hw: i64,
@@ -634,6 +632,9 @@ pub struct Partition {
     fencing: bool,
     /// Never held across an `.await`.
     inner: Mutex<Inner>,
+    /// The topic's configs (its overrides of the broker's settings), as the coordinator said:
+    /// read by every produce before the partition's lock, so under a lock of their own.
+    topic_config: Mutex<protocol::topic_config::TopicConfig>,
     /// Bumped whenever the log end, the high watermark or the leadership changes; waiters
     /// (acks=all answers, replication loops) watch it.
     progress: watch::Sender<u64>,
@@ -700,7 +701,6 @@ impl Partition {
             replicas: Vec::new(),
             replica_set: None,
             leader_high_watermark: -1,
-            topic_config: Default::default(),
             // Records below the high watermark checkpointed before the restart were committed:
             // readable at once, without waiting for the followers to answer.
             high_watermark: checkpointed_hw.min(end),
@@ -741,7 +741,15 @@ impl Partition {
             "partition opened"
         );
         let (progress, _) = watch::channel(0);
-        Ok(Partition { topic: topic.to_string(), index, broker_id, fencing, inner: Mutex::new(inner), progress })
+        Ok(Partition {
+            topic: topic.to_string(),
+            index,
+            broker_id,
+            fencing,
+            inner: Mutex::new(inner),
+            topic_config: Mutex::default(),
+            progress,
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -994,12 +1002,13 @@ impl Partition {
             tracing::info!(topic = %self.topic, partition = self.index, ?log, "topic configs applied to the log");
             g.log.set_config(log);
         }
-        g.topic_config = config;
+        drop(g);
+        *self.topic_config.lock().unwrap_or_else(|p| p.into_inner()) = config;
     }
 
     /// The topic's configs as last learnt.
     pub fn topic_config(&self) -> protocol::topic_config::TopicConfig {
-        self.lock().topic_config
+        *self.topic_config.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The follower path: check the sender's leader epoch and that this log matches the
@@ -1867,10 +1876,7 @@ impl Partition {
         if g.leadership.leader_epoch != leader_epoch || !g.leadership.is_leader {
             return;
         }
-        let Some(rs) = g.replica_set.as_mut() else { return };
-        let before = rs.follower(follower).map(|f| f.log_start_offset);
-        rs.on_log_start(follower, log_start_offset);
-        if rs.follower(follower).map(|f| f.log_start_offset) != before {
+        if g.replica_set.as_mut().is_some_and(|rs| rs.on_log_start(follower, log_start_offset)) {
             drop(g);
             self.bump();
         }
@@ -2254,6 +2260,24 @@ mod tests {
     fn push(p: &Partition, batches: &[Bytes], high_watermark: i64) -> i64 {
         let req = ReplicateRequest { high_watermark, ..replicate_request(p.progress().0, batches) };
         p.apply_replicated(&req, true).unwrap()
+    }
+
+    /// The Replicate broker `leader_id`'s replicate loop sends for `w` at `leader_epoch`.
+    fn request_of(w: &ReplicationWork, leader_id: i32, leader_epoch: i32) -> ReplicateRequest {
+        ReplicateRequest {
+            topic: "t".into(),
+            partition: 0,
+            topic_id: 0,
+            leader_epoch,
+            leader_id,
+            from_offset: w.from_offset,
+            prev_epoch: w.prev_epoch,
+            high_watermark: w.high_watermark,
+            log_start_offset: w.log_start_offset,
+            low_watermark: w.low_watermark,
+            producer_state: w.producer_state.clone(),
+            records: w.records.clone(),
+        }
     }
 
     /// Broker 1's Replicate at epoch 1 of `batches` from `from`.
@@ -2811,20 +2835,7 @@ mod tests {
         assert!(!w.producer_state.is_empty(), "producer 7 has nothing from the log start on");
         let follower = Partition::open_with(Arc::new(OsStorage), fd.path(), config, "t", 0, 3, true).unwrap();
         follower.learn(2, 2, 1, &[2, 3], &[2, 3], 0);
-        let req = ReplicateRequest {
-            topic: "t".into(),
-            partition: 0,
-            topic_id: 0,
-            leader_epoch: 2,
-            leader_id: 2,
-            from_offset: w.from_offset,
-            prev_epoch: w.prev_epoch,
-            high_watermark: w.high_watermark,
-            log_start_offset: w.log_start_offset,
-            low_watermark: w.low_watermark,
-            producer_state: w.producer_state.clone(),
-            records: w.records.clone(),
-        };
+        let req = request_of(&w, 2, 2);
         assert_eq!(follower.apply_replicated(&req, true).unwrap(), w.end_offset);
         assert_eq!(follower.log_shape().0, start, "started over at the leader's start");
         // The follower leads; producer 7 sends its next batch.
@@ -2903,20 +2914,7 @@ mod tests {
         // The next push carries the start; the follower hides the same records.
         let w = leader.replication_work(3, 2, (None, usize::MAX), 0).unwrap().unwrap();
         assert_eq!((w.log_start_offset, w.low_watermark), (0, 4), "whole batches still go from the first held");
-        let req = ReplicateRequest {
-            topic: "t".into(),
-            partition: 0,
-            topic_id: 0,
-            leader_epoch: 2,
-            leader_id: 2,
-            from_offset: w.from_offset,
-            prev_epoch: w.prev_epoch,
-            high_watermark: w.high_watermark,
-            log_start_offset: w.log_start_offset,
-            low_watermark: w.low_watermark,
-            producer_state: w.producer_state.clone(),
-            records: w.records.clone(),
-        };
+        let req = request_of(&w, 2, 2);
         follower.apply_replicated(&req, true).unwrap();
         assert_eq!(follower.log_start_offset(), 4);
         leader.on_replica_log_start(3, 2, follower.log_start_offset());

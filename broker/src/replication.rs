@@ -223,10 +223,15 @@ impl ReplicaSet {
         self.recompute(leader_leo)
     }
 
-    /// A follower reported its log start offset (durable there); it never moves back.
-    pub fn on_log_start(&mut self, follower: i32, log_start_offset: i64) {
-        if let Some(f) = self.followers.get_mut(&follower) {
-            f.log_start_offset = f.log_start_offset.max(log_start_offset);
+    /// A follower reported its log start offset (durable there); it never moves back. Returns
+    /// whether it moved.
+    pub fn on_log_start(&mut self, follower: i32, log_start_offset: i64) -> bool {
+        match self.followers.get_mut(&follower) {
+            Some(f) if log_start_offset > f.log_start_offset => {
+                f.log_start_offset = log_start_offset;
+                true
+            }
+            _ => false,
         }
     }
 

@@ -1914,9 +1914,14 @@ fn check_produce_ref(shared: &Shared, r: &mut ProduceRequest) -> Result<(BatchHe
         Err(e) => return Err(produce_error(batch_status(&e), -1, -1)),
     };
     // Under LogAppendTime the producer's timestamps are not kept, so not checked (as Kafka).
-    let limits = (!log_append_time).then(|| timestamp_limits(&shared.config, &topic_config));
-    validate_batch(&r.records, &header, limits, shared.config.decompressed_batch_bytes_max)
-        .map_err(|e| produce_error(record_status(&e), -1, -1))?;
+    let limits = timestamp_limits(&shared.config, &topic_config);
+    validate_batch(
+        &r.records,
+        &header,
+        (!log_append_time).then_some(limits),
+        shared.config.decompressed_batch_bytes_max,
+    )
+    .map_err(|e| produce_error(record_status(&e), -1, -1))?;
     if protocol::names::is_reserved_topic(&r.topic) {
         // Kafka's internal names: no topic may have one, and one left in a data directory from
         // before they were reserved takes no writes (the coordinator once wrote no marker there).
@@ -1932,8 +1937,7 @@ fn check_produce_ref(shared: &Shared, r: &mut ProduceRequest) -> Result<(BatchHe
     let part = found.map_err(|s| produce_error(s, -1, -1))?;
     if log_append_time {
         // Stamped with this broker's clock; replicated and read as stamped.
-        r.records =
-            protocol::batch::stamp_log_append_time(&r.records, timestamp_limits(&shared.config, &topic_config).now_ms);
+        r.records = protocol::batch::stamp_log_append_time(&r.records, limits.now_ms);
         let header = BatchHeader::parse(&r.records).map_err(|e| produce_error(batch_status(&e), -1, -1))?;
         return Ok((header, part));
     }

@@ -459,23 +459,6 @@ const TOPIC_CREATED_CONFIGS: i8 = 44;
 const TOPIC_SNAPSHOT_CONFIGS: i8 = 45;
 const TOPIC_CONFIGS: i8 = 46;
 
-fn put_configs(b: &mut BytesMut, configs: &[(String, String)]) {
-    b.put_i32(configs.len() as i32);
-    for (name, value) in configs {
-        b.put_string(name);
-        b.put_string(value);
-    }
-}
-
-fn read_configs(r: &mut Reader) -> Result<Vec<(String, String)>, DecodeError> {
-    let n = r.array_len("configs", 4)?;
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        out.push((r.string("config_name")?, r.string("config_value")?));
-    }
-    Ok(out)
-}
-
 /// What a list of fence targets carries, by the entry tag it was written under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Targets {
@@ -620,7 +603,7 @@ impl Entry {
                     b.put_i32_array(&p.elr);
                 }
                 if !configs.is_empty() {
-                    put_configs(&mut b, configs);
+                    b.put_string_pairs(configs);
                 }
             }
             Entry::TopicConfigs { name, topic_id, min_insync_replicas, configs } => {
@@ -628,7 +611,7 @@ impl Entry {
                 b.put_string(name);
                 b.put_u128(*topic_id);
                 b.put_i32(*min_insync_replicas);
-                put_configs(&mut b, configs);
+                b.put_string_pairs(configs);
             }
             Entry::TopicCreated { name, replicas, min_insync_replicas, topic_id, configs } => {
                 b.put_i8(if configs.is_empty() { TOPIC_CREATED_ID } else { TOPIC_CREATED_CONFIGS });
@@ -640,7 +623,7 @@ impl Entry {
                 b.put_i32(*min_insync_replicas);
                 b.put_u128(*topic_id);
                 if !configs.is_empty() {
-                    put_configs(&mut b, configs);
+                    b.put_string_pairs(configs);
                 }
             }
             Entry::TopicDeleted { name, topic_id } => {
@@ -791,7 +774,7 @@ impl Entry {
                 let min_insync_replicas = if tag == TOPIC_CREATED { 0 } else { r.i32("min_insync_replicas")? };
                 let with_id = matches!(tag, TOPIC_CREATED_ID | TOPIC_CREATED_CONFIGS);
                 let topic_id = if with_id { r.u128("topic_id")? } else { 0 };
-                let configs = if tag == TOPIC_CREATED_CONFIGS { read_configs(&mut r)? } else { Vec::new() };
+                let configs = if tag == TOPIC_CREATED_CONFIGS { r.string_pairs("configs")? } else { Vec::new() };
                 Entry::TopicCreated { name, replicas, min_insync_replicas, topic_id, configs }
             }
             TOPIC_DELETED => Entry::TopicDeleted { name: r.string("name")?, topic_id: r.u128("topic_id")? },
@@ -895,14 +878,14 @@ impl Entry {
                         elr: if elr { r.i32_array("elr")? } else { Vec::new() },
                     });
                 }
-                let configs = if tag == TOPIC_SNAPSHOT_CONFIGS { read_configs(&mut r)? } else { Vec::new() };
+                let configs = if tag == TOPIC_SNAPSHOT_CONFIGS { r.string_pairs("configs")? } else { Vec::new() };
                 Entry::TopicSnapshot { name, min_insync_replicas, partitions, topic_id, configs }
             }
             TOPIC_CONFIGS => Entry::TopicConfigs {
                 name: r.string("name")?,
                 topic_id: r.u128("topic_id")?,
                 min_insync_replicas: r.i32("min_insync_replicas")?,
-                configs: read_configs(&mut r)?,
+                configs: r.string_pairs("configs")?,
             },
             LEADER_CHANGED | LEADER_CHANGED_ELR => Entry::LeaderChanged {
                 topic: r.string("topic")?,

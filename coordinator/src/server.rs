@@ -927,7 +927,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
         | Request::Replicate(_)
         | Request::DeleteRecords(_) => Response::Error(Status::new(
             ErrorCode::InvalidRequest,
-            "this is the coordinator: send produce and fetch to the partition leader (see Metadata)",
+            "this is the coordinator: send produce, fetch and delete-records to the partition leader (see Metadata)",
         )),
     }
 }

@@ -121,6 +121,17 @@ impl Reader {
         Ok(out)
     }
 
+    /// An array of (string, string) pairs (i32 count, then each pair's two strings): a topic's
+    /// configs.
+    pub fn string_pairs(&mut self, field: &'static str) -> Result<Vec<(String, String)>, DecodeError> {
+        let n = self.array_len(field, 4)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push((self.string(field)?, self.string(field)?));
+        }
+        Ok(out)
+    }
+
     /// Fails if anything is left: every message is decoded whole.
     pub fn finish(self) -> Result<(), DecodeError> {
         if self.buf.has_remaining() {
@@ -142,6 +153,8 @@ pub trait WriteExt {
     fn put_bool(&mut self, b: bool);
     /// An array of i32.
     fn put_i32_array(&mut self, v: &[i32]);
+    /// An array of (string, string) pairs ([`Reader::string_pairs`]).
+    fn put_string_pairs(&mut self, pairs: &[(String, String)]);
 }
 
 impl WriteExt for BytesMut {
@@ -169,6 +182,14 @@ impl WriteExt for BytesMut {
 
     fn put_bool(&mut self, b: bool) {
         self.put_i8(b as i8);
+    }
+
+    fn put_string_pairs(&mut self, pairs: &[(String, String)]) {
+        self.put_i32(pairs.len() as i32);
+        for (a, b) in pairs {
+            self.put_string(a);
+            self.put_string(b);
+        }
     }
 
     fn put_i32_array(&mut self, v: &[i32]) {

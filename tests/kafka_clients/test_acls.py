@@ -61,6 +61,12 @@ def grant_alice(cluster, topic):
     allow(cluster, "User:alice", "--group", "*", operation="READ")
 
 
+def superuser(bootstrap):
+    """confluent-kafka settings of the super user `admin`."""
+    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "admin", "sasl.password": USERS["admin"]}
+
+
 def error_of(client, e):
     """(code, fatal, abortable) of a client's transactional error."""
     if client.name == "confluent":
@@ -259,8 +265,7 @@ def test_deleting_a_group_or_its_offsets_needs_delete_on_the_group(client, start
     bootstrap = cluster.bootstrap()
     for topic in ("orders", "secret"):
         cluster.create_topic(topic, partitions=1, replicas=1)
-    su = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
-          "sasl.username": "admin", "sasl.password": USERS["admin"]}
+    su = superuser(bootstrap)
     for group in ("g", "h"):
         c = Consumer({**su, "group.id": group, "enable.auto.commit": False})
         c.commit(offsets=[TopicPartition("orders", 0, 4), TopicPartition("secret", 0, 4)], asynchronous=False)
@@ -311,8 +316,7 @@ def test_deleting_records_and_altering_configs_need_their_acls(client, start_clu
     from confluent_kafka import Consumer, Producer, TopicPartition
     cluster = acl_cluster(start_cluster, tmp_path)
     bootstrap = cluster.bootstrap()
-    su = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
-          "sasl.username": "admin", "sasl.password": USERS["admin"]}
+    su = superuser(bootstrap)
     prod = Producer(su)
     for topic in ("orders", "secret"):
         cluster.create_topic(topic, partitions=1, replicas=1)

@@ -462,3 +462,54 @@ def test_topic_configs_through_kafka_python(cluster):
             assert want in text, described
     finally:
         admin.close()
+
+
+@pytest.mark.timeout(60)
+def test_log_append_time_is_what_both_clients_see(cluster):
+    """Issue 32, item 1: on a topic with message.timestamp.type LogAppendTime, both clients see
+    the broker's time, not the hour-old one they sent: in the delivery report (the Produce
+    answer's log_append_time_ms) and in the consumed record, typed as log-append time; on a
+    CreateTime topic, their own."""
+    import time
+
+    import kafka
+    from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    c = cluster()
+    bs = c.bootstrap()
+    admin = AdminClient({"bootstrap.servers": bs})
+    futures = admin.create_topics([NewTopic("lat", 1, 1, config={"message.timestamp.type": "LogAppendTime"}),
+                                   NewTopic("ct", 1, 1)], request_timeout=15)
+    for f in futures.values():
+        f.result(20)
+    sent = int(time.time() * 1000) - 3_600_000
+    before = int(time.time() * 1000)
+    reports = {}
+    prod = Producer({"bootstrap.servers": bs})
+    for t in ("lat", "ct"):
+        prod.produce(t, value=b"x", partition=0, timestamp=sent,
+                     on_delivery=lambda err, m, t=t: reports.__setitem__(t, (err, m.timestamp())))
+    assert prod.flush(30) == 0
+    assert reports["lat"][0] is None and reports["lat"][1][0] == TIMESTAMP_LOG_APPEND_TIME, reports
+    assert reports["lat"][1][1] >= before, reports
+    assert reports["ct"][1] == (TIMESTAMP_CREATE_TIME, sent), reports
+    kp = kafka.KafkaProducer(bootstrap_servers=bs.split(","))
+    meta = kp.send("lat", value=b"y", partition=0, timestamp_ms=sent).get(timeout=30)
+    kp.close()
+    assert meta.timestamp >= before, meta
+    cons = Consumer({"bootstrap.servers": bs, "group.id": "lat"})
+    cons.assign([TopicPartition("lat", 0, 0)])
+    seen = []
+    for _ in range(100):
+        m = cons.poll(0.2)
+        if m is not None and m.error() is None:
+            seen.append(m.timestamp())
+        if len(seen) == 2:
+            break
+    cons.close()
+    assert len(seen) == 2 and all(kind == TIMESTAMP_LOG_APPEND_TIME and ts >= before for kind, ts in seen), seen
+    kc = kafka.KafkaConsumer(bootstrap_servers=bs.split(","), auto_offset_reset="earliest", consumer_timeout_ms=10000)
+    kc.assign([kafka.TopicPartition("lat", 0)])
+    records = [next(kc) for _ in range(2)]
+    kc.close()
+    assert all(r.timestamp_type == 1 and r.timestamp >= before for r in records), records

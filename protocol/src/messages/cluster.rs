@@ -139,7 +139,7 @@ impl MetadataResponse {
             }
         }
         for t in &self.topics {
-            put_configs(b, &t.configs);
+            b.put_string_pairs(&t.configs);
         }
     }
 
@@ -181,7 +181,7 @@ impl MetadataResponse {
         }
         if r.remaining() > 0 {
             for t in &mut topics {
-                t.configs = read_configs(r)?;
+                t.configs = r.string_pairs("configs")?;
             }
         }
         Ok(MetadataResponse { status, brokers, topics })
@@ -215,7 +215,7 @@ impl CreateTopicRequest {
         b.put_i32(self.min_insync_replicas);
         b.put_bool(self.validate_only);
         if !self.configs.is_empty() {
-            put_configs(b, &self.configs);
+            b.put_string_pairs(&self.configs);
         }
     }
 
@@ -225,7 +225,7 @@ impl CreateTopicRequest {
         let replication_factor = r.i32("replication_factor")?;
         let min_insync_replicas = r.i32("min_insync_replicas")?;
         let validate_only = r.bool("validate_only")?;
-        let configs = if r.remaining() > 0 { read_configs(r)? } else { Vec::new() };
+        let configs = if r.remaining() > 0 { r.string_pairs("configs")? } else { Vec::new() };
         Ok(CreateTopicRequest { name, partitions, replication_factor, min_insync_replicas, validate_only, configs })
     }
 }
@@ -765,7 +765,7 @@ impl HeartbeatResponse {
             a.encode(b);
         }
         for a in &self.assignments {
-            put_configs(b, &a.configs);
+            b.put_string_pairs(&a.configs);
         }
     }
 
@@ -820,7 +820,7 @@ impl HeartbeatResponse {
         };
         if r.remaining() > 0 {
             for a in &mut assignments {
-                a.configs = read_configs(r)?;
+                a.configs = r.string_pairs("configs")?;
             }
         }
         Ok(HeartbeatResponse {
@@ -1300,25 +1300,6 @@ impl ScramCredentialsResponse {
         let users = (0..n).map(|_| UserCredential::decode(r)).collect::<Result<_, _>>()?;
         Ok(ScramCredentialsResponse { status, results, credentials: Credentials { version, users } })
     }
-}
-
-/// Write a list of config (name, value) pairs.
-fn put_configs(b: &mut BytesMut, configs: &[(String, String)]) {
-    b.put_i32(configs.len() as i32);
-    for (name, value) in configs {
-        b.put_string(name);
-        b.put_string(value);
-    }
-}
-
-/// Read a list of config (name, value) pairs.
-fn read_configs(r: &mut Reader) -> Result<Vec<(String, String)>, DecodeError> {
-    let n = r.array_len("configs", 4)?;
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        out.push((r.string("config_name")?, r.string("config_value")?));
-    }
-    Ok(out)
 }
 
 /// What one change does to a topic config (AlterConfigs).

@@ -309,6 +309,27 @@ async fn every_served_api_answers_at_every_served_version() {
                     assert_eq!(code, 31, "v{v}: the cluster has a secret");
                     Ok(0)
                 }
+                ApiKey::AlterPartitionReassignments => {
+                    let req = AlterPartitionReassignmentsRequest::default().with_topics(vec![
+                        alter_partition_reassignments_request::ReassignableTopic::default()
+                            .with_name(name("t"))
+                            .with_partitions(vec![
+                                alter_partition_reassignments_request::ReassignablePartition::default()
+                                    .with_partition_index(0)
+                                    .with_replicas(Some(vec![BrokerId(1)])),
+                            ]),
+                    ]);
+                    let r = conn.call(&req, v).await.unwrap();
+                    let code = r.responses[0].partitions[0].error_code;
+                    assert_eq!(code, 31, "v{v}: the cluster has a secret");
+                    Ok(r.error_code)
+                }
+                ApiKey::ListPartitionReassignments => {
+                    let r =
+                        conn.call(&ListPartitionReassignmentsRequest::default().with_topics(None), v).await.unwrap();
+                    assert!(r.topics.is_empty(), "v{v}: nothing is being moved: {r:?}");
+                    Ok(r.error_code)
+                }
                 ApiKey::DescribeTopicPartitions => {
                     // Two partitions, one a page: the cursor names the second, which the next
                     // page starts at; a topic that does not exist is named with its error.

@@ -1105,6 +1105,19 @@ async fn heartbeat(shared: &Arc<Shared>) -> Result<(), String> {
             }
         }
     }
+    for r in &hb.removed {
+        // Moved away (a reassignment completed or was cancelled): dropped only if it is the
+        // replica of that topic the coordinator means.
+        let key = (r.topic.clone(), r.partition);
+        if shared.unopened.get(&key).is_some_and(|u| u.topic_id == r.topic_id) {
+            shared.unopened.remove(&key);
+            tracing::info!(topic = %key.0, partition = key.1, "dropping a replica that could not open: it was moved to other brokers");
+            remove_partition_dir(&*shared.config.storage, &partition_dir(shared, &key));
+        }
+        if known_topic_id(shared, &key) == r.topic_id {
+            drop_partition(shared, &key, "its partition was moved to other brokers");
+        }
+    }
     for a in hb.assignments {
         let key = (a.topic.clone(), a.partition);
         let known = known_topic_id(shared, &key);
@@ -1200,8 +1213,8 @@ fn remove_partition_dir(storage: &dyn Storage, dir: &std::path::Path) {
     let _ = storage.remove_dir(dir);
 }
 
-/// Stop hosting a partition of a deleted topic: it stops leading and following (no request
-/// reaches it any more), and its files go.
+/// Stop hosting a partition (its topic was deleted, or it moved to other brokers): it stops
+/// leading and following (no request reaches it any more), and its files go.
 fn drop_partition(shared: &Shared, key: &(String, i32), why: &str) {
     let Some((_, part)) = shared.partitions.remove(key) else { return };
     shared.topic_ids.remove(key);

@@ -196,9 +196,42 @@ struct Partition {
     isr: Vec<i32>,
     /// Eligible leader replicas: out of the ISR, and holding every committed record.
     elr: Vec<i32>,
+    /// Replicas a move under way adds (catching up; empty when none is).
+    adding: Vec<i32>,
+    /// Replicas a move under way removes once every replica it keeps is in sync.
+    removing: Vec<i32>,
 }
 
 impl Partition {
+    /// A new partition on `replicas`, the first leading at epoch 0, all in sync.
+    fn new(replicas: &[i32]) -> Self {
+        Partition {
+            replicas: replicas.to_vec(),
+            leader_id: replicas.first().copied().unwrap_or(NO_LEADER),
+            leader_epoch: 0,
+            partition_epoch: 0,
+            isr: replicas.to_vec(),
+            elr: Vec::new(),
+            adding: Vec::new(),
+            removing: Vec::new(),
+        }
+    }
+
+    /// Whether a move is under way.
+    fn reassigning(&self) -> bool {
+        !self.adding.is_empty() || !self.removing.is_empty()
+    }
+
+    /// The replicas the partition had before the move under way (all of them when none is).
+    fn original(&self) -> Vec<i32> {
+        self.replicas.iter().copied().filter(|r| !self.adding.contains(r)).collect()
+    }
+
+    /// The replicas the move under way leaves (all of them when none is).
+    fn target(&self) -> Vec<i32> {
+        self.replicas.iter().copied().filter(|r| !self.removing.contains(r)).collect()
+    }
+
     /// The eligible leader replicas after the ISR becomes `isr`, dropping `lost` (replicas that
     /// may have lost records): none once `isr` has `min_isr` members (the high watermark moves
     /// on without the others), else the earlier ones and every member leaving the ISR, which
@@ -1121,6 +1154,19 @@ impl Cluster {
             for (i, p) in t.partitions.iter().enumerate() {
                 let i = i as i32;
                 let live = |b: i32| self.electable(topic, i, b, now_ms);
+                if p.reassigning() && p.leader_id != NO_LEADER && live(p.leader_id) {
+                    let target = p.target();
+                    if target.iter().all(|r| p.isr.contains(r)) {
+                        // Every replica the move keeps is in sync: complete it.
+                        match self.replicas_change(now_ms, topic, i, &target) {
+                            Ok(e) => {
+                                out.push(e);
+                                continue;
+                            }
+                            Err(why) => tracing::debug!(%topic, partition = i, why, "a move cannot complete yet"),
+                        }
+                    }
+                }
                 if p.leader_id != NO_LEADER && live(p.leader_id) {
                     if p.isr.iter().any(|b| !self.alive(*b, now_ms)) {
                         let isr: Vec<i32> = p.isr.iter().copied().filter(|b| self.alive(*b, now_ms)).collect();
@@ -1264,6 +1310,172 @@ impl Cluster {
             self.apply(e);
         }
         Ok(entries)
+    }
+
+    /// Move `topic-partition`'s replicas to `target` (AlterPartitionReassignments, KIP-455), or
+    /// cancel the move under way (`None`: back to the replicas it had before). Returns the
+    /// entry to persist before answering (`None`: nothing to do).
+    ///
+    /// A move keeps the partition's replicas and adds the target's: its replicas are the
+    /// target's, then those it removes, under a new leader epoch, so the leader replicates to
+    /// the new ones; they catch up and the leader brings them into the ISR. Once every target
+    /// replica is in sync, [`Cluster::handle_tick`] completes it: the replicas become the
+    /// target, the ISR keeps only them, and a removed leader hands its leadership to an in-sync
+    /// target replica, all under the next leader epoch; the brokers of the removed replicas drop
+    /// them ([`Cluster::removed_among`]). A target already in sync completes at once. A new
+    /// move of a partition being moved replaces the target, keeping the replicas it had
+    /// before. The target must name live brokers, each once, at least
+    /// `min.insync.replicas` of them, and (unless `allow_replication_factor_change`) as many
+    /// as the partition has.
+    pub fn handle_reassign(
+        &mut self,
+        now_ms: u64,
+        topic: &str,
+        partition: i32,
+        target: Option<&[i32]>,
+        allow_replication_factor_change: bool,
+    ) -> Result<Option<Entry>, Status> {
+        let Some((min_isr, p)) = self.topic_partition(topic, partition) else {
+            return Err(Status::new(ErrorCode::UnknownTopicOrPartition, format!("{topic}-{partition} does not exist")));
+        };
+        let refuse = |why: String| {
+            Err(Status::new(ErrorCode::InvalidReplicaAssignment, format!("cannot move {topic}-{partition}: {why}")))
+        };
+        let target = match target {
+            None if !p.reassigning() => {
+                return Err(Status::new(
+                    ErrorCode::NoReassignmentInProgress,
+                    format!("{topic}-{partition} is not being moved: there is nothing to cancel"),
+                ))
+            }
+            None => p.original(),
+            Some(target) => {
+                let live = self.live_brokers(now_ms);
+                if target.is_empty() {
+                    return refuse("no replicas given (to cancel a move, give none: null)".to_string());
+                }
+                if let Some((j, b)) = target.iter().enumerate().find(|(j, b)| target[..*j].contains(b)) {
+                    return refuse(format!("broker {b} is named twice (at {j})"));
+                }
+                if let Some(b) = target.iter().find(|b| !live.contains(b)) {
+                    return refuse(format!("broker {b} is not live (live: {live:?})"));
+                }
+                if (target.len() as i32) < min_isr {
+                    return refuse(format!(
+                        "{} replicas is fewer than the topic's min.insync.replicas ({min_isr}), so acks=all writes \
+                         would be refused; lower min.insync.replicas first",
+                        target.len()
+                    ));
+                }
+                let rf = p.original().len();
+                if !allow_replication_factor_change && target.len() != rf {
+                    return Err(Status::new(
+                        ErrorCode::InvalidReplicationFactor,
+                        format!(
+                            "cannot move {topic}-{partition} to {} replicas: it has {rf}, and the request does not \
+                             allow the replication factor to change",
+                            target.len()
+                        ),
+                    ));
+                }
+                target.to_vec()
+            }
+        };
+        if target == p.replicas && !p.reassigning() {
+            return Ok(None);
+        }
+        match self.replicas_change(now_ms, topic, partition, &target) {
+            Ok(entry) => {
+                self.apply(&entry);
+                Ok(Some(entry))
+            }
+            Err(why) => refuse(why),
+        }
+    }
+
+    /// The entry that moves `topic-partition` towards `target` (see
+    /// [`Cluster::handle_reassign`]): complete when every target replica is in sync, else
+    /// under way. Err says why it cannot be made now.
+    fn replicas_change(&self, now_ms: u64, topic: &str, partition: i32, target: &[i32]) -> Result<Entry, String> {
+        let (t, p) = self
+            .topics
+            .get(topic)
+            .and_then(|t| Some((t, t.partitions.get(usize::try_from(partition).ok()?)?)))
+            .ok_or_else(|| format!("{topic}-{partition} does not exist"))?;
+        let original = p.original();
+        let complete = target.iter().all(|r| p.isr.contains(r));
+        let (replicas, adding, removing) = if complete {
+            (target.to_vec(), Vec::new(), Vec::new())
+        } else {
+            let mut replicas = target.to_vec();
+            replicas.extend(original.iter().copied().filter(|r| !target.contains(r)));
+            let adding = target.iter().copied().filter(|r| !original.contains(r)).collect();
+            let removing = original.iter().copied().filter(|r| !target.contains(r)).collect();
+            (replicas, adding, removing)
+        };
+        let isr: Vec<i32> = p.isr.iter().copied().filter(|r| replicas.contains(r)).collect();
+        let elr: Vec<i32> = p.elr_after(t.min_isr, &isr, &[]).into_iter().filter(|r| replicas.contains(r)).collect();
+        let leader_id = if p.leader_id == NO_LEADER || isr.contains(&p.leader_id) {
+            // (Without a leader, the tick elects one as for any partition.)
+            p.leader_id
+        } else {
+            // The leader is removed: the first in-sync target replica that can lead, in the
+            // target's order (its first is the preferred leader).
+            replicas
+                .iter()
+                .copied()
+                .find(|r| isr.contains(r) && self.electable(topic, partition, *r, now_ms))
+                .ok_or_else(|| {
+                    format!("the leader {} is removed and no replica left in sync ({isr:?}) is live", p.leader_id)
+                })?
+        };
+        if isr.is_empty() && leader_id != NO_LEADER {
+            return Err(format!("no in-sync replica ({:?}) would be left", p.isr));
+        }
+        Ok(Entry::ReplicasChanged {
+            topic: topic.to_string(),
+            topic_id: t.id,
+            partition,
+            replicas,
+            adding,
+            removing,
+            leader_id,
+            leader_epoch: p.leader_epoch + 1,
+            isr,
+            elr,
+        })
+    }
+
+    /// The partitions being moved, of `topics` ((topic, partitions); all when `None`).
+    pub fn reassignments(&self, topics: Option<&[(String, Vec<i32>)]>) -> Vec<protocol::Reassignment> {
+        let asked = |topic: &str, i: i32| {
+            topics.is_none_or(|ts| ts.iter().any(|(t, partitions)| t == topic && partitions.contains(&i)))
+        };
+        self.topics
+            .iter()
+            .flat_map(|(name, t)| t.partitions.iter().enumerate().map(move |(i, p)| (name, i as i32, p)))
+            .filter(|(name, i, p)| p.reassigning() && asked(name, *i))
+            .map(|(name, i, p)| protocol::Reassignment {
+                topic: name.clone(),
+                partition: i,
+                replicas: p.replicas.clone(),
+                adding: p.adding.clone(),
+                removing: p.removing.clone(),
+            })
+            .collect()
+    }
+
+    /// The replicas among `reports` (broker `broker_id`'s) that their partition no longer has:
+    /// moved away by a reassignment. Only replicas that carry their topic's current id: one of
+    /// a topic this coordinator does not know, or without an id, is never named (a deleted
+    /// topic's are [`Cluster::deleted_among`]'s).
+    pub fn removed_among(&self, broker_id: i32, reports: &[ReplicaReport]) -> Vec<protocol::RemovedReplica> {
+        reports
+            .iter()
+            .filter(|r| r.topic_id != 0 && self.topic_id(&r.topic) == Some(r.topic_id))
+            .filter(|r| self.partition(&r.topic, r.partition).is_some_and(|p| !p.replicas.contains(&broker_id)))
+            .map(|r| protocol::RemovedReplica { topic: r.topic.clone(), partition: r.partition, topic_id: r.topic_id })
+            .collect()
     }
 
     /// A leader asks to change the ISR. Refused with FENCED_LEADER_EPOCH unless it is the
@@ -1531,6 +1743,15 @@ impl Cluster {
                     })
                     .collect(),
             })
+            .chain(self.topics.iter().flat_map(|(name, t)| {
+                t.partitions.iter().enumerate().filter(|(_, p)| p.reassigning()).map(|(i, p)| Entry::Reassigning {
+                    topic: name.clone(),
+                    topic_id: t.id,
+                    partition: i as i32,
+                    adding: p.adding.clone(),
+                    removing: p.removing.clone(),
+                })
+            }))
             .chain(self.unclean.iter().map(|((topic, partition), leader_epoch)| Entry::UncleanLeader {
                 topic: topic.clone(),
                 partition: *partition,
@@ -1557,17 +1778,7 @@ impl Cluster {
             Entry::TopicCreated { name, replicas, min_insync_replicas, topic_id, configs } => {
                 let rf = replicas.first().map_or(1, |r| r.len() as i32);
                 let min_isr = if *min_insync_replicas > 0 { *min_insync_replicas } else { self.default_min_isr(rf) };
-                let partitions = replicas
-                    .iter()
-                    .map(|r| Partition {
-                        replicas: r.clone(),
-                        leader_id: r.first().copied().unwrap_or(NO_LEADER),
-                        leader_epoch: 0,
-                        partition_epoch: 0,
-                        isr: r.clone(),
-                        elr: Vec::new(),
-                    })
-                    .collect();
+                let partitions = replicas.iter().map(|r| Partition::new(r)).collect();
                 let id = topic_id_or_legacy(*topic_id, name);
                 let configs = configs.iter().cloned().collect();
                 self.topics.insert(name.clone(), Topic { min_isr, partitions, id, configs });
@@ -1607,14 +1818,7 @@ impl Cluster {
             }
             Entry::PartitionsAdded { name, replicas } => {
                 if let Some(t) = self.topics.get_mut(name) {
-                    t.partitions.extend(replicas.iter().map(|r| Partition {
-                        replicas: r.clone(),
-                        leader_id: r.first().copied().unwrap_or(NO_LEADER),
-                        leader_epoch: 0,
-                        partition_epoch: 0,
-                        isr: r.clone(),
-                        elr: Vec::new(),
-                    }));
+                    t.partitions.extend(replicas.iter().map(|r| Partition::new(r)));
                 }
             }
             Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr, elr } => {
@@ -1640,6 +1844,8 @@ impl Cluster {
                         partition_epoch: p.partition_epoch,
                         isr: p.isr.clone(),
                         elr: p.elr.clone(),
+                        adding: Vec::new(),
+                        removing: Vec::new(),
                     })
                     .collect();
                 let id = topic_id_or_legacy(*topic_id, name);
@@ -1658,6 +1864,43 @@ impl Cluster {
                         p.isr = isr.clone();
                         p.elr = elr.clone();
                     }
+                }
+            }
+            Entry::ReplicasChanged {
+                topic,
+                topic_id,
+                partition,
+                replicas,
+                adding,
+                removing,
+                leader_id,
+                leader_epoch,
+                isr,
+                elr,
+            } => {
+                if self.topic_id(topic) != Some(*topic_id) {
+                    return;
+                }
+                if let Some(p) = self.partition_mut(topic, *partition) {
+                    if *leader_epoch > p.leader_epoch {
+                        p.replicas = replicas.clone();
+                        p.adding = adding.clone();
+                        p.removing = removing.clone();
+                        p.leader_id = *leader_id;
+                        p.leader_epoch = *leader_epoch;
+                        p.partition_epoch += 1;
+                        p.isr = isr.clone();
+                        p.elr = elr.clone();
+                    }
+                }
+            }
+            Entry::Reassigning { topic, topic_id, partition, adding, removing } => {
+                if self.topic_id(topic) != Some(*topic_id) {
+                    return;
+                }
+                if let Some(p) = self.partition_mut(topic, *partition) {
+                    p.adding = adding.clone();
+                    p.removing = removing.clone();
                 }
             }
             Entry::Acls { .. } => self.acls.apply(entry),
@@ -2613,6 +2856,127 @@ mod tests {
         let (_, topics, _) = replayed.handle_metadata(7, &["t".to_string()], false);
         assert_eq!(topics[0].topic_id, second);
         assert!(replayed.deleted_among(&[report("t")]).is_empty(), "it exists again");
+    }
+
+    fn report_of(c: &Cluster, topic: &str, partition: i32) -> ReplicaReport {
+        ReplicaReport { partition, topic_id: c.topic_id(topic).unwrap(), ..report(topic) }
+    }
+
+    fn moved(e: &Entry) -> (Vec<i32>, Vec<i32>, Vec<i32>, i32, i32, Vec<i32>) {
+        let Entry::ReplicasChanged { replicas, adding, removing, leader_id, leader_epoch, isr, .. } = e else {
+            panic!("not a replicas change: {e:?}")
+        };
+        (replicas.clone(), adding.clone(), removing.clone(), *leader_id, *leader_epoch, isr.clone())
+    }
+
+    /// Issue 32: a move adds the target's replicas under a new leader epoch, completes once
+    /// they are in sync (the removed leader hands over to an in-sync target replica), and the
+    /// removed replicas' brokers are told to drop them; replay and snapshots agree mid-move.
+    #[test]
+    fn a_move_adds_replicas_and_completes_once_they_are_in_sync() {
+        let mut c = cluster(&[1, 2, 3, 4]);
+        let mut journal = vec![c.handle_create_topic(0, "t", 1, 2, 1).unwrap()];
+        let original = c.replicas_of("t", 0).unwrap().to_vec();
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        let target: Vec<i32> = [1, 2, 3, 4].into_iter().filter(|b| !original.contains(b)).collect();
+        let code = |r: Result<Option<Entry>, Status>| r.unwrap_err().code;
+        assert_eq!(code(c.handle_reassign(1, "t", 0, Some(&[]), true)), ErrorCode::InvalidReplicaAssignment);
+        let twice = [target[0], target[0]];
+        assert_eq!(code(c.handle_reassign(1, "t", 0, Some(&twice), true)), ErrorCode::InvalidReplicaAssignment);
+        let dead = [target[0], 9];
+        assert_eq!(code(c.handle_reassign(1, "t", 0, Some(&dead), true)), ErrorCode::InvalidReplicaAssignment);
+        let one = [target[0]];
+        assert_eq!(code(c.handle_reassign(1, "t", 0, Some(&one), false)), ErrorCode::InvalidReplicationFactor);
+        assert_eq!(code(c.handle_reassign(1, "t", 0, None, false)), ErrorCode::NoReassignmentInProgress);
+        assert_eq!(code(c.handle_reassign(1, "t", 1, Some(&target), false)), ErrorCode::UnknownTopicOrPartition);
+        assert_eq!(c.handle_reassign(1, "t", 0, Some(&original), false).unwrap(), None, "already there");
+        assert_eq!(c.leader_of("t", 0).unwrap().1, epoch, "refusals change nothing");
+
+        let start = c.handle_reassign(1, "t", 0, Some(&target), false).unwrap().unwrap();
+        journal.push(start.clone());
+        let full: Vec<i32> = target.iter().chain(original.iter()).copied().collect();
+        assert_eq!(
+            moved(&start),
+            (full.clone(), target.clone(), original.clone(), leader, epoch + 1, original.clone())
+        );
+        let listed = c.reassignments(None);
+        assert_eq!(listed.len(), 1);
+        assert_eq!((listed[0].adding.clone(), listed[0].removing.clone()), (target.clone(), original.clone()));
+        assert!(c.reassignments(Some(&[("t".to_string(), vec![1])])).is_empty());
+        // Mid-move, a replay of the journal and a snapshot hold the move.
+        for entries in [journal.clone(), c.snapshot()] {
+            let mut replayed = Cluster::new(ClusterConfig::default());
+            for e in entries {
+                replayed.apply(&Entry::decode(e.encode()).unwrap());
+            }
+            assert_eq!(replayed.reassignments(None), listed);
+            assert_eq!(replayed.partition("t", 0), c.partition("t", 0));
+        }
+        for b in [1, 2, 3, 4] {
+            c.handle_heartbeat(2, b, &format!("a:{b}"), &[]);
+        }
+        // Not complete while the new replicas are out of sync; the old ones are not dropped.
+        assert!(c.handle_tick(3).iter().all(|e| !matches!(e, Entry::ReplicasChanged { .. })));
+        assert!(c.removed_among(original[0], &[report_of(&c, "t", 0)]).is_empty());
+        // The leader brings one in: still not complete.
+        let pe = c.partition("t", 0).unwrap().partition_epoch;
+        let mut isr = original.clone();
+        isr.push(target[0]);
+        assert!(alter(&mut c, leader, epoch + 1, pe, &isr).status.is_ok());
+        assert!(c.handle_tick(4).iter().all(|e| !matches!(e, Entry::ReplicasChanged { .. })));
+        isr.push(target[1]);
+        assert!(alter(&mut c, leader, epoch + 1, pe + 1, &isr).status.is_ok());
+        let done = c.handle_tick(5);
+        let [done] = done.as_slice() else { panic!("{done:?}") };
+        let (replicas, adding, removing, new_leader, new_epoch, new_isr) = moved(done);
+        assert_eq!((replicas, adding, removing), (target.clone(), vec![], vec![]));
+        assert_eq!(
+            (new_leader, new_epoch, new_isr),
+            (target[0], epoch + 2, target.clone()),
+            "the removed leader hands over"
+        );
+        assert!(c.reassignments(None).is_empty());
+        // The old leader's ISR change under its old epoch is fenced.
+        assert_eq!(alter(&mut c, leader, epoch + 1, pe + 2, &isr).status.code, ErrorCode::FencedLeaderEpoch);
+        // The removed replicas are dropped; the kept ones, a replica without an id and a
+        // topic this coordinator does not know are not.
+        let removed = c.removed_among(original[0], &[report_of(&c, "t", 0), report("t"), report("other")]);
+        assert_eq!(
+            removed,
+            [protocol::RemovedReplica { topic: "t".into(), partition: 0, topic_id: c.topic_id("t").unwrap() }]
+        );
+        assert!(c.removed_among(target[0], &[report_of(&c, "t", 0)]).is_empty());
+        let (_, assignments, _) = c.handle_heartbeat(6, original[0], "a", &[report_of(&c, "t", 0)]);
+        assert!(assignments.is_empty());
+    }
+
+    /// A move can be cancelled (back to the replicas it had) or replaced (another target, the
+    /// same original replicas); a move whose target is in sync completes at once.
+    #[test]
+    fn a_move_is_cancelled_or_replaced_and_one_in_sync_completes_at_once() {
+        let mut c = cluster(&[1, 2, 3, 4]);
+        c.handle_create_topic(0, "t", 1, 2, 1).unwrap();
+        let original = c.replicas_of("t", 0).unwrap().to_vec();
+        let (leader, epoch, _) = c.leader_of("t", 0).unwrap();
+        let others: Vec<i32> = [1, 2, 3, 4].into_iter().filter(|b| !original.contains(b)).collect();
+        // Shrinking to the leader alone: in sync, complete at once.
+        let e = c.handle_reassign(1, "t", 0, Some(&[leader]), true).unwrap().unwrap();
+        assert_eq!(moved(&e), (vec![leader], vec![], vec![], leader, epoch + 1, vec![leader]));
+        // Growing back: under way, the leader stays.
+        let grow = [leader, others[0]];
+        let e = c.handle_reassign(2, "t", 0, Some(&grow), true).unwrap().unwrap();
+        assert_eq!(moved(&e), (grow.to_vec(), vec![others[0]], vec![], leader, epoch + 2, vec![leader]));
+        // Replaced: the original is still [leader]; the first target's replica is no replica.
+        let e = c.handle_reassign(3, "t", 0, Some(&[others[1], leader]), true).unwrap().unwrap();
+        assert_eq!(moved(&e), (vec![others[1], leader], vec![others[1]], vec![], leader, epoch + 3, vec![leader]));
+        // Cancelled: back to [leader].
+        let e = c.handle_reassign(4, "t", 0, None, true).unwrap().unwrap();
+        assert_eq!(moved(&e), (vec![leader], vec![], vec![], leader, epoch + 4, vec![leader]));
+        assert_eq!(c.handle_reassign(5, "t", 0, None, true).unwrap_err().code, ErrorCode::NoReassignmentInProgress);
+        // A target below min.insync.replicas is refused.
+        c.handle_create_topic(6, "m", 1, 2, 2).unwrap();
+        let code = c.handle_reassign(7, "m", 0, Some(&[1]), true).unwrap_err().code;
+        assert_eq!(code, ErrorCode::InvalidReplicaAssignment);
     }
 
     /// Issue 28: a broker that was paused while its topic was deleted and created again on

@@ -110,6 +110,45 @@ pub enum Entry {
         /// they existed).
         elr: Vec<i32>,
     },
+    /// A partition's replicas changed under a new leader epoch (AlterPartitionReassignments):
+    /// a move began (`adding` catch up, `removing` go once they are in sync), completed, or
+    /// was cancelled.
+    ReplicasChanged {
+        /// Topic.
+        topic: String,
+        /// The topic's id (the entry changes nothing of another topic of that name).
+        topic_id: u128,
+        /// Partition index.
+        partition: i32,
+        /// Every replica from this epoch on.
+        replicas: Vec<i32>,
+        /// Replicas being added.
+        adding: Vec<i32>,
+        /// Replicas being removed.
+        removing: Vec<i32>,
+        /// Leader (-1: none available).
+        leader_id: i32,
+        /// New leader epoch.
+        leader_epoch: i32,
+        /// The ISR from this epoch on.
+        isr: Vec<i32>,
+        /// The eligible leader replicas from this epoch on.
+        elr: Vec<i32>,
+    },
+    /// A snapshot's record of a partition being moved (its replicas are in the topic's
+    /// snapshot).
+    Reassigning {
+        /// Topic.
+        topic: String,
+        /// The topic's id.
+        topic_id: u128,
+        /// Partition index.
+        partition: i32,
+        /// Replicas being added.
+        adding: Vec<i32>,
+        /// Replicas being removed.
+        removing: Vec<i32>,
+    },
     /// An operator's unclean election made the leader of `leader_epoch` (journaled with its
     /// LeaderChanged): a replica leading at that epoch or later first cuts, above its high
     /// watermark, what it holds from before it; a follower of such a leader may cut below its
@@ -458,6 +497,8 @@ const TOPIC_CREATED_CONFIGS: i8 = 44;
 /// [`TOPIC_SNAPSHOT_ID`] with the topic's configs.
 const TOPIC_SNAPSHOT_CONFIGS: i8 = 45;
 const TOPIC_CONFIGS: i8 = 46;
+const REPLICAS_CHANGED: i8 = 47;
+const REASSIGNING: i8 = 48;
 
 /// What a list of fence targets carries, by the entry tag it was written under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -520,6 +561,38 @@ impl Entry {
                 b.put_i32(*leader_epoch);
                 b.put_i32_array(isr);
                 b.put_i32_array(elr);
+            }
+            Entry::ReplicasChanged {
+                topic,
+                topic_id,
+                partition,
+                replicas,
+                adding,
+                removing,
+                leader_id,
+                leader_epoch,
+                isr,
+                elr,
+            } => {
+                b.put_i8(REPLICAS_CHANGED);
+                b.put_string(topic);
+                b.put_u128(*topic_id);
+                b.put_i32(*partition);
+                b.put_i32_array(replicas);
+                b.put_i32_array(adding);
+                b.put_i32_array(removing);
+                b.put_i32(*leader_id);
+                b.put_i32(*leader_epoch);
+                b.put_i32_array(isr);
+                b.put_i32_array(elr);
+            }
+            Entry::Reassigning { topic, topic_id, partition, adding, removing } => {
+                b.put_i8(REASSIGNING);
+                b.put_string(topic);
+                b.put_u128(*topic_id);
+                b.put_i32(*partition);
+                b.put_i32_array(adding);
+                b.put_i32_array(removing);
             }
             Entry::UncleanLeader { topic, partition, leader_epoch } => {
                 b.put_i8(UNCLEAN_LEADER);
@@ -778,6 +851,25 @@ impl Entry {
                 Entry::TopicCreated { name, replicas, min_insync_replicas, topic_id, configs }
             }
             TOPIC_DELETED => Entry::TopicDeleted { name: r.string("name")?, topic_id: r.u128("topic_id")? },
+            REPLICAS_CHANGED => Entry::ReplicasChanged {
+                topic: r.string("topic")?,
+                topic_id: r.u128("topic_id")?,
+                partition: r.i32("partition")?,
+                replicas: r.i32_array("replicas")?,
+                adding: r.i32_array("adding")?,
+                removing: r.i32_array("removing")?,
+                leader_id: r.i32("leader_id")?,
+                leader_epoch: r.i32("leader_epoch")?,
+                isr: r.i32_array("isr")?,
+                elr: r.i32_array("elr")?,
+            },
+            REASSIGNING => Entry::Reassigning {
+                topic: r.string("topic")?,
+                topic_id: r.u128("topic_id")?,
+                partition: r.i32("partition")?,
+                adding: r.i32_array("adding")?,
+                removing: r.i32_array("removing")?,
+            },
             UNCLEAN_LEADER => Entry::UncleanLeader {
                 topic: r.string("topic")?,
                 partition: r.i32("partition")?,
@@ -1132,6 +1224,19 @@ mod tests {
             },
             Entry::FenceDone { transactional_id: "orders".into(), epoch: 4 },
             Entry::UncleanLeader { topic: "t".into(), partition: 2, leader_epoch: 9 },
+            Entry::ReplicasChanged {
+                topic: "t".into(),
+                topic_id: 7 << 90,
+                partition: 1,
+                replicas: vec![4, 5, 1],
+                adding: vec![4, 5],
+                removing: vec![1],
+                leader_id: 1,
+                leader_epoch: 3,
+                isr: vec![1],
+                elr: vec![],
+            },
+            Entry::Reassigning { topic: "t".into(), topic_id: 7, partition: 1, adding: vec![4], removing: vec![1, 2] },
             Entry::TxnIdsExpired { transactional_ids: vec!["a".into(), "b".into()] },
             Entry::GroupsExpired { groups: vec!["g".into()] },
             Entry::GroupsDeleted { groups: vec!["g".into(), "h".into()] },

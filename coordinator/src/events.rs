@@ -61,6 +61,30 @@ pub fn record(entries: &[Entry]) {
                     "leader elected"
                 );
             }
+            Entry::ReplicasChanged {
+                topic,
+                partition,
+                replicas,
+                adding,
+                removing,
+                leader_id,
+                leader_epoch,
+                isr,
+                ..
+            } => {
+                tracing::info!(
+                    target: "epochfence::decisions",
+                    topic = topic.as_str(),
+                    partition = *partition,
+                    replicas = ints(replicas),
+                    adding = ints(adding),
+                    removing = ints(removing),
+                    leader = *leader_id,
+                    leader_epoch = *leader_epoch,
+                    isr = ints(isr),
+                    "replicas changed"
+                );
+            }
             Entry::UncleanLeader { topic, partition, leader_epoch } => {
                 tracing::warn!(
                     target: "epochfence::decisions",

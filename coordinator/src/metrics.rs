@@ -187,7 +187,7 @@ impl CoordinatorMetrics {
                         self.epoch_bumps.inc();
                     }
                 }
-                Entry::LeaderChanged { .. } => {
+                Entry::LeaderChanged { .. } | Entry::ReplicasChanged { .. } => {
                     self.elections.inc();
                 }
                 Entry::IsrChanged { .. } => {

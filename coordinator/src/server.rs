@@ -723,6 +723,29 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 Err(status) => status,
             })
         }
+        Request::Reassign(r) => {
+            let rx = {
+                let mut st = shared.lock();
+                let now = shared.now_ms();
+                let target = r.replicas.as_deref();
+                st.cluster.handle_reassign(now, &r.topic, r.partition, target, r.allow_replication_factor_change).map(
+                    |e| {
+                        if let Some(e) = &e {
+                            tracing::info!(entry = ?e, "partition replicas changed");
+                        }
+                        shared.persist(e.as_slice())
+                    },
+                )
+            };
+            Response::Reassign(match rx {
+                Ok(rx) => durable(rx).await.err().unwrap_or_else(Status::ok),
+                Err(status) => status,
+            })
+        }
+        Request::ListReassignments(r) => {
+            let reassignments = shared.lock().cluster.reassignments(r.topics.as_deref());
+            Response::ListReassignments(protocol::ListReassignmentsResponse { status: Status::ok(), reassignments })
+        }
         Request::DeleteTopic(r) => {
             let rx = {
                 let mut st = shared.lock();
@@ -796,7 +819,11 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                     moved.extend(st.cluster.handle_refusals(now, r.broker_id, &r.replicas));
                     let out = st.cluster.handle_heartbeat(now, r.broker_id, &r.addr, &r.replicas);
                     st.cluster.set_kafka_addr(r.broker_id, &r.kafka_addr);
-                    let told = (st.cluster.deleted_among(&r.replicas), st.cluster.transaction_version());
+                    let told = (
+                        st.cluster.deleted_among(&r.replicas),
+                        st.cluster.removed_among(r.broker_id, &r.replicas),
+                        st.cluster.transaction_version(),
+                    );
                     let authorization = shared.authorization(&st, r.authorization_version);
                     let credentials = Some(st.cluster.credentials.credentials(shared.authorization_base))
                         .filter(|c| c.version != r.credentials_version);
@@ -810,7 +837,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                 Ok((
                     broker_epoch,
                     (lease_ms, assignments, brokers),
-                    (deleted, tv),
+                    (deleted, removed, tv),
                     (authorization, credentials),
                     rx,
                 )) => {
@@ -828,6 +855,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         features_epoch,
                         credentials,
                         authorization,
+                        removed,
                     }
                 }
                 Err(status) => {
@@ -844,6 +872,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
                         features_epoch: -1,
                         credentials: None,
                         authorization: None,
+                        removed: Vec::new(),
                     }
                 }
             })
@@ -1032,8 +1061,14 @@ async fn tick_loop(shared: Arc<Shared>) {
         }
         let entries = st.cluster.handle_tick(now);
         for e in &entries {
-            if let Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr, elr } = e {
-                tracing::info!(%topic, partition, leader_id, leader_epoch, ?isr, ?elr, "leader lease expired; leadership moved");
+            match e {
+                Entry::LeaderChanged { topic, partition, leader_id, leader_epoch, isr, elr } => {
+                    tracing::info!(%topic, partition, leader_id, leader_epoch, ?isr, ?elr, "leader lease expired; leadership moved");
+                }
+                Entry::ReplicasChanged { topic, partition, replicas, leader_id, leader_epoch, .. } => {
+                    tracing::info!(%topic, partition, ?replicas, leader_id, leader_epoch, "partition move completed");
+                }
+                _ => {}
             }
         }
         if !entries.is_empty() {

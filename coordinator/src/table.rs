@@ -1145,6 +1145,8 @@ impl ProducerTable {
             | Entry::LeaderChanged { .. }
             | Entry::IsrChanged { .. }
             | Entry::UncleanLeader { .. }
+            | Entry::ReplicasChanged { .. }
+            | Entry::Reassigning { .. }
             | Entry::BrokerIncarnation { .. }
             | Entry::GroupsExpired { .. }
             | Entry::GroupsDeleted { .. }

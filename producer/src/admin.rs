@@ -88,6 +88,41 @@ impl Admin {
         self.call(&format!("alter the configs of topic '{topic}'"), req).await.map(|_| ())
     }
 
+    /// Move `topic`-`partition`'s replicas to `replicas` (the first preferred as leader), or
+    /// cancel the move under way (`None`). Answered once the move has begun (or completed: a
+    /// target already in sync completes at once); [`Admin::reassignments`] lists the moves
+    /// under way. The replica count may change.
+    pub async fn reassign(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        replicas: Option<Vec<i32>>,
+    ) -> Result<(), ClientError> {
+        let what = match &replicas {
+            Some(r) => format!("move {topic}-{partition} to replicas {r:?}"),
+            None => format!("cancel the move of {topic}-{partition}"),
+        };
+        let req = Request::Reassign(protocol::ReassignRequest {
+            topic: topic.to_string(),
+            partition,
+            replicas,
+            allow_replication_factor_change: true,
+        });
+        self.call(&what, req).await.map(|_| ())
+    }
+
+    /// The partitions being moved (of `topics`: (topic, partitions); all when `None`).
+    pub async fn reassignments(
+        &mut self,
+        topics: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Result<Vec<protocol::Reassignment>, ClientError> {
+        let req = Request::ListReassignments(protocol::ListReassignmentsRequest { topics });
+        match self.call("list the partitions being moved", req).await? {
+            Response::ListReassignments(l) => Ok(l.reassignments),
+            other => Err(ClientError::Protocol(format!("listing moves answered with {}", other.status()))),
+        }
+    }
+
     /// Delete a topic: every broker drops its partitions, and a topic created later under the
     /// same name is another one.
     pub async fn delete_topic(&mut self, name: &str) -> Result<(), ClientError> {

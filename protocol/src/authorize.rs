@@ -195,7 +195,8 @@ impl Asker<'_> {
             }
             Request::DeleteTopic(d) => self.topic(Delete, &d.name),
             Request::CreatePartitions(c) => self.topic(Alter, &c.name),
-            Request::ElectLeader(_) => self.cluster(Alter),
+            Request::ElectLeader(_) | Request::Reassign(_) => self.cluster(Alter),
+            Request::ListReassignments(_) => self.cluster(Describe),
             Request::DeleteRecords(d) => self.topic(Delete, &d.topic),
             Request::AlterConfigs(a) => self.topic(AlterConfigs, &a.topic),
             Request::Describe => self.cluster(Describe),

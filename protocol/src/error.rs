@@ -181,6 +181,9 @@ error_codes! {
     /// A CreatePartitions replica assignment that cannot be followed: not one per new
     /// partition, another replica count than the topic's, a broker repeated or not live.
     InvalidReplicaAssignment = 39, "INVALID_REPLICA_ASSIGNMENT", false;
+    /// A cancellation (AlterPartitionReassignments with null replicas) of a partition that is
+    /// not being reassigned.
+    NoReassignmentInProgress = 85, "NO_REASSIGNMENT_IN_PROGRESS", false;
     /// The group does not exist.
     GroupIdNotFound = 69, "GROUP_ID_NOT_FOUND", false;
     /// The group has members (DeleteGroups; OffsetDelete of a group whose subscriptions cannot

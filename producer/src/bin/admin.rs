@@ -1,7 +1,7 @@
 //! `admin --bootstrap ADDR create-topic T --partitions N [--config K=V]...`, `alter-config --topic T
 //! [--set K=V]... [--delete K]...`, `delete-topic T`, `delete-group G...`,
 //! `create-partitions T --count N`, `elect-leader T`, `delete-records T --partition P --before
-//! OFFSET` and `describe [--json]` (brokers, partitions,
+//! OFFSET`, `reassign T --partition P --replicas 1,2,3` (or `--cancel`) and `describe [--json]` (brokers, partitions,
 //! transactional ids and consumer groups), `acls add|remove|list` (with `--authorizer`),
 //! `users set|delete|list` (SCRAM credentials of SASL logins); `--sasl-username U --sasl-password-file F`
 //! logs in (SCRAM) so that, under the authorizer, the ACLs decide what the admin may do
@@ -125,6 +125,31 @@ enum Command {
         /// The first offset kept (-1: the high watermark, deleting every committed record).
         #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..))]
         before: i64,
+    },
+    /// Move a partition's replicas to other brokers online (Kafka's AlterPartitionReassignments):
+    /// the new replicas catch up and join the ISR, the leadership moves if its broker is
+    /// removed, and the removed replicas are dropped. Prints `T-P: moving to replicas [..]`, then
+    /// waits until the move is complete and prints `T-P: replicas [..], leader L, leader epoch E`.
+    /// Exit 1 if refused or not complete within --timeout-ms.
+    Reassign {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        #[arg(long, default_value_t = 0)]
+        partition: i32,
+        /// The replicas afterwards, comma-separated broker ids (the first is the preferred
+        /// leader); their count may differ from the partition's.
+        #[arg(long, value_delimiter = ',', required_unless_present = "cancel", conflicts_with = "cancel")]
+        replicas: Vec<i32>,
+        /// Cancel the move under way: back to the replicas the partition had before it.
+        #[arg(long)]
+        cancel: bool,
+        /// Return once the move has begun, without waiting for it to complete.
+        #[arg(long)]
+        no_wait: bool,
+        /// How long to wait for the move to complete, in ms.
+        #[arg(long, default_value_t = 600_000)]
+        timeout_ms: u64,
     },
     /// ACLs (the coordinator runs with --authorizer): who may do what on which resource.
     Acls {
@@ -515,6 +540,9 @@ async fn main() -> ExitCode {
                 println!("{topic}-{partition}: log start offset {low}");
             })
         }
+        Command::Reassign { topic, partition, replicas, cancel, no_wait, timeout_ms } => {
+            reassign(&mut admin, &topic, partition, (!cancel).then_some(replicas), no_wait, timeout_ms).await
+        }
         Command::Describe { json } => match admin.describe().await {
             Ok(d) => admin.describe_groups().await.map(|groups| {
                 if json {
@@ -537,6 +565,52 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `admin reassign`: start (or cancel) the move, then wait for it to complete.
+async fn reassign(
+    admin: &mut Admin,
+    topic: &str,
+    partition: i32,
+    replicas: Option<Vec<i32>>,
+    no_wait: bool,
+    timeout_ms: u64,
+) -> Result<(), producer::ClientError> {
+    let cancel = replicas.is_none();
+    admin.reassign(topic, partition, replicas).await?;
+    let asked = Some(vec![(topic.to_string(), vec![partition])]);
+    match admin.reassignments(asked.clone()).await?.first() {
+        Some(m) => println!(
+            "{topic}-{partition}: moving to replicas {:?} (adding {:?}, removing {:?})",
+            m.replicas.iter().filter(|r| !m.removing.contains(r)).collect::<Vec<_>>(),
+            m.adding,
+            m.removing
+        ),
+        None if cancel => println!("{topic}-{partition}: move cancelled"),
+        None => println!("{topic}-{partition}: moved (every replica asked for is in sync)"),
+    }
+    if no_wait {
+        return Ok(());
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms);
+    // Polled: the coordinator completes a move when its tick finds every new replica in sync.
+    while !admin.reassignments(asked.clone()).await?.is_empty() {
+        if std::time::Instant::now() >= deadline {
+            return Err(producer::ClientError::Protocol(format!(
+                "{topic}-{partition} is still moving after {timeout_ms} ms (its new replicas are catching up); \
+                 `admin reassign {topic} --partition {partition} --cancel` cancels it"
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let d = admin.describe().await?;
+    if let Some(p) = d.partitions.iter().find(|p| p.topic == topic && p.partition == partition) {
+        println!(
+            "{topic}-{partition}: replicas {:?}, leader {}, leader epoch {}",
+            p.replicas, p.leader_id, p.leader_epoch
+        );
+    }
+    Ok(())
 }
 
 fn describe_json(d: &protocol::DescribeResponse) -> serde_json::Value {

@@ -426,6 +426,129 @@ impl DeleteRecordsResponse {
     }
 }
 
+/// Admin or Kafka listener -> coordinator: move a partition's replicas to `replicas`
+/// (AlterPartitionReassignments, KIP-455), or cancel the move under way (`None`). The new
+/// replicas catch up and join the ISR; then the partition's replicas become `replicas`, its
+/// leader one of them, and the replicas no longer listed are dropped by their brokers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReassignRequest {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// The target replicas, the first preferred as leader; `None` cancels.
+    pub replicas: Option<Vec<i32>>,
+    /// Whether the target may have another replica count than the partition has (KIP-860;
+    /// Kafka's AlterPartitionReassignments before v1 always allows it).
+    pub allow_replication_factor_change: bool,
+}
+
+impl ReassignRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_string(&self.topic);
+        b.put_i32(self.partition);
+        b.put_bool(self.replicas.is_some());
+        if let Some(r) = &self.replicas {
+            b.put_i32_array(r);
+        }
+        b.put_bool(self.allow_replication_factor_change);
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        let topic = r.string("topic")?;
+        let partition = r.i32("partition")?;
+        let replicas = if r.bool("has_replicas")? { Some(r.i32_array("replicas")?) } else { None };
+        Ok(ReassignRequest { topic, partition, replicas, allow_replication_factor_change: r.bool("allow_rf_change")? })
+    }
+}
+
+/// Admin or Kafka listener -> coordinator: the partitions being moved
+/// (ListPartitionReassignments).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListReassignmentsRequest {
+    /// (topic, partitions) to look at; `None`: every partition.
+    pub topics: Option<Vec<(String, Vec<i32>)>>,
+}
+
+impl ListReassignmentsRequest {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_bool(self.topics.is_some());
+        if let Some(topics) = &self.topics {
+            b.put_i32(topics.len() as i32);
+            for (t, partitions) in topics {
+                b.put_string(t);
+                b.put_i32_array(partitions);
+            }
+        }
+    }
+
+    pub(crate) fn decode_body(r: &mut Reader) -> Result<Self, DecodeError> {
+        let topics = if r.bool("has_topics")? {
+            let n = r.array_len("topics", 6)?;
+            let mut topics = Vec::with_capacity(n);
+            for _ in 0..n {
+                topics.push((r.string("topic")?, r.i32_array("partitions")?));
+            }
+            Some(topics)
+        } else {
+            None
+        };
+        Ok(ListReassignmentsRequest { topics })
+    }
+}
+
+/// A partition being moved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reassignment {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Every replica while it moves: the target's, then those being removed.
+    pub replicas: Vec<i32>,
+    /// Replicas being added (catching up).
+    pub adding: Vec<i32>,
+    /// Replicas being removed once the added ones are in sync.
+    pub removing: Vec<i32>,
+}
+
+/// The answer to [`ListReassignmentsRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListReassignmentsResponse {
+    /// Outcome.
+    pub status: Status,
+    /// The partitions being moved (of those asked about), by topic and partition.
+    pub reassignments: Vec<Reassignment>,
+}
+
+impl ListReassignmentsResponse {
+    pub(crate) fn encode_body(&self, b: &mut BytesMut) {
+        b.put_i32(self.reassignments.len() as i32);
+        for r in &self.reassignments {
+            b.put_string(&r.topic);
+            b.put_i32(r.partition);
+            b.put_i32_array(&r.replicas);
+            b.put_i32_array(&r.adding);
+            b.put_i32_array(&r.removing);
+        }
+    }
+
+    pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
+        let n = r.array_len("reassignments", 18)?;
+        let mut reassignments = Vec::with_capacity(n);
+        for _ in 0..n {
+            reassignments.push(Reassignment {
+                topic: r.string("topic")?,
+                partition: r.i32("partition")?,
+                replicas: r.i32_array("replicas")?,
+                adding: r.i32_array("adding")?,
+                removing: r.i32_array("removing")?,
+            });
+        }
+        Ok(ListReassignmentsResponse { status, reassignments })
+    }
+}
+
 /// The answer to an election.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElectLeaderResponse {
@@ -639,6 +762,18 @@ pub struct DeletedTopic {
     pub topic_id: u128,
 }
 
+/// A replica a broker reported that is no longer one of its partition's replicas (moved away
+/// by a reassignment): the broker drops it if it carries this topic id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemovedReplica {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// The topic's id.
+    pub topic_id: u128,
+}
+
 /// The answer to a heartbeat: every replica the broker hosts, and the brokers' addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeartbeatResponse {
@@ -669,6 +804,9 @@ pub struct HeartbeatResponse {
     /// The authorizer's settings and every ACL, when the broker's copy (its
     /// [`HeartbeatRequest::authorization_version`]) is not this version; `None` when it is.
     pub authorization: Option<crate::acl::Authorization>,
+    /// Replicas the broker reported that its partitions no longer have (written after the
+    /// assignments' configs; absent in an answer of an older coordinator).
+    pub removed: Vec<RemovedReplica>,
 }
 
 /// Every user's SCRAM credentials, as the coordinator hands them to brokers.
@@ -767,6 +905,12 @@ impl HeartbeatResponse {
         for a in &self.assignments {
             b.put_string_pairs(&a.configs);
         }
+        b.put_i32(self.removed.len() as i32);
+        for r in &self.removed {
+            b.put_string(&r.topic);
+            b.put_i32(r.partition);
+            b.put_u128(r.topic_id);
+        }
     }
 
     pub(crate) fn decode_body(status: Status, r: &mut Reader) -> Result<Self, DecodeError> {
@@ -823,6 +967,18 @@ impl HeartbeatResponse {
                 a.configs = r.string_pairs("configs")?;
             }
         }
+        let mut removed = Vec::new();
+        if r.remaining() > 0 {
+            let n = r.array_len("removed", 22)?;
+            removed.reserve(n);
+            for _ in 0..n {
+                removed.push(RemovedReplica {
+                    topic: r.string("topic")?,
+                    partition: r.i32("partition")?,
+                    topic_id: r.u128("topic_id")?,
+                });
+            }
+        }
         Ok(HeartbeatResponse {
             status,
             lease_ms,
@@ -835,6 +991,7 @@ impl HeartbeatResponse {
             features_epoch,
             credentials,
             authorization,
+            removed,
         })
     }
 }

@@ -60,6 +60,12 @@ pub enum ApiKey {
     AuthProve = 36,
     /// Admin -> coordinator: elect a partition's leader again, under a new leader epoch.
     ElectLeaders = 43,
+    /// Move a partition's replicas to other brokers, or cancel a move (admin, or a broker
+    /// relaying Kafka's AlterPartitionReassignments -> coordinator).
+    AlterPartitionReassignments = 45,
+    /// The partitions being moved (admin, or a broker relaying Kafka's
+    /// ListPartitionReassignments -> coordinator).
+    ListPartitionReassignments = 46,
     /// Leader or producer -> coordinator: register a partition under a producer's epoch before
     /// its first write there (Kafka's AddPartitionsToTxn, and KIP-890 verification by leaders).
     AddPartitionsToTxn = 24,
@@ -121,6 +127,8 @@ impl ApiKey {
             26 => ApiKey::EndTxn,
             36 => ApiKey::AuthProve,
             43 => ApiKey::ElectLeaders,
+            45 => ApiKey::AlterPartitionReassignments,
+            46 => ApiKey::ListPartitionReassignments,
             24 => ApiKey::AddPartitionsToTxn,
             27 => ApiKey::WriteTxnMarkers,
             56 => ApiKey::AlterPartition,
@@ -232,6 +240,10 @@ pub enum Request {
     DeleteRecords(DeleteRecordsRequest),
     /// See [`AlterConfigsRequest`].
     AlterConfigs(AlterConfigsRequest),
+    /// See [`ReassignRequest`].
+    Reassign(ReassignRequest),
+    /// See [`ListReassignmentsRequest`].
+    ListReassignments(ListReassignmentsRequest),
     /// See [`AuthBeginRequest`].
     AuthBegin(AuthBeginRequest),
     /// See [`AuthProveRequest`].
@@ -301,6 +313,10 @@ pub enum Response {
     DeleteRecords(DeleteRecordsResponse),
     /// The outcome of an AlterConfigs.
     AlterConfigs(Status),
+    /// The outcome of a reassignment (started, completed at once, or cancelled).
+    Reassign(Status),
+    /// See [`ListReassignmentsResponse`].
+    ListReassignments(ListReassignmentsResponse),
     /// See [`AuthBeginResponse`].
     AuthBegin(AuthBeginResponse),
     /// See [`AuthProveResponse`].
@@ -362,6 +378,8 @@ impl Request {
             Request::ElectLeader(_) => ApiKey::ElectLeaders,
             Request::DeleteRecords(_) => ApiKey::DeleteRecords,
             Request::AlterConfigs(_) => ApiKey::AlterConfigs,
+            Request::Reassign(_) => ApiKey::AlterPartitionReassignments,
+            Request::ListReassignments(_) => ApiKey::ListPartitionReassignments,
             Request::AuthBegin(_) => ApiKey::AuthBegin,
             Request::AuthProve(_) => ApiKey::AuthProve,
             Request::AddPartition(_) => ApiKey::AddPartitionsToTxn,
@@ -406,6 +424,7 @@ impl Request {
                     | Request::ElectLeader(_)
                     | Request::DeleteRecords(_)
                     | Request::AlterConfigs(_)
+                    | Request::Reassign(_)
                     | Request::Acls(_)
                     | Request::ScramCredentials(_)
                     | Request::DeleteGroups(_)
@@ -438,6 +457,8 @@ impl Response {
             Response::ElectLeader(_) => ApiKey::ElectLeaders as i16,
             Response::DeleteRecords(_) => ApiKey::DeleteRecords as i16,
             Response::AlterConfigs(_) => ApiKey::AlterConfigs as i16,
+            Response::Reassign(_) => ApiKey::AlterPartitionReassignments as i16,
+            Response::ListReassignments(_) => ApiKey::ListPartitionReassignments as i16,
             Response::AuthBegin(_) => ApiKey::AuthBegin as i16,
             Response::AuthProve(_) => ApiKey::AuthProve as i16,
             Response::AddPartition(_) => ApiKey::AddPartitionsToTxn as i16,
@@ -472,7 +493,9 @@ impl Response {
             Response::CreateTopic(s)
             | Response::DeleteTopic(s)
             | Response::CreatePartitions(s)
-            | Response::AlterConfigs(s) => s,
+            | Response::AlterConfigs(s)
+            | Response::Reassign(s) => s,
+            Response::ListReassignments(r) => &r.status,
             Response::InitProducerId(r) => &r.status,
             Response::EndTxn(r) => &r.status,
             Response::ElectLeader(r) => &r.status,
@@ -554,6 +577,8 @@ pub fn encode_request_head(correlation_id: i32, req: &Request, b: &mut BytesMut)
         Request::ElectLeader(e) => e.encode_body(b),
         Request::DeleteRecords(d) => d.encode_body(b),
         Request::AlterConfigs(a) => a.encode_body(b),
+        Request::Reassign(r) => r.encode_body(b),
+        Request::ListReassignments(l) => l.encode_body(b),
         Request::AuthBegin(a) => a.encode_body(b),
         Request::AuthProve(a) => a.encode_body(b),
         Request::SaslLogin(a) => a.encode_body(b),
@@ -632,6 +657,8 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
         ApiKey::ElectLeaders => Request::ElectLeader(ElectLeaderRequest::decode_body(r)?),
         ApiKey::DeleteRecords => Request::DeleteRecords(DeleteRecordsRequest::decode_body(r)?),
         ApiKey::AlterConfigs => Request::AlterConfigs(AlterConfigsRequest::decode_body(r)?),
+        ApiKey::AlterPartitionReassignments => Request::Reassign(ReassignRequest::decode_body(r)?),
+        ApiKey::ListPartitionReassignments => Request::ListReassignments(ListReassignmentsRequest::decode_body(r)?),
         ApiKey::AuthBegin => Request::AuthBegin(AuthBeginRequest::decode_body(r)?),
         ApiKey::AuthProve => Request::AuthProve(AuthProveRequest::decode_body(r)?),
         ApiKey::SaslLogin => Request::SaslLogin(SaslLoginRequest::decode_body(r)?),
@@ -686,6 +713,7 @@ pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesM
         | Response::DeleteTopic(_)
         | Response::CreatePartitions(_)
         | Response::AlterConfigs(_)
+        | Response::Reassign(_)
         | Response::GroupHeartbeat(_)
         | Response::AddOffsets(_)
         | Response::Error(_) => {}
@@ -698,6 +726,7 @@ pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesM
         Response::SaslLogin(a) => a.encode_body(b),
         Response::ElectLeader(e) => e.encode_body(b),
         Response::DeleteRecords(d) => d.encode_body(b),
+        Response::ListReassignments(l) => l.encode_body(b),
         Response::AddPartition(a) => a.encode_body(b),
         Response::WriteMarker(w) => w.encode_body(b),
         Response::Heartbeat(h) => h.encode_body(b),
@@ -737,6 +766,10 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
         ApiKey::Metadata => Response::Metadata(MetadataResponse::decode_body(status, r)?),
         ApiKey::CreateTopics => Response::CreateTopic(status),
         ApiKey::AlterConfigs => Response::AlterConfigs(status),
+        ApiKey::AlterPartitionReassignments => Response::Reassign(status),
+        ApiKey::ListPartitionReassignments => {
+            Response::ListReassignments(ListReassignmentsResponse::decode_body(status, r)?)
+        }
         ApiKey::DeleteTopics => Response::DeleteTopic(status),
         ApiKey::CreatePartitions => Response::CreatePartitions(status),
         ApiKey::InitProducerId => Response::InitProducerId(InitProducerIdResponse::decode_body(status, r)?),
@@ -1085,6 +1118,28 @@ mod tests {
         for election in [Election::Again, Election::AgainUnclean, Election::Preferred, Election::Unclean] {
             roundtrip_req(Request::ElectLeader(ElectLeaderRequest { topic: "t".into(), partition: 2, election }));
         }
+        for replicas in [Some(vec![3, 1, 2]), None] {
+            roundtrip_req(Request::Reassign(ReassignRequest {
+                topic: "t".into(),
+                partition: 1,
+                replicas,
+                allow_replication_factor_change: false,
+            }));
+        }
+        roundtrip_resp(Response::Reassign(Status::new(ErrorCode::NoReassignmentInProgress, "none")));
+        for topics in [None, Some(vec![("t".to_string(), vec![0, 2])])] {
+            roundtrip_req(Request::ListReassignments(ListReassignmentsRequest { topics }));
+        }
+        roundtrip_resp(Response::ListReassignments(ListReassignmentsResponse {
+            status: Status::ok(),
+            reassignments: vec![Reassignment {
+                topic: "t".into(),
+                partition: 0,
+                replicas: vec![3, 4, 1],
+                adding: vec![3, 4],
+                removing: vec![1],
+            }],
+        }));
     }
 
     #[test]
@@ -1184,6 +1239,7 @@ mod tests {
                 allow_everyone_if_no_acl_found: false,
                 acls: vec![acl_binding()],
             }),
+            removed: vec![RemovedReplica { topic: "moved".into(), partition: 3, topic_id: 6 }],
         }));
         roundtrip_resp(Response::Acls(AclsResponse {
             status: Status::ok(),

@@ -39,6 +39,7 @@ mod fetch;
 mod groups;
 mod log_dirs;
 mod produce;
+mod reassign;
 pub(crate) mod sasl;
 mod users;
 
@@ -74,6 +75,8 @@ pub(crate) const SERVED: Served = &[
     // Version 0 is gone in Kafka 4 (KIP-896).
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::AlterReplicaLogDirs, 1, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
@@ -474,6 +477,14 @@ impl KafkaConn {
             RequestKind::ElectLeaders(r) => {
                 let conn = self.clone();
                 Handled::serial(async move { conn.elect_leaders(r, version).await })
+            }
+            RequestKind::AlterPartitionReassignments(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.alter_partition_reassignments(r, version).await })
+            }
+            RequestKind::ListPartitionReassignments(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.list_partition_reassignments(r, version).await })
             }
             RequestKind::DescribeTopicPartitions(r) => {
                 let conn = self.clone();

@@ -475,6 +475,28 @@ mod tests {
     }
 
     #[test]
+    fn moving_replicas_needs_alter_and_listing_moves_describe_on_the_cluster() {
+        let a = authorizer(vec![allow(ResourceType::Cluster, CLUSTER_NAME, Operation::Describe)]);
+        let move_it = Request::Reassign(crate::ReassignRequest {
+            topic: "t".into(),
+            partition: 0,
+            replicas: Some(vec![2, 3]),
+            allow_replication_factor_change: true,
+        });
+        let list = Request::ListReassignments(crate::ListReassignmentsRequest { topics: None });
+        assert_eq!(own_refusal(&a, None, ALICE, "h", &list).map(|s| s.code), None);
+        assert_eq!(
+            own_refusal(&a, None, ALICE, "h", &move_it).map(|s| s.code),
+            Some(ErrorCode::ClusterAuthorizationFailed),
+            "DESCRIBE is not ALTER"
+        );
+        let b = authorizer(vec![allow(ResourceType::Cluster, CLUSTER_NAME, Operation::Alter)]);
+        assert_eq!(own_refusal(&b, None, ALICE, "h", &move_it).map(|s| s.code), None);
+        assert!(move_it.is_internal(), "the cluster secret's without the authorizer");
+        assert!(!list.is_internal());
+    }
+
+    #[test]
     fn a_write_under_anothers_producer_id_is_refused() {
         let secret = ClusterSecret::new(vec![7; 32]).unwrap();
         let binder = ProducerIdBinder::new(&secret);

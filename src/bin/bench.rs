@@ -13,7 +13,9 @@
 //! `recovery` (how fast a partition reopens), `authorizer` (idempotent producers over SASL through
 //! the Kafka listener with the coordinator's authorizer on and `--acls` ACLs in place, against
 //! the authorizer off, alternating, as paired ratios), `logins` (SCRAM logins per second, producers
-//! during a storm of failing logins, the time a removed ACL takes to refuse: `bench/logins.rs`).
+//! during a storm of failing logins, the time a removed ACL takes to refuse: `bench/logins.rs`),
+//! `reassign` (an online move of a partition holding `--log-mib`, and the produce throughput
+//! meanwhile: `bench/reassign.rs`).
 //! `--protocol kafka` drives the fenced cluster
 //! through its Kafka listener (the producer crate's Kafka client) instead of the own protocol,
 //! `--protocol both` drives it both ways in the same run, alternating, and reports the Kafka
@@ -38,6 +40,8 @@ use protocol::{ProduceRequest, ProduceResponse, Request, Response, Status, ACKS_
 
 #[path = "bench/logins.rs"]
 mod logins;
+#[path = "bench/reassign.rs"]
+mod reassign;
 
 /// glibc's allocator hands large freed buffers back to the kernel and faults them in again on
 /// the next frame (worst when one thread frees what another allocated), which slowed and
@@ -55,8 +59,10 @@ struct Args {
     /// brokers with 3 replicas against acks=leader on 1, fenced, alternating, as paired ratios).
     /// `logins`: SCRAM-SHA-512 logins per second from `--clients` clients, idempotent producers'
     /// throughput during a storm of failing logins from `--storm` clients against none (paired
-    /// runs, `--repeat`), and the time a removed ACL takes to refuse writes.
-    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced", "inits", "recovery", "replication", "authorizer", "logins"])]
+    /// runs, `--repeat`), and the time a removed ACL takes to refuse writes. `reassign`: the
+    /// time an online move of a partition holding `--log-mib` takes, and the produce throughput
+    /// before and during it (`bench/reassign.rs`).
+    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced", "inits", "recovery", "replication", "authorizer", "logins", "reassign"])]
     mode: String,
     /// Clients failing logins in `--mode logins`'s storms.
     #[arg(long, default_value_t = 32)]
@@ -69,7 +75,7 @@ struct Args {
     /// name other principals and topics, literal and prefixed, as a shared cluster's would).
     #[arg(long, default_value_t = 1_000)]
     acls: usize,
-    /// Log size for `--mode recovery`, in MiB.
+    /// Log size for `--mode recovery` and `--mode reassign`, in MiB.
     #[arg(long, default_value_t = 1024)]
     log_mib: u64,
     /// Segment size for `--mode recovery`, in bytes.
@@ -1168,6 +1174,15 @@ async fn main() -> std::process::ExitCode {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("bench logins: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
+    if args.mode == "reassign" {
+        return match reassign::reassign(&args).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench reassign: {e}");
                 std::process::ExitCode::FAILURE
             }
         };

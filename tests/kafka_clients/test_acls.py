@@ -377,6 +377,52 @@ def test_deleting_records_and_altering_configs_need_their_acls(client, start_clu
 
 
 @pytest.mark.timeout(150)
+def test_reassignments_need_alter_and_listing_them_describe_on_the_cluster(tmp_path):
+    """AlterPartitionReassignments asks ALTER on the cluster, ListPartitionReassignments DESCRIBE
+    (issue 32, item 6), through kafka-python's KafkaAdminClient (librdkafka has no API for them):
+    CLUSTER_AUTHORIZATION_FAILED for each until granted, and the partition unchanged."""
+    import kafka
+    import kafka.errors as kerrors
+    made = []
+
+    def start(**kwargs):
+        c = efcluster.Cluster(str(tmp_path / f"cluster-{len(made)}"), **kwargs)
+        made.append(c)
+        return c
+
+    try:
+        cluster = acl_cluster(start, tmp_path)
+        cluster.create_topic("orders", partitions=1, replicas=1)
+        tp = kafka.TopicPartition("orders", 0)
+        creds = dict(security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-512",
+                     sasl_plain_username="alice", sasl_plain_password=USERS["alice"])
+        alice = kafka.KafkaAdminClient(bootstrap_servers=cluster.bootstrap().split(","), **creds)
+        try:
+            with pytest.raises(kerrors.ClusterAuthorizationFailedError):
+                alice.list_partition_reassignments()
+            with pytest.raises(kerrors.ClusterAuthorizationFailedError):
+                alice.alter_partition_reassignments({tp: [1]})
+            allow(cluster, "User:alice", "--cluster", operation="DESCRIBE")
+            wait_acls(cluster, 1)
+            assert alice.list_partition_reassignments() == {}
+            with pytest.raises(kerrors.ClusterAuthorizationFailedError):
+                alice.alter_partition_reassignments({tp: [1]})
+            allow(cluster, "User:alice", "--cluster", operation="ALTER")
+            wait_acls(cluster, 2)
+            # Granted: the one broker is the replica already (nothing to move), and a move to a
+            # broker that does not exist is the coordinator's refusal, no longer the authorizer's.
+            assert alice.alter_partition_reassignments({tp: [1]}) == {tp: None}
+            refused = alice.alter_partition_reassignments({tp: [7]})
+            assert refused == {tp: kerrors.InvalidReplicationAssignmentError}, refused
+        finally:
+            alice.close()
+        assert cluster.partition("orders", 0)["replicas"] == [1]
+    finally:
+        for c in made:
+            c.close()
+
+
+@pytest.mark.timeout(150)
 def test_the_own_protocols_binaries_log_in_and_the_acls_decide(client, start_cluster, tmp_path):
     """The own protocol under the authorizer: no login, no service; `--sasl-username` logs the
     binaries in (SCRAM) and the ACLs decide, as on the Kafka listener."""

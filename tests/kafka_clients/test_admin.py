@@ -348,6 +348,128 @@ def test_describe_and_alter_replica_log_dirs_through_kafka_python(cluster):
 
 
 @pytest.mark.timeout(120)
+def test_partition_reassignments_through_kafka_python(cluster):
+    """Issue 32, item 4: AlterPartitionReassignments and ListPartitionReassignments through
+    kafka-python's admin client, on a two-replica partition of a four-broker cluster. Refused:
+    a broker that does not exist (INVALID_REPLICA_ASSIGNMENT), a cancel with no move
+    (NO_REASSIGNMENT_IN_PROGRESS), a partition that does not exist (UNKNOWN_TOPIC_OR_PARTITION).
+    A move to a paused broker cannot complete: it is listed (the target's replicas then the
+    removed one, adding and removing), and cancelling it puts the original replicas back at once
+    and lists nothing. A move to the two other brokers completes (so the leadership moves): the
+    metadata names them, the removed replicas' directories go, and every acknowledged record,
+    before the move and after it, is read once."""
+    import os
+    import time
+
+    import kafka
+    from kafka import TopicPartition
+    from kafka.errors import (InvalidReplicationAssignmentError, NoReassignmentInProgressError,
+                              UnknownTopicOrPartitionError)
+    c = cluster(brokers=4, lease_ms=3000)
+    c.create_topic("t", partitions=1, replicas=2)
+    p = c.partition("t", 0)
+    original, leader, epoch = p["replicas"], p["leader"], p["leader_epoch"]
+    others = [b for b in sorted(c.brokers) if b not in original]
+    assert len(original) == 2 and leader in original and len(others) == 2, p
+    tp = TopicPartition("t", 0)
+
+    prod = kafka.KafkaProducer(bootstrap_servers=c.bootstrap().split(","), acks="all")
+    values = [f"before-{i:03}-".encode() + b"x" * 200 for i in range(50)]
+    offsets = [prod.send("t", value=v, partition=0).get(timeout=30).offset for v in values]
+    prod.close()
+    assert offsets == list(range(50)), offsets
+
+    def dir_of(broker_id):
+        return os.path.join(c.base_dir, f"broker-{broker_id}", "t-0")
+
+    def wait_gone(broker_ids):
+        efcluster.wait_until(lambda: not any(os.path.exists(dir_of(b)) for b in broker_ids), 30,
+                             f"the directories of t-0 on brokers {broker_ids} to be removed",
+                             state=lambda: [(b, os.path.exists(dir_of(b))) for b in broker_ids])
+
+    # Every broker answers as the controller (each relays to the coordinator), but kafka-python
+    # asks any broker it knows of which one that is, and keeps the first answer: the broker
+    # paused below is one the admin client did not settle on, so none of its requests goes there
+    # (one would wait out its request timeout, as at a frozen Kafka controller).
+    admin = kafka.KafkaAdminClient(bootstrap_servers=c.bootstrap(original).split(","), request_timeout_ms=10000)
+    try:
+        assert admin.alter_partition_reassignments({tp: [original[0], 99]}) == \
+            {tp: InvalidReplicationAssignmentError}
+        assert admin.alter_partition_reassignments({tp: None}) == {tp: NoReassignmentInProgressError}
+        assert admin.alter_partition_reassignments({TopicPartition("t", 7): others}) == \
+            {TopicPartition("t", 7): UnknownTopicOrPartitionError}
+        assert admin.list_partition_reassignments() == {}
+        assert c.partition("t", 0)["replicas"] == original
+
+        # A move that cannot complete: its new replica's broker is paused (still live for its
+        # lease), so it never catches up. Listed, then cancelled back to the original replicas.
+        controller = admin._controller_id   # (kafka-python's: no public accessor)
+        assert controller in c.brokers, controller
+        paused = next(b for b in others if b != controller)
+        kept, removed = original
+        c.brokers[paused].stop()
+        try:
+            assert admin.alter_partition_reassignments({tp: [paused, kept]}) == {tp: None}
+            assert admin.list_partition_reassignments() == {tp: {
+                "replicas": [paused, kept, removed], "adding_replicas": [paused], "removing_replicas": [removed]}}
+            assert admin.list_partition_reassignments([tp]) == admin.list_partition_reassignments({"t": [0]})
+            moving = c.partition("t", 0)
+            assert moving["replicas"] == [paused, kept, removed] and moving["leader_epoch"] > epoch, moving
+            assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
+            assert admin.list_partition_reassignments() == {}
+            back = c.partition("t", 0)
+            assert back["replicas"] == original and back["leader_epoch"] > moving["leader_epoch"], back
+        finally:
+            c.brokers[paused].cont()
+        wait_gone([paused])
+        c.wait_brokers_alive(list(c.brokers))
+
+        # The real move: to the two other brokers, so the leader is removed too.
+        assert admin.alter_partition_reassignments({tp: others}) == {tp: None}
+        efcluster.wait_until(lambda: admin.list_partition_reassignments() == {}, 30,
+                             "the move of t-0 to complete", state=lambda: c.partition("t", 0))
+        moved = c.partition("t", 0)
+        assert moved["replicas"] == others and moved["leader"] in others, moved
+        assert moved["leader_epoch"] > back["leader_epoch"], moved
+
+        def kafka_metadata():
+            [topic] = admin.describe_topics(["t"])
+            [part] = topic["partitions"]
+            ok = part["replica_nodes"] == others and part["leader_id"] == moved["leader"]
+            return part if ok else None
+
+        efcluster.wait_until(kafka_metadata, 30, f"Kafka metadata of t-0 to name replicas {others}",
+                             state=lambda: admin.describe_topics(["t"]))
+        wait_gone(original)
+        for b in others:
+            assert os.path.isdir(dir_of(b)), b
+    finally:
+        admin.close()
+
+    live = c.bootstrap().split(",")
+    prod = kafka.KafkaProducer(bootstrap_servers=live, acks="all")
+    after = prod.send("t", value=b"after", partition=0).get(timeout=30)
+    prod.close()
+    assert after.offset == 50, after
+
+    cons = kafka.KafkaConsumer(bootstrap_servers=live, enable_auto_commit=False)
+    try:
+        cons.assign([tp])
+        cons.seek_to_beginning(tp)
+        end = cons.end_offsets([tp])[tp]
+        assert end == 51, end
+        read = []
+        deadline = time.monotonic() + 30
+        while cons.position(tp) < end:
+            assert time.monotonic() < deadline, f"read {len(read)} of {end} records"
+            for records in cons.poll(timeout_ms=500).values():
+                read.extend((r.offset, r.value) for r in records)
+    finally:
+        cons.close()
+    assert read == list(enumerate(values + [b"after"])), [(o, v[:12]) for o, v in read]
+
+
+@pytest.mark.timeout(120)
 def test_topic_configs_through_confluent_kafka(cluster):
     """Issue 32, item 1: per-topic configs through confluent-kafka's AdminClient. create_topics
     with configs (a Kafka config epochfence does not apply refused, INVALID_CONFIG naming it);

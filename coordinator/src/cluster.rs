@@ -668,7 +668,11 @@ impl Cluster {
         let kafka_addr = self.brokers.get(&broker_id).map(|b| b.kafka_addr.clone()).unwrap_or_default();
         self.brokers.insert(broker_id, Broker { addr: addr.to_string(), kafka_addr, lease_until_ms });
         for r in reports {
-            let current = self.topics.get(&r.topic).is_some_and(|t| r.topic_id == 0 || r.topic_id == t.id);
+            // (A replica moved away reports until it is dropped: not the partition's any more.)
+            let current = self.topics.get(&r.topic).is_some_and(|t| {
+                (r.topic_id == 0 || r.topic_id == t.id)
+                    && t.partitions.get(r.partition as usize).is_some_and(|p| p.replicas.contains(&broker_id))
+            });
             if current {
                 let key = (r.topic.clone(), r.partition);
                 self.reports.entry(key.clone()).or_default().insert(broker_id, (r.log_end_offset, r.high_watermark));
@@ -1881,18 +1885,27 @@ impl Cluster {
                 if self.topic_id(topic) != Some(*topic_id) {
                     return;
                 }
-                if let Some(p) = self.partition_mut(topic, *partition) {
-                    if *leader_epoch > p.leader_epoch {
-                        p.replicas = replicas.clone();
-                        p.adding = adding.clone();
-                        p.removing = removing.clone();
-                        p.leader_id = *leader_id;
-                        p.leader_epoch = *leader_epoch;
-                        p.partition_epoch += 1;
-                        p.isr = isr.clone();
-                        p.elr = elr.clone();
-                    }
+                let Some(p) = self.partition_mut(topic, *partition) else { return };
+                if *leader_epoch <= p.leader_epoch {
+                    return;
                 }
+                p.replicas = replicas.clone();
+                p.adding = adding.clone();
+                p.removing = removing.clone();
+                p.leader_id = *leader_id;
+                p.leader_epoch = *leader_epoch;
+                p.partition_epoch += 1;
+                p.isr = isr.clone();
+                p.elr = elr.clone();
+                // What removed replicas last reported is no longer the partition's.
+                let key = (topic.clone(), *partition);
+                if let Some(r) = self.reports.get_mut(&key) {
+                    r.retain(|b, _| replicas.contains(b));
+                }
+                if let Some(r) = self.problems.get_mut(&key) {
+                    r.retain(|b, _| replicas.contains(b));
+                }
+                self.offline.retain(|(t, i, b)| !(t == topic && i == partition && !replicas.contains(b)));
             }
             Entry::Reassigning { topic, topic_id, partition, adding, removing } => {
                 if self.topic_id(topic) != Some(*topic_id) {
@@ -2913,8 +2926,10 @@ mod tests {
             assert_eq!(replayed.partition("t", 0), c.partition("t", 0));
         }
         for b in [1, 2, 3, 4] {
-            c.handle_heartbeat(2, b, &format!("a:{b}"), &[]);
+            let reports = if original.contains(&b) { vec![report_of(&c, "t", 0)] } else { vec![] };
+            c.handle_heartbeat(2, b, &format!("a:{b}"), &reports);
         }
+        assert_eq!(state(&c, "t").progress.len(), 2, "the original replicas report");
         // Not complete while the new replicas are out of sync; the old ones are not dropped.
         assert!(c.handle_tick(3).iter().all(|e| !matches!(e, Entry::ReplicasChanged { .. })));
         assert!(c.removed_among(original[0], &[report_of(&c, "t", 0)]).is_empty());
@@ -2948,6 +2963,11 @@ mod tests {
         assert!(c.removed_among(target[0], &[report_of(&c, "t", 0)]).is_empty());
         let (_, assignments, _) = c.handle_heartbeat(6, original[0], "a", &[report_of(&c, "t", 0)]);
         assert!(assignments.is_empty());
+        let progress: Vec<i32> = state(&c, "t").progress.iter().map(|g| g.broker_id).collect();
+        assert!(
+            progress.iter().all(|b| target.contains(b)),
+            "a removed replica's progress is not the partition's: {progress:?}"
+        );
     }
 
     /// A move can be cancelled (back to the replicas it had) or replaced (another target, the

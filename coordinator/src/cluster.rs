@@ -117,6 +117,12 @@ struct Topic {
 }
 
 impl Topic {
+    /// Its replication factor: its first partition's replica count, once any move of it under
+    /// way completes (the replicas a move removes do not count).
+    fn replication_factor(&self) -> usize {
+        self.partitions.first().map_or(1, |p| p.target().len())
+    }
+
     fn config_pairs(&self) -> Vec<(String, String)> {
         self.configs.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
@@ -598,6 +604,9 @@ impl Cluster {
     pub fn handle_offline(&mut self, now_ms: u64, broker_id: i32, reports: &[ReplicaReport]) -> Vec<Entry> {
         let mut out = Vec::new();
         for r in reports.iter().filter(|r| r.offline) {
+            if !self.partition(&r.topic, r.partition).is_some_and(|p| p.replicas.contains(&broker_id)) {
+                continue; // moved away (a reassignment): it is dropped, not the partition's
+            }
             if !self.offline.insert((r.topic.clone(), r.partition, broker_id)) {
                 continue;
             }
@@ -623,6 +632,9 @@ impl Cluster {
             let Some((leader, leader_epoch, _)) = self.leader_of(&r.topic, r.partition) else { continue };
             if leader_epoch != r.refused_leader_epoch || leader == broker_id || leader == NO_LEADER {
                 continue;
+            }
+            if !self.partition(&r.topic, r.partition).is_some_and(|p| p.replicas.contains(&broker_id)) {
+                continue; // moved away: its refusal says nothing of the leader
             }
             if self.topics.get(&r.topic).is_some_and(|t| r.topic_id != 0 && r.topic_id != t.id) {
                 continue;
@@ -862,7 +874,7 @@ impl Cluster {
         let Some(t) = self.topics.get(name) else {
             return Err(Status::new(ErrorCode::UnknownTopicOrPartition, format!("no topic '{name}'")));
         };
-        let rf = t.partitions.first().map_or(1, |p| p.replicas.len() as i32);
+        let rf = t.replication_factor() as i32;
         let mut current = t.configs.clone();
         current.insert(MIN_INSYNC_REPLICAS.to_string(), t.min_isr.to_string());
         let ops: Vec<(String, ConfigOp)> = changes
@@ -957,7 +969,7 @@ impl Cluster {
             ));
         }
         self.check_cluster_partitions(name, count - have)?;
-        let rf = t.partitions.first().map_or(1, |p| p.replicas.len());
+        let rf = t.replication_factor();
         let live = self.live_brokers(now_ms);
         if !assignments.is_empty() {
             Self::check_assignments(name, assignments, (count - have) as usize, rf, &live)?;
@@ -1385,7 +1397,8 @@ impl Cluster {
                 target.to_vec()
             }
         };
-        if target == p.replicas && !p.reassigning() {
+        if (target == p.replicas && !p.reassigning()) || (p.reassigning() && target == p.target()) {
+            // Already there, or already moving there (a repeated request changes nothing).
             return Ok(None);
         }
         match self.replicas_change(now_ms, topic, partition, &target) {
@@ -1433,8 +1446,16 @@ impl Cluster {
                     format!("the leader {} is removed and no replica left in sync ({isr:?}) is live", p.leader_id)
                 })?
         };
-        if isr.is_empty() && leader_id != NO_LEADER {
-            return Err(format!("no in-sync replica ({:?}) would be left", p.isr));
+        let held = !p.isr.is_empty() || !p.elr.is_empty();
+        if held && isr.is_empty() && elr.is_empty() {
+            // The replicas holding every committed record would all go (a partition without a
+            // leader whose in-sync replicas are down, say): only an unclean election could
+            // bring it back, without them.
+            return Err(format!(
+                "no replica holding every committed record would be left (in sync: {:?}, eligible: {:?}); \
+                 bring one of them back first",
+                p.isr, p.elr
+            ));
         }
         Ok(Entry::ReplicasChanged {
             topic: topic.to_string(),
@@ -2916,6 +2937,11 @@ mod tests {
         assert_eq!(listed.len(), 1);
         assert_eq!((listed[0].adding.clone(), listed[0].removing.clone()), (target.clone(), original.clone()));
         assert!(c.reassignments(Some(&[("t".to_string(), vec![1])])).is_empty());
+        // The topic's replication factor is the target's, not the four replicas of the move.
+        let added = c.handle_create_partitions(1, "t", 2, &[], false).unwrap().unwrap();
+        let Entry::PartitionsAdded { replicas: ref placed, .. } = added else { panic!("{added:?}") };
+        assert_eq!(placed.iter().map(Vec::len).collect::<Vec<_>>(), [2]);
+        journal.push(added);
         // Mid-move, a replay of the journal and a snapshot hold the move.
         for entries in [journal.clone(), c.snapshot()] {
             let mut replayed = Cluster::new(ClusterConfig::default());
@@ -2997,6 +3023,42 @@ mod tests {
         c.handle_create_topic(6, "m", 1, 2, 2).unwrap();
         let code = c.handle_reassign(7, "m", 0, Some(&[1]), true).unwrap_err().code;
         assert_eq!(code, ErrorCode::InvalidReplicaAssignment);
+    }
+
+    /// A cancellation or a new target that would drop every replica holding the committed
+    /// records is refused: here the added replica took over the leadership and then went down,
+    /// so it alone holds what was acknowledged since.
+    #[test]
+    fn a_move_never_drops_every_replica_holding_the_committed_records() {
+        let mut c = cluster(&[1, 2, 3]);
+        c.handle_create_topic(0, "t", 1, 1, 1).unwrap();
+        let x = c.replicas_of("t", 0).unwrap()[0];
+        let (_, epoch, _) = c.leader_of("t", 0).unwrap();
+        let others: Vec<i32> = [1, 2, 3].into_iter().filter(|b| *b != x).collect();
+        let (y, z) = (others[0], others[1]);
+        c.handle_reassign(1, "t", 0, Some(&[y, z]), true).unwrap().unwrap();
+        let pe = c.partition("t", 0).unwrap().partition_epoch;
+        assert!(alter(&mut c, x, epoch + 1, pe, &[x, y]).status.is_ok());
+        // x dies: y leads alone; then y dies: no leader, y kept in sync.
+        for b in [y, z] {
+            c.handle_heartbeat(120, b, &format!("a:{b}"), &[]);
+        }
+        c.handle_tick(150);
+        assert_eq!(c.leader_of("t", 0).unwrap().0, y);
+        c.handle_heartbeat(200, z, "a:z", &[]);
+        c.handle_tick(250);
+        let p = c.partition("t", 0).unwrap().clone();
+        assert_eq!((p.leader_id, p.isr.clone()), (NO_LEADER, vec![y]));
+        for target in [None, Some(&[z][..])] {
+            let refused = c.handle_reassign(260, "t", 0, target, true).unwrap_err();
+            assert_eq!(refused.code, ErrorCode::InvalidReplicaAssignment, "{target:?}");
+            assert!(refused.message.contains("committed"), "{refused}");
+        }
+        assert_eq!(c.partition("t", 0), Some(&p), "nothing changed");
+        // A repeat of the move under way changes nothing either.
+        c.handle_heartbeat(270, y, "a:y", &[]);
+        assert_eq!(c.handle_reassign(271, "t", 0, Some(&[y, z]), true).unwrap(), None);
+        assert_eq!(c.partition("t", 0), Some(&p));
     }
 
     /// Issue 28: a broker that was paused while its topic was deleted and created again on

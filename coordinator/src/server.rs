@@ -743,8 +743,21 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
             })
         }
         Request::ListReassignments(r) => {
-            let reassignments = shared.lock().cluster.reassignments(r.topics.as_deref());
-            Response::ListReassignments(protocol::ListReassignmentsResponse { status: Status::ok(), reassignments })
+            let (reassignments, rx) = {
+                let st = shared.lock();
+                // Answered once what is queued is durable: a move listed as complete stays so.
+                (st.cluster.reassignments(r.topics.as_deref()), shared.persist(&[]))
+            };
+            match durable(rx).await {
+                Ok(()) => Response::ListReassignments(protocol::ListReassignmentsResponse {
+                    status: Status::ok(),
+                    reassignments,
+                }),
+                Err(status) => Response::ListReassignments(protocol::ListReassignmentsResponse {
+                    status,
+                    reassignments: Vec::new(),
+                }),
+            }
         }
         Request::DeleteTopic(r) => {
             let rx = {

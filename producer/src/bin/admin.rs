@@ -128,7 +128,8 @@ enum Command {
     },
     /// Move a partition's replicas to other brokers online (Kafka's AlterPartitionReassignments):
     /// the new replicas catch up and join the ISR, the leadership moves if its broker is
-    /// removed, and the removed replicas are dropped. Prints `T-P: moving to replicas [..]`, then
+    /// removed, and the removed replicas are dropped. Prints `T-P: moving to replicas [..] (adding
+    /// [..], removing [..])` (`T-P: moved to replicas [..]` if it is complete already), then
     /// waits until the move is complete and prints `T-P: replicas [..], leader L, leader epoch E`.
     /// Exit 1 if refused or not complete within --timeout-ms.
     Reassign {
@@ -576,7 +577,7 @@ async fn reassign(
     no_wait: bool,
     timeout_ms: u64,
 ) -> Result<(), producer::ClientError> {
-    let cancel = replicas.is_none();
+    let (cancel, target) = (replicas.is_none(), replicas.clone());
     admin.reassign(topic, partition, replicas).await?;
     let asked = Some(vec![(topic.to_string(), vec![partition])]);
     match admin.reassignments(asked.clone()).await?.first() {
@@ -587,7 +588,8 @@ async fn reassign(
             m.removing
         ),
         None if cancel => println!("{topic}-{partition}: move cancelled"),
-        None => println!("{topic}-{partition}: moved (every replica asked for is in sync)"),
+        // Complete already: at once (every replica asked for was in sync), or just since.
+        None => println!("{topic}-{partition}: moved to replicas {:?}", target.unwrap_or_default()),
     }
     if no_wait {
         return Ok(());

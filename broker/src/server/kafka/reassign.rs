@@ -43,26 +43,31 @@ impl KafkaConn {
     ) -> KafkaAnswer {
         let allow = version < 1 || r.allow_replication_factor_change;
         let mut out = AlterPartitionReassignmentsResponse::default().with_allow_replication_factor_change(allow);
-        if let Some(refused) = self.caller().cluster_refusal(Operation::Alter) {
+        let refused = self.caller().cluster_refusal(Operation::Alter);
+        if let Some(refused) = &refused {
+            // Top-level and on every partition, as Kafka's error response has it.
             out = out
                 .with_error_code(kafka_code(refused.code, ApiKey::AlterPartitionReassignments, version))
-                .with_error_message(Some(s(refused.message)));
-            return KafkaAnswer::Reply(ResponseKind::AlterPartitionReassignments(out));
+                .with_error_message(Some(s(refused.message.clone())));
         }
         let mut responses = Vec::with_capacity(r.topics.len());
         for t in r.topics {
             let topic = t.name.to_string();
             let mut partitions = Vec::with_capacity(t.partitions.len());
             for p in t.partitions {
-                let req = Request::Reassign(protocol::ReassignRequest {
-                    topic: topic.clone(),
-                    partition: p.partition_index,
-                    replicas: p.replicas.map(|r| r.iter().map(|b| b.0).collect()),
-                    allow_replication_factor_change: allow,
-                });
-                let status =
-                    self.admin_refusal(self.relay(req).await.status().clone(), "moving a partition's replicas");
-                if !status.is_ok() {
+                let status = match &refused {
+                    Some(refused) => refused.clone(),
+                    None => {
+                        let req = Request::Reassign(protocol::ReassignRequest {
+                            topic: topic.clone(),
+                            partition: p.partition_index,
+                            replicas: p.replicas.map(|r| r.iter().map(|b| b.0).collect()),
+                            allow_replication_factor_change: allow,
+                        });
+                        self.admin_refusal(self.relay(req).await.status().clone(), "moving a partition's replicas")
+                    }
+                };
+                if !status.is_ok() && refused.is_none() {
                     tracing::info!(%topic, partition = p.partition_index, %status, "Kafka AlterPartitionReassignments refused");
                 }
                 let code = kafka_code(status.code, ApiKey::AlterPartitionReassignments, version);

@@ -188,6 +188,25 @@ async fn metadata_hides_and_creates_by_the_acls() {
     let listed: Vec<String> = all.topics.iter().map(|t| t.name.as_ref().unwrap().to_string()).collect();
     assert!(listed.contains(&"alice-new".to_string()) && !listed.contains(&"secret".to_string()), "{listed:?}");
     assert!(!listed.contains(&"missing".to_string()), "missing was not created: {listed:?}");
+
+    // By topic id (v12): the id of a topic alice may not describe is answered
+    // TOPIC_AUTHORIZATION_FAILED with the id and no name; an id no topic has UNKNOWN_TOPIC_ID.
+    let admin =
+        producer::kafka::KafkaConnection::connect(&c.kafka_addrs[0], None, Duration::from_secs(10)).await.unwrap();
+    admin.authenticate(login("admin").sasl.as_ref().unwrap(), Duration::from_secs(10)).await.unwrap();
+    let by_name = MetadataRequest::default().with_topics(Some(vec![topic("secret"), topic("alice-new")]));
+    let ids: Vec<_> = admin.call(&by_name, 12).await.unwrap().topics.iter().map(|t| t.topic_id).collect();
+    assert!(ids.iter().all(|id| !id.is_nil()), "{ids:?}");
+    let nowhere = uuid::Uuid::from_u128(7 << 100);
+    let by_id = |id| MetadataRequestTopic::default().with_name(None).with_topic_id(id);
+    let asked = MetadataRequest::default().with_topics(Some(vec![by_id(ids[0]), by_id(ids[1]), by_id(nowhere)]));
+    let r = conn.call(&asked, 12).await.unwrap();
+    let got: Vec<(Option<String>, uuid::Uuid, i16)> =
+        r.topics.iter().map(|t| (t.name.as_ref().map(|n| n.to_string()), t.topic_id, t.error_code)).collect();
+    assert!(got.contains(&(None, ids[0], 29)), "{got:?}");
+    assert!(got.contains(&(Some("alice-new".into()), ids[1], 0)), "{got:?}");
+    assert!(got.contains(&(None, nowhere, 100)), "{got:?}");
+    assert_eq!(got.len(), 3, "{got:?}");
     c.shutdown().await;
 }
 

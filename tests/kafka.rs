@@ -69,6 +69,32 @@ async fn every_served_api_answers_at_every_served_version() {
                     let r = conn.call(&MetadataRequest::default().with_topics(Some(topics)), v).await.unwrap();
                     assert_eq!(r.topics[0].partitions.len(), 2, "v{v}");
                     assert_eq!(r.brokers.len(), 1);
+                    if v >= 10 {
+                        // By topic id: looked up from v12, INVALID_REQUEST before (Kafka's).
+                        let id = r.topics[0].topic_id;
+                        assert!(!id.is_nil(), "v{v}");
+                        let nowhere = uuid::Uuid::from_u128(5 << 90);
+                        let by_id = |id, n: Option<&str>| {
+                            MetadataRequestTopic::default().with_name(n.map(name)).with_topic_id(id)
+                        };
+                        let named = if v >= 12 { None } else { Some("t") };
+                        let asked = MetadataRequest::default()
+                            .with_topics(Some(vec![by_id(id, named), by_id(nowhere, named)]))
+                            .with_allow_auto_topic_creation(true);
+                        let got = conn.call(&asked, v).await.unwrap();
+                        let got: Vec<(Option<String>, uuid::Uuid, i16, usize)> = got
+                            .topics
+                            .iter()
+                            .map(|t| {
+                                (t.name.as_ref().map(|n| n.to_string()), t.topic_id, t.error_code, t.partitions.len())
+                            })
+                            .collect();
+                        if v >= 12 {
+                            assert_eq!(got, [(Some("t".into()), id, 0, 2), (None, nowhere, 100, 0)], "v{v}");
+                        } else {
+                            assert!(got.iter().all(|t| t.2 == 42), "v{v}: {got:?}");
+                        }
+                    }
                     Ok(r.topics[0].error_code)
                 }
                 ApiKey::Produce => {
@@ -283,12 +309,21 @@ async fn every_served_api_answers_at_every_served_version() {
                             .with_partition_indexes(vec![0])]));
                     let r = conn.call(&req, v).await.unwrap();
                     let p = &r.topics[0].partitions[0];
-                    assert_eq!(p.committed_offset, 8, "v{v}: the last commit of the OffsetCommit sweep");
+                    assert_eq!(p.committed_offset, 9, "v{v}: the last commit of the OffsetCommit sweep");
                     Ok(p.error_code)
                 }
                 ApiKey::ListGroups => {
                     let r = conn.call(&ListGroupsRequest::default(), v).await.unwrap();
                     assert!(r.groups.iter().any(|g| g.group_id.0.as_str() == "sweep"), "v{v}: {r:?}");
+                    if v >= 5 {
+                        // Every group is a classic one (KIP-848's types filter).
+                        assert!(r.groups.iter().all(|g| g.group_type.as_str() == "classic"), "{r:?}");
+                        let typed = |t: &'static str| {
+                            ListGroupsRequest::default().with_types_filter(vec![StrBytes::from_static_str(t)])
+                        };
+                        assert!(conn.call(&typed("consumer"), v).await.unwrap().groups.is_empty());
+                        assert!(!conn.call(&typed("Classic"), v).await.unwrap().groups.is_empty());
+                    }
                     Ok(r.error_code)
                 }
                 ApiKey::DescribeGroups => {

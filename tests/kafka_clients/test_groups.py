@@ -95,6 +95,11 @@ def test_subscribers_share_partitions_and_resume_from_committed_offsets(cluster)
     admin = AdminClient({"bootstrap.servers": bs})
     listed = admin.list_consumer_groups().result(10)
     assert [g.group_id for g in listed.valid] == ["readers"], listed.valid
+    # ListGroups v5's type filter (KIP-848): every group here is a classic one.
+    from confluent_kafka import ConsumerGroupType
+    classic = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(10)
+    assert [(g.group_id, g.type) for g in classic.valid] == [("readers", ConsumerGroupType.CLASSIC)], classic.valid
+    assert admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(10).valid == []
     described = admin.describe_consumer_groups(["readers"])["readers"].result(10)
     assert str(described.state).endswith("STABLE") and len(described.members) == 2, described
     assigned = sorted(tp.partition for m in described.members for tp in m.assignment.topic_partitions)

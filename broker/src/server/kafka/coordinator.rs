@@ -33,6 +33,11 @@ impl KafkaConn {
     /// Metadata, from the coordinator: every live broker at its Kafka address, this broker as
     /// the controller (it relays what admin clients send there), and the topics asked.
     pub(super) async fn metadata(self: &Arc<Self>, r: MetadataRequest, version: i16) -> KafkaAnswer {
+        // Topics asked by id (v12, Kafka's KIP-516): answered by id.
+        let ids: Vec<uuid::Uuid> = r.topics.iter().flatten().map(|t| t.topic_id).filter(|id| !id.is_nil()).collect();
+        if !ids.is_empty() {
+            return Box::pin(self.metadata_by_ids(r, ids, version)).await;
+        }
         // v0: an empty list asks for every topic; from v1 null does, and an empty list for none.
         let (names, none) = match &r.topics {
             None => (Vec::new(), false),
@@ -184,6 +189,73 @@ impl KafkaConn {
                 .collect()
         };
         KafkaAnswer::Reply(ResponseKind::Metadata(resp.with_brokers(brokers).with_topics(topics)))
+    }
+
+    /// Metadata of topics asked by id, as Kafka answers it: a request naming any id is answered
+    /// by its ids alone (names beside them are not looked at); an id no topic has is
+    /// UNKNOWN_TOPIC_ID (no name), one the caller may not describe TOPIC_AUTHORIZATION_FAILED with
+    /// its id and no name (ids are not secret, names are), the others as asked by name, never
+    /// created. Ids came with version 10 but are looked up only from version 12 (where a name may
+    /// be null): before, INVALID_REQUEST.
+    async fn metadata_by_ids(self: &Arc<Self>, r: MetadataRequest, ids: Vec<uuid::Uuid>, version: i16) -> KafkaAnswer {
+        let each = |code: ErrorCode| {
+            let topics = ids.iter().map(|id| {
+                MetadataResponseTopic::default().with_name(None).with_topic_id(*id).with_error_code(code.code())
+            });
+            KafkaAnswer::Reply(ResponseKind::Metadata(MetadataResponse::default().with_topics(topics.collect())))
+        };
+        if version < 12 {
+            return each(ErrorCode::InvalidRequest);
+        }
+        let all = protocol::MetadataRequest { topics: Vec::new(), allow_auto_create: false };
+        let known = match self.relay(Request::Metadata(all)).await {
+            Response::Metadata(m) if m.status.is_ok() => m.topics,
+            other => {
+                tracing::info!(status = %other.status(), "Kafka Metadata by topic id: the coordinator did not answer");
+                return each(ErrorCode::LeaderNotAvailable);
+            }
+        };
+        let name_of = |id: &uuid::Uuid| known.iter().find(|t| t.topic_id == id.as_u128()).map(|t| t.name.clone());
+        let mut names: Vec<String> = Vec::new();
+        let mut unknown: Vec<uuid::Uuid> = Vec::new();
+        for id in &ids {
+            match name_of(id) {
+                Some(n) if !names.contains(&n) => names.push(n),
+                Some(_) => {}
+                None if !unknown.contains(id) => unknown.push(*id),
+                None => {}
+            }
+        }
+        let by_name = r
+            .with_topics(Some(
+                names
+                    .iter()
+                    .map(|n| {
+                        kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                            .with_name(Some(StrBytes::from_string(n.clone()).into()))
+                    })
+                    .collect(),
+            ))
+            .with_allow_auto_topic_creation(false);
+        let mut answer = self.metadata(by_name, version).await;
+        if let KafkaAnswer::Reply(ResponseKind::Metadata(resp)) = &mut answer {
+            for t in &mut resp.topics {
+                if t.error_code == ErrorCode::TopicAuthorizationFailed.code() {
+                    let id = t.name.as_ref().and_then(|n| known.iter().find(|k| k.name == n.as_str()));
+                    if let Some(k) = id {
+                        t.topic_id = uuid::Uuid::from_u128(k.topic_id);
+                        t.name = None;
+                    }
+                }
+            }
+            resp.topics.extend(unknown.into_iter().map(|id| {
+                MetadataResponseTopic::default()
+                    .with_name(None)
+                    .with_topic_id(id)
+                    .with_error_code(ErrorCode::UnknownTopicId.code())
+            }));
+        }
+        answer
     }
 
     /// FindCoordinator: this broker, for a transactional id and for a group (librdkafka asks

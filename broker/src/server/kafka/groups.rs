@@ -71,6 +71,9 @@ fn by_topic<T>(items: Vec<(String, T)>) -> Vec<(String, Vec<T>)> {
     out
 }
 
+/// ListGroups' group type of every group this listener serves (KIP-848).
+const CLASSIC: &str = "classic";
+
 impl KafkaConn {
     /// Relay a group request that may wait for a rebalance (JoinGroup, SyncGroup) up to its
     /// rebalance timeout.
@@ -494,19 +497,25 @@ impl KafkaConn {
                         || r.states_filter.is_empty()
                         || r.states_filter.iter().any(|f| f.eq_ignore_ascii_case(state))
                 };
+                // Every group here is a classic one (KIP-848's consumer groups are not served):
+                // a type filter without `classic` lists none.
+                let typed = version < 5
+                    || r.types_filter.is_empty()
+                    || r.types_filter.iter().any(|t| t.eq_ignore_ascii_case(CLASSIC));
                 // DESCRIBE on the cluster lists every group; else those the caller may describe.
                 let caller = self.caller();
                 let all = caller.may_quietly(Operation::Describe, ResourceType::Cluster, protocol::acl::CLUSTER_NAME);
                 let listed = groups
                     .into_iter()
-                    .filter(|g| wanted(&g.state))
+                    .filter(|g| typed && wanted(&g.state))
                     .filter(|g| all || caller.may_quietly(Operation::Describe, ResourceType::Group, &g.group))
                     .map(|g| {
                         let l = ListedGroup::default()
                             .with_group_id(GroupId(text(&g.group)))
                             .with_protocol_type(text(&g.protocol_type));
-                        if version >= 4 {
-                            l.with_group_state(text(&g.state))
+                        let l = if version >= 4 { l.with_group_state(text(&g.state)) } else { l };
+                        if version >= 5 {
+                            l.with_group_type(StrBytes::from_static_str(CLASSIC))
                         } else {
                             l
                         }

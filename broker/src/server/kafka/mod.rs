@@ -88,10 +88,10 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetCommit, 2, 9),
     // From v8 a request asks for several groups at once: not served.
     (ApiKey::OffsetFetch, 1, 7),
-    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),

@@ -15,6 +15,7 @@
 pub mod acls;
 pub mod cli;
 pub mod cluster;
+pub mod consumer_group;
 pub mod credentials;
 pub mod entry;
 #[cfg(feature = "etcd")]

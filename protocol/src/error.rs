@@ -167,6 +167,17 @@ error_codes! {
     MemberIdRequired = 79, "MEMBER_ID_REQUIRED", false;
     /// Another instance joined with the same `group.instance.id`: this static member was replaced.
     FencedInstanceId = 82, "FENCED_INSTANCE_ID", false;
+    /// A KIP-848 member's heartbeat carries another member epoch than its own (not its previous
+    /// one with only partitions it still has): it missed a rebalance and must rejoin at epoch 0.
+    FencedMemberEpoch = 110, "FENCED_MEMBER_EPOCH", false;
+    /// A static member joined with an instance id a live member holds.
+    UnreleasedInstanceId = 111, "UNRELEASED_INSTANCE_ID", false;
+    /// `group.remote.assignor` names an assignor the coordinator does not serve.
+    UnsupportedAssignor = 112, "UNSUPPORTED_ASSIGNOR", false;
+    /// A KIP-848 member's offset commit carries another member epoch than its current one.
+    StaleMemberEpoch = 113, "STALE_MEMBER_EPOCH", false;
+    /// A subscription's regular expression does not compile (RE2 syntax).
+    InvalidRegularExpression = 128, "INVALID_REGULAR_EXPRESSION", false;
     /// A committed offset's metadata is longer than the coordinator takes.
     OffsetMetadataTooLarge = 12, "OFFSET_METADATA_TOO_LARGE", false;
     /// A transaction holds uncommitted offsets for the partition; retry once it ends.

@@ -202,21 +202,6 @@ impl ConsumerGroup {
         self.group_epoch
     }
 
-    /// The assignment epoch.
-    pub fn assignment_epoch(&self) -> i32 {
-        self.assignment_epoch
-    }
-
-    /// Members, by id: (epoch, the partitions it owns and may use).
-    pub fn members(&self) -> impl Iterator<Item = (&str, i32, &BTreeSet<TopicPartition>)> {
-        self.members.iter().map(|(id, m)| (id.as_str(), m.epoch, &m.assigned))
-    }
-
-    /// Whether it has no members.
-    pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
-    }
-
     /// Who owns `tp` (assigned or being revoked), if anyone.
     fn owner(&self, tp: &TopicPartition) -> Option<&str> {
         self.members.iter().find(|(_, m)| m.owns(tp)).map(|(id, _)| id.as_str())
@@ -257,10 +242,6 @@ pub struct ConsumerGroups {
     groups: BTreeMap<String, ConsumerGroup>,
 }
 
-fn refuse(code: ErrorCode, message: String) -> Status {
-    Status::new(code, message)
-}
-
 impl ConsumerGroups {
     /// No groups.
     pub fn new(config: ConsumerGroupConfig) -> Self {
@@ -274,7 +255,7 @@ impl ConsumerGroups {
 
     /// Check a heartbeat's fields (Kafka's INVALID_REQUEST cases).
     fn validate(h: &Heartbeat) -> Result<(), Status> {
-        let bad = |why: &str| Err(refuse(ErrorCode::InvalidRequest, format!("ConsumerGroupHeartbeat: {why}")));
+        let bad = |why: &str| Err(Status::new(ErrorCode::InvalidRequest, format!("ConsumerGroupHeartbeat: {why}")));
         if h.group.is_empty() {
             return bad("the group id is empty");
         }
@@ -317,7 +298,7 @@ impl ConsumerGroups {
         };
         if let Some(regex) = h.topic_regex.as_deref().filter(|r| !r.is_empty()) {
             if full_match(regex).is_none() {
-                return Err(refuse(
+                return Err(Status::new(
                     ErrorCode::InvalidRegularExpression,
                     format!("subscription regular expression {regex:?} does not compile (RE2 syntax)"),
                 ));
@@ -329,7 +310,7 @@ impl ConsumerGroups {
                 Some(a) => Some(a),
                 None => {
                     let served: Vec<&str> = self.config.assignors.iter().map(|a| a.name()).collect();
-                    return Err(refuse(
+                    return Err(Status::new(
                         ErrorCode::UnsupportedAssignor,
                         format!("group.remote.assignor {name:?} is not served: {}", served.join(", ")),
                     ));
@@ -365,7 +346,7 @@ impl ConsumerGroups {
                 // The group is gone (every member fenced, or the coordinator's state lost): the
                 // member rejoins, which librdkafka does on UNKNOWN_MEMBER_ID (GROUP_ID_NOT_FOUND
                 // would be fatal to it).
-                return Err(refuse(
+                return Err(Status::new(
                     ErrorCode::UnknownMemberId,
                     format!("group '{}' has no member '{}': join again at epoch 0", h.group, h.member_id),
                 ));
@@ -387,7 +368,7 @@ impl ConsumerGroups {
                             g.target.insert(h.member_id.clone(), t);
                         }
                     } else if *old_id != h.member_id {
-                        return Err(refuse(
+                        return Err(Status::new(
                             ErrorCode::UnreleasedInstanceId,
                             format!("instance id '{instance}' is held by member '{old_id}', which has not left"),
                         ));
@@ -399,7 +380,7 @@ impl ConsumerGroups {
                 g.remove(&h.member_id);
             }
             if taken_over.is_none() && g.members.len() >= max_size {
-                return Err(refuse(
+                return Err(Status::new(
                     ErrorCode::GroupMaxSizeReached,
                     format!("group '{}' has {} members, its maximum (--group-consumer-max-size)", h.group, max_size),
                 ));
@@ -431,14 +412,14 @@ impl ConsumerGroups {
             g.members.insert(h.member_id.clone(), member);
         } else {
             let Some(m) = g.members.get(&h.member_id) else {
-                return Err(refuse(
+                return Err(Status::new(
                     ErrorCode::UnknownMemberId,
                     format!("group '{}' has no member '{}': join again at epoch 0", h.group, h.member_id),
                 ));
             };
             if let (Some(instance), Some(held)) = (&h.instance_id, &m.instance_id) {
                 if instance != held {
-                    return Err(refuse(
+                    return Err(Status::new(
                         ErrorCode::FencedInstanceId,
                         format!("member '{}' is instance '{held}', not '{instance}'", h.member_id),
                     ));
@@ -448,7 +429,7 @@ impl ConsumerGroups {
             let fenced = h.member_epoch > m.epoch
                 || (h.member_epoch < m.epoch && !(h.member_epoch == m.previous_epoch && owned_within));
             if fenced {
-                return Err(refuse(
+                return Err(Status::new(
                     ErrorCode::FencedMemberEpoch,
                     format!(
                         "member '{}' of group '{}' sent epoch {}, but its epoch is {}: it missed a rebalance; \
@@ -538,7 +519,7 @@ impl ConsumerGroups {
         let g = self.groups.get(group);
         if member_epoch < 0 && member_id.is_empty() {
             return match g {
-                Some(g) if !g.members.is_empty() => Err(refuse(
+                Some(g) if !g.members.is_empty() => Err(Status::new(
                     ErrorCode::UnknownMemberId,
                     format!("group '{group}' has members: commit as one of them"),
                 )),
@@ -546,11 +527,14 @@ impl ConsumerGroups {
             };
         }
         let Some(m) = g.and_then(|g| g.members.get(member_id)) else {
-            return Err(refuse(ErrorCode::UnknownMemberId, format!("group '{group}' has no member '{member_id}'")));
+            return Err(Status::new(
+                ErrorCode::UnknownMemberId,
+                format!("group '{group}' has no member '{member_id}'"),
+            ));
         };
         if member_epoch != m.epoch {
             let code = if transactional { ErrorCode::IllegalGeneration } else { ErrorCode::StaleMemberEpoch };
-            return Err(refuse(
+            return Err(Status::new(
                 code,
                 format!(
                     "member '{member_id}' of group '{group}' committed at epoch {member_epoch}, its epoch is {}",
@@ -650,29 +634,29 @@ fn assign(g: &mut ConsumerGroup, topics: &Topics, default: Assignor) {
             }
         }
         Assignor::Uniform => {
-            let all: Vec<(String, TopicPartition)> = subscribed
+            // Every subscribed partition, with its topic's name.
+            let all: BTreeMap<TopicPartition, &str> = subscribed
                 .iter()
-                .flat_map(|(name, (id, count))| (0..*count).map(move |p| (name.clone(), (*id, p))))
+                .flat_map(|(name, (id, count))| (0..*count).map(move |p| ((*id, p), name.as_str())))
                 .collect();
-            let eligible = |name: &str, member: &str| g.members[member].subscribes(name);
-            let name_of: BTreeMap<u128, &str> = subscribed.iter().map(|(n, (id, _))| (*id, n.as_str())).collect();
+            let eligible =
+                |tp: &TopicPartition, member: &str| all.get(tp).is_some_and(|n| g.members[member].subscribes(n));
             let mut taken: BTreeSet<TopicPartition> = BTreeSet::new();
             // Sticky: each keeps what it had that it still subscribes to.
             for id in &members {
                 for tp in previous.get(id).into_iter().flatten() {
-                    let name = name_of.get(&tp.0).copied().filter(|_| tp.1 < subscribed[name_of[&tp.0]].1);
-                    if name.is_some_and(|n| eligible(n, id)) && taken.insert(*tp) {
+                    if eligible(tp, id) && taken.insert(*tp) {
                         target.get_mut(id).expect("member").insert(*tp);
                     }
                 }
             }
             // The rest to the eligible member with the fewest.
-            for (name, tp) in &all {
+            for tp in all.keys() {
                 if taken.contains(tp) {
                     continue;
                 }
                 let to =
-                    members.iter().filter(|id| eligible(name, id)).min_by_key(|id| (target[*id].len(), (*id).clone()));
+                    members.iter().filter(|id| eligible(tp, id)).min_by_key(|id| (target[*id].len(), (*id).clone()));
                 if let Some(to) = to {
                     target.get_mut(to).expect("member").insert(*tp);
                     taken.insert(*tp);
@@ -687,8 +671,7 @@ fn assign(g: &mut ConsumerGroup, topics: &Topics, default: Assignor) {
                 if target[&most].len() <= target[&least].len() + 1 {
                     break;
                 }
-                let movable =
-                    target[&most].iter().rev().find(|tp| name_of.get(&tp.0).is_some_and(|n| eligible(n, &least)));
+                let movable = target[&most].iter().rev().find(|tp| eligible(tp, &least));
                 let Some(tp) = movable.copied() else { break };
                 target.get_mut(&most).expect("member").remove(&tp);
                 target.get_mut(&least).expect("member").insert(tp);

@@ -144,8 +144,21 @@ pub struct Args {
     /// (Kafka's `group.initial.rebalance.delay.ms`).
     #[arg(long, default_value_t = 3_000)]
     group_initial_rebalance_delay_ms: u64,
-    /// Accept transactional offset commits from any generation (no KIP-447 fence): for
-    /// demonstrations of what a zombie worker does without it, never in production.
+    /// A KIP-848 consumer group member (`group.protocol=consumer`) not heard from for this
+    /// long is fenced, in milliseconds (Kafka's `group.consumer.session.timeout.ms`).
+    #[arg(long, default_value_t = 45_000, value_parser = clap::value_parser!(u64).range(1..))]
+    group_consumer_session_timeout_ms: u64,
+    /// How often KIP-848 consumer group members are told to heartbeat, in milliseconds
+    /// (Kafka's `group.consumer.heartbeat.interval.ms`).
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64))]
+    group_consumer_heartbeat_interval_ms: u64,
+    /// Most members of one KIP-848 consumer group; a join beyond is refused
+    /// GROUP_MAX_SIZE_REACHED (Kafka's `group.consumer.max.size`).
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    group_consumer_max_size: u64,
+    /// Accept transactional offset commits from any generation (no KIP-447 fence), and offset
+    /// commits of KIP-848 consumer group members from any member epoch: for demonstrations of
+    /// what a zombie worker does without it, never in production (heartbeats keep their checks).
     #[arg(long)]
     no_generation_fencing: bool,
     /// Append every fencing event (grants, fences, transaction ends with their markers,
@@ -225,8 +238,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.groups.initial_rebalance_delay_ms = args.group_initial_rebalance_delay_ms;
     config.groups.generation_fencing = !args.no_generation_fencing;
     if args.no_generation_fencing {
-        tracing::warn!("--no-generation-fencing: transactional offset commits of stale group generations are accepted");
+        tracing::warn!(
+            "--no-generation-fencing: transactional offset commits of stale group generations, and offset commits of \
+             stale member epochs, are accepted"
+        );
     }
+    if args.group_consumer_heartbeat_interval_ms >= args.group_consumer_session_timeout_ms {
+        eprintln!(
+            "--group-consumer-heartbeat-interval-ms {} is not below --group-consumer-session-timeout-ms {}: members \
+             would be fenced between heartbeats; give an interval below the session timeout",
+            args.group_consumer_heartbeat_interval_ms, args.group_consumer_session_timeout_ms
+        );
+        std::process::exit(2);
+    }
+    config.groups.consumer.session_timeout_ms = args.group_consumer_session_timeout_ms;
+    config.groups.consumer.heartbeat_interval_ms = args.group_consumer_heartbeat_interval_ms;
+    config.groups.consumer.max_size = usize::try_from(args.group_consumer_max_size).unwrap_or(usize::MAX);
     config.cluster.default_partitions = args.default_partitions;
     config.cluster.auto_create_topics = !args.no_auto_create_topics;
     config.limits.frame_bytes_max = args.frame_bytes_max;

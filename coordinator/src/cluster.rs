@@ -1054,6 +1054,17 @@ impl Cluster {
         self.topics.contains_key(topic)
     }
 
+    /// Every topic: name -> (topic id, partition count), what KIP-848 consumer groups subscribe
+    /// to.
+    pub fn topic_ids(&self) -> crate::consumer_group::Topics {
+        self.topics.iter().map(|(name, t)| (name.clone(), (t.id, t.partitions.len() as i32))).collect()
+    }
+
+    /// Every topic's name by its id.
+    pub fn topic_names(&self) -> BTreeMap<u128, String> {
+        self.topics.iter().map(|(name, t)| (t.id, name.clone())).collect()
+    }
+
     /// The id of topic `name`, if it exists.
     pub fn topic_id(&self, name: &str) -> Option<u128> {
         self.topics.get(name).map(|t| t.id)

@@ -1,10 +1,11 @@
-//! KIP-848 consumer groups: the rules, without I/O (issue 30, in part).
+//! KIP-848 consumer groups: the rules, without I/O.
 //!
 //! The coordinator assigns the partitions itself and every member carries a *member epoch*: a
 //! member that missed a rebalance is fenced by it. These are the rules Kafka 4's group
 //! coordinator follows (`GroupMetadataManager`, `CurrentAssignmentBuilder`), as plain types that
-//! take `now` and return decisions. Nothing serves them yet: the Kafka listener offers no
-//! ConsumerGroupHeartbeat, and nothing here is journaled (issue 30's wiring is to come).
+//! take `now` and return decisions. [`crate::groups::GroupTable`] holds them beside the classic
+//! groups (one type per group id) and the offsets; every change a heartbeat or a timeout makes
+//! is an [`Entry::ConsumerGroup`] record of the whole group, journaled before the answer leaves.
 //!
 //! - The **group epoch** rises on every change the assignment depends on: a member joining,
 //!   leaving or fenced, a subscription (compared as sets) or server assignor changed, the
@@ -32,6 +33,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use protocol::{ErrorCode, Status};
+
+use crate::entry::{ConsumerGroupRecord, ConsumerMemberRecord, Entry};
 
 /// A partition, by topic id.
 pub type TopicPartition = (u128, i32);
@@ -103,28 +106,9 @@ impl Default for ConsumerGroupConfig {
 /// The cluster's topics as the group sees them: name -> (topic id, partition count).
 pub type Topics = BTreeMap<String, (u128, i32)>;
 
-/// A ConsumerGroupHeartbeat, decoded. `None` (and -1 for the timeout) means unchanged.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Heartbeat {
-    /// Group id.
-    pub group: String,
-    /// Member id (client-generated, KIP-1082).
-    pub member_id: String,
-    /// The member's epoch: 0 to join, -1 to leave, -2 for a static member leaving for now.
-    pub member_epoch: i32,
-    /// `group.instance.id` of a static member.
-    pub instance_id: Option<String>,
-    /// `max.poll.interval.ms`: how long the member has to revoke partitions.
-    pub rebalance_timeout_ms: i32,
-    /// Subscribed topic names.
-    pub topic_names: Option<Vec<String>>,
-    /// Subscribed topic regular expression (RE2, matched against whole names); `""` for none.
-    pub topic_regex: Option<String>,
-    /// `group.remote.assignor`.
-    pub server_assignor: Option<String>,
-    /// The partitions the member owns now.
-    pub owned: Option<Vec<TopicPartition>>,
-}
+/// A ConsumerGroupHeartbeat, as the wire carries it. `None` (and -1 for the timeout) means
+/// unchanged.
+pub use protocol::ConsumerHeartbeatRequest as Heartbeat;
 
 /// The answer to a heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +136,8 @@ enum MemberState {
 #[derive(Debug, Clone)]
 struct Member {
     instance_id: Option<String>,
+    client_id: String,
+    client_host: String,
     epoch: i32,
     previous_epoch: i32,
     state: MemberState,
@@ -184,6 +170,11 @@ fn full_match(pattern: &str) -> Option<regex::Regex> {
     regex::Regex::new(&format!("^(?:{pattern})$")).ok()
 }
 
+/// The pattern [`full_match`] was given.
+fn unanchored(compiled: &str) -> &str {
+    compiled.strip_prefix("^(?:").and_then(|s| s.strip_suffix(")$")).unwrap_or(compiled)
+}
+
 /// One consumer group (kept when empty, so its epochs only grow).
 #[derive(Debug, Clone, Default)]
 pub struct ConsumerGroup {
@@ -194,12 +185,166 @@ pub struct ConsumerGroup {
     target: BTreeMap<String, BTreeSet<TopicPartition>>,
     /// The subscribed topics (name -> id, partitions) the target was computed from.
     topics_seen: Topics,
+    /// What the journal holds of it.
+    journaled: Option<ConsumerGroupRecord>,
 }
 
 impl ConsumerGroup {
     /// The group epoch.
     pub fn group_epoch(&self) -> i32 {
         self.group_epoch
+    }
+
+    /// Whether it has members (a static member away counts).
+    pub fn has_members(&self) -> bool {
+        !self.members.is_empty()
+    }
+
+    /// How many members it has.
+    pub fn member_count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether a member subscribes to topic `name`.
+    pub fn subscribes(&self, name: &str) -> bool {
+        self.members.values().any(|m| m.subscribes(name))
+    }
+
+    /// Kafka's state name: `Empty`, `Reconciling` (a member is not yet at the assignment epoch,
+    /// or gives up partitions) or `Stable`.
+    pub fn state_name(&self) -> &'static str {
+        if self.members.is_empty() {
+            "Empty"
+        } else if self
+            .members
+            .values()
+            .any(|m| (m.epoch != self.assignment_epoch && m.epoch != LEAVE_STATIC_EPOCH) || !m.revoking.is_empty())
+        {
+            "Reconciling"
+        } else {
+            "Stable"
+        }
+    }
+
+    /// The assignor it uses (the one most members name, else `default`).
+    pub fn assignor(&self, default: Assignor) -> Assignor {
+        let mut named: BTreeMap<Assignor, usize> = BTreeMap::new();
+        for m in self.members.values() {
+            if let Some(a) = m.assignor {
+                *named.entry(a).or_default() += 1;
+            }
+        }
+        named.iter().max_by_key(|(a, n)| (**n, std::cmp::Reverse(**a))).map_or(default, |(a, _)| *a)
+    }
+
+    /// It described, topics named by `names` (topic id -> name; an id no longer known shows
+    /// with an empty name).
+    pub fn describe(&self, default: Assignor, names: &BTreeMap<u128, String>) -> protocol::ConsumerGroupState {
+        let by_topic = |set: &BTreeSet<TopicPartition>| -> Vec<protocol::TopicPartitions> {
+            let mut out: Vec<protocol::TopicPartitions> = Vec::new();
+            for (id, p) in set {
+                match out.last_mut() {
+                    Some(t) if t.topic_id == *id => t.partitions.push(*p),
+                    _ => out.push(protocol::TopicPartitions {
+                        topic_id: *id,
+                        topic: names.get(id).cloned().unwrap_or_default(),
+                        partitions: vec![*p],
+                    }),
+                }
+            }
+            out
+        };
+        protocol::ConsumerGroupState {
+            group_epoch: self.group_epoch,
+            assignment_epoch: self.assignment_epoch,
+            assignor: self.assignor(default).name().to_string(),
+            members: self
+                .members
+                .iter()
+                .map(|(id, m)| protocol::ConsumerMemberState {
+                    member_id: id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    member_epoch: m.epoch,
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    topic_names: m.names.iter().cloned().collect(),
+                    topic_regex: m.regex.as_ref().map(|r| unanchored(r.as_str()).to_string()),
+                    assigned: by_topic(&m.assigned.union(&m.revoking).copied().collect()),
+                    target: by_topic(self.target.get(id).unwrap_or(&BTreeSet::new())),
+                })
+                .collect(),
+        }
+    }
+
+    /// Its journal record.
+    fn record(&self, name: &str) -> ConsumerGroupRecord {
+        let list = |s: &BTreeSet<TopicPartition>| s.iter().copied().collect::<Vec<_>>();
+        ConsumerGroupRecord {
+            group: name.to_string(),
+            group_epoch: self.group_epoch,
+            assignment_epoch: self.assignment_epoch,
+            members: self
+                .members
+                .iter()
+                .map(|(id, m)| ConsumerMemberRecord {
+                    member_id: id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    epoch: m.epoch,
+                    previous_epoch: m.previous_epoch,
+                    rebalance_timeout_ms: m.rebalance_timeout_ms.min(i64::MAX as u64) as i64,
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    topic_names: m.names.iter().cloned().collect(),
+                    topic_regex: m.regex.as_ref().map(|r| unanchored(r.as_str()).to_string()),
+                    assignor: m.assignor.map(|a| a.name().to_string()),
+                    assigned: list(&m.assigned),
+                    revoking: list(&m.revoking),
+                    target: self.target.get(id).map(list).unwrap_or_default(),
+                })
+                .collect(),
+            topics_seen: self.topics_seen.iter().map(|(n, (id, count))| (n.clone(), *id, *count)).collect(),
+        }
+    }
+
+    /// The group a record describes; deadlines start at `now_ms` (a replay restarts them
+    /// with [`ConsumerGroups::restart_clocks`]).
+    fn from_record(r: &ConsumerGroupRecord, session_ms: u64, now_ms: u64) -> ConsumerGroup {
+        let mut g = ConsumerGroup {
+            group_epoch: r.group_epoch,
+            assignment_epoch: r.assignment_epoch,
+            journaled: Some(r.clone()),
+            ..ConsumerGroup::default()
+        };
+        for m in &r.members {
+            let revoking: BTreeSet<TopicPartition> = m.revoking.iter().copied().collect();
+            let rebalance_timeout_ms = m.rebalance_timeout_ms.max(0) as u64;
+            g.members.insert(
+                m.member_id.clone(),
+                Member {
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    epoch: m.epoch,
+                    previous_epoch: m.previous_epoch,
+                    state: if revoking.is_empty() {
+                        MemberState::Stable
+                    } else {
+                        MemberState::Revoking { deadline_ms: now_ms + rebalance_timeout_ms }
+                    },
+                    rebalance_timeout_ms,
+                    session_deadline_ms: now_ms + session_ms,
+                    names: m.topic_names.iter().cloned().collect(),
+                    // A pattern recorded compiled once; one that no longer compiles is none.
+                    regex: m.topic_regex.as_deref().and_then(full_match),
+                    assignor: m.assignor.as_deref().and_then(Assignor::parse),
+                    assigned: m.assigned.iter().copied().collect(),
+                    revoking,
+                },
+            );
+            g.target.insert(m.member_id.clone(), m.target.iter().copied().collect());
+        }
+        g.topics_seen = r.topics_seen.iter().map(|(n, id, count)| (n.clone(), (*id, *count))).collect();
+        g
     }
 
     /// Who owns `tp` (assigned or being revoked), if anyone.
@@ -240,17 +385,104 @@ impl ConsumerGroup {
 pub struct ConsumerGroups {
     config: ConsumerGroupConfig,
     groups: BTreeMap<String, ConsumerGroup>,
+    /// Records of the changes since the last [`ConsumerGroups::take_entries`].
+    entries: Vec<Entry>,
 }
 
 impl ConsumerGroups {
     /// No groups.
     pub fn new(config: ConsumerGroupConfig) -> Self {
-        ConsumerGroups { config, groups: BTreeMap::new() }
+        ConsumerGroups { config, groups: BTreeMap::new(), entries: Vec::new() }
+    }
+
+    /// The limits and defaults.
+    pub fn config(&self) -> &ConsumerGroupConfig {
+        &self.config
     }
 
     /// Group `id`, if it exists.
     pub fn group(&self, id: &str) -> Option<&ConsumerGroup> {
         self.groups.get(id)
+    }
+
+    /// Every group id.
+    pub fn names(&self) -> impl Iterator<Item = &String> {
+        self.groups.keys()
+    }
+
+    /// The default assignor (the first served).
+    pub fn default_assignor(&self) -> Assignor {
+        self.config.assignors.first().copied().unwrap_or(Assignor::Uniform)
+    }
+
+    /// The journal entries of the changes made since the last call: make them durable before
+    /// answering.
+    pub fn take_entries(&mut self) -> Vec<Entry> {
+        std::mem::take(&mut self.entries)
+    }
+
+    /// Whether changes wait in [`ConsumerGroups::take_entries`].
+    pub fn has_entries(&self) -> bool {
+        !self.entries.is_empty()
+    }
+
+    /// Record group `name` if what the journal holds of it changed. A group that never had a
+    /// member and was never journaled is dropped instead (a refused first join leaves none).
+    fn journal(&mut self, name: &str) {
+        let Some(g) = self.groups.get_mut(name) else { return };
+        if g.journaled.is_none() && g.members.is_empty() && g.group_epoch == 0 {
+            self.groups.remove(name);
+            return;
+        }
+        let record = g.record(name);
+        if g.journaled.as_ref() != Some(&record) {
+            g.journaled = Some(record.clone());
+            self.entries.push(Entry::ConsumerGroup(record));
+        }
+    }
+
+    /// Forget group `name` (converted to a classic group, deleted or expired), journaling it
+    /// with [`Entry::ConsumerGroupsRemoved`] when `journal`.
+    pub fn remove(&mut self, name: &str, journal: bool) {
+        if self.groups.remove(name).is_some() && journal {
+            self.entries.push(Entry::ConsumerGroupsRemoved { groups: vec![name.to_string()] });
+        }
+    }
+
+    /// Apply a journal entry (a replay, or a standby following).
+    pub fn apply(&mut self, entry: &Entry) {
+        match entry {
+            Entry::ConsumerGroup(r) => {
+                let g = ConsumerGroup::from_record(r, self.config.session_timeout_ms, 0);
+                self.groups.insert(r.group.clone(), g);
+            }
+            Entry::ConsumerGroupsRemoved { groups }
+            | Entry::GroupsDeleted { groups }
+            | Entry::GroupsExpired { groups } => {
+                for g in groups {
+                    self.groups.remove(g);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A snapshot's records of every group.
+    pub fn snapshot(&self) -> Vec<Entry> {
+        self.groups.iter().map(|(name, g)| Entry::ConsumerGroup(g.record(name))).collect()
+    }
+
+    /// After a replay: every session and revocation deadline starts at `now_ms`.
+    pub fn restart_clocks(&mut self, now_ms: u64) {
+        let session_ms = self.config.session_timeout_ms;
+        for g in self.groups.values_mut() {
+            for m in g.members.values_mut() {
+                m.session_deadline_ms = now_ms + session_ms;
+                if let MemberState::Revoking { deadline_ms } = &mut m.state {
+                    *deadline_ms = now_ms + m.rebalance_timeout_ms;
+                }
+            }
+        }
     }
 
     /// Check a heartbeat's fields (Kafka's INVALID_REQUEST cases).
@@ -286,8 +518,15 @@ impl ConsumerGroups {
         Ok(())
     }
 
-    /// A ConsumerGroupHeartbeat at `now_ms`, against the cluster's `topics`.
+    /// A ConsumerGroupHeartbeat at `now_ms`, against the cluster's `topics`. What it changed
+    /// waits in [`ConsumerGroups::take_entries`].
     pub fn heartbeat(&mut self, now_ms: u64, h: &Heartbeat, topics: &Topics) -> Result<HeartbeatAnswer, Status> {
+        let answer = self.beat(now_ms, h, topics);
+        self.journal(&h.group);
+        answer
+    }
+
+    fn beat(&mut self, now_ms: u64, h: &Heartbeat, topics: &Topics) -> Result<HeartbeatAnswer, Status> {
         Self::validate(h)?;
         let interval = self.config.heartbeat_interval_ms.clamp(1, i32::MAX as u64) as i32;
         let answer = |member_epoch, assignment| HeartbeatAnswer {
@@ -390,12 +629,16 @@ impl ConsumerGroups {
                 Some(mut old) => {
                     old.epoch = old.previous_epoch.max(0);
                     old.session_deadline_ms = now_ms + session_ms;
+                    old.client_id = h.client_id.clone();
+                    old.client_host = h.client_host.clone();
                     old
                 }
                 None => {
                     bump = true;
                     Member {
                         instance_id: h.instance_id.clone(),
+                        client_id: h.client_id.clone(),
+                        client_host: h.client_host.clone(),
                         epoch: 0,
                         previous_epoch: -1,
                         state: MemberState::Stable,
@@ -503,6 +746,10 @@ impl ConsumerGroups {
                 fenced.push((group.clone(), id));
             }
         }
+        let touched: BTreeSet<String> = fenced.iter().map(|(g, _)| g.clone()).collect();
+        for group in touched {
+            self.journal(&group);
+        }
         fenced
     }
 
@@ -589,13 +836,7 @@ fn reconcile(g: &mut ConsumerGroup, member_id: &str, now_ms: u64) {
 /// Compute every member's target with the group's assignor (the one most members name, ties to
 /// `uniform`; `default` when none names one), sticky to the current targets.
 fn assign(g: &mut ConsumerGroup, topics: &Topics, default: Assignor) {
-    let mut named: BTreeMap<Assignor, usize> = BTreeMap::new();
-    for m in g.members.values() {
-        if let Some(a) = m.assignor {
-            *named.entry(a).or_default() += 1;
-        }
-    }
-    let assignor = named.iter().max_by_key(|(a, n)| (**n, std::cmp::Reverse(**a))).map_or(default, |(a, _)| *a);
+    let assignor = g.assignor(default);
     let subscribed = g.subscribed(topics);
     // Members subscribed to each topic (a static member away still holds its share).
     let members: Vec<String> = g.members.keys().cloned().collect();

@@ -289,6 +289,16 @@ pub enum Entry {
         /// Group ids.
         groups: Vec<String>,
     },
+    /// A KIP-848 consumer group as it stands: written whenever a heartbeat or a timeout changes
+    /// what it records, before any member learns of the change; also a snapshot's record of the
+    /// group.
+    ConsumerGroup(ConsumerGroupRecord),
+    /// KIP-848 consumer groups without members converted to classic groups (a classic
+    /// JoinGroup): forgotten, their committed offsets kept.
+    ConsumerGroupsRemoved {
+        /// Group ids.
+        groups: Vec<String>,
+    },
     /// Groups an admin deleted (DeleteGroups; only groups without members): forgotten with
     /// their committed offsets and the offsets open transactions staged for them.
     GroupsDeleted {
@@ -352,6 +362,139 @@ pub struct GroupRecord {
     pub stable: bool,
     /// Members.
     pub members: Vec<MemberRecord>,
+}
+
+/// A KIP-848 consumer group: its epochs, members and target assignment. Session and
+/// revocation deadlines are not recorded: a replay starts them afresh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupRecord {
+    /// Group id.
+    pub group: String,
+    /// Group epoch.
+    pub group_epoch: i32,
+    /// Assignment epoch.
+    pub assignment_epoch: i32,
+    /// Members.
+    pub members: Vec<ConsumerMemberRecord>,
+    /// The subscribed topics the target was computed from: (name, topic id, partitions).
+    pub topics_seen: Vec<(String, u128, i32)>,
+}
+
+/// One member of a [`ConsumerGroupRecord`]. Partitions are (topic id, partition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerMemberRecord {
+    /// Member id.
+    pub member_id: String,
+    /// `group.instance.id` of a static member.
+    pub instance_id: Option<String>,
+    /// Member epoch (-2 while a static member is away).
+    pub epoch: i32,
+    /// The epoch before its current one.
+    pub previous_epoch: i32,
+    /// How long it has to give up partitions, in milliseconds.
+    pub rebalance_timeout_ms: i64,
+    /// Client id.
+    pub client_id: String,
+    /// Client host.
+    pub client_host: String,
+    /// Subscribed topic names.
+    pub topic_names: Vec<String>,
+    /// Subscribed regular expression.
+    pub topic_regex: Option<String>,
+    /// The server assignor it names.
+    pub assignor: Option<String>,
+    /// Partitions it owns and may use.
+    pub assigned: Vec<(u128, i32)>,
+    /// Partitions it owns and must give up.
+    pub revoking: Vec<(u128, i32)>,
+    /// Its target at the assignment epoch.
+    pub target: Vec<(u128, i32)>,
+}
+
+fn put_id_partitions(b: &mut BytesMut, v: &[(u128, i32)]) {
+    b.put_i32(v.len() as i32);
+    for (id, p) in v {
+        b.put_u128(*id);
+        b.put_i32(*p);
+    }
+}
+
+fn get_id_partitions(r: &mut Reader, field: &'static str) -> Result<Vec<(u128, i32)>, DecodeError> {
+    let n = r.array_len(field, 20)?;
+    (0..n).map(|_| Ok((r.u128(field)?, r.i32(field)?))).collect()
+}
+
+impl ConsumerGroupRecord {
+    fn encode(&self, b: &mut BytesMut) {
+        b.put_string(&self.group);
+        b.put_i32(self.group_epoch);
+        b.put_i32(self.assignment_epoch);
+        b.put_i32(self.members.len() as i32);
+        for m in &self.members {
+            b.put_string(&m.member_id);
+            b.put_nullable_string(m.instance_id.as_deref());
+            b.put_i32(m.epoch);
+            b.put_i32(m.previous_epoch);
+            b.put_i64(m.rebalance_timeout_ms);
+            b.put_string(&m.client_id);
+            b.put_string(&m.client_host);
+            b.put_i32(m.topic_names.len() as i32);
+            for n in &m.topic_names {
+                b.put_string(n);
+            }
+            b.put_nullable_string(m.topic_regex.as_deref());
+            b.put_nullable_string(m.assignor.as_deref());
+            put_id_partitions(b, &m.assigned);
+            put_id_partitions(b, &m.revoking);
+            put_id_partitions(b, &m.target);
+        }
+        b.put_i32(self.topics_seen.len() as i32);
+        for (name, id, count) in &self.topics_seen {
+            b.put_string(name);
+            b.put_u128(*id);
+            b.put_i32(*count);
+        }
+    }
+
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        let group = r.string("group")?;
+        let group_epoch = r.i32("group_epoch")?;
+        let assignment_epoch = r.i32("assignment_epoch")?;
+        let n = r.array_len("members", 40)?;
+        let mut members = Vec::with_capacity(n);
+        for _ in 0..n {
+            let member_id = r.string("member_id")?;
+            let instance_id = r.nullable_string("instance_id")?;
+            let epoch = r.i32("epoch")?;
+            let previous_epoch = r.i32("previous_epoch")?;
+            let rebalance_timeout_ms = r.i64("rebalance_timeout_ms")?;
+            let client_id = r.string("client_id")?;
+            let client_host = r.string("client_host")?;
+            let names = r.array_len("topic_names", 2)?;
+            let topic_names = (0..names).map(|_| r.string("topic_names")).collect::<Result<Vec<_>, _>>()?;
+            members.push(ConsumerMemberRecord {
+                member_id,
+                instance_id,
+                epoch,
+                previous_epoch,
+                rebalance_timeout_ms,
+                client_id,
+                client_host,
+                topic_names,
+                topic_regex: r.nullable_string("topic_regex")?,
+                assignor: r.nullable_string("assignor")?,
+                assigned: get_id_partitions(r, "assigned")?,
+                revoking: get_id_partitions(r, "revoking")?,
+                target: get_id_partitions(r, "target")?,
+            });
+        }
+        let n = r.array_len("topics_seen", 22)?;
+        let mut topics_seen = Vec::with_capacity(n);
+        for _ in 0..n {
+            topics_seen.push((r.string("topic")?, r.u128("topic_id")?, r.i32("partitions")?));
+        }
+        Ok(ConsumerGroupRecord { group, group_epoch, assignment_epoch, members, topics_seen })
+    }
 }
 
 /// One member of a [`GroupRecord`].
@@ -499,6 +642,8 @@ const TOPIC_SNAPSHOT_CONFIGS: i8 = 45;
 const TOPIC_CONFIGS: i8 = 46;
 const REPLICAS_CHANGED: i8 = 47;
 const REASSIGNING: i8 = 48;
+const CONSUMER_GROUP: i8 = 49;
+const CONSUMER_GROUPS_REMOVED: i8 = 50;
 
 /// What a list of fence targets carries, by the entry tag it was written under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -775,12 +920,18 @@ impl Entry {
                     b.put_i32(*partition);
                 }
             }
+            Entry::ConsumerGroup(g) => {
+                b.put_i8(CONSUMER_GROUP);
+                g.encode(&mut b);
+            }
             Entry::TxnIdsExpired { transactional_ids: names }
             | Entry::GroupsExpired { groups: names }
-            | Entry::GroupsDeleted { groups: names } => {
+            | Entry::GroupsDeleted { groups: names }
+            | Entry::ConsumerGroupsRemoved { groups: names } => {
                 b.put_i8(match self {
                     Entry::TxnIdsExpired { .. } => TXN_IDS_EXPIRED,
                     Entry::GroupsExpired { .. } => GROUPS_EXPIRED,
+                    Entry::ConsumerGroupsRemoved { .. } => CONSUMER_GROUPS_REMOVED,
                     _ => GROUPS_DELETED,
                 });
                 b.put_i32(names.len() as i32);
@@ -1056,7 +1207,8 @@ impl Entry {
                 let [created, deleted] = lists;
                 Entry::Acls { created, deleted }
             }
-            TXN_IDS_EXPIRED | GROUPS_EXPIRED | GROUPS_DELETED => {
+            CONSUMER_GROUP => Entry::ConsumerGroup(ConsumerGroupRecord::decode(&mut r)?),
+            TXN_IDS_EXPIRED | GROUPS_EXPIRED | GROUPS_DELETED | CONSUMER_GROUPS_REMOVED => {
                 let n = r.array_len("names", 2)?;
                 let mut names = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -1065,6 +1217,7 @@ impl Entry {
                 match tag {
                     TXN_IDS_EXPIRED => Entry::TxnIdsExpired { transactional_ids: names },
                     GROUPS_EXPIRED => Entry::GroupsExpired { groups: names },
+                    CONSUMER_GROUPS_REMOVED => Entry::ConsumerGroupsRemoved { groups: names },
                     _ => Entry::GroupsDeleted { groups: names },
                 }
             }
@@ -1240,6 +1393,28 @@ mod tests {
             Entry::TxnIdsExpired { transactional_ids: vec!["a".into(), "b".into()] },
             Entry::GroupsExpired { groups: vec!["g".into()] },
             Entry::GroupsDeleted { groups: vec!["g".into(), "h".into()] },
+            Entry::ConsumerGroupsRemoved { groups: vec!["g".into()] },
+            Entry::ConsumerGroup(ConsumerGroupRecord {
+                group: "g".into(),
+                group_epoch: 5,
+                assignment_epoch: 4,
+                members: vec![ConsumerMemberRecord {
+                    member_id: "m".into(),
+                    instance_id: Some("i".into()),
+                    epoch: 4,
+                    previous_epoch: 3,
+                    rebalance_timeout_ms: 300_000,
+                    client_id: "c".into(),
+                    client_host: "/127.0.0.1".into(),
+                    topic_names: vec!["in".into()],
+                    topic_regex: Some("in-.*".into()),
+                    assignor: Some("range".into()),
+                    assigned: vec![(7, 0)],
+                    revoking: vec![(7, 1)],
+                    target: vec![(7, 0), (9, 2)],
+                }],
+                topics_seen: vec![("in".into(), 7, 3)],
+            }),
             Entry::OffsetsDeleted { group: "g".into(), partitions: vec![("t".into(), 0), ("u".into(), 2)] },
             Entry::ProducerIdParity { from: 17 },
             Entry::TransactionVersion { level: 2, epoch: 3 },

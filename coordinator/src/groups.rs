@@ -21,6 +21,7 @@ use protocol::{
     SyncGroupRequest, SyncGroupResponse,
 };
 
+use crate::consumer_group::{ConsumerGroup, ConsumerGroupConfig, ConsumerGroups, Heartbeat, HeartbeatAnswer, Topics};
 use crate::entry::{Entry, GroupRecord, MemberRecord, OffsetRecord};
 
 /// The name of the pseudo-partition a transaction registers when it carries group offsets
@@ -64,9 +65,12 @@ pub struct GroupConfig {
     /// A group with no members whose offsets see no commit for this long is forgotten
     /// (Kafka's `offsets.retention.minutes`, 7 days).
     pub offsets_retention_ms: u64,
-    /// Check the generation and member of a transactional offset commit (KIP-447). Off only to
-    /// demonstrate what a zombie worker does without it (`--no-generation-fencing`).
+    /// Check the generation and member of a transactional offset commit (KIP-447), and the
+    /// member epoch of a KIP-848 consumer group's offset commits. Off only to demonstrate what
+    /// a zombie worker does without it (`--no-generation-fencing`).
     pub generation_fencing: bool,
+    /// KIP-848 consumer groups' limits and defaults.
+    pub consumer: ConsumerGroupConfig,
 }
 
 impl Default for GroupConfig {
@@ -85,6 +89,7 @@ impl Default for GroupConfig {
             offsets_max: 1_000_000,
             offsets_retention_ms: 7 * 24 * 60 * 60 * 1000,
             generation_fencing: true,
+            consumer: ConsumerGroupConfig::default(),
         }
     }
 }
@@ -298,6 +303,10 @@ pub struct GroupTable {
     offsets_total: usize,
     /// Offsets staged by open transactions, over every transaction and group.
     staged_total: usize,
+    /// KIP-848 consumer groups' members and epochs (their offsets are in `groups`, as a group's
+    /// that only stores offsets). A group id is of one type: a consumer group with members
+    /// refuses classic joins, a classic group with members KIP-848 joins.
+    consumer: ConsumerGroups,
 }
 
 impl GroupTable {
@@ -305,7 +314,7 @@ impl GroupTable {
     /// so no id handed out before a restart is handed out again.
     pub fn new(config: GroupConfig, member_nonce: u64) -> Self {
         GroupTable {
-            config,
+            config: config.clone(),
             groups: BTreeMap::new(),
             staged: HashMap::new(),
             member_nonce,
@@ -314,22 +323,72 @@ impl GroupTable {
             entries: Vec::new(),
             offsets_total: 0,
             staged_total: 0,
+            consumer: ConsumerGroups::new(config.consumer.clone()),
         }
     }
 
     /// The answers and journal entries the calls since the last take produced: make the entries
     /// durable, then send the answers.
     pub fn take_effects(&mut self) -> (Vec<Wake>, Vec<Entry>) {
-        (std::mem::take(&mut self.wakes), std::mem::take(&mut self.entries))
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.extend(self.consumer.take_entries());
+        (std::mem::take(&mut self.wakes), entries)
     }
 
     /// Whether calls since the last [`GroupTable::take_effects`] produced anything.
     pub fn has_effects(&self) -> bool {
-        !self.wakes.is_empty() || !self.entries.is_empty()
+        !self.wakes.is_empty() || !self.entries.is_empty() || self.consumer.has_entries()
+    }
+
+    /// The KIP-848 consumer groups.
+    pub fn consumer_groups(&self) -> &ConsumerGroups {
+        &self.consumer
+    }
+
+    /// A ConsumerGroupHeartbeat (KIP-848) at `now_ms` against the cluster's `topics`. A group id
+    /// is of one type: a join (epoch 0) to a classic group with members is refused
+    /// GROUP_ID_NOT_FOUND (no online migration), one to an empty classic group makes it a
+    /// consumer group (its committed offsets kept). What changed waits in
+    /// [`GroupTable::take_effects`].
+    pub fn handle_consumer_heartbeat(
+        &mut self,
+        now_ms: u64,
+        h: &Heartbeat,
+        topics: &Topics,
+    ) -> Result<HeartbeatAnswer, Status> {
+        if h.member_epoch == 0 && self.consumer.group(&h.group).is_none() {
+            if let Some(g) = self.groups.get(&h.group).filter(|g| !g.members.is_empty() || !g.pending.is_empty()) {
+                return Err(status(
+                    ErrorCode::GroupIdNotFound,
+                    format!(
+                        "group '{}' is a classic group with {} members: a KIP-848 consumer (group.protocol=consumer) \
+                         joins it once they have left (no online migration); use another group id, or \
+                         group.protocol=classic",
+                        h.group,
+                        g.members.len()
+                    ),
+                ));
+            }
+            if !h.group.is_empty()
+                && !self.groups.contains_key(&h.group)
+                && self.groups.len() + self.consumer.names().count() >= self.config.groups_max
+            {
+                return Err(status(
+                    ErrorCode::PolicyViolation,
+                    format!(
+                        "the coordinator holds groups_max {} groups, so it takes no new one ('{}'); use an existing \
+                         group, or raise --groups-max",
+                        self.config.groups_max, h.group
+                    ),
+                ));
+            }
+        }
+        self.consumer.heartbeat(now_ms, h, topics)
     }
 
     /// After a replay: every member's session starts now.
     pub fn restart_clocks(&mut self, now_ms: u64) {
+        self.consumer.restart_clocks(now_ms);
         let cap = self.config.rebalance_timeout_max_ms.max(0) as u64;
         for g in self.groups.values_mut() {
             for m in g.members.values_mut() {
@@ -381,6 +440,21 @@ impl GroupTable {
         }
         if let Err(s) = self.room_for(&r.group) {
             return refuse(s.code, s.message);
+        }
+        // One type per group id: an empty KIP-848 group becomes a classic one.
+        match self.consumer.group(&r.group) {
+            Some(cg) if cg.has_members() => {
+                return refuse(
+                    ErrorCode::InconsistentGroupProtocol,
+                    format!(
+                        "group '{}' is a KIP-848 consumer group with members: a classic consumer joins it once they \
+                         have left; use group.protocol=consumer, or another group id",
+                        r.group
+                    ),
+                )
+            }
+            Some(_) => self.consumer.remove(&r.group, true),
+            None => {}
         }
         let mut g = self.groups.remove(&r.group).unwrap_or_else(Group::new);
         let decision = self.join(&mut g, now_ms, r);
@@ -858,6 +932,13 @@ impl GroupTable {
     /// epoch fences).
     pub fn check_commit(&self, who: &GroupMember, transactional: bool) -> Result<(), Status> {
         let anonymous = who.generation < 0 && who.member_id.is_empty() && who.instance_id.is_none();
+        if let Some(cg) = self.consumer.group(&who.group) {
+            // A KIP-848 group: the generation is the member epoch.
+            if anonymous && (transactional || !cg.has_members()) || !self.config.generation_fencing {
+                return Ok(());
+            }
+            return self.consumer.check_commit(&who.group, &who.member_id, who.generation, transactional);
+        }
         let g = self.groups.get(&who.group);
         if anonymous {
             return match g {
@@ -990,7 +1071,10 @@ impl GroupTable {
         let staged: std::collections::HashSet<&String> = self.staged.values().flat_map(|g| g.keys()).collect();
         let mut expired = Vec::new();
         for (name, g) in self.groups.iter_mut() {
-            let quiet = g.members.is_empty() && g.pending.is_empty() && !staged.contains(name);
+            let quiet = g.members.is_empty()
+                && g.pending.is_empty()
+                && !staged.contains(name)
+                && !self.consumer.group(name).is_some_and(ConsumerGroup::has_members);
             if crate::table::idle_past(&mut g.idle_since_ms, quiet, now_ms, retention) {
                 expired.push(name.clone());
             }
@@ -1005,7 +1089,9 @@ impl GroupTable {
     /// Whether `group` exists: it has a generation or committed offsets, or an open transaction
     /// staged offsets for it.
     fn exists(&self, group: &str) -> bool {
-        self.groups.contains_key(group) || self.staged.values().any(|by_group| by_group.contains_key(group))
+        self.groups.contains_key(group)
+            || self.consumer.group(group).is_some()
+            || self.staged.values().any(|by_group| by_group.contains_key(group))
     }
 
     /// DeleteGroups: each group without members is deleted with its committed offsets and the
@@ -1026,6 +1112,16 @@ impl GroupTable {
                     return status(
                         ErrorCode::GroupIdNotFound,
                         format!("group '{name}' does not exist (never used, deleted, or expired): nothing to delete"),
+                    );
+                }
+                if let Some(cg) = self.consumer.group(name).filter(|g| g.has_members()) {
+                    return status(
+                        ErrorCode::NonEmptyGroup,
+                        format!(
+                            "consumer group '{name}' has {} members: a group is deleted once it has none; stop its \
+                             consumers (or wait for their sessions to expire) and delete it again",
+                            cg.member_count()
+                        ),
                     );
                 }
                 if let Some(g) = self.groups.get(name).filter(|g| g.phase != GroupPhase::Empty) {
@@ -1095,7 +1191,10 @@ impl GroupTable {
                 }
                 topics
             }
-            _ => Default::default(),
+            _ => match self.consumer.group(group) {
+                Some(cg) => partitions.iter().filter(|(t, _)| cg.subscribes(t)).map(|(t, _)| t.clone()).collect(),
+                None => Default::default(),
+            },
         };
         // Committed, or staged by an open transaction (whose commit would otherwise bring it
         // back): both go, as Kafka removes both.
@@ -1212,8 +1311,18 @@ impl GroupTable {
             .collect()
     }
 
-    /// Expire members whose session lapsed and rebalances past their deadline.
+    /// Expire members whose session lapsed and rebalances past their deadline (KIP-848 members
+    /// too: fenced when their session lapses or they do not give up partitions in time).
     pub fn handle_tick(&mut self, now_ms: u64) {
+        for (group, member_id) in self.consumer.handle_timeouts(now_ms) {
+            tracing::info!(
+                target: "epochfence::fencing",
+                group = %group,
+                member_id = %member_id,
+                "consumer group member fenced: its session lapsed or it did not give up its partitions within its \
+                 rebalance timeout"
+            );
+        }
         let names: Vec<String> = self.groups.keys().cloned().collect();
         for name in names {
             let Some(mut g) = self.groups.remove(&name) else { continue };
@@ -1261,6 +1370,7 @@ impl GroupTable {
     /// the producer table's entries: a transaction's end applies (commit) or drops (abort) the
     /// offsets it staged, and a new epoch's grant drops those of the transaction it aborted.
     pub fn apply(&mut self, entry: &Entry) {
+        self.consumer.apply(entry);
         match entry {
             Entry::GroupGeneration(r) => {
                 let g = self.groups.entry(r.group.clone()).or_insert_with(Group::new);
@@ -1390,7 +1500,7 @@ impl GroupTable {
     /// most `offsets_per_commit_max`, as a commit's.
     pub fn snapshot(&self) -> Vec<Entry> {
         let chunk = self.config.offsets_per_commit_max.max(1);
-        let mut out = Vec::new();
+        let mut out = self.consumer.snapshot();
         for (name, g) in &self.groups {
             if let Some(record) = &g.journaled {
                 out.push(Entry::GroupGeneration(record.clone()));
@@ -1415,10 +1525,38 @@ impl GroupTable {
         out
     }
 
-    /// Groups as they stand (`names` empty: all).
-    pub fn describe(&self, names: &[String]) -> Vec<GroupState> {
-        let one = |name: &str, g: Option<&Group>| match g {
-            None => GroupState {
+    /// Groups as they stand (`names` empty: all); a KIP-848 group's topics named by
+    /// `topic_names` (topic id -> name).
+    pub fn describe(&self, names: &[String], topic_names: &BTreeMap<u128, String>) -> Vec<GroupState> {
+        let default = self.consumer.default_assignor();
+        let consumer = |name: &str, cg: &ConsumerGroup| {
+            let c = cg.describe(default, topic_names);
+            GroupState {
+                group: name.to_string(),
+                state: cg.state_name().into(),
+                protocol_type: "consumer".into(),
+                protocol: c.assignor.clone(),
+                generation: c.group_epoch,
+                leader: String::new(),
+                members: c
+                    .members
+                    .iter()
+                    .map(|m| GroupMemberState {
+                        member_id: m.member_id.clone(),
+                        instance_id: m.instance_id.clone(),
+                        client_id: m.client_id.clone(),
+                        client_host: m.client_host.clone(),
+                        metadata: Bytes::new(),
+                        assignment: Bytes::new(),
+                    })
+                    .collect(),
+                offsets: self.groups.get(name).map(|g| g.offsets.values().cloned().collect()).unwrap_or_default(),
+                consumer: Some(c),
+            }
+        };
+        let one = |name: &str, g: Option<&Group>| match (self.consumer.group(name), g) {
+            (Some(cg), _) => consumer(name, cg),
+            (None, None) => GroupState {
                 group: name.to_string(),
                 state: "Dead".into(),
                 protocol_type: String::new(),
@@ -1427,8 +1565,9 @@ impl GroupTable {
                 leader: String::new(),
                 members: Vec::new(),
                 offsets: Vec::new(),
+                consumer: None,
             },
-            Some(g) => GroupState {
+            (None, Some(g)) => GroupState {
                 group: name.to_string(),
                 state: g.phase.name().into(),
                 protocol_type: g.protocol_type.clone(),
@@ -1448,10 +1587,12 @@ impl GroupTable {
                     })
                     .collect(),
                 offsets: g.offsets.values().cloned().collect(),
+                consumer: None,
             },
         };
         if names.is_empty() {
-            self.groups.iter().map(|(n, g)| one(n, Some(g))).collect()
+            let all: std::collections::BTreeSet<&String> = self.groups.keys().chain(self.consumer.names()).collect();
+            all.into_iter().map(|n| one(n, self.groups.get(n))).collect()
         } else {
             names.iter().map(|n| one(n, self.groups.get(n))).collect()
         }
@@ -1562,7 +1703,7 @@ mod tests {
         assert_eq!(t.handle_fetch("idle", Some(&[("in".into(), 0)]), false)[0].0.offset, -1, "forgotten");
         assert_eq!(t.counts().groups.0, 1, "g, with its member, stays");
         assert_eq!(t.counts().offsets.0, 0);
-        assert!(t.describe(&["g".into()])[0].members.iter().any(|m| m.member_id == a));
+        assert!(t.describe(&["g".into()], &BTreeMap::new())[0].members.iter().any(|m| m.member_id == a));
         // A replay rebuilds the same groups.
         let mut replayed = GroupTable::new(config(), 2);
         for e in t.snapshot() {
@@ -1670,7 +1811,7 @@ mod tests {
         t.apply(&end_txn("w", true));
         journal.push(end_txn("w", true));
         assert_eq!(t.handle_fetch("staged", Some(&[("in".into(), 0)]), false)[0].0.offset, -1);
-        assert_eq!(t.describe(&["idle".into()])[0].state, "Dead");
+        assert_eq!(t.describe(&["idle".into()], &BTreeMap::new())[0].state, "Dead");
         // The journal replayed: the same groups.
         let mut replayed = GroupTable::new(config(), 2);
         journal.iter().for_each(|e| replayed.apply(e));
@@ -1773,12 +1914,12 @@ mod tests {
             panic!("answered at once, with no rebalance")
         };
         assert_eq!((again.generation, again.status.code), (generation, ErrorCode::None));
-        assert_eq!(t.describe(&[])[0].state, "Stable");
+        assert_eq!(t.describe(&[], &BTreeMap::new())[0].state, "Stable");
         // Changed protocols, or the leader joining again, do rebalance.
         let mut changed = join_req(&b, None);
         changed.protocols = vec![("roundrobin".into(), Bytes::new()), ("range".into(), Bytes::new())];
         assert!(matches!(t.handle_join(5, &changed), JoinDecision::Wait { .. }));
-        assert_eq!(t.describe(&[])[0].state, "PreparingRebalance");
+        assert_eq!(t.describe(&[], &BTreeMap::new())[0].state, "PreparingRebalance");
     }
 
     #[test]
@@ -1790,7 +1931,7 @@ mod tests {
         let _c = join(&mut t, 2, None); // a rebalance under way: c is in memory, in no generation
         let mut back = GroupTable::new(config(), 2);
         t.snapshot().iter().for_each(|e| back.apply(e));
-        let d = &back.describe(&[])[0];
+        let d = &back.describe(&[], &BTreeMap::new())[0];
         assert_eq!(d.generation, 1);
         assert_eq!(d.members.iter().map(|m| m.member_id.clone()).collect::<Vec<_>>(), [a]);
     }
@@ -1825,7 +1966,7 @@ mod tests {
         assert_eq!(t.handle_commit(&who("", -1, None), &[big]).unwrap_err().code, ErrorCode::OffsetMetadataTooLarge);
         let many: Vec<PartitionOffset> = (0..1_001).map(|p| offset(p, 1)).collect();
         assert_eq!(t.handle_commit(&who("", -1, None), &many).unwrap_err().code, ErrorCode::MessageTooLarge);
-        assert!(t.describe(&[]).is_empty(), "nothing was committed");
+        assert!(t.describe(&[], &BTreeMap::new()).is_empty(), "nothing was committed");
     }
 
     #[test]
@@ -1835,7 +1976,7 @@ mod tests {
         let b = join(&mut t, 1, None);
         let JoinDecision::Wait { .. } = t.handle_join(2, &join_req(&a, None)) else { panic!() };
         let generation = generation_of(&mut t, &b).unwrap();
-        let leader = if t.describe(&[])[0].leader == a { a.clone() } else { b.clone() };
+        let leader = if t.describe(&[], &BTreeMap::new())[0].leader == a { a.clone() } else { b.clone() };
         let follower = if leader == a { b.clone() } else { a.clone() };
         let SyncDecision::Wait =
             t.handle_sync(3, &SyncGroupRequest { member: who(&follower, generation, None), assignments: vec![] })
@@ -1856,7 +1997,8 @@ mod tests {
                 if *member_id == follower && response.status.code == ErrorCode::RebalanceInProgress)
         });
         assert!(woken, "the follower is told to join again: {wakes:?}");
-        let members: Vec<String> = t.describe(&[])[0].members.iter().map(|m| m.member_id.clone()).collect();
+        let members: Vec<String> =
+            t.describe(&[], &BTreeMap::new())[0].members.iter().map(|m| m.member_id.clone()).collect();
         assert_eq!(members, [follower], "the leader that never synced is out");
     }
 
@@ -1866,7 +2008,7 @@ mod tests {
         let mut r = join_req("", None);
         r.session_timeout_ms = 1;
         assert!(matches!(t.handle_join(0, &r), JoinDecision::Answer(_)));
-        assert!(t.describe(&[]).is_empty());
+        assert!(t.describe(&[], &BTreeMap::new()).is_empty());
     }
 
     #[test]
@@ -1942,12 +2084,12 @@ mod tests {
         back.restart_clocks(100);
         assert_eq!(back.handle_heartbeat(101, &who(&a, 1, Some("i"))).code, ErrorCode::None);
         assert_eq!(back.handle_fetch("g", None, false)[0].0.offset, 42);
-        let d = &back.describe(&[])[0];
+        let d = &back.describe(&[], &BTreeMap::new())[0];
         assert_eq!((d.state.as_str(), d.generation), ("Stable", 1));
         // The snapshot rebuilds the same.
         let mut again = GroupTable::new(config(), 3);
         back.snapshot().iter().for_each(|e| again.apply(e));
-        assert_eq!(again.describe(&[]), back.describe(&[]));
+        assert_eq!(again.describe(&[], &BTreeMap::new()), back.describe(&[], &BTreeMap::new()));
         // A member id handed out after the restart is new.
         let b = join(&mut back, 200, None);
         assert_ne!(a, b);
@@ -2004,5 +2146,119 @@ mod restart_tests {
         assert_eq!(generation_of(&mut back, &fresh), None, "waits for the member it knew");
         back.handle_tick(10_001);
         assert_eq!(generation_of(&mut back, &fresh), Some(2), "{gone} expired and the join completed");
+    }
+
+    fn topics() -> Topics {
+        [("in".to_string(), (7u128, 4))].into_iter().collect()
+    }
+
+    /// A KIP-848 heartbeat to group "g".
+    fn beat(member: &str, epoch: i32, owned: Option<Vec<(u128, i32)>>) -> Heartbeat {
+        let joining = epoch == 0;
+        Heartbeat {
+            group: "g".into(),
+            member_id: member.into(),
+            member_epoch: epoch,
+            rebalance_timeout_ms: if joining { 30_000 } else { -1 },
+            topic_names: joining.then(|| vec!["in".to_string()]),
+            owned: if joining { Some(Vec::new()) } else { owned },
+            ..Heartbeat::default()
+        }
+    }
+
+    fn replayed(entries: &[Entry]) -> GroupTable {
+        let mut back = GroupTable::new(config(), 2);
+        for e in entries {
+            back.apply(&Entry::decode(e.encode()).expect("decodes"));
+        }
+        back.restart_clocks(0);
+        back
+    }
+
+    #[test]
+    fn a_group_id_is_either_classic_or_kip848_and_converts_only_when_empty() {
+        let mut t = GroupTable::new(config(), 1);
+        // A KIP-848 member in "g": a classic join is INCONSISTENT_GROUP_PROTOCOL.
+        let a = t.handle_consumer_heartbeat(0, &beat("a", 0, None), &topics()).unwrap();
+        assert_eq!(a.member_epoch, 1);
+        let JoinDecision::Answer(refused) = t.handle_join(1, &join_req("", None)) else { panic!("answered") };
+        assert_eq!(refused.status.code, ErrorCode::InconsistentGroupProtocol, "{}", refused.status);
+        // Once it left, the classic join converts the group (journaled), its offsets kept.
+        t.handle_commit(&who("a", 1, None), &[offset(0, 3)]).unwrap();
+        t.handle_consumer_heartbeat(2, &beat("a", -1, None), &topics()).unwrap();
+        t.take_effects();
+        let m = join(&mut t, 3, None);
+        let (_, entries) = t.take_effects();
+        assert!(entries.contains(&Entry::ConsumerGroupsRemoved { groups: vec!["g".into()] }), "{entries:?}");
+        assert!(t.consumer_groups().group("g").is_none());
+        assert_eq!(t.handle_fetch("g", None, false)[0].0.offset, 3, "offsets kept");
+        // A classic group with a member: a KIP-848 join is GROUP_ID_NOT_FOUND (no online
+        // migration), and nothing of it is left behind.
+        let refused = t.handle_consumer_heartbeat(4, &beat("b", 0, None), &topics()).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::GroupIdNotFound, "{refused}");
+        assert!(t.consumer_groups().group("g").is_none());
+        assert!(!t.has_effects(), "a refused join journals nothing");
+        // Once the classic member left, the KIP-848 join converts it back.
+        t.handle_leave(5, "g", &[(m, None)]);
+        let b = t.handle_consumer_heartbeat(6, &beat("b", 0, None), &topics()).unwrap();
+        assert_eq!(b.assignment.map(|a| a.len()), Some(4), "every partition to the only member");
+        assert_eq!(t.describe(&["g".into()], &BTreeMap::new())[0].protocol_type, "consumer");
+    }
+
+    #[test]
+    fn kip848_epochs_are_journaled_and_a_replay_keeps_fencing_the_old_epoch() {
+        let mut t = GroupTable::new(config(), 1);
+        let a = t.handle_consumer_heartbeat(0, &beat("a", 0, None), &topics()).unwrap();
+        let (_, joined) = t.take_effects();
+        assert!(matches!(joined.as_slice(), [Entry::ConsumerGroup(r)] if r.group_epoch == 1), "{joined:?}");
+        // A steady heartbeat changes nothing the journal holds.
+        let owned: Vec<(u128, i32)> = a.assignment.clone().unwrap().into_iter().collect();
+        t.handle_consumer_heartbeat(10, &beat("a", 1, Some(owned.clone())), &topics()).unwrap();
+        assert!(!t.has_effects(), "nothing to journal");
+        // b joins: a must give up two partitions, and keeps epoch 1 while it does.
+        t.handle_consumer_heartbeat(20, &beat("b", 0, None), &topics()).unwrap();
+        let revoke = t.handle_consumer_heartbeat(30, &beat("a", 1, Some(owned.clone())), &topics()).unwrap();
+        assert_eq!((revoke.member_epoch, revoke.assignment.as_ref().map(|a| a.len())), (1, Some(2)));
+        let kept: Vec<(u128, i32)> = revoke.assignment.unwrap().into_iter().collect();
+        let acked = t.handle_consumer_heartbeat(40, &beat("a", 1, Some(kept)), &topics()).unwrap();
+        assert_eq!(acked.member_epoch, 2, "the new epoch once the revocation is acknowledged");
+        let (_, entries) = t.take_effects();
+        let mut all = joined.clone();
+        all.extend(entries);
+        // The coordinator restarts from its journal: the zombie's epoch stays fenced, its
+        // commits stale, and the current member's epoch and partitions hold.
+        let mut back = replayed(&all);
+        let stale = back.handle_consumer_heartbeat(50, &beat("a", 3, None), &topics()).unwrap_err();
+        assert_eq!(stale.code, ErrorCode::FencedMemberEpoch, "{stale}");
+        let commit = back.handle_commit(&who("a", 1, None), &[offset(0, 1)]).unwrap_err();
+        assert_eq!(commit.code, ErrorCode::StaleMemberEpoch, "{commit}");
+        let txn = back.handle_txn_commit("w", &who("a", 1, None), &[offset(0, 1)]).unwrap_err();
+        assert_eq!(txn.code, ErrorCode::IllegalGeneration, "{txn}");
+        back.handle_commit(&who("a", 2, None), &[offset(0, 1)]).unwrap();
+        assert_eq!(back.describe(&[], &BTreeMap::new()), {
+            let mut d = t.describe(&[], &BTreeMap::new());
+            d[0].offsets = back.describe(&[], &BTreeMap::new())[0].offsets.clone();
+            d
+        });
+        // A snapshot rebuilds the same groups.
+        let again = replayed(&back.snapshot());
+        assert_eq!(again.describe(&[], &BTreeMap::new()), back.describe(&[], &BTreeMap::new()));
+        // The sessions restart at the replay: a member never heard from again is fenced after
+        // the session timeout, journaled.
+        back.take_effects();
+        back.handle_tick(config().consumer.session_timeout_ms + 1);
+        let (_, fenced) = back.take_effects();
+        assert!(matches!(fenced.as_slice(), [Entry::ConsumerGroup(r)] if r.members.is_empty()), "{fenced:?}");
+    }
+
+    #[test]
+    fn without_generation_fencing_a_stale_member_epoch_commits() {
+        let mut t = GroupTable::new(GroupConfig { generation_fencing: false, ..config() }, 1);
+        t.handle_consumer_heartbeat(0, &beat("a", 0, None), &topics()).unwrap();
+        t.handle_commit(&who("a", 7, None), &[offset(0, 1)]).unwrap();
+        t.handle_txn_commit("w", &who("a", 0, None), &[offset(0, 1)]).unwrap();
+        // Heartbeats keep their checks.
+        let beat_err = t.handle_consumer_heartbeat(1, &beat("a", 7, None), &topics()).unwrap_err();
+        assert_eq!(beat_err.code, ErrorCode::FencedMemberEpoch);
     }
 }

@@ -952,6 +952,7 @@ async fn handle(shared: Arc<Shared>, req: Request) -> Response {
         req @ (Request::JoinGroup(_)
         | Request::SyncGroup(_)
         | Request::GroupHeartbeat(_)
+        | Request::ConsumerHeartbeat(_)
         | Request::LeaveGroup(_)
         | Request::OffsetCommit(_)
         | Request::OffsetFetch(_)

@@ -1150,6 +1150,8 @@ impl ProducerTable {
             | Entry::BrokerIncarnation { .. }
             | Entry::GroupsExpired { .. }
             | Entry::GroupsDeleted { .. }
+            | Entry::ConsumerGroup(_)
+            | Entry::ConsumerGroupsRemoved { .. }
             | Entry::OffsetsDeleted { .. }
             | Entry::TopicSnapshot { .. } => {}
         }

@@ -236,6 +236,7 @@ impl Asker<'_> {
             Request::JoinGroup(j) => self.group(Read, &j.group),
             Request::SyncGroup(s) => self.group(Read, &s.member.group),
             Request::GroupHeartbeat(h) => self.group(Read, &h.member.group),
+            Request::ConsumerHeartbeat(h) => self.group(Read, &h.group),
             Request::LeaveGroup(l) => self.group(Read, &l.group),
             Request::OffsetCommit(c) => {
                 if let Some(t) = &c.txn {

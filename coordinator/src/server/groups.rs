@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use protocol::{
-    AddOffsetsRequest, DeleteGroupsResponse, DescribeGroupsResponse, ErrorCode, GroupMember, JoinGroupResponse,
-    LeaveGroupResponse, OffsetCommitRequest, OffsetDeleteResponse, OffsetsResponse, Request, Response, Status,
-    SyncGroupResponse, TxnOwner,
+    AddOffsetsRequest, ConsumerHeartbeatResponse, DeleteGroupsResponse, DescribeGroupsResponse, ErrorCode, GroupMember,
+    JoinGroupResponse, LeaveGroupResponse, OffsetCommitRequest, OffsetDeleteResponse, OffsetsResponse, Request,
+    Response, Status, SyncGroupResponse, TxnOwner,
 };
 use tokio::sync::oneshot;
 
@@ -214,6 +214,36 @@ pub(super) async fn handle_group(shared: Arc<Shared>, req: Request) -> Response 
             let status = shared.lock().groups.handle_heartbeat(now, &r.member);
             Response::GroupHeartbeat(status)
         }
+        Request::ConsumerHeartbeat(h) => {
+            // Decided under the lock; answered once what it changed (an epoch, an assignment) is
+            // durable: no member learns an epoch the journal does not hold.
+            let (answer, done) = {
+                let mut st = shared.lock();
+                let topics = st.cluster.topic_ids();
+                let answer = st.groups.handle_consumer_heartbeat(now, &h, &topics);
+                (answer, flush_groups(&shared, &mut st))
+            };
+            let answer = match (answer, settled(done).await) {
+                (Ok(a), Ok(())) => ConsumerHeartbeatResponse {
+                    status: Status::ok(),
+                    member_id: a.member_id,
+                    member_epoch: a.member_epoch,
+                    heartbeat_interval_ms: a.heartbeat_interval_ms,
+                    assignment: a.assignment.map(|set| set.into_iter().collect()),
+                },
+                (Err(status), _) | (Ok(_), Err(status)) => ConsumerHeartbeatResponse::error(status, &h.member_id),
+            };
+            if !answer.status.is_ok() {
+                let who = GroupMember {
+                    group: h.group.clone(),
+                    generation: h.member_epoch,
+                    member_id: h.member_id.clone(),
+                    instance_id: h.instance_id.clone(),
+                };
+                group_refusal("consumer_group_heartbeat", &who, &answer.status);
+            }
+            Response::ConsumerHeartbeat(answer)
+        }
         Request::LeaveGroup(r) => {
             let (members, done) = {
                 let mut st = shared.lock();
@@ -263,7 +293,8 @@ pub(super) async fn handle_group(shared: Arc<Shared>, req: Request) -> Response 
         Request::DescribeGroups(r) => {
             let (groups, done) = {
                 let mut st = shared.lock();
-                (st.groups.describe(&r.groups), flush_groups(&shared, &mut st))
+                let names = st.cluster.topic_names();
+                (st.groups.describe(&r.groups, &names), flush_groups(&shared, &mut st))
             };
             let status = settled(done).await.err().unwrap_or_else(Status::ok);
             Response::DescribeGroups(DescribeGroupsResponse { status, groups })

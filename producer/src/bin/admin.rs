@@ -657,12 +657,41 @@ fn assignment(protocol_type: &str, bytes: &bytes::Bytes) -> Vec<String> {
     }
 }
 
+/// A KIP-848 member's partitions as `topic-partition`.
+fn topic_partitions(tps: &[protocol::TopicPartitions]) -> Vec<String> {
+    tps.iter().flat_map(|t| t.partitions.iter().map(move |p| format!("{}-{p}", t.topic))).collect()
+}
+
 fn groups_json(groups: &[protocol::GroupState]) -> serde_json::Value {
     serde_json::Value::Array(
         groups
             .iter()
             .map(|g| {
+                if let Some(c) = &g.consumer {
+                    return serde_json::json!({
+                        "group": g.group,
+                        "group_protocol": "consumer",
+                        "state": g.state,
+                        "group_epoch": c.group_epoch,
+                        "assignment_epoch": c.assignment_epoch,
+                        "assignor": c.assignor,
+                        "members": c.members.iter().map(|m| serde_json::json!({
+                            "member_id": m.member_id,
+                            "instance_id": m.instance_id,
+                            "client_id": m.client_id,
+                            "member_epoch": m.member_epoch,
+                            "subscribed_topics": m.topic_names,
+                            "subscribed_regex": m.topic_regex,
+                            "assignment": topic_partitions(&m.assigned),
+                            "target": topic_partitions(&m.target),
+                        })).collect::<Vec<_>>(),
+                        "committed_offsets": g.offsets.iter().map(|o| serde_json::json!({
+                            "topic": o.topic, "partition": o.partition, "offset": o.offset,
+                        })).collect::<Vec<_>>(),
+                    });
+                }
                 serde_json::json!({
+                    "group_protocol": "classic",
                     "group": g.group,
                     "state": g.state,
                     "protocol_type": g.protocol_type,
@@ -687,10 +716,34 @@ fn groups_json(groups: &[protocol::GroupState]) -> serde_json::Value {
 fn print_groups(groups: &[protocol::GroupState]) {
     println!("groups:");
     for g in groups {
-        println!(
-            "  {} state={} generation={} protocol={} leader={}",
-            g.group, g.state, g.generation, g.protocol, g.leader
-        );
+        if let Some(c) = &g.consumer {
+            println!(
+                "  {} state={} group_protocol=consumer group_epoch={} assignment_epoch={} assignor={}",
+                g.group, g.state, c.group_epoch, c.assignment_epoch, c.assignor
+            );
+            for m in &c.members {
+                let instance = m.instance_id.as_deref().map(|i| format!(" instance_id={i}")).unwrap_or_default();
+                let (assigned, target) = (topic_partitions(&m.assigned), topic_partitions(&m.target));
+                let moving = if assigned == target { String::new() } else { format!(" target=[{}]", target.join(",")) };
+                println!(
+                    "    member {}{instance} member_epoch={} partitions=[{}]{moving}",
+                    m.member_id,
+                    m.member_epoch,
+                    assigned.join(",")
+                );
+            }
+        } else {
+            println!(
+                "  {} state={} generation={} protocol={} leader={} group_protocol=classic",
+                g.group, g.state, g.generation, g.protocol, g.leader
+            );
+        }
+        if g.consumer.is_some() {
+            let offsets =
+                g.offsets.iter().map(|o| format!("{}-{}={}", o.topic, o.partition, o.offset)).collect::<Vec<_>>();
+            println!("    committed [{}]", offsets.join(" "));
+            continue;
+        }
         for m in &g.members {
             let instance = m.instance_id.as_deref().map(|i| format!(" instance_id={i}")).unwrap_or_default();
             println!(

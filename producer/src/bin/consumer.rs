@@ -1,19 +1,21 @@
 //! `consumer --bootstrap ADDR --topic T --partition P [--from OFFSET] [--follow] [--json] [--kafka]`
-//! `consumer --kafka --bootstrap ADDR --topic T --group G [--follow] [--json]`
+//! `consumer --kafka --bootstrap ADDR --topic T --group G [--group-protocol classic|consumer] [--follow] [--json]`
 //! (`--sasl-username U --sasl-password-file F [--sasl-mechanism M]` log in: SASL with `--kafka`,
 //! SCRAM on the own protocol)
 //!
 //! With `--kafka` it reads over the Kafka protocol from any Kafka-compatible broker, printing the
 //! same lines. With `--group` it is a member of consumer group G (`subscribe()`): it reads the
 //! partitions the group assigns it from the group's committed offsets, commits what it printed,
-//! and leaves the group when it exits; its lines then start with the partition.
+//! and leaves the group when it exits; its lines then start with the partition. With
+//! `--group-protocol consumer` it is a KIP-848 member: the coordinator assigns its partitions
+//! and fences it by its member epoch.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use producer::consumer::{Fetched, FETCH_BYTES_MAX_DEFAULT};
-use producer::kafka::{GroupConfig, KafkaConsumer, KafkaGroupConsumer};
+use producer::kafka::{GroupConfig, GroupProtocol, KafkaConsumer, KafkaGroupConsumer};
 use producer::{ClientConfig, ClientError, Consumer};
 
 /// Prints every record of a partition: offset, producer id, producer epoch, sequence, value.
@@ -46,9 +48,15 @@ struct Args {
     /// committed offsets, and commit.
     #[arg(long, requires = "kafka", conflicts_with_all = ["partition", "from"])]
     group: Option<String>,
-    /// With `--group`: the session timeout asked of the group coordinator, in milliseconds.
-    #[arg(long, default_value_t = 10_000, requires = "group")]
-    session_timeout_ms: i32,
+    /// With `--group`: the session timeout asked of the group coordinator, in milliseconds
+    /// (10000 if not given; not with `--group-protocol consumer`, whose session timeout is the
+    /// coordinator's `--group-consumer-session-timeout-ms`).
+    #[arg(long, requires = "group")]
+    session_timeout_ms: Option<i32>,
+    /// With `--group`: Kafka's `group.protocol`: `classic` (JoinGroup and SyncGroup; the
+    /// leader assigns) or `consumer` (KIP-848: the coordinator assigns, member epochs fence).
+    #[arg(long, default_value = "classic", value_parser = ["classic", "consumer"])]
+    group_protocol: String,
     /// With `--group`: `group.instance.id`, making this a static member.
     #[arg(long, requires = "group")]
     group_instance_id: Option<String>,
@@ -148,10 +156,20 @@ fn print_records(f: &Fetched, partition: Option<i32>, json: bool) {
 /// `--group`: a member of the group until every assigned partition is read to its end (or, with
 /// `--follow`, until stopped), committing after every poll that printed something.
 async fn group_member(args: &Args, group: &str, config: ClientConfig, committed: bool) -> ExitCode {
+    let protocol = if args.group_protocol == "consumer" { GroupProtocol::Consumer } else { GroupProtocol::Classic };
+    if protocol == GroupProtocol::Consumer && args.session_timeout_ms.is_some() {
+        eprintln!(
+            "error: --session-timeout-ms does not go with --group-protocol consumer: a KIP-848 member's session \
+             timeout is the coordinator's (--group-consumer-session-timeout-ms)"
+        );
+        return ExitCode::from(2);
+    }
+    let session_timeout_ms = args.session_timeout_ms.unwrap_or(10_000);
     let group_config = GroupConfig {
-        session_timeout_ms: args.session_timeout_ms,
-        heartbeat_interval_ms: (args.session_timeout_ms.max(3) / 3) as u64,
+        session_timeout_ms,
+        heartbeat_interval_ms: (session_timeout_ms.max(3) / 3) as u64,
         instance_id: args.group_instance_id.clone(),
+        protocol,
         ..GroupConfig::default()
     };
     let mut member = KafkaGroupConsumer::new(&args.bootstrap, config, group, &[&args.topic], committed, group_config);
@@ -160,16 +178,28 @@ async fn group_member(args: &Args, group: &str, config: ClientConfig, committed:
         ExitCode::FAILURE
     };
     let mut generation = -1;
+    let mut assignment = Vec::new();
     loop {
         let polled = match member.poll().await {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
         let (member_id, now) = member.membership();
-        if now != generation {
+        let member_id = member_id.to_string();
+        // A KIP-848 assignment can grow at the same epoch (partitions released by others).
+        let changed = now != generation || protocol == GroupProtocol::Consumer && member.assignment() != assignment;
+        if changed {
             generation = now;
-            let parts = member.assignment().iter().map(|(t, p)| format!("{t}-{p}")).collect::<Vec<_>>().join(",");
-            eprintln!("joined group {group} as {member_id} at generation {generation}: partitions [{parts}]");
+            assignment = member.assignment();
+            let parts = assignment.iter().map(|(t, p)| format!("{t}-{p}")).collect::<Vec<_>>().join(",");
+            match protocol {
+                GroupProtocol::Classic => {
+                    eprintln!("joined group {group} as {member_id} at generation {generation}: partitions [{parts}]")
+                }
+                GroupProtocol::Consumer => {
+                    eprintln!("joined group {group} as {member_id} at member epoch {generation}: partitions [{parts}]")
+                }
+            }
         }
         let mut printed = false;
         let mut all_at_end = true;

@@ -40,6 +40,8 @@ pub struct KafkaClient {
     /// The broker Metadata named as controller (where CreateTopics goes), if any.
     controller: Option<i32>,
     topics: HashMap<String, Vec<PartitionLeader>>,
+    /// Topic ids Metadata gave (v10 and later), by name.
+    topic_ids: HashMap<String, u128>,
     /// Transactional id -> its coordinator's address.
     /// Coordinator addresses by `"{key type}/{key}"`.
     coordinators: HashMap<String, String>,
@@ -56,6 +58,7 @@ impl KafkaClient {
             brokers: HashMap::new(),
             controller: None,
             topics: HashMap::new(),
+            topic_ids: HashMap::new(),
             coordinators: HashMap::new(),
         }
     }
@@ -148,6 +151,9 @@ impl KafkaClient {
                 }
                 continue;
             }
+            if !t.topic_id.is_nil() {
+                self.topic_ids.insert(name.clone(), t.topic_id.as_u128());
+            }
             let mut partitions = t.partitions;
             partitions.sort_by_key(|p| p.partition_index);
             let leaders = partitions
@@ -187,6 +193,16 @@ impl KafkaClient {
             tokio::time::sleep(self.backoff(attempt)).await;
             attempt += 1;
         }
+    }
+
+    /// The id Metadata last gave `topic` (none before Metadata v10, or if it was not asked).
+    pub fn topic_id(&self, topic: &str) -> Option<u128> {
+        self.topic_ids.get(topic).copied()
+    }
+
+    /// The topic Metadata last gave id `id`.
+    pub fn topic_named(&self, id: u128) -> Option<&str> {
+        self.topic_ids.iter().find(|(_, v)| **v == id).map(|(k, _)| k.as_str())
     }
 
     /// How many partitions Metadata last gave `topic` (none if it did not list the topic).

@@ -1,14 +1,22 @@
-//! A consumer-group member (Kafka's classic protocol, `subscribe()`): it joins the group through
-//! its coordinator, takes the partitions the group assigns it (the leader assigns them with
-//! Kafka's range assignor, so it shares a group with librdkafka and Java consumers), heartbeats,
-//! reads each assigned partition from the group's committed offset and commits what it read.
-//! A rebalance (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID on a heartbeat or a
-//! commit) makes it join again and read from the committed offsets.
+//! A consumer-group member (`subscribe()`): it joins the group through its coordinator, takes
+//! the partitions the group assigns it, heartbeats, reads each assigned partition from the
+//! group's committed offset and commits what it read.
+//!
+//! - **Classic protocol** (JoinGroup, SyncGroup): the leader assigns with Kafka's range
+//!   assignor, so it shares a group with librdkafka and Java consumers. A rebalance
+//!   (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID on a heartbeat or a commit)
+//!   makes it join again and read from the committed offsets.
+//! - **KIP-848** (`group.protocol=consumer`, ConsumerGroupHeartbeat): the coordinator assigns;
+//!   every heartbeat answer may change the assignment, and the member first commits and gives
+//!   up what was taken from it (revocation before assignment), then starts what was added at
+//!   its committed offsets. Its commits carry its member epoch; UNKNOWN_MEMBER_ID or
+//!   FENCED_MEMBER_EPOCH make it rejoin at epoch 0, STALE_MEMBER_EPOCH heartbeat at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions as OwnedTopic;
 use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as AssignedTopic;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
@@ -16,8 +24,9 @@ use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartiti
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, ConsumerProtocolAssignment, ConsumerProtocolSubscription, GroupId, HeartbeatRequest, JoinGroupRequest,
-    LeaveGroupRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest, TopicName,
+    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerProtocolAssignment, ConsumerProtocolSubscription, GroupId,
+    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
+    TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use protocol::{ErrorCode, Status};
@@ -32,6 +41,9 @@ const SYNC_GROUP_VERSIONS: (i16, i16) = (3, 3);
 const HEARTBEAT_VERSIONS: (i16, i16) = (3, 3);
 const LEAVE_GROUP_VERSIONS: (i16, i16) = (3, 3);
 const OFFSET_COMMIT_VERSIONS: (i16, i16) = (7, 7);
+/// KIP-848 members commit with their member epoch: OffsetCommit v9.
+const OFFSET_COMMIT_VERSIONS_848: (i16, i16) = (9, 9);
+const CONSUMER_GROUP_HEARTBEAT_VERSIONS: (i16, i16) = (1, 1);
 const OFFSET_FETCH_VERSIONS: (i16, i16) = (7, 7);
 /// The assignor, by Kafka's name.
 const RANGE: &str = "range";
@@ -47,6 +59,18 @@ pub struct GroupConfig {
     pub heartbeat_interval_ms: u64,
     /// `group.instance.id` for a static member.
     pub instance_id: Option<String>,
+    /// Kafka's `group.protocol`. Under [`GroupProtocol::Consumer`] the session timeout and the
+    /// heartbeat interval are the coordinator's.
+    pub protocol: GroupProtocol,
+}
+
+/// Kafka's `group.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupProtocol {
+    /// JoinGroup and SyncGroup; the leader assigns.
+    Classic,
+    /// KIP-848's ConsumerGroupHeartbeat; the coordinator assigns.
+    Consumer,
 }
 
 impl Default for GroupConfig {
@@ -56,6 +80,7 @@ impl Default for GroupConfig {
             rebalance_timeout_ms: 60_000,
             heartbeat_interval_ms: 1_000,
             instance_id: None,
+            protocol: GroupProtocol::Classic,
         }
     }
 }
@@ -74,6 +99,16 @@ pub struct KafkaGroupConsumer {
     /// What was committed of `positions`.
     committed: HashMap<(String, i32), i64>,
     last_heartbeat: Instant,
+}
+
+/// A KIP-848 member id: made by the client (KIP-1082), kept for the member's life.
+fn new_member_id() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        bytes = nanos.to_be_bytes();
+    }
+    uuid::Uuid::from_bytes(bytes).simple().to_string()
 }
 
 /// Errors that mean "join the group again".
@@ -172,8 +207,11 @@ impl KafkaGroupConsumer {
             consumer,
             group: group.to_string(),
             topics: topics.iter().map(|t| t.to_string()).collect(),
+            member_id: match group_config.protocol {
+                GroupProtocol::Classic => String::new(),
+                GroupProtocol::Consumer => new_member_id(),
+            },
             config: group_config,
-            member_id: String::new(),
             generation: -1,
             positions: BTreeMap::new(),
             committed: HashMap::new(),
@@ -181,7 +219,8 @@ impl KafkaGroupConsumer {
         }
     }
 
-    /// This member's id and generation (empty and -1 before it joined).
+    /// This member's id and generation, its member epoch under KIP-848 (-1 before it joined;
+    /// the classic protocol's id is empty until then).
     pub fn membership(&self) -> (&str, i32) {
         (&self.member_id, self.generation)
     }
@@ -201,7 +240,11 @@ impl KafkaGroupConsumer {
         let deadline = Instant::now() + Duration::from_millis(self.config.rebalance_timeout_ms.max(1) as u64 + 10_000);
         let mut attempt = 0;
         loop {
-            match self.join_once().await {
+            let joined = match self.config.protocol {
+                GroupProtocol::Classic => self.join_once().await,
+                GroupProtocol::Consumer => self.join_848().await,
+            };
+            match joined {
                 Ok(()) => return Ok(()),
                 Err(e) if Instant::now() < deadline && retriable(&e) => {
                     tracing::debug!(group = %self.group, error = %e, "joining the group again");
@@ -301,10 +344,27 @@ impl KafkaGroupConsumer {
         }
         let assigned = assigned_partitions(&synced.assignment)?;
         self.last_heartbeat = Instant::now();
+        self.start_at_committed(&conn, &assigned).await?;
+        for key in assigned {
+            self.positions.entry(key).or_insert(0);
+        }
+        tracing::info!(group = %self.group, member_id = %self.member_id, generation = self.generation, assignment = ?self.assignment(), "joined the group");
+        Ok(())
+    }
+
+    /// Start each of `assigned` at the group's committed offset (0 if none).
+    async fn start_at_committed(
+        &mut self,
+        conn: &KafkaConnection,
+        assigned: &[(String, i32)],
+    ) -> Result<(), ClientError> {
+        if assigned.is_empty() {
+            return Ok(());
+        }
         // Where to start: the committed offsets.
         let version = conn.version(ApiKey::OffsetFetch, OFFSET_FETCH_VERSIONS)?;
         let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-        for (t, p) in &assigned {
+        for (t, p) in assigned {
             by_topic.entry(t).or_default().push(*p);
         }
         let fetch = OffsetFetchRequest::default()
@@ -353,9 +413,135 @@ impl KafkaGroupConsumer {
             }
         }
         for key in assigned {
-            self.positions.entry(key).or_insert(0);
+            self.positions.entry(key.clone()).or_insert(0);
         }
-        tracing::info!(group = %self.group, member_id = %self.member_id, generation = self.generation, assignment = ?self.assignment(), "joined the group");
+        Ok(())
+    }
+
+    /// One ConsumerGroupHeartbeat at `epoch`; `full` carries the subscription and the
+    /// rebalance timeout (a join, or after an error). The partitions owned go in every beat.
+    async fn send_heartbeat_848(
+        &mut self,
+        epoch: i32,
+        full: bool,
+    ) -> Result<kafka_protocol::messages::ConsumerGroupHeartbeatResponse, ClientError> {
+        let mut owned: BTreeMap<u128, Vec<i32>> = BTreeMap::new();
+        for (t, p) in self.positions.keys() {
+            if let Some(id) = self.client.topic_id(t) {
+                owned.entry(id).or_default().push(*p);
+            }
+        }
+        let leaving = epoch < 0;
+        let req = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(text(&self.group)))
+            .with_member_id(text(&self.member_id))
+            .with_member_epoch(epoch)
+            .with_instance_id(self.config.instance_id.as_deref().filter(|_| full || leaving).map(text))
+            .with_rebalance_timeout_ms(if full { self.config.rebalance_timeout_ms } else { -1 })
+            .with_subscribed_topic_names(full.then(|| self.topics.iter().map(|t| TopicName(text(t))).collect()))
+            .with_topic_partitions((!leaving).then(|| {
+                owned
+                    .into_iter()
+                    .map(|(id, ps)| OwnedTopic::default().with_topic_id(uuid::Uuid::from_u128(id)).with_partitions(ps))
+                    .collect()
+            }));
+        let conn = self.coordinator().await?;
+        let version = conn.version(ApiKey::ConsumerGroupHeartbeat, CONSUMER_GROUP_HEARTBEAT_VERSIONS)?;
+        let resp = conn.call(&req, version).await?;
+        self.last_heartbeat = Instant::now();
+        if resp.error_code == 0 && resp.heartbeat_interval_ms > 0 {
+            self.config.heartbeat_interval_ms = resp.heartbeat_interval_ms as u64;
+        }
+        Ok(resp)
+    }
+
+    /// Join at epoch 0 (KIP-848): the subscribed topics' ids first, so that assignments by id
+    /// can be read.
+    async fn join_848(&mut self) -> Result<(), ClientError> {
+        self.positions.clear();
+        self.committed.clear();
+        for t in self.topics.clone() {
+            self.client.partition_count(&t).await?;
+        }
+        let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+        self.client.refresh_metadata(&topics, true).await?;
+        self.generation = -1;
+        let resp = self.send_heartbeat_848(0, true).await?;
+        if resp.error_code != 0 {
+            return Err(refused(format!("ConsumerGroupHeartbeat (join) '{}'", self.group), resp.error_code));
+        }
+        self.apply_heartbeat_848(resp).await?;
+        tracing::info!(group = %self.group, member_id = %self.member_id, member_epoch = self.generation, assignment = ?self.assignment(), "joined the group");
+        Ok(())
+    }
+
+    /// A steady heartbeat (KIP-848); `Ok(false)` when the member was fenced and rejoins.
+    async fn heartbeat_848(&mut self) -> Result<bool, ClientError> {
+        let resp = self.send_heartbeat_848(self.generation, false).await?;
+        match ErrorCode::from_code(resp.error_code) {
+            ErrorCode::None => {
+                self.apply_heartbeat_848(resp).await?;
+                Ok(true)
+            }
+            // Its partitions are lost: it rejoins at epoch 0 with its id, from the committed
+            // offsets (what it read since its last commit is read again).
+            ErrorCode::UnknownMemberId | ErrorCode::FencedMemberEpoch => {
+                tracing::info!(group = %self.group, member_id = %self.member_id, code = resp.error_code, "fenced by the group coordinator: joining again");
+                self.generation = -1;
+                self.positions.clear();
+                self.committed.clear();
+                Ok(false)
+            }
+            _ => Err(refused(format!("ConsumerGroupHeartbeat '{}'", self.group), resp.error_code)),
+        }
+    }
+
+    /// Take a heartbeat answer: the new epoch, and, when it carries one, the new assignment:
+    /// what was taken away is committed and given up first, what was added starts at its
+    /// committed offset.
+    async fn apply_heartbeat_848(
+        &mut self,
+        resp: kafka_protocol::messages::ConsumerGroupHeartbeatResponse,
+    ) -> Result<(), ClientError> {
+        let Some(assignment) = resp.assignment else {
+            self.generation = resp.member_epoch;
+            return Ok(());
+        };
+        let mut assigned: Vec<(String, i32)> = Vec::new();
+        for t in &assignment.topic_partitions {
+            let id = t.topic_id.as_u128();
+            if self.client.topic_named(id).is_none() {
+                let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+                self.client.refresh_metadata(&topics, false).await?;
+            }
+            let Some(name) = self.client.topic_named(id).map(str::to_string) else {
+                return Err(ClientError::Protocol(format!(
+                    "an assignment names topic id {} this member does not know",
+                    t.topic_id
+                )));
+            };
+            assigned.extend(t.partitions.iter().map(|p| (name.clone(), *p)));
+        }
+        let revoked: Vec<(String, i32)> = self.positions.keys().filter(|k| !assigned.contains(k)).cloned().collect();
+        if !revoked.is_empty() {
+            // Committed under the epoch it still holds while it revokes.
+            let kept: BTreeMap<(String, i32), i64> =
+                self.positions.iter().filter(|(k, _)| revoked.contains(k)).map(|(k, v)| (k.clone(), *v)).collect();
+            let all = std::mem::replace(&mut self.positions, kept);
+            let committed = self.commit().await;
+            self.positions = all;
+            committed?;
+            for k in &revoked {
+                self.positions.remove(k);
+                self.committed.remove(k);
+            }
+        }
+        self.generation = resp.member_epoch;
+        let added: Vec<(String, i32)> = assigned.into_iter().filter(|k| !self.positions.contains_key(k)).collect();
+        if !added.is_empty() {
+            let conn = self.coordinator().await?;
+            self.start_at_committed(&conn, &added).await?;
+        }
         Ok(())
     }
 
@@ -364,6 +550,9 @@ impl KafkaGroupConsumer {
     async fn heartbeat_if_due(&mut self) -> Result<bool, ClientError> {
         if self.last_heartbeat.elapsed() < Duration::from_millis(self.config.heartbeat_interval_ms) {
             return Ok(true);
+        }
+        if self.config.protocol == GroupProtocol::Consumer {
+            return self.heartbeat_848().await;
         }
         let conn = self.coordinator().await?;
         let version = conn.version(ApiKey::Heartbeat, HEARTBEAT_VERSIONS)?;
@@ -429,13 +618,23 @@ impl KafkaGroupConsumer {
                     .collect(),
             );
         let conn = self.coordinator().await?;
-        let version = conn.version(ApiKey::OffsetCommit, OFFSET_COMMIT_VERSIONS)?;
+        let versions = match self.config.protocol {
+            GroupProtocol::Classic => OFFSET_COMMIT_VERSIONS,
+            GroupProtocol::Consumer => OFFSET_COMMIT_VERSIONS_848,
+        };
+        let version = conn.version(ApiKey::OffsetCommit, versions)?;
         let resp = conn.call(&req, version).await?;
         let code = resp.topics.iter().flat_map(|t| &t.partitions).map(|p| p.error_code).find(|c| *c != 0);
         match code {
             None => {
                 self.committed.extend(changed);
                 Ok(true)
+            }
+            // KIP-848: the epoch moved on; a heartbeat now brings the new one (and any change
+            // of assignment), and the next commit carries it.
+            Some(c) if ErrorCode::from_code(c) == ErrorCode::StaleMemberEpoch => {
+                self.last_heartbeat = Instant::now() - Duration::from_millis(self.config.heartbeat_interval_ms);
+                Ok(false)
             }
             Some(c) if rejoin(c) => {
                 self.generation = -1;
@@ -447,8 +646,18 @@ impl KafkaGroupConsumer {
 
     /// Leave the group (its partitions move to the others at once).
     pub async fn leave(&mut self) -> Result<(), ClientError> {
-        if self.member_id.is_empty() {
+        if self.member_id.is_empty() || self.generation < 0 && self.config.protocol == GroupProtocol::Consumer {
             return Ok(());
+        }
+        if self.config.protocol == GroupProtocol::Consumer {
+            // -2: a static member away for now keeps its partitions until its session lapses.
+            let epoch = if self.config.instance_id.is_some() { -2 } else { -1 };
+            let resp = self.send_heartbeat_848(epoch, false).await?;
+            self.generation = -1;
+            return match resp.error_code {
+                0 => Ok(()),
+                c => Err(refused(format!("ConsumerGroupHeartbeat (leave) '{}'", self.group), c)),
+            };
         }
         let conn = self.coordinator().await?;
         let version = conn.version(ApiKey::LeaveGroup, LEAVE_GROUP_VERSIONS)?;

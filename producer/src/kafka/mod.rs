@@ -19,7 +19,7 @@ pub use client::{KafkaClient, PartitionLeader, TOPIC_ALREADY_EXISTS};
 pub use connection::{KafkaConnection, CLIENT_ID};
 pub use consumer::KafkaConsumer;
 pub use forge::forged_write;
-pub use group::{assigned_partitions, range_assign, GroupConfig, KafkaGroupConsumer};
+pub use group::{assigned_partitions, range_assign, GroupConfig, GroupProtocol, KafkaGroupConsumer};
 pub use producer::KafkaProducer;
 
 use crate::error::ClientError;

@@ -605,6 +605,9 @@ pub struct GroupState {
     pub members: Vec<GroupMemberState>,
     /// Committed offsets.
     pub offsets: Vec<PartitionOffset>,
+    /// A KIP-848 consumer group's epochs and members (`protocol_type` `consumer`, `members`
+    /// listing the same members by id); `None` for a classic group.
+    pub consumer: Option<super::ConsumerGroupState>,
 }
 
 /// The answer to DescribeGroups.
@@ -636,6 +639,10 @@ impl DescribeGroupsResponse {
                 b.put_blob(&m.assignment);
             }
             put_offsets(b, &g.offsets);
+            b.put_bool(g.consumer.is_some());
+            if let Some(c) = &g.consumer {
+                c.encode(b);
+            }
         }
     }
 
@@ -662,7 +669,18 @@ impl DescribeGroupsResponse {
                 });
             }
             let offsets = get_offsets(r)?;
-            groups.push(GroupState { group, state, protocol_type, protocol, generation, leader, members, offsets });
+            let consumer = if r.bool("consumer")? { Some(super::ConsumerGroupState::decode(r)?) } else { None };
+            groups.push(GroupState {
+                group,
+                state,
+                protocol_type,
+                protocol,
+                generation,
+                leader,
+                members,
+                offsets,
+                consumer,
+            });
         }
         Ok(DescribeGroupsResponse { status, groups })
     }

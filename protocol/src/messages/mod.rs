@@ -17,6 +17,7 @@ use crate::{DecodeError, ErrorCode};
 
 mod auth;
 mod cluster;
+mod consumer_group;
 mod group;
 mod produce;
 mod replicate;
@@ -24,6 +25,7 @@ mod txn;
 
 pub use auth::*;
 pub use cluster::*;
+pub use consumer_group::*;
 pub use group::*;
 pub use produce::*;
 pub use replicate::*;
@@ -83,6 +85,9 @@ pub enum ApiKey {
     JoinGroup = 11,
     /// A group member's heartbeat.
     GroupHeartbeat = 12,
+    /// A KIP-848 consumer group member's heartbeat: join, beat, acknowledge, leave (Kafka
+    /// listener -> coordinator).
+    ConsumerGroupHeartbeat = 68,
     /// Members leave a group.
     LeaveGroup = 13,
     /// The group leader's assignment, and every member's share of it.
@@ -137,6 +142,7 @@ impl ApiKey {
             1000 => ApiKey::Describe,
             11 => ApiKey::JoinGroup,
             12 => ApiKey::GroupHeartbeat,
+            68 => ApiKey::ConsumerGroupHeartbeat,
             13 => ApiKey::LeaveGroup,
             14 => ApiKey::SyncGroup,
             15 => ApiKey::DescribeGroups,
@@ -266,6 +272,8 @@ pub enum Request {
     SyncGroup(SyncGroupRequest),
     /// See [`GroupHeartbeatRequest`].
     GroupHeartbeat(GroupHeartbeatRequest),
+    /// See [`ConsumerHeartbeatRequest`].
+    ConsumerHeartbeat(ConsumerHeartbeatRequest),
     /// See [`LeaveGroupRequest`].
     LeaveGroup(LeaveGroupRequest),
     /// See [`OffsetCommitRequest`].
@@ -339,6 +347,8 @@ pub enum Response {
     SyncGroup(SyncGroupResponse),
     /// Status only.
     GroupHeartbeat(Status),
+    /// See [`ConsumerHeartbeatResponse`].
+    ConsumerHeartbeat(ConsumerHeartbeatResponse),
     /// See [`LeaveGroupResponse`].
     LeaveGroup(LeaveGroupResponse),
     /// A status per partition.
@@ -391,6 +401,7 @@ impl Request {
             Request::JoinGroup(_) => ApiKey::JoinGroup,
             Request::SyncGroup(_) => ApiKey::SyncGroup,
             Request::GroupHeartbeat(_) => ApiKey::GroupHeartbeat,
+            Request::ConsumerHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
             Request::LeaveGroup(_) => ApiKey::LeaveGroup,
             Request::OffsetCommit(_) => ApiKey::OffsetCommit,
             Request::OffsetFetch(_) => ApiKey::OffsetFetch,
@@ -470,6 +481,7 @@ impl Response {
             Response::JoinGroup(_) => ApiKey::JoinGroup as i16,
             Response::SyncGroup(_) => ApiKey::SyncGroup as i16,
             Response::GroupHeartbeat(_) => ApiKey::GroupHeartbeat as i16,
+            Response::ConsumerHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat as i16,
             Response::LeaveGroup(_) => ApiKey::LeaveGroup as i16,
             Response::OffsetCommit(_) => ApiKey::OffsetCommit as i16,
             Response::OffsetFetch(_) => ApiKey::OffsetFetch as i16,
@@ -513,6 +525,7 @@ impl Response {
             Response::SyncGroup(r) => &r.status,
             Response::GroupHeartbeat(s) | Response::AddOffsets(s) => s,
             Response::LeaveGroup(r) => &r.status,
+            Response::ConsumerHeartbeat(r) => &r.status,
             Response::OffsetCommit(r) | Response::OffsetFetch(r) => &r.status,
             Response::DescribeGroups(r) => &r.status,
             Response::DeleteGroups(r) => &r.status,
@@ -592,6 +605,7 @@ pub fn encode_request_head(correlation_id: i32, req: &Request, b: &mut BytesMut)
         Request::JoinGroup(j) => j.encode_body(b),
         Request::SyncGroup(g) => g.encode_body(b),
         Request::GroupHeartbeat(h) => h.encode_body(b),
+        Request::ConsumerHeartbeat(h) => h.encode_body(b),
         Request::LeaveGroup(l) => l.encode_body(b),
         Request::OffsetCommit(c) => c.encode_body(b),
         Request::OffsetFetch(f) => f.encode_body(b),
@@ -672,6 +686,7 @@ fn decode_request_body(key: ApiKey, r: &mut Reader) -> Result<Request, DecodeErr
         ApiKey::JoinGroup => Request::JoinGroup(JoinGroupRequest::decode_body(r)?),
         ApiKey::SyncGroup => Request::SyncGroup(SyncGroupRequest::decode_body(r)?),
         ApiKey::GroupHeartbeat => Request::GroupHeartbeat(GroupHeartbeatRequest::decode_body(r)?),
+        ApiKey::ConsumerGroupHeartbeat => Request::ConsumerHeartbeat(ConsumerHeartbeatRequest::decode_body(r)?),
         ApiKey::LeaveGroup => Request::LeaveGroup(LeaveGroupRequest::decode_body(r)?),
         ApiKey::OffsetCommit => Request::OffsetCommit(OffsetCommitRequest::decode_body(r)?),
         ApiKey::OffsetFetch => Request::OffsetFetch(OffsetFetchRequest::decode_body(r)?),
@@ -736,6 +751,7 @@ pub fn encode_response_into(correlation_id: i32, resp: &Response, b: &mut BytesM
         Response::JoinGroup(j) => j.encode_body(b),
         Response::SyncGroup(g) => g.encode_body(b),
         Response::LeaveGroup(l) => l.encode_body(b),
+        Response::ConsumerHeartbeat(h) => h.encode_body(b),
         Response::OffsetCommit(o) | Response::OffsetFetch(o) => o.encode_body(b),
         Response::DescribeGroups(d) => d.encode_body(b),
         Response::DeleteGroups(d) => d.encode_body(b),
@@ -788,6 +804,9 @@ fn decode_response_body(key: ApiKey, status: Status, r: &mut Reader) -> Result<R
         ApiKey::JoinGroup => Response::JoinGroup(JoinGroupResponse::decode_body(status, r)?),
         ApiKey::SyncGroup => Response::SyncGroup(SyncGroupResponse::decode_body(status, r)?),
         ApiKey::GroupHeartbeat => Response::GroupHeartbeat(status),
+        ApiKey::ConsumerGroupHeartbeat => {
+            Response::ConsumerHeartbeat(ConsumerHeartbeatResponse::decode_body(status, r)?)
+        }
         ApiKey::LeaveGroup => Response::LeaveGroup(LeaveGroupResponse::decode_body(status, r)?),
         ApiKey::OffsetCommit => Response::OffsetCommit(OffsetsResponse::decode_body(status, r)?),
         ApiKey::OffsetFetch => Response::OffsetFetch(OffsetsResponse::decode_body(status, r)?),
@@ -1098,9 +1117,68 @@ mod tests {
                     metadata: Bytes::from_static(b"m"),
                     assignment: Bytes::from_static(b"a"),
                 }],
-                offsets: vec![offset],
+                offsets: vec![offset.clone()],
+                consumer: None,
             }],
         }));
+        let tp = |p| TopicPartitions { topic_id: 7, topic: "t".into(), partitions: vec![p] };
+        roundtrip_resp(Response::DescribeGroups(DescribeGroupsResponse {
+            status: Status::ok(),
+            groups: vec![GroupState {
+                group: "g".into(),
+                state: "Reconciling".into(),
+                protocol_type: "consumer".into(),
+                protocol: "uniform".into(),
+                generation: 4,
+                leader: String::new(),
+                members: Vec::new(),
+                offsets: vec![offset],
+                consumer: Some(ConsumerGroupState {
+                    group_epoch: 4,
+                    assignment_epoch: 3,
+                    assignor: "uniform".into(),
+                    members: vec![ConsumerMemberState {
+                        member_id: "m".into(),
+                        instance_id: Some("i".into()),
+                        member_epoch: 3,
+                        client_id: "c".into(),
+                        client_host: "/127.0.0.1".into(),
+                        topic_names: vec!["t".into()],
+                        topic_regex: Some("t.*".into()),
+                        assigned: vec![tp(0)],
+                        target: vec![tp(1)],
+                    }],
+                }),
+            }],
+        }));
+        for (names, owned) in [(None, None), (Some(vec!["a".to_string(), "b".to_string()]), Some(vec![(7u128, 0)]))] {
+            roundtrip_req(Request::ConsumerHeartbeat(ConsumerHeartbeatRequest {
+                group: "g".into(),
+                member_id: "m".into(),
+                member_epoch: 3,
+                instance_id: Some("i".into()),
+                rebalance_timeout_ms: -1,
+                topic_names: names,
+                topic_regex: Some(String::new()),
+                server_assignor: None,
+                owned,
+                client_id: "c".into(),
+                client_host: "/h".into(),
+            }));
+        }
+        for assignment in [None, Some(vec![(7u128, 1), (9, 0)])] {
+            roundtrip_resp(Response::ConsumerHeartbeat(ConsumerHeartbeatResponse {
+                status: Status::ok(),
+                member_id: "m".into(),
+                member_epoch: 5,
+                heartbeat_interval_ms: 5000,
+                assignment,
+            }));
+        }
+        roundtrip_resp(Response::ConsumerHeartbeat(ConsumerHeartbeatResponse::error(
+            Status::new(ErrorCode::FencedMemberEpoch, "old"),
+            "m",
+        )));
         roundtrip_req(Request::AuthBegin(AuthBeginRequest { member: "broker-1".into() }));
         roundtrip_req(Request::SaslLogin(SaslLoginRequest {
             mechanism: "SCRAM-SHA-512".into(),

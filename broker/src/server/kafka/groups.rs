@@ -71,8 +71,19 @@ fn by_topic<T>(items: Vec<(String, T)>) -> Vec<(String, Vec<T>)> {
     out
 }
 
-/// ListGroups' group type of every group this listener serves (KIP-848).
+/// ListGroups' group type of a classic group (KIP-848).
 const CLASSIC: &str = "classic";
+/// ListGroups' group type of a KIP-848 consumer group.
+const CONSUMER: &str = "consumer";
+
+/// A group's type, as ListGroups names it.
+fn group_type(g: &protocol::GroupState) -> &'static str {
+    if g.consumer.is_some() {
+        CONSUMER
+    } else {
+        CLASSIC
+    }
+}
 
 impl KafkaConn {
     /// Relay a group request that may wait for a rebalance (JoinGroup, SyncGroup) up to its
@@ -497,17 +508,17 @@ impl KafkaConn {
                         || r.states_filter.is_empty()
                         || r.states_filter.iter().any(|f| f.eq_ignore_ascii_case(state))
                 };
-                // Every group here is a classic one (KIP-848's consumer groups are not served):
-                // a type filter without `classic` lists none.
-                let typed = version < 5
-                    || r.types_filter.is_empty()
-                    || r.types_filter.iter().any(|t| t.eq_ignore_ascii_case(CLASSIC));
+                let typed = |g: &protocol::GroupState| {
+                    version < 5
+                        || r.types_filter.is_empty()
+                        || r.types_filter.iter().any(|t| t.eq_ignore_ascii_case(group_type(g)))
+                };
                 // DESCRIBE on the cluster lists every group; else those the caller may describe.
                 let caller = self.caller();
                 let all = caller.may_quietly(Operation::Describe, ResourceType::Cluster, protocol::acl::CLUSTER_NAME);
                 let listed = groups
                     .into_iter()
-                    .filter(|g| typed && wanted(&g.state))
+                    .filter(|g| typed(g) && wanted(&g.state))
                     .filter(|g| all || caller.may_quietly(Operation::Describe, ResourceType::Group, &g.group))
                     .map(|g| {
                         let l = ListedGroup::default()
@@ -515,7 +526,7 @@ impl KafkaConn {
                             .with_protocol_type(text(&g.protocol_type));
                         let l = if version >= 4 { l.with_group_state(text(&g.state)) } else { l };
                         if version >= 5 {
-                            l.with_group_type(StrBytes::from_static_str(CLASSIC))
+                            l.with_group_type(StrBytes::from_static_str(group_type(&g)))
                         } else {
                             l
                         }
@@ -546,6 +557,13 @@ impl KafkaConn {
             Ok(groups) if !names.is_empty() => groups
                 .into_iter()
                 .map(|g| {
+                    if g.consumer.is_some() {
+                        // As Kafka 4: a KIP-848 group is described by ConsumerGroupDescribe.
+                        return DescribedGroup::default()
+                            .with_group_id(GroupId(text(&g.group)))
+                            .with_group_state(StrBytes::from_static_str("Dead"))
+                            .with_error_code(kafka_code(ErrorCode::GroupIdNotFound, ApiKey::DescribeGroups, version));
+                    }
                     let members = g
                         .members
                         .into_iter()

@@ -33,6 +33,7 @@ use super::Shared;
 mod acls;
 mod admin;
 pub(crate) mod authz;
+mod consumer_group;
 mod coordinator;
 mod errors;
 mod fetch;
@@ -95,6 +96,9 @@ pub(crate) const SERVED: Served = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    // KIP-848 consumer groups: librdkafka's `group.protocol=consumer` needs v1.
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 5),
     // v0 is followed by bare tokens (the codec reads them: `KafkaBody::SaslToken`).
@@ -519,6 +523,15 @@ impl KafkaConn {
             RequestKind::SyncGroup(r) => {
                 let conn = self.clone();
                 Handled::serial(async move { conn.sync_group(r, version).await })
+            }
+            RequestKind::ConsumerGroupHeartbeat(r) => {
+                let conn = self.clone();
+                let client_id = req.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+                Handled::serial(async move { conn.consumer_group_heartbeat(r, version, client_id).await })
+            }
+            RequestKind::ConsumerGroupDescribe(r) => {
+                let conn = self.clone();
+                Handled::serial(async move { conn.consumer_group_describe(r, version).await })
             }
             RequestKind::Heartbeat(r) => {
                 let conn = self.clone();

@@ -21,10 +21,17 @@ succeeds and its batch is in the output twice. Exits 0 only if both outcomes wer
 
     cargo build --release
     py="$(scripts/kafka-clients-venv | tail -n1)"     # confluent-kafka 2.16.1, pinned
-    "$py" examples/kafka_workers.py
+    "$py" examples/kafka_workers.py [--group-protocol consumer]
 
-`kafka_workers.py --worker BOOTSTRAP NAME [--freeze] [--kafka-python]` runs one worker (the example
-starts two; `--kafka-python` makes it a kafka-python 3.0.12 worker, as the real-client tests do).
+With `--group-protocol consumer` the workers are KIP-848 members (`group.protocol=consumer`): the
+coordinator assigns the partitions, its session timeout is 2 s
+(`--group-consumer-session-timeout-ms`), and what fences the zombie is its *member epoch*: its
+TxnOffsetCommit carries the epoch it held, and the coordinator refuses it (UNKNOWN_MEMBER_ID once
+its session lapsed, ILLEGAL_GENERATION if it rejoined since). Without fencing its batch is doubled.
+
+`kafka_workers.py --worker BOOTSTRAP NAME [--freeze] [--kafka-python] [--group-protocol consumer]`
+runs one worker (the example starts two; `--kafka-python` makes it a kafka-python 3.0.12 worker, as
+the real-client tests do; kafka-python speaks only the classic protocol).
 """
 
 import os
@@ -46,16 +53,22 @@ PER_PARTITION = 10
 INPUTS = PARTITIONS * PER_PARTITION
 
 
-def worker(bootstrap, name, freeze):
+def worker(bootstrap, name, freeze, group_protocol="classic"):
     """Consume `in` in group `workers`, write each record to `out`, and commit the consumed
     offsets in the same transaction. With `freeze`: after writing the first batch, print FROZEN,
     wait for a line on stdin (the example SIGSTOPs the worker meanwhile), then try to commit that
-    batch with the generation held, and print ZOMBIE COMMITTED or ZOMBIE REFUSED <error>."""
-    consumer = Consumer({
+    batch with the generation (or member epoch) held, and print ZOMBIE COMMITTED or ZOMBIE REFUSED
+    <error>."""
+    config = {
         "bootstrap.servers": bootstrap, "group.id": "workers", "client.id": name,
         "auto.offset.reset": "earliest", "enable.auto.commit": False, "isolation.level": "read_committed",
-        "session.timeout.ms": 2000, "heartbeat.interval.ms": 200,
-    })
+    }
+    if group_protocol == "consumer":
+        # KIP-848: the session timeout and heartbeat interval are the coordinator's.
+        config["group.protocol"] = "consumer"
+    else:
+        config.update({"session.timeout.ms": 2000, "heartbeat.interval.ms": 200})
+    consumer = Consumer(config)
     producer = Producer({
         "bootstrap.servers": bootstrap, "transactional.id": f"worker-{name}", "transaction.timeout.ms": 60000,
     })
@@ -137,11 +150,15 @@ def start(argv, log, pattern):
     raise SystemExit(f"{argv[0]} exited before printing its address (see {log.name})")
 
 
+# The coordinator's KIP-848 timings for the story: a 2 s session, as the classic workers ask.
+KIP848_ARGS = ["--group-consumer-session-timeout-ms", "2000", "--group-consumer-heartbeat-interval-ms", "200"]
+
+
 def cluster(tmp, generation_fencing):
     """A coordinator and one broker with a Kafka listener; returns (processes, Kafka bootstrap)."""
     log = open(os.path.join(tmp, "log"), "a")
     argv = [os.path.join(BIN, "coordinator"), "--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "coordinator"),
-            "--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "1000"]
+            "--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "1000"] + KIP848_ARGS
     if not generation_fencing:
         argv.append("--no-generation-fencing")
     coordinator, coord = start(argv, log, r"coordinator listening on (\S+)")
@@ -202,18 +219,21 @@ def line(proc, prefix, timeout=60):
     raise SystemExit(f"no '{prefix}' line from a worker within {timeout} s")
 
 
-def spawn_worker(bootstrap, name, freeze, client="confluent"):
+def spawn_worker(bootstrap, name, freeze, client="confluent", group_protocol="classic"):
     argv = [sys.executable, os.path.abspath(__file__), "--worker", bootstrap, name] + (["--freeze"] if freeze else [])
     if client == "kafka-python":
         argv.append("--kafka-python")
+    argv += ["--group-protocol", group_protocol]
     return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
-def story(bootstrap, generation_fencing, client="confluent"):
+def story(bootstrap, generation_fencing, client="confluent", group_protocol="classic"):
     """Returns (what the zombie printed when woken, the committed output values). The topics
-    `in` and `out` must exist. tests/kafka_clients/test_groups.py runs it too, with each client."""
-    print(f"--- a coordinator with generation fencing {'on' if generation_fencing else 'OFF (--no-generation-fencing)'} ---")
-    zombie = spawn_worker(bootstrap, "zombie", True, client)
+    `in` and `out` must exist, on a coordinator started with KIP848_ARGS for `group_protocol`
+    consumer. tests/kafka_clients/test_groups.py and test_kip848.py run it too."""
+    print(f"--- {group_protocol} groups, a coordinator with generation fencing "
+          f"{'on' if generation_fencing else 'OFF (--no-generation-fencing)'} ---")
+    zombie = spawn_worker(bootstrap, "zombie", True, client, group_protocol)
     healthy = None
     try:
         p = Producer({"bootstrap.servers": bootstrap})
@@ -224,7 +244,7 @@ def story(bootstrap, generation_fencing, client="confluent"):
         line(zombie, "FROZEN")
         zombie.send_signal(signal.SIGSTOP)
         print("zombie: read a batch, wrote its outputs in an open transaction, and froze before committing")
-        healthy = spawn_worker(bootstrap, "healthy", False, client)
+        healthy = spawn_worker(bootstrap, "healthy", False, client, group_protocol)
         want = {p: PER_PARTITION for p in range(PARTITIONS)}
         deadline = time.monotonic() + 60
         while committed_offsets(bootstrap) != want:
@@ -236,7 +256,8 @@ def story(bootstrap, generation_fencing, client="confluent"):
         zombie.stdin.write("\n")
         zombie.stdin.flush()
         outcome = line(zombie, "ZOMBIE")
-        print(f"zombie: woke and committed with the generation it held: {outcome}")
+        held = "member epoch" if group_protocol == "consumer" else "generation"
+        print(f"zombie: woke and committed with the {held} it held: {outcome}")
     finally:
         for proc in (zombie, healthy):
             if proc is not None:
@@ -249,16 +270,32 @@ def story(bootstrap, generation_fencing, client="confluent"):
     return outcome, values
 
 
+def group_protocol_arg(argv):
+    """`--group-protocol classic|consumer` among `argv` (classic if absent)."""
+    if "--group-protocol" not in argv:
+        return "classic"
+    i = argv.index("--group-protocol")
+    value = argv[i + 1] if i + 1 < len(argv) else ""
+    if value not in ("classic", "consumer"):
+        raise SystemExit(f"--group-protocol takes classic or consumer, not {value!r}")
+    return value
+
+
 def main():
     if sys.argv[1:2] == ["--worker"]:
-        run = kafka_python_worker if "--kafka-python" in sys.argv[4:] else worker
-        return run(sys.argv[2], sys.argv[3], "--freeze" in sys.argv[4:])
+        protocol = group_protocol_arg(sys.argv[4:])
+        if "--kafka-python" in sys.argv[4:]:
+            if protocol != "classic":
+                raise SystemExit("kafka-python speaks only the classic group protocol (no KIP-848)")
+            return kafka_python_worker(sys.argv[2], sys.argv[3], "--freeze" in sys.argv[4:])
+        return worker(sys.argv[2], sys.argv[3], "--freeze" in sys.argv[4:], protocol)
+    protocol = group_protocol_arg(sys.argv[1:])
     outcomes = []
     for generation_fencing in (True, False):
         with tempfile.TemporaryDirectory() as tmp:
             procs, bootstrap = cluster(tmp, generation_fencing)
             try:
-                outcomes.append(story(bootstrap, generation_fencing))
+                outcomes.append(story(bootstrap, generation_fencing, group_protocol=protocol))
             finally:
                 for p in procs:
                     p.kill()

@@ -210,6 +210,55 @@ async fn metadata_hides_and_creates_by_the_acls() {
     c.shutdown().await;
 }
 
+/// KIP-848 (ConsumerGroupHeartbeat) as Kafka authorizes it: READ on the group, then DESCRIBE
+/// on every subscribed topic; the refusals are codes librdkafka reports (29, 30), never turned
+/// into a retriable one, and nothing of the refused member joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kip848_heartbeat_needs_read_on_the_group_and_describe_on_its_topics() {
+    use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, GroupId, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let c = cluster(true).await;
+    c.create_topic("u", 1).await.unwrap();
+    let conn =
+        producer::kafka::KafkaConnection::connect(&c.kafka_addrs[0], None, Duration::from_secs(10)).await.unwrap();
+    conn.authenticate(login("alice").sasl.as_ref().unwrap(), Duration::from_secs(10)).await.unwrap();
+    // Alice may write t (so describe it), not u.
+    let topics = ["t", "u"].map(|t| TopicName(StrBytes::from_static_str(t))).to_vec();
+    let join = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("readers")))
+        .with_member_id(StrBytes::from_static_str("alice-1"))
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(topics))
+        .with_topic_partitions(Some(Vec::new()));
+    assert_eq!(conn.call(&join, 1).await.unwrap().error_code, 30, "no READ on the group");
+    let grant = |acl| async {
+        let r = c.admin().acls(protocol::AclsRequest { create: vec![acl], delete: Vec::new() }).await.unwrap();
+        assert!(r.created.iter().all(|s| s.is_ok()), "{r:?}");
+    };
+    grant(allow("User:alice", ResourceType::Group, "readers", Operation::Read)).await;
+    // The brokers hear of the ACLs within a heartbeat: READ on the group, not yet DESCRIBE on u.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let code = conn.call(&join, 1).await.unwrap().error_code;
+        if code != 30 || Instant::now() > deadline {
+            assert_eq!(code, 29, "no DESCRIBE on the subscribed topic");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    grant(allow("User:alice", ResourceType::Topic, "u", Operation::Describe)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let joined = loop {
+        let r = conn.call(&join, 1).await.unwrap();
+        if r.error_code != 29 || Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!((joined.error_code, joined.member_epoch), (0, 1), "{joined:?}");
+    c.shutdown().await;
+}
+
 /// Mutual TLS (the Kafka listener under SSL requiring client certificates): a certificate's
 /// subject, mapped by `--ssl-principal-mapping-rules`, is the principal the ACLs decide by.
 /// Alice's certificate may write where her ACLs say; bob's, from the same CA, is refused

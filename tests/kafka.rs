@@ -316,13 +316,14 @@ async fn every_served_api_answers_at_every_served_version() {
                     let r = conn.call(&ListGroupsRequest::default(), v).await.unwrap();
                     assert!(r.groups.iter().any(|g| g.group_id.0.as_str() == "sweep"), "v{v}: {r:?}");
                     if v >= 5 {
-                        // Every group is a classic one (KIP-848's types filter).
-                        assert!(r.groups.iter().all(|g| g.group_type.as_str() == "classic"), "{r:?}");
+                        // "sweep" is a classic group (KIP-848's types filter).
+                        let sweep = |g: &list_groups_response::ListedGroup| g.group_id.0.as_str() == "sweep";
+                        assert!(r.groups.iter().filter(|g| sweep(g)).all(|g| g.group_type.as_str() == "classic"));
                         let typed = |t: &'static str| {
                             ListGroupsRequest::default().with_types_filter(vec![StrBytes::from_static_str(t)])
                         };
-                        assert!(conn.call(&typed("consumer"), v).await.unwrap().groups.is_empty());
-                        assert!(!conn.call(&typed("Classic"), v).await.unwrap().groups.is_empty());
+                        assert!(!conn.call(&typed("consumer"), v).await.unwrap().groups.iter().any(sweep));
+                        assert!(conn.call(&typed("Classic"), v).await.unwrap().groups.iter().any(sweep));
                     }
                     Ok(r.error_code)
                 }
@@ -449,6 +450,68 @@ async fn every_served_api_answers_at_every_served_version() {
                     let p = &r.topics[0].partitions[0];
                     assert_eq!((p.error_code, p.low_watermark), (29, -1), "v{v}: the cluster has a secret");
                     Ok(0)
+                }
+                ApiKey::ConsumerGroupHeartbeat => {
+                    // A KIP-848 member joins group "sweep848" (v0: the coordinator names it; v1:
+                    // the client does), gets both partitions of "t", and leaves.
+                    let member = if v == 0 { String::new() } else { format!("member-v{v}") };
+                    let join = ConsumerGroupHeartbeatRequest::default()
+                        .with_group_id(GroupId(StrBytes::from_static_str("sweep848")))
+                        .with_member_id(StrBytes::from_string(member))
+                        .with_member_epoch(0)
+                        .with_rebalance_timeout_ms(30_000)
+                        .with_subscribed_topic_names(Some(vec![name("t")]))
+                        .with_topic_partitions(Some(Vec::new()));
+                    let r = conn.call(&join, v).await.unwrap();
+                    assert_eq!(r.error_code, 0, "v{v}: {r:?}");
+                    let id = r.member_id.clone().expect("a member id");
+                    assert!(!id.is_empty() && r.member_epoch >= 1 && r.heartbeat_interval_ms > 0, "v{v}: {r:?}");
+                    let parts: usize =
+                        r.assignment.iter().flat_map(|a| &a.topic_partitions).map(|t| t.partitions.len()).sum();
+                    assert_eq!(parts, 2, "v{v}: the only member gets both partitions: {r:?}");
+                    // A zombie's epoch from the future, and an empty member id, are refused.
+                    let ahead = join.clone().with_member_id(id.clone()).with_member_epoch(r.member_epoch + 5);
+                    assert_eq!(conn.call(&ahead, v).await.unwrap().error_code, 110, "v{v}: FENCED_MEMBER_EPOCH");
+                    if v >= 1 {
+                        let anonymous = join.clone().with_member_id(StrBytes::from_static_str(""));
+                        assert_eq!(conn.call(&anonymous, v).await.unwrap().error_code, 42, "v{v}: INVALID_REQUEST");
+                    }
+                    let leave = ConsumerGroupHeartbeatRequest::default()
+                        .with_group_id(GroupId(StrBytes::from_static_str("sweep848")))
+                        .with_member_id(id)
+                        .with_member_epoch(-1);
+                    let left = conn.call(&leave, v).await.unwrap();
+                    assert_eq!((left.error_code, left.member_epoch), (0, -1), "v{v}: {left:?}");
+                    Ok(0)
+                }
+                ApiKey::ConsumerGroupDescribe => {
+                    // A member of "sweep848" (joined here), and the classic group "sweep" (not a
+                    // consumer group: GROUP_ID_NOT_FOUND).
+                    let join = ConsumerGroupHeartbeatRequest::default()
+                        .with_group_id(GroupId(StrBytes::from_static_str("sweep848")))
+                        .with_member_id(StrBytes::from_string(format!("describe-v{v}")))
+                        .with_rebalance_timeout_ms(30_000)
+                        .with_subscribed_topic_names(Some(vec![name("t")]))
+                        .with_topic_partitions(Some(Vec::new()));
+                    let joined = conn.call(&join, 1).await.unwrap();
+                    assert_eq!(joined.error_code, 0, "{joined:?}");
+                    let req = ConsumerGroupDescribeRequest::default().with_group_ids(vec![
+                        GroupId(StrBytes::from_static_str("sweep848")),
+                        GroupId(StrBytes::from_static_str("sweep")),
+                    ]);
+                    let r = conn.call(&req, v).await.unwrap();
+                    let (g, classic) = (&r.groups[0], &r.groups[1]);
+                    assert_eq!(g.error_code, 0, "v{v}: {g:?}");
+                    assert_eq!((g.group_epoch, g.assignment_epoch), (g.group_epoch, g.group_epoch), "v{v}: assigned");
+                    let m =
+                        g.members.iter().find(|m| m.member_id.as_str() == format!("describe-v{v}")).expect("member");
+                    assert_eq!(m.member_epoch, joined.member_epoch, "v{v}");
+                    assert_eq!(m.assignment.topic_partitions[0].topic_name.0.as_str(), "t", "v{v}: {m:?}");
+                    assert_eq!(classic.error_code, 69, "v{v}: {classic:?}");
+                    let leave =
+                        join.with_member_epoch(-1).with_subscribed_topic_names(None).with_topic_partitions(None);
+                    assert_eq!(conn.call(&leave, 1).await.unwrap().error_code, 0);
+                    Ok(g.error_code)
                 }
                 ApiKey::OffsetDelete => {
                     let req = OffsetDeleteRequest::default()

@@ -351,6 +351,32 @@ async fn kafka_metadata_names_its_broker_while_a_restarted_coordinator_has_not_h
     assert_eq!(listed, [(1, kafka)], "the answering broker is listed: {m:?}");
 }
 
+/// The KIP-848 flags' contract: a `consumer --group-protocol consumer` takes its session timeout
+/// from the coordinator, so `--session-timeout-ms` is refused with it (exit 2, naming the
+/// coordinator's flag); a coordinator whose heartbeat interval is not below its session timeout
+/// is refused likewise.
+#[test]
+fn kip848_flags_that_cannot_hold_exit_2_naming_what_to_do() {
+    let out = Command::new(common::bin("consumer"))
+        .args(["--kafka", "--bootstrap", "127.0.0.1:1", "--topic", "t", "--group", "g"])
+        .args(["--group-protocol", "consumer", "--session-timeout-ms", "5000"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--group-consumer-session-timeout-ms"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(common::bin("coordinator"))
+        .args(["--listen", "127.0.0.1:0", "--data-dir", dir.path().join("c").to_str().unwrap()])
+        .args(["--group-consumer-session-timeout-ms", "1000", "--group-consumer-heartbeat-interval-ms", "1000"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--group-consumer-heartbeat-interval-ms 1000 is not below"), "{err}");
+    assert!(out.stdout.is_empty(), "it never listened: {}", String::from_utf8_lossy(&out.stdout));
+}
+
 /// A coordinator built without the `etcd` feature refuses `--etcd-endpoints`, naming the
 /// feature, rather than run on its local journal as if it were one of several replicas.
 #[cfg(not(feature = "etcd"))]

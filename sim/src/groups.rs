@@ -15,14 +15,23 @@
 //! fences the old one), the coordinator crashed and rebuilt from its journal (waiting joins and
 //! syncs are lost and retried).
 //!
-//! The invariant, checked after every step: no input's output is committed twice; and at the
+//! With `kip848` the workers are KIP-848 members instead (`sim --groups --kip848`): they join
+//! and heartbeat with ConsumerGroupHeartbeat, the coordinator assigns (revocation before
+//! assignment: a worker gives up a partition only once its transaction on it has ended), and
+//! their TxnOffsetCommits carry their member epoch. A paused worker's session lapses and it is
+//! fenced; when it wakes, its heartbeat is refused and it joins again at epoch 0.
+//!
+//! The invariants, checked after every step: no input's output is committed twice; under
+//! KIP-848, no partition is owned by two members at once (the coordinator's view); and at the
 //! end, once faults stop, every input's output is committed exactly once (liveness). With
-//! generation fencing off (the `no-generation-fencing` mutation) a zombie's transaction commits
-//! a batch the group had given to another worker, and the check finds the duplicate.
+//! generation fencing off (the `no-generation-fencing` mutation, which also skips the member
+//! epoch check) a zombie's transaction commits a batch the group had given to another worker,
+//! and the check finds the duplicate.
 
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
+use coordinator::consumer_group::{ConsumerGroupConfig, Heartbeat, Topics};
 use coordinator::entry::Entry;
 use coordinator::groups::{GroupConfig, GroupTable, JoinDecision, SyncDecision, Wake, OFFSETS_TOPIC};
 use coordinator::table::{EndDecision, InitDecision, ProducerTable, RegisterDecision, Registration, TableConfig};
@@ -37,6 +46,8 @@ const SESSION_TICKS: i32 = 60;
 const HEARTBEAT_TICKS: u64 = 15;
 const TXN_TIMEOUT_TICKS: i32 = 600;
 const BATCH_MAX: i64 = 3;
+/// The input topic's id (KIP-848 assignments name topics by id).
+const IN_ID: u128 = 7;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -45,15 +56,24 @@ pub struct GroupsConfig {
     pub inputs_per_partition: i64,
     /// Ticks with faults; then the run goes on without them until every input is processed.
     pub fault_ticks: u64,
-    /// The KIP-447 check; false is the mutation the simulator must catch.
+    /// The KIP-447 check (and KIP-848's member epoch check on offset commits); false is the
+    /// mutation the simulator must catch.
     pub generation_fencing: bool,
+    /// The workers are KIP-848 members (ConsumerGroupHeartbeat, member epochs).
+    pub kip848: bool,
     /// Keep a trace of every step.
     pub verbose: bool,
 }
 
 impl Default for GroupsConfig {
     fn default() -> Self {
-        GroupsConfig { inputs_per_partition: 100, fault_ticks: 3_000, generation_fencing: true, verbose: false }
+        GroupsConfig {
+            inputs_per_partition: 100,
+            fault_ticks: 3_000,
+            generation_fencing: true,
+            kip848: false,
+            verbose: false,
+        }
     }
 }
 
@@ -111,6 +131,11 @@ struct Worker {
     last_heartbeat: u64,
     /// Outputs written in the open transaction: the inputs they stand for.
     pending: Vec<(i32, i64)>,
+    /// KIP-848: the assignment the coordinator last gave, taken once no transaction runs on a
+    /// partition it takes away.
+    target: Option<Vec<i32>>,
+    /// KIP-848: which instance of the worker this is (its member id's suffix).
+    incarnation: u64,
 }
 
 struct GroupSim {
@@ -126,6 +151,8 @@ struct GroupSim {
     committed: HashMap<(i32, i64), u32>,
     /// Answers of waiting joins and syncs, by (member id, sync).
     wakes: HashMap<(String, bool), Wake>,
+    /// KIP-848: the highest group epoch journaled.
+    group_epoch_seen: i32,
     out: GroupsOutcome,
 }
 
@@ -143,11 +170,37 @@ impl GroupSim {
         }
     }
 
+    /// KIP-848: no partition owned (assigned, or being given up) by two members at once.
+    fn check_owners(&mut self) {
+        let Some(g) = self.groups.consumer_groups().group(GROUP) else { return };
+        let mut seen: HashMap<(u128, i32), &str> = HashMap::new();
+        let mut twice = None;
+        for (member, owned) in g.owned() {
+            for tp in owned {
+                if let Some(other) = seen.insert(tp, member) {
+                    twice = Some(format!("partition {} owned by members {other} and {member} at once", tp.1));
+                }
+            }
+        }
+        if let Some(v) = twice {
+            self.violate(v);
+        }
+    }
+
     /// Journal the group table's entries and keep its wakes for the workers waiting.
     fn drain_groups(&mut self) {
         let (wakes, entries) = self.groups.take_effects();
         self.out.generations +=
             entries.iter().filter(|e| matches!(e, Entry::GroupGeneration(g) if !g.stable)).count() as u64;
+        // KIP-848: a rebalance is a new group epoch.
+        for e in &entries {
+            if let Entry::ConsumerGroup(r) = e {
+                if r.group_epoch > self.group_epoch_seen {
+                    self.group_epoch_seen = r.group_epoch;
+                    self.out.generations += 1;
+                }
+            }
+        }
         self.journal.extend(entries);
         for w in wakes {
             let key = match &w {
@@ -263,14 +316,95 @@ impl GroupSim {
         self.workers[w].step = Step::Idle;
     }
 
+    fn topics() -> Topics {
+        [("in".to_string(), (IN_ID, PARTITIONS))].into_iter().collect()
+    }
+
+    /// A KIP-848 heartbeat of worker `w` (epoch 0: a join), reporting what it owns.
+    fn heartbeat_848(&mut self, w: usize) {
+        let now = self.now;
+        let wk = &self.workers[w];
+        let joining = wk.generation <= 0;
+        let h = Heartbeat {
+            group: GROUP.into(),
+            member_id: format!("w{w}-{}", wk.incarnation),
+            member_epoch: if joining { 0 } else { wk.generation },
+            rebalance_timeout_ms: if joining { SESSION_TICKS * 2 } else { -1 },
+            topic_names: joining.then(|| vec!["in".to_string()]),
+            owned: Some(if joining { Vec::new() } else { wk.assignment.iter().map(|p| (IN_ID, *p)).collect() }),
+            ..Heartbeat::default()
+        };
+        self.workers[w].last_heartbeat = now;
+        let answer = self.groups.handle_consumer_heartbeat(now, &h, &Self::topics());
+        self.drain_groups();
+        match answer {
+            Ok(a) => {
+                if joining {
+                    self.workers[w].member_id = h.member_id.clone();
+                    self.workers[w].assignment.clear();
+                    self.workers[w].step = Step::Idle;
+                    self.trace(|| format!("w{w}: joined at member epoch {}", a.member_epoch));
+                }
+                self.workers[w].generation = a.member_epoch;
+                if let Some(set) = a.assignment {
+                    self.workers[w].target = Some(set.into_iter().map(|(_, p)| p).collect());
+                }
+                self.reconcile(w);
+            }
+            Err(status) => {
+                // Fenced (its session lapsed, or it missed a rebalance): it joins again at
+                // epoch 0, with nothing.
+                self.trace(|| format!("w{w}: heartbeat refused: {status}"));
+                self.workers[w].generation = -1;
+                self.workers[w].assignment.clear();
+                self.workers[w].target = None;
+                if self.workers[w].step == Step::Idle {
+                    self.workers[w].step = Step::Join;
+                }
+            }
+        }
+    }
+
+    /// Take the last assignment given, keeping a partition its open transaction works on until
+    /// the transaction ends (the revocation is acknowledged at the next heartbeat).
+    fn reconcile(&mut self, w: usize) {
+        let busy = match self.workers[w].step {
+            Step::Write { partition, .. } | Step::Offsets { partition, .. } => Some(partition),
+            _ => None,
+        };
+        let Some(target) = self.workers[w].target.clone() else { return };
+        let mut now_owned = target.clone();
+        if let Some(p) = busy.filter(|p| !target.contains(p) && self.workers[w].assignment.contains(p)) {
+            now_owned.push(p);
+        } else {
+            self.workers[w].target = None;
+        }
+        if now_owned != self.workers[w].assignment {
+            let a = now_owned.clone();
+            self.trace(|| format!("w{w}: assignment {a:?}"));
+        }
+        self.workers[w].assignment = now_owned;
+    }
+
     /// One step of worker `w`.
     fn step(&mut self, w: usize) {
         if self.workers[w].producer.is_none() {
             return self.init(w);
         }
         let now = self.now;
+        if self.cfg.kip848 {
+            let member = matches!(self.workers[w].step, Step::Idle | Step::Write { .. } | Step::Offsets { .. });
+            if self.workers[w].step == Step::Join || member && now >= self.workers[w].last_heartbeat + HEARTBEAT_TICKS {
+                self.heartbeat_848(w);
+                self.check_owners();
+            }
+            if matches!(self.workers[w].step, Step::Join | Step::AwaitJoin | Step::Sync { .. } | Step::AwaitSync) {
+                return;
+            }
+        }
         // Heartbeats while a member (a rebalance sends it back to join).
-        if matches!(self.workers[w].step, Step::Idle | Step::Write { .. } | Step::Offsets { .. })
+        if !self.cfg.kip848
+            && matches!(self.workers[w].step, Step::Idle | Step::Write { .. } | Step::Offsets { .. })
             && now >= self.workers[w].last_heartbeat + HEARTBEAT_TICKS
         {
             self.workers[w].last_heartbeat = now;
@@ -398,11 +532,19 @@ impl GroupSim {
                 }
                 self.drain_groups();
             }
-            Step::Commit => self.end(w, true),
+            Step::Commit => {
+                self.end(w, true);
+                self.reconcile(w);
+            }
             Step::Abort => {
                 self.end(w, false);
                 // A refused offset commit means the group moved on: join again.
                 self.workers[w].step = Step::Join;
+                if self.cfg.kip848 {
+                    self.workers[w].generation = -1;
+                    self.workers[w].assignment.clear();
+                    self.workers[w].target = None;
+                }
             }
         }
     }
@@ -443,6 +585,11 @@ impl GroupSim {
             session_timeout_max_ms: 1_000_000,
             initial_rebalance_delay_ms: 0,
             generation_fencing: self.cfg.generation_fencing,
+            consumer: ConsumerGroupConfig {
+                session_timeout_ms: SESSION_TICKS as u64,
+                heartbeat_interval_ms: HEARTBEAT_TICKS,
+                ..ConsumerGroupConfig::default()
+            },
             ..GroupConfig::default()
         }
     }
@@ -465,7 +612,8 @@ impl GroupSim {
             let w = self.rng.below(WORKERS as u64) as usize;
             // A new instance of the worker: its transactional id's init fences the old one.
             let tid = self.workers[w].tid.clone();
-            self.workers[w] = worker(tid);
+            let incarnation = self.workers[w].incarnation + 1;
+            self.workers[w] = Worker { incarnation, ..worker(tid) };
             *self.out.faults.entry("worker restarted").or_default() += 1;
             self.trace(|| format!("w{w}: restarted"));
         }
@@ -506,6 +654,8 @@ fn worker(tid: String) -> Worker {
         paused_until: 0,
         last_heartbeat: 0,
         pending: Vec::new(),
+        target: None,
+        incarnation: 0,
     }
 }
 
@@ -521,6 +671,7 @@ pub fn run_groups(seed: u64, cfg: GroupsConfig) -> GroupsOutcome {
         workers: (0..WORKERS).map(|w| worker(format!("worker-{w}"))).collect(),
         committed: HashMap::new(),
         wakes: HashMap::new(),
+        group_epoch_seen: 0,
         out: GroupsOutcome::default(),
         cfg,
     };

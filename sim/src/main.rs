@@ -68,6 +68,11 @@ struct Args {
     /// each input's output committed exactly once. Its mutations: none, no-generation-fencing.
     #[arg(long, conflicts_with_all = ["timeline", "partitions"])]
     groups: bool,
+    /// With --groups: the workers are KIP-848 members (ConsumerGroupHeartbeat, member epochs);
+    /// also checked: no partition owned by two members at once. no-generation-fencing then
+    /// skips the member epoch check of offset commits.
+    #[arg(long, requires = "groups")]
+    kip848: bool,
     /// Run the coordinator-replica simulation instead: three replicas on a guarded store with
     /// leases, paused past their lease, crashed, cut off from the store; no write of a deposed
     /// replica lands. Its mutations: none, unguarded-writes.
@@ -212,10 +217,12 @@ fn groups(args: &Args) -> ExitCode {
     let cfg = sim::groups::GroupsConfig {
         fault_ticks: args.fault_ticks,
         generation_fencing,
+        kip848: args.kip848,
         verbose: args.verbose,
         ..sim::groups::GroupsConfig::default()
     };
-    side_seeds(args, "groups", "sim --groups", |seed| {
+    let flag = if args.kip848 { "groups --kip848" } else { "groups" };
+    side_seeds(args, flag, "sim --groups", |seed| {
         let out = sim::groups::run_groups(seed, cfg.clone());
         let counts = vec![
             ("transactions committed", out.committed),
@@ -297,7 +304,8 @@ fn side_seeds(args: &Args, flag: &str, label: &'static str, run: impl Fn(u64) ->
     if failing.is_empty() {
         ExitCode::SUCCESS
     } else {
-        say!("replay one with: cargo run -p sim --release -- --{flag} --seed {} --verbose", failing[0]);
+        let mutation = if args.mutation == "none" { String::new() } else { format!(" --mutation {}", args.mutation) };
+        say!("replay one with: cargo run -p sim --release -- --{flag}{mutation} --seed {} --verbose", failing[0]);
         ExitCode::from(1)
     }
 }

@@ -93,6 +93,9 @@ pub struct LocalOptions {
     /// Run the coordinator with `--authorizer` (needs `secured`): Kafka ACLs decide every Kafka
     /// request, and producer ids are bound to their owners.
     pub authorizer: Option<coordinator::acls::AuthorizerConfig>,
+    /// KIP-848 consumer groups' session timeout, heartbeat interval and size (the coordinator's
+    /// `--group-consumer-*` flags).
+    pub group_consumer: coordinator::consumer_group::ConsumerGroupConfig,
 }
 
 impl Default for LocalOptions {
@@ -121,6 +124,7 @@ impl Default for LocalOptions {
             kafka_client_certificates: Vec::new(),
             ssl_principal_mapping_rules: None,
             authorizer: None,
+            group_consumer: coordinator::consumer_group::ConsumerGroupConfig::default(),
         }
     }
 }
@@ -194,6 +198,7 @@ impl LocalCluster {
         config.limits.cluster_secret = secret.clone();
         config.authorizer = opts.authorizer.clone();
         config.scram_users = opts.sasl_users.clone();
+        config.groups.consumer = opts.group_consumer.clone();
         tasks.push(tokio::spawn(async move {
             if let Err(e) = coordinator::run(listener, config, async {
                 let _ = stopped.await;

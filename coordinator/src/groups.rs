@@ -371,7 +371,7 @@ impl GroupTable {
             }
             if !h.group.is_empty()
                 && !self.groups.contains_key(&h.group)
-                && self.groups.len() + self.consumer.names().count() >= self.config.groups_max
+                && self.counts().groups.0 >= self.config.groups_max
             {
                 return Err(status(
                     ErrorCode::PolicyViolation,
@@ -1053,8 +1053,10 @@ impl GroupTable {
     /// The state held beside its cap: groups, the fullest group's offsets, all offsets.
     pub fn counts(&self) -> GroupCounts {
         let fullest = self.groups.values().map(|g| g.offsets.len()).max().unwrap_or(0);
+        // A KIP-848 group that committed nothing yet is held in `consumer` alone.
+        let consumer_only = self.consumer.names().filter(|n| !self.groups.contains_key(*n)).count();
         GroupCounts {
-            groups: (self.groups.len(), self.config.groups_max),
+            groups: (self.groups.len() + consumer_only, self.config.groups_max),
             fullest_group_offsets: (fullest, self.config.group_offsets_max),
             offsets: (self.offsets_total + self.staged_total, self.config.offsets_max),
         }

@@ -38,6 +38,8 @@ use producer::{Client, ClientConfig, Producer, ProducerConfig};
 use protocol::batch::{build_batch, ProducerStamp};
 use protocol::{ProduceRequest, ProduceResponse, Request, Response, Status, ACKS_ALL, ACKS_LEADER};
 
+#[path = "bench/kip848.rs"]
+mod kip848;
 #[path = "bench/logins.rs"]
 mod logins;
 #[path = "bench/reassign.rs"]
@@ -61,8 +63,10 @@ struct Args {
     /// throughput during a storm of failing logins from `--storm` clients against none (paired
     /// runs, `--repeat`), and the time a removed ACL takes to refuse writes. `reassign`: the
     /// time an online move of a partition holding `--log-mib` takes, and the produce throughput
-    /// before and during it (`bench/reassign.rs`).
-    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced", "inits", "recovery", "replication", "authorizer", "logins", "reassign"])]
+    /// before and during it (`bench/reassign.rs`). `kip848`: steady ConsumerGroupHeartbeats per
+    /// second from 1,000 members in 100 groups over `--clients` connections, and the time from a
+    /// member's death to its partitions' new owner, `--repeat` times (`bench/kip848.rs`).
+    #[arg(long, default_value = "all", value_parser = ["all", "loopback", "fenced", "unfenced", "inits", "recovery", "replication", "authorizer", "logins", "reassign", "kip848"])]
     mode: String,
     /// Clients failing logins in `--mode logins`'s storms.
     #[arg(long, default_value_t = 32)]
@@ -101,7 +105,7 @@ struct Args {
     /// from disk.
     #[arg(long)]
     drop_caches: bool,
-    /// Concurrent clients for `--mode inits`.
+    /// Concurrent clients for `--mode inits` (and Kafka connections for `--mode kip848`).
     #[arg(long, default_value_t = 64)]
     clients: usize,
     /// Grants per client for `--mode inits`.
@@ -1174,6 +1178,15 @@ async fn main() -> std::process::ExitCode {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("bench logins: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
+    if args.mode == "kip848" {
+        return match kip848::kip848(&args).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench kip848: {e}");
                 std::process::ExitCode::FAILURE
             }
         };

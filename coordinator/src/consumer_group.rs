@@ -46,6 +46,13 @@ pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 5_000;
 /// Kafka's `group.consumer.max.size` default (unbounded there; a bound here).
 pub const MAX_SIZE_DEFAULT: usize = 1_000;
 
+/// Bytes of a member's ids, client id and host, subscription (names and pattern) and assignor
+/// name (Kafka has no such bound; here a group is journaled as one record).
+pub const MEMBER_BYTES_MAX_DEFAULT: usize = 64 * 1024;
+/// Most bytes a group's journal record may take, under the journal's 16 MiB record bound with
+/// room for the partitions its members own (20 bytes each).
+pub const GROUP_RECORD_BYTES_MAX: usize = 12 * 1024 * 1024;
+
 /// A member epoch that leaves the group.
 pub const LEAVE_EPOCH: i32 = -1;
 /// A static member's epoch while it is away (it keeps its partitions until its session lapses).
@@ -88,6 +95,9 @@ pub struct ConsumerGroupConfig {
     pub heartbeat_interval_ms: u64,
     /// `--group-consumer-max-size`: members per group.
     pub max_size: usize,
+    /// Bytes one member may bring (its ids, client id and host, subscription and assignor
+    /// name); beyond, POLICY_VIOLATION.
+    pub member_bytes_max: usize,
     /// The assignors served, the first the default.
     pub assignors: Vec<Assignor>,
 }
@@ -98,6 +108,7 @@ impl Default for ConsumerGroupConfig {
             session_timeout_ms: SESSION_TIMEOUT_MS_DEFAULT,
             heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS_DEFAULT,
             max_size: MAX_SIZE_DEFAULT,
+            member_bytes_max: MEMBER_BYTES_MAX_DEFAULT,
             assignors: vec![Assignor::Uniform, Assignor::Range],
         }
     }
@@ -170,6 +181,17 @@ fn full_match(pattern: &str) -> Option<regex::Regex> {
     regex::Regex::new(&format!("^(?:{pattern})$")).ok()
 }
 
+/// The bytes a heartbeat's member brings to its group's record.
+fn member_bytes(h: &Heartbeat) -> usize {
+    h.member_id.len()
+        + h.instance_id.as_ref().map_or(0, String::len)
+        + h.client_id.len()
+        + h.client_host.len()
+        + h.topic_names.iter().flatten().map(|n| n.len() + 2).sum::<usize>()
+        + h.topic_regex.as_ref().map_or(0, String::len)
+        + h.server_assignor.as_ref().map_or(0, String::len)
+}
+
 /// The pattern [`full_match`] was given.
 fn unanchored(compiled: &str) -> &str {
     compiled.strip_prefix("^(?:").and_then(|s| s.strip_suffix(")$")).unwrap_or(compiled)
@@ -187,6 +209,11 @@ pub struct ConsumerGroup {
     topics_seen: Topics,
     /// What the journal holds of it.
     journaled: Option<ConsumerGroupRecord>,
+    /// The encoded size of that record.
+    journaled_bytes: usize,
+    /// Since when it has had no members (for the expiry of empty groups), if the expiry sweep
+    /// has seen it so.
+    idle_since_ms: Option<u64>,
 }
 
 impl ConsumerGroup {
@@ -313,6 +340,7 @@ impl ConsumerGroup {
             group_epoch: r.group_epoch,
             assignment_epoch: r.assignment_epoch,
             journaled: Some(r.clone()),
+            journaled_bytes: Entry::ConsumerGroup(r.clone()).encode().len(),
             ..ConsumerGroup::default()
         };
         for m in &r.members {
@@ -436,8 +464,11 @@ impl ConsumerGroups {
         }
         let record = g.record(name);
         if g.journaled.as_ref() != Some(&record) {
-            g.journaled = Some(record.clone());
-            self.entries.push(Entry::ConsumerGroup(record));
+            let entry = Entry::ConsumerGroup(record.clone());
+            g.journaled_bytes = entry.encode().len();
+            g.journaled = Some(record);
+            g.idle_since_ms = None;
+            self.entries.push(entry);
         }
     }
 
@@ -447,6 +478,32 @@ impl ConsumerGroups {
         if self.groups.remove(name).is_some() && journal {
             self.entries.push(Entry::ConsumerGroupsRemoved { groups: vec![name.to_string()] });
         }
+    }
+
+    /// Groups without members idle for `retention_ms` at `now_ms` (their idle clock starts at
+    /// the first sweep that finds them so), among those `keep` does not hold (a group with
+    /// committed offsets expires with them).
+    pub fn idle(&mut self, now_ms: u64, retention_ms: u64, keep: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut out = Vec::new();
+        for (name, g) in &mut self.groups {
+            if keep(name) {
+                continue;
+            }
+            if crate::table::idle_past(&mut g.idle_since_ms, g.members.is_empty(), now_ms, retention_ms) {
+                out.push(name.clone());
+            }
+        }
+        out
+    }
+
+    /// How many groups there are.
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
     }
 
     /// Apply a journal entry (a replay, or a standby following).
@@ -536,7 +593,8 @@ impl ConsumerGroups {
             assignment,
         };
         if let Some(regex) = h.topic_regex.as_deref().filter(|r| !r.is_empty()) {
-            if full_match(regex).is_none() {
+            // On its own first: `a)|(b` would otherwise escape the anchors.
+            if regex::Regex::new(regex).is_err() || full_match(regex).is_none() {
                 return Err(Status::new(
                     ErrorCode::InvalidRegularExpression,
                     format!("subscription regular expression {regex:?} does not compile (RE2 syntax)"),
@@ -556,12 +614,46 @@ impl ConsumerGroups {
                 }
             },
         };
+        // What the member brings is bounded: a group is journaled as one record.
+        let brings = member_bytes(h);
+        if brings > self.config.member_bytes_max {
+            return Err(Status::new(
+                ErrorCode::PolicyViolation,
+                format!(
+                    "member '{}' brings {brings} bytes of ids, client id and subscription, above the coordinator's \
+                     {} per member: subscribe with fewer or shorter names, or a regular expression",
+                    h.member_id, self.config.member_bytes_max
+                ),
+            ));
+        }
+        if let Some(g) = self.groups.get(&h.group) {
+            if g.journaled_bytes + brings > GROUP_RECORD_BYTES_MAX && (h.member_epoch == 0 || h.topic_names.is_some()) {
+                return Err(Status::new(
+                    ErrorCode::PolicyViolation,
+                    format!(
+                        "group '{}' is journaled as one record of {} bytes, and this member's {brings} more would \
+                         take it past {GROUP_RECORD_BYTES_MAX}: use another group, or shorter subscriptions",
+                        h.group, g.journaled_bytes
+                    ),
+                ));
+            }
+        }
         // Leaving.
         if h.member_epoch == LEAVE_EPOCH || h.member_epoch == LEAVE_STATIC_EPOCH {
             let Some(g) = self.groups.get_mut(&h.group) else { return Ok(answer(h.member_epoch, None)) };
-            let known = g.members.get(&h.member_id);
-            if known.is_none() {
+            let Some(known) = g.members.get(&h.member_id) else {
                 return Ok(answer(h.member_epoch, None));
+            };
+            if known.instance_id != h.instance_id && h.instance_id.is_some() {
+                return Err(Status::new(
+                    ErrorCode::FencedInstanceId,
+                    format!(
+                        "member '{}' is instance '{}', not '{}'",
+                        h.member_id,
+                        known.instance_id.as_deref().unwrap_or(""),
+                        h.instance_id.as_deref().unwrap_or("")
+                    ),
+                ));
             }
             if h.member_epoch == LEAVE_STATIC_EPOCH {
                 // Away for now: its partitions stay its own until its session lapses.
@@ -764,11 +856,12 @@ impl ConsumerGroups {
         transactional: bool,
     ) -> Result<(), Status> {
         let g = self.groups.get(group);
-        if member_epoch < 0 && member_id.is_empty() {
+        if member_epoch < 0 {
+            // Kafka's rule: without a member epoch, only to a group without members.
             return match g {
                 Some(g) if !g.members.is_empty() => Err(Status::new(
                     ErrorCode::UnknownMemberId,
-                    format!("group '{group}' has members: commit as one of them"),
+                    format!("group '{group}' has members: commit as one of them, with its member epoch"),
                 )),
                 _ => Ok(()),
             };
@@ -1031,6 +1124,31 @@ mod tests {
         let mut bad = join("b");
         bad.topic_regex = Some("(".into());
         assert_eq!(code(c.heartbeat(0, &bad, &t)), ErrorCode::InvalidRegularExpression);
+        // A pattern that would escape the anchors it is wrapped in is refused, not widened.
+        bad.topic_regex = Some("a)|(b".into());
+        assert_eq!(code(c.heartbeat(0, &bad, &t)), ErrorCode::InvalidRegularExpression);
+        // What one member brings is bounded (a group is journaled as one record).
+        let mut big = join("b");
+        big.topic_names = Some((0..300).map(|i| format!("{i:0>240}")).collect());
+        assert_eq!(code(c.heartbeat(0, &big, &t)), ErrorCode::PolicyViolation);
+        assert!(!c.group("g").unwrap().members.contains_key("b"), "the refused member did not join");
+    }
+
+    #[test]
+    fn commits_without_a_member_epoch_go_only_to_groups_without_members_and_leaves_check_the_instance() {
+        let mut c = ConsumerGroups::new(ConsumerGroupConfig::default());
+        let t = topics(2);
+        assert!(c.check_commit("g", "anyone", -1, false).is_ok(), "no group: accepted, as Kafka");
+        let static_join = Heartbeat { instance_id: Some("i-1".into()), ..join("a") };
+        c.heartbeat(0, &static_join, &t).unwrap();
+        assert_eq!(c.check_commit("g", "anyone", -1, false).unwrap_err().code, ErrorCode::UnknownMemberId);
+        assert_eq!(c.check_commit("g", "", -1, false).unwrap_err().code, ErrorCode::UnknownMemberId);
+        // A leave naming another instance id is fenced; the member stays.
+        let wrong = Heartbeat { instance_id: Some("i-2".into()), ..steady("a", LEAVE_STATIC_EPOCH) };
+        assert_eq!(c.heartbeat(1, &wrong, &t).unwrap_err().code, ErrorCode::FencedInstanceId);
+        assert_eq!(c.group("g").unwrap().members["a"].epoch, 1);
+        c.heartbeat(2, &Heartbeat { instance_id: Some("i-1".into()), ..steady("a", LEAVE_EPOCH) }, &t).unwrap();
+        assert!(c.check_commit("g", "anyone", -1, false).is_ok(), "an empty group: accepted");
     }
 
     #[test]

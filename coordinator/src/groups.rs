@@ -369,18 +369,8 @@ impl GroupTable {
                     ),
                 ));
             }
-            if !h.group.is_empty()
-                && !self.groups.contains_key(&h.group)
-                && self.counts().groups.0 >= self.config.groups_max
-            {
-                return Err(status(
-                    ErrorCode::PolicyViolation,
-                    format!(
-                        "the coordinator holds groups_max {} groups, so it takes no new one ('{}'); use an existing \
-                         group, or raise --groups-max",
-                        self.config.groups_max, h.group
-                    ),
-                ));
+            if !h.group.is_empty() {
+                self.room_for(&h.group)?;
             }
         }
         self.consumer.heartbeat(now_ms, h, topics)
@@ -999,7 +989,14 @@ impl GroupTable {
         if group.is_empty() {
             return Err(status(ErrorCode::InvalidGroupId, "the group id is empty".into()));
         }
-        if !self.groups.contains_key(group) && self.groups.len() >= self.config.groups_max {
+        // A KIP-848 group that committed nothing yet is held in `consumer` alone: counted exactly
+        // only near the cap.
+        let near = self.groups.len() + self.consumer.len() >= self.config.groups_max;
+        if !self.groups.contains_key(group)
+            && self.consumer.group(group).is_none()
+            && near
+            && self.counts().groups.0 >= self.config.groups_max
+        {
             return Err(status(
                 ErrorCode::PolicyViolation,
                 format!(
@@ -1081,6 +1078,12 @@ impl GroupTable {
                 expired.push(name.clone());
             }
         }
+        // KIP-848 groups that never committed (nothing in `groups`) expire when idle as long.
+        let groups = &self.groups;
+        expired.extend(
+            self.consumer
+                .idle(now_ms, retention, |name| groups.contains_key(name) || staged.contains(&name.to_string())),
+        );
         let entries = crate::table::expiry_entries(&expired, |groups| Entry::GroupsExpired { groups });
         for entry in &entries {
             self.apply(entry);
@@ -2251,6 +2254,23 @@ mod restart_tests {
         back.handle_tick(config().consumer.session_timeout_ms + 1);
         let (_, fenced) = back.take_effects();
         assert!(matches!(fenced.as_slice(), [Entry::ConsumerGroup(r)] if r.members.is_empty()), "{fenced:?}");
+    }
+
+    #[test]
+    fn an_empty_kip848_group_that_never_committed_expires_and_one_with_members_never_does() {
+        let retention = config().offsets_retention_ms;
+        let mut t = GroupTable::new(config(), 1);
+        t.handle_consumer_heartbeat(0, &beat("a", 0, None), &topics()).unwrap();
+        t.handle_tick(1);
+        assert!(t.handle_expiry(2).is_empty());
+        assert!(t.handle_expiry(retention + 10).is_empty(), "a member keeps it (its session is not ticked here)");
+        t.handle_consumer_heartbeat(3, &beat("a", -1, None), &topics()).unwrap();
+        assert_eq!(t.counts().groups.0, 1, "held while empty");
+        assert!(t.handle_expiry(4).is_empty(), "its idle clock starts");
+        let expired = t.handle_expiry(retention + 4);
+        assert_eq!(expired, [Entry::GroupsExpired { groups: vec!["g".into()] }]);
+        assert!(t.consumer_groups().group("g").is_none());
+        assert_eq!(t.counts().groups.0, 0);
     }
 
     #[test]

@@ -179,6 +179,9 @@ async fn group_member(args: &Args, group: &str, config: ClientConfig, committed:
     };
     let mut generation = -1;
     let mut assignment = Vec::new();
+    // Under KIP-848 partitions come at later heartbeats while other members give them up: the
+    // assignment must have held for two heartbeat intervals before its end is the end.
+    let mut assigned_at = std::time::Instant::now();
     loop {
         let polled = match member.poll().await {
             Ok(p) => p,
@@ -191,6 +194,7 @@ async fn group_member(args: &Args, group: &str, config: ClientConfig, committed:
         if changed {
             generation = now;
             assignment = member.assignment();
+            assigned_at = std::time::Instant::now();
             let parts = assignment.iter().map(|(t, p)| format!("{t}-{p}")).collect::<Vec<_>>().join(",");
             match protocol {
                 GroupProtocol::Classic => {
@@ -213,8 +217,10 @@ async fn group_member(args: &Args, group: &str, config: ClientConfig, committed:
                 return fail(e);
             }
         }
+        let settled = protocol == GroupProtocol::Classic
+            || assigned_at.elapsed() >= Duration::from_millis(2 * member.heartbeat_interval_ms());
         if all_at_end {
-            if !args.follow {
+            if !args.follow && settled {
                 if let Err(e) = member.commit().await {
                     return fail(e);
                 }

@@ -225,6 +225,11 @@ impl KafkaGroupConsumer {
         (&self.member_id, self.generation)
     }
 
+    /// How often it heartbeats, in milliseconds (under KIP-848 the coordinator's interval).
+    pub fn heartbeat_interval_ms(&self) -> u64 {
+        self.config.heartbeat_interval_ms
+    }
+
     /// The partitions the group assigned this member.
     pub fn assignment(&self) -> Vec<(String, i32)> {
         self.positions.keys().cloned().collect()
@@ -492,6 +497,12 @@ impl KafkaGroupConsumer {
                 self.committed.clear();
                 Ok(false)
             }
+            // The coordinator moving or loading (a takeover): find it again and beat at the
+            // next poll, as librdkafka does.
+            ErrorCode::CoordinatorNotAvailable | ErrorCode::NotCoordinator | ErrorCode::CoordinatorLoadInProgress => {
+                self.client.forget_group_coordinator(&self.group);
+                Ok(true)
+            }
             _ => Err(refused(format!("ConsumerGroupHeartbeat '{}'", self.group), resp.error_code)),
         }
     }
@@ -522,9 +533,10 @@ impl KafkaGroupConsumer {
             };
             assigned.extend(t.partitions.iter().map(|p| (name.clone(), *p)));
         }
+        // The epoch first: the revocation's commit carries the one the member holds now.
+        self.generation = resp.member_epoch;
         let revoked: Vec<(String, i32)> = self.positions.keys().filter(|k| !assigned.contains(k)).cloned().collect();
         if !revoked.is_empty() {
-            // Committed under the epoch it still holds while it revokes.
             let kept: BTreeMap<(String, i32), i64> =
                 self.positions.iter().filter(|(k, _)| revoked.contains(k)).map(|(k, v)| (k.clone(), *v)).collect();
             let all = std::mem::replace(&mut self.positions, kept);
@@ -535,8 +547,13 @@ impl KafkaGroupConsumer {
                 self.positions.remove(k);
                 self.committed.remove(k);
             }
+            if self.generation < 0 {
+                // The commit found the member fenced: it rejoins from the committed offsets.
+                self.positions.clear();
+                self.committed.clear();
+                return Ok(());
+            }
         }
-        self.generation = resp.member_epoch;
         let added: Vec<(String, i32)> = assigned.into_iter().filter(|k| !self.positions.contains_key(k)).collect();
         if !added.is_empty() {
             let conn = self.coordinator().await?;

@@ -856,8 +856,11 @@ impl ConsumerGroups {
         transactional: bool,
     ) -> Result<(), Status> {
         let g = self.groups.get(group);
-        if member_epoch < 0 {
-            // Kafka's rule: without a member epoch, only to a group without members.
+        // Without a member epoch and a member id, only to a group without members. Kafka takes
+        // any member id there; here a commit naming a member must come from that member, so a
+        // fenced member that dropped its epoch cannot commit into a group left empty (the
+        // group simulation finds the double commit that allows).
+        if member_epoch < 0 && member_id.is_empty() {
             return match g {
                 Some(g) if !g.members.is_empty() => Err(Status::new(
                     ErrorCode::UnknownMemberId,
@@ -1138,7 +1141,8 @@ mod tests {
     fn commits_without_a_member_epoch_go_only_to_groups_without_members_and_leaves_check_the_instance() {
         let mut c = ConsumerGroups::new(ConsumerGroupConfig::default());
         let t = topics(2);
-        assert!(c.check_commit("g", "anyone", -1, false).is_ok(), "no group: accepted, as Kafka");
+        assert!(c.check_commit("g", "", -1, false).is_ok(), "no group: accepted, as Kafka");
+        assert_eq!(c.check_commit("g", "fenced", -1, true).unwrap_err().code, ErrorCode::UnknownMemberId);
         let static_join = Heartbeat { instance_id: Some("i-1".into()), ..join("a") };
         c.heartbeat(0, &static_join, &t).unwrap();
         assert_eq!(c.check_commit("g", "anyone", -1, false).unwrap_err().code, ErrorCode::UnknownMemberId);
@@ -1148,7 +1152,10 @@ mod tests {
         assert_eq!(c.heartbeat(1, &wrong, &t).unwrap_err().code, ErrorCode::FencedInstanceId);
         assert_eq!(c.group("g").unwrap().members["a"].epoch, 1);
         c.heartbeat(2, &Heartbeat { instance_id: Some("i-1".into()), ..steady("a", LEAVE_EPOCH) }, &t).unwrap();
-        assert!(c.check_commit("g", "anyone", -1, false).is_ok(), "an empty group: accepted");
+        assert!(c.check_commit("g", "", -1, false).is_ok(), "an empty group: accepted");
+        // A member id at epoch -1 must be a member: a fenced worker that dropped its epoch
+        // cannot commit into the emptied group.
+        assert_eq!(c.check_commit("g", "a", -1, true).unwrap_err().code, ErrorCode::UnknownMemberId);
     }
 
     #[test]

@@ -11,7 +11,9 @@ the coordinator assigns the partitions, and every member carries a member epoch 
   live instance of it is refused (UNRELEASED_INSTANCE_ID, fatal to librdkafka);
 - a regex subscription picks up a topic created later;
 - a classic and a KIP-848 consumer on one group id: the group is of one type at a time;
-- kafka-python's classic consumers keep working beside KIP-848 groups.
+- kafka-python's classic consumers keep working beside KIP-848 groups;
+- after a coordinator kill -9 the members' epochs and partitions are what they were told, and a
+  commit at an epoch from before the last rebalance is still refused.
 
 They do not take the suite's `client` fixture: kafka-python speaks only the classic protocol.
 """
@@ -174,6 +176,48 @@ def test_subscribers_never_own_a_partition_together_under_churn(cluster):
     assert sorted(tp.partition for m in d.members for tp in m.assignment.topic_partitions) == list(range(PARTITIONS))
     for name in list(live):
         leave(name)
+
+
+@pytest.mark.timeout(120)
+def test_epochs_and_assignments_survive_a_coordinator_kill9(cluster):
+    """Every epoch is journaled before a member learns it: after kill -9 and a restart the group
+    has the epochs and partitions its members were told, they go on without a rebalance, and a
+    commit at an epoch from before the last rebalance is still refused."""
+    c = cluster()
+    c.create_topic("in", partitions=PARTITIONS, replicas=1)
+    bs = c.bootstrap()
+    _fill(bs, "in")
+    owners = Owners()
+    a, b = _member(bs, "a"), _member(bs, "b")
+    a.subscribe(["in"], **owners.callbacks("a"))
+    wait_until(lambda: (_poll_all([a]), len(owners.of("a")) == PARTITIONS)[1], 30, "a alone", interval=0)
+    stale = a.consumer_group_metadata()  # a's epoch before b joined
+    b.subscribe(["in"], **owners.callbacks("b"))
+
+    def settled():
+        _poll_all([a, b])
+        g = described(c)
+        return g if (len(owners.of("a")) == len(owners.of("b")) == 2
+                     and all(m["member_epoch"] == g["assignment_epoch"] for m in g["members"])) else None
+    before = wait_until(settled, 30, "a and b settled", interval=0.05, state=lambda: owners.owner)
+    c.coordinator.kill9()
+    c.restart_coordinator()
+    after = wait_until(settled, 30, "the group back after the restart", interval=0.05, state=lambda: owners.owner)
+    assert after["group_epoch"] == before["group_epoch"], f"no rebalance: {before} -> {after}"
+    assert {m["member_id"]: (m["member_epoch"], sorted(m["assignment"])) for m in after["members"]} == \
+        {m["member_id"]: (m["member_epoch"], sorted(m["assignment"])) for m in before["members"]}
+    assert not owners.violations, owners.violations
+    # A transactional commit with a's metadata from before b joined: ILLEGAL_GENERATION, abortable.
+    from confluent_kafka import KafkaException, Producer, TopicPartition
+    p = Producer({"bootstrap.servers": bs, "transactional.id": "late"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    with pytest.raises(KafkaException) as refused:
+        p.send_offsets_to_transaction([TopicPartition("in", owners.of("a")[0], 1)], stale, 30)
+    assert refused.value.args[0].txn_requires_abort(), refused.value
+    p.abort_transaction(30)
+    a.close()
+    b.close()
 
 
 def _consumer_bin(c, group, topic):

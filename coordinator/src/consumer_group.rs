@@ -454,11 +454,22 @@ impl ConsumerGroups {
         !self.entries.is_empty()
     }
 
-    /// Record group `name` if what the journal holds of it changed. A group that never had a
-    /// member and was never journaled is dropped instead (a refused first join leaves none).
+    /// Make group `name`, without members, at group epoch `epoch` (a classic group's generation
+    /// as it converts: epochs only grow across a group id's types), unless it exists. Journaled
+    /// with its first member; dropped if that member's join is refused.
+    pub fn create_at(&mut self, name: &str, epoch: i32) {
+        self.groups.entry(name.to_string()).or_insert_with(|| ConsumerGroup {
+            group_epoch: epoch.max(0),
+            assignment_epoch: epoch.max(0),
+            ..ConsumerGroup::default()
+        });
+    }
+
+    /// Record group `name` if what the journal holds of it changed. A group without members
+    /// that was never journaled is dropped instead (a refused first join leaves none).
     fn journal(&mut self, name: &str) {
         let Some(g) = self.groups.get_mut(name) else { return };
-        if g.journaled.is_none() && g.members.is_empty() && g.group_epoch == 0 {
+        if g.journaled.is_none() && g.members.is_empty() {
             self.groups.remove(name);
             return;
         }

@@ -372,6 +372,11 @@ impl GroupTable {
             if !h.group.is_empty() {
                 self.room_for(&h.group)?;
             }
+            // An empty classic group converts: its epochs start past its generation, so no
+            // generation a zombie holds is ever a current member epoch.
+            if let Some(g) = self.groups.get(&h.group) {
+                self.consumer.create_at(&h.group, g.generation);
+            }
         }
         self.consumer.heartbeat(now_ms, h, topics)
     }
@@ -431,7 +436,9 @@ impl GroupTable {
         if let Err(s) = self.room_for(&r.group) {
             return refuse(s.code, s.message);
         }
-        // One type per group id: an empty KIP-848 group becomes a classic one.
+        // One type per group id: an empty KIP-848 group becomes a classic one, its generations
+        // starting past the group's epoch.
+        let mut floor = 0;
         match self.consumer.group(&r.group) {
             Some(cg) if cg.has_members() => {
                 return refuse(
@@ -443,10 +450,14 @@ impl GroupTable {
                     ),
                 )
             }
-            Some(_) => self.consumer.remove(&r.group, true),
+            Some(cg) => {
+                floor = cg.group_epoch();
+                self.consumer.remove(&r.group, true);
+            }
             None => {}
         }
         let mut g = self.groups.remove(&r.group).unwrap_or_else(Group::new);
+        g.generation = g.generation.max(floor);
         let decision = self.join(&mut g, now_ms, r);
         if g.generation == 0 && g.members.is_empty() && g.pending.is_empty() && g.offsets.is_empty() {
             // A refused first join leaves no group behind.
@@ -2203,10 +2214,15 @@ mod restart_tests {
         assert_eq!(refused.code, ErrorCode::GroupIdNotFound, "{refused}");
         assert!(t.consumer_groups().group("g").is_none());
         assert!(!t.has_effects(), "a refused join journals nothing");
+        // Epochs only grow across the types: the classic generation starts past the KIP-848
+        // group's epoch (2: a's join and leave), the next KIP-848 epoch past that generation.
+        let classic = t.describe(&["g".into()], &BTreeMap::new())[0].generation;
+        assert!(classic > 2, "generation {classic}");
         // Once the classic member left, the KIP-848 join converts it back.
         t.handle_leave(5, "g", &[(m, None)]);
         let b = t.handle_consumer_heartbeat(6, &beat("b", 0, None), &topics()).unwrap();
         assert_eq!(b.assignment.map(|a| a.len()), Some(4), "every partition to the only member");
+        assert!(b.member_epoch > classic, "epoch {} after generation {classic}", b.member_epoch);
         assert_eq!(t.describe(&["g".into()], &BTreeMap::new())[0].protocol_type, "consumer");
     }
 

@@ -1728,6 +1728,8 @@ impl Cluster {
                         isr: p.isr.clone(),
                         elr: p.elr.clone(),
                         min_insync_replicas: t.min_isr,
+                        adding: p.adding.clone(),
+                        removing: p.removing.clone(),
                         progress: p
                             .replicas
                             .iter()

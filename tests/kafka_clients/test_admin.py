@@ -415,10 +415,13 @@ def test_partition_reassignments_through_kafka_python(cluster):
             assert admin.list_partition_reassignments([tp]) == admin.list_partition_reassignments({"t": [0]})
             moving = c.partition("t", 0)
             assert moving["replicas"] == [paused, kept, removed] and moving["leader_epoch"] > epoch, moving
+            # epochfence's own admin shows the move too.
+            assert (moving["adding"], moving["removing"]) == ([paused], [removed]), moving
             assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
             assert admin.list_partition_reassignments() == {}
             back = c.partition("t", 0)
             assert back["replicas"] == original and back["leader_epoch"] > moving["leader_epoch"], back
+            assert (back["adding"], back["removing"]) == ([], []), back
         finally:
             c.brokers[paused].cont()
         wait_gone([paused])

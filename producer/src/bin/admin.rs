@@ -626,6 +626,8 @@ fn describe_json(d: &protocol::DescribeResponse) -> serde_json::Value {
             "replicas": p.replicas,
             "isr": p.isr,
             "eligible_leader_replicas": p.elr,
+            "adding": p.adding,
+            "removing": p.removing,
             "min_insync_replicas": p.min_insync_replicas,
             "replica_progress": p.progress.iter().map(|g| serde_json::json!({
                 "broker": g.broker_id, "log_end_offset": g.log_end_offset, "high_watermark": g.high_watermark,
@@ -786,6 +788,9 @@ fn print_describe(d: &protocol::DescribeResponse) {
             p.min_insync_replicas,
             progress
         );
+        if !p.adding.is_empty() || !p.removing.is_empty() {
+            println!("    moving: adding=[{}] removing=[{}]", ids(&p.adding), ids(&p.removing));
+        }
         for g in p.progress.iter().filter(|g| !g.problem.is_empty()) {
             println!("    replica {}: {}", g.broker_id, g.problem);
         }

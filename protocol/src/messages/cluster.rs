@@ -1108,6 +1108,10 @@ pub struct PartitionState {
     pub elr: Vec<i32>,
     /// The topic's `min.insync.replicas`.
     pub min_insync_replicas: i32,
+    /// While a reassignment moves it (KIP-455): the replicas being added.
+    pub adding: Vec<i32>,
+    /// While a reassignment moves it: the replicas being removed.
+    pub removing: Vec<i32>,
     /// Each replica's last reported progress, by broker id.
     pub progress: Vec<ReplicaProgress>,
 }
@@ -1193,6 +1197,8 @@ impl DescribeResponse {
             b.put_i32_array(&p.isr);
             b.put_i32_array(&p.elr);
             b.put_i32(p.min_insync_replicas);
+            b.put_i32_array(&p.adding);
+            b.put_i32_array(&p.removing);
             b.put_i32(p.progress.len() as i32);
             for g in &p.progress {
                 b.put_i32(g.broker_id);
@@ -1240,6 +1246,8 @@ impl DescribeResponse {
             let isr = r.i32_array("isr")?;
             let elr = r.i32_array("elr")?;
             let min_insync_replicas = r.i32("min_insync_replicas")?;
+            let adding = r.i32_array("adding")?;
+            let removing = r.i32_array("removing")?;
             let np = r.array_len("progress", 22)?;
             let mut progress = Vec::with_capacity(np);
             for _ in 0..np {
@@ -1259,6 +1267,8 @@ impl DescribeResponse {
                 isr,
                 elr,
                 min_insync_replicas,
+                adding,
+                removing,
                 progress,
             });
         }

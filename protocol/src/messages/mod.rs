@@ -1337,6 +1337,8 @@ mod tests {
                 isr: vec![1, 2],
                 elr: vec![3],
                 min_insync_replicas: 2,
+                adding: vec![4],
+                removing: vec![1],
                 progress: vec![ReplicaProgress {
                     broker_id: 2,
                     log_end_offset: 3,

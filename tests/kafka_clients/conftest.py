@@ -48,6 +48,27 @@ def start_cluster(request, tmp_path, client):
             c.close()
 
 
+# The group tests' coordinator: no initial rebalance delay, and sessions from 1 s.
+GROUP_ARGS = ["--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "1000"]
+
+
+@pytest.fixture
+def group_cluster(request, tmp_path):
+    """A factory: group_cluster(coordinator_args) starts a coordinator (GROUP_ARGS, then
+    `coordinator_args`) and one broker; for the group tests, which take no `client`."""
+    made = []
+    request.node._epochfence_clusters = made
+
+    def start(coordinator_args=()):
+        c = efcluster.Cluster(str(tmp_path / f"cluster-{len(made)}"), coordinator_args=GROUP_ARGS + list(coordinator_args))
+        made.append(c)
+        return c
+
+    yield start
+    for c in made:
+        c.close()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

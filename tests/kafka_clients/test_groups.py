@@ -13,28 +13,17 @@ import sys
 
 import pytest
 
-import efcluster
 from efcluster import wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-GROUP_ARGS = ["--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "1000"]
 PARTITIONS = 4
 PER_PARTITION = 10
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    """A factory: cluster(coordinator_args) starts a coordinator and one broker."""
-    made = []
-
-    def start(coordinator_args=()):
-        c = efcluster.Cluster(str(tmp_path / f"cluster-{len(made)}"), coordinator_args=GROUP_ARGS + list(coordinator_args))
-        made.append(c)
-        return c
-
-    yield start
-    for c in made:
-        c.close()
+def cluster(group_cluster):
+    """A factory: cluster(coordinator_args) starts a coordinator and one broker (conftest's)."""
+    return group_cluster
 
 
 def _fill(bootstrap, topic):

@@ -25,34 +25,21 @@ import sys
 
 import pytest
 
-import efcluster
 from efcluster import wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
 import kafka_workers  # noqa: E402
 
-GROUP_ARGS = ["--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "1000"]
-# A 2 s session and 200 ms heartbeats: fencing by session timeout within the tests' time.
-KIP848_ARGS = kafka_workers.KIP848_ARGS
 PARTITIONS = 4
 PER_PARTITION = 10
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    """A factory: cluster(coordinator_args) starts a coordinator and one broker."""
-    made = []
-
-    def start(coordinator_args=()):
-        args = GROUP_ARGS + KIP848_ARGS + list(coordinator_args)
-        c = efcluster.Cluster(str(tmp_path / f"cluster-{len(made)}"), coordinator_args=args)
-        made.append(c)
-        return c
-
-    yield start
-    for c in made:
-        c.close()
+def cluster(group_cluster):
+    """A factory: cluster(coordinator_args) starts a coordinator and one broker (conftest's),
+    with the example's KIP-848 timings: a 2 s session and 200 ms heartbeats."""
+    return lambda coordinator_args=(): group_cluster(kafka_workers.KIP848_ARGS + list(coordinator_args))
 
 
 def _fill(bootstrap, topic, partitions=PARTITIONS, per_partition=PER_PARTITION, first=0):
@@ -448,6 +435,16 @@ def test_kafka_python_classic_groups_work_beside_kip848_groups(cluster):
     modern.commit(asynchronous=False)
     groups = {g["group"]: g for g in c.describe()["groups"]}
     assert groups["kip848"]["group_protocol"] == "consumer" and groups["classic-kp"]["group_protocol"] == "classic"
+    # kafka-python's admin describes with DescribeGroups (v5 at most here): the classic group as
+    # it stands, the KIP-848 one `Dead` with no error and no members, as Kafka 4 answers it.
+    from kafka.admin import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=bs.split(","))
+    # (It raises any error: GROUP_ID_NOT_FOUND here would fail the whole call.)
+    described = admin.describe_groups(["classic-kp", "kip848"])
+    assert described["classic-kp"]["group_state"] == "Stable", described
+    assert len(described["classic-kp"]["members"]) == 1, described
+    assert (described["kip848"]["group_state"], described["kip848"]["members"]) == ("Dead", []), described
+    admin.close()
     assert len(groups["kip848"]["committed_offsets"]) == len(groups["classic-kp"]["committed_offsets"]) == PARTITIONS
     old.close()
     modern.close()

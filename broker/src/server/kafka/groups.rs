@@ -558,11 +558,12 @@ impl KafkaConn {
                 .into_iter()
                 .map(|g| {
                     if g.consumer.is_some() {
-                        // As Kafka 4: a KIP-848 group is described by ConsumerGroupDescribe.
+                        // A KIP-848 group is described by ConsumerGroupDescribe. Kafka 4 answers it
+                        // GROUP_ID_NOT_FOUND from DescribeGroups v6 (which carries the message);
+                        // before, as the versions served here, `Dead` with no error.
                         return DescribedGroup::default()
                             .with_group_id(GroupId(text(&g.group)))
-                            .with_group_state(StrBytes::from_static_str("Dead"))
-                            .with_error_code(kafka_code(ErrorCode::GroupIdNotFound, ApiKey::DescribeGroups, version));
+                            .with_group_state(StrBytes::from_static_str("Dead"));
                     }
                     let members = g
                         .members

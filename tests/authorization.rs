@@ -369,13 +369,16 @@ async fn own_protocol_clients_log_in_and_the_acls_decide_what_they_may_do() {
         let err = Admin::new(&c.coordinator_addr, plain).describe().await.unwrap_err();
         assert!(err.to_string().contains("SCRAM-SHA-512"), "says what to use: {err}");
 
-        // alice's transaction (the brokers hear of the ACLs within a heartbeat).
+        // alice's transaction (the brokers hear of the ACLs within a heartbeat). A send refused
+        // before then leaves the transaction unable to commit, as it should: abort, run it again.
         let mut alice = Producer::init(&c.coordinator_addr, transactional("alice")).await.unwrap();
         alice.begin().unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         while let Err(e) = alice.send("t", 0, Bytes::from_static(b"alice-0")).await {
             assert!(e.to_string().contains("AUTHORIZATION_FAILED") && Instant::now() < deadline, "{e}");
+            alice.abort().await.unwrap();
             tokio::time::sleep(Duration::from_millis(20)).await;
+            alice.begin().unwrap();
         }
         let (pid, epoch) = (alice.producer_id(), alice.epoch());
 

@@ -114,6 +114,9 @@ def kafka_python_worker(bootstrap, name, freeze):
                              transaction_timeout_ms=60000)
     producer.init_transactions()
     consumer.subscribe(["in"])
+    # Fetch the topic's metadata before the first join: kafka-python 3.0.12 drops the result of a
+    # rebalance it starts itself on a metadata change when a short poll returns mid-join.
+    consumer.topics()
     while True:
         batch = [r for records in consumer.poll(timeout_ms=200).values() for r in records]
         if not batch:

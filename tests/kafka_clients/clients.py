@@ -33,6 +33,23 @@ def make_client(name):
     raise ValueError(f"unknown client {name!r}")
 
 
+def kafka_python_subscribe(consumer, topics):
+    """Subscribe a kafka-python group member to `topics`, its metadata for them known before it first joins.
+
+    kafka-python 3.0.12 loses the result of a rebalance it starts because its metadata changed
+    (the leader's `assignment_snapshot != metadata_snapshot`): when `poll(timeout_ms=N)` returns
+    before that JoinGroup/SyncGroup finishes, the finished join is never applied, so the member
+    keeps no partitions and stops heartbeating until its session expires (seen under load, with
+    the first join made before the consumer had heard of the topic). Fetching the metadata right
+    after subscribing makes the first join's assignment cover every partition, so no such
+    rebalance is needed; rebalances the coordinator asks for are not affected."""
+    consumer.subscribe(topics)
+    known = consumer.topics()  # a metadata request: the group coordinator's snapshot now holds the topics
+    missing = set(topics) - known
+    if missing:
+        raise HarnessError(f"kafka-python's metadata lacks the topics {sorted(missing)} it subscribed to")
+
+
 class ReadResult:
     """Records read from each partition, in the order the consumer returned them."""
 

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from clients import kafka_python_subscribe
 from efcluster import wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -193,7 +194,7 @@ def test_kafka_python_subscribers_share_partitions_and_commit(cluster):
         k = KafkaConsumer(bootstrap_servers=bs.split(","), group_id="py", client_id=name, auto_offset_reset="earliest",
                           enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500,
                           consumer_timeout_ms=100)
-        k.subscribe(["in"])
+        kafka_python_subscribe(k, ["in"])
         return k
 
     a, b = member("a"), member("b")

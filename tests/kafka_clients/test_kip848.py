@@ -25,6 +25,7 @@ import sys
 
 import pytest
 
+from clients import kafka_python_subscribe
 from efcluster import wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -419,8 +420,9 @@ def test_kafka_python_classic_groups_work_beside_kip848_groups(cluster):
     _fill(bs, "in")
     modern = _member(bs, "modern", group="kip848")
     modern.subscribe(["in"])
-    old = KafkaConsumer("in", bootstrap_servers=bs.split(","), group_id="classic-kp", auto_offset_reset="earliest",
+    old = KafkaConsumer(bootstrap_servers=bs.split(","), group_id="classic-kp", auto_offset_reset="earliest",
                         enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500)
+    kafka_python_subscribe(old, ["in"])
     seen_modern, seen_old = [], []
 
     def both_read():

@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 import efcluster
+from clients import kafka_python_subscribe
 from efcluster import wait_until
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -75,9 +76,10 @@ def group_read(client, bootstrap, topic, n, conf, timeout=30):
             c.close()
     else:
         kafka = client.kafka
-        c = kafka.KafkaConsumer(topic, bootstrap_servers=bootstrap.split(","), group_id=group,
+        c = kafka.KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=group,
                                 auto_offset_reset="earliest", enable_auto_commit=False, **conf)
         try:
+            kafka_python_subscribe(c, [topic])
             while len(got) < n and time.monotonic() < deadline:
                 for recs in c.poll(timeout_ms=200).values():
                     got.extend(r.value for r in recs)

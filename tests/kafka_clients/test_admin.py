@@ -81,14 +81,18 @@ def test_elect_leaders_moves_the_leadership_back_to_the_preferred_replica(cluste
     p = c.partition("t", 0)
     preferred = p["replicas"][0]
     assert p["leader"] == preferred, p
-    # Every broker answers as the controller (each relays to the coordinator): bootstrapped
-    # at the others, the admin client never sends its ElectLeaders to the broker paused below
-    # (it would wait out its request timeout there, as at a frozen Kafka controller).
+    # Every broker answers as the controller (each relays to the coordinator), so an admin
+    # client sends ElectLeaders to the broker whose metadata it heard last. Once it has learned
+    # the brokers, librdkafka may ask any of them for metadata: a client that asked the preferred
+    # broker before the pause below sent its next ElectLeaders there and waited out its timeout
+    # (failed once under load, as at a frozen Kafka controller). So each call is made by a new
+    # client bootstrapped at the others: its first metadata, and so its controller, comes from
+    # one of them, and the paused broker cannot answer a later metadata request.
     others = [b for b in c.brokers if b != preferred]
-    admin = AdminClient({"bootstrap.servers": c.bootstrap(others)})
     tp = TopicPartition("t", 0)
 
     def elect(kind):
+        admin = AdminClient({"bootstrap.servers": c.bootstrap(others)})
         # (confluent-kafka 2.16.1 fails this call when given a timeout keyword: SystemError)
         return admin.elect_leaders(kind, [tp]).result(15)[tp]
 
